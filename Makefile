@@ -1,0 +1,35 @@
+# Two commands do all the set-up on a fresh Debian machine:
+#   make demo   installs missing packages, builds, and runs the main job
+#   make test   installs missing packages, builds, and runs every test
+PRESET ?= default
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+DEMO_DIR ?= $(BUILD_DIR)/demo
+
+.PHONY: all deps configure build test demo bench format clean
+
+all: build
+
+deps:
+	@./deploy/install-deps.sh
+
+configure: deps
+	@cmake --preset $(PRESET) >/dev/null
+
+build: configure
+	@cmake --build --preset $(PRESET) -j $(JOBS)
+
+test: build
+	@ctest --preset $(PRESET) -j $(JOBS)
+
+demo: build
+	@./examples/demo.sh $(BUILD_DIR) $(DEMO_DIR)
+
+bench: build
+	@./bench/run_all.sh $(BUILD_DIR)
+
+format:
+	@git ls-files '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD_DIR)

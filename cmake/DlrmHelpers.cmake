@@ -1,0 +1,36 @@
+# Helpers so that every target is declared the same way (modelled on abseil's absl_cc_library).
+#
+#   dlrm_cc_library(NAME dlrm_dense SRCS a.cc b.cc DEPS dlrm_common OpenBLAS::OpenBLAS)
+#   dlrm_cc_test(NAME dense_test SRCS tests/dense/x_test.cc DEPS dlrm_dense)
+#   dlrm_cc_binary(NAME dlrm SRCS main.cc DEPS ...)
+
+set(DLRM_WARNINGS -Wall -Wextra)
+
+function(dlrm_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${ARG_NAME} STATIC ${ARG_SRCS})
+  target_include_directories(${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_compile_options(${ARG_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DLRM_WARNINGS}>)
+  target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+function(dlrm_cc_binary)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+endfunction()
+
+# One test binary per folder, registered test by test with gtest_discover_tests.
+function(dlrm_cc_test)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  gtest_discover_tests(${ARG_NAME}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    PROPERTIES LABELS "${ARG_LABELS}" ENVIRONMENT "DLRM_BIN_DIR=${PROJECT_BINARY_DIR}/bin"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

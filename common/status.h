@@ -1,0 +1,38 @@
+// Status helpers. Our abseil (20220623) has no status macros, so the project keeps its own.
+//
+//   DLRM_RETURN_IF_ERROR(table->Write(ids, rows));
+//   DLRM_ASSIGN_OR_RETURN(auto table, TieredTable::Create(options));
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+#define DLRM_STATUS_CONCAT_INNER(a, b) a##b
+#define DLRM_STATUS_CONCAT(a, b) DLRM_STATUS_CONCAT_INNER(a, b)
+
+#define DLRM_RETURN_IF_ERROR(expr)                        \
+  do {                                                    \
+    ::absl::Status dlrm_status_ = (expr);                 \
+    if (!dlrm_status_.ok()) return dlrm_status_;          \
+  } while (0)
+
+#define DLRM_ASSIGN_OR_RETURN(lhs, rexpr) \
+  DLRM_ASSIGN_OR_RETURN_IMPL(DLRM_STATUS_CONCAT(dlrm_statusor_, __LINE__), lhs, rexpr)
+
+#define DLRM_ASSIGN_OR_RETURN_IMPL(statusor, lhs, rexpr) \
+  auto statusor = (rexpr);                               \
+  if (!statusor.ok()) return std::move(statusor).status(); \
+  lhs = std::move(statusor).value()
+
+namespace dlrm {
+
+// Returns `status` with `context: ` put in front of its message, keeping the code.
+inline absl::Status Annotate(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+}  // namespace dlrm

@@ -1,0 +1,76 @@
+// The dense compute backend: one interface, a CPU implementation (the reference, BLAS sgemm) and
+// a CUDA one (cuBLAS, in dense/cuda/). Every pointer passed to a Backend lives in that backend's
+// memory (host memory for the CPU backend, device memory for CUDA), allocated by Allocate().
+// Matrices are row-major float32. Calls are issued in order on the backend's stream; results are
+// visible to the host after Synchronize() (the CPU backend is synchronous).
+//
+// A Backend is used by one thread at a time (a trainer owns its own). It never includes CUDA
+// headers here: dense/cuda/ implements it behind the factory in dense/backend_factory.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "dense/optimizer_options.h"
+
+namespace dlrm::dense {
+
+enum class Device { kCpu, kCuda };
+
+// Precision of the GEMMs on backends that have a choice (CUDA). fp32 is the default.
+enum class MathMode { kFp32, kTf32, kBf16 };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // --- memory ---
+  // Returns `count` floats of backend memory (never nullptr for count > 0; aborts on OOM).
+  virtual float* Allocate(size_t count) = 0;
+  virtual void Deallocate(float* ptr) = 0;
+  virtual void CopyFromHost(const float* host_src, float* dst, size_t count) = 0;
+  virtual void CopyToHost(const float* src, float* host_dst, size_t count) = 0;
+  virtual void Copy(const float* src, float* dst, size_t count) = 0;
+  virtual void Fill(float* dst, size_t count, float value) = 0;
+  // Waits until every call issued so far has finished.
+  virtual void Synchronize() = 0;
+
+  // --- layers ---
+  // c[m x n] = alpha * op(a) * op(b) + beta * c. op(a) is m x k, op(b) is k x n; a is stored
+  // k x m when trans_a, b is stored n x k when trans_b.
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
+  // y[rows x cols] += bias[cols] (broadcast over rows), then y = max(y, 0) when relu.
+  virtual void BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) = 0;
+  // dy[i] = y[i] > 0 ? dy[i] : 0, with y the ReLU output.
+  virtual void ReluBackward(const float* y, float* dy, size_t count) = 0;
+  // db[cols] = sum over rows of dy[rows x cols] (overwrites db).
+  virtual void ColumnSum(const float* dy, int rows, int cols, float* db) = 0;
+
+  // DLRM dot interaction. z_b = [bottom_b, emb_b,0, ..., emb_b,T-1] are T+1 vectors of `dim`.
+  // out[b] = [bottom_b, dot(z_i, z_j) for i = 1..T, j = 0..i-1 (row-major lower triangle)],
+  // so out has dim + (T+1)*T/2 columns. bottom is [batch x dim], emb is [batch x T x dim].
+  virtual void InteractionForward(const float* bottom, const float* emb, int batch, int num_tables,
+                                  int dim, float* out) = 0;
+  // Gradients of the above: dbottom [batch x dim] and demb [batch x T x dim] (both overwritten).
+  virtual void InteractionBackward(const float* bottom, const float* emb, const float* dout,
+                                   int batch, int num_tables, int dim, float* dbottom,
+                                   float* demb) = 0;
+
+  // probs = sigmoid(logits); dlogits = (probs - labels) / batch (gradient of the mean BCE).
+  // Returns the summed (not mean) binary cross-entropy, computed stably from the logits.
+  virtual double SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
+                                           float* probs, float* dlogits) = 0;
+
+  // One optimizer step over `count` parameters. `state` holds
+  // DenseOptimizerStateFloats(options.type) * count floats, zero-initialised by the caller;
+  // `step` counts from 1 (Adam's bias correction).
+  virtual void OptimizerStep(const DenseOptimizerOptions& options, int64_t step, float* params,
+                             const float* grads, float* state, size_t count) = 0;
+};
+
+}  // namespace dlrm::dense
