@@ -46,11 +46,16 @@ void SetMinLogSeverity(LogSeverity severity) { g_min_severity = static_cast<int>
 LogSeverity MinLogSeverity() { return static_cast<LogSeverity>(g_min_severity.load()); }
 
 bool ParseLogSeverity(std::string_view text, LogSeverity* out) {
-  if (text == "debug") *out = LogSeverity::kDebug;
-  else if (text == "info") *out = LogSeverity::kInfo;
-  else if (text == "warning") *out = LogSeverity::kWarning;
-  else if (text == "error") *out = LogSeverity::kError;
-  else return false;
+  if (text == "debug")
+    *out = LogSeverity::kDebug;
+  else if (text == "info")
+    *out = LogSeverity::kInfo;
+  else if (text == "warning")
+    *out = LogSeverity::kWarning;
+  else if (text == "error")
+    *out = LogSeverity::kError;
+  else
+    return false;
   return true;
 }
 

@@ -48,16 +48,15 @@ struct LogVoidify {
 #define DLRM_LOG_SEVERITY_ERROR ::dlrm::common::LogSeverity::kError
 #define DLRM_LOG_SEVERITY_FATAL ::dlrm::common::LogSeverity::kFatal
 
-#define DLRM_LOG(severity)                                                       \
-  !(DLRM_LOG_SEVERITY_##severity >= ::dlrm::common::MinLogSeverity())            \
-      ? (void)0                                                                  \
-      : ::dlrm::common::LogVoidify() &                                           \
+#define DLRM_LOG(severity)                                            \
+  !(DLRM_LOG_SEVERITY_##severity >= ::dlrm::common::MinLogSeverity()) \
+      ? (void)0                                                       \
+      : ::dlrm::common::LogVoidify() &                                \
             ::dlrm::common::LogMessage(DLRM_LOG_SEVERITY_##severity, __FILE__, __LINE__).stream()
 
-#define DLRM_CHECK(cond)                                                              \
-  (cond) ? (void)0                                                                    \
-         : ::dlrm::common::LogVoidify() &                                             \
-               ::dlrm::common::LogMessage(::dlrm::common::LogSeverity::kFatal, __FILE__, \
-                                          __LINE__)                                   \
-                       .stream()                                                      \
+#define DLRM_CHECK(cond)                                                                           \
+  (cond) ? (void)0                                                                                 \
+         : ::dlrm::common::LogVoidify() &                                                          \
+               ::dlrm::common::LogMessage(::dlrm::common::LogSeverity::kFatal, __FILE__, __LINE__) \
+                       .stream()                                                                   \
                    << "Check failed: " #cond " "

@@ -13,17 +13,17 @@
 #define DLRM_STATUS_CONCAT_INNER(a, b) a##b
 #define DLRM_STATUS_CONCAT(a, b) DLRM_STATUS_CONCAT_INNER(a, b)
 
-#define DLRM_RETURN_IF_ERROR(expr)                        \
-  do {                                                    \
-    ::absl::Status dlrm_status_ = (expr);                 \
-    if (!dlrm_status_.ok()) return dlrm_status_;          \
+#define DLRM_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status dlrm_status_ = (expr);        \
+    if (!dlrm_status_.ok()) return dlrm_status_; \
   } while (0)
 
 #define DLRM_ASSIGN_OR_RETURN(lhs, rexpr) \
   DLRM_ASSIGN_OR_RETURN_IMPL(DLRM_STATUS_CONCAT(dlrm_statusor_, __LINE__), lhs, rexpr)
 
-#define DLRM_ASSIGN_OR_RETURN_IMPL(statusor, lhs, rexpr) \
-  auto statusor = (rexpr);                               \
+#define DLRM_ASSIGN_OR_RETURN_IMPL(statusor, lhs, rexpr)   \
+  auto statusor = (rexpr);                                 \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -1,0 +1,450 @@
+#include "common/job_spec.h"
+
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dlrm::common {
+namespace {
+
+absl::Status Invalid(const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
+}
+
+// Refuses keys of `node` that are not in `allowed`, naming the full dotted key.
+absl::Status CheckKeys(const YAML::Node& node, const std::string& prefix,
+                       const std::set<std::string>& allowed) {
+  if (!node.IsMap()) return Invalid(prefix, "must be a mapping");
+  for (const auto& kv : node) {
+    std::string key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      std::string full = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key '", full, "' (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+template <typename T>
+absl::Status Read(const YAML::Node& parent, const std::string& prefix, const std::string& key,
+                  T* out) {
+  YAML::Node node = parent[key];
+  if (!node) return absl::OkStatus();
+  try {
+    *out = node.as<T>();
+  } catch (const YAML::Exception&) {
+    return Invalid(Join(prefix, key), absl::StrCat("cannot read '", YAML::Dump(node), "' as ",
+                                                   std::is_same_v<T, std::string> ? "a string"
+                                                   : std::is_floating_point_v<T>  ? "a number"
+                                                   : std::is_same_v<T, bool>      ? "a boolean"
+                                                                                  : "an integer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadIntList(const YAML::Node& parent, const std::string& prefix,
+                         const std::string& key, std::vector<int>* out) {
+  YAML::Node node = parent[key];
+  if (!node) return absl::OkStatus();
+  if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a list of integers");
+  out->clear();
+  for (size_t i = 0; i < node.size(); ++i) {
+    int v = 0;
+    try {
+      v = node[i].as<int>();
+    } catch (const YAML::Exception&) {
+      return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
+                     absl::StrCat("cannot read '", YAML::Dump(node[i]), "' as an integer"));
+    }
+    if (v <= 0) {
+      return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
+                     absl::StrCat("width must be > 0, got ", v));
+    }
+    out->push_back(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, const std::string& key,
+                       std::vector<std::string>* out) {
+  YAML::Node node = parent[key];
+  if (!node) return absl::OkStatus();
+  out->clear();
+  if (node.IsScalar()) {
+    out->push_back(node.as<std::string>());
+    return absl::OkStatus();
+  }
+  if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a path or a list of paths");
+  for (const auto& item : node) out->push_back(item.as<std::string>());
+  return absl::OkStatus();
+}
+
+absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bool dense,
+                           OptimizerSpec* out) {
+  if (!node) return absl::OkStatus();
+  std::set<std::string> allowed = {"type", "learning_rate", "epsilon", "beta1", "beta2"};
+  if (dense) {
+    allowed.insert("weight_decay");
+  } else {
+    allowed.insert("initial_accumulator");
+  }
+  DLRM_RETURN_IF_ERROR(CheckKeys(node, prefix, allowed));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "type", &out->type));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "learning_rate", &out->learning_rate));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "epsilon", &out->epsilon));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "beta1", &out->beta1));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "beta2", &out->beta2));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "weight_decay", &out->weight_decay));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "initial_accumulator", &out->initial_accumulator));
+  std::set<std::string> types =
+      dense ? std::set<std::string>{"sgd", "adagrad", "adam"}
+            : std::set<std::string>{"sgd", "adagrad", "rowwise_adagrad", "adam"};
+  if (!types.count(out->type)) {
+    return Invalid(Join(prefix, "type"),
+                   absl::StrCat("unknown optimizer '", out->type, "' (one of ",
+                                absl::StrJoin(types, ", "), ")"));
+  }
+  if (!(out->learning_rate > 0)) {
+    return Invalid(Join(prefix, "learning_rate"),
+                   absl::StrCat("must be > 0, got ", out->learning_rate));
+  }
+  if (!(out->epsilon > 0)) {
+    return Invalid(Join(prefix, "epsilon"), absl::StrCat("must be > 0, got ", out->epsilon));
+  }
+  if (!(out->beta1 >= 0 && out->beta1 < 1)) {
+    return Invalid(Join(prefix, "beta1"), absl::StrCat("must be in [0, 1), got ", out->beta1));
+  }
+  if (!(out->beta2 >= 0 && out->beta2 < 1)) {
+    return Invalid(Join(prefix, "beta2"), absl::StrCat("must be in [0, 1), got ", out->beta2));
+  }
+  if (out->weight_decay < 0) {
+    return Invalid(Join(prefix, "weight_decay"),
+                   absl::StrCat("must be >= 0, got ", out->weight_decay));
+  }
+  if (out->initial_accumulator < 0) {
+    return Invalid(Join(prefix, "initial_accumulator"),
+                   absl::StrCat("must be >= 0, got ", out->initial_accumulator));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
+  out->clear();
+  if (!node) return Invalid("tables", "missing (a list of {name, rows} or {cardinalities: [...]})");
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string prefix = absl::StrCat("tables[", i, "]");
+      DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows"}));
+      TableSpec t;
+      t.name = absl::StrCat("C", i + 1);
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "name", &t.name));
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "rows", &t.rows));
+      if (t.rows <= 0)
+        return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
+      out->push_back(t);
+    }
+  } else {
+    DLRM_RETURN_IF_ERROR(CheckKeys(node, "tables", {"cardinalities", "max_rows"}));
+    YAML::Node cards = node["cardinalities"];
+    if (!cards || !cards.IsSequence()) return Invalid("tables.cardinalities", "must be a list");
+    int64_t max_rows = 0;
+    DLRM_RETURN_IF_ERROR(Read(node, "tables", "max_rows", &max_rows));
+    if (max_rows < 0) {
+      return Invalid("tables.max_rows", absl::StrCat("must be >= 0, got ", max_rows));
+    }
+    for (size_t i = 0; i < cards.size(); ++i) {
+      TableSpec t;
+      t.name = absl::StrCat("C", i + 1);
+      std::string key = absl::StrCat("tables.cardinalities[", i, "]");
+      try {
+        t.rows = cards[i].as<int64_t>();
+      } catch (const YAML::Exception&) {
+        return Invalid(key, absl::StrCat("cannot read '", YAML::Dump(cards[i]), "' as an integer"));
+      }
+      if (t.rows <= 0) return Invalid(key, absl::StrCat("must be > 0, got ", t.rows));
+      if (max_rows > 0 && t.rows > max_rows) t.rows = max_rows;
+      out->push_back(t);
+    }
+  }
+  if (out->empty()) return Invalid("tables", "at least one table is required");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
+  JobSpec spec;
+  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
+  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
+  DLRM_RETURN_IF_ERROR(
+      CheckKeys(root, "", {"name", "model", "tables", "optimizer", "training", "data"}));
+  DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
+
+  YAML::Node model = root["model"];
+  if (!model) return Invalid("model", "missing");
+  DLRM_RETURN_IF_ERROR(CheckKeys(
+      model, "model",
+      {"dense_features", "bottom_mlp", "top_mlp", "embedding_dim", "pooling", "interaction"}));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "dense_features", &spec.dense_features));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "embedding_dim", &spec.embedding_dim));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "pooling", &spec.pooling));
+  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "bottom_mlp", &spec.bottom_mlp));
+  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "top_mlp", &spec.top_mlp));
+  std::string interaction = "dot";
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "interaction", &interaction));
+  if (interaction != "dot") {
+    return Invalid("model.interaction",
+                   absl::StrCat("only 'dot' is supported, got '", interaction, "'"));
+  }
+  if (spec.dense_features <= 0) {
+    return Invalid("model.dense_features", absl::StrCat("must be > 0, got ", spec.dense_features));
+  }
+  if (spec.embedding_dim <= 0) {
+    return Invalid("model.embedding_dim", absl::StrCat("must be > 0, got ", spec.embedding_dim));
+  }
+  if (spec.pooling != "sum" && spec.pooling != "mean") {
+    return Invalid("model.pooling", absl::StrCat("must be sum or mean, got '", spec.pooling, "'"));
+  }
+  if (spec.bottom_mlp.empty()) return Invalid("model.bottom_mlp", "missing or empty");
+  if (spec.top_mlp.empty()) return Invalid("model.top_mlp", "missing or empty");
+  if (spec.bottom_mlp.back() != spec.embedding_dim) {
+    return Invalid(
+        "model.bottom_mlp",
+        absl::StrCat("last width ", spec.bottom_mlp.back(), " must equal model.embedding_dim ",
+                     spec.embedding_dim, " (the dot interaction needs equal widths)"));
+  }
+  if (spec.top_mlp.back() != 1) {
+    return Invalid("model.top_mlp",
+                   absl::StrCat("last width must be 1 (one logit), got ", spec.top_mlp.back()));
+  }
+
+  DLRM_RETURN_IF_ERROR(ReadTables(root["tables"], &spec.tables));
+
+  if (YAML::Node opt = root["optimizer"]) {
+    DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse"}));
+    DLRM_RETURN_IF_ERROR(
+        ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer));
+    DLRM_RETURN_IF_ERROR(
+        ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer));
+  }
+
+  if (YAML::Node tr = root["training"]) {
+    DLRM_RETURN_IF_ERROR(CheckKeys(
+        tr, "training",
+        {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
+         "hot_sample_batches", "hot_refresh_steps", "device", "math_mode", "eval_every_steps"}));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_steps", &spec.max_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "staleness", &spec.staleness));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sample_batches", &spec.hot_sample_batches));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_refresh_steps", &spec.hot_refresh_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "device", &spec.device));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "math_mode", &spec.math_mode));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "eval_every_steps", &spec.eval_every_steps));
+    std::string hot_budget;
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
+    if (!hot_budget.empty()) {
+      auto bytes = ParseByteSize(hot_budget);
+      if (!bytes.ok()) return Invalid("training.hot_budget", std::string(bytes.status().message()));
+      spec.hot_budget_bytes = *bytes;
+    }
+  }
+  if (spec.batch_size <= 0) {
+    return Invalid("training.batch_size", absl::StrCat("must be > 0, got ", spec.batch_size));
+  }
+  if (spec.epochs <= 0) {
+    return Invalid("training.epochs", absl::StrCat("must be > 0, got ", spec.epochs));
+  }
+  if (spec.max_steps < 0) {
+    return Invalid("training.max_steps", absl::StrCat("must be >= 0, got ", spec.max_steps));
+  }
+  if (spec.staleness < 0) {
+    return Invalid("training.staleness", absl::StrCat("must be >= 0, got ", spec.staleness));
+  }
+  if (spec.hot_sample_batches <= 0) {
+    return Invalid("training.hot_sample_batches",
+                   absl::StrCat("must be > 0, got ", spec.hot_sample_batches));
+  }
+  if (spec.hot_refresh_steps < 0) {
+    return Invalid("training.hot_refresh_steps",
+                   absl::StrCat("must be >= 0, got ", spec.hot_refresh_steps));
+  }
+  if (spec.eval_every_steps < 0) {
+    return Invalid("training.eval_every_steps",
+                   absl::StrCat("must be >= 0, got ", spec.eval_every_steps));
+  }
+  if (spec.device != "auto" && spec.device != "cpu" && spec.device != "cuda") {
+    return Invalid("training.device",
+                   absl::StrCat("must be auto, cpu or cuda, got '", spec.device, "'"));
+  }
+  if (spec.math_mode != "fp32" && spec.math_mode != "tf32" && spec.math_mode != "bf16") {
+    return Invalid("training.math_mode",
+                   absl::StrCat("must be fp32, tf32 or bf16, got '", spec.math_mode, "'"));
+  }
+
+  if (YAML::Node data = root["data"]) {
+    DLRM_RETURN_IF_ERROR(
+        CheckKeys(data, "data", {"train", "eval", "format", "eval_fraction", "strict"}));
+    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "train", &spec.train_paths));
+    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "eval", &spec.eval_paths));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "format", &spec.format));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "eval_fraction", &spec.eval_fraction));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "strict", &spec.strict));
+  }
+  if (spec.format != "auto" && spec.format != "tsv" && spec.format != "binary") {
+    return Invalid("data.format",
+                   absl::StrCat("must be auto, tsv or binary, got '", spec.format, "'"));
+  }
+  if (!(spec.eval_fraction >= 0 && spec.eval_fraction < 1)) {
+    return Invalid("data.eval_fraction",
+                   absl::StrCat("must be in [0, 1), got ", spec.eval_fraction));
+  }
+  return spec;
+}
+
+}  // namespace
+
+int JobSpec::TopInputWidth() const {
+  int t = static_cast<int>(tables.size());
+  return embedding_dim + (t + 1) * t / 2;
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": a job spec must be a YAML mapping"));
+  }
+  try {
+    auto spec = ParseNode(root);
+    if (!spec.ok()) return Annotate(spec.status(), source);
+    return spec;
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read job spec '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading job spec '", path, "'"));
+  return ParseJobSpec(ss.str(), path);
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  auto optimizer = [&out](const OptimizerSpec& o, bool dense) {
+    out << YAML::BeginMap << YAML::Key << "type" << YAML::Value << o.type << YAML::Key
+        << "learning_rate" << YAML::Value << o.learning_rate << YAML::Key << "epsilon"
+        << YAML::Value << o.epsilon << YAML::Key << "beta1" << YAML::Value << o.beta1 << YAML::Key
+        << "beta2" << YAML::Value << o.beta2;
+    if (dense) {
+      out << YAML::Key << "weight_decay" << YAML::Value << o.weight_decay;
+    } else {
+      out << YAML::Key << "initial_accumulator" << YAML::Value << o.initial_accumulator;
+    }
+    out << YAML::EndMap;
+  };
+  out.SetDoublePrecision(17);
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << spec.name;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dense_features" << YAML::Value << spec.dense_features;
+  out << YAML::Key << "bottom_mlp" << YAML::Value << YAML::Flow << spec.bottom_mlp;
+  out << YAML::Key << "top_mlp" << YAML::Value << YAML::Flow << spec.top_mlp;
+  out << YAML::Key << "embedding_dim" << YAML::Value << spec.embedding_dim;
+  out << YAML::Key << "pooling" << YAML::Value << spec.pooling;
+  out << YAML::EndMap;
+  out << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
+  for (const auto& t : spec.tables) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key
+        << "rows" << YAML::Value << t.rows << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dense" << YAML::Value;
+  optimizer(spec.dense_optimizer, true);
+  out << YAML::Key << "sparse" << YAML::Value;
+  optimizer(spec.sparse_optimizer, false);
+  out << YAML::EndMap;
+  out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "batch_size" << YAML::Value << spec.batch_size;
+  out << YAML::Key << "epochs" << YAML::Value << spec.epochs;
+  out << YAML::Key << "seed" << YAML::Value << spec.seed;
+  out << YAML::Key << "max_steps" << YAML::Value << spec.max_steps;
+  out << YAML::Key << "staleness" << YAML::Value << spec.staleness;
+  out << YAML::Key << "hot_budget" << YAML::Value << std::to_string(spec.hot_budget_bytes);
+  out << YAML::Key << "hot_sample_batches" << YAML::Value << spec.hot_sample_batches;
+  out << YAML::Key << "hot_refresh_steps" << YAML::Value << spec.hot_refresh_steps;
+  out << YAML::Key << "device" << YAML::Value << spec.device;
+  out << YAML::Key << "math_mode" << YAML::Value << spec.math_mode;
+  out << YAML::Key << "eval_every_steps" << YAML::Value << spec.eval_every_steps;
+  out << YAML::EndMap;
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "train" << YAML::Value << YAML::Flow << spec.train_paths;
+  out << YAML::Key << "eval" << YAML::Value << YAML::Flow << spec.eval_paths;
+  out << YAML::Key << "format" << YAML::Value << spec.format;
+  out << YAML::Key << "eval_fraction" << YAML::Value << spec.eval_fraction;
+  out << YAML::Key << "strict" << YAML::Value << spec.strict;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) {
+    ++pos;
+  }
+  if (pos == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", text, "'"));
+  }
+  double value = 0;
+  try {
+    value = std::stod(text.substr(0, pos));
+  } catch (...) {
+    return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", text, "'"));
+  }
+  std::string unit = text.substr(pos);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  double mult = 1;
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "KiB" || unit == "K" || unit == "Ki")
+    mult = 1024.0;
+  else if (unit == "MiB" || unit == "M" || unit == "Mi")
+    mult = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G" || unit == "Gi")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown unit '", unit, "' in byte size '", text,
+                                                   "' (B, KiB, MiB, GiB, KB, MB, GB)"));
+  }
+  return static_cast<int64_t>(value * mult);
+}
+
+}  // namespace dlrm::common

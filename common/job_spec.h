@@ -1,0 +1,98 @@
+// The job spec: everything a training job needs, read from YAML (yaml-cpp). The same spec drives
+// `dlrm train` (single process), `dlrm local` and a job submitted to the coordinator.
+//
+//   name: criteo-small
+//   model:
+//     dense_features: 13
+//     bottom_mlp: [512, 256, 64, 16]   # layer widths after the input; last == embedding_dim
+//     top_mlp: [512, 256, 1]           # input width is derived; last must be 1
+//     embedding_dim: 16
+//     pooling: sum                     # sum | mean
+//   tables:                            # either a list of {name, rows} or `cardinalities: [...]`
+//     cardinalities: [1460, 583, ...]
+//   optimizer:
+//     dense: {type: adam, learning_rate: 0.001}
+//     sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+//   training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: 64MiB}
+//   data: {train: [data/train.tsv], format: auto, eval_fraction: 0.1}
+//
+// Validation is strict: an unknown key, a negative or zero size, or mismatched dimensions is an
+// INVALID_ARGUMENT whose message names the key (e.g. "model.bottom_mlp: last width 32 must equal
+// model.embedding_dim 16"). The library returns plain structs; dense/ and embedding/ options are
+// built from them at the edge.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dlrm::common {
+
+struct OptimizerSpec {
+  std::string type;  // dense: sgd | adagrad | adam; sparse: sgd | adagrad | rowwise_adagrad | adam
+  double learning_rate = 0.0;
+  double epsilon = 1e-8;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0.0;         // dense only
+  double initial_accumulator = 0.0;  // sparse Adagrad variants
+};
+
+struct TableSpec {
+  std::string name;
+  int64_t rows = 0;
+};
+
+struct JobSpec {
+  std::string name = "job";
+
+  // model
+  int dense_features = 13;
+  std::vector<int> bottom_mlp;  // widths after the input; last == embedding_dim
+  std::vector<int> top_mlp;     // widths after the (derived) input; last == 1
+  int embedding_dim = 16;
+  std::string pooling = "sum";  // sum | mean
+  std::vector<TableSpec> tables;
+
+  // optimizers
+  OptimizerSpec dense_optimizer;
+  OptimizerSpec sparse_optimizer;
+
+  // training
+  int batch_size = 2048;
+  int epochs = 1;
+  uint64_t seed = 42;
+  int64_t max_steps = 0;           // 0 = no limit
+  int staleness = 1;               // stale-synchronous bound k (distributed pipeline)
+  int64_t hot_budget_bytes = 0;    // bytes of hot rows replicated on each worker (0 = no hot set)
+  int hot_sample_batches = 16;     // batches sampled to choose the hot set
+  int hot_refresh_steps = 0;       // re-check the hot set every N steps (0 = never)
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string math_mode = "fp32";  // fp32 | tf32 | bf16 (CUDA GEMMs)
+  int64_t eval_every_steps = 0;    // 0 = only at the end
+
+  // data
+  std::vector<std::string> train_paths;
+  std::vector<std::string> eval_paths;  // empty: hold out eval_fraction of the training data
+  std::string format = "auto";          // auto | tsv | binary
+  double eval_fraction = 0.1;
+  bool strict = false;  // stop at the first malformed line
+
+  // Width of the top MLP input: embedding_dim + (T+1)T/2.
+  int TopInputWidth() const;
+};
+
+// Parses and validates a job spec. `source` names the text in messages (a path or "<submitted>").
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text,
+                                     const std::string& source = "<job spec>");
+// Reads and parses a file; a missing or unreadable file is NOT_FOUND naming the path.
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+// Emits a spec back to YAML that ParseJobSpec reads to an equal spec.
+std::string JobSpecToYaml(const JobSpec& spec);
+
+// Parses "64MiB", "2GB", "1048576" into bytes; INVALID_ARGUMENT naming the text otherwise.
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
+
+}  // namespace dlrm::common
