@@ -18,8 +18,8 @@ struct SparseOptimizerOptions {
   SparseOptimizerType type = SparseOptimizerType::kSgd;
   float learning_rate = 0.01f;
   float epsilon = 1e-8f;
-  float beta1 = 0.9f;   // lazy Adam
-  float beta2 = 0.999f; // lazy Adam
+  float beta1 = 0.9f;                // lazy Adam
+  float beta2 = 0.999f;              // lazy Adam
   float initial_accumulator = 0.0f;  // Adagrad variants: starting sum of squares
 };
 

@@ -1,0 +1,49 @@
+// Launchers of the CUDA embedding kernels (private to embedding/cuda/). Each enqueues its work on
+// `stream` and checks the launch; none synchronises. Layouts follow embedding/kernels.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "embedding/kernels.h"
+
+namespace dlrm::embedding::cuda {
+
+// Team of lanes per bag (float4 loads when dim, strides and pointers allow), bag entries summed
+// in index order: the same order as the CPU reference.
+void LaunchPooledGather(const float* rows, int64_t row_stride, int dim, const int64_t* indices,
+                        const int32_t* offsets, int batch, PoolingMode mode, float* out,
+                        int64_t out_stride, cudaStream_t stream);
+
+// Bytes of device workspace LaunchPooledScatterGrad needs for `nnz` indices.
+size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows);
+
+// Sort-based and deterministic: (index, sample) pairs are radix-sorted by index (stable, so each
+// index's samples stay in increasing order), then one warp per distinct index sums its gradients
+// in a fixed order (strided over the warp's lane groups, combined by a fixed shuffle tree). No
+// atomics: the same input gives bit-identical output on every run. `nnz` = offsets[batch].
+// Indices outside [0, num_rows) are ignored. `workspace` holds ScatterGradWorkspaceBytes bytes.
+void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim,
+                             const int64_t* indices, const int32_t* offsets, int batch, int nnz,
+                             PoolingMode mode, int64_t num_rows, float* grad_rows, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream);
+
+// The same aggregation in compact form, for tables too large for a num_rows x dim gradient:
+// for s in [0, nnz), slots[s] is the s-th distinct valid index (increasing) and grads[s * dim..)
+// its summed gradient; slots[s] = -1 past the last distinct index (grads there are undefined).
+// Feed both straight to LaunchApplySparseOptimizer with n = nnz. Fully asynchronous.
+void LaunchPooledScatterGradCompact(const float* dout, int64_t out_stride, int dim,
+                                    const int64_t* indices, const int32_t* offsets, int batch,
+                                    int nnz, PoolingMode mode, int64_t num_rows, float* grads,
+                                    int64_t* slots, void* workspace, size_t workspace_bytes,
+                                    cudaStream_t stream);
+
+// One team of lanes per row, all four optimizers fused into one pass over [weights | state].
+// Negative slots are skipped.
+void LaunchApplySparseOptimizer(const SparseOptimizerOptions& options, float* rows,
+                                int64_t row_stride, int dim, const int64_t* slots,
+                                const float* grads, int64_t n, cudaStream_t stream);
+
+}  // namespace dlrm::embedding::cuda

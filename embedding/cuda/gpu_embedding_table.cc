@@ -1,0 +1,351 @@
+#include "embedding/cuda/gpu_embedding_table.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "embedding/cuda/cuda_util.h"
+#include "embedding/cuda/embedding_kernels.h"
+
+namespace dlrm::embedding::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Device memory that grows on demand. Growing waits for the stream: queued work may still read
+// the old buffer.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  ~DeviceBuffer() { cudaFree(ptr); }
+  absl::Status Reserve(size_t needed, cudaStream_t stream) {
+    if (needed <= bytes) return absl::OkStatus();
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
+    ptr = nullptr;
+    bytes = 0;
+    needed = AlignUp(needed + needed / 4);  // headroom: batches vary in size
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, needed));
+    bytes = needed;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(ptr);
+  }
+};
+
+}  // namespace
+
+struct GpuEmbeddingTable::Scratch {
+  DeviceBuffer ids;        // int64 ids, nnz
+  DeviceBuffer offsets;    // int32, batch + 1
+  DeviceBuffer grads;      // float, nnz x dim (compact gradients) or n x row_stride (ReadRows)
+  DeviceBuffer slots;      // int64, nnz
+  DeviceBuffer workspace;  // scatter sort workspace
+  // Pinned staging of host inputs; `staged` is recorded after the copies out of it.
+  void* pinned = nullptr;
+  size_t pinned_bytes = 0;
+  cudaEvent_t staged = nullptr;
+  std::vector<int32_t> iota;  // offsets 0..n for ReadRows
+  ~Scratch() {
+    if (staged != nullptr) {
+      cudaEventSynchronize(staged);
+      cudaEventDestroy(staged);
+    }
+    cudaFreeHost(pinned);
+  }
+};
+
+GpuEmbeddingTable::GpuEmbeddingTable(const GpuEmbeddingTableOptions& options)
+    : options_(options),
+      row_stride_(options.dim + SparseOptimizerStateFloats(options.optimizer.type, options.dim)),
+      scratch_(std::make_unique<Scratch>()) {}
+
+GpuEmbeddingTable::~GpuEmbeddingTable() {
+  cudaSetDevice(options_.device);
+  if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  scratch_.reset();
+  cudaFree(rows_);
+  if (owns_stream_ && stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+absl::StatusOr<std::unique_ptr<GpuEmbeddingTable>> GpuEmbeddingTable::Create(
+    const GpuEmbeddingTableOptions& options) {
+  if (options.rows <= 0 || options.dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU table ", options.name, ": rows = ",
+                                                   options.rows, ", dim = ", options.dim,
+                                                   " (both must be > 0)"));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU table ", options.name, ": CUDA device ",
+                                                   options.device, " out of range: ", count,
+                                                   " visible"));
+  }
+  std::unique_ptr<GpuEmbeddingTable> table(new GpuEmbeddingTable(options));
+  DLRM_RETURN_IF_ERROR(Annotate(table->Init(), absl::StrCat("GPU table ", options.name)));
+  return table;
+}
+
+absl::Status GpuEmbeddingTable::Init() {
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  if (options_.stream == nullptr) {
+    cudaStream_t stream = nullptr;
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream_ = stream;
+    owns_stream_ = true;
+  } else {
+    stream_ = options_.stream;
+  }
+  const size_t bytes = static_cast<size_t>(options_.rows) * row_stride_ * sizeof(float);
+  if (cudaError_t err = cudaMalloc(&rows_, bytes); err != cudaSuccess) {
+    cudaGetLastError();
+    rows_ = nullptr;
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        options_.rows, " rows x ", row_stride_, " floats = ", bytes, " bytes do not fit (",
+        free_bytes, " of ", total_bytes, " bytes free): ", cudaGetErrorString(err)));
+  }
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rows_, 0, bytes, stream));
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_->staged,
+                                                         cudaEventDisableTiming));
+  return Finish();
+}
+
+absl::Status GpuEmbeddingTable::Finish() {
+  if (!owns_stream_) return absl::OkStatus();
+  return CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)),
+                    "cudaStreamSynchronize");
+}
+
+absl::Status GpuEmbeddingTable::Synchronize() {
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  return CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)),
+                    "cudaStreamSynchronize");
+}
+
+absl::Status GpuEmbeddingTable::CheckIds(const int64_t* ids, int64_t n) const {
+  for (int64_t j = 0; j < n; ++j) {
+    if (ids[j] < 0 || ids[j] >= options_.rows) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": id ", ids[j],
+                                                     ids[j] < 0 ? " < 0" : " >= rows ",
+                                                     ids[j] < 0 ? "" : absl::StrCat(options_.rows),
+                                                     " (position ", j, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuEmbeddingTable::CheckBags(const int32_t* offsets, int batch) const {
+  if (batch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": batch ", batch));
+  }
+  if (offsets == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": no offsets"));
+  }
+  if (offsets[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", options_.name, ": offsets[0] = ", offsets[0], ", expected 0"));
+  }
+  for (int b = 0; b < batch; ++b) {
+    if (offsets[b + 1] < offsets[b]) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": offsets[", b + 1,
+                                                     "] = ", offsets[b + 1], " < offsets[", b,
+                                                     "] = ", offsets[b]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets,
+                                            int batch) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const size_t id_bytes = static_cast<size_t>(n) * sizeof(int64_t);
+  const size_t offset_bytes = offsets == nullptr ? 0 : (static_cast<size_t>(batch) + 1) * 4;
+  const size_t needed = AlignUp(id_bytes) + AlignUp(offset_bytes);
+  Scratch& s = *scratch_;
+  // The previous call's copies out of the staging buffer must be done before it is rewritten.
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.staged));
+  if (needed > s.pinned_bytes) {
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaFreeHost(s.pinned));
+    s.pinned = nullptr;
+    s.pinned_bytes = 0;
+    const size_t bytes = AlignUp(needed + needed / 4);
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.pinned, bytes));
+    s.pinned_bytes = bytes;
+  }
+  DLRM_RETURN_IF_ERROR(s.ids.Reserve(std::max<size_t>(id_bytes, 8), stream));
+  char* host = static_cast<char*>(s.pinned);
+  if (id_bytes > 0) {
+    std::memcpy(host, ids, id_bytes);
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(s.ids.ptr, host, id_bytes, cudaMemcpyHostToDevice, stream));
+  }
+  if (offset_bytes > 0) {
+    DLRM_RETURN_IF_ERROR(s.offsets.Reserve(offset_bytes, stream));
+    char* host_offsets = host + AlignUp(id_bytes);
+    std::memcpy(host_offsets, offsets, offset_bytes);
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.offsets.ptr, host_offsets, offset_bytes,
+                                                  cudaMemcpyHostToDevice, stream));
+  }
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.staged, stream));
+  return absl::OkStatus();
+}
+
+absl::Status GpuEmbeddingTable::Initialize(
+    const std::function<void(int64_t first_id, int64_t count, float* out)>& fill) {
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const size_t row_bytes = static_cast<size_t>(row_stride_) * sizeof(float);
+  const int64_t chunk_rows = std::min<int64_t>(
+      options_.rows, std::max<int64_t>(1, options_.upload_chunk_bytes / row_bytes));
+  // Two pinned buffers: the host fills one while the other uploads.
+  void* pinned[2] = {nullptr, nullptr};
+  cudaEvent_t uploaded[2] = {nullptr, nullptr};
+  absl::Status status;
+  for (int i = 0; i < 2 && status.ok(); ++i) {
+    status = CudaStatus(cudaMallocHost(&pinned[i], chunk_rows * row_bytes), "cudaMallocHost");
+    if (status.ok()) {
+      status = CudaStatus(cudaEventCreateWithFlags(&uploaded[i], cudaEventDisableTiming),
+                          "cudaEventCreate");
+    }
+  }
+  for (int64_t first = 0, k = 0; status.ok() && first < options_.rows; first += chunk_rows, ++k) {
+    const int i = static_cast<int>(k % 2);
+    const int64_t count = std::min(chunk_rows, options_.rows - first);
+    if (k >= 2) status = CudaStatus(cudaEventSynchronize(uploaded[i]), "cudaEventSynchronize");
+    if (!status.ok()) break;
+    fill(first, count, static_cast<float*>(pinned[i]));
+    status = CudaStatus(cudaMemcpyAsync(rows_ + first * row_stride_, pinned[i], count * row_bytes,
+                                        cudaMemcpyHostToDevice, stream),
+                        "cudaMemcpyAsync");
+    if (status.ok()) status = CudaStatus(cudaEventRecord(uploaded[i], stream), "cudaEventRecord");
+  }
+  // Wait before freeing the pinned buffers, whatever happened.
+  absl::Status sync = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  for (int i = 0; i < 2; ++i) {
+    if (uploaded[i] != nullptr) cudaEventDestroy(uploaded[i]);
+    cudaFreeHost(pinned[i]);
+  }
+  DLRM_RETURN_IF_ERROR(Annotate(status, absl::StrCat("table ", options_.name, ": Initialize")));
+  return sync;
+}
+
+absl::Status GpuEmbeddingTable::WriteRows(int64_t first_row, int64_t count,
+                                          const float* host_rows) {
+  if (first_row < 0 || count < 0 || first_row + count > options_.rows) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": rows [", first_row,
+                                                   ", ", first_row + count, ") outside [0, ",
+                                                   options_.rows, ")"));
+  }
+  if (count == 0) return absl::OkStatus();
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  // Pageable source: the copy has taken the data when the call returns.
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      rows_ + first_row * row_stride_, host_rows,
+      static_cast<size_t>(count) * row_stride_ * sizeof(float), cudaMemcpyHostToDevice,
+      static_cast<cudaStream_t>(stream_)));
+  return Finish();
+}
+
+absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* host_out) {
+  DLRM_RETURN_IF_ERROR(CheckIds(ids, n));
+  if (n == 0) return absl::OkStatus();
+  if (n > INT32_MAX - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadRows: ", n, " ids in one call"));
+  }
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  Scratch& s = *scratch_;
+  // A gather of bags of one id with dim = row_stride copies whole stored rows.
+  s.iota.resize(n + 1);
+  for (int64_t i = 0; i <= n; ++i) s.iota[i] = static_cast<int32_t>(i);
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, n, s.iota.data(), static_cast<int>(n)));
+  const size_t out_bytes = static_cast<size_t>(n) * row_stride_ * sizeof(float);
+  DLRM_RETURN_IF_ERROR(s.grads.Reserve(out_bytes, stream));
+  LaunchPooledGather(rows_, row_stride_, static_cast<int>(row_stride_), s.ids.as<int64_t>(),
+                     s.offsets.as<int32_t>(), static_cast<int>(n), PoolingMode::kSum,
+                     s.grads.as<float>(), row_stride_, stream);
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host_out, s.grads.ptr, out_bytes, cudaMemcpyDeviceToHost, stream));
+  return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offsets, int batch,
+                                       PoolingMode mode, float* device_out, int64_t out_stride) {
+  DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
+  const int nnz = offsets[batch];
+  DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
+  if (out_stride < options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
+                                                   out_stride, " < dim ", options_.dim));
+  }
+  if (batch == 0) return absl::OkStatus();
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
+  LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
+                     scratch_->offsets.as<int32_t>(), batch, mode, device_out, out_stride,
+                     static_cast<cudaStream_t>(stream_));
+  return Finish();
+}
+
+absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t* offsets,
+                                               int batch, PoolingMode mode,
+                                               const float* device_dout, int64_t out_stride) {
+  DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
+  const int nnz = offsets[batch];
+  DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
+  if (out_stride < options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
+                                                   out_stride, " < dim ", options_.dim));
+  }
+  if (nnz == 0) return absl::OkStatus();
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  Scratch& s = *scratch_;
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
+  DLRM_RETURN_IF_ERROR(
+      s.grads.Reserve(static_cast<size_t>(nnz) * options_.dim * sizeof(float), stream));
+  DLRM_RETURN_IF_ERROR(s.slots.Reserve(static_cast<size_t>(nnz) * sizeof(int64_t), stream));
+  const size_t workspace_bytes = ScatterGradWorkspaceBytes(nnz, options_.rows);
+  DLRM_RETURN_IF_ERROR(s.workspace.Reserve(workspace_bytes, stream));
+  LaunchPooledScatterGradCompact(device_dout, out_stride, options_.dim, s.ids.as<int64_t>(),
+                                 s.offsets.as<int32_t>(), batch, nnz, mode, options_.rows,
+                                 s.grads.as<float>(), s.slots.as<int64_t>(), s.workspace.ptr,
+                                 s.workspace.bytes, stream);
+  LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim,
+                             s.slots.as<int64_t>(), s.grads.as<float>(), nnz, stream);
+  return Finish();
+}
+
+absl::Status GpuEmbeddingTable::ApplyRowGradients(const int64_t* ids, int64_t n,
+                                                  const float* device_grads) {
+  DLRM_RETURN_IF_ERROR(CheckIds(ids, n));
+  if (n == 0) return absl::OkStatus();
+  std::vector<int64_t> sorted(ids, ids + n);
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": id ", *dup,
+                                                   " appears twice in ApplyRowGradients"));
+  }
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, n, nullptr, 0));
+  LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim,
+                             scratch_->ids.as<int64_t>(), device_grads, n,
+                             static_cast<cudaStream_t>(stream_));
+  return Finish();
+}
+
+}  // namespace dlrm::embedding::cuda

@@ -1,0 +1,101 @@
+// A device-resident embedding table: rows x [weights (dim) | optimizer state] floats in GPU
+// memory, for a worker's hot rows (ids are then the hot-set slots) or a whole table that fits.
+// Lookups and gradient application take host ids (validated here, so a bad id is an
+// INVALID_ARGUMENT naming it, never a device fault) and device activations/gradients.
+//
+// Ordering: with options.stream == nullptr the table owns a stream and every call has finished
+// when it returns. With a caller's stream (e.g. the dense backend's, dense::cuda::CudaStreamOf) the
+// calls only enqueue work on it; host inputs are staged through pinned memory, so the caller may
+// reuse its id arrays as soon as a call returns.
+//
+// ApplyGradients aggregates duplicate ids on the device (sort + segmented sum, deterministic) and
+// applies the optimizer once per distinct row, never touching rows outside the batch (lazy).
+// Not thread-safe: one thread at a time (the trainer that owns it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "embedding/kernels.h"
+#include "embedding/sparse_optimizer_options.h"
+
+namespace dlrm::embedding::cuda {
+
+struct GpuEmbeddingTableOptions {
+  std::string name;  // used in error messages, e.g. "C3" or "hot"
+  int64_t rows = 0;
+  int dim = 0;
+  SparseOptimizerOptions optimizer;
+  int device = 0;
+  void* stream = nullptr;  // cudaStream_t to enqueue on (not owned); nullptr: own stream
+  // Size of each of the two pinned buffers that stream rows to the device in Initialize().
+  size_t upload_chunk_bytes = size_t{64} << 20;
+};
+
+class GpuEmbeddingTable {
+ public:
+  // Allocates the table (zero-filled). INVALID_ARGUMENT for a bad shape or device,
+  // FAILED_PRECONDITION without a device, RESOURCE_EXHAUSTED when it does not fit.
+  static absl::StatusOr<std::unique_ptr<GpuEmbeddingTable>> Create(
+      const GpuEmbeddingTableOptions& options);
+  ~GpuEmbeddingTable();
+  GpuEmbeddingTable(const GpuEmbeddingTable&) = delete;
+  GpuEmbeddingTable& operator=(const GpuEmbeddingTable&) = delete;
+
+  int64_t rows() const { return options_.rows; }
+  int dim() const { return options_.dim; }
+  // Floats per stored row: dim + SparseOptimizerStateFloats(optimizer, dim).
+  int64_t row_stride() const { return row_stride_; }
+  // rows() x row_stride() floats of device memory.
+  float* device_rows() { return rows_; }
+
+  // Fills every stored row. `fill(first_id, count, out)` writes rows [first_id, first_id + count)
+  // (count * row_stride() floats, e.g. with InitRowWithState) into a pinned buffer; it is called
+  // chunk by chunk on this thread while the previous chunk uploads. Waits for the upload.
+  absl::Status Initialize(
+      const std::function<void(int64_t first_id, int64_t count, float* out)>& fill);
+  // Uploads stored rows [first_row, first_row + count) from host memory (count x row_stride).
+  absl::Status WriteRows(int64_t first_row, int64_t count, const float* host_rows);
+  // Copies the stored rows of `ids` to host_out (n x row_stride). Waits for the copy.
+  absl::Status ReadRows(const int64_t* ids, int64_t n, float* host_out);
+
+  // device_out[b * out_stride + 0..dim) = pool of rows ids[offsets[b] .. offsets[b+1]).
+  // `ids` and `offsets` (batch + 1 entries, offsets[0] == 0, non-decreasing) are host memory.
+  absl::Status Lookup(const int64_t* ids, const int32_t* offsets, int batch, PoolingMode mode,
+                      float* device_out, int64_t out_stride);
+
+  // Backward of Lookup followed by one optimizer step: device_dout has the layout of device_out.
+  absl::Status ApplyGradients(const int64_t* ids, const int32_t* offsets, int batch,
+                              PoolingMode mode, const float* device_dout, int64_t out_stride);
+
+  // One optimizer step on distinct rows `ids` (host, n of them) with already aggregated gradients
+  // (device, n x dim), e.g. after an allreduce of hot-row gradients.
+  absl::Status ApplyRowGradients(const int64_t* ids, int64_t n, const float* device_grads);
+
+  // Waits for every call issued so far.
+  absl::Status Synchronize();
+
+ private:
+  explicit GpuEmbeddingTable(const GpuEmbeddingTableOptions& options);
+  absl::Status Init();
+  absl::Status CheckIds(const int64_t* ids, int64_t n) const;
+  absl::Status CheckBags(const int32_t* offsets, int batch) const;
+  // Copies ids (and offsets when not null) to device scratch through pinned staging.
+  absl::Status StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets, int batch);
+  absl::Status Finish();  // synchronises when the table owns its stream
+  struct Scratch;
+
+  const GpuEmbeddingTableOptions options_;
+  const int64_t row_stride_;
+  float* rows_ = nullptr;
+  void* stream_ = nullptr;  // cudaStream_t
+  bool owns_stream_ = false;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace dlrm::embedding::cuda

@@ -1,0 +1,68 @@
+// FrequencySketch: approximate access counts for admission and eviction (TinyLFU's count-min
+// sketch): 4 rows of 16-bit saturating counters; an estimate is the minimum of a key's 4
+// counters, so it never undercounts between resets. After 10 x width increments every counter is
+// halved, so old popularity fades and the counts track recent accesses.
+//
+// Memory: 4 * width * 2 bytes. Not synchronised: the owner locks.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace dlrm::embedding {
+
+class FrequencySketch {
+ public:
+  // width: counters per row, rounded up to a power of two, at least 64.
+  explicit FrequencySketch(int64_t width) {
+    int64_t w = 64;
+    while (w < width) w <<= 1;
+    mask_ = static_cast<uint64_t>(w - 1);
+    counters_.assign(static_cast<size_t>(4 * w), 0);
+    reset_after_ = 10 * w;
+  }
+
+  void Increment(int64_t key) {
+    const uint64_t h = Hash(key);
+    for (int r = 0; r < 4; ++r) {
+      uint16_t& c = counters_[Index(h, r)];
+      if (c != UINT16_MAX) ++c;
+    }
+    if (++additions_ >= reset_after_) Halve();
+  }
+
+  uint32_t Estimate(int64_t key) const {
+    const uint64_t h = Hash(key);
+    uint32_t best = UINT16_MAX;
+    for (int r = 0; r < 4; ++r) best = std::min<uint32_t>(best, counters_[Index(h, r)]);
+    return best;
+  }
+
+  int64_t width() const { return static_cast<int64_t>(mask_ + 1); }
+
+ private:
+  static uint64_t Hash(int64_t key) {
+    uint64_t x = static_cast<uint64_t>(key) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  }
+  // Row r uses h rotated by 16 r bits, mixed with an odd constant so rows are independent enough.
+  size_t Index(uint64_t h, int r) const {
+    const uint64_t rotated = (h >> (16 * r)) | (h << (64 - 16 * r) % 64);
+    const uint64_t mixed = (rotated ^ (rotated >> 29)) * (0x9E3779B97F4A7C15ull + 2 * r);
+    return static_cast<size_t>(r) * (mask_ + 1) + static_cast<size_t>((mixed >> 20) & mask_);
+  }
+  void Halve() {
+    for (uint16_t& c : counters_) c >>= 1;
+    additions_ /= 2;
+  }
+
+  uint64_t mask_ = 0;
+  std::vector<uint16_t> counters_;
+  int64_t additions_ = 0;
+  int64_t reset_after_ = 0;
+};
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,103 @@
+#include "embedding/local_store.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "embedding/parallel.h"
+
+namespace dlrm::embedding {
+
+LocalEmbeddingStore::LocalEmbeddingStore(const LocalStoreOptions& options) : options_(options) {}
+
+LocalEmbeddingStore::~LocalEmbeddingStore() = default;
+
+absl::StatusOr<std::unique_ptr<LocalEmbeddingStore>> LocalEmbeddingStore::Create(
+    const LocalStoreOptions& options) {
+  if (options.tables.empty()) {
+    return absl::InvalidArgumentError("local embedding store: no tables");
+  }
+  auto store = std::unique_ptr<LocalEmbeddingStore>(new LocalEmbeddingStore(options));
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    EmbeddingTableOptions table_options;
+    table_options.table_index = static_cast<int>(t);
+    table_options.config = options.tables[t];
+    table_options.optimizer = options.optimizer;
+    table_options.seed = options.seed;
+    auto table = EmbeddingTable::Create(table_options);
+    if (!table.ok()) return table.status();
+    auto entry = std::make_unique<Table>();
+    entry->table = std::move(table).value();
+    store->tables_.push_back(std::move(entry));
+  }
+  int threads = options.num_threads;
+  if (threads == 0) {
+    const int hw = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::clamp(hw, 1, 8) - 1;
+  }
+  store->pool_ = std::make_unique<ParallelPool>(std::max(0, threads));
+  return store;
+}
+
+absl::Status LocalEmbeddingStore::CheckTable(int table) const {
+  if (table < 0 || table >= static_cast<int>(tables_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", table, " out of range [0, ", tables_.size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void LocalEmbeddingStore::RunPerRequest(int64_t n, int64_t total_ids,
+                                        const std::function<void(int64_t)>& fn) {
+  if (total_ids < options_.parallel_min_ids || pool_->num_threads() == 0) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    pool_->ParallelFor(n, fn);
+  }
+}
+
+absl::Status LocalEmbeddingStore::Lookup(int64_t /*step*/, absl::Span<TableRows> requests) {
+  int64_t total = 0;
+  for (const TableRows& r : requests) {
+    absl::Status status = CheckTable(r.table);
+    if (!status.ok()) return status;
+    status = tables_[r.table]->table->CheckIds(r.ids);
+    if (!status.ok()) return status;
+    total += static_cast<int64_t>(r.ids.size());
+  }
+  for (TableRows& r : requests) r.values.resize(r.ids.size() * tables_[r.table]->table->dim());
+  RunPerRequest(static_cast<int64_t>(requests.size()), total, [&](int64_t i) {
+    TableRows& r = requests[i];
+    Table& t = *tables_[r.table];
+    absl::ReaderMutexLock lock(&t.mu);
+    t.table->LookupUnchecked(r.ids, r.values.data());
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableRows> grads) {
+  int64_t total = 0;
+  for (const TableRows& r : grads) {
+    absl::Status status = CheckTable(r.table);
+    if (!status.ok()) return status;
+    const EmbeddingTable& table = *tables_[r.table]->table;
+    if (r.values.size() != r.ids.size() * table.dim()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", r.table, " (", table.config().name, "): ", r.values.size(),
+                       " gradient floats for ", r.ids.size(), " ids of dim ", table.dim(),
+                       " (expected ", r.ids.size() * table.dim(), ")"));
+    }
+    status = table.CheckIds(r.ids);
+    if (!status.ok()) return status;
+    total += static_cast<int64_t>(r.ids.size());
+  }
+  RunPerRequest(static_cast<int64_t>(grads.size()), total, [&](int64_t i) {
+    const TableRows& r = grads[i];
+    Table& t = *tables_[r.table];
+    absl::MutexLock lock(&t.mu);
+    t.table->ApplyGradientsUnchecked(r.ids, r.values.data());
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::embedding

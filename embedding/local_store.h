@@ -1,0 +1,76 @@
+// LocalEmbeddingStore: the in-process EmbeddingStore used by `dlrm train` (and by tests of the
+// trainer): every table is an EmbeddingTable in this process's memory, the optimizer runs in Push.
+//
+// Thread-safety: Lookup and Push may run concurrently from different threads (the pipelined
+// worker looks up batch i+1 while pushing batch i). Each table has an absl::Mutex: Lookup holds
+// it shared, Push exclusively, so a lookup sees a table either before or after a push of it,
+// never a half-updated row. Large batches are split over tables on a small thread pool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "embedding/embedding_store.h"
+#include "embedding/embedding_table.h"
+#include "embedding/sparse_optimizer_options.h"
+
+namespace dlrm::embedding {
+
+class ParallelPool;
+
+struct LocalStoreOptions {
+  std::vector<TableConfig> tables;
+  uint64_t seed = 0;
+  SparseOptimizerOptions optimizer;
+  // Threads that share one Lookup/Push across tables (the caller's thread works too, so 1 means
+  // two threads). 0: min(hardware_concurrency, 8) - 1. Negative: everything on the caller.
+  int num_threads = 0;
+  // Calls with fewer ids than this in total run on the calling thread (a thread hand-off costs
+  // more than copying a few rows).
+  int64_t parallel_min_ids = 8192;
+};
+
+class LocalEmbeddingStore : public EmbeddingStore {
+ public:
+  // Creates and initialises every table (see EmbeddingTable::Create). INVALID_ARGUMENT for an
+  // empty table list or a bad table; RESOURCE_EXHAUSTED when memory runs out.
+  static absl::StatusOr<std::unique_ptr<LocalEmbeddingStore>> Create(
+      const LocalStoreOptions& options);
+  ~LocalEmbeddingStore() override;
+
+  const std::vector<TableConfig>& tables() const override { return options_.tables; }
+
+  // Validates every request (table index, ids) before filling any; resizes each `values` to
+  // ids.size() * dim (its capacity is reused across calls). `step` is unused (no staleness here).
+  absl::Status Lookup(int64_t step, absl::Span<TableRows> requests) override;
+
+  // Validates every request (table index, ids, values.size() == ids.size() * dim) before
+  // applying any. Ids within one request must be distinct (a repeated id is updated twice).
+  absl::Status Push(int64_t step, absl::Span<const TableRows> grads) override;
+
+  // Direct access for tests and checkpoints. REQUIRES: no concurrent Push.
+  const EmbeddingTable& table(int index) const { return *tables_[index]->table; }
+
+ private:
+  struct Table {
+    std::unique_ptr<EmbeddingTable> table;
+    mutable absl::Mutex mu;  // shared for Lookup, exclusive for Push
+  };
+
+  explicit LocalEmbeddingStore(const LocalStoreOptions& options);
+  absl::Status CheckTable(int table) const;
+  void RunPerRequest(int64_t n, int64_t total_ids, const std::function<void(int64_t)>& fn);
+
+  LocalStoreOptions options_;
+  std::vector<std::unique_ptr<Table>> tables_;
+  std::unique_ptr<ParallelPool> pool_;
+};
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,269 @@
+#include "embedding/rocksdb_tier.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
+
+namespace dlrm::embedding {
+namespace {
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& path, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat("rocksdb ", path, ": ", what, ": ", s.ToString());
+  switch (s.code()) {
+    case rocksdb::Status::kNotFound:
+      return absl::NotFoundError(message);
+    case rocksdb::Status::kCorruption:
+      return absl::DataLossError(message);
+    case rocksdb::Status::kInvalidArgument:
+      return absl::InvalidArgumentError(message);
+    case rocksdb::Status::kNotSupported:
+      return absl::UnimplementedError(message);
+    case rocksdb::Status::kIOError:
+      return absl::UnavailableError(message);
+    case rocksdb::Status::kBusy:
+    case rocksdb::Status::kTryAgain:
+    case rocksdb::Status::kTimedOut:
+      return absl::UnavailableError(message);
+    case rocksdb::Status::kIncomplete:
+    case rocksdb::Status::kShutdownInProgress:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// Big-endian with the sign bit flipped: lexicographic byte order == numeric order.
+inline void EncodeKey(int64_t id, char out[8]) {
+  uint64_t u = static_cast<uint64_t>(id) ^ (1ull << 63);
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(u & 0xff);
+    u >>= 8;
+  }
+}
+
+std::string TableCfName(int table) { return absl::StrCat("table_", table); }
+std::string WidthKey(int table) { return absl::StrCat("row_floats/", table); }
+
+}  // namespace
+
+struct RocksDbTier::Impl {
+  RocksDbTierOptions options;
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // [0] default, [1 + t] table t
+  rocksdb::WriteOptions write_options;
+
+  ~Impl() {
+    if (db) {
+      for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+      db->Close();
+    }
+  }
+  rocksdb::ColumnFamilyHandle* Cf(int table) const { return handles[1 + table]; }
+  absl::Status CheckTable(int table) const {
+    if (table < 0 || table >= static_cast<int>(options.row_floats.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("rocksdb ", options.path, ": table ", table,
+                                                     " out of range [0, ",
+                                                     options.row_floats.size(), ")"));
+    }
+    return absl::OkStatus();
+  }
+};
+
+RocksDbTier::RocksDbTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RocksDbTier::~RocksDbTier() = default;
+
+absl::StatusOr<std::unique_ptr<RocksDbTier>> RocksDbTier::Open(const RocksDbTierOptions& options) {
+  if (options.path.empty()) return absl::InvalidArgumentError("rocksdb tier: empty path");
+  for (size_t t = 0; t < options.row_floats.size(); ++t) {
+    if (options.row_floats[t] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rocksdb ", options.path, ": table ", t,
+                                                     ": row_floats ", options.row_floats[t],
+                                                     " must be > 0"));
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->write_options.disableWAL = options.disable_wal;
+
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(options.block_cache_bytes));
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(options.bloom_bits_per_key));
+  table_options.whole_key_filtering = true;
+  rocksdb::ColumnFamilyOptions cf_options;
+  cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+  cf_options.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
+  cf_options.OptimizeForPointLookup(static_cast<uint64_t>(options.block_cache_bytes >> 20));
+  // OptimizeForPointLookup installs its own table factory; keep ours (bloom + shared cache).
+  cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.IncreaseParallelism(2);
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
+  for (size_t t = 0; t < options.row_floats.size(); ++t) {
+    descriptors.emplace_back(TableCfName(static_cast<int>(t)), cf_options);
+  }
+  // An existing database may have more tables than asked for: open them too (RocksDB requires
+  // every column family to be opened), but only the first row_floats.size() are used.
+  std::vector<std::string> existing;
+  if (rocksdb::DB::ListColumnFamilies(db_options, options.path, &existing).ok()) {
+    for (const std::string& name : existing) {
+      bool known = false;
+      for (const auto& d : descriptors) known |= d.name == name;
+      if (!known) descriptors.emplace_back(name, cf_options);
+    }
+  }
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, descriptors, &impl->handles, &db);
+  if (!s.ok()) return FromRocks(s, options.path, "open");
+  impl->db.reset(db);
+
+  // Check or record each table's row width.
+  rocksdb::WriteBatch batch;
+  for (size_t t = 0; t < options.row_floats.size(); ++t) {
+    std::string value;
+    s = db->Get(rocksdb::ReadOptions(), impl->handles[0], WidthKey(static_cast<int>(t)), &value);
+    if (s.IsNotFound()) {
+      batch.Put(impl->handles[0], WidthKey(static_cast<int>(t)),
+                std::to_string(options.row_floats[t]));
+      continue;
+    }
+    if (!s.ok()) return FromRocks(s, options.path, "read table widths");
+    int stored = 0;
+    if (!absl::SimpleAtoi(value, &stored) || stored != options.row_floats[t]) {
+      return absl::FailedPreconditionError(absl::StrCat("rocksdb ", options.path, ": table ", t,
+                                                        " was stored with row_floats ", value,
+                                                        ", opened with ", options.row_floats[t]));
+    }
+  }
+  s = db->Write(impl->write_options, &batch);
+  if (!s.ok()) return FromRocks(s, options.path, "write table widths");
+  return std::unique_ptr<RocksDbTier>(new RocksDbTier(std::move(impl)));
+}
+
+int RocksDbTier::num_tables() const { return static_cast<int>(impl_->options.row_floats.size()); }
+int RocksDbTier::row_floats(int table) const { return impl_->options.row_floats[table]; }
+const std::string& RocksDbTier::path() const { return impl_->options.path; }
+
+absl::Status RocksDbTier::MultiGet(int table, absl::Span<const int64_t> keys, float* values,
+                                   std::vector<bool>* found) {
+  absl::Status status = impl_->CheckTable(table);
+  if (!status.ok()) return status;
+  found->assign(keys.size(), false);
+  if (keys.empty()) return absl::OkStatus();
+  const size_t n = keys.size();
+  const size_t width_bytes = static_cast<size_t>(row_floats(table)) * sizeof(float);
+  std::vector<char> key_bytes(n * 8);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t j = 0; j < n; ++j) {
+    EncodeKey(keys[j], &key_bytes[j * 8]);
+    slices[j] = rocksdb::Slice(&key_bytes[j * 8], 8);
+  }
+  std::vector<rocksdb::PinnableSlice> results(n);
+  std::vector<rocksdb::Status> statuses(n);
+  impl_->db->MultiGet(rocksdb::ReadOptions(), impl_->Cf(table), n, slices.data(), results.data(),
+                      statuses.data());
+  for (size_t j = 0; j < n; ++j) {
+    if (statuses[j].IsNotFound()) continue;
+    if (!statuses[j].ok()) {
+      return FromRocks(statuses[j], impl_->options.path,
+                       absl::StrCat("MultiGet table ", table, " id ", keys[j]));
+    }
+    if (results[j].size() != width_bytes) {
+      return absl::DataLossError(absl::StrCat("rocksdb ", impl_->options.path, ": table ", table,
+                                              " id ", keys[j], ": value of ", results[j].size(),
+                                              " bytes, expected ", width_bytes));
+    }
+    std::memcpy(values + j * row_floats(table), results[j].data(), width_bytes);
+    (*found)[j] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbTier::MultiPut(int table, absl::Span<const int64_t> keys, const float* values) {
+  absl::Status status = impl_->CheckTable(table);
+  if (!status.ok()) return status;
+  if (keys.empty()) return absl::OkStatus();
+  const size_t width = static_cast<size_t>(row_floats(table));
+  rocksdb::WriteBatch batch(keys.size() * (width * sizeof(float) + 24));
+  char key[8];
+  for (size_t j = 0; j < keys.size(); ++j) {
+    EncodeKey(keys[j], key);
+    batch.Put(
+        impl_->Cf(table), rocksdb::Slice(key, 8),
+        rocksdb::Slice(reinterpret_cast<const char*>(values + j * width), width * sizeof(float)));
+  }
+  return FromRocks(impl_->db->Write(impl_->write_options, &batch), impl_->options.path,
+                   absl::StrCat("MultiPut table ", table));
+}
+
+absl::Status RocksDbTier::MultiDelete(int table, absl::Span<const int64_t> keys) {
+  absl::Status status = impl_->CheckTable(table);
+  if (!status.ok()) return status;
+  if (keys.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  char key[8];
+  for (int64_t id : keys) {
+    EncodeKey(id, key);
+    batch.Delete(impl_->Cf(table), rocksdb::Slice(key, 8));
+  }
+  return FromRocks(impl_->db->Write(impl_->write_options, &batch), impl_->options.path,
+                   absl::StrCat("MultiDelete table ", table));
+}
+
+absl::StatusOr<int64_t> RocksDbTier::CountRows(int table) {
+  absl::Status status = impl_->CheckTable(table);
+  if (!status.ok()) return status;
+  std::unique_ptr<rocksdb::Iterator> it(
+      impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->Cf(table)));
+  int64_t count = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) ++count;
+  status = FromRocks(it->status(), impl_->options.path, absl::StrCat("scan table ", table));
+  if (!status.ok()) return status;
+  return count;
+}
+
+int64_t RocksDbTier::BytesUsed() const {
+  int64_t total = 0;
+  for (size_t t = 0; t < impl_->options.row_floats.size(); ++t) {
+    uint64_t value = 0;
+    if (impl_->db->GetIntProperty(impl_->Cf(static_cast<int>(t)), "rocksdb.total-sst-files-size",
+                                  &value)) {
+      total += static_cast<int64_t>(value);
+    }
+    if (impl_->db->GetIntProperty(impl_->Cf(static_cast<int>(t)), "rocksdb.cur-size-all-mem-tables",
+                                  &value)) {
+      total += static_cast<int64_t>(value);
+    }
+  }
+  return total;
+}
+
+absl::Status RocksDbTier::Flush() {
+  rocksdb::FlushOptions flush_options;
+  flush_options.wait = true;
+  return FromRocks(impl_->db->Flush(flush_options, impl_->handles), impl_->options.path, "flush");
+}
+
+absl::Status RocksDbTier::CreateCheckpoint(const std::string& dir) {
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(impl_->db.get(), &raw);
+  if (!s.ok()) return FromRocks(s, impl_->options.path, "checkpoint");
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  return FromRocks(checkpoint->CreateCheckpoint(dir), impl_->options.path,
+                   absl::StrCat("checkpoint to ", dir));
+}
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,67 @@
+// RocksDbTier: the cold tier of a parameter server, rows stored in RocksDB under one directory.
+//
+// Layout: one column family per table, named "table_<index>"; the key is the row id as 8
+// big-endian bytes with the sign bit flipped (so byte order is numeric order and an iterator walks
+// ids in order); the value is the row's floats packed in native byte order (row_floats * 4
+// bytes). The default column family holds "row_floats/<index>" -> decimal width, checked when an
+// existing directory is opened again (a width mismatch is FAILED_PRECONDITION).
+//
+// Options: bloom filters (10 bits/key) on full filters, so MultiGet of absent keys rarely touches
+// disk; an LRU block cache of `block_cache_bytes`; the write-ahead log on by default (disable it
+// only when the data can be rebuilt from a checkpoint). RocksDB errors come back as absl::Status
+// naming the path (IOError -> UNAVAILABLE / INTERNAL, Corruption -> DATA_LOSS, ...).
+//
+// Thread-safe (RocksDB is). No RocksDB header appears here: the implementation is private.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "embedding/tier.h"
+
+namespace dlrm::embedding {
+
+struct RocksDbTierOptions {
+  std::string path;             // directory; created when missing
+  std::vector<int> row_floats;  // per table; must be > 0
+  int64_t block_cache_bytes = 64ll << 20;
+  int64_t write_buffer_bytes = 32ll << 20;  // memtable size per column family
+  bool disable_wal = false;
+  int bloom_bits_per_key = 10;
+};
+
+class RocksDbTier : public StorageTier {
+ public:
+  // Opens or creates the database. INVALID_ARGUMENT for bad options; FAILED_PRECONDITION when an
+  // existing database was written with other row widths; other RocksDB errors mapped, with path.
+  static absl::StatusOr<std::unique_ptr<RocksDbTier>> Open(const RocksDbTierOptions& options);
+  ~RocksDbTier() override;
+
+  int num_tables() const override;
+  int row_floats(int table) const override;
+  absl::Status MultiGet(int table, absl::Span<const int64_t> keys, float* values,
+                        std::vector<bool>* found) override;
+  absl::Status MultiPut(int table, absl::Span<const int64_t> keys, const float* values) override;
+  absl::Status MultiDelete(int table, absl::Span<const int64_t> keys) override;
+  absl::StatusOr<int64_t> CountRows(int table) override;
+  int64_t BytesUsed() const override;
+
+  // Writes an openable copy of the database to `dir` (which must not exist), hard-linking files
+  // where it can (rocksdb::Checkpoint). Open the copy with RocksDbTier::Open.
+  absl::Status CreateCheckpoint(const std::string& dir);
+  // Flushes memtables to files (so BytesUsed and checkpoints reflect recent writes cheaply).
+  absl::Status Flush();
+
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  explicit RocksDbTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,423 @@
+#include "embedding/tiered_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status.h"
+#include "embedding/frequency_sketch.h"
+#include "embedding/memory_tier.h"
+#include "embedding/row_init.h"
+#include "embedding/sparse_optimizer.h"
+
+namespace dlrm::embedding {
+
+// What one call did to a table's memory tier, so that it can be written out or undone.
+struct TieredStore::Batch {
+  std::vector<int64_t> admitted;
+  std::vector<int64_t> evicted_keys;
+  std::vector<float> evicted_rows;
+  std::vector<int64_t> cold_keys;  // updated rows that stay in RocksDB
+  std::vector<float> cold_rows;
+  // Scratch for one call.
+  std::vector<int64_t> write_keys;
+  std::vector<float> write_rows;
+
+  void Clear() {
+    admitted.clear();
+    evicted_keys.clear();
+    evicted_rows.clear();
+    cold_keys.clear();
+    cold_rows.clear();
+  }
+};
+
+struct TieredStore::Table {
+  Table(int index_in, const TableConfig& config_in, int row_floats_in, int64_t capacity)
+      : index(index_in),
+        config(config_in),
+        row_floats(row_floats_in),
+        capacity_rows(capacity),
+        rows(row_floats_in),
+        sketch(std::clamp<int64_t>(capacity, 256, 1 << 20)),
+        rng(0x853C49E6748FEA9Bull ^ static_cast<uint64_t>(index_in)) {}
+
+  const int index;
+  const TableConfig config;
+  const int row_floats;
+  const int64_t capacity_rows;
+
+  mutable absl::Mutex mu;
+  MemoryRowMap rows ABSL_GUARDED_BY(mu);
+  FrequencySketch sketch ABSL_GUARDED_BY(mu);
+  uint64_t rng ABSL_GUARDED_BY(mu);
+  // Per-call scratch, kept to reuse its capacity.
+  std::vector<size_t> miss_pos ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> miss_keys ABSL_GUARDED_BY(mu);
+  std::vector<float> cold ABSL_GUARDED_BY(mu);
+  Batch batch ABSL_GUARDED_BY(mu);
+
+  uint64_t NextRandom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  }
+};
+
+TieredStore::TieredStore(const TieredStoreOptions& options) : options_(options) {}
+TieredStore::~TieredStore() = default;
+
+absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(
+    const TieredStoreOptions& options) {
+  if (options.tables.empty()) return absl::InvalidArgumentError("tiered store: no tables");
+  if (options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tiered store: memory budget ", options.memory_budget_bytes, " bytes < 0"));
+  }
+  if (options.eviction_samples < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tiered store: eviction_samples ", options.eviction_samples, " < 1"));
+  }
+  const int num_tables = static_cast<int>(options.tables.size());
+  std::vector<int> widths(num_tables);
+  std::vector<int64_t> need(num_tables);
+  for (int t = 0; t < num_tables; ++t) {
+    const TableConfig& c = options.tables[t];
+    if (c.rows <= 0 || c.dim <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tiered store: table ", t, " (", c.name,
+                                                     "): rows ", c.rows, " and dim ", c.dim,
+                                                     " must be > 0"));
+    }
+    widths[t] = StoredRowFloats(options.optimizer.type, c.dim);
+    need[t] = c.rows * MemoryRowMap::BytesPerRow(widths[t]);
+  }
+  // Water-filling with equal weights: tables that fit whole get what they need, the rest share.
+  std::vector<int64_t> given(num_tables, 0);
+  std::vector<bool> open(num_tables, true);
+  int64_t left = options.memory_budget_bytes;
+  for (int remaining = num_tables; remaining > 0;) {
+    const int64_t share = left / remaining;
+    bool saturated_any = false;
+    for (int t = 0; t < num_tables; ++t) {
+      if (open[t] && need[t] <= share) {
+        given[t] = need[t];
+        left -= need[t];
+        open[t] = false;
+        --remaining;
+        saturated_any = true;
+      }
+    }
+    if (!saturated_any) {
+      for (int t = 0; t < num_tables; ++t) {
+        if (open[t]) given[t] = share;
+      }
+      break;
+    }
+  }
+
+  auto store = std::unique_ptr<TieredStore>(new TieredStore(options));
+  store->options_.rocksdb.row_floats = widths;
+  DLRM_ASSIGN_OR_RETURN(store->rocksdb_, RocksDbTier::Open(store->options_.rocksdb));
+  for (int t = 0; t < num_tables; ++t) {
+    const int64_t capacity = given[t] / MemoryRowMap::BytesPerRow(widths[t]);
+    store->tables_.push_back(std::make_unique<Table>(t, options.tables[t], widths[t], capacity));
+  }
+  return store;
+}
+
+int TieredStore::row_floats(int table) const { return tables_[table]->row_floats; }
+
+int64_t TieredStore::memory_capacity_rows(int table) const { return tables_[table]->capacity_rows; }
+
+absl::Status TieredStore::CheckIds(int table, absl::Span<const int64_t> ids) const {
+  if (table < 0 || table >= static_cast<int>(tables_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", table, " out of range [0, ", tables_.size(), ")"));
+  }
+  const TableConfig& c = tables_[table]->config;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= c.rows) {
+      return absl::InvalidArgumentError(
+          id < 0 ? absl::StrCat("table ", table, " (", c.name, "): id ", id, " < 0")
+                 : absl::StrCat("table ", table, " (", c.name, "): id ", id, " >= rows ", c.rows));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TieredStore::FetchCold(Table& t, absl::Span<const int64_t> keys, float* rows) {
+  std::vector<bool> found;
+  DLRM_RETURN_IF_ERROR(rocksdb_->MultiGet(t.index, keys, rows, &found));
+  int64_t hits = 0;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (found[k]) {
+      ++hits;
+      continue;
+    }
+    InitRowWithState(t.index, keys[k], options_.seed, t.config.rows, options_.optimizer,
+                     rows + k * t.row_floats, t.config.dim);
+  }
+  rocksdb_reads_ += static_cast<int64_t>(keys.size());
+  rocksdb_hits_ += hits;
+  rows_created_ += static_cast<int64_t>(keys.size()) - hits;
+  return absl::OkStatus();
+}
+
+bool TieredStore::TryAdmit(Table& t, int64_t id, const float* row, Batch* batch) {
+  if (t.capacity_rows == 0) return false;
+  const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.row_floats);
+  if (t.rows.size() >= t.capacity_rows) {
+    const uint32_t incoming = t.sketch.Estimate(id);
+    int64_t victim = 0;
+    uint32_t victim_freq = UINT32_MAX;
+    for (int s = 0; s < options_.eviction_samples; ++s) {
+      int64_t key;
+      if (!t.rows.SampleKey(t.NextRandom(), &key)) break;
+      const uint32_t f = t.sketch.Estimate(key);
+      if (f < victim_freq) {
+        victim_freq = f;
+        victim = key;
+      }
+    }
+    if (victim_freq == UINT32_MAX || incoming <= victim_freq) return false;
+    const float* victim_row = t.rows.Find(victim);
+    batch->evicted_keys.push_back(victim);
+    batch->evicted_rows.insert(batch->evicted_rows.end(), victim_row, victim_row + t.row_floats);
+    t.rows.Erase(victim);
+    memory_rows_ -= 1;
+    memory_bytes_ -= bytes_per_row;
+    evictions_ += 1;
+  }
+  bool inserted;
+  float* dst = t.rows.Insert(id, &inserted);
+  std::memcpy(dst, row, sizeof(float) * t.row_floats);
+  batch->admitted.push_back(id);
+  memory_rows_ += 1;
+  memory_bytes_ += bytes_per_row;
+  admissions_ += 1;
+  return true;
+}
+
+absl::Status TieredStore::Commit(Table& t, Batch* batch) {
+  const size_t n = batch->evicted_keys.size() + batch->cold_keys.size();
+  if (n == 0) return absl::OkStatus();
+  batch->write_keys.assign(batch->evicted_keys.begin(), batch->evicted_keys.end());
+  batch->write_keys.insert(batch->write_keys.end(), batch->cold_keys.begin(),
+                           batch->cold_keys.end());
+  batch->write_rows.assign(batch->evicted_rows.begin(), batch->evicted_rows.end());
+  batch->write_rows.insert(batch->write_rows.end(), batch->cold_rows.begin(),
+                           batch->cold_rows.end());
+  absl::Status status = rocksdb_->MultiPut(t.index, batch->write_keys, batch->write_rows.data());
+  if (status.ok()) {
+    rocksdb_writes_ += static_cast<int64_t>(n);
+    return status;
+  }
+  // Undo: drop this call's admissions (their RocksDB copy or initialisation is still valid for
+  // lookups; updates to them are lost), then put the evicted rows back. Evictions never outnumber
+  // admissions, so this stays within the budget.
+  const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.row_floats);
+  absl::flat_hash_set<int64_t> admitted(batch->admitted.begin(), batch->admitted.end());
+  for (int64_t key : batch->admitted) {
+    if (t.rows.Erase(key)) {
+      memory_rows_ -= 1;
+      memory_bytes_ -= bytes_per_row;
+    }
+  }
+  for (size_t i = 0; i < batch->evicted_keys.size(); ++i) {
+    if (admitted.contains(batch->evicted_keys[i])) continue;
+    bool inserted;
+    float* dst = t.rows.Insert(batch->evicted_keys[i], &inserted);
+    std::memcpy(dst, &batch->evicted_rows[i * t.row_floats], sizeof(float) * t.row_floats);
+    memory_rows_ += 1;
+    memory_bytes_ += bytes_per_row;
+  }
+  return Annotate(status, absl::StrCat("table ", t.index, " (", t.config.name,
+                                       "): writing evicted and cold rows"));
+}
+
+absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float* weights_out) {
+  DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
+  Table& t = *tables_[table];
+  const int dim = t.config.dim;
+  const size_t row_bytes = sizeof(float) * dim;
+  absl::MutexLock lock(&t.mu);
+  t.miss_pos.clear();
+  t.miss_keys.clear();
+  for (size_t j = 0; j < ids.size(); ++j) {
+    t.sketch.Increment(ids[j]);
+    if (const float* row = t.rows.Find(ids[j])) {
+      std::memcpy(weights_out + j * dim, row, row_bytes);
+    } else {
+      t.miss_pos.push_back(j);
+      t.miss_keys.push_back(ids[j]);
+    }
+  }
+  if (t.miss_keys.empty()) return absl::OkStatus();
+  t.cold.resize(t.miss_keys.size() * t.row_floats);
+  DLRM_RETURN_IF_ERROR(FetchCold(t, t.miss_keys, t.cold.data()));
+  t.batch.Clear();
+  for (size_t k = 0; k < t.miss_keys.size(); ++k) {
+    const int64_t id = t.miss_keys[k];
+    const float* src = t.cold.data() + k * t.row_floats;
+    // A repeated id may have been admitted a few entries earlier in this call.
+    if (const float* resident = t.rows.Find(id)) {
+      src = resident;
+    } else {
+      TryAdmit(t, id, src, &t.batch);
+    }
+    std::memcpy(weights_out + t.miss_pos[k] * dim, src, row_bytes);
+  }
+  return Commit(t, &t.batch);
+}
+
+absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> unique_ids,
+                                         const float* grads) {
+  DLRM_RETURN_IF_ERROR(CheckIds(table, unique_ids));
+  Table& t = *tables_[table];
+  {
+    absl::flat_hash_set<int64_t> seen;
+    seen.reserve(unique_ids.size());
+    for (int64_t id : unique_ids) {
+      if (!seen.insert(id).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", table, " (", t.config.name, "): id ", id, " repeated in one gradient push"));
+      }
+    }
+  }
+  const int dim = t.config.dim;
+  absl::MutexLock lock(&t.mu);
+  t.miss_pos.clear();
+  t.miss_keys.clear();
+  for (size_t j = 0; j < unique_ids.size(); ++j) {
+    if (float* row = t.rows.Find(unique_ids[j])) {
+      ApplySparseOptimizerToRow(options_.optimizer, dim, grads + j * dim, row);
+    } else {
+      t.miss_pos.push_back(j);
+      t.miss_keys.push_back(unique_ids[j]);
+    }
+  }
+  if (t.miss_keys.empty()) return absl::OkStatus();
+  t.cold.resize(t.miss_keys.size() * t.row_floats);
+  DLRM_RETURN_IF_ERROR(FetchCold(t, t.miss_keys, t.cold.data()));
+  t.batch.Clear();
+  for (size_t k = 0; k < t.miss_keys.size(); ++k) {
+    float* row = t.cold.data() + k * t.row_floats;
+    ApplySparseOptimizerToRow(options_.optimizer, dim, grads + t.miss_pos[k] * dim, row);
+    if (!TryAdmit(t, t.miss_keys[k], row, &t.batch)) {
+      t.batch.cold_keys.push_back(t.miss_keys[k]);
+      t.batch.cold_rows.insert(t.batch.cold_rows.end(), row, row + t.row_floats);
+    }
+  }
+  return Commit(t, &t.batch);
+}
+
+absl::Status TieredStore::ReadRows(int table, absl::Span<const int64_t> ids, float* rows_out) {
+  DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
+  Table& t = *tables_[table];
+  const size_t width = t.row_floats;
+  absl::MutexLock lock(&t.mu);
+  std::vector<int64_t> miss_keys;
+  std::vector<size_t> miss_pos;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    if (const float* row = t.rows.Find(ids[j])) {
+      std::memcpy(rows_out + j * width, row, width * sizeof(float));
+    } else {
+      miss_keys.push_back(ids[j]);
+      miss_pos.push_back(j);
+    }
+  }
+  if (miss_keys.empty()) return absl::OkStatus();
+  std::vector<float> cold(miss_keys.size() * width);
+  std::vector<bool> found;
+  DLRM_RETURN_IF_ERROR(rocksdb_->MultiGet(t.index, miss_keys, cold.data(), &found));
+  for (size_t k = 0; k < miss_keys.size(); ++k) {
+    float* dst = rows_out + miss_pos[k] * width;
+    if (found[k]) {
+      std::memcpy(dst, &cold[k * width], width * sizeof(float));
+    } else {
+      InitRowWithState(t.index, miss_keys[k], options_.seed, t.config.rows, options_.optimizer, dst,
+                       t.config.dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+constexpr size_t kFlushChunkRows = 4096;
+
+// Writes every row of `rows` to RocksDB in chunks. REQUIRES: the table's mutex held.
+absl::Status WriteResident(RocksDbTier& rocksdb, int table, const MemoryRowMap& rows,
+                           int64_t* written) {
+  std::vector<int64_t> keys;
+  std::vector<float> values;
+  absl::Status status;
+  auto flush = [&] {
+    if (keys.empty() || !status.ok()) return;
+    status = rocksdb.MultiPut(table, keys, values.data());
+    *written += static_cast<int64_t>(keys.size());
+    keys.clear();
+    values.clear();
+  };
+  rows.ForEach([&](int64_t key, const float* row) {
+    keys.push_back(key);
+    values.insert(values.end(), row, row + rows.row_floats());
+    if (keys.size() >= kFlushChunkRows) flush();
+  });
+  flush();
+  return status;
+}
+
+}  // namespace
+
+absl::Status TieredStore::Flush() {
+  for (auto& t : tables_) {
+    absl::MutexLock lock(&t->mu);
+    int64_t written = 0;
+    absl::Status status = WriteResident(*rocksdb_, t->index, t->rows, &written);
+    rocksdb_writes_ += written;
+    DLRM_RETURN_IF_ERROR(status);
+  }
+  return rocksdb_->Flush();
+}
+
+absl::Status TieredStore::CreateCheckpoint(const std::string& dir) {
+  // Every table locked (in index order, as no other path holds two) for one consistent state.
+  for (auto& t : tables_) t->mu.Lock();
+  absl::Status status;
+  for (auto& t : tables_) {
+    int64_t written = 0;
+    status = WriteResident(*rocksdb_, t->index, t->rows, &written);
+    rocksdb_writes_ += written;
+    if (!status.ok()) break;
+  }
+  if (status.ok()) status = rocksdb_->Flush();
+  if (status.ok()) status = rocksdb_->CreateCheckpoint(dir);
+  for (auto it = tables_.rbegin(); it != tables_.rend(); ++it) (*it)->mu.Unlock();
+  return status;
+}
+
+TieredStoreStats TieredStore::stats() const {
+  TieredStoreStats s;
+  s.memory_rows = memory_rows_.load();
+  s.memory_bytes = memory_bytes_.load();
+  s.memory_budget_bytes = options_.memory_budget_bytes;
+  s.rocksdb_reads = rocksdb_reads_.load();
+  s.rocksdb_hits = rocksdb_hits_.load();
+  s.rocksdb_writes = rocksdb_writes_.load();
+  s.evictions = evictions_.load();
+  s.admissions = admissions_.load();
+  s.rows_created = rows_created_.load();
+  return s;
+}
+
+bool TieredStore::IsResident(int table, int64_t id) const {
+  if (table < 0 || table >= static_cast<int>(tables_.size())) return false;
+  absl::MutexLock lock(&tables_[table]->mu);
+  return tables_[table]->rows.Find(id) != nullptr;
+}
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,129 @@
+// TieredStore: a parameter server's embedding rows, in a memory tier under a byte budget over a
+// RocksDB tier that holds the rest (DESIGN.md "Hot and cold embeddings").
+//
+// Rows: a stored row is [weights | optimizer state] (sparse_optimizer_options.h). A row that was
+// never written anywhere is created on first touch with InitRowWithState(table, id, seed, ...),
+// so a shard gives the same values as the in-process LocalEmbeddingStore. Lookups of never-seen
+// rows that are not admitted to memory do not write them to RocksDB (the row is its
+// initialisation until updated).
+//
+// Memory budget (HARD INVARIANT): the memory tier never holds more than `memory_budget_bytes`,
+// counting each resident row as MemoryRowMap::BytesPerRow(row_floats) = payload + 48 bytes of
+// per-entry overhead. The budget is split between tables up front by water-filling with equal
+// weights (in DLRM every table gets the same number of lookups per sample): a table that fits
+// whole gets what it needs, the others share the rest equally. Not counted: the per-table
+// frequency sketches (8 bytes per counter column, capacity-sized, at most 8 MB per table) and the
+// slab's unused tail (less than 1024 rows per table).
+//
+// Admission and eviction by access frequency (TinyLFU): every id passed to Lookup is counted in a
+// per-table FrequencySketch. A row that is not resident is admitted while the table is under its
+// capacity; when full, `eviction_samples` resident rows are sampled and the least frequent is the
+// candidate victim: the new row is admitted (and the victim written to RocksDB) only if its
+// estimated frequency is strictly greater. RocksDB may keep a stale copy of a resident row; the
+// memory copy is authoritative, and Flush() writes every resident row back.
+//
+// Thread-safety: all methods are thread-safe. Each table has its own mutex, held for the whole of
+// a call on that table (including its RocksDB reads and writes), so calls on one table are
+// serialised and calls on different tables run in parallel.
+//
+// Errors: INVALID_ARGUMENT for an unknown table, an id out of range ("table 3 (C4): id 10131227
+// >= rows 10131227"), a repeated id in ApplyGradients; RocksDB errors mapped by RocksDbTier. When
+// a RocksDB write fails, rows evicted in that call are put back in memory (no row is lost) and
+// updates to rows that were not resident are dropped; updates to resident rows stay.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "embedding/rocksdb_tier.h"
+#include "embedding/sparse_optimizer_options.h"
+#include "embedding/table_config.h"
+
+namespace dlrm::embedding {
+
+struct TieredStoreOptions {
+  std::vector<TableConfig> tables;  // the job's tables; ids are checked against their rows
+  SparseOptimizerOptions optimizer;
+  uint64_t seed = 0;
+  int64_t memory_budget_bytes = 1ll << 30;
+  // RocksDB settings (path required). row_floats is filled in from tables and optimizer.
+  RocksDbTierOptions rocksdb;
+  int eviction_samples = 8;
+};
+
+struct TieredStoreStats {
+  int64_t memory_rows = 0;
+  int64_t memory_bytes = 0;  // accounted bytes, <= memory_budget_bytes
+  int64_t memory_budget_bytes = 0;
+  int64_t rocksdb_reads = 0;   // rows asked of RocksDB (misses of the memory tier)
+  int64_t rocksdb_hits = 0;    // of those, rows RocksDB had
+  int64_t rocksdb_writes = 0;  // rows written to RocksDB (evictions, cold updates, flushes)
+  int64_t evictions = 0;
+  int64_t admissions = 0;
+  int64_t rows_created = 0;  // first touches (initialised rows)
+};
+
+class TieredStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Create(const TieredStoreOptions& options);
+  ~TieredStore();
+  TieredStore(const TieredStore&) = delete;
+  TieredStore& operator=(const TieredStore&) = delete;
+
+  const std::vector<TableConfig>& tables() const { return options_.tables; }
+  int row_floats(int table) const;  // dim + optimizer state floats
+
+  // weights_out[j * dim ..) = weights of ids[j] (duplicates allowed); counts each access and may
+  // admit rows to memory (evicting colder ones to RocksDB).
+  absl::Status Lookup(int table, absl::Span<const int64_t> ids, float* weights_out);
+
+  // One optimizer step on each row of `unique_ids` (distinct) with grads[j * dim ..).
+  absl::Status ApplyGradients(int table, absl::Span<const int64_t> unique_ids, const float* grads);
+
+  // Full stored rows (rows_out[j * row_floats ..)), wherever they are, without counting accesses
+  // or moving rows: for checks, migration and debugging.
+  absl::Status ReadRows(int table, absl::Span<const int64_t> ids, float* rows_out);
+
+  // Writes every resident row to RocksDB and flushes RocksDB's memtables (rows stay resident).
+  absl::Status Flush();
+  // Flush, then an openable RocksDB checkpoint in `dir` (must not exist), taken with every table
+  // locked, so it is one consistent state. Restore: Create with rocksdb.path = a copy of it.
+  absl::Status CreateCheckpoint(const std::string& dir);
+
+  TieredStoreStats stats() const;
+  bool IsResident(int table, int64_t id) const;
+  int64_t memory_capacity_rows(int table) const;
+
+ private:
+  struct Table;
+  struct Batch;
+  explicit TieredStore(const TieredStoreOptions& options);
+  absl::Status CheckIds(int table, absl::Span<const int64_t> ids) const;
+  // Fetches rows of `keys` from RocksDB into `rows`, initialising the ones it lacks.
+  absl::Status FetchCold(Table& t, absl::Span<const int64_t> keys, float* rows);
+  // Admission (see the header comment). REQUIRES: t.mu held.
+  bool TryAdmit(Table& t, int64_t id, const float* row, Batch* batch);
+  // Writes batch->writes to RocksDB; on failure undoes the batch's admissions and evictions.
+  absl::Status Commit(Table& t, Batch* batch);
+
+  TieredStoreOptions options_;
+  std::unique_ptr<RocksDbTier> rocksdb_;
+  std::vector<std::unique_ptr<Table>> tables_;
+
+  std::atomic<int64_t> memory_rows_{0};
+  std::atomic<int64_t> memory_bytes_{0};
+  std::atomic<int64_t> rocksdb_reads_{0};
+  std::atomic<int64_t> rocksdb_hits_{0};
+  std::atomic<int64_t> rocksdb_writes_{0};
+  std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> admissions_{0};
+  std::atomic<int64_t> rows_created_{0};
+};
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,116 @@
+// CpuEmbeddingKernels against naive loops written here.
+#include <random>
+#include <vector>
+
+#include "embedding/cpu_kernels.h"
+#include "embedding/row_init.h"
+#include "embedding/sparse_optimizer.h"
+#include "gtest/gtest.h"
+
+namespace dlrm::embedding {
+namespace {
+
+struct Bags {
+  std::vector<int64_t> indices;
+  std::vector<int32_t> offsets;
+};
+
+// Bags of random sizes in [0, max_bag] (so some are empty), ids with duplicates.
+Bags RandomBags(int batch, int max_bag, int64_t rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bags bags;
+  bags.offsets.push_back(0);
+  for (int b = 0; b < batch; ++b) {
+    const int n = rng() % (max_bag + 1);
+    for (int j = 0; j < n; ++j) bags.indices.push_back(rng() % rows);
+    bags.offsets.push_back(static_cast<int32_t>(bags.indices.size()));
+  }
+  return bags;
+}
+
+struct Shape {
+  int dim;
+  int max_bag;
+  PoolingMode mode;
+};
+
+class CpuKernelsTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(CpuKernelsTest, PooledGatherMatchesNaive) {
+  const Shape s = GetParam();
+  const int64_t rows = 37, row_stride = s.dim + 3;   // padded rows (state after weights)
+  const int batch = 19, out_stride = 3 * s.dim + 2;  // strided output: column block 1
+  std::vector<float> table(rows * row_stride);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = std::cos(0.1 * i);
+  Bags bags = RandomBags(batch, s.max_bag, rows, 3);
+  std::vector<float> out(batch * out_stride, 7.0f);
+  CreateCpuKernels()->PooledGather(table.data(), row_stride, s.dim, bags.indices.data(),
+                                   bags.offsets.data(), batch, s.mode, out.data() + s.dim,
+                                   out_stride);
+  for (int b = 0; b < batch; ++b) {
+    const int n = bags.offsets[b + 1] - bags.offsets[b];
+    for (int i = 0; i < s.dim; ++i) {
+      double sum = 0;
+      for (int j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
+        sum += table[bags.indices[j] * row_stride + i];
+      }
+      if (s.mode == PoolingMode::kMean && n > 0) sum /= n;
+      ASSERT_NEAR(out[b * out_stride + s.dim + i], sum, 1e-5) << "bag " << b << " el " << i;
+      ASSERT_EQ(out[b * out_stride + i], 7.0f);  // columns outside the block untouched
+    }
+  }
+}
+
+TEST_P(CpuKernelsTest, PooledScatterGradMatchesNaive) {
+  const Shape s = GetParam();
+  const int64_t num_rows = 11;  // few rows: many duplicates
+  const int batch = 23, out_stride = 2 * s.dim;
+  Bags bags = RandomBags(batch, s.max_bag, num_rows, 4);
+  std::vector<float> dout(batch * out_stride);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::sin(0.3 * i);
+  std::vector<float> grad(num_rows * s.dim, 99.0f);  // overwritten, not accumulated into
+  CreateCpuKernels()->PooledScatterGrad(dout.data(), out_stride, s.dim, bags.indices.data(),
+                                        bags.offsets.data(), batch, s.mode, num_rows, grad.data());
+  std::vector<double> expected(num_rows * s.dim, 0.0);
+  for (int b = 0; b < batch; ++b) {
+    const int n = bags.offsets[b + 1] - bags.offsets[b];
+    for (int j = bags.offsets[b]; j < bags.offsets[b + 1]; ++j) {
+      for (int i = 0; i < s.dim; ++i) {
+        double d = dout[b * out_stride + i];
+        if (s.mode == PoolingMode::kMean) d /= n;
+        expected[bags.indices[j] * s.dim + i] += d;
+      }
+    }
+  }
+  for (size_t i = 0; i < grad.size(); ++i) ASSERT_NEAR(grad[i], expected[i], 1e-4) << i;
+}
+
+TEST_P(CpuKernelsTest, ApplySparseOptimizerMatchesPerRow) {
+  const Shape s = GetParam();
+  SparseOptimizerOptions o;
+  o.type = SparseOptimizerType::kLazyAdam;
+  const int stride = StoredRowFloats(o.type, s.dim);
+  const int64_t rows = 600;
+  std::vector<float> table(rows * stride);
+  for (int64_t r = 0; r < rows; ++r) InitRowWithState(0, r, 1, rows, o, &table[r * stride], s.dim);
+  std::vector<float> expected = table;
+  std::vector<int64_t> slots;
+  for (int64_t r = rows - 1; r >= 0; r -= 2) slots.push_back(r);  // 300 distinct rows (> 256)
+  std::vector<float> grads(slots.size() * s.dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::cos(1.7 * i);
+  CreateCpuKernels()->ApplySparseOptimizer(o, table.data(), stride, s.dim, slots.data(),
+                                           grads.data(), slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ApplySparseOptimizerToRow(o, s.dim, &grads[i * s.dim], &expected[slots[i] * stride]);
+  }
+  EXPECT_EQ(table, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CpuKernelsTest,
+    ::testing::Values(Shape{16, 1, PoolingMode::kSum}, Shape{16, 4, PoolingMode::kMean},
+                      Shape{64, 6, PoolingMode::kSum}, Shape{64, 3, PoolingMode::kMean},
+                      Shape{5, 4, PoolingMode::kSum}, Shape{7, 5, PoolingMode::kMean}));
+
+}  // namespace
+}  // namespace dlrm::embedding

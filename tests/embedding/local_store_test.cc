@@ -1,0 +1,106 @@
+// LocalEmbeddingStore: lookup / push round trips, validation, concurrency.
+#include "embedding/local_store.h"
+
+#include <thread>
+#include <vector>
+
+#include "embedding/row_init.h"
+#include "embedding/sparse_optimizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dlrm::embedding {
+namespace {
+
+using ::testing::HasSubstr;
+
+LocalStoreOptions Options(int num_threads) {
+  LocalStoreOptions o;
+  o.tables = {{"C1", 1000, 16}, {"C2", 3, 16}, {"C3", 200000, 16}};
+  o.seed = 5;
+  o.optimizer.type = SparseOptimizerType::kRowWiseAdagrad;
+  o.optimizer.learning_rate = 0.1f;
+  o.num_threads = num_threads;
+  o.parallel_min_ids = 1;  // exercise the pool even on small batches
+  return o;
+}
+
+TEST(LocalStoreTest, LookupPushRoundTripMatchesOptimizer) {
+  for (int threads : {-1, 2}) {
+    auto store_or = LocalEmbeddingStore::Create(Options(threads));
+    ASSERT_TRUE(store_or.ok()) << store_or.status();
+    auto& store = *store_or;
+    std::vector<TableRows> req = {{0, {4, 999, 0}, {}}, {2, {199999, 7}, {}}, {1, {2}, {}}};
+    ASSERT_TRUE(store->Lookup(0, absl::MakeSpan(req)).ok());
+    const SparseOptimizerOptions& opt = Options(0).optimizer;
+    std::vector<std::vector<float>> expected_rows;  // full stored rows after one push
+    for (const TableRows& r : req) {
+      ASSERT_EQ(r.values.size(), r.ids.size() * 16);
+      for (size_t j = 0; j < r.ids.size(); ++j) {
+        std::vector<float> row(17);
+        InitRowWithState(r.table, r.ids[j], 5, store->tables()[r.table].rows, opt, row.data(), 16);
+        for (int i = 0; i < 16; ++i) ASSERT_EQ(r.values[j * 16 + i], row[i]);
+        std::vector<float> g(16);
+        for (int i = 0; i < 16; ++i) g[i] = 0.01f * (i + 1) * (j + 1);
+        ApplySparseOptimizerToRow(opt, 16, g.data(), row.data());
+        expected_rows.push_back(row);
+      }
+    }
+    std::vector<TableRows> grads = req;
+    for (TableRows& g : grads) {
+      for (size_t j = 0; j < g.ids.size(); ++j) {
+        for (int i = 0; i < 16; ++i) g.values[j * 16 + i] = 0.01f * (i + 1) * (j + 1);
+      }
+    }
+    ASSERT_TRUE(store->Push(1, grads).ok());
+    ASSERT_TRUE(store->Lookup(2, absl::MakeSpan(req)).ok());
+    size_t k = 0;
+    for (const TableRows& r : req) {
+      for (size_t j = 0; j < r.ids.size(); ++j, ++k) {
+        for (int i = 0; i < 16; ++i) ASSERT_EQ(r.values[j * 16 + i], expected_rows[k][i]);
+        EXPECT_EQ(store->table(r.table).Row(r.ids[j])[16], expected_rows[k][16]);
+      }
+    }
+  }
+}
+
+TEST(LocalStoreTest, ValidatesBeforeChangingAnything) {
+  auto store = *LocalEmbeddingStore::Create(Options(1));
+  std::vector<TableRows> req = {{0, {1}, {}}, {1, {3}, {}}};
+  absl::Status status = store->Lookup(0, absl::MakeSpan(req));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "table 1 (C2): id 3 >= rows 3");
+  EXPECT_TRUE(req[0].values.empty());
+
+  req = {{5, {1}, {}}};
+  EXPECT_THAT(store->Lookup(0, absl::MakeSpan(req)).message(), HasSubstr("table 5"));
+
+  const float before = store->table(0).Row(1)[0];
+  std::vector<TableRows> grads = {{0, {1}, std::vector<float>(16, 1.0f)},
+                                  {2, {8}, std::vector<float>(15, 1.0f)}};
+  status = store->Push(0, grads);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("15 gradient floats for 1 ids of dim 16"));
+  EXPECT_EQ(store->table(0).Row(1)[0], before);  // the valid first request was not applied
+}
+
+TEST(LocalStoreTest, ConcurrentLookupAndPush) {
+  auto store = *LocalEmbeddingStore::Create(Options(1));
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 1000; ++i) ids.push_back(i);
+  std::thread pusher([&] {
+    std::vector<TableRows> grads = {{0, ids, std::vector<float>(ids.size() * 16, 0.0f)},
+                                    {2, ids, std::vector<float>(ids.size() * 16, 0.0f)}};
+    for (int step = 0; step < 50; ++step) ASSERT_TRUE(store->Push(step, grads).ok());
+  });
+  std::vector<TableRows> req = {{0, ids, {}}, {2, ids, {}}};
+  for (int step = 0; step < 50; ++step) ASSERT_TRUE(store->Lookup(step, absl::MakeSpan(req)).ok());
+  pusher.join();
+  // Zero gradients leave weights unchanged (row-wise Adagrad adds 0 to the accumulator).
+  std::vector<float> row(16);
+  InitRow(2, 999, 5, 200000, row.data(), 16);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(req[1].values[999 * 16 + i], row[i]);
+}
+
+}  // namespace
+}  // namespace dlrm::embedding

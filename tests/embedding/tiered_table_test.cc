@@ -1,0 +1,207 @@
+// TieredStore: the memory budget holds at every step, every row reads back with the value the
+// in-process EmbeddingTable (same seed and updates) has, hot rows end up in memory, checkpoints
+// reopen.
+#include "embedding/tiered_table.h"
+
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "embedding/embedding_table.h"
+#include "embedding/memory_tier.h"
+#include "embedding/row_init.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/embedding/temp_dir.h"
+
+namespace dlrm::embedding {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kDim = 8;
+
+TieredStoreOptions Options(const std::string& path, int64_t budget) {
+  TieredStoreOptions o;
+  o.tables = {{"A", 4000, kDim}, {"B", 50, kDim}};  // B fits whole, A spills
+  o.optimizer.type = SparseOptimizerType::kRowWiseAdagrad;
+  o.optimizer.learning_rate = 0.2f;
+  o.optimizer.initial_accumulator = 0.01f;
+  o.seed = 17;
+  o.memory_budget_bytes = budget;
+  o.rocksdb.path = path;
+  return o;
+}
+
+// The reference: in-process tables with the same seed, optimizer and updates.
+std::vector<std::unique_ptr<EmbeddingTable>> ReferenceTables(const TieredStoreOptions& o) {
+  std::vector<std::unique_ptr<EmbeddingTable>> tables;
+  for (size_t t = 0; t < o.tables.size(); ++t) {
+    EmbeddingTableOptions to;
+    to.table_index = static_cast<int>(t);
+    to.config = o.tables[t];
+    to.optimizer = o.optimizer;
+    to.seed = o.seed;
+    tables.push_back(*EmbeddingTable::Create(to));
+  }
+  return tables;
+}
+
+void ExpectAllRowsMatch(TieredStore& store, std::vector<std::unique_ptr<EmbeddingTable>>& ref) {
+  for (size_t t = 0; t < ref.size(); ++t) {
+    const int width = store.row_floats(t);
+    ASSERT_EQ(width, ref[t]->row_stride());
+    std::vector<int64_t> ids(ref[t]->rows());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+    std::vector<float> rows(ids.size() * width);
+    ASSERT_TRUE(store.ReadRows(t, ids, rows.data()).ok());
+    for (int64_t id : ids) {
+      for (int i = 0; i < width; ++i) {
+        ASSERT_EQ(rows[id * width + i], ref[t]->Row(id)[i]) << "table " << t << " id " << id;
+      }
+    }
+  }
+}
+
+TEST(TieredStoreTest, BudgetHoldsAndEveryRowReadsBack) {
+  ScopedTempDir dir;
+  const int64_t per_row = MemoryRowMap::BytesPerRow(kDim + 1);
+  const int64_t budget = per_row * 350 + 77;  // B takes 50 rows, A gets 300
+  TieredStoreOptions options = Options(dir.Sub("db"), budget);
+  auto store_or = TieredStore::Create(options);
+  ASSERT_TRUE(store_or.ok()) << store_or.status();
+  TieredStore& store = **store_or;
+  EXPECT_EQ(store.memory_capacity_rows(1), 50);
+  EXPECT_EQ(store.memory_capacity_rows(0), 300);
+  auto ref = ReferenceTables(options);
+
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> hot;
+  for (int i = 0; i < 40; ++i) hot.push_back(100 * i + 3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int step = 0; step < 60; ++step) {
+    for (int t = 0; t < 2; ++t) {
+      // Hot ids every step, plus a sweep of cold ids (duplicates included).
+      std::vector<int64_t> ids;
+      if (t == 0) {
+        ids = hot;
+        for (int k = 0; k < 150; ++k) ids.push_back(static_cast<int64_t>(rng() % 4000));
+        ids.push_back(ids.back());
+      } else {
+        for (int k = 0; k < 30; ++k) ids.push_back(static_cast<int64_t>(rng() % 50));
+      }
+      std::vector<float> got(ids.size() * kDim), want(ids.size() * kDim);
+      ASSERT_TRUE(store.Lookup(t, ids, got.data()).ok());
+      ASSERT_TRUE(ref[t]->Lookup(ids, want.data()).ok());
+      ASSERT_EQ(got, want) << "step " << step << " table " << t;
+      TieredStoreStats s = store.stats();
+      ASSERT_LE(s.memory_bytes, budget) << "step " << step;
+      ASSERT_EQ(s.memory_bytes, s.memory_rows * per_row);
+
+      // Gradients on the distinct ids, in first-seen order.
+      std::vector<int64_t> unique;
+      for (int64_t id : ids) {
+        if (std::find(unique.begin(), unique.end(), id) == unique.end()) unique.push_back(id);
+      }
+      std::vector<float> grads(unique.size() * kDim);
+      for (float& g : grads) g = normal(rng);
+      ASSERT_TRUE(store.ApplyGradients(t, unique, grads.data()).ok());
+      ASSERT_TRUE(ref[t]->ApplyGradients(unique, grads.data()).ok());
+      s = store.stats();
+      ASSERT_LE(s.memory_bytes, budget) << "step " << step;
+    }
+  }
+  TieredStoreStats s = store.stats();
+  EXPECT_GT(s.evictions, 0);
+  EXPECT_GT(s.rocksdb_writes, 0);
+  EXPECT_GT(s.rocksdb_hits, 0);
+  EXPECT_EQ(s.memory_rows, 350);  // both tables full
+  int hot_resident = 0;
+  for (int64_t id : hot) hot_resident += store.IsResident(0, id);
+  EXPECT_EQ(hot_resident, static_cast<int>(hot.size()));
+  for (int64_t id = 0; id < 50; ++id) EXPECT_TRUE(store.IsResident(1, id));
+  ExpectAllRowsMatch(store, ref);
+
+  // A checkpoint reopens with every row (memory rows were flushed into it).
+  ASSERT_TRUE(store.CreateCheckpoint(dir.Sub("ckpt")).ok());
+  TieredStoreOptions reopened = options;
+  reopened.rocksdb.path = dir.Sub("ckpt");
+  auto restored = TieredStore::Create(reopened);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->stats().memory_rows, 0);
+  ExpectAllRowsMatch(**restored, ref);
+}
+
+TEST(TieredStoreTest, ZeroBudgetKeepsEverythingInRocksDb) {
+  ScopedTempDir dir;
+  TieredStoreOptions options = Options(dir.Sub("db"), 0);
+  auto store = *TieredStore::Create(options);
+  auto ref = ReferenceTables(options);
+  std::vector<int64_t> ids = {1, 2, 3, 2000};
+  std::vector<float> grads(ids.size() * kDim, 0.25f), out(ids.size() * kDim);
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(store->ApplyGradients(0, ids, grads.data()).ok());
+    ASSERT_TRUE(ref[0]->ApplyGradients(ids, grads.data()).ok());
+  }
+  ASSERT_TRUE(store->Lookup(0, ids, out.data()).ok());
+  for (size_t j = 0; j < ids.size(); ++j) {
+    for (int i = 0; i < kDim; ++i) ASSERT_EQ(out[j * kDim + i], ref[0]->Row(ids[j])[i]);
+  }
+  EXPECT_EQ(store->stats().memory_bytes, 0);
+  EXPECT_EQ(store->stats().rocksdb_writes, 12);
+}
+
+TEST(TieredStoreTest, BadInput) {
+  ScopedTempDir dir;
+  auto store = *TieredStore::Create(Options(dir.Sub("db"), 1 << 20));
+  std::vector<float> out(3 * kDim);
+  std::vector<int64_t> ids = {1, 4000};
+  absl::Status status = store->Lookup(0, ids, out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "table 0 (A): id 4000 >= rows 4000");
+  EXPECT_THAT(store->Lookup(2, ids, out.data()).message(), HasSubstr("table 2"));
+  ids = {5, 6, 5};
+  status = store->ApplyGradients(1, ids, out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("id 5 repeated"));
+  auto bad = TieredStore::Create(Options(dir.Sub("db2"), -1));
+  EXPECT_THAT(bad.status().message(), HasSubstr("-1"));
+}
+
+TEST(TieredStoreTest, ConcurrentCallsKeepTheBudget) {
+  ScopedTempDir dir;
+  const int64_t budget = MemoryRowMap::BytesPerRow(kDim + 1) * 120;
+  TieredStoreOptions options = Options(dir.Sub("db"), budget);
+  auto store = *TieredStore::Create(options);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(w);
+      std::vector<float> out(64 * kDim), grads(64 * kDim, 0.0f);
+      for (int step = 0; step < 40; ++step) {
+        const int t = (step + w) % 2;
+        std::vector<int64_t> ids;
+        for (int k = 0; k < 64; ++k) ids.push_back(static_cast<int64_t>(rng() % (t ? 50 : 4000)));
+        ASSERT_TRUE(store->Lookup(t, ids, out.data()).ok());
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        ASSERT_TRUE(store->ApplyGradients(t, ids, grads.data()).ok());
+        ASSERT_LE(store->stats().memory_bytes, budget);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Zero gradients: every row still equals its initialisation.
+  std::vector<int64_t> ids(4000);
+  for (int i = 0; i < 4000; ++i) ids[i] = i;
+  std::vector<float> rows(4000 * (kDim + 1)), expected(kDim + 1);
+  ASSERT_TRUE(store->ReadRows(0, ids, rows.data()).ok());
+  for (int64_t id = 0; id < 4000; ++id) {
+    InitRowWithState(0, id, 17, 4000, options.optimizer, expected.data(), kDim);
+    for (int i = 0; i <= kDim; ++i) ASSERT_EQ(rows[id * (kDim + 1) + i], expected[i]);
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::embedding
