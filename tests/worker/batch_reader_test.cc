@@ -1,0 +1,261 @@
+#include "worker/input/batch_reader.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/worker/test_util.h"
+#include "worker/input/binary_format.h"
+#include "worker/input/feature_hash.h"
+#include "worker/input/synthetic.h"
+
+namespace dlrm::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+std::vector<int64_t> SmallRows() { return CappedKaggleCardinalities(1000); }
+
+std::vector<Batch> ReadBatches(BatchReaderOptions options, absl::Status* status = nullptr) {
+  std::vector<Batch> batches;
+  auto reader = BatchReader::Create(options);
+  if (!reader.ok()) {
+    if (status != nullptr) *status = reader.status();
+    ADD_FAILURE_AT(__FILE__, __LINE__) << reader.status();
+    return batches;
+  }
+  Batch batch;
+  while (true) {
+    auto more = (*reader)->Next(&batch);
+    EXPECT_TRUE(more.ok()) << more.status();
+    if (!more.ok() || !*more) break;
+    batches.push_back(batch);
+  }
+  return batches;
+}
+
+void ExpectSameBatches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].size, b[i].size) << "batch " << i;
+    EXPECT_EQ(a[i].num_dense, b[i].num_dense);
+    EXPECT_EQ(a[i].dense, b[i].dense) << "batch " << i;
+    EXPECT_EQ(a[i].labels, b[i].labels) << "batch " << i;
+    ASSERT_EQ(a[i].sparse.size(), b[i].sparse.size());
+    for (size_t t = 0; t < a[i].sparse.size(); ++t) {
+      EXPECT_EQ(a[i].sparse[t].ids, b[i].sparse[t].ids) << "batch " << i << " table " << t;
+      EXPECT_EQ(a[i].sparse[t].offsets, b[i].sparse[t].offsets);
+    }
+  }
+}
+
+TEST(BatchReader, FillsBatchFromRecords) {
+  auto records = LoadAll({.paths = {testing::CriteoSamplePath()}});
+  ASSERT_TRUE(records.ok()) << records.status();
+  BatchReaderOptions options;
+  options.paths = {testing::CriteoSamplePath()};
+  options.batch_size = 64;
+  options.table_rows = SmallRows();
+  std::vector<Batch> batches = ReadBatches(options);
+  ASSERT_EQ(batches.size(), 4u);  // 64 + 64 + 64 + 8
+  EXPECT_EQ(batches[3].size, 8);
+  const Batch& b = batches[1];
+  EXPECT_EQ(b.size, 64);
+  EXPECT_EQ(b.num_dense, 13);
+  ASSERT_EQ(b.dense.size(), 64u * 13);
+  ASSERT_EQ(b.sparse.size(), 26u);
+  for (int i = 0; i < b.size; ++i) {
+    const CriteoRecord& r = (*records)[64 + i];
+    EXPECT_EQ(b.labels[i], r.label);
+    EXPECT_EQ(b.dense[i * 13 + 4], r.dense[4]);
+    for (int t = 0; t < 26; ++t) {
+      EXPECT_EQ(b.sparse[t].ids[i], HashCategorical(r.cats[t], r.missing(t), t, SmallRows()[t]));
+      EXPECT_LT(b.sparse[t].ids[i], SmallRows()[t]);
+      EXPECT_EQ(b.sparse[t].offsets[i], i);
+    }
+  }
+  EXPECT_EQ(b.sparse[25].offsets[64], 64);
+
+  options.drop_last = true;
+  EXPECT_EQ(ReadBatches(options).size(), 3u);
+}
+
+TEST(BatchReader, BinaryAndTsvGiveIdenticalBatches) {
+  TempDir dir;
+  auto converted =
+      ConvertTsvToBinary({.inputs = {testing::CriteoSamplePath()}, .output = dir.File("s.bin")});
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  BatchReaderOptions options;
+  options.batch_size = 33;
+  options.table_rows = KaggleCardinalities();
+  options.paths = {testing::CriteoSamplePath()};
+  std::vector<Batch> from_tsv = ReadBatches(options);
+  options.paths = {dir.File("s.bin")};  // format auto-detected
+  std::vector<Batch> from_binary = ReadBatches(options);
+  options.format = InputFormat::kBinary;
+  std::vector<Batch> from_binary_explicit = ReadBatches(options);
+  EXPECT_EQ(from_tsv.size(), 7u);
+  ExpectSameBatches(from_tsv, from_binary);
+  ExpectSameBatches(from_tsv, from_binary_explicit);
+}
+
+TEST(BatchReader, ReusesBatchStorageOnceWarm) {
+  BatchReaderOptions options;
+  options.paths = {testing::CriteoSamplePath()};
+  options.batch_size = 50;
+  options.table_rows = SmallRows();
+  auto reader = BatchReader::Create(options);
+  ASSERT_TRUE(reader.ok());
+  Batch batch;
+  ASSERT_TRUE(*(*reader)->Next(&batch));
+  const float* dense = batch.dense.data();
+  const int64_t* ids = batch.sparse[7].ids.data();
+  while (*(*reader)->Next(&batch)) {
+    EXPECT_EQ(batch.dense.data(), dense);
+    EXPECT_EQ(batch.sparse[7].ids.data(), ids);
+  }
+  EXPECT_EQ((*reader)->records_read(), 200);
+  ASSERT_TRUE((*reader)->Rewind().ok());
+  ASSERT_TRUE(*(*reader)->Next(&batch));
+  EXPECT_EQ((*reader)->records_read(), 50);
+}
+
+// Record identity for the coverage checks: label, dense and tokens all together.
+std::vector<CriteoRecord> ShardRecords(RecordReaderOptions options) {
+  auto records = LoadAll(options);
+  EXPECT_TRUE(records.ok()) << records.status();
+  return records.ok() ? *records : std::vector<CriteoRecord>{};
+}
+
+TEST(RecordReader, ShardsCoverEveryRecordExactlyOnceAcrossFilesAndFormats) {
+  TempDir dir;
+  // Two files: the sample as TSV, then a generated file as binary (mixed formats, auto-detected).
+  GenDataOptions gen;
+  gen.output = dir.File("gen.bin");
+  gen.format = InputFormat::kBinary;
+  gen.num_rows = 57;
+  gen.cardinalities = SmallRows();
+  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  const std::vector<std::string> paths = {testing::CriteoSamplePath(), gen.output};
+  const std::vector<CriteoRecord> all = ShardRecords({.paths = paths});
+  ASSERT_EQ(all.size(), 257u);
+
+  for (int world : {1, 2, 3, 4, 7}) {
+    std::vector<CriteoRecord> joined;
+    for (int rank = 0; rank < world; ++rank) {
+      RecordReaderOptions options{.paths = paths, .rank = rank, .world_size = world};
+      std::vector<CriteoRecord> shard = ShardRecords(options);
+      EXPECT_NEAR(static_cast<double>(shard.size()), 257.0 / world, 1.0) << rank << "/" << world;
+      joined.insert(joined.end(), shard.begin(), shard.end());
+    }
+    EXPECT_EQ(joined, all) << "world_size " << world;  // in order, each exactly once
+  }
+
+  // A record range, sharded; even shards have equal sizes.
+  std::vector<CriteoRecord> joined;
+  for (int rank = 0; rank < 3; ++rank) {
+    RecordReaderOptions options{.paths = paths,
+                                .begin = 190,
+                                .end = 230,
+                                .rank = rank,
+                                .world_size = 3,
+                                .even_shards = true};
+    std::vector<CriteoRecord> shard = ShardRecords(options);
+    EXPECT_EQ(shard.size(), 13u);
+    joined.insert(joined.end(), shard.begin(), shard.end());
+  }
+  EXPECT_EQ(joined, std::vector<CriteoRecord>(all.begin() + 190, all.begin() + 229));
+}
+
+TEST(RecordReader, TsvShardIndicesCountOnlyValidRecords) {
+  TempDir dir;
+  const std::string tsv = dir.File("with_bad.tsv");
+  std::string content = testing::ReadFile(testing::CriteoSamplePath());
+  const size_t cut = content.find('\n', content.size() / 2) + 1;
+  content.insert(cut, "broken\tline\n");
+  testing::WriteFile(tsv, content);
+  const std::vector<CriteoRecord> all = ShardRecords({.paths = {testing::CriteoSamplePath()}});
+  std::vector<CriteoRecord> joined;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<CriteoRecord> shard = ShardRecords({.paths = {tsv}, .rank = rank, .world_size = 2});
+    EXPECT_EQ(shard.size(), 100u);
+    joined.insert(joined.end(), shard.begin(), shard.end());
+  }
+  EXPECT_EQ(joined, all);
+  // Strict mode fails already when the shard is set up (the counting pass meets the bad line).
+  auto strict = RecordReader::Create({.paths = {tsv}, .strict = true, .rank = 1, .world_size = 2});
+  EXPECT_EQ(strict.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(strict.status().message()), HasSubstr(tsv + ":"));
+}
+
+TEST(RecordReader, TrainEvalSplitPartitionsTheData) {
+  const std::vector<std::string> paths = {testing::CriteoSamplePath()};
+  auto total = CountRecords(paths, InputFormat::kAuto, false);
+  ASSERT_TRUE(total.ok());
+  EXPECT_EQ(*total, 200);
+  auto split = SplitTrainEval(*total, 0.1);
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->train_end, 180);
+  EXPECT_EQ(split->eval_begin, 180);
+  EXPECT_EQ(split->eval_end, 200);
+  const std::vector<CriteoRecord> all = ShardRecords({.paths = paths});
+  std::vector<CriteoRecord> train =
+      ShardRecords({.paths = paths, .begin = split->train_begin, .end = split->train_end});
+  std::vector<CriteoRecord> eval =
+      ShardRecords({.paths = paths, .begin = split->eval_begin, .end = split->eval_end});
+  EXPECT_EQ(train.size(), 180u);
+  EXPECT_EQ(eval.size(), 20u);
+  train.insert(train.end(), eval.begin(), eval.end());
+  EXPECT_EQ(train, all);
+  EXPECT_EQ(SplitTrainEval(10, 1.0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BatchReader, InMemoryReaderMatchesFileReader) {
+  auto records = LoadAll({.paths = {testing::CriteoSamplePath()}});
+  ASSERT_TRUE(records.ok());
+  BatchReaderOptions options;
+  options.paths = {testing::CriteoSamplePath()};
+  options.batch_size = 30;
+  options.table_rows = SmallRows();
+  std::vector<Batch> from_file = ReadBatches(options);
+  auto memory = BatchReader::FromRecords(*records, 30, SmallRows(), false);
+  ASSERT_TRUE(memory.ok());
+  std::vector<Batch> from_memory;
+  Batch batch;
+  while (*(*memory)->Next(&batch)) from_memory.push_back(batch);
+  ExpectSameBatches(from_file, from_memory);
+}
+
+TEST(BatchReader, BadOptionsAreClearErrors) {
+  BatchReaderOptions options;
+  options.paths = {testing::CriteoSamplePath()};
+  options.table_rows = SmallRows();
+  options.table_rows[3] = 0;
+  auto r = BatchReader::Create(options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 3: rows 0"));
+
+  options.table_rows = SmallRows();
+  options.rank = 2;
+  options.world_size = 2;
+  r = BatchReader::Create(options);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("rank 2"));
+
+  options.rank = 0;
+  options.paths = {testing::CriteoSamplePath(), "/no/such/file.tsv"};
+  r = BatchReader::Create(options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("/no/such/file.tsv"));
+
+  options.paths = {testing::CriteoSamplePath()};
+  options.format = InputFormat::kBinary;
+  r = BatchReader::Create(options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseInputFormat("parquet").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dlrm::worker

@@ -1,0 +1,203 @@
+#include "worker/input/criteo_tsv.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace dlrm::worker {
+namespace {
+
+constexpr int kNumFields = 1 + kCriteoNumDense + kCriteoNumCategorical;
+
+// Shows a field in a message, shortened so a garbage line cannot flood the log.
+std::string Quote(absl::string_view field) {
+  constexpr size_t kMax = 24;
+  if (field.size() <= kMax) return absl::StrCat("\"", field, "\"");
+  return absl::StrCat("\"", field.substr(0, kMax), "...\" (", field.size(), " bytes)");
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string ParseIssue::ToString() const { return absl::StrCat(file, ":", line, ": ", reason); }
+
+absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  const int fields = 1 + static_cast<int>(std::count(line.begin(), line.end(), '\t'));
+  if (fields != kNumFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", kNumFields, " tab-separated fields, found ", fields));
+  }
+  const char* p = line.data();
+  const char* const end = line.data() + line.size();
+  auto next_field = [&]() {
+    const char* tab = static_cast<const char*>(std::memchr(p, '\t', end - p));
+    const char* stop = tab == nullptr ? end : tab;
+    absl::string_view field(p, stop - p);
+    p = tab == nullptr ? end : tab + 1;
+    return field;
+  };
+
+  absl::string_view label = next_field();
+  if (label == "0") {
+    out->label = 0.0f;
+  } else if (label == "1") {
+    out->label = 1.0f;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("label ", Quote(label), " is not 0 or 1"));
+  }
+
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    absl::string_view field = next_field();
+    int64_t value = 0;
+    if (!field.empty()) {
+      auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+      if (ec != std::errc() || ptr != field.data() + field.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dense I", j + 1, ": ", Quote(field), " is not an integer"));
+      }
+    }
+    out->dense[j] = TransformDense(value);
+  }
+
+  uint32_t mask = 0;
+  for (int t = 0; t < kCriteoNumCategorical; ++t) {
+    absl::string_view field = next_field();
+    if (field.empty()) {
+      out->cats[t] = 0;
+      mask |= 1u << t;
+      continue;
+    }
+    if (field.size() != 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("categorical C", t + 1, ": token ", Quote(field), " is not 8 hex digits"));
+    }
+    uint32_t token = 0;
+    for (char c : field) {
+      const int v = HexValue(c);
+      if (v < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("categorical C", t + 1, ": token ", Quote(field), " is not 8 hex digits"));
+      }
+      token = (token << 4) | static_cast<uint32_t>(v);
+    }
+    out->cats[t] = token;
+  }
+  out->missing_mask = mask;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CriteoTsvReader>> CriteoTsvReader::Open(
+    const TsvReaderOptions& options) {
+  std::FILE* file = std::fopen(options.path.c_str(), "rb");
+  if (file == nullptr) {
+    const int err = errno;
+    const std::string message =
+        absl::StrCat("cannot open Criteo TSV file ", options.path, ": ", std::strerror(err));
+    if (err == ENOENT) return absl::NotFoundError(message);
+    return absl::PermissionDeniedError(message);
+  }
+  return std::unique_ptr<CriteoTsvReader>(new CriteoTsvReader(options, file));
+}
+
+CriteoTsvReader::CriteoTsvReader(const TsvReaderOptions& options, std::FILE* file)
+    : options_(options), file_(file) {
+  if (options_.buffer_bytes < 64) options_.buffer_bytes = 64;
+  buffer_.resize(options_.buffer_bytes);
+}
+
+CriteoTsvReader::~CriteoTsvReader() {
+  LogSummary();
+  std::fclose(file_);
+}
+
+absl::StatusOr<bool> CriteoTsvReader::NextLine(absl::string_view* line) {
+  while (true) {
+    const char* start = buffer_.data() + begin_;
+    const void* nl = std::memchr(start, '\n', end_ - begin_);
+    if (nl != nullptr) {
+      const size_t len = static_cast<const char*>(nl) - start;
+      *line = absl::string_view(start, len);
+      begin_ += len + 1;
+      ++line_;
+      return true;
+    }
+    if (eof_) {
+      if (begin_ == end_) return false;
+      *line = absl::string_view(start, end_ - begin_);  // final line without '\n'
+      begin_ = end_;
+      ++line_;
+      return true;
+    }
+    // Keep the partial line, then refill; grow when one line fills the whole buffer.
+    if (begin_ > 0) {
+      std::memmove(buffer_.data(), start, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
+    const size_t got = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_);
+    if (got == 0) {
+      if (std::ferror(file_)) {
+        return absl::DataLossError(absl::StrCat("read error in ", options_.path, " after line ",
+                                                line_, ": ", std::strerror(errno)));
+      }
+      eof_ = true;
+    }
+    end_ += got;
+  }
+}
+
+absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
+  absl::string_view line;
+  while (true) {
+    auto more = NextLine(&line);
+    if (!more.ok()) return more.status();
+    if (!*more) {
+      LogSummary();
+      return false;
+    }
+    if (line.empty() || line == "\r") continue;
+    absl::Status status = ParseCriteoLine(line, record);
+    if (status.ok()) {
+      ++records_;
+      return true;
+    }
+    if (options_.strict) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options_.path, ":", line_, ": ", status.message()));
+    }
+    Report(status.message());
+  }
+}
+
+void CriteoTsvReader::Report(absl::string_view reason) {
+  ++skipped_;
+  ParseIssue issue{options_.path, line_, std::string(reason)};
+  if (skipped_ <= options_.max_logged_issues) {
+    DLRM_LOG(WARNING) << "skipping malformed line " << issue.ToString();
+  }
+  if (options_.on_issue) options_.on_issue(issue);
+}
+
+void CriteoTsvReader::LogSummary() {
+  if (summary_logged_) return;
+  summary_logged_ = true;
+  if (options_.max_logged_issues >= 0 && skipped_ > options_.max_logged_issues) {
+    DLRM_LOG(WARNING) << options_.path << ": skipped " << skipped_ << " malformed lines in total ("
+                      << skipped_ - options_.max_logged_issues << " not shown)";
+  }
+}
+
+}  // namespace dlrm::worker

@@ -1,0 +1,120 @@
+// Criteo click-log text format (Kaggle Display Advertising Challenge and Terabyte), one sample per
+// line, tab-separated, 40 fields:
+//
+//   label \t I1 .. I13 \t C1 .. C26
+//
+// label is "0" or "1"; I1..I13 are integers (possibly negative); C1..C26 are 8-hex-digit tokens.
+// Any of the 39 feature fields may be empty:
+//   - an empty dense field reads as 0 (then transformed to log(1 + 0) = 0);
+//   - an empty categorical field reads as token 0 with its bit set in `missing_mask`
+//     (HashCategorical maps it to the reserved row 0 of its table).
+// Dense values are transformed to log(1 + max(x, 0)) when parsed.
+//
+// Lines may end in "\n" or "\r\n"; the last line need not end in a newline. Completely empty lines
+// carry no data and are ignored without being counted. Any other line that is not a valid record
+// is "malformed": in the default mode it is skipped, counted and reported to a ParseIssueSink
+// (and the first few are logged as warnings, then one summary); in strict mode reading stops with
+// INVALID_ARGUMENT naming `file:line`.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dlrm::worker {
+
+inline constexpr int kCriteoNumDense = 13;
+inline constexpr int kCriteoNumCategorical = 26;
+
+struct CriteoRecord {
+  float label = 0;                                     // 0 or 1
+  std::array<float, kCriteoNumDense> dense{};          // log(1 + max(x, 0))
+  std::array<uint32_t, kCriteoNumCategorical> cats{};  // raw 32-bit token; 0 when missing
+  uint32_t missing_mask = 0;                           // bit t set: categorical t was empty
+
+  bool missing(int t) const { return (missing_mask >> t) & 1u; }
+  bool operator==(const CriteoRecord&) const = default;
+};
+
+// The dense transform every path uses: log(1 + max(x, 0)) computed in double, stored as float.
+inline float TransformDense(int64_t x) {
+  return x > 0 ? static_cast<float>(std::log1p(static_cast<double>(x))) : 0.0f;
+}
+
+// One malformed input line.
+struct ParseIssue {
+  std::string file;
+  int64_t line = 0;    // 1-based
+  std::string reason;  // e.g. "categorical C3: token \"12ab\" is not 8 hex digits"
+
+  // "file:line: reason"
+  std::string ToString() const;
+};
+
+// Receives every malformed line (not rate-limited). Called on the reading thread.
+using ParseIssueSink = std::function<void(const ParseIssue&)>;
+
+// Parses one line (without its line terminator; a trailing '\r' is accepted). On failure returns
+// INVALID_ARGUMENT whose message is the reason only (no file:line) and leaves `out` unspecified.
+absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out);
+
+struct TsvReaderOptions {
+  std::string path;
+  // Stop at the first malformed line with INVALID_ARGUMENT "path:line: reason".
+  bool strict = false;
+  // Optional; gets every malformed line in non-strict mode.
+  ParseIssueSink on_issue = nullptr;
+  // Non-strict mode logs the first `max_logged_issues` malformed lines as warnings, then one
+  // summary line at the end of the file (or when the reader is destroyed). Negative: log nothing.
+  int max_logged_issues = 10;
+  // Size of each read(2); lines longer than this grow the buffer.
+  size_t buffer_bytes = 1 << 20;
+};
+
+// Streams records from one TSV file with large buffered reads; memory use is O(buffer_bytes).
+// Not thread-safe: one thread reads.
+class CriteoTsvReader {
+ public:
+  // NOT_FOUND (naming the path) when the file does not exist or cannot be opened.
+  static absl::StatusOr<std::unique_ptr<CriteoTsvReader>> Open(const TsvReaderOptions& options);
+  ~CriteoTsvReader();
+  CriteoTsvReader(const CriteoTsvReader&) = delete;
+  CriteoTsvReader& operator=(const CriteoTsvReader&) = delete;
+
+  // Reads the next valid record into *record. Returns false at the end of the file. Errors: an I/O
+  // error, or (strict) a malformed line.
+  absl::StatusOr<bool> Next(CriteoRecord* record);
+
+  int64_t records() const { return records_; }  // valid records returned so far
+  int64_t skipped() const { return skipped_; }  // malformed lines skipped so far
+  int64_t line() const { return line_; }        // lines consumed so far (1-based last line)
+  const std::string& path() const { return options_.path; }
+
+ private:
+  CriteoTsvReader(const TsvReaderOptions& options, std::FILE* file);
+  // Sets *line to the next line (without '\n'); false at end of file.
+  absl::StatusOr<bool> NextLine(absl::string_view* line);
+  void Report(absl::string_view reason);
+  void LogSummary();
+
+  TsvReaderOptions options_;
+  std::FILE* file_;
+  std::string buffer_;
+  size_t begin_ = 0;  // unconsumed bytes are buffer_[begin_, end_)
+  size_t end_ = 0;
+  bool eof_ = false;
+  bool summary_logged_ = false;
+  int64_t line_ = 0;
+  int64_t records_ = 0;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace dlrm::worker

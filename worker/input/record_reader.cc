@@ -1,0 +1,244 @@
+#include "worker/input/record_reader.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace dlrm::worker {
+
+struct InputFile {
+  std::string path;
+  InputFormat format = InputFormat::kTsv;  // resolved: never kAuto
+  int64_t count = -1;                      // known for binary files
+};
+
+namespace {
+
+absl::StatusOr<InputFile> ResolveFile(const std::string& path, InputFormat format) {
+  // Opening here also turns a missing file into NOT_FOUND before any reading starts.
+  DLRM_ASSIGN_OR_RETURN(bool is_binary, IsBinaryCriteoFile(path));
+  InputFile file;
+  file.path = path;
+  if (format == InputFormat::kBinary && !is_binary) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": format is binary but the file does not start with DLRMBIN1"));
+  }
+  file.format = format == InputFormat::kAuto
+                    ? (is_binary ? InputFormat::kBinary : InputFormat::kTsv)
+                    : format;
+  if (file.format == InputFormat::kBinary) {
+    DLRM_ASSIGN_OR_RETURN(auto reader, BinaryReader::Open({.path = path}));
+    file.count = reader->num_records();
+  }
+  return file;
+}
+
+absl::StatusOr<int64_t> CountTsv(const std::string& path, bool strict) {
+  TsvReaderOptions options;
+  options.path = path;
+  options.strict = strict;
+  options.max_logged_issues = -1;  // the real pass reports issues; the count stays quiet
+  DLRM_ASSIGN_OR_RETURN(auto reader, CriteoTsvReader::Open(options));
+  CriteoRecord record;
+  while (true) {
+    DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
+    if (!more) break;
+  }
+  return reader->records();
+}
+
+}  // namespace
+
+absl::StatusOr<InputFormat> ParseInputFormat(absl::string_view name) {
+  if (name == "auto") return InputFormat::kAuto;
+  if (name == "tsv") return InputFormat::kTsv;
+  if (name == "binary") return InputFormat::kBinary;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown input format \"", name, "\" (expected auto, tsv or binary)"));
+}
+
+const char* InputFormatName(InputFormat format) {
+  switch (format) {
+    case InputFormat::kAuto:
+      return "auto";
+    case InputFormat::kTsv:
+      return "tsv";
+    case InputFormat::kBinary:
+      return "binary";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
+    const RecordReaderOptions& options) {
+  if (options.paths.empty()) return absl::InvalidArgumentError("input: no files given");
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input: rank ", options.rank, " is not in [0, world_size ", options.world_size, ")"));
+  }
+  if (options.begin < 0 || (options.end != -1 && options.end < options.begin)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input: bad record range [", options.begin, ", ", options.end, ")"));
+  }
+  std::vector<InputFile> files;
+  bool all_counted = true;
+  for (const std::string& path : options.paths) {
+    DLRM_ASSIGN_OR_RETURN(InputFile file, ResolveFile(path, options.format));
+    all_counted = all_counted && file.count >= 0;
+    files.push_back(std::move(file));
+  }
+
+  int64_t lo = options.begin;
+  int64_t hi = options.end;
+  if (all_counted || options.world_size > 1) {
+    int64_t total = 0;
+    for (const InputFile& file : files) {
+      if (file.count >= 0) {
+        total += file.count;
+      } else {
+        DLRM_ASSIGN_OR_RETURN(int64_t n, CountTsv(file.path, options.strict));
+        total += n;
+      }
+    }
+    hi = hi == -1 ? total : std::min(hi, total);
+    lo = std::min(lo, hi);
+  }
+
+  auto reader = std::unique_ptr<RecordReader>(new RecordReader(options, std::move(files)));
+  if (hi < 0) {
+    reader->shard_begin_ = lo;
+    reader->shard_end_ = -1;
+  } else {
+    const int64_t n = hi - lo;
+    const int64_t r = options.rank;
+    const int64_t w = options.world_size;
+    if (options.even_shards) {
+      reader->shard_begin_ = lo + (n / w) * r;
+      reader->shard_end_ = reader->shard_begin_ + n / w;
+    } else {
+      reader->shard_begin_ = lo + n * r / w;
+      reader->shard_end_ = lo + n * (r + 1) / w;
+    }
+  }
+  DLRM_RETURN_IF_ERROR(reader->Rewind());
+  return reader;
+}
+
+RecordReader::RecordReader(const RecordReaderOptions& options, std::vector<InputFile> files)
+    : options_(options), files_(std::move(files)) {}
+
+RecordReader::~RecordReader() = default;
+
+int64_t RecordReader::skipped() const {
+  return skipped_closed_ + (tsv_ != nullptr ? tsv_->skipped() : 0);
+}
+
+absl::Status RecordReader::OpenFile(size_t index) {
+  if (tsv_ != nullptr) skipped_closed_ += tsv_->skipped();
+  tsv_.reset();
+  binary_.reset();
+  file_index_ = index;
+  if (index >= files_.size()) return absl::OkStatus();
+  const InputFile& file = files_[index];
+  if (file.format == InputFormat::kBinary) {
+    DLRM_ASSIGN_OR_RETURN(binary_, BinaryReader::Open({.path = file.path}));
+  } else {
+    TsvReaderOptions tsv_options;
+    tsv_options.path = file.path;
+    tsv_options.strict = options_.strict;
+    tsv_options.on_issue = options_.on_issue;
+    DLRM_ASSIGN_OR_RETURN(tsv_, CriteoTsvReader::Open(tsv_options));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecordReader::Rewind() {
+  tsv_.reset();
+  binary_.reset();
+  records_read_ = 0;
+  skipped_closed_ = 0;
+  return SkipTo(shard_begin_);
+}
+
+absl::Status RecordReader::SkipTo(int64_t global_index) {
+  int64_t remaining = global_index;
+  CriteoRecord discard;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const InputFile& file = files_[i];
+    if (file.count >= 0 && remaining >= file.count) {
+      remaining -= file.count;
+      continue;
+    }
+    DLRM_RETURN_IF_ERROR(OpenFile(i));
+    if (binary_ != nullptr) return binary_->Seek(remaining);
+    while (remaining > 0) {
+      DLRM_ASSIGN_OR_RETURN(bool more, tsv_->Next(&discard));
+      if (!more) break;
+      --remaining;
+    }
+    if (remaining == 0) return absl::OkStatus();
+  }
+  return OpenFile(files_.size());  // the start is past the data: an empty shard
+}
+
+absl::StatusOr<bool> RecordReader::Next(CriteoRecord* record) {
+  if (shard_end_ >= 0 && shard_begin_ + records_read_ >= shard_end_) return false;
+  while (file_index_ < files_.size()) {
+    if (tsv_ == nullptr && binary_ == nullptr) DLRM_RETURN_IF_ERROR(OpenFile(file_index_));
+    absl::StatusOr<bool> more = binary_ != nullptr ? binary_->Next(record) : tsv_->Next(record);
+    if (!more.ok()) return more.status();
+    if (*more) {
+      ++records_read_;
+      return true;
+    }
+    DLRM_RETURN_IF_ERROR(OpenFile(file_index_ + 1));
+  }
+  return false;
+}
+
+absl::StatusOr<int64_t> CountRecords(const std::vector<std::string>& paths, InputFormat format,
+                                     bool strict) {
+  int64_t total = 0;
+  for (const std::string& path : paths) {
+    DLRM_ASSIGN_OR_RETURN(InputFile file, ResolveFile(path, format));
+    if (file.count >= 0) {
+      total += file.count;
+    } else {
+      DLRM_ASSIGN_OR_RETURN(int64_t n, CountTsv(path, strict));
+      total += n;
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<TrainEvalSplit> SplitTrainEval(int64_t total_records, double eval_fraction) {
+  if (total_records < 0 || !(eval_fraction >= 0.0 && eval_fraction < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("eval split: eval_fraction ", eval_fraction,
+                                                   " must be in [0, 1) and total_records ",
+                                                   total_records, " >= 0"));
+  }
+  const int64_t eval = static_cast<int64_t>(std::floor(total_records * eval_fraction));
+  TrainEvalSplit split;
+  split.train_begin = 0;
+  split.train_end = total_records - eval;
+  split.eval_begin = split.train_end;
+  split.eval_end = total_records;
+  return split;
+}
+
+absl::StatusOr<std::vector<CriteoRecord>> LoadAll(const RecordReaderOptions& options) {
+  DLRM_ASSIGN_OR_RETURN(auto reader, RecordReader::Create(options));
+  std::vector<CriteoRecord> records;
+  if (reader->shard_size() > 0) records.reserve(reader->shard_size());
+  CriteoRecord record;
+  while (true) {
+    DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
+    if (!more) break;
+    records.push_back(record);
+  }
+  return records;
+}
+
+}  // namespace dlrm::worker

@@ -1,0 +1,100 @@
+// Reads Criteo records from several files (TSV or binary) as one sequence, restricted to a record
+// range and to one worker's shard of it.
+//
+// Record indices count VALID records only (malformed TSV lines that are skipped do not take an
+// index), over the concatenation of `paths` in order. The selected records are
+//   range  = [begin, end)              (end = -1: to the end of the data; larger ends are clamped)
+//   shard  = rank's contiguous part of the range: [lo + n*rank/world, lo + n*(rank+1)/world)
+//            with n = |range| (even_shards: every rank gets floor(n/world), the tail is dropped, so
+//            all ranks run the same number of steps).
+// Binary files seek straight to a record; TSV files are read and discarded up to the start, and a
+// counting pre-pass is made when the shard needs the total (world_size > 1 with end = -1).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/input/binary_format.h"
+#include "worker/input/criteo_tsv.h"
+
+namespace dlrm::worker {
+
+enum class InputFormat { kAuto, kTsv, kBinary };
+
+// "auto", "tsv" or "binary"; INVALID_ARGUMENT naming the value otherwise.
+absl::StatusOr<InputFormat> ParseInputFormat(absl::string_view name);
+const char* InputFormatName(InputFormat format);
+
+struct RecordReaderOptions {
+  std::vector<std::string> paths;           // read in this order
+  InputFormat format = InputFormat::kAuto;  // kAuto: binary when a file starts with the magic
+  bool strict = false;                      // TSV: a malformed line is an error instead of a skip
+  ParseIssueSink on_issue = nullptr;        // TSV: gets every skipped line (optional)
+  int64_t begin = 0;                        // record range [begin, end)
+  int64_t end = -1;                         // -1: to the end
+  int rank = 0;                             // shard of the range read by this reader
+  int world_size = 1;
+  bool even_shards = false;
+};
+
+struct InputFile;  // defined in record_reader.cc
+
+// Not thread-safe: one thread reads.
+class RecordReader {
+ public:
+  // Validates the options and opens the first file of the shard. Errors: INVALID_ARGUMENT for bad
+  // options, NOT_FOUND naming a missing file, DATA_LOSS for a corrupt binary header.
+  static absl::StatusOr<std::unique_ptr<RecordReader>> Create(const RecordReaderOptions& options);
+  ~RecordReader();
+
+  // Next record of the shard; false at its end.
+  absl::StatusOr<bool> Next(CriteoRecord* record);
+  // Starts the shard again from its first record (for another epoch).
+  absl::Status Rewind();
+
+  int64_t shard_begin() const { return shard_begin_; }  // global index of the first record
+  // Records in the shard, or -1 when not known without a pass over TSV input.
+  int64_t shard_size() const { return shard_end_ < 0 ? -1 : shard_end_ - shard_begin_; }
+  int64_t records_read() const { return records_read_; }  // since Create/Rewind
+  int64_t skipped() const;  // malformed TSV lines skipped since Create/Rewind
+
+ private:
+  RecordReader(const RecordReaderOptions& options, std::vector<InputFile> files);
+  absl::Status OpenFile(size_t index);
+  absl::Status SkipTo(int64_t global_index);
+
+  RecordReaderOptions options_;
+  std::vector<InputFile> files_;
+  int64_t shard_begin_ = 0;
+  int64_t shard_end_ = -1;  // -1: until the data ends
+  size_t file_index_ = 0;
+  std::unique_ptr<CriteoTsvReader> tsv_;
+  std::unique_ptr<BinaryReader> binary_;
+  int64_t records_read_ = 0;
+  int64_t skipped_closed_ = 0;  // skipped lines of files already closed
+};
+
+// Valid records in `paths` (binary: from headers; TSV: a parsing pass that reports nothing).
+absl::StatusOr<int64_t> CountRecords(const std::vector<std::string>& paths, InputFormat format,
+                                     bool strict);
+
+// The last `eval_fraction` of `total_records` (rounded down) is the eval set, the rest training:
+// train = [0, eval_begin), eval = [eval_begin, total_records). Put these in RecordReaderOptions
+// begin/end. INVALID_ARGUMENT unless 0 <= eval_fraction < 1 and total_records >= 0.
+struct TrainEvalSplit {
+  int64_t train_begin = 0;
+  int64_t train_end = 0;
+  int64_t eval_begin = 0;
+  int64_t eval_end = 0;
+};
+absl::StatusOr<TrainEvalSplit> SplitTrainEval(int64_t total_records, double eval_fraction);
+
+// Every record the options select, in memory (e.g. a small eval set).
+absl::StatusOr<std::vector<CriteoRecord>> LoadAll(const RecordReaderOptions& options);
+
+}  // namespace dlrm::worker

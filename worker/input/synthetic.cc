@@ -1,0 +1,220 @@
+#include "worker/input/synthetic.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "worker/input/binary_format.h"
+#include "worker/input/feature_hash.h"
+#include "worker/input/zipf_sampler.h"
+
+namespace dlrm::worker {
+namespace {
+
+constexpr int64_t kKaggleCardinalities[kCriteoNumCategorical] = {
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
+
+double UnitFromHash(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+
+absl::Status Validate(const GenDataOptions& o) {
+  if (o.output.empty()) return absl::InvalidArgumentError("gen-data: no output path");
+  if (o.num_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("gen-data: num_rows ", o.num_rows, " < 0"));
+  }
+  if (o.cardinalities.size() != kCriteoNumCategorical) {
+    return absl::InvalidArgumentError(absl::StrCat("gen-data: expected ", kCriteoNumCategorical,
+                                                   " cardinalities, got ", o.cardinalities.size()));
+  }
+  for (size_t t = 0; t < o.cardinalities.size(); ++t) {
+    if (o.cardinalities[t] < 1 || o.cardinalities[t] > (int64_t{1} << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat("gen-data: table ", t, ": cardinality ",
+                                                     o.cardinalities[t], " not in [1, 2^32]"));
+    }
+  }
+  if (!(o.zipf_exponent > 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gen-data: zipf_exponent ", o.zipf_exponent, " must be > 0"));
+  }
+  if (!(o.signal_strength >= 0.0) || !std::isfinite(o.signal_strength)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gen-data: signal_strength ", o.signal_strength, " must be >= 0"));
+  }
+  if (!(o.empty_fraction >= 0.0 && o.empty_fraction < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gen-data: empty_fraction ", o.empty_fraction, " must be in [0, 1)"));
+  }
+  return absl::OkStatus();
+}
+
+// Appends one record as a Criteo TSV line. `raw_dense[j]` < 0 marks an empty dense field.
+void AppendTsvLine(const CriteoRecord& r, const int64_t* raw_dense, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char line[1024];
+  char* p = line;
+  *p++ = r.label != 0.0f ? '1' : '0';
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    *p++ = '\t';
+    if (raw_dense[j] >= 0) p = std::to_chars(p, line + sizeof(line), raw_dense[j]).ptr;
+  }
+  for (int t = 0; t < kCriteoNumCategorical; ++t) {
+    *p++ = '\t';
+    if (r.missing(t)) continue;
+    for (int shift = 28; shift >= 0; shift -= 4) *p++ = kHex[(r.cats[t] >> shift) & 0xf];
+  }
+  *p++ = '\n';
+  out->append(line, p - line);
+}
+
+}  // namespace
+
+std::vector<int64_t> KaggleCardinalities() {
+  return std::vector<int64_t>(std::begin(kKaggleCardinalities), std::end(kKaggleCardinalities));
+}
+
+std::vector<int64_t> CappedKaggleCardinalities(int64_t max_rows) {
+  std::vector<int64_t> rows = KaggleCardinalities();
+  for (int64_t& r : rows) r = std::max<int64_t>(1, std::min(r, max_rows));
+  return rows;
+}
+
+uint32_t ScrambleToken(int table, uint32_t id) {
+  // Each step is invertible on uint32 (xor with a constant, odd multiply, xor-shift), so distinct
+  // ids of one table always get distinct tokens.
+  uint32_t x = id ^ (0x9e3779b9u * static_cast<uint32_t>(table + 1));
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x;
+}
+
+double SyntheticDenseSigma(int j) { return 0.5 + 0.2 * j; }
+
+PlantedModel::PlantedModel(const GenDataOptions& options)
+    : seed_(SplitMix64(options.seed ^ 0x5eed5eed5eed5eedULL)),
+      strength_(options.signal_strength),
+      bias_(options.bias) {
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    const double u = UnitFromHash(SplitMix64(seed_ ^ (0xd0000000ULL + j)));
+    dense_weight_[j] = strength_ * 0.3 * (2.0 * u - 1.0);
+    // E[log1p(floor(expm1(sigma |z|)))] is a little below E[sigma |z|] = sigma sqrt(2 / pi);
+    // centering only has to be roughly right so that `bias` sets the positive rate.
+    dense_center_[j] = SyntheticDenseSigma(j) * std::sqrt(2.0 / 3.141592653589793);
+  }
+}
+
+double PlantedModel::CategoricalWeight(int table, uint32_t token) const {
+  const uint64_t key = (static_cast<uint64_t>(table) << 32) | token;
+  return strength_ * (2.0 * UnitFromHash(SplitMix64(seed_ ^ SplitMix64(key))) - 1.0);
+}
+
+double PlantedModel::Logit(const CriteoRecord& r) const {
+  double logit = bias_;
+  for (int t = 0; t < kCriteoNumCategorical; ++t) {
+    if (!r.missing(t)) logit += CategoricalWeight(t, r.cats[t]);
+  }
+  for (int j = 0; j < kCriteoNumDense; ++j) {
+    logit += dense_weight_[j] * (r.dense[j] - dense_center_[j]);
+  }
+  return logit;
+}
+
+absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stats) {
+  DLRM_RETURN_IF_ERROR(Validate(options));
+  const bool binary = options.format == InputFormat::kBinary;
+  std::vector<ZipfSampler> samplers;
+  samplers.reserve(kCriteoNumCategorical);
+  for (int64_t n : options.cardinalities) samplers.emplace_back(n, options.zipf_exponent);
+  const PlantedModel model(options);
+  Xoshiro256 rng(options.seed);
+
+  std::unique_ptr<BinaryWriter> binary_writer;
+  std::FILE* tsv_file = nullptr;
+  const std::string tmp = options.output + ".tmp";
+  if (binary) {
+    DLRM_ASSIGN_OR_RETURN(binary_writer, BinaryWriter::Create(options.output));
+  } else {
+    tsv_file = std::fopen(tmp.c_str(), "wb");
+    if (tsv_file == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("gen-data: cannot create ", tmp, ": ", std::strerror(errno)));
+    }
+  }
+  auto fail = [&](const std::string& what) {
+    if (tsv_file != nullptr) {
+      std::fclose(tsv_file);
+      std::remove(tmp.c_str());
+    }
+    return absl::DataLossError(
+        absl::StrCat("gen-data: ", what, " ", tmp, ": ", std::strerror(errno)));
+  };
+
+  GenDataStats local;
+  std::string out;
+  out.reserve(1 << 20);
+  CriteoRecord record;
+  int64_t raw_dense[kCriteoNumDense];
+  for (int64_t row = 0; row < options.num_rows; ++row) {
+    record.missing_mask = 0;
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      if (rng.NextDouble() < options.empty_fraction) {
+        record.cats[t] = 0;
+        record.missing_mask |= 1u << t;
+      } else {
+        const int64_t id = samplers[t].Sample(rng) - 1;
+        record.cats[t] = ScrambleToken(t, static_cast<uint32_t>(id));
+      }
+    }
+    for (int j = 0; j < kCriteoNumDense; ++j) {
+      if (rng.NextDouble() < options.empty_fraction) {
+        raw_dense[j] = -1;
+        record.dense[j] = 0.0f;
+      } else {
+        const double v = std::expm1(SyntheticDenseSigma(j) * std::abs(rng.NextGaussian()));
+        raw_dense[j] = static_cast<int64_t>(std::min(v, 1e15));
+        record.dense[j] = TransformDense(raw_dense[j]);
+      }
+    }
+    const double p = 1.0 / (1.0 + std::exp(-model.Logit(record)));
+    record.label = rng.NextDouble() < p ? 1.0f : 0.0f;
+    local.positives += record.label != 0.0f;
+    ++local.rows;
+    if (binary) {
+      DLRM_RETURN_IF_ERROR(binary_writer->Append(record));
+    } else {
+      AppendTsvLine(record, raw_dense, &out);
+      if (out.size() >= (1 << 20) - 1024) {
+        if (std::fwrite(out.data(), 1, out.size(), tsv_file) != out.size()) return fail("write");
+        out.clear();
+      }
+    }
+  }
+  if (binary) {
+    DLRM_RETURN_IF_ERROR(binary_writer->Finish());
+  } else {
+    if (std::fwrite(out.data(), 1, out.size(), tsv_file) != out.size()) return fail("write");
+    if (std::fclose(tsv_file) != 0) {
+      tsv_file = nullptr;
+      std::remove(tmp.c_str());
+      return absl::DataLossError(absl::StrCat("gen-data: cannot close ", tmp));
+    }
+    tsv_file = nullptr;
+    if (std::rename(tmp.c_str(), options.output.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      return absl::DataLossError(absl::StrCat("gen-data: cannot rename ", tmp, " to ",
+                                              options.output, ": ", std::strerror(errno)));
+    }
+  }
+  if (stats != nullptr) *stats = local;
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::worker
