@@ -1,6 +1,7 @@
 #include "common/job_spec.h"
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -345,7 +346,17 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading job spec '", path, "'"));
-  return ParseJobSpec(ss.str(), path);
+  DLRM_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(ss.str(), path));
+  // Relative data paths are relative to the spec file, so a spec travels with its data.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  auto resolve = [&dir](std::vector<std::string>* paths) {
+    for (std::string& p : *paths) {
+      if (!p.empty() && std::filesystem::path(p).is_relative()) p = (dir / p).lexically_normal();
+    }
+  };
+  resolve(&spec.train_paths);
+  resolve(&spec.eval_paths);
+  return spec;
 }
 
 std::string JobSpecToYaml(const JobSpec& spec) {

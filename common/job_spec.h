@@ -87,7 +87,8 @@ struct JobSpec {
 // Parses and validates a job spec. `source` names the text in messages (a path or "<submitted>").
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text,
                                      const std::string& source = "<job spec>");
-// Reads and parses a file; a missing or unreadable file is NOT_FOUND naming the path.
+// Reads and parses a file; a missing or unreadable file is NOT_FOUND naming the path. Relative
+// data paths are resolved against the directory of the spec file.
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
 // Emits a spec back to YAML that ParseJobSpec reads to an equal spec.
 std::string JobSpecToYaml(const JobSpec& spec);

@@ -16,8 +16,8 @@ struct SparseFeature {
 struct Batch {
   int size = 0;
   int num_dense = 0;
-  std::vector<float> dense;    // size x num_dense, row-major (already transformed)
-  std::vector<float> labels;   // size, 0 or 1
+  std::vector<float> dense;           // size x num_dense, row-major (already transformed)
+  std::vector<float> labels;          // size, 0 or 1
   std::vector<SparseFeature> sparse;  // one per table
 };
 

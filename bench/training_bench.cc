@@ -1,0 +1,209 @@
+#include "bench/training_bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/shapes.h"
+#include "common/status.h"
+#include "dense/backend_factory.h"
+#include "embedding/local_store.h"
+#include "nlohmann/json.hpp"
+#include "worker/input/zipf_sampler.h"
+#include "worker/trainer.h"
+
+namespace dlrm::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Peak resident set size of this process, from the kernel.
+int64_t PeakRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+// Batches with Zipf-skewed ids (rank r maps to a scattered row so hot rows are not adjacent),
+// uniform dense features and random labels.
+std::vector<worker::Batch> MakeBatches(const BenchShape& shape, int batch_size, int count,
+                                       double exponent, uint64_t seed) {
+  const common::JobSpec& spec = shape.spec;
+  worker::Xoshiro256 rng(seed);
+  std::vector<worker::ZipfSampler> samplers;
+  for (const auto& t : spec.tables) samplers.emplace_back(t.rows, exponent);
+  std::vector<worker::Batch> batches(count);
+  for (auto& b : batches) {
+    b.size = batch_size;
+    b.num_dense = spec.dense_features;
+    b.dense.resize(static_cast<size_t>(batch_size) * spec.dense_features);
+    for (float& x : b.dense) x = static_cast<float>(rng.NextDouble() * 4.0);
+    b.labels.resize(batch_size);
+    for (float& y : b.labels) y = rng.NextDouble() < 0.25 ? 1.0f : 0.0f;
+    b.sparse.resize(spec.tables.size());
+    for (size_t t = 0; t < spec.tables.size(); ++t) {
+      auto& f = b.sparse[t];
+      const int64_t rows = spec.tables[t].rows;
+      f.ids.resize(static_cast<size_t>(batch_size) * shape.ids_per_lookup);
+      f.offsets.resize(batch_size + 1);
+      for (int i = 0; i <= batch_size; ++i) f.offsets[i] = i * shape.ids_per_lookup;
+      for (int64_t& id : f.ids) {
+        const int64_t rank = samplers[t].Sample(rng) - 1;  // 1-based ranks
+        id = static_cast<int64_t>((static_cast<unsigned __int128>(rank) * 2654435761u) % rows);
+      }
+    }
+  }
+  return batches;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options) {
+  DLRM_ASSIGN_OR_RETURN(BenchShape shape, GetBenchShape(options.shape));
+  common::JobSpec& spec = shape.spec;
+  if (options.batch_size > 0) spec.batch_size = options.batch_size;
+  spec.seed = options.seed;
+  if (options.steps <= 0 || options.rounds <= 0 || options.warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps ", options.steps, " and rounds ", options.rounds, " must be > 0"));
+  }
+
+  dense::BackendOptions backend_options;
+  DLRM_ASSIGN_OR_RETURN(backend_options.kind, dense::ParseDeviceKind(options.device));
+  backend_options.cpu_threads = options.threads;
+  DLRM_ASSIGN_OR_RETURN(auto backend, dense::CreateBackend(backend_options));
+
+  const auto init_start = Clock::now();
+  embedding::LocalStoreOptions store_options;
+  store_options.tables = worker::TableConfigsFromSpec(spec);
+  store_options.seed = spec.seed;
+  DLRM_ASSIGN_OR_RETURN(store_options.optimizer, worker::SparseOptimizerFromSpec(spec));
+  if (options.threads > 0) store_options.num_threads = options.threads - 1;
+  DLRM_ASSIGN_OR_RETURN(auto store, embedding::LocalEmbeddingStore::Create(store_options));
+  const double init_seconds = Seconds(init_start, Clock::now());
+
+  int64_t table_bytes = 0;
+  const int state =
+      embedding::SparseOptimizerStateFloats(store_options.optimizer.type, spec.embedding_dim);
+  for (const auto& t : spec.tables) {
+    table_bytes += t.rows * static_cast<int64_t>(spec.embedding_dim + state) * 4;
+  }
+
+  worker::TrainerOptions trainer_options;
+  trainer_options.spec = spec;
+  trainer_options.backend = backend.get();
+  trainer_options.store = store.get();
+  DLRM_ASSIGN_OR_RETURN(auto trainer, worker::Trainer::Create(trainer_options));
+
+  const int num_batches = 4;
+  std::vector<worker::Batch> batches =
+      MakeBatches(shape, spec.batch_size, num_batches, options.zipf_exponent, options.seed + 7);
+
+  // Stage times of the full step, so the report shows where the non-GEMM time goes.
+  double prepare_s = 0, fetch_s = 0, compute_s = 0, push_s = 0;
+  int64_t step_index = 0;
+  auto full_step = [&](bool record) -> absl::Status {
+    const worker::Batch& b = batches[step_index++ % num_batches];
+    worker::SparseWork work;
+    auto t0 = Clock::now();
+    trainer->PrepareSparse(b, trainer->steps_done(), &work);
+    auto t1 = Clock::now();
+    DLRM_RETURN_IF_ERROR(trainer->FetchRows(&work));
+    auto t2 = Clock::now();
+    DLRM_ASSIGN_OR_RETURN(float loss, trainer->Compute(b, &work));
+    (void)loss;
+    auto t3 = Clock::now();
+    DLRM_RETURN_IF_ERROR(trainer->PushGradients(work));
+    auto t4 = Clock::now();
+    if (record) {
+      prepare_s += Seconds(t0, t1);
+      fetch_s += Seconds(t1, t2);
+      compute_s += Seconds(t2, t3);
+      push_s += Seconds(t3, t4);
+    }
+    return absl::OkStatus();
+  };
+  const float* dense_in = batches[0].dense.data();
+  auto gemm_step = [&] {
+    trainer->model().GemmOnlyStep(spec.batch_size,
+                                  backend->device() == dense::Device::kCpu ? dense_in : nullptr);
+  };
+
+  for (int i = 0; i < options.warmup_steps; ++i) {
+    DLRM_RETURN_IF_ERROR(full_step(false));
+    gemm_step();
+  }
+  backend->Synchronize();
+
+  std::vector<double> full_times, gemm_times;
+  for (int r = 0; r < options.rounds; ++r) {
+    for (int i = 0; i < options.steps; ++i) {
+      auto t0 = Clock::now();
+      DLRM_RETURN_IF_ERROR(full_step(true));
+      backend->Synchronize();
+      full_times.push_back(Seconds(t0, Clock::now()));
+    }
+    for (int i = 0; i < options.steps; ++i) {
+      auto t0 = Clock::now();
+      gemm_step();
+      backend->Synchronize();
+      gemm_times.push_back(Seconds(t0, Clock::now()));
+    }
+  }
+  const double full = Median(full_times);
+  const double gemm = Median(gemm_times);
+  const int64_t timed = static_cast<int64_t>(full_times.size());
+  const int64_t peak_rss = PeakRssBytes();
+
+  nlohmann::json j;
+  j["shape"] = options.shape;
+  j["device"] = backend->name();
+  j["batch_size"] = spec.batch_size;
+  j["threads"] =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  j["timed_steps"] = timed;
+  j["samples_per_sec"] = spec.batch_size / full;
+  j["dense_bound_samples_per_sec"] = spec.batch_size / gemm;
+  j["ratio"] = gemm / full;
+  j["step_ms_median"] = full * 1e3;
+  j["gemm_only_ms_median"] = gemm * 1e3;
+  j["stage_ms_mean"] = {{"prepare", prepare_s * 1e3 / timed},
+                        {"fetch", fetch_s * 1e3 / timed},
+                        {"compute", compute_s * 1e3 / timed},
+                        {"push", push_s * 1e3 / timed}};
+  j["zipf_exponent"] = options.zipf_exponent;
+  j["ids_per_lookup"] = shape.ids_per_lookup;
+  j["table_rows"] = [&spec] {
+    int64_t rows = 0;
+    for (const auto& t : spec.tables) rows += t.rows;
+    return rows;
+  }();
+  j["sparse_optimizer"] = spec.sparse_optimizer.type;
+  j["table_and_state_bytes"] = table_bytes;
+  j["peak_rss_bytes"] = peak_rss;
+  j["memory_ratio"] = static_cast<double>(peak_rss) / static_cast<double>(table_bytes);
+  j["table_init_seconds"] = init_seconds;
+  return j.dump();
+}
+
+}  // namespace dlrm::bench

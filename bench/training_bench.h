@@ -1,0 +1,27 @@
+// `dlrm bench`: speed of the full single-process training step against the dense-compute bound
+// (the same forward+backward GEMMs alone, same BLAS, same run), and peak memory against the bytes
+// of the embedding tables plus their optimizer state.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dlrm::bench {
+
+struct TrainingBenchOptions {
+  std::string shape = "kaggle-shape";
+  int batch_size = 0;  // 0 = the shape's (2048)
+  int steps = 20;      // timed steps per round, per path
+  int rounds = 3;      // rounds alternate full step and GEMM-only; the median step counts
+  int warmup_steps = 3;
+  int threads = 0;              // 0 = all cores
+  double zipf_exponent = 1.05;  // id skew of the synthetic batches
+  std::string device = "cpu";
+  uint64_t seed = 1;
+};
+
+// Runs the benchmark and returns one JSON object (see docs/BENCHMARKS.md for the fields).
+absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options);
+
+}  // namespace dlrm::bench

@@ -1,0 +1,62 @@
+#include "worker/job_input.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace dlrm::worker {
+
+absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options) {
+  if (spec.dense_features != kCriteoNumDense) {
+    return absl::InvalidArgumentError(absl::StrCat("model.dense_features: Criteo input has ",
+                                                   kCriteoNumDense, " dense features, got ",
+                                                   spec.dense_features));
+  }
+  if (spec.tables.size() != static_cast<size_t>(kCriteoNumCategorical)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tables: Criteo input has ", kCriteoNumCategorical,
+                     " categorical features, got ", spec.tables.size(), " tables"));
+  }
+  if (spec.train_paths.empty()) return absl::InvalidArgumentError("data.train: no training files");
+  DLRM_ASSIGN_OR_RETURN(InputFormat format, ParseInputFormat(spec.format));
+
+  std::vector<int64_t> rows;
+  for (const auto& t : spec.tables) rows.push_back(t.rows);
+
+  BatchReaderOptions train;
+  train.paths = spec.train_paths;
+  train.format = format;
+  train.strict = spec.strict;
+  train.on_issue = options.on_issue;
+  train.batch_size = spec.batch_size;
+  train.table_rows = rows;
+  train.rank = options.rank;
+  train.world_size = options.world_size;
+  train.even_shards = options.even_shards;
+
+  BatchReaderOptions eval = train;
+  eval.rank = 0;
+  eval.world_size = 1;
+  eval.even_shards = false;
+  eval.on_issue = nullptr;  // issues of these lines were reported by the training pass
+
+  bool has_eval = true;
+  if (spec.eval_paths.empty()) {
+    DLRM_ASSIGN_OR_RETURN(int64_t total, CountRecords(spec.train_paths, format, spec.strict));
+    DLRM_ASSIGN_OR_RETURN(TrainEvalSplit split, SplitTrainEval(total, spec.eval_fraction));
+    train.begin = split.train_begin;
+    train.end = split.train_end;
+    eval.begin = split.eval_begin;
+    eval.end = split.eval_end;
+    has_eval = split.eval_end > split.eval_begin;
+  } else {
+    eval.paths = spec.eval_paths;
+  }
+  JobInput input;
+  DLRM_ASSIGN_OR_RETURN(input.train, BatchReader::Create(train));
+  if (has_eval) {
+    DLRM_ASSIGN_OR_RETURN(input.eval, BatchReader::Create(eval));
+  }
+  return input;
+}
+
+}  // namespace dlrm::worker

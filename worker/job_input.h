@@ -1,0 +1,32 @@
+// The input of a job: the training and evaluation readers a job spec describes, for one rank.
+// With no eval paths, the last eval_fraction of the training records is held out (the same
+// records on every rank; each rank trains on its own contiguous slice of the rest).
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "worker/input/batch_reader.h"
+
+namespace dlrm::worker {
+
+struct JobInput {
+  std::unique_ptr<BatchReader> train;
+  std::unique_ptr<BatchReader> eval;  // null when the job has no eval data
+};
+
+struct JobInputOptions {
+  int rank = 0;
+  int world_size = 1;
+  // Every rank gets the same number of training records (the remainder is dropped), so that
+  // synchronous workers take the same number of steps.
+  bool even_shards = false;
+  ParseIssueSink on_issue = nullptr;
+};
+
+// Checks that the spec's model matches Criteo input (13 dense features, 26 tables; messages name
+// the key) and opens the readers. Missing files are NOT_FOUND naming the path.
+absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options);
+
+}  // namespace dlrm::worker

@@ -1,0 +1,134 @@
+// TrainingPipeline: the worker's training loop with the stages of a step (worker/trainer.h) on
+// their own threads, joined by bounded queues, so that reading, id preparation and embedding
+// traffic of coming batches overlap the compute of the current one (DESIGN.md, "One training
+// step"):
+//
+//   read     BatchReader::Next                                    (batch t+4)
+//   prepare  Trainer::CheckBatch + PrepareSparse: dedup per table  (batch t+3)
+//   prefetch EmbeddingStore::Lookup of the ids that no pending push can change (lookahead)
+//   fetch    EmbeddingStore::Lookup of the remaining ids, once the staleness bound allows
+//   compute  Trainer::Compute: forward, backward, allreduce, dense optimizer   (batch t)
+//   push     Trainer::PushGradients                                (batch t-1)
+//
+// Staleness bound k (stale-synchronous): the rows used by step t include every update of steps
+// <= t-1-k. The worker enforces it itself (the parameter servers enforce it across workers):
+// the lookup of an id waits for the push of step t-1-k if that step touched the id; ids that
+// step t-1-k did not touch are looked up early (BagPipe-style lookahead; pushes of steps <= t-2-k
+// are always complete by then). So k = 0 gives exactly the model of the unpipelined loop
+// (Trainer::Step over the same batches), and k >= 1 lets lookups run k steps ahead of pushes.
+//
+// Errors: the first error of any stage (reader, store, compute, progress callback) or Cancel()
+// stops every thread promptly; Run() joins them and returns that error. A store call already in
+// flight is not interrupted: the pipeline stops when it returns.
+//
+// Threading: Run() blocks the calling thread; Cancel() and metrics() may be called from any
+// thread, before, during or after Run(). The trainer, store and reader are used only by the
+// pipeline's threads while Run() is in progress.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/job_spec.h"
+#include "common/metrics.h"
+#include "embedding/embedding_store.h"
+#include "worker/input/batch_reader.h"
+#include "worker/pipeline_metrics.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+
+// Reported after the gradients of a step have been pushed, on the push thread, in step order.
+struct StepProgress {
+  int64_t step = 0;  // the trainer's step number
+  float loss = 0;    // mean loss of the batch
+  int batch_size = 0;
+  int64_t steps_done = 0;    // steps pushed by this Run
+  int64_t samples_done = 0;  // their samples
+};
+
+struct PipelineOptions {
+  // Not owned; must outlive the pipeline. `store` is the trainer's embedding store.
+  Trainer* trainer = nullptr;
+  embedding::EmbeddingStore* store = nullptr;
+  BatchReader* reader = nullptr;               // read from its current position
+  common::MetricsRegistry* metrics = nullptr;  // optional: export to prometheus
+
+  int staleness = 0;       // k >= 0 (job spec training.staleness)
+  bool lookahead = true;   // look up ids no pending push can change before that push completes
+  int epochs = 1;          // >= 1; the reader is rewound between epochs
+  int64_t max_steps = 0;   // 0 = until the data ends
+  int read_ahead = 4;      // capacity of the queue of parsed batches (>= 1)
+  int queue_capacity = 2;  // capacity of every other queue (>= 1)
+
+  // Called after each step's push. A non-OK return stops the pipeline with that error.
+  std::function<absl::Status(const StepProgress&)> on_step;
+};
+
+// staleness, epochs and max_steps of the job spec; the pointers are left null.
+PipelineOptions PipelineOptionsFromSpec(const common::JobSpec& spec);
+
+class TrainingPipeline {
+ public:
+  // INVALID_ARGUMENT naming the option when a pointer is null or a number is out of range.
+  static absl::StatusOr<std::unique_ptr<TrainingPipeline>> Create(const PipelineOptions& options);
+  ~TrainingPipeline();  // REQUIRES: no Run() in progress
+
+  // Trains until the data (or max_steps) ends; every pushed step has been applied when it
+  // returns. Returns the first error, CANCELLED after Cancel(), FAILED_PRECONDITION when called
+  // a second time.
+  absl::Status Run();
+
+  // Stops a Run in progress (or the next one) with CANCELLED.
+  void Cancel();
+
+  PipelineMetrics metrics() const { return recorder_.Snapshot(); }
+
+ private:
+  struct StepItem;
+  class Queue;
+
+  explicit TrainingPipeline(const PipelineOptions& options);
+
+  // Records the first error and wakes every thread.
+  void Fail(absl::Status status);
+  // Blocks until the push of `step` has completed (or the pipeline failed); adds the time to
+  // *stall. Returns the latest pushed step, or the pipeline's error.
+  absl::StatusOr<int64_t> WaitPushed(int64_t step, double* stall);
+  // Lookup through the store, with the step named in errors.
+  absl::Status Lookup(int64_t step, absl::Span<embedding::TableRows> requests);
+
+  void ReadLoop();
+  // Pops items from queue `in`, runs `work` on each and pushes them to queue in + 1.
+  void StageLoop(PipelineStage stage,
+                 const std::function<absl::Status(StepItem&, double* stall)>& work);
+  absl::Status Prepare(StepItem& item);
+  absl::Status Prefetch(StepItem& item, double* stall);
+  absl::Status FetchLate(StepItem& item, double* stall);
+  absl::Status Compute(StepItem& item);
+  void PushLoop();
+
+  PipelineOptions options_;
+  PipelineMetricsRecorder recorder_;
+  std::vector<std::unique_ptr<Queue>> queues_;  // kNumPipelineQueues
+  int64_t first_step_ = 0;
+  // Unique ids per table of recent steps, kept by the prefetch thread for the lookahead split.
+  std::deque<std::pair<int64_t, std::vector<std::vector<int64_t>>>> recent_ids_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar pushed_cv_;
+  int64_t last_pushed_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dlrm::worker

@@ -1,0 +1,60 @@
+#include "worker/train_report.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace dlrm::worker {
+
+std::string TrainReportToJson(const TrainReport& r) {
+  nlohmann::json j = {{"auc", r.auc},
+                      {"logloss", r.logloss},
+                      {"accuracy", r.accuracy},
+                      {"samples_per_sec", r.samples_per_sec},
+                      {"steps", r.steps},
+                      {"train_samples", r.train_samples},
+                      {"eval_samples", r.eval_samples},
+                      {"train_seconds", r.train_seconds},
+                      {"skipped_lines", r.skipped_lines}};
+  return j.dump();
+}
+
+absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("not a JSON object: '", text, "'"));
+  }
+  TrainReport r;
+  auto get = [&j](const char* key, auto* out) {
+    if (j.contains(key) && j[key].is_number()) *out = j[key].get<std::decay_t<decltype(*out)>>();
+  };
+  get("auc", &r.auc);
+  get("logloss", &r.logloss);
+  get("accuracy", &r.accuracy);
+  get("samples_per_sec", &r.samples_per_sec);
+  get("steps", &r.steps);
+  get("train_samples", &r.train_samples);
+  get("eval_samples", &r.eval_samples);
+  get("train_seconds", &r.train_seconds);
+  get("skipped_lines", &r.skipped_lines);
+  return r;
+}
+
+absl::Status WriteTrainReport(const std::string& path, const TrainReport& report) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+  out << TrainReportToJson(report) << "\n";
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("error writing '", path, "'"));
+  return absl::OkStatus();
+}
+
+std::string TrainReportSummary(const TrainReport& r) {
+  return absl::StrFormat(
+      "AUC %.4f  logloss %.4f  accuracy %.4f  (eval %d samples; %d steps, %.0f samples/s)", r.auc,
+      r.logloss, r.accuracy, r.eval_samples, r.steps, r.samples_per_sec);
+}
+
+}  // namespace dlrm::worker

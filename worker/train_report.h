@@ -1,0 +1,33 @@
+// The result of a training run, as printed at the end and written by --metrics-out: one JSON
+// object with at least auc, logloss, accuracy, samples_per_sec and steps. `dlrm train` and
+// `dlrm local` write the same shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dlrm::worker {
+
+struct TrainReport {
+  double auc = 0;
+  double logloss = 0;
+  double accuracy = 0;
+  double samples_per_sec = 0;
+  int64_t steps = 0;
+  int64_t train_samples = 0;
+  int64_t eval_samples = 0;
+  double train_seconds = 0;
+  int64_t skipped_lines = 0;
+};
+
+std::string TrainReportToJson(const TrainReport& report);
+absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& json);
+// Writes the JSON to `path`; an unwritable path is an error naming it.
+absl::Status WriteTrainReport(const std::string& path, const TrainReport& report);
+// "AUC 0.7812  logloss 0.4620  accuracy 0.7901  (eval 20000 samples; 1234 steps, 56789 samples/s)"
+std::string TrainReportSummary(const TrainReport& report);
+
+}  // namespace dlrm::worker

@@ -1,0 +1,263 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "dense/metrics.h"
+#include "embedding/cpu_kernels.h"
+#include "embedding/dedup.h"
+
+namespace dlrm::worker {
+
+dense::DlrmDenseModelOptions DenseModelOptionsFromSpec(const common::JobSpec& spec) {
+  dense::DlrmDenseModelOptions o;
+  o.num_dense_features = spec.dense_features;
+  o.bottom_widths = spec.bottom_mlp;
+  o.top_widths = spec.top_mlp;
+  o.num_tables = static_cast<int>(spec.tables.size());
+  o.embedding_dim = spec.embedding_dim;
+  o.max_batch_size = spec.batch_size;
+  o.seed = spec.seed;
+  auto type = dense::ParseDenseOptimizerType(spec.dense_optimizer.type);
+  o.optimizer.type = type.ok() ? *type : dense::DenseOptimizerType::kSgd;
+  o.optimizer.learning_rate = static_cast<float>(spec.dense_optimizer.learning_rate);
+  o.optimizer.beta1 = static_cast<float>(spec.dense_optimizer.beta1);
+  o.optimizer.beta2 = static_cast<float>(spec.dense_optimizer.beta2);
+  o.optimizer.epsilon = static_cast<float>(spec.dense_optimizer.epsilon);
+  o.optimizer.weight_decay = static_cast<float>(spec.dense_optimizer.weight_decay);
+  return o;
+}
+
+absl::StatusOr<embedding::SparseOptimizerOptions> SparseOptimizerFromSpec(
+    const common::JobSpec& spec) {
+  embedding::SparseOptimizerOptions o;
+  DLRM_ASSIGN_OR_RETURN(o.type, embedding::ParseSparseOptimizerType(spec.sparse_optimizer.type));
+  o.learning_rate = static_cast<float>(spec.sparse_optimizer.learning_rate);
+  o.epsilon = static_cast<float>(spec.sparse_optimizer.epsilon);
+  o.beta1 = static_cast<float>(spec.sparse_optimizer.beta1);
+  o.beta2 = static_cast<float>(spec.sparse_optimizer.beta2);
+  o.initial_accumulator = static_cast<float>(spec.sparse_optimizer.initial_accumulator);
+  return o;
+}
+
+std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& spec) {
+  std::vector<embedding::TableConfig> tables;
+  tables.reserve(spec.tables.size());
+  for (const auto& t : spec.tables) {
+    tables.push_back({.name = t.name, .rows = t.rows, .dim = spec.embedding_dim});
+  }
+  return tables;
+}
+
+Trainer::Trainer(const TrainerOptions& options) : options_(options) {}
+
+Trainer::~Trainer() {
+  dense::Backend* b = options_.backend;
+  for (float* p : {dense_dev_, labels_dev_, emb_dev_, demb_dev_, probs_dev_}) {
+    if (p != nullptr) b->Deallocate(p);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
+  if (options.backend == nullptr || options.store == nullptr) {
+    return absl::InvalidArgumentError("trainer needs a backend and an embedding store");
+  }
+  const common::JobSpec& spec = options.spec;
+  const auto& tables = options.store->tables();
+  if (tables.size() != spec.tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec has ", spec.tables.size(),
+                                                   " tables but the embedding store has ",
+                                                   tables.size()));
+  }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].rows != spec.tables[t].rows || tables[t].dim != spec.embedding_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", t, " (", spec.tables[t].name, "): job spec says ", spec.tables[t].rows, " x ",
+          spec.embedding_dim, " but the store has ", tables[t].rows, " x ", tables[t].dim));
+    }
+  }
+  std::unique_ptr<Trainer> trainer(new Trainer(options));
+  trainer->num_tables_ = static_cast<int>(tables.size());
+  trainer->dim_ = spec.embedding_dim;
+  trainer->pooling_ =
+      spec.pooling == "mean" ? embedding::PoolingMode::kMean : embedding::PoolingMode::kSum;
+  DLRM_ASSIGN_OR_RETURN(trainer->model_, dense::DlrmDenseModel::Create(
+                                             options.backend, DenseModelOptionsFromSpec(spec)));
+  trainer->kernels_ = embedding::CreateCpuKernels();
+  const size_t emb_floats =
+      static_cast<size_t>(spec.batch_size) * trainer->num_tables_ * trainer->dim_;
+  trainer->emb_host_.resize(emb_floats);
+  trainer->demb_host_.resize(emb_floats);
+  if (options.backend->device() != dense::Device::kCpu) {
+    dense::Backend* b = options.backend;
+    trainer->dense_dev_ = b->Allocate(static_cast<size_t>(spec.batch_size) * spec.dense_features);
+    trainer->labels_dev_ = b->Allocate(spec.batch_size);
+    trainer->emb_dev_ = b->Allocate(emb_floats);
+    trainer->demb_dev_ = b->Allocate(emb_floats);
+    trainer->probs_dev_ = b->Allocate(spec.batch_size);
+    if (options.allreducer != nullptr) trainer->grads_host_.resize(trainer->model_->num_params());
+  }
+  return trainer;
+}
+
+absl::Status Trainer::CheckBatch(const Batch& batch) const {
+  const common::JobSpec& spec = options_.spec;
+  if (batch.size <= 0 || batch.size > spec.batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch.size, " samples; expected 1..", spec.batch_size));
+  }
+  if (batch.num_dense != spec.dense_features ||
+      batch.dense.size() != static_cast<size_t>(batch.size) * spec.dense_features) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch has ", batch.num_dense, " dense features; the model expects ", spec.dense_features));
+  }
+  if (batch.sparse.size() != static_cast<size_t>(num_tables_)) {
+    return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.sparse.size(),
+                                                   " sparse features; the model has ", num_tables_,
+                                                   " tables"));
+  }
+  for (int t = 0; t < num_tables_; ++t) {
+    if (batch.sparse[t].offsets.size() != static_cast<size_t>(batch.size) + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", t, ": ",
+                                                     batch.sparse[t].offsets.size(),
+                                                     " offsets for ", batch.size, " samples"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) const {
+  work->step = step;
+  work->rows.resize(num_tables_);
+  work->inverse.resize(num_tables_);
+  for (int t = 0; t < num_tables_; ++t) {
+    work->rows[t].table = t;
+    embedding::Deduplicate(batch.sparse[t].ids, &work->rows[t].ids, &work->inverse[t]);
+  }
+}
+
+absl::Status Trainer::FetchRows(SparseWork* work) const {
+  return options_.store->Lookup(work->step, absl::MakeSpan(work->rows));
+}
+
+void Trainer::Pool(const Batch& batch, const SparseWork& work) {
+  const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
+  for (int t = 0; t < num_tables_; ++t) {
+    kernels_->PooledGather(work.rows[t].values.data(), dim_, dim_, work.inverse[t].data(),
+                           batch.sparse[t].offsets.data(), batch.size, pooling_,
+                           emb_host_.data() + static_cast<int64_t>(t) * dim_, stride);
+  }
+}
+
+absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
+  DLRM_RETURN_IF_ERROR(CheckBatch(batch));
+  Pool(batch, *work);
+  dense::Backend* b = options_.backend;
+  const size_t emb_floats = static_cast<size_t>(batch.size) * num_tables_ * dim_;
+  const float* dense_in = batch.dense.data();
+  const float* labels = batch.labels.data();
+  const float* emb = emb_host_.data();
+  float* demb = demb_host_.data();
+  if (emb_dev_ != nullptr) {
+    b->CopyFromHost(batch.dense.data(), dense_dev_, batch.dense.size());
+    b->CopyFromHost(batch.labels.data(), labels_dev_, batch.size);
+    b->CopyFromHost(emb_host_.data(), emb_dev_, emb_floats);
+    dense_in = dense_dev_;
+    labels = labels_dev_;
+    emb = emb_dev_;
+    demb = demb_dev_;
+  }
+  const float loss = model_->TrainStep(dense_in, emb, labels, batch.size, demb);
+  if (emb_dev_ != nullptr) b->CopyToHost(demb_dev_, demb_host_.data(), emb_floats);
+
+  if (options_.allreducer != nullptr) {
+    // Each rank's gradient is of its own mean loss: average them so every replica applies the
+    // same update as one worker with the union of the batches.
+    const size_t n = model_->num_params();
+    float* grads = model_->grads();
+    if (emb_dev_ != nullptr) {
+      b->CopyToHost(grads, grads_host_.data(), n);
+      grads = grads_host_.data();
+    }
+    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
+    const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
+    for (size_t i = 0; i < n; ++i) grads[i] *= scale;
+    if (emb_dev_ != nullptr) b->CopyFromHost(grads_host_.data(), model_->grads(), n);
+  }
+  model_->ApplyOptimizer();
+
+  // Embedding gradients, summed over duplicate ids. Scaled by 1/world so that, like the dense
+  // gradients, a row's update is the gradient of the mean loss over all workers' samples.
+  const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
+  const int world = options_.allreducer ? options_.allreducer->world_size() : 1;
+  work->grads.resize(num_tables_);
+  for (int t = 0; t < num_tables_; ++t) {
+    embedding::TableRows& g = work->grads[t];
+    g.table = t;
+    g.ids = work->rows[t].ids;
+    g.values.resize(g.ids.size() * dim_);
+    kernels_->PooledScatterGrad(demb_host_.data() + static_cast<int64_t>(t) * dim_, stride, dim_,
+                                work->inverse[t].data(), batch.sparse[t].offsets.data(), batch.size,
+                                pooling_, static_cast<int64_t>(g.ids.size()), g.values.data());
+    if (world > 1) {
+      const float scale = 1.0f / static_cast<float>(world);
+      for (float& v : g.values) v *= scale;
+    }
+  }
+  ++steps_done_;
+  return loss;
+}
+
+absl::Status Trainer::PushGradients(const SparseWork& work) const {
+  return options_.store->Push(work.step, work.grads);
+}
+
+absl::StatusOr<float> Trainer::Step(const Batch& batch) {
+  DLRM_RETURN_IF_ERROR(CheckBatch(batch));
+  SparseWork work;
+  PrepareSparse(batch, steps_done_, &work);
+  DLRM_RETURN_IF_ERROR(FetchRows(&work));
+  DLRM_ASSIGN_OR_RETURN(float loss, Compute(batch, &work));
+  DLRM_RETURN_IF_ERROR(PushGradients(work));
+  return loss;
+}
+
+absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
+  std::vector<float> scores;
+  std::vector<float> labels;
+  std::vector<float> probs(options_.spec.batch_size);
+  Batch batch;
+  SparseWork work;
+  dense::Backend* b = options_.backend;
+  while (true) {
+    DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&batch));
+    if (!more) break;
+    DLRM_RETURN_IF_ERROR(CheckBatch(batch));
+    PrepareSparse(batch, steps_done_, &work);
+    DLRM_RETURN_IF_ERROR(FetchRows(&work));
+    Pool(batch, work);
+    if (emb_dev_ != nullptr) {
+      b->CopyFromHost(batch.dense.data(), dense_dev_, batch.dense.size());
+      b->CopyFromHost(emb_host_.data(), emb_dev_,
+                      static_cast<size_t>(batch.size) * num_tables_ * dim_);
+      model_->Predict(dense_dev_, emb_dev_, batch.size, probs_dev_);
+      b->CopyToHost(probs_dev_, probs.data(), batch.size);
+    } else {
+      model_->Predict(batch.dense.data(), emb_host_.data(), batch.size, probs.data());
+    }
+    scores.insert(scores.end(), probs.begin(), probs.begin() + batch.size);
+    labels.insert(labels.end(), batch.labels.begin(), batch.labels.begin() + batch.size);
+  }
+  EvalMetrics m;
+  m.samples = static_cast<int64_t>(scores.size());
+  if (m.samples == 0) return absl::FailedPreconditionError("evaluation set is empty");
+  m.auc = dense::Auc(scores, labels);
+  m.logloss = dense::LogLoss(scores, labels);
+  m.accuracy = dense::Accuracy(scores, labels);
+  return m;
+}
+
+}  // namespace dlrm::worker

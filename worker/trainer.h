@@ -1,0 +1,114 @@
+// Trainer: DLRM training steps over an EmbeddingStore and a dense Backend. The same code runs in
+// `dlrm train` (in-process store), in a distributed worker (gRPC parameter-server client plus an
+// allreducer for the dense gradients) and in the pipelined worker, which runs the step's stages
+// on their own threads:
+//
+//   PrepareSparse  dedup the batch's ids per table (TableRows requests + inverse indices)
+//   FetchRows      EmbeddingStore::Lookup of the unique ids
+//   Compute        pool, forward, loss, backward, allreduce dense grads, apply the dense
+//                  optimizer, aggregate embedding gradients per unique id
+//   PushGradients  EmbeddingStore::Push of the aggregated gradients
+//
+// Step() runs the four in order. Stage functions other than Compute touch only the
+// SparseWork passed to them, so different batches' stages may run concurrently; Compute is
+// called by one thread at a time, in step order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "dense/backend.h"
+#include "dense/dlrm_model.h"
+#include "embedding/embedding_store.h"
+#include "embedding/kernels.h"
+#include "worker/batch.h"
+#include "worker/collective.h"
+#include "worker/input/batch_reader.h"
+
+namespace dlrm::worker {
+
+// The sparse side of one batch as it moves through the stages.
+struct SparseWork {
+  int64_t step = 0;
+  std::vector<embedding::TableRows> rows;     // per table: unique ids, then their rows
+  std::vector<std::vector<int64_t>> inverse;  // per table: index into rows[t].ids per id
+  std::vector<embedding::TableRows> grads;    // per table: unique ids and summed gradients
+};
+
+struct EvalMetrics {
+  double auc = 0.5;
+  double logloss = 0;
+  double accuracy = 0;
+  int64_t samples = 0;
+};
+
+struct TrainerOptions {
+  common::JobSpec spec;
+  // Not owned; must outlive the trainer.
+  dense::Backend* backend = nullptr;
+  embedding::EmbeddingStore* store = nullptr;
+  DenseAllReducer* allreducer = nullptr;  // null: a single worker
+};
+
+class Trainer {
+ public:
+  // Checks that the spec, the store's tables and the backend agree (INVALID_ARGUMENT naming the
+  // mismatch) and builds the dense model with the spec's seed.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
+  ~Trainer();
+
+  // One full training step; returns the batch's mean loss.
+  absl::StatusOr<float> Step(const Batch& batch);
+
+  // --- the stages of Step ---
+  // INVALID_ARGUMENT naming the mismatch when `batch` does not fit the model; PrepareSparse
+  // requires a batch that passed it.
+  absl::Status CheckBatch(const Batch& batch) const;
+  void PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) const;
+  absl::Status FetchRows(SparseWork* work) const;
+  absl::StatusOr<float> Compute(const Batch& batch, SparseWork* work);
+  absl::Status PushGradients(const SparseWork& work) const;
+
+  // Runs the model without updating anything over every batch of `reader` (from its current
+  // position) and returns AUC, logloss and accuracy.
+  absl::StatusOr<EvalMetrics> Evaluate(BatchReader* reader);
+
+  int64_t steps_done() const { return steps_done_; }
+  dense::DlrmDenseModel& model() { return *model_; }
+  const common::JobSpec& spec() const { return options_.spec; }
+
+ private:
+  explicit Trainer(const TrainerOptions& options);
+  // Pools the fetched rows of every table into the model's embedding input.
+  void Pool(const Batch& batch, const SparseWork& work);
+
+  TrainerOptions options_;
+  int num_tables_ = 0;
+  int dim_ = 0;
+  embedding::PoolingMode pooling_ = embedding::PoolingMode::kSum;
+  std::unique_ptr<dense::DlrmDenseModel> model_;
+  std::unique_ptr<embedding::EmbeddingKernels> kernels_;  // host-side pooling
+
+  // Host staging buffers (aliases of the device buffers on the CPU backend).
+  std::vector<float> emb_host_;   // [max_batch x T x dim]
+  std::vector<float> demb_host_;  // [max_batch x T x dim]
+  // Backend buffers for the batch; null on the CPU backend, which reads host memory directly.
+  float* dense_dev_ = nullptr;
+  float* labels_dev_ = nullptr;
+  float* emb_dev_ = nullptr;
+  float* demb_dev_ = nullptr;
+  float* probs_dev_ = nullptr;
+  std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
+  int64_t steps_done_ = 0;
+};
+
+// Builds the options of the in-process pieces from a job spec.
+dense::DlrmDenseModelOptions DenseModelOptionsFromSpec(const common::JobSpec& spec);
+absl::StatusOr<embedding::SparseOptimizerOptions> SparseOptimizerFromSpec(
+    const common::JobSpec& spec);
+std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& spec);
+
+}  // namespace dlrm::worker
