@@ -32,6 +32,8 @@ class Backend {
   // Returns `count` floats of backend memory (never nullptr for count > 0; aborts on OOM).
   virtual float* Allocate(size_t count) = 0;
   virtual void Deallocate(float* ptr) = 0;
+  // The host buffer may be freed or reused as soon as CopyFromHost returns (callers pass stack
+  // and temporary buffers). CopyToHost's result is in host_dst after Synchronize().
   virtual void CopyFromHost(const float* host_src, float* dst, size_t count) = 0;
   virtual void CopyToHost(const float* src, float* host_dst, size_t count) = 0;
   virtual void Copy(const float* src, float* dst, size_t count) = 0;
@@ -68,7 +70,13 @@ class Backend {
 
   // One optimizer step over `count` parameters. `state` holds
   // DenseOptimizerStateFloats(options.type) * count floats, zero-initialised by the caller;
-  // `step` counts from 1 (Adam's bias correction).
+  // `step` counts from 1 (Adam's bias correction). Every backend uses the same state layout, so
+  // checkpoints move between them: Adagrad [sum of g^2]; Adam [m (count floats), v (count)].
+  // With g = grads + weight_decay * params:
+  //   SGD:     p -= lr g
+  //   Adagrad: h += g^2; p -= lr g / (sqrt(h) + eps)
+  //   Adam:    m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+  //            p -= lr (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)
   virtual void OptimizerStep(const DenseOptimizerOptions& options, int64_t step, float* params,
                              const float* grads, float* state, size_t count) = 0;
 };

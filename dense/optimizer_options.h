@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace dlrm::dense {
@@ -12,10 +13,10 @@ enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
 struct DenseOptimizerOptions {
   DenseOptimizerType type = DenseOptimizerType::kSgd;
   float learning_rate = 0.01f;
-  float beta1 = 0.9f;          // Adam
-  float beta2 = 0.999f;        // Adam
-  float epsilon = 1e-8f;       // Adagrad, Adam
-  float weight_decay = 0.0f;   // L2 added to the gradient
+  float beta1 = 0.9f;         // Adam
+  float beta2 = 0.999f;       // Adam
+  float epsilon = 1e-8f;      // Adagrad, Adam
+  float weight_decay = 0.0f;  // L2 added to the gradient
 };
 
 // Floats of optimizer state per parameter: SGD 0, Adagrad 1 (sum of squares), Adam 2 (m, v).
@@ -34,5 +35,9 @@ inline int DenseOptimizerStateFloats(DenseOptimizerType type) {
 // "sgd", "adagrad", "adam"; an unknown name is INVALID_ARGUMENT naming it.
 absl::StatusOr<DenseOptimizerType> ParseDenseOptimizerType(const std::string& name);
 const char* DenseOptimizerTypeName(DenseOptimizerType type);
+
+// INVALID_ARGUMENT naming the field when learning_rate < 0, a beta outside [0, 1), epsilon <= 0 or
+// weight_decay < 0 (or any of them not finite).
+absl::Status ValidateDenseOptimizerOptions(const DenseOptimizerOptions& options);
 
 }  // namespace dlrm::dense

@@ -1,5 +1,19 @@
-// Entry points of the CUDA dense backend (implemented in dense/cuda/*.cu, built only when CUDA is
+// Entry points of the CUDA dense backend (implemented in dense/cuda/, built only when CUDA is
 // found: DLRM_WITH_CUDA is defined then). No CUDA types appear here.
+//
+// The CUDA backend issues everything on one non-blocking stream of its own with one cuBLAS
+// handle. Beyond the Backend contract:
+//  - CopyToHost and SigmoidBinaryCrossEntropy wait for the stream (the host reads their result),
+//    so code written against the synchronous CPU backend reads correct values;
+//  - CopyFromHost from pageable memory may return before the copy ran but the source may be
+//    reused at once; from pinned memory (PinnedBuffer) the source must stay untouched until
+//    Synchronize();
+//  - Deallocate waits for the device (cudaFree);
+//  - a CUDA or cuBLAS error inside a void method is fatal (DLRM_CHECK), since the context is
+//    unusable after errors such as an illegal address; the factory reports its errors as Status.
+//  - GEMM precision follows MathMode: fp32 (CUBLAS_COMPUTE_32F), TF32
+//    (CUBLAS_COMPUTE_32F_FAST_TF32) or bf16 inputs with fp32 accumulation
+//    (CUBLAS_COMPUTE_32F_FAST_16BF); every other kernel computes in fp32.
 #pragma once
 
 #include <memory>
@@ -13,6 +27,13 @@ namespace dlrm::dense::cuda {
 int DeviceCount();
 
 // A Backend on device `device_ordinal` with its own stream and cuBLAS handle.
+// FAILED_PRECONDITION when there is no device, INVALID_ARGUMENT for an ordinal out of range.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(MathMode math_mode, int device_ordinal);
+
+// The cudaStream_t (as void*) on which a CUDA backend issues its work, so that other CUDA code
+// (embedding kernels, NCCL, copies) can be ordered with it; nullptr for a non-CUDA backend.
+void* CudaStreamOf(Backend& backend);
+// The device ordinal of a CUDA backend; -1 for a non-CUDA backend.
+int CudaDeviceOf(Backend& backend);
 
 }  // namespace dlrm::dense::cuda

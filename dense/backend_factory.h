@@ -1,0 +1,45 @@
+// Creates a dense Backend by kind: the CPU reference backend or, in builds with CUDA
+// (DLRM_WITH_CUDA defined), the CUDA backend.
+//
+//   DLRM_ASSIGN_OR_RETURN(auto kind, dense::ParseDeviceKind(flags.device));
+//   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<dense::Backend> backend,
+//                         dense::CreateBackend({.kind = kind}));
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dense/backend.h"
+
+namespace dlrm::dense {
+
+struct BackendOptions {
+  enum class Kind { kAuto, kCpu, kCuda };
+  // kAuto: CUDA when this build has it and a device is visible, otherwise the CPU.
+  Kind kind = Kind::kAuto;
+  // GEMM precision on CUDA; the CPU backend always computes in fp32 and ignores it.
+  MathMode math_mode = MathMode::kFp32;
+  // CUDA device; must be in [0, cuda::DeviceCount()).
+  int device_ordinal = 0;
+  // OpenBLAS threads of the CPU backend; 0 = all cores. Process-wide (see CpuBackendOptions).
+  int cpu_threads = 0;
+};
+
+// kCuda in a build without CUDA, or with no visible device, or with device_ordinal out of range
+// is FAILED_PRECONDITION (INVALID_ARGUMENT for a negative ordinal or cpu_threads), with a message
+// that says which.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+// "auto", "cpu", "cuda" (lower case); anything else is INVALID_ARGUMENT naming it.
+absl::StatusOr<BackendOptions::Kind> ParseDeviceKind(const std::string& name);
+const char* DeviceKindName(BackendOptions::Kind kind);
+
+// "fp32", "tf32", "bf16"; anything else is INVALID_ARGUMENT naming it.
+absl::StatusOr<MathMode> ParseMathMode(const std::string& name);
+const char* MathModeName(MathMode mode);
+
+// True when this binary was built with the CUDA backend (whether or not a device is present).
+bool BuiltWithCuda();
+
+}  // namespace dlrm::dense

@@ -1,0 +1,302 @@
+#include "dense/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "dense/cpu/interaction_avx2.h"
+
+namespace dlrm::dense {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// The interaction kernels, templated on the embedding width so that the common widths get fully
+// unrolled inner loops; kDim == 0 means "runtime width".
+template <int kDim>
+void InteractionForwardImpl(const float* __restrict bottom, const float* __restrict emb, int batch,
+                            int num_tables, int runtime_dim, float* __restrict out,
+                            float* __restrict zt) {
+  const int dim = kDim > 0 ? kDim : runtime_dim;
+  const int n = num_tables + 1;
+  const int out_cols = dim + n * num_tables / 2;
+  // zt ([dim x n] scratch) is Z transposed so that the pair loop runs over contiguous j.
+  for (int b = 0; b < batch; ++b) {
+    const float* __restrict x = bottom + static_cast<size_t>(b) * dim;
+    const float* __restrict e = emb + static_cast<size_t>(b) * num_tables * dim;
+    float* __restrict o = out + static_cast<size_t>(b) * out_cols;
+    for (int d = 0; d < dim; ++d) {
+      o[d] = x[d];
+      zt[d * n] = x[d];
+    }
+    for (int t = 0; t < num_tables; ++t) {
+      for (int d = 0; d < dim; ++d) zt[d * n + t + 1] = e[t * dim + d];
+    }
+    float* __restrict pairs = o + dim;
+    for (int i = 1; i < n; ++i) {
+      float* __restrict row = pairs + i * (i - 1) / 2;
+      for (int j = 0; j < i; ++j) row[j] = 0.0f;
+      for (int d = 0; d < dim; ++d) {
+        const float zi = zt[d * n + i];
+        const float* __restrict ztd = zt + d * n;
+        for (int j = 0; j < i; ++j) row[j] += zi * ztd[j];
+      }
+    }
+  }
+}
+
+template <int kDim>
+void InteractionBackwardImpl(const float* __restrict bottom, const float* __restrict emb,
+                             const float* __restrict dout, int batch, int num_tables,
+                             int runtime_dim, float* __restrict dbottom, float* __restrict demb,
+                             float* __restrict s) {
+  const int dim = kDim > 0 ? kDim : runtime_dim;
+  const int n = num_tables + 1;
+  const int out_cols = dim + n * num_tables / 2;
+  // s ([n x n] scratch) is the symmetric matrix of pair gradients (zero diagonal): dZ = S Z.
+  for (int i = 0; i < n * n; ++i) s[i] = 0.0f;
+  for (int b = 0; b < batch; ++b) {
+    const float* __restrict x = bottom + static_cast<size_t>(b) * dim;
+    const float* __restrict e = emb + static_cast<size_t>(b) * num_tables * dim;
+    const float* __restrict g = dout + static_cast<size_t>(b) * out_cols;
+    const float* __restrict gp = g + dim;
+    for (int i = 1; i < n; ++i) {
+      const float* __restrict row = gp + i * (i - 1) / 2;
+      for (int j = 0; j < i; ++j) {
+        s[i * n + j] = row[j];
+        s[j * n + i] = row[j];
+      }
+    }
+    auto z = [&](int j) { return j == 0 ? x : e + (j - 1) * dim; };
+    float* __restrict db = dbottom + static_cast<size_t>(b) * dim;
+    float* __restrict de = demb + static_cast<size_t>(b) * num_tables * dim;
+    for (int i = 0; i < n; ++i) {
+      float* __restrict acc = i == 0 ? db : de + (i - 1) * dim;
+      if (i == 0) {
+        for (int d = 0; d < dim; ++d) acc[d] = g[d];  // the bottom output passes straight through
+      } else {
+        for (int d = 0; d < dim; ++d) acc[d] = 0.0f;
+      }
+      const float* __restrict si = s + i * n;
+      for (int j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const float sij = si[j];
+        const float* __restrict zj = z(j);
+        for (int d = 0; d < dim; ++d) acc[d] += sij * zj[d];
+      }
+    }
+  }
+}
+
+template <typename Fn>
+void DispatchDim(int dim, Fn&& fn) {
+  switch (dim) {
+    case 4:
+      fn(std::integral_constant<int, 4>());
+      break;
+    case 8:
+      fn(std::integral_constant<int, 8>());
+      break;
+    case 16:
+      fn(std::integral_constant<int, 16>());
+      break;
+    case 32:
+      fn(std::integral_constant<int, 32>());
+      break;
+    case 64:
+      fn(std::integral_constant<int, 64>());
+      break;
+    case 128:
+      fn(std::integral_constant<int, 128>());
+      break;
+    default:
+      fn(std::integral_constant<int, 0>());
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend: threads must be >= 0 (0 = all cores), got ", options.threads));
+  }
+  if (options.threads > 0) openblas_set_num_threads(options.threads);
+  return std::unique_ptr<CpuBackend>(
+      new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma()));
+}
+
+CpuBackend::CpuBackend(int threads, bool avx2) : threads_(threads), avx2_(avx2) {}
+
+float* CpuBackend::Scratch(size_t count) {
+  if (scratch_.size() < count) scratch_.resize(count);
+  return scratch_.data();
+}
+
+std::string CpuBackend::name() const {
+  return absl::StrCat(
+      "cpu(openblas, threads=", threads_ > 0 ? threads_ : openblas_get_num_threads(),
+      avx2_ ? ", avx2)" : ")");
+}
+
+float* CpuBackend::Allocate(size_t count) {
+  if (count == 0) return nullptr;
+  const size_t bytes = (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+  void* ptr = std::aligned_alloc(kAlignment, bytes);
+  DLRM_CHECK(ptr != nullptr) << "cpu backend: out of memory allocating " << bytes << " bytes";
+  return static_cast<float*>(ptr);
+}
+
+void CpuBackend::Deallocate(float* ptr) { std::free(ptr); }
+
+void CpuBackend::CopyFromHost(const float* host_src, float* dst, size_t count) {
+  if (count > 0) std::memcpy(dst, host_src, count * sizeof(float));
+}
+
+void CpuBackend::CopyToHost(const float* src, float* host_dst, size_t count) {
+  if (count > 0) std::memcpy(host_dst, src, count * sizeof(float));
+}
+
+void CpuBackend::Copy(const float* src, float* dst, size_t count) {
+  if (count > 0 && src != dst) std::memmove(dst, src, count * sizeof(float));
+}
+
+void CpuBackend::Fill(float* dst, size_t count, float value) { std::fill(dst, dst + count, value); }
+
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                      const float* b, float beta, float* c) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // c = beta * c; BLAS rejects the zero leading dimensions this would need
+    const size_t count = static_cast<size_t>(m) * n;
+    for (size_t i = 0; i < count; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+}
+
+void CpuBackend::BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = y + static_cast<size_t>(r) * cols;
+    const float* __restrict bb = bias;
+    if (relu) {
+      for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bb[c], 0.0f);
+    } else {
+      for (int c = 0; c < cols; ++c) row[c] += bb[c];
+    }
+  }
+}
+
+void CpuBackend::ReluBackward(const float* y, float* dy, size_t count) {
+  const float* __restrict yy = y;
+  float* __restrict g = dy;
+  for (size_t i = 0; i < count; ++i) g[i] = yy[i] > 0.0f ? g[i] : 0.0f;
+}
+
+void CpuBackend::ColumnSum(const float* dy, int rows, int cols, float* db) {
+  float* __restrict out = db;
+  std::fill(out, out + cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict row = dy + static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) out[c] += row[c];
+  }
+}
+
+void CpuBackend::InteractionForward(const float* bottom, const float* emb, int batch,
+                                    int num_tables, int dim, float* out) {
+  if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
+    cpu::Avx2InteractionForward(bottom, emb, batch, num_tables, dim, out,
+                                Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim)));
+    return;
+  }
+  float* zt = Scratch(static_cast<size_t>(dim) * (num_tables + 1));
+  DispatchDim(dim, [&](auto k) {
+    InteractionForwardImpl<decltype(k)::value>(bottom, emb, batch, num_tables, dim, out, zt);
+  });
+}
+
+void CpuBackend::InteractionBackward(const float* bottom, const float* emb, const float* dout,
+                                     int batch, int num_tables, int dim, float* dbottom,
+                                     float* demb) {
+  if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
+    cpu::Avx2InteractionBackward(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
+                                 Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim)));
+    return;
+  }
+  float* s = Scratch(static_cast<size_t>(num_tables + 1) * (num_tables + 1));
+  DispatchDim(dim, [&](auto k) {
+    InteractionBackwardImpl<decltype(k)::value>(bottom, emb, dout, batch, num_tables, dim, dbottom,
+                                                demb, s);
+  });
+}
+
+double CpuBackend::SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
+                                             float* probs, float* dlogits) {
+  double loss = 0.0;
+  const float inv_batch = batch > 0 ? 1.0f / static_cast<float>(batch) : 0.0f;
+  for (int i = 0; i < batch; ++i) {
+    const float x = logits[i];
+    const float y = labels[i];
+    // sigmoid without overflow for large |x|
+    const float ex = std::exp(-std::fabs(x));
+    const float p = x >= 0.0f ? 1.0f / (1.0f + ex) : ex / (1.0f + ex);
+    probs[i] = p;
+    dlogits[i] = (p - y) * inv_batch;
+    // BCE(x, y) = max(x, 0) - x y + log(1 + exp(-|x|))
+    loss += static_cast<double>(std::max(x, 0.0f)) - static_cast<double>(x) * y +
+            std::log1p(static_cast<double>(ex));
+  }
+  return loss;
+}
+
+void CpuBackend::OptimizerStep(const DenseOptimizerOptions& options, int64_t step, float* params,
+                               const float* grads, float* state, size_t count) {
+  float* __restrict p = params;
+  const float* __restrict g = grads;
+  const float lr = options.learning_rate;
+  const float wd = options.weight_decay;
+  const float eps = options.epsilon;
+  switch (options.type) {
+    case DenseOptimizerType::kSgd:
+      for (size_t i = 0; i < count; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+      return;
+    case DenseOptimizerType::kAdagrad: {
+      float* __restrict h = state;
+      for (size_t i = 0; i < count; ++i) {
+        const float gi = g[i] + wd * p[i];
+        h[i] += gi * gi;
+        p[i] -= lr * gi / (std::sqrt(h[i]) + eps);
+      }
+      return;
+    }
+    case DenseOptimizerType::kAdam: {
+      float* __restrict m = state;
+      float* __restrict v = state + count;
+      const float b1 = options.beta1;
+      const float b2 = options.beta2;
+      const double t = static_cast<double>(step < 1 ? 1 : step);
+      // p -= lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / bc1 and v_hat = v / bc2.
+      const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, t)));
+      const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+      for (size_t i = 0; i < count; ++i) {
+        const float gi = g[i] + wd * p[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] -= lr * (m[i] * inv_bc1) / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace dlrm::dense

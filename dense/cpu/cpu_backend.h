@@ -1,0 +1,68 @@
+// The CPU dense backend: the reference implementation of Backend. GEMMs go to OpenBLAS
+// (cblas_sgemm, row-major); everything else is plain loops written so the compiler vectorises the
+// inner dimension. Memory is 64-byte aligned host memory, and every call is synchronous.
+//
+// The element-wise, interaction and optimizer loops run on the calling thread, so their results
+// do not depend on the thread count; only OpenBLAS uses worker threads. The interaction uses AVX2
+// kernels when the CPU has them (checked at run time). Not thread-safe: one thread at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dense/backend.h"
+
+namespace dlrm::dense {
+
+struct CpuBackendOptions {
+  // OpenBLAS threads; 0 keeps OpenBLAS's default (all cores). Note that OpenBLAS's thread count is
+  // process-wide: the last CpuBackend created with threads > 0 sets it for every backend.
+  int threads = 0;
+  // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
+  // (tests compare the two).
+  bool allow_avx2 = true;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  // INVALID_ARGUMENT for negative threads.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const CpuBackendOptions& options);
+
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override;
+
+  float* Allocate(size_t count) override;
+  void Deallocate(float* ptr) override;
+  void CopyFromHost(const float* host_src, float* dst, size_t count) override;
+  void CopyToHost(const float* src, float* host_dst, size_t count) override;
+  void Copy(const float* src, float* dst, size_t count) override;
+  void Fill(float* dst, size_t count, float value) override;
+  void Synchronize() override {}
+
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+            const float* b, float beta, float* c) override;
+  void BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) override;
+  void ReluBackward(const float* y, float* dy, size_t count) override;
+  void ColumnSum(const float* dy, int rows, int cols, float* db) override;
+  void InteractionForward(const float* bottom, const float* emb, int batch, int num_tables, int dim,
+                          float* out) override;
+  void InteractionBackward(const float* bottom, const float* emb, const float* dout, int batch,
+                           int num_tables, int dim, float* dbottom, float* demb) override;
+  double SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
+                                   float* probs, float* dlogits) override;
+  void OptimizerStep(const DenseOptimizerOptions& options, int64_t step, float* params,
+                     const float* grads, float* state, size_t count) override;
+
+ private:
+  CpuBackend(int threads, bool avx2);
+  // Returns at least `count` floats of scratch memory, reused across calls.
+  float* Scratch(size_t count);
+
+  int threads_;
+  bool avx2_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace dlrm::dense

@@ -1,0 +1,156 @@
+#include "dense/dlrm_model.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace dlrm::dense {
+namespace {
+
+MlpOptions BottomOptions(const DlrmDenseModelOptions& o) {
+  return MlpOptions{
+      .input_width = o.num_dense_features, .widths = o.bottom_widths, .relu_on_last = true};
+}
+
+MlpOptions TopOptions(const DlrmDenseModelOptions& o) {
+  return MlpOptions{.input_width = DlrmDenseModel::InteractionWidth(o.num_tables, o.embedding_dim),
+                    .widths = o.top_widths,
+                    .relu_on_last = false};
+}
+
+absl::Status Validate(const DlrmDenseModelOptions& o) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("dlrm dense model: ", parts...));
+  };
+  if (o.num_dense_features <= 0) {
+    return bad("num_dense_features must be positive, got ", o.num_dense_features);
+  }
+  if (o.num_tables < 0) return bad("num_tables must be >= 0, got ", o.num_tables);
+  if (o.embedding_dim <= 0) return bad("embedding_dim must be positive, got ", o.embedding_dim);
+  if (o.max_batch_size <= 0) {
+    return bad("max_batch_size must be positive, got ", o.max_batch_size);
+  }
+  if (o.bottom_widths.empty() || o.bottom_widths.back() != o.embedding_dim) {
+    return bad("the bottom MLP [", absl::StrJoin(o.bottom_widths, ", "),
+               "] must end in embedding_dim ", o.embedding_dim);
+  }
+  if (o.top_widths.empty() || o.top_widths.back() != 1) {
+    return bad("the top MLP [", absl::StrJoin(o.top_widths, ", "), "] must end in width 1");
+  }
+  for (int w : o.bottom_widths) {
+    if (w <= 0) return bad("bottom MLP width ", w, " must be positive");
+  }
+  for (int w : o.top_widths) {
+    if (w <= 0) return bad("top MLP width ", w, " must be positive");
+  }
+  return Annotate(ValidateDenseOptimizerOptions(o.optimizer), "dlrm dense model");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DlrmDenseModel>> DlrmDenseModel::Create(
+    Backend* backend, const DlrmDenseModelOptions& options) {
+  if (backend == nullptr) return absl::InvalidArgumentError("dlrm dense model: backend is null");
+  DLRM_RETURN_IF_ERROR(Validate(options));
+  const size_t num_bottom = Mlp::NumParams(BottomOptions(options));
+  const size_t num_top = Mlp::NumParams(TopOptions(options));
+  std::unique_ptr<DlrmDenseModel> model(new DlrmDenseModel(backend, options, num_bottom, num_top));
+  DLRM_ASSIGN_OR_RETURN(model->bottom_,
+                        Mlp::Create(backend, BottomOptions(options), options.max_batch_size,
+                                    model->parameters_.Slice(0, num_bottom)));
+  DLRM_ASSIGN_OR_RETURN(model->top_,
+                        Mlp::Create(backend, TopOptions(options), options.max_batch_size,
+                                    model->parameters_.Slice(num_bottom, num_top)));
+  std::mt19937_64 rng(options.seed);
+  model->bottom_->Initialize(rng);
+  model->top_->Initialize(rng);
+  return model;
+}
+
+DlrmDenseModel::DlrmDenseModel(Backend* backend, const DlrmDenseModelOptions& options,
+                               size_t num_bottom, size_t num_top)
+    : backend_(backend),
+      options_(options),
+      interaction_width_(InteractionWidth(options.num_tables, options.embedding_dim)),
+      parameters_(backend, num_bottom + num_top),
+      optimizer_(backend, options.optimizer, num_bottom + num_top),
+      interaction_(backend, options.max_batch_size, interaction_width_),
+      dinteraction_(backend, options.max_batch_size, interaction_width_),
+      dbottom_(backend, options.max_batch_size, options.embedding_dim),
+      dlogits_(backend, options.max_batch_size, 1),
+      probs_(backend, options.max_batch_size, 1),
+      zeros_(backend, options.max_batch_size, std::max(1, options.num_dense_features)),
+      demb_scratch_(backend, options.max_batch_size,
+                    std::max(1, options.num_tables * options.embedding_dim)) {}
+
+void DlrmDenseModel::CheckBatch(int batch) const {
+  DLRM_CHECK(batch >= 0 && batch <= options_.max_batch_size)
+      << "batch " << batch << " outside [0, max_batch_size " << options_.max_batch_size << "]";
+}
+
+const float* DlrmDenseModel::Forward(const float* dense_in, const float* emb, int batch) {
+  CheckBatch(batch);
+  emb_ = emb;
+  const float* bottom_out = bottom_->Forward(dense_in, batch);
+  backend_->InteractionForward(bottom_out, emb, batch, options_.num_tables, options_.embedding_dim,
+                               interaction_.data());
+  logits_ = top_->Forward(interaction_.data(), batch);
+  return logits_;
+}
+
+double DlrmDenseModel::Loss(const float* labels, int batch, float* probs) {
+  CheckBatch(batch);
+  DLRM_CHECK(logits_ != nullptr) << "Loss() before Forward()";
+  return backend_->SigmoidBinaryCrossEntropy(
+      logits_, labels, batch, probs != nullptr ? probs : probs_.data(), dlogits_.data());
+}
+
+void DlrmDenseModel::Backward(int batch, float* demb) {
+  CheckBatch(batch);
+  DLRM_CHECK(logits_ != nullptr) << "Backward() before Forward()";
+  top_->Backward(dlogits_.data(), batch, dinteraction_.data());
+  backend_->InteractionBackward(bottom_->layer(bottom_->num_layers() - 1).output(), emb_,
+                                dinteraction_.data(), batch, options_.num_tables,
+                                options_.embedding_dim, dbottom_.data(),
+                                demb != nullptr ? demb : demb_scratch_.data());
+  bottom_->Backward(dbottom_.data(), batch, /*dx=*/nullptr);
+}
+
+float DlrmDenseModel::TrainStep(const float* dense_in, const float* emb, const float* labels,
+                                int batch, float* demb) {
+  Forward(dense_in, emb, batch);
+  const double loss = Loss(labels, batch, nullptr);
+  Backward(batch, demb);
+  return batch > 0 ? static_cast<float>(loss / batch) : 0.0f;
+}
+
+void DlrmDenseModel::ApplyOptimizer() {
+  optimizer_.Step(parameters_.params(), parameters_.grads());
+}
+
+double DlrmDenseModel::Evaluate(const float* dense_in, const float* emb, const float* labels,
+                                int batch, float* probs) {
+  Forward(dense_in, emb, batch);
+  return Loss(labels, batch, probs);
+}
+
+void DlrmDenseModel::Predict(const float* dense_in, const float* emb, int batch, float* probs) {
+  Forward(dense_in, emb, batch);
+  Loss(zeros_.data(), batch, probs);
+}
+
+void DlrmDenseModel::GemmOnlyStep(int batch, const float* dense_in) {
+  CheckBatch(batch);
+  bottom_->GemmOnlyForward(dense_in != nullptr ? dense_in : zeros_.data(), batch);
+  top_->GemmOnlyForward(interaction_.data(), batch);
+  top_->GemmOnlyBackward(dlogits_.data(), batch, dinteraction_.data());
+  bottom_->GemmOnlyBackward(dbottom_.data(), batch, /*dx=*/nullptr);
+}
+
+}  // namespace dlrm::dense

@@ -1,0 +1,429 @@
+// The Backend operations against slow host references (double precision) and, for the
+// backward passes, against central finite differences. Runs on every backend in
+// BackendFactories.
+#include "dense/backend.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "dense/cpu/cpu_backend.h"
+#include "dense/optimizer_options.h"
+#include "dense/tensor.h"
+#include "gtest/gtest.h"
+#include "tests/dense/backend_test_util.h"
+
+namespace dlrm::dense::testing {
+namespace {
+
+template <typename Factory>
+using BackendOpsTest = BackendTest<Factory>;
+TYPED_TEST_SUITE(BackendOpsTest, BackendFactories, BackendFactoryNames);
+
+// c = alpha op(a) op(b) + beta c, all four transpose combinations, against a triple loop.
+TYPED_TEST(BackendOpsTest, GemmMatchesNaiveForAllTransposes) {
+  std::mt19937_64 rng(1);
+  const int m = 7, n = 5, k = 9;
+  const float alpha = 0.75f, beta = -0.5f;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      const std::vector<float> a = RandomVector(m * k, rng);
+      const std::vector<float> b = RandomVector(k * n, rng);
+      const std::vector<float> c0 = RandomVector(m * n, rng);
+      Tensor da = this->Upload(a), db = this->Upload(b), dc = this->Upload(c0);
+      this->backend()->Gemm(ta, tb, m, n, k, alpha, da.data(), db.data(), beta, dc.data());
+      const std::vector<float> c = dc.ToHost();
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double expected = beta * static_cast<double>(c0[i * n + j]);
+          for (int p = 0; p < k; ++p) {
+            const double av = ta ? a[p * m + i] : a[i * k + p];  // a stored k x m when ta
+            const double bv = tb ? b[j * k + p] : b[p * n + j];  // b stored n x k when tb
+            expected += alpha * av * bv;
+          }
+          EXPECT_NEAR(c[i * n + j], expected, 1e-5) << "c[" << i << "][" << j << "]";
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(BackendOpsTest, BiasActivationReluBackwardColumnSum) {
+  std::mt19937_64 rng(2);
+  const int rows = 6, cols = 11;
+  const std::vector<float> y0 = RandomVector(rows * cols, rng);
+  const std::vector<float> bias = RandomVector(cols, rng, -0.5f, 0.5f);
+  for (bool relu : {false, true}) {
+    Tensor y = this->Upload(y0, rows, cols), b = this->Upload(bias);
+    this->backend()->BiasActivation(y.data(), b.data(), rows, cols, relu);
+    const std::vector<float> out = y.ToHost();
+    int zeros = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) {
+        float expected = y0[r * cols + c] + bias[c];
+        if (relu) expected = std::max(expected, 0.0f);
+        zeros += out[r * cols + c] == 0.0f;
+        EXPECT_FLOAT_EQ(out[r * cols + c], expected);
+      }
+    }
+    if (relu) {
+      EXPECT_GT(zeros, 0);  // the data exercises both sides of the ReLU
+    }
+
+    // ReluBackward masks by the ReLU output.
+    const std::vector<float> g0 = RandomVector(rows * cols, rng);
+    Tensor g = this->Upload(g0, rows, cols);
+    this->backend()->ReluBackward(y.data(), g.data(), rows * cols);
+    const std::vector<float> masked = g.ToHost();
+    for (int i = 0; i < rows * cols; ++i) {
+      EXPECT_EQ(masked[i], out[i] > 0.0f ? g0[i] : 0.0f) << i;
+    }
+  }
+  // ColumnSum overwrites db.
+  const std::vector<float> dy = RandomVector(rows * cols, rng);
+  Tensor ddy = this->Upload(dy, rows, cols);
+  Tensor db = this->Upload(std::vector<float>(cols, 123.0f));
+  this->backend()->ColumnSum(ddy.data(), rows, cols, db.data());
+  const std::vector<float> sums = db.ToHost();
+  for (int c = 0; c < cols; ++c) {
+    double expected = 0.0;
+    for (int r = 0; r < rows; ++r) expected += dy[r * cols + c];
+    EXPECT_NEAR(sums[c], expected, 1e-5) << c;
+  }
+}
+
+// Reference interaction in double: [bottom, dot(z_i, z_j) for i > j].
+std::vector<double> ReferenceInteraction(const std::vector<float>& bottom,
+                                         const std::vector<float>& emb, int batch, int tables,
+                                         int dim) {
+  const int width = dim + (tables + 1) * tables / 2;
+  std::vector<double> out(static_cast<size_t>(batch) * width);
+  for (int b = 0; b < batch; ++b) {
+    auto z = [&](int i, int d) -> double {
+      return i == 0 ? bottom[b * dim + d]
+                    : emb[(static_cast<size_t>(b) * tables + i - 1) * dim + d];
+    };
+    double* o = out.data() + static_cast<size_t>(b) * width;
+    for (int d = 0; d < dim; ++d) o[d] = z(0, d);
+    int p = dim;
+    for (int i = 1; i <= tables; ++i) {
+      for (int j = 0; j < i; ++j) {
+        double s = 0.0;
+        for (int d = 0; d < dim; ++d) s += z(i, d) * z(j, d);
+        o[p++] = s;
+      }
+    }
+  }
+  return out;
+}
+
+// d(sum(out * r)) / d(bottom, emb) in double: dz_i = r_i(bottom part when i = 0) +
+// sum_{j != i} r_{pair(i, j)} z_j.
+void ReferenceInteractionBackward(const std::vector<float>& bottom, const std::vector<float>& emb,
+                                  const std::vector<float>& dout, int batch, int tables, int dim,
+                                  std::vector<double>* dbottom, std::vector<double>* demb) {
+  const int width = dim + (tables + 1) * tables / 2;
+  dbottom->assign(static_cast<size_t>(batch) * dim, 0.0);
+  demb->assign(static_cast<size_t>(batch) * tables * dim, 0.0);
+  for (int b = 0; b < batch; ++b) {
+    auto z = [&](int i, int d) -> double {
+      return i == 0 ? bottom[b * dim + d]
+                    : emb[(static_cast<size_t>(b) * tables + i - 1) * dim + d];
+    };
+    auto dz = [&](int i, int d) -> double& {
+      return i == 0 ? (*dbottom)[b * dim + d]
+                    : (*demb)[(static_cast<size_t>(b) * tables + i - 1) * dim + d];
+    };
+    const float* g = dout.data() + static_cast<size_t>(b) * width;
+    for (int d = 0; d < dim; ++d) dz(0, d) += g[d];
+    int p = dim;
+    for (int i = 1; i <= tables; ++i) {
+      for (int j = 0; j < i; ++j, ++p) {
+        for (int d = 0; d < dim; ++d) {
+          dz(i, d) += g[p] * z(j, d);
+          dz(j, d) += g[p] * z(i, d);
+        }
+      }
+    }
+  }
+}
+
+// Every kernel variant of the CPU backend (AVX2 widths 8..32 with 1..6 column chunks, the
+// specialised portable widths, the generic width) against the double references; 1e-4 absolute.
+TYPED_TEST(BackendOpsTest, InteractionMatchesReferenceOverManyShapes) {
+  std::mt19937_64 rng(7);
+  for (int dim : {8, 16, 24, 32, 64, 3}) {
+    for (int tables : {0, 1, 7, 8, 26, 33, 47}) {
+      SCOPED_TRACE(::testing::Message() << "dim=" << dim << " tables=" << tables);
+      const int batch = 3;
+      const int width = dim + (tables + 1) * tables / 2;
+      const std::vector<float> bottom = RandomVector(batch * dim, rng);
+      const std::vector<float> emb = RandomVector(batch * tables * dim, rng);
+      const std::vector<float> dout = RandomVector(batch * width, rng);
+      Tensor t_bottom = this->Upload(bottom), t_emb = this->Upload(emb),
+             t_dout = this->Upload(dout);
+      Tensor out(this->backend(), batch, width);
+      Tensor dbottom(this->backend(), batch, dim), demb(this->backend(), batch, tables * dim);
+      demb.Fill(9.0f);
+      this->backend()->InteractionForward(t_bottom.data(), t_emb.data(), batch, tables, dim,
+                                          out.data());
+      this->backend()->InteractionBackward(t_bottom.data(), t_emb.data(), t_dout.data(), batch,
+                                           tables, dim, dbottom.data(), demb.data());
+      const std::vector<double> expected = ReferenceInteraction(bottom, emb, batch, tables, dim);
+      const std::vector<float> got = out.ToHost();
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], 1e-4) << i;
+      std::vector<double> ref_dbottom, ref_demb;
+      ReferenceInteractionBackward(bottom, emb, dout, batch, tables, dim, &ref_dbottom, &ref_demb);
+      const std::vector<float> got_dbottom = dbottom.ToHost(), got_demb = demb.ToHost();
+      for (size_t i = 0; i < got_dbottom.size(); ++i) {
+        ASSERT_NEAR(got_dbottom[i], ref_dbottom[i], 1e-4) << "dbottom " << i;
+      }
+      for (size_t i = 0; i < got_demb.size(); ++i) {
+        ASSERT_NEAR(got_demb[i], ref_demb[i], 1e-4) << "demb " << i;
+      }
+    }
+  }
+}
+
+// Widths: 16 is the Criteo width (a specialised kernel on the CPU), 5 the generic path.
+TYPED_TEST(BackendOpsTest, InteractionForwardMatchesReference) {
+  for (int dim : {16, 5}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
+    std::mt19937_64 rng(3);
+    const int batch = 3, tables = 7;
+    const int width = dim + (tables + 1) * tables / 2;
+    const std::vector<float> bottom = RandomVector(batch * dim, rng);
+    const std::vector<float> emb = RandomVector(batch * tables * dim, rng);
+    Tensor dbottom = this->Upload(bottom), demb = this->Upload(emb);
+    Tensor out(this->backend(), batch, width);
+    this->backend()->InteractionForward(dbottom.data(), demb.data(), batch, tables, dim,
+                                        out.data());
+    const std::vector<float> got = out.ToHost();
+    const std::vector<double> expected = ReferenceInteraction(bottom, emb, batch, tables, dim);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5) << i;
+  }
+}
+
+// J = sum(out * r); the interaction is bilinear, so central differences are exact up to float
+// rounding of the outputs: |analytic - numeric| <= 2e-3 + 1e-3 |analytic| with h = 0.05.
+TYPED_TEST(BackendOpsTest, InteractionBackwardMatchesFiniteDifferences) {
+  for (int dim : {16, 5}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
+    std::mt19937_64 rng(4);
+    const int batch = 2, tables = 6;
+    const int width = dim + (tables + 1) * tables / 2;
+    const std::vector<float> r = RandomVector(batch * width, rng);
+    Tensor bottom = this->Upload(RandomVector(batch * dim, rng));
+    Tensor emb = this->Upload(RandomVector(batch * tables * dim, rng));
+    Tensor out(this->backend(), batch, width);
+    Tensor dout = this->Upload(r);
+    Tensor dbottom = this->Upload(std::vector<float>(batch * dim, 7.0f));  // overwritten
+    Tensor demb = this->Upload(std::vector<float>(batch * tables * dim, 7.0f));
+    this->backend()->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables, dim,
+                                         dbottom.data(), demb.data());
+    const std::vector<float> g_bottom = dbottom.ToHost(), g_emb = demb.ToHost();
+
+    auto objective = [&]() {
+      this->backend()->InteractionForward(bottom.data(), emb.data(), batch, tables, dim,
+                                          out.data());
+      const std::vector<float> o = out.ToHost();
+      double j = 0.0;
+      for (size_t i = 0; i < o.size(); ++i) j += static_cast<double>(o[i]) * r[i];
+      return j;
+    };
+    const float h = 0.05f;
+    auto check = [&](Tensor& x, const std::vector<float>& analytic, const char* what) {
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float x0 = this->Get(x.data(), i);
+        this->Set(x.data(), i, x0 + h);
+        const double plus = objective();
+        this->Set(x.data(), i, x0 - h);
+        const double minus = objective();
+        this->Set(x.data(), i, x0);
+        const double numeric = (plus - minus) / (2.0 * h);
+        EXPECT_NEAR(analytic[i], numeric, 2e-3 + 1e-3 * std::fabs(analytic[i])) << what << i;
+      }
+    };
+    check(bottom, g_bottom, "dbottom ");
+    check(emb, g_emb, "demb ");
+  }
+}
+
+// probs, the summed loss (a double reference) and dlogits (finite differences of the mean loss),
+// including saturated logits where a naive formula overflows.
+TYPED_TEST(BackendOpsTest, SigmoidBinaryCrossEntropy) {
+  const std::vector<float> logits = {-3.0f, -0.2f, 0.0f, 0.7f, 2.5f, 100.0f, -100.0f, 40.0f};
+  const std::vector<float> labels = {0.0f, 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1.0f};
+  const int batch = static_cast<int>(logits.size());
+  Tensor x = this->Upload(logits), y = this->Upload(labels);
+  Tensor probs(this->backend(), 1, batch), dlogits(this->backend(), 1, batch);
+  const double loss = this->backend()->SigmoidBinaryCrossEntropy(x.data(), y.data(), batch,
+                                                                 probs.data(), dlogits.data());
+  double expected_loss = 0.0;
+  const std::vector<float> p = probs.ToHost(), g = dlogits.ToHost();
+  for (int i = 0; i < batch; ++i) {
+    const double xi = logits[i];
+    const double pi = 1.0 / (1.0 + std::exp(-xi));
+    EXPECT_NEAR(p[i], pi, 1e-6) << i;
+    expected_loss += std::max(xi, 0.0) - xi * labels[i] + std::log1p(std::exp(-std::fabs(xi)));
+    EXPECT_NEAR(g[i], (pi - labels[i]) / batch, 1e-7) << i;
+  }
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(loss, expected_loss, 1e-4);
+
+  // d(mean loss)/d logit_i by central differences, tolerance 1e-4.
+  Tensor scratch_p(this->backend(), 1, batch), scratch_g(this->backend(), 1, batch);
+  const float h = 1e-2f;
+  for (int i = 0; i < 5; ++i) {
+    auto mean_loss = [&](float xi) {
+      this->Set(x.data(), i, xi);
+      return this->backend()->SigmoidBinaryCrossEntropy(x.data(), y.data(), batch, scratch_p.data(),
+                                                        scratch_g.data()) /
+             batch;
+    };
+    const double numeric = (mean_loss(logits[i] + h) - mean_loss(logits[i] - h)) / (2.0 * h);
+    mean_loss(logits[i]);
+    EXPECT_NEAR(g[i], numeric, 1e-4) << i;
+  }
+}
+
+// The optimizer step against a scalar double reference written here, five steps with fresh
+// gradients each, weight decay on. Tolerance: 1e-5 relative + 1e-6.
+struct OptimizerCase {
+  DenseOptimizerType type;
+  float weight_decay;
+};
+
+void ReferenceStep(const DenseOptimizerOptions& o, int64_t step, std::vector<double>& p,
+                   const std::vector<float>& g, std::vector<double>& s1, std::vector<double>& s2) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double gi = g[i] + static_cast<double>(o.weight_decay) * p[i];
+    switch (o.type) {
+      case DenseOptimizerType::kSgd:
+        p[i] -= o.learning_rate * gi;
+        break;
+      case DenseOptimizerType::kAdagrad:
+        s1[i] += gi * gi;
+        p[i] -= o.learning_rate * gi / (std::sqrt(s1[i]) + o.epsilon);
+        break;
+      case DenseOptimizerType::kAdam: {
+        s1[i] = o.beta1 * s1[i] + (1.0 - o.beta1) * gi;
+        s2[i] = o.beta2 * s2[i] + (1.0 - o.beta2) * gi * gi;
+        const double m_hat = s1[i] / (1.0 - std::pow(static_cast<double>(o.beta1), step));
+        const double v_hat = s2[i] / (1.0 - std::pow(static_cast<double>(o.beta2), step));
+        p[i] -= o.learning_rate * m_hat / (std::sqrt(v_hat) + o.epsilon);
+        break;
+      }
+    }
+  }
+}
+
+TYPED_TEST(BackendOpsTest, OptimizerStepsMatchScalarReference) {
+  for (DenseOptimizerType type :
+       {DenseOptimizerType::kSgd, DenseOptimizerType::kAdagrad, DenseOptimizerType::kAdam}) {
+    for (float wd : {0.0f, 0.01f}) {
+      SCOPED_TRACE(::testing::Message() << DenseOptimizerTypeName(type) << " wd=" << wd);
+      DenseOptimizerOptions o{.type = type,
+                              .learning_rate = 0.05f,
+                              .beta1 = 0.8f,
+                              .beta2 = 0.95f,
+                              .epsilon = 1e-6f,
+                              .weight_decay = wd};
+      std::mt19937_64 rng(5);
+      const size_t count = 37;
+      const std::vector<float> p0 = RandomVector(count, rng);
+      std::vector<double> p(p0.begin(), p0.end()), s1(count, 0.0), s2(count, 0.0);
+      Tensor params = this->Upload(p0);
+      Tensor grads(this->backend(), 1, count);
+      Tensor state(this->backend(), 1, DenseOptimizerStateFloats(type) * count);
+      for (int64_t step = 1; step <= 5; ++step) {
+        const std::vector<float> g = RandomVector(count, rng);
+        grads.CopyFromHost(g);
+        this->backend()->OptimizerStep(o, step, params.data(), grads.data(), state.data(), count);
+        ReferenceStep(o, step, p, g, s1, s2);
+      }
+      const std::vector<float> got = params.ToHost();
+      for (size_t i = 0; i < count; ++i) {
+        EXPECT_NEAR(got[i], p[i], 1e-6 + 1e-5 * std::fabs(p[i])) << i;
+        EXPECT_GT(std::fabs(got[i] - p0[i]), 1e-4) << "parameter " << i << " did not move";
+      }
+      if (type == DenseOptimizerType::kAdam) {  // state layout: m then v
+        const std::vector<float> st = state.ToHost();
+        for (size_t i = 0; i < count; ++i) {
+          EXPECT_NEAR(st[i], s1[i], 1e-6 + 1e-5 * std::fabs(s1[i])) << "m " << i;
+          EXPECT_NEAR(st[count + i], s2[i], 1e-6 + 1e-5 * std::fabs(s2[i])) << "v " << i;
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(BackendOpsTest, MemoryRoundTrip) {
+  std::mt19937_64 rng(6);
+  const std::vector<float> v = RandomVector(1000, rng);
+  Tensor a = this->Upload(v);
+  Tensor b(this->backend(), 1, 1000);
+  this->backend()->Copy(a.data(), b.data(), 1000);
+  EXPECT_EQ(b.ToHost(), v);
+  b.Fill(2.5f);
+  EXPECT_EQ(b.ToHost(), std::vector<float>(1000, 2.5f));
+  Tensor moved = std::move(a);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(moved.ToHost(), v);
+}
+
+}  // namespace
+}  // namespace dlrm::dense::testing
+
+namespace dlrm::dense::testing {
+namespace {
+
+// The CPU backend with its portable loops only (no AVX2), so both code paths are checked on
+// machines that have AVX2.
+struct PortableCpuBackendFactory {
+  static constexpr const char* kName = "PortableCpu";
+  static absl::StatusOr<std::unique_ptr<Backend>> Create() {
+    auto backend = CpuBackend::Create({.threads = 0, .allow_avx2 = false});
+    if (!backend.ok()) return backend.status();
+    return std::unique_ptr<Backend>(std::move(backend).value());
+  }
+};
+
+template <typename Factory>
+using PortableCpuTest = BackendTest<Factory>;
+using PortableCpuFactories = ::testing::Types<PortableCpuBackendFactory>;
+TYPED_TEST_SUITE(PortableCpuTest, PortableCpuFactories, BackendFactoryNames);
+
+TYPED_TEST(PortableCpuTest, InteractionMatchesTheDefaultCpuBackend) {
+  auto fast = CpuBackendFactory::Create();
+  ASSERT_TRUE(fast.ok());
+  std::mt19937_64 rng(8);
+  for (int dim : {8, 16, 32, 5}) {
+    for (int tables : {1, 26, 40}) {
+      SCOPED_TRACE(::testing::Message() << "dim=" << dim << " tables=" << tables);
+      const int batch = 4;
+      const int width = dim + (tables + 1) * tables / 2;
+      const std::vector<float> bottom = RandomVector(batch * dim, rng);
+      const std::vector<float> emb = RandomVector(batch * tables * dim, rng);
+      const std::vector<float> dout = RandomVector(batch * width, rng);
+      std::vector<float> out_a(batch * width), out_b(batch * width);
+      std::vector<float> db_a(batch * dim), db_b(batch * dim);
+      std::vector<float> de_a(batch * tables * dim), de_b(batch * tables * dim);
+      this->backend()->InteractionForward(bottom.data(), emb.data(), batch, tables, dim,
+                                          out_a.data());
+      (*fast)->InteractionForward(bottom.data(), emb.data(), batch, tables, dim, out_b.data());
+      this->backend()->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables,
+                                           dim, db_a.data(), de_a.data());
+      (*fast)->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables, dim,
+                                   db_b.data(), de_b.data());
+      for (size_t i = 0; i < out_a.size(); ++i) ASSERT_NEAR(out_a[i], out_b[i], 1e-5) << i;
+      for (size_t i = 0; i < db_a.size(); ++i) ASSERT_NEAR(db_a[i], db_b[i], 1e-5) << i;
+      for (size_t i = 0; i < de_a.size(); ++i) ASSERT_NEAR(de_a[i], de_b[i], 1e-5) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::dense::testing
