@@ -29,8 +29,12 @@ function(dlrm_cc_test)
   target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  set(props ENVIRONMENT "DLRM_BIN_DIR=${PROJECT_BINARY_DIR}/bin")
+  if(ARG_LABELS)
+    list(APPEND props LABELS "${ARG_LABELS}")
+  endif()
   gtest_discover_tests(${ARG_NAME}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-    PROPERTIES LABELS "${ARG_LABELS}" ENVIRONMENT "DLRM_BIN_DIR=${PROJECT_BINARY_DIR}/bin"
+    PROPERTIES ${props}
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(kBceThreads)
     probs[i] = p;
     dlogits[i] = (p - y) * inv_batch;
     // BCE(x, y) = max(x, 0) - x*y + log(1 + exp(-|x|)), stable for any x.
-    sum += static_cast<double>(fmaxf(x, 0.0f) - x * y + log1pf(e));
+    // Terms in double, as the CPU reference: -x*y and max(x, 0) nearly cancel for large |x|.
+    sum += static_cast<double>(fmaxf(x, 0.0f)) - static_cast<double>(x) * y +
+           log1p(static_cast<double>(e));
   }
   partial[threadIdx.x] = sum;
   __syncthreads();

@@ -65,9 +65,8 @@ class CudaEmbeddingKernels final : public EmbeddingKernels {
     Finish();
   }
 
-  void ApplySparseOptimizer(const SparseOptimizerOptions& options, float* rows,
-                            int64_t row_stride, int dim, const int64_t* slots, const float* grads,
-                            int64_t n) override {
+  void ApplySparseOptimizer(const SparseOptimizerOptions& options, float* rows, int64_t row_stride,
+                            int dim, const int64_t* slots, const float* grads, int64_t n) override {
     DLRM_CUDA_CHECK(cudaSetDevice(device_));
     LaunchApplySparseOptimizer(options, rows, row_stride, dim, slots, grads, n, stream_);
     Finish();
@@ -88,7 +87,7 @@ class CudaEmbeddingKernels final : public EmbeddingKernels {
 };
 
 absl::StatusOr<std::unique_ptr<EmbeddingKernels>> Create(int device_ordinal, cudaStream_t stream,
-                                                        bool owns_stream) {
+                                                         bool owns_stream) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();
@@ -96,8 +95,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingKernels>> Create(int device_ordinal, cud
   }
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
   if (device_ordinal < 0 || device_ordinal >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device_ordinal,
-                                                   " out of range: ", count, " visible"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", device_ordinal, " out of range: ", count, " visible"));
   }
   auto kernels = std::make_unique<CudaEmbeddingKernels>(device_ordinal, stream, owns_stream);
   DLRM_RETURN_IF_ERROR(kernels->Init());

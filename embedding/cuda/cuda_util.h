@@ -12,12 +12,12 @@
 #include "common/status.h"
 
 #ifndef DLRM_CUDA_CHECK
-#define DLRM_CUDA_CHECK(expr)                                                             \
-  do {                                                                                    \
-    cudaError_t dlrm_cuda_err_ = (expr);                                                  \
-    DLRM_CHECK(dlrm_cuda_err_ == cudaSuccess)                                             \
-        << #expr << ": " << cudaGetErrorName(dlrm_cuda_err_) << " ("                      \
-        << cudaGetErrorString(dlrm_cuda_err_) << ")";                                     \
+#define DLRM_CUDA_CHECK(expr)                                        \
+  do {                                                               \
+    cudaError_t dlrm_cuda_err_ = (expr);                             \
+    DLRM_CHECK(dlrm_cuda_err_ == cudaSuccess)                        \
+        << #expr << ": " << cudaGetErrorName(dlrm_cuda_err_) << " (" \
+        << cudaGetErrorString(dlrm_cuda_err_) << ")";                \
   } while (0)
 #define DLRM_CUDA_CHECK_LAUNCH() DLRM_CUDA_CHECK(cudaGetLastError())
 #endif
@@ -35,8 +35,8 @@ inline absl::Status CudaStatus(cudaError_t err, const char* what) {
 
 }  // namespace dlrm::embedding::cuda
 
-#define DLRM_EMB_CUDA_RETURN_IF_ERROR(expr)                                                   \
-  do {                                                                                        \
-    ::absl::Status dlrm_cuda_status_ = ::dlrm::embedding::cuda::CudaStatus((expr), #expr);    \
-    if (!dlrm_cuda_status_.ok()) return dlrm_cuda_status_;                                    \
+#define DLRM_EMB_CUDA_RETURN_IF_ERROR(expr)                                                \
+  do {                                                                                     \
+    ::absl::Status dlrm_cuda_status_ = ::dlrm::embedding::cuda::CudaStatus((expr), #expr); \
+    if (!dlrm_cuda_status_.ok()) return dlrm_cuda_status_;                                 \
   } while (0)

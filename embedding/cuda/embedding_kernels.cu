@@ -1,11 +1,10 @@
 // CUDA embedding kernels: pooled gather, deterministic gradient aggregation, fused sparse
 // optimizers. Rows are read and written through float4 when dim, strides and pointers are
 // multiples of 4 floats (16 bytes), so a warp moves whole 128-byte lines.
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
-
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/embedding_kernels.h"
@@ -250,8 +249,8 @@ void LaunchPooledGather(const float* rows, int64_t row_stride, int dim, const in
                         int64_t out_stride, cudaStream_t stream) {
   if (batch <= 0 || dim <= 0) return;
   const bool mean = mode == PoolingMode::kMean;
-  const bool vec4 = dim % 4 == 0 && row_stride % 4 == 0 && out_stride % 4 == 0 &&
-                    Aligned16(rows) && Aligned16(out);
+  const bool vec4 = dim % 4 == 0 && row_stride % 4 == 0 && out_stride % 4 == 0 && Aligned16(rows) &&
+                    Aligned16(out);
   const int lanes = LanesFor(vec4 ? dim / 4 : dim);
   const int blocks = BlocksFor(static_cast<int64_t>(batch) * lanes);
   if (vec4) {
@@ -277,8 +276,8 @@ namespace {
 // num_rows x dim, zeroed first), otherwise rows by segment rank (grad_rows is nnz x dim).
 void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
                  const int32_t* offsets, int batch, int nnz, PoolingMode mode, int64_t num_rows,
-                 float* grad_rows, int64_t* compact_slots, void* workspace,
-                 size_t workspace_bytes, cudaStream_t stream) {
+                 float* grad_rows, int64_t* compact_slots, void* workspace, size_t workspace_bytes,
+                 cudaStream_t stream) {
   const size_t n = static_cast<size_t>(nnz);
   DLRM_CHECK(workspace_bytes >= ScatterGradWorkspaceBytes(nnz, num_rows))
       << "scatter workspace of " << workspace_bytes << " bytes is too small for nnz=" << nnz;
@@ -292,16 +291,16 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
   auto* keys_out = reinterpret_cast<int64_t*>(take(n * sizeof(int64_t)));
   auto* samples_in = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
   auto* samples_out = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
-  size_t temp_bytes = CubTempBytes(nnz, num_rows);
-  void* temp = take(temp_bytes);
+  const size_t temp_capacity = CubTempBytes(nnz, num_rows);
+  void* temp = take(temp_capacity);
+  size_t temp_bytes = temp_capacity;  // CUB calls take it by reference: reset before each
 
-  ScatterPrepKernel<<<BlocksFor(batch), kBlock, 0, stream>>>(indices, offsets, batch, nnz,
-                                                            num_rows, keys_in, samples_in);
+  ScatterPrepKernel<<<BlocksFor(batch), kBlock, 0, stream>>>(indices, offsets, batch, nnz, num_rows,
+                                                             keys_in, samples_in);
   DLRM_CUDA_CHECK_LAUNCH();
   // Stable LSD radix sort: equal keys keep their (increasing) sample order.
-  DLRM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out,
-                                                  samples_in, samples_out, nnz, 0,
-                                                  KeyBits(num_rows), stream));
+  DLRM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, samples_in,
+                                                  samples_out, nnz, 0, KeyBits(num_rows), stream));
   int32_t* segment_index = nullptr;
   if (compact_slots != nullptr) {
     // keys_in and samples_in are free after the sort: flags in one, their scan in the other.
@@ -309,14 +308,14 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
     segment_index = reinterpret_cast<int32_t*>(keys_in);
     SegmentStartKernel<<<BlocksFor(nnz), kBlock, 0, stream>>>(keys_out, nnz, num_rows, flags);
     DLRM_CUDA_CHECK_LAUNCH();
-    DLRM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, flags, segment_index, nnz,
-                                                  stream));
+    temp_bytes = temp_capacity;
+    DLRM_CUDA_CHECK(
+        cub::DeviceScan::InclusiveSum(temp, temp_bytes, flags, segment_index, nnz, stream));
     // Slots past the last segment stay -1 (all bits set): the optimizer skips them.
     DLRM_CUDA_CHECK(cudaMemsetAsync(compact_slots, 0xff, n * sizeof(int64_t), stream));
   }
   const bool mean = mode == PoolingMode::kMean;
-  const bool vec4 = dim % 4 == 0 && out_stride % 4 == 0 && Aligned16(dout) &&
-                    Aligned16(grad_rows);
+  const bool vec4 = dim % 4 == 0 && out_stride % 4 == 0 && Aligned16(dout) && Aligned16(grad_rows);
   const int lanes = LanesFor(vec4 ? dim / 4 : dim);
   const int blocks = BlocksFor(static_cast<int64_t>(nnz) * kWarp);
   if (vec4) {
@@ -333,9 +332,9 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
 
 }  // namespace
 
-void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim,
-                             const int64_t* indices, const int32_t* offsets, int batch, int nnz,
-                             PoolingMode mode, int64_t num_rows, float* grad_rows, void* workspace,
+void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
+                             const int32_t* offsets, int batch, int nnz, PoolingMode mode,
+                             int64_t num_rows, float* grad_rows, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream) {
   if (num_rows <= 0 || dim <= 0) return;
   DLRM_CUDA_CHECK(
@@ -365,20 +364,20 @@ void LaunchApplySparseOptimizer(const SparseOptimizerOptions& options, float* ro
   const int blocks = BlocksFor(n * lanes);
   switch (options.type) {
     case SparseOptimizerType::kSgd:
-      SparseOptimizerKernel<SparseOptimizerType::kSgd><<<blocks, kBlock, 0, stream>>>(
-          params, rows, row_stride, dim, slots, grads, n, lanes);
+      SparseOptimizerKernel<SparseOptimizerType::kSgd>
+          <<<blocks, kBlock, 0, stream>>>(params, rows, row_stride, dim, slots, grads, n, lanes);
       break;
     case SparseOptimizerType::kAdagrad:
-      SparseOptimizerKernel<SparseOptimizerType::kAdagrad><<<blocks, kBlock, 0, stream>>>(
-          params, rows, row_stride, dim, slots, grads, n, lanes);
+      SparseOptimizerKernel<SparseOptimizerType::kAdagrad>
+          <<<blocks, kBlock, 0, stream>>>(params, rows, row_stride, dim, slots, grads, n, lanes);
       break;
     case SparseOptimizerType::kRowWiseAdagrad:
-      SparseOptimizerKernel<SparseOptimizerType::kRowWiseAdagrad><<<blocks, kBlock, 0, stream>>>(
-          params, rows, row_stride, dim, slots, grads, n, lanes);
+      SparseOptimizerKernel<SparseOptimizerType::kRowWiseAdagrad>
+          <<<blocks, kBlock, 0, stream>>>(params, rows, row_stride, dim, slots, grads, n, lanes);
       break;
     case SparseOptimizerType::kLazyAdam:
-      SparseOptimizerKernel<SparseOptimizerType::kLazyAdam><<<blocks, kBlock, 0, stream>>>(
-          params, rows, row_stride, dim, slots, grads, n, lanes);
+      SparseOptimizerKernel<SparseOptimizerType::kLazyAdam>
+          <<<blocks, kBlock, 0, stream>>>(params, rows, row_stride, dim, slots, grads, n, lanes);
       break;
   }
   DLRM_CUDA_CHECK_LAUNCH();

@@ -25,9 +25,9 @@ size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows);
 // in a fixed order (strided over the warp's lane groups, combined by a fixed shuffle tree). No
 // atomics: the same input gives bit-identical output on every run. `nnz` = offsets[batch].
 // Indices outside [0, num_rows) are ignored. `workspace` holds ScatterGradWorkspaceBytes bytes.
-void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim,
-                             const int64_t* indices, const int32_t* offsets, int batch, int nnz,
-                             PoolingMode mode, int64_t num_rows, float* grad_rows, void* workspace,
+void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
+                             const int32_t* offsets, int batch, int nnz, PoolingMode mode,
+                             int64_t num_rows, float* grad_rows, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream);
 
 // The same aggregation in compact form, for tables too large for a num_rows x dim gradient:

@@ -77,9 +77,9 @@ GpuEmbeddingTable::~GpuEmbeddingTable() {
 absl::StatusOr<std::unique_ptr<GpuEmbeddingTable>> GpuEmbeddingTable::Create(
     const GpuEmbeddingTableOptions& options) {
   if (options.rows <= 0 || options.dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GPU table ", options.name, ": rows = ",
-                                                   options.rows, ", dim = ", options.dim,
-                                                   " (both must be > 0)"));
+    return absl::InvalidArgumentError(absl::StrCat("GPU table ", options.name,
+                                                   ": rows = ", options.rows,
+                                                   ", dim = ", options.dim, " (both must be > 0)"));
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -119,8 +119,8 @@ absl::Status GpuEmbeddingTable::Init() {
   }
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rows_, 0, bytes, stream));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_->staged,
-                                                         cudaEventDisableTiming));
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&scratch_->staged, cudaEventDisableTiming));
   return Finish();
 }
 
@@ -139,10 +139,9 @@ absl::Status GpuEmbeddingTable::Synchronize() {
 absl::Status GpuEmbeddingTable::CheckIds(const int64_t* ids, int64_t n) const {
   for (int64_t j = 0; j < n; ++j) {
     if (ids[j] < 0 || ids[j] >= options_.rows) {
-      return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": id ", ids[j],
-                                                     ids[j] < 0 ? " < 0" : " >= rows ",
-                                                     ids[j] < 0 ? "" : absl::StrCat(options_.rows),
-                                                     " (position ", j, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", options_.name, ": id ", ids[j], ids[j] < 0 ? " < 0" : " >= rows ",
+                       ids[j] < 0 ? "" : absl::StrCat(options_.rows), " (position ", j, ")"));
     }
   }
   return absl::OkStatus();
@@ -197,8 +196,8 @@ absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const
     DLRM_RETURN_IF_ERROR(s.offsets.Reserve(offset_bytes, stream));
     char* host_offsets = host + AlignUp(id_bytes);
     std::memcpy(host_offsets, offsets, offset_bytes);
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.offsets.ptr, host_offsets, offset_bytes,
-                                                  cudaMemcpyHostToDevice, stream));
+    DLRM_EMB_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(s.offsets.ptr, host_offsets, offset_bytes, cudaMemcpyHostToDevice, stream));
   }
   DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.staged, stream));
   return absl::OkStatus();
@@ -253,10 +252,10 @@ absl::Status GpuEmbeddingTable::WriteRows(int64_t first_row, int64_t count,
   if (count == 0) return absl::OkStatus();
   DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   // Pageable source: the copy has taken the data when the call returns.
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      rows_ + first_row * row_stride_, host_rows,
-      static_cast<size_t>(count) * row_stride_ * sizeof(float), cudaMemcpyHostToDevice,
-      static_cast<cudaStream_t>(stream_)));
+  DLRM_EMB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(rows_ + first_row * row_stride_, host_rows,
+                      static_cast<size_t>(count) * row_stride_ * sizeof(float),
+                      cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
   return Finish();
 }
 

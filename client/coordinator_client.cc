@@ -1,0 +1,203 @@
+#include "client/coordinator_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace dlrm::client {
+
+using common::MakeClientContext;
+
+bool IsTerminalJobState(dlrm::v1::JobState state) {
+  return state == dlrm::v1::JOB_STATE_SUCCEEDED || state == dlrm::v1::JOB_STATE_FAILED ||
+         state == dlrm::v1::JOB_STATE_CANCELLED;
+}
+
+CoordinatorClient::CoordinatorClient(const CoordinatorClientOptions& options,
+                                     std::shared_ptr<grpc::Channel> channel)
+    : options_(options),
+      channel_(std::move(channel)),
+      coordinator_(dlrm::v1::Coordinator::NewStub(channel_)),
+      jobs_(dlrm::v1::Jobs::NewStub(channel_)) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const CoordinatorClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("coordinator address is empty");
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout ", absl::FormatDuration(options.timeout), " must be > 0"));
+  }
+  common::ChannelOptions channel_options;
+  channel_options.target = options.address;
+  channel_options.security = options.security;
+  DLRM_ASSIGN_OR_RETURN(auto channel, common::MakeChannel(channel_options));
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options, std::move(channel)));
+}
+
+absl::Status CoordinatorClient::Check(const grpc::Status& status, const char* method) const {
+  if (status.ok()) return absl::OkStatus();
+  return Annotate(common::FromGrpcStatus(status),
+                  absl::StrCat("coordinator ", options_.address, " ", method));
+}
+
+absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,
+                                                        const SubmitOptions& options) {
+  dlrm::v1::SubmitJobRequest request;
+  request.set_spec_yaml(spec_yaml);
+  request.set_workers(options.workers);
+  request.set_ps(options.ps);
+  dlrm::v1::SubmitJobResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(jobs_->SubmitJob(context.get(), request, &response), "SubmitJob"));
+  return std::move(*response.mutable_job());
+}
+
+absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Get(const std::string& job_id) {
+  dlrm::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  dlrm::v1::Job job;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(jobs_->GetJob(context.get(), request, &job), "GetJob"));
+  return job;
+}
+
+absl::StatusOr<std::vector<dlrm::v1::Job>> CoordinatorClient::List(dlrm::v1::JobState filter) {
+  dlrm::v1::ListJobsRequest request;
+  request.set_state(filter);
+  dlrm::v1::ListJobsResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(jobs_->ListJobs(context.get(), request, &response), "ListJobs"));
+  return std::vector<dlrm::v1::Job>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Cancel(const std::string& job_id,
+                                                        const std::string& reason) {
+  dlrm::v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  dlrm::v1::Job job;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(jobs_->CancelJob(context.get(), request, &job), "CancelJob"));
+  return job;
+}
+
+absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id,
+                                                       const EventCallback& on_event,
+                                                       absl::Duration timeout) {
+  dlrm::v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  auto context = MakeClientContext(timeout);
+  std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader =
+      jobs_->WatchJob(context.get(), request);
+  dlrm::v1::JobEvent event;
+  dlrm::v1::Job last;
+  bool seen = false;
+  bool stopped = false;
+  while (reader->Read(&event)) {
+    last = event.job();
+    seen = true;
+    if (on_event && !on_event(event)) {
+      stopped = true;
+      context->TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (stopped) return last;
+  DLRM_RETURN_IF_ERROR(Check(status, "WatchJob"));
+  if (!seen) {
+    return absl::InternalError(absl::StrCat("coordinator ", options_.address,
+                                            " WatchJob: stream for job ", job_id,
+                                            " ended without an event"));
+  }
+  return last;
+}
+
+absl::StatusOr<dlrm::v1::GetClusterViewResponse> CoordinatorClient::Members() {
+  dlrm::v1::GetClusterViewResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(
+      coordinator_->GetClusterView(context.get(), dlrm::v1::GetClusterViewRequest(), &response),
+      "GetClusterView"));
+  return response;
+}
+
+absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorClient::Register(
+    const dlrm::v1::RegisterRequest& request) {
+  dlrm::v1::RegisterResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(
+      Check(coordinator_->Register(context.get(), request, &response), "Register"));
+  return response;
+}
+
+absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
+    const std::string& member_id) {
+  dlrm::v1::HeartbeatRequest request;
+  request.set_member_id(member_id);
+  dlrm::v1::HeartbeatResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(
+      Check(coordinator_->Heartbeat(context.get(), request, &response), "Heartbeat"));
+  return response;
+}
+
+absl::Status CoordinatorClient::Leave(const std::string& member_id) {
+  dlrm::v1::LeaveRequest request;
+  request.set_member_id(member_id);
+  dlrm::v1::LeaveResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  return Check(coordinator_->Leave(context.get(), request, &response), "Leave");
+}
+
+absl::StatusOr<dlrm::v1::JobState> CoordinatorClient::ReportProgress(
+    const dlrm::v1::ReportProgressRequest& request) {
+  dlrm::v1::ReportProgressResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(
+      Check(coordinator_->ReportProgress(context.get(), request, &response), "ReportProgress"));
+  return response.state();
+}
+
+absl::Status CoordinatorClient::KvSet(const std::string& key, const std::string& value) {
+  dlrm::v1::KvSetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  dlrm::v1::KvSetResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  return Check(coordinator_->KvSet(context.get(), request, &response), "KvSet");
+}
+
+absl::StatusOr<std::string> CoordinatorClient::KvGet(const std::string& key, absl::Duration wait) {
+  dlrm::v1::KvGetRequest request;
+  request.set_key(key);
+  request.set_wait_timeout_ms(absl::ToInt64Milliseconds(wait));
+  dlrm::v1::KvGetResponse response;
+  auto context = MakeClientContext(wait + options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(coordinator_->KvGet(context.get(), request, &response), "KvGet"));
+  return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::KvDelete(const std::string& key, bool prefix) {
+  dlrm::v1::KvDeleteRequest request;
+  request.set_key(key);
+  request.set_prefix(prefix);
+  dlrm::v1::KvDeleteResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(
+      Check(coordinator_->KvDelete(context.get(), request, &response), "KvDelete"));
+  return response.deleted();
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::KvAdd(const std::string& key, int64_t delta) {
+  dlrm::v1::KvAddRequest request;
+  request.set_key(key);
+  request.set_delta(delta);
+  dlrm::v1::KvAddResponse response;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(coordinator_->KvAdd(context.get(), request, &response), "KvAdd"));
+  return response.value();
+}
+
+}  // namespace dlrm::client

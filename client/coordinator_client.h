@@ -1,0 +1,95 @@
+// A small synchronous client of the coordinator, for dlrmctl, `dlrm local`, and the worker and
+// parameter-server processes. Every call has a deadline (options.timeout, or the one given);
+// a coordinator that is gone answers UNAVAILABLE or DEADLINE_EXCEEDED within it, never hangs.
+// Errors keep the server's code and message (NOT_FOUND naming the job, INVALID_ARGUMENT with
+// the job-spec parser's message, ...), prefixed with the method.
+//
+//   DLRM_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Create({.address = "127.0.0.1:50051"}));
+//   DLRM_ASSIGN_OR_RETURN(dlrm::v1::Job job, client->Submit(yaml, {.workers = 2}));
+//   DLRM_ASSIGN_OR_RETURN(job, client->Watch(job.job_id(), [](const dlrm::v1::JobEvent& e) {
+//     std::cout << e.job().progress().step() << "\n";
+//     return true;  // keep watching
+//   }));
+//
+// Thread-safe (gRPC stubs are); one client may be shared.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/grpc_util.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/jobs.grpc.pb.h"
+
+namespace dlrm::client {
+
+struct CoordinatorClientOptions {
+  std::string address = "127.0.0.1:50051";
+  absl::Duration timeout = absl::Seconds(10);  // deadline of each unary call
+  common::TransportSecurity security = {};
+};
+
+struct SubmitOptions {
+  int workers = 1;  // workers the job runs on
+  int ps = 0;       // parameter servers; 0: every PS alive when the job starts
+};
+
+class CoordinatorClient {
+ public:
+  // Called for every event of a watch; return false to stop watching.
+  using EventCallback = std::function<bool(const dlrm::v1::JobEvent&)>;
+
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
+      const CoordinatorClientOptions& options);
+
+  const std::string& address() const { return options_.address; }
+
+  // --- jobs ---
+  absl::StatusOr<dlrm::v1::Job> Submit(const std::string& spec_yaml,
+                                       const SubmitOptions& options = {});
+  absl::StatusOr<dlrm::v1::Job> Get(const std::string& job_id);
+  absl::StatusOr<std::vector<dlrm::v1::Job>> List(
+      dlrm::v1::JobState filter = dlrm::v1::JOB_STATE_UNSPECIFIED);
+  absl::StatusOr<dlrm::v1::Job> Cancel(const std::string& job_id, const std::string& reason = "");
+  // Streams the job's events to `on_event` until it reaches a terminal state, `on_event`
+  // returns false, or `timeout` passes (DEADLINE_EXCEEDED). Returns the last job seen.
+  absl::StatusOr<dlrm::v1::Job> Watch(const std::string& job_id, const EventCallback& on_event,
+                                      absl::Duration timeout = absl::Hours(24 * 7));
+
+  // --- cluster ---
+  absl::StatusOr<dlrm::v1::GetClusterViewResponse> Members();
+
+  // --- member side (parameter servers and workers) ---
+  absl::StatusOr<dlrm::v1::RegisterResponse> Register(const dlrm::v1::RegisterRequest& request);
+  absl::StatusOr<dlrm::v1::HeartbeatResponse> Heartbeat(const std::string& member_id);
+  absl::Status Leave(const std::string& member_id);
+  absl::StatusOr<dlrm::v1::JobState> ReportProgress(const dlrm::v1::ReportProgressRequest& request);
+
+  // --- rendezvous ---
+  absl::Status KvSet(const std::string& key, const std::string& value);
+  // Waits up to `wait` for the key (NOT_FOUND naming it after that); the call's deadline is
+  // `wait` plus options.timeout.
+  absl::StatusOr<std::string> KvGet(const std::string& key,
+                                    absl::Duration wait = absl::ZeroDuration());
+  absl::StatusOr<int64_t> KvDelete(const std::string& key, bool prefix = false);
+  absl::StatusOr<int64_t> KvAdd(const std::string& key, int64_t delta);
+
+ private:
+  CoordinatorClient(const CoordinatorClientOptions& options,
+                    std::shared_ptr<grpc::Channel> channel);
+  absl::Status Check(const grpc::Status& status, const char* method) const;
+
+  CoordinatorClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<dlrm::v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<dlrm::v1::Jobs::Stub> jobs_;
+};
+
+// True for SUCCEEDED, FAILED and CANCELLED.
+bool IsTerminalJobState(dlrm::v1::JobState state);
+
+}  // namespace dlrm::client

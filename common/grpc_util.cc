@@ -1,0 +1,127 @@
+#include "common/grpc_util.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace dlrm::common {
+namespace {
+
+int ToMillis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); }
+
+// Splits "host:port" at the last colon; the port part may be empty.
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("channel target is empty");
+  }
+  if (options.security.mode != TransportSecurity::Mode::kInsecure) {
+    return absl::UnimplementedError(
+        absl::StrCat("TLS channels are not implemented yet (target ", options.target, ")"));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ToMillis(options.keepalive_time));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ToMillis(options.keepalive_timeout));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ToMillis(options.max_reconnect_backoff));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              std::min(1000, ToMillis(options.max_reconnect_backoff)));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              std::min(1000, ToMillis(options.max_reconnect_backoff)));
+  return grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+}
+
+std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  SetDeadline(context.get(), timeout);
+  return context;
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, int port, std::string address)
+    : server_(std::move(server)), port_(port), address_(std::move(address)) {}
+
+GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
+    const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+  if (options.security.mode != TransportSecurity::Mode::kInsecure) {
+    return absl::UnimplementedError(
+        absl::StrCat("TLS servers are not implemented yet (listen ", options.listen_address, ")"));
+  }
+  if (options.listen_address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", options.listen_address, "' is not host:port"));
+  }
+  // Both are process-wide switches read when a server is built; setting them again is harmless.
+  grpc::EnableDefaultHealthCheckService(options.enable_health_service);
+  if (options.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // A second server on a port in use must fail, not silently share it (gRPC's default).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Let clients keep idle connections alive with pings (matches MakeChannel's keepalive).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  if (options.max_threads > 0) {
+    grpc::ResourceQuota quota("dlrm-server");
+    quota.SetMaxThreads(options.max_threads);
+    builder.SetResourceQuota(quota);
+  }
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", options.listen_address, "' (address in use?)"));
+  }
+  std::string address = absl::StrCat(HostOf(options.listen_address), ":", port);
+  if (options.enable_health_service && server->GetHealthCheckService() != nullptr) {
+    server->GetHealthCheckService()->SetServingStatus(true);
+  }
+  return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(server), port, std::move(address)));
+}
+
+void GrpcServer::SetServing(bool serving) {
+  if (server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(serving);
+  }
+}
+
+void GrpcServer::Shutdown(absl::Duration grace) {
+  SetServing(false);
+  // grpc::Server::Shutdown is idempotent and thread-safe.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+void GrpcServer::Wait() { server_->Wait(); }
+
+}  // namespace dlrm::common

@@ -1,0 +1,121 @@
+// gRPC plumbing built in ONE place: every channel and server of the project is made here, so
+// TLS and authentication can be added later (TransportSecurity) without touching call sites.
+//
+//   DLRM_ASSIGN_OR_RETURN(auto channel, MakeChannel({.target = "127.0.0.1:50051"}));
+//   auto stub = dlrm::v1::Coordinator::NewStub(channel);
+//   auto ctx = MakeClientContext(absl::Seconds(5));   // every client call has a deadline
+//   grpc::Status s = stub->Register(ctx.get(), request, &response);
+//   return FromGrpcStatus(s);
+//
+//   DLRM_ASSIGN_OR_RETURN(auto server, GrpcServer::Start({.listen_address = "127.0.0.1:0"},
+//                                                        {&my_service}));
+//   server->port();  // the bound port
+//
+// Message sizes: kMaxGrpcMessageBytes is set on both channels and servers. Payloads (ids, rows,
+// gradients) are kept under kMaxRpcPayloadBytes per request; clients split larger batches into
+// chunks of MaxRowsPerRequest(dim) rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dlrm::common {
+
+// Hard limit on one gRPC message, sent or received, on every channel and server.
+inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
+// Budget for the payload bytes (ids + rows/gradients) of one request or response; half the
+// message limit leaves room for framing and for a response larger than its request.
+inline constexpr int64_t kMaxRpcPayloadBytes = 32 << 20;
+// Most ids one Lookup/PushGradients request may carry (all tables together), whatever the dim.
+inline constexpr int64_t kMaxIdsPerRequest = 1 << 20;
+
+// Rows of width `dim` that fit one request: each costs 8 bytes of id + 4 * dim bytes of floats.
+inline int64_t MaxRowsPerRequest(int dim) {
+  const int64_t per_row = 8 + 4 * static_cast<int64_t>(dim > 0 ? dim : 1);
+  const int64_t rows = kMaxRpcPayloadBytes / per_row;
+  return rows < kMaxIdsPerRequest ? rows : kMaxIdsPerRequest;
+}
+
+// How a connection is secured. Only kInsecure is implemented; kTls is the hook for later
+// (certificates by path), and MakeChannel / GrpcServer::Start answer UNIMPLEMENTED for it.
+struct TransportSecurity {
+  enum class Mode { kInsecure, kTls };
+  Mode mode = Mode::kInsecure;
+  std::string root_certs_path;   // TLS: CA bundle to verify the peer
+  std::string cert_chain_path;   // TLS: own certificate (servers; clients for mTLS)
+  std::string private_key_path;  // TLS: own key
+};
+
+struct ChannelOptions {
+  std::string target;  // "host:port" or any gRPC target URI
+  int max_message_bytes = kMaxGrpcMessageBytes;
+  absl::Duration keepalive_time = absl::Seconds(20);     // ping an idle connection this often
+  absl::Duration keepalive_timeout = absl::Seconds(10);  // and drop it after this without ack
+  // Cap on the reconnect backoff, so a peer that comes back is found again quickly.
+  absl::Duration max_reconnect_backoff = absl::Seconds(2);
+  TransportSecurity security = {};
+};
+
+// Builds a channel. Connection happens lazily; a call to a peer that is gone fails with
+// UNAVAILABLE (or DEADLINE_EXCEEDED) within that call's deadline. INVALID_ARGUMENT for an empty
+// target, UNIMPLEMENTED for TLS.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options);
+
+// A ClientContext whose deadline is `timeout` from now. Every client call must have one.
+std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::Duration timeout);
+// Sets the deadline of an existing context to `timeout` from now.
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);
+
+// absl and gRPC status codes have the same numbering; these map them one to one and keep the
+// message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:0";  // port 0: pick a free port (see port())
+  int max_message_bytes = kMaxGrpcMessageBytes;
+  bool enable_health_service = true;  // grpc.health.v1.Health, reports SERVING while up
+  bool enable_reflection = true;      // grpc.reflection.v1alpha.ServerReflection
+  // Threads of the callback executor; 0 leaves gRPC's default.
+  int max_threads = 0;
+  TransportSecurity security = {};
+};
+
+// A started gRPC server. Services are not owned and must outlive it.
+// Thread-safe: Shutdown may be called from any thread, more than once.
+class GrpcServer {
+ public:
+  // Binds, registers `services` (plus health and reflection per options) and starts serving.
+  // UNAVAILABLE naming the address when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
+      const ServerOptions& options, const std::vector<grpc::Service*>& services);
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  int port() const { return port_; }
+  // "host:port" with the bound port, e.g. "127.0.0.1:41234".
+  const std::string& address() const { return address_; }
+  // Marks the health service NOT_SERVING (e.g. while draining) or SERVING.
+  void SetServing(bool serving);
+  // Stops accepting calls, lets calls in flight finish for up to `grace`, then cancels them.
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  GrpcServer(std::unique_ptr<grpc::Server> server, int port, std::string address);
+
+  std::unique_ptr<grpc::Server> server_;
+  int port_;
+  std::string address_;
+};
+
+}  // namespace dlrm::common

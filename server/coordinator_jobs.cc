@@ -1,0 +1,286 @@
+// The job half of CoordinatorState: submission, scheduling onto workers and PS, progress and
+// the state machine.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "server/coordinator_state.h"
+
+namespace dlrm::server {
+
+using dlrm::v1::Job;
+using dlrm::v1::Member;
+
+namespace {
+
+// Creation order of "job-<n>" ids.
+int64_t JobSeq(const std::string& id) {
+  int64_t n = 0;
+  if (id.size() > 4 && absl::SimpleAtoi(id.substr(4), &n)) return n;
+  return 0;
+}
+
+std::vector<const Job*> SortedJobs(const std::map<std::string, Job>& jobs) {
+  std::vector<const Job*> sorted;
+  for (const auto& [id, job] : jobs) sorted.push_back(&job);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Job* a, const Job* b) { return JobSeq(a->job_id()) < JobSeq(b->job_id()); });
+  return sorted;
+}
+
+double MetricOr(const google::protobuf::Map<std::string, double>& m, const char* key,
+                double fallback) {
+  auto it = m.find(key);
+  return it == m.end() ? fallback : it->second;
+}
+
+}  // namespace
+
+absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& request,
+                                             absl::Time now) {
+  if (request.spec_yaml().empty()) return absl::InvalidArgumentError("job spec_yaml is empty");
+  absl::StatusOr<common::JobSpec> spec = common::ParseJobSpec(request.spec_yaml(), "<submitted>");
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", spec.status().message()));
+  }
+  if (request.workers() < 0 || request.workers() > options_.max_job_members) {
+    return absl::InvalidArgumentError(absl::StrCat("workers ", request.workers(),
+                                                   " must be in [0, ", options_.max_job_members,
+                                                   "] (0 means 1)"));
+  }
+  if (request.ps() < 0 || request.ps() > options_.max_job_members) {
+    return absl::InvalidArgumentError(absl::StrCat("ps ", request.ps(), " must be in [0, ",
+                                                   options_.max_job_members,
+                                                   "] (0 means every PS alive at start)"));
+  }
+  Changes changes;
+  Job result;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    Job job;
+    job.set_job_id(absl::StrCat("job-", next_job_seq_++));
+    job.set_name(spec->name);
+    job.set_state(dlrm::v1::JOB_STATE_PENDING);
+    job.set_spec_yaml(request.spec_yaml());
+    job.set_requested_workers(request.workers() == 0 ? 1 : request.workers());
+    job.set_requested_ps(request.ps());
+    job.set_created_ms(absl::ToUnixMillis(now));
+    changes.counters = true;
+    Job& stored = jobs_[job.job_id()] = std::move(job);
+    TouchJob(&stored, &changes);
+    DLRM_LOG(INFO) << "submitted " << stored.job_id() << " (" << stored.name()
+                   << "): " << stored.requested_workers() << " workers";
+    TryStartJobs(now, &changes);
+    result = stored;
+    status = Finalize(changes);
+  }
+  Notify(changes);
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<Job> CoordinatorState::GetJob(const std::string& job_id) const {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  return it->second;
+}
+
+std::vector<Job> CoordinatorState::ListJobs(dlrm::v1::JobState filter) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Job> jobs;
+  for (const Job* job : SortedJobs(jobs_)) {
+    if (filter != dlrm::v1::JOB_STATE_UNSPECIFIED && job->state() != filter) continue;
+    jobs.push_back(*job);
+    jobs.back().clear_spec_yaml();
+  }
+  return jobs;
+}
+
+absl::StatusOr<Job> CoordinatorState::Cancel(const std::string& job_id, const std::string& reason,
+                                             absl::Time now) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  Changes changes;
+  Job result;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+    }
+    DLRM_RETURN_IF_ERROR(FinishJob(
+        &it->second, dlrm::v1::JOB_STATE_CANCELLED,
+        reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason), now, &changes));
+    TryStartJobs(now, &changes);
+    result = it->second;
+    status = Finalize(changes);
+  }
+  Notify(changes);
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
+    const dlrm::v1::ReportProgressRequest& request, absl::Time now) {
+  if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (request.step() < 0 || request.samples() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", request.job_id(), " rank ", request.rank(), ": step ", request.step(),
+                     " and samples ", request.samples(), " must be >= 0"));
+  }
+  Changes changes;
+  dlrm::v1::JobState state;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("job '", request.job_id(), "' not found"));
+    }
+    Job& job = it->second;
+    if (job.state() != dlrm::v1::JOB_STATE_RUNNING) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.job_id(), " is ", JobStateName(job.state()),
+                       "; progress is accepted only while RUNNING"));
+    }
+    if (request.rank() < 0 || request.rank() >= job.worker_ids_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is outside [0, ",
+                                                     job.worker_ids_size(), ") for job ",
+                                                     job.job_id()));
+    }
+    const std::string& holder = job.worker_ids(request.rank());
+    if (!request.member_id().empty() && request.member_id() != holder) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", request.member_id(), " does not hold rank ", request.rank(),
+                       " of job ", job.job_id(), " (", holder, " does)"));
+    }
+    dlrm::v1::JobProgress* progress = job.mutable_progress();
+    progress->set_rank(request.rank());
+    progress->set_step(request.step());
+    progress->set_samples(request.samples());
+    progress->set_loss(request.loss());
+    *progress->mutable_metrics() = request.metrics();
+    progress->set_time_ms(absl::ToUnixMillis(now));
+    while (job.rank_samples_size() < job.worker_ids_size()) job.add_rank_samples(0);
+    job.set_rank_samples(request.rank(), request.samples());
+    int64_t total = 0;
+    for (int64_t s : job.rank_samples()) total += s;
+    job.set_total_samples(total);
+    if (request.failed()) {
+      status = FinishJob(
+          &job, dlrm::v1::JOB_STATE_FAILED,
+          absl::StrCat("rank ", request.rank(), " (", holder, ") failed: ", request.message()), now,
+          &changes);
+    } else if (request.done() && request.rank() == 0) {
+      dlrm::v1::FinalMetrics* fm = job.mutable_final_metrics();
+      const auto& m = request.metrics();
+      fm->set_auc(MetricOr(m, "auc", 0));
+      fm->set_logloss(MetricOr(m, "logloss", 0));
+      fm->set_accuracy(MetricOr(m, "accuracy", 0));
+      fm->set_samples_per_sec(MetricOr(m, "samples_per_sec", 0));
+      fm->set_steps(
+          static_cast<int64_t>(MetricOr(m, "steps", static_cast<double>(request.step()))));
+      fm->set_samples(static_cast<int64_t>(MetricOr(m, "samples", static_cast<double>(total))));
+      fm->set_train_seconds(MetricOr(m, "train_seconds", 0));
+      status = FinishJob(&job, dlrm::v1::JOB_STATE_SUCCEEDED, request.message(), now, &changes);
+    } else {
+      TouchJob(&job, &changes);
+    }
+    if (!status.ok()) return status;
+    TryStartJobs(now, &changes);
+    state = job.state();
+    status = Finalize(changes);
+  }
+  Notify(changes);
+  if (!status.ok()) return status;
+  return state;
+}
+
+absl::Status CoordinatorState::FinishJob(Job* job, dlrm::v1::JobState to,
+                                         const std::string& message, absl::Time now,
+                                         Changes* changes) {
+  DLRM_RETURN_IF_ERROR(CheckJobTransition(job->job_id(), job->state(), to));
+  const bool was_running = job->state() == dlrm::v1::JOB_STATE_RUNNING;
+  job->set_state(to);
+  job->set_message(message);
+  job->set_finished_ms(absl::ToUnixMillis(now));
+  if (was_running) {
+    for (const std::string& id : job->worker_ids()) {
+      auto it = members_.find(id);
+      if (it == members_.end() || it->second.info.job_id() != job->job_id()) continue;
+      it->second.info.clear_job_id();
+      it->second.info.set_rank(-1);
+      TouchMember(it->second.info, changes);
+    }
+    BumpEpoch(changes);
+  }
+  TouchJob(job, changes);
+  DLRM_LOG(INFO) << "job " << job->job_id() << " -> " << JobStateName(to)
+                 << (message.empty() ? "" : ": ") << message;
+  return absl::OkStatus();
+}
+
+void CoordinatorState::TryStartJobs(absl::Time now, Changes* changes) {
+  std::vector<std::string> pending;
+  for (const Job* job : SortedJobs(jobs_)) {
+    if (job->state() == dlrm::v1::JOB_STATE_PENDING) pending.push_back(job->job_id());
+  }
+  // FIFO: a job that cannot start holds back the ones behind it, so none starves.
+  for (const std::string& id : pending) {
+    if (!TryStart(&jobs_[id], now, changes)) break;
+  }
+}
+
+bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
+  std::vector<MemberEntry*> idle;
+  for (auto& [id, e] : members_) {
+    if (e.info.role() == dlrm::v1::ROLE_WORKER && e.info.state() == dlrm::v1::MEMBER_STATE_ALIVE &&
+        e.info.job_id().empty()) {
+      idle.push_back(&e);
+    }
+  }
+  if (static_cast<int>(idle.size()) < job->requested_workers()) return false;
+  const int ps_count = job->requested_ps() > 0 ? job->requested_ps() : AlivePsCount();
+  if (ps_count == 0 || static_cast<int>(ps_slots_.size()) < ps_count) return false;
+  for (int i = 0; i < ps_count; ++i) {
+    if (ps_slots_[i].empty()) return false;
+  }
+  std::sort(idle.begin(), idle.end(), [](const MemberEntry* a, const MemberEntry* b) {
+    return a->info.sequence() < b->info.sequence();
+  });
+  DLRM_CHECK(CheckJobTransition(job->job_id(), job->state(), dlrm::v1::JOB_STATE_RUNNING).ok());
+  job->clear_worker_ids();
+  job->clear_ps_member_ids();
+  job->clear_ps_addresses();
+  job->clear_rank_samples();
+  for (int rank = 0; rank < job->requested_workers(); ++rank) {
+    Member& w = idle[rank]->info;
+    w.set_job_id(job->job_id());
+    w.set_rank(rank);
+    TouchMember(w, changes);
+    job->add_worker_ids(w.member_id());
+    job->add_rank_samples(0);
+  }
+  for (int shard = 0; shard < ps_count; ++shard) {
+    const MemberEntry& ps = members_.at(ps_slots_[shard]);
+    job->add_ps_member_ids(ps.info.member_id());
+    job->add_ps_addresses(ps.info.address());
+  }
+  BumpEpoch(changes);
+  job->set_state(dlrm::v1::JOB_STATE_RUNNING);
+  job->set_job_epoch(epoch_);
+  job->set_started_ms(absl::ToUnixMillis(now));
+  TouchJob(job, changes);
+  DLRM_LOG(INFO) << "job " << job->job_id() << " RUNNING on " << job->worker_ids_size()
+                 << " workers and " << ps_count << " PS, epoch " << epoch_;
+  return true;
+}
+
+}  // namespace dlrm::server

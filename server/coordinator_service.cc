@@ -1,0 +1,178 @@
+#include "server/coordinator_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+
+namespace dlrm::server {
+namespace {
+
+using common::ToGrpcStatus;
+
+// Finishes a unary call answered synchronously.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, RpcCounter* rpcs,
+                                    const char* method, const absl::Status& status) {
+  grpc::Status s = ToGrpcStatus(status);
+  rpcs->Record(method, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(s);
+  return reactor;
+}
+
+}  // namespace
+
+void RpcCounter::Record(const char* method, const grpc::Status& status) {
+  if (metrics_ == nullptr) return;
+  metrics_
+      ->Counter("coordinator_rpcs_total", "RPCs served by the coordinator, by method and code.",
+                {{"method", method},
+                 {"code", std::string(absl::StatusCodeToString(
+                              static_cast<absl::StatusCode>(status.error_code())))}})
+      .Increment();
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::Reply(grpc::CallbackServerContext* context,
+                                                        const char* method,
+                                                        const absl::Status& status) {
+  return FinishNow(context, rpcs_, method, status);
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::Register(grpc::CallbackServerContext* context,
+                                                           const dlrm::v1::RegisterRequest* request,
+                                                           dlrm::v1::RegisterResponse* response) {
+  auto result = state_->Register(*request, absl::Now());
+  if (result.ok()) *response = std::move(*result);
+  return Reply(context, "Register", result.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::Heartbeat(
+    grpc::CallbackServerContext* context, const dlrm::v1::HeartbeatRequest* request,
+    dlrm::v1::HeartbeatResponse* response) {
+  auto result = state_->Heartbeat(request->member_id(), absl::Now());
+  if (result.ok()) *response = std::move(*result);
+  return Reply(context, "Heartbeat", result.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetClusterView(
+    grpc::CallbackServerContext* context, const dlrm::v1::GetClusterViewRequest* /*request*/,
+    dlrm::v1::GetClusterViewResponse* response) {
+  *response = state_->ClusterView();
+  return Reply(context, "GetClusterView", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::Leave(grpc::CallbackServerContext* context,
+                                                        const dlrm::v1::LeaveRequest* request,
+                                                        dlrm::v1::LeaveResponse* response) {
+  auto result = state_->Leave(request->member_id(), absl::Now());
+  if (result.ok()) response->set_epoch(*result);
+  return Reply(context, "Leave", result.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvSet(grpc::CallbackServerContext* context,
+                                                        const dlrm::v1::KvSetRequest* request,
+                                                        dlrm::v1::KvSetResponse* /*response*/) {
+  return Reply(context, "KvSet", kv_->Set(request->key(), request->value()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerContext* context,
+                                                        const dlrm::v1::KvGetRequest* request,
+                                                        dlrm::v1::KvGetResponse* response) {
+  absl::Duration wait = absl::Milliseconds(request->wait_timeout_ms());
+  // Never wait past the caller's own deadline: it would not hear the answer.
+  const absl::Duration until_deadline = absl::FromChrono(context->deadline()) - absl::Now();
+  if (wait > absl::ZeroDuration() && until_deadline < wait) {
+    wait = std::max(absl::ZeroDuration(), until_deadline);
+    if (wait == absl::ZeroDuration()) wait = absl::Milliseconds(1);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RpcCounter* rpcs = rpcs_;
+  // The store calls back exactly once, possibly right here, possibly on the timer thread or on
+  // the thread of a KvSet; the reactor and response live until Finish.
+  kv_->Get(request->key(), wait, [reactor, response, rpcs](absl::StatusOr<std::string> value) {
+    if (value.ok()) response->set_value(std::move(*value));
+    grpc::Status s = ToGrpcStatus(value.status());
+    rpcs->Record("KvGet", s);
+    reactor->Finish(s);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvDelete(grpc::CallbackServerContext* context,
+                                                           const dlrm::v1::KvDeleteRequest* request,
+                                                           dlrm::v1::KvDeleteResponse* response) {
+  if (request->key().empty() && !request->prefix()) {
+    return Reply(context, "KvDelete", absl::InvalidArgumentError("rendezvous key is empty"));
+  }
+  response->set_deleted(kv_->Delete(request->key(), request->prefix()));
+  return Reply(context, "KvDelete", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvAdd(grpc::CallbackServerContext* context,
+                                                        const dlrm::v1::KvAddRequest* request,
+                                                        dlrm::v1::KvAddResponse* response) {
+  auto result = kv_->Add(request->key(), request->delta());
+  if (result.ok()) response->set_value(*result);
+  return Reply(context, "KvAdd", result.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::ReportProgress(
+    grpc::CallbackServerContext* context, const dlrm::v1::ReportProgressRequest* request,
+    dlrm::v1::ReportProgressResponse* response) {
+  auto result = state_->ReportProgress(*request, absl::Now());
+  if (result.ok()) response->set_state(*result);
+  return Reply(context, "ReportProgress", result.status());
+}
+
+grpc::ServerUnaryReactor* JobsServiceImpl::Reply(grpc::CallbackServerContext* context,
+                                                 const char* method, const absl::Status& status) {
+  return FinishNow(context, rpcs_, method, status);
+}
+
+grpc::ServerUnaryReactor* JobsServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
+                                                     const dlrm::v1::SubmitJobRequest* request,
+                                                     dlrm::v1::SubmitJobResponse* response) {
+  auto result = state_->Submit(*request, absl::Now());
+  if (result.ok()) *response->mutable_job() = std::move(*result);
+  return Reply(context, "SubmitJob", result.status());
+}
+
+grpc::ServerUnaryReactor* JobsServiceImpl::GetJob(grpc::CallbackServerContext* context,
+                                                  const dlrm::v1::GetJobRequest* request,
+                                                  dlrm::v1::Job* response) {
+  auto result = state_->GetJob(request->job_id());
+  if (result.ok()) *response = std::move(*result);
+  return Reply(context, "GetJob", result.status());
+}
+
+grpc::ServerUnaryReactor* JobsServiceImpl::ListJobs(grpc::CallbackServerContext* context,
+                                                    const dlrm::v1::ListJobsRequest* request,
+                                                    dlrm::v1::ListJobsResponse* response) {
+  if (!dlrm::v1::JobState_IsValid(request->state())) {
+    return Reply(
+        context, "ListJobs",
+        absl::InvalidArgumentError(absl::StrCat(
+            "job state filter ", static_cast<int>(request->state()), " is not a JobState")));
+  }
+  for (auto& job : state_->ListJobs(request->state())) *response->add_jobs() = std::move(job);
+  return Reply(context, "ListJobs", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* JobsServiceImpl::CancelJob(grpc::CallbackServerContext* context,
+                                                     const dlrm::v1::CancelJobRequest* request,
+                                                     dlrm::v1::Job* response) {
+  auto result = state_->Cancel(request->job_id(), request->reason(), absl::Now());
+  if (result.ok()) *response = std::move(*result);
+  return Reply(context, "CancelJob", result.status());
+}
+
+grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobsServiceImpl::WatchJob(
+    grpc::CallbackServerContext* /*context*/, const dlrm::v1::WatchJobRequest* request) {
+  rpcs_->Record("WatchJob", grpc::Status::OK);
+  return watchers_->Start(request->job_id(), *state_);
+}
+
+}  // namespace dlrm::server

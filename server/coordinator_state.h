@@ -1,0 +1,160 @@
+// The coordinator's state machine, free of gRPC: membership with heartbeat leases and a cluster
+// epoch, parameter-server shard slots, worker ranks, and the job state machine
+//
+//   PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED,   PENDING -> CANCELLED
+//
+// Any other transition is FAILED_PRECONDITION naming both states. (A RECOVERING state that
+// resumes from a committed checkpoint after a member is lost is future work; today the job
+// FAILS naming the member.)
+//
+// Rules:
+//  - Every membership or assignment change bumps the epoch.
+//  - A PS takes the lowest free shard slot when it registers and keeps it while it holds its
+//    lease. A row's shard is common::ShardOf(table, id, shard count).
+//  - A PENDING job starts (FIFO) when `requested_workers` idle workers are alive and PS slots
+//    0..P-1 are held, P = requested_ps or, when 0, every PS alive (at least one). Its workers
+//    get ranks in registration order and learn the job through Heartbeat.
+//  - Rank 0's `done` report ends the job SUCCEEDED with its final metrics; any `failed` report
+//    ends it FAILED; a member of a RUNNING job whose lease expires or who leaves ends it FAILED.
+//
+// Every change is written to the CoordinatorStore (when given) before the call returns.
+// Time is passed in (`now`) so tests control it. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "proto/coordinator.pb.h"
+#include "proto/jobs.pb.h"
+#include "server/coordinator_store.h"
+
+namespace dlrm::server {
+
+struct CoordinatorStateOptions {
+  absl::Duration lease_ttl = absl::Seconds(10);
+  // Expired or departed members kept for the cluster view before they are forgotten.
+  int max_dead_members = 256;
+  // Largest worker or PS count a job may ask for.
+  int max_job_members = 1024;
+};
+
+// "PENDING", "RUNNING", ...
+std::string JobStateName(dlrm::v1::JobState state);
+// "PS", "WORKER", ...
+std::string RoleName(dlrm::v1::Role role);
+bool IsTerminal(dlrm::v1::JobState state);
+// OK when `from -> to` is a legal transition; FAILED_PRECONDITION naming the job and both
+// states otherwise.
+absl::Status CheckJobTransition(const std::string& job_id, dlrm::v1::JobState from,
+                                dlrm::v1::JobState to);
+
+class CoordinatorState {
+ public:
+  // Called with a snapshot after every change of a job, with no lock held. Must not block.
+  using JobListener = std::function<void(const dlrm::v1::Job&)>;
+
+  // `store` (may be null: nothing persisted) and `metrics` (may be null) are not owned and must
+  // outlive the state. With a store, the state it holds is loaded back; members that were alive
+  // get a fresh lease from `now`.
+  static absl::StatusOr<std::unique_ptr<CoordinatorState>> Create(
+      const CoordinatorStateOptions& options, CoordinatorStore* store,
+      common::MetricsRegistry* metrics, absl::Time now);
+
+  ~CoordinatorState();
+  CoordinatorState(const CoordinatorState&) = delete;
+  CoordinatorState& operator=(const CoordinatorState&) = delete;
+
+  // Set once before serving.
+  void SetJobListener(JobListener listener);
+
+  // --- membership ---
+  absl::StatusOr<dlrm::v1::RegisterResponse> Register(const dlrm::v1::RegisterRequest& request,
+                                                      absl::Time now);
+  // NOT_FOUND for an unknown member, FAILED_PRECONDITION for one whose lease expired or who
+  // left; either way the member must register again.
+  absl::StatusOr<dlrm::v1::HeartbeatResponse> Heartbeat(const std::string& member_id,
+                                                        absl::Time now);
+  absl::StatusOr<int64_t> Leave(const std::string& member_id, absl::Time now);
+  dlrm::v1::GetClusterViewResponse ClusterView() const;
+  // Expires every lease that ran out at `now`; returns how many.
+  int ExpireLeases(absl::Time now);
+  int64_t epoch() const;
+
+  // --- jobs ---
+  absl::StatusOr<dlrm::v1::Job> Submit(const dlrm::v1::SubmitJobRequest& request, absl::Time now);
+  absl::StatusOr<dlrm::v1::Job> GetJob(const std::string& job_id) const;
+  // Oldest first; UNSPECIFIED lists all.
+  std::vector<dlrm::v1::Job> ListJobs(dlrm::v1::JobState filter) const;
+  absl::StatusOr<dlrm::v1::Job> Cancel(const std::string& job_id, const std::string& reason,
+                                       absl::Time now);
+  // Returns the job's state after the report.
+  absl::StatusOr<dlrm::v1::JobState> ReportProgress(const dlrm::v1::ReportProgressRequest& request,
+                                                    absl::Time now);
+
+ private:
+  struct MemberEntry {
+    dlrm::v1::Member info;
+    absl::Time lease_deadline;
+  };
+  // Changes made under one lock hold: persisted together, then announced.
+  struct Changes {
+    std::map<std::string, dlrm::v1::Job> jobs;
+    std::map<std::string, dlrm::v1::Member> members;
+    std::vector<std::string> deleted_member_ids;
+    bool counters = false;
+  };
+  class Metrics;
+
+  CoordinatorState(const CoordinatorStateOptions& options, CoordinatorStore* store,
+                   common::MetricsRegistry* metrics);
+
+  // All REQUIRE mu_ held.
+  void Restore(const CoordinatorSnapshot& snapshot, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BumpEpoch(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchJob(dlrm::v1::Job* job, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchMember(const dlrm::v1::Member& member, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Persist(const Changes& changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int AlivePsCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TryStartJobs(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TryStart(dlrm::v1::Job* job, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FinishJob(dlrm::v1::Job* job, dlrm::v1::JobState to, const std::string& message,
+                         absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropMember(MemberEntry* entry, dlrm::v1::MemberState state, const std::string& why,
+                  absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneDeadMembers(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  dlrm::v1::JobAssignment AssignmentOf(const dlrm::v1::Job& job) const;
+  absl::StatusOr<MemberEntry*> FindLiveMember(const std::string& member_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Persists `changes` and refreshes the gauges.
+  absl::Status Finalize(const Changes& changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Announces changed jobs to the listener. REQUIRES: mu_ not held.
+  void Notify(const Changes& changes) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const CoordinatorStateOptions options_;
+  CoordinatorStore* const store_;
+  std::unique_ptr<Metrics> metrics_;
+  JobListener listener_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, MemberEntry> members_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> ps_slots_ ABSL_GUARDED_BY(mu_);  // member id per shard, "" = free
+  std::map<std::string, dlrm::v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace dlrm::server

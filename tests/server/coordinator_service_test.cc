@@ -1,0 +1,334 @@
+// The coordinator over real gRPC on loopback: leases, rendezvous waits, watch streams,
+// restart with the same data dir, health, metrics, and calls to a coordinator that is gone.
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "common/grpc_util.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/jobs.grpc.pb.h"
+#include "server/coordinator.h"
+#include "server/coordinator_state.h"
+#include "tests/server/test_specs.h"
+
+namespace dlrm::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void StartCoordinator(const std::string& dir, absl::Duration ttl = absl::Milliseconds(300)) {
+    CoordinatorOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.data_dir = dir;
+    options.lease_ttl = ttl;
+    options.metrics_port = -1;
+    auto c = Coordinator::Create(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    ASSERT_TRUE(coordinator_->Start().ok());
+    auto channel = common::MakeChannel({.target = coordinator_->address()});
+    ASSERT_TRUE(channel.ok());
+    channel_ = *channel;
+    stub_ = dlrm::v1::Coordinator::NewStub(channel_);
+    jobs_ = dlrm::v1::Jobs::NewStub(channel_);
+  }
+
+  void SetUp() override { StartCoordinator(TempDir("coordinator_service")); }
+  void TearDown() override {
+    if (coordinator_) coordinator_->Shutdown();
+  }
+
+  std::string Register(dlrm::v1::Role role, const std::string& address = "127.0.0.1:9") {
+    dlrm::v1::RegisterRequest request;
+    request.set_role(role);
+    request.set_address(address);
+    dlrm::v1::RegisterResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    grpc::Status s = stub_->Register(ctx.get(), request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response.member_id();
+  }
+
+  grpc::Status Heartbeat(const std::string& id, dlrm::v1::HeartbeatResponse* response) {
+    dlrm::v1::HeartbeatRequest request;
+    request.set_member_id(id);
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    return stub_->Heartbeat(ctx.get(), request, response);
+  }
+
+  std::string Submit(int workers) {
+    dlrm::v1::SubmitJobRequest request;
+    request.set_spec_yaml(dlrm::testing::kTinySpec);
+    request.set_workers(workers);
+    dlrm::v1::SubmitJobResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    grpc::Status s = jobs_->SubmitJob(ctx.get(), request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response.job().job_id();
+  }
+
+  grpc::Status KvGet(const std::string& key, absl::Duration wait, std::string* value) {
+    dlrm::v1::KvGetRequest request;
+    request.set_key(key);
+    request.set_wait_timeout_ms(absl::ToInt64Milliseconds(wait));
+    dlrm::v1::KvGetResponse response;
+    auto ctx = common::MakeClientContext(wait + absl::Seconds(5));
+    grpc::Status s = stub_->KvGet(ctx.get(), request, &response);
+    *value = response.value();
+    return s;
+  }
+
+  grpc::Status KvSet(const std::string& key, const std::string& value) {
+    dlrm::v1::KvSetRequest request;
+    request.set_key(key);
+    request.set_value(value);
+    dlrm::v1::KvSetResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    return stub_->KvSet(ctx.get(), request, &response);
+  }
+
+  std::unique_ptr<Coordinator> coordinator_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<dlrm::v1::Coordinator::Stub> stub_;
+  std::unique_ptr<dlrm::v1::Jobs::Stub> jobs_;
+};
+
+TEST_F(CoordinatorServiceTest, LeaseExpiresWithoutHeartbeatAndBumpsEpoch) {
+  const std::string ps = Register(dlrm::v1::ROLE_PS);
+  const std::string worker = Register(dlrm::v1::ROLE_WORKER);
+  dlrm::v1::HeartbeatResponse hb;
+  ASSERT_TRUE(Heartbeat(ps, &hb).ok());
+  const int64_t epoch = hb.epoch();
+  // The PS keeps heartbeating (every 60 ms, ttl 300 ms); the worker stops.
+  for (int i = 0; i < 10; ++i) {
+    absl::SleepFor(absl::Milliseconds(60));
+    ASSERT_TRUE(Heartbeat(ps, &hb).ok());
+  }
+  EXPECT_EQ(hb.epoch(), epoch + 1);
+  grpc::Status late = Heartbeat(worker, &hb);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(late.error_message(), HasSubstr(worker));
+  grpc::Status unknown = Heartbeat("ps-12345", &hb);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown.error_message(), HasSubstr("ps-12345"));
+}
+
+TEST_F(CoordinatorServiceTest, KvGetWaitsUntilAnotherClientSetsTheKey) {
+  std::string value;
+  grpc::Status status;
+  const absl::Time start = absl::Now();
+  std::thread getter([&] { status = KvGet("job-1/gloo/0", absl::Seconds(5), &value); });
+  absl::SleepFor(absl::Milliseconds(150));
+  ASSERT_TRUE(KvSet("job-1/gloo/0", "addr-of-rank-0").ok());
+  getter.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(value, "addr-of-rank-0");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // Present now: answered at once.
+  EXPECT_TRUE(KvGet("job-1/gloo/0", absl::ZeroDuration(), &value).ok());
+}
+
+TEST_F(CoordinatorServiceTest, KvGetTimesOutCleanly) {
+  std::string value;
+  const absl::Time start = absl::Now();
+  grpc::Status s = KvGet("never/set", absl::Milliseconds(200), &value);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("never/set"));
+  EXPECT_GE(took, absl::Milliseconds(190));
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_EQ(KvGet("", absl::ZeroDuration(), &value).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(KvGet("k", absl::Minutes(20), &value).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(CoordinatorServiceTest, ShutdownFailsPendingWaitsInsteadOfHanging) {
+  std::string value;
+  grpc::Status status;
+  std::thread getter([&] { status = KvGet("pending", absl::Seconds(30), &value); });
+  absl::SleepFor(absl::Milliseconds(150));
+  const absl::Time start = absl::Now();
+  coordinator_->Shutdown();
+  getter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+TEST_F(CoordinatorServiceTest, WatchJobStreamsUntilTerminal) {
+  const std::string job_id = Submit(1);
+  std::vector<dlrm::v1::Job> events;
+  grpc::Status watch_status;
+  absl::Notification first_event;
+  std::thread watcher([&] {
+    dlrm::v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    auto ctx = common::MakeClientContext(absl::Seconds(20));
+    auto reader = jobs_->WatchJob(ctx.get(), request);
+    dlrm::v1::JobEvent event;
+    while (reader->Read(&event)) {
+      events.push_back(event.job());
+      if (!first_event.HasBeenNotified()) first_event.Notify();
+    }
+    watch_status = reader->Finish();
+  });
+  first_event.WaitForNotification();
+  Register(dlrm::v1::ROLE_PS);
+  Register(dlrm::v1::ROLE_WORKER);
+  for (int step = 1; step <= 3; ++step) {
+    dlrm::v1::ReportProgressRequest r;
+    r.set_job_id(job_id);
+    r.set_rank(0);
+    r.set_step(step * 10);
+    r.set_samples(step * 100);
+    r.set_done(step == 3);
+    if (step == 3) (*r.mutable_metrics())["auc"] = 0.7;
+    dlrm::v1::ReportProgressResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    ASSERT_TRUE(stub_->ReportProgress(ctx.get(), r, &response).ok());
+  }
+  watcher.join();
+  EXPECT_TRUE(watch_status.ok()) << watch_status.error_message();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.front().state(), dlrm::v1::JOB_STATE_PENDING);
+  EXPECT_EQ(events.back().state(), dlrm::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(events.back().final_metrics().auc(), 0.7);
+  for (size_t i = 1; i < events.size(); ++i) {
+    EXPECT_GT(events[i].version(), events[i - 1].version());
+  }
+
+  // Watching a finished job sends its final state and ends; an unknown job is NOT_FOUND.
+  dlrm::v1::WatchJobRequest request;
+  request.set_job_id("job-777");
+  auto ctx = common::MakeClientContext(absl::Seconds(5));
+  auto reader = jobs_->WatchJob(ctx.get(), request);
+  dlrm::v1::JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("job-777"));
+}
+
+TEST_F(CoordinatorServiceTest, RestartedCoordinatorKnowsItsJobs) {
+  const std::string dir = TempDir("coordinator_restart");
+  coordinator_->Shutdown();
+  coordinator_.reset();
+  StartCoordinator(dir);
+  const std::string job_id = Submit(4);
+  coordinator_->Shutdown();
+  coordinator_.reset();
+  StartCoordinator(dir);
+  dlrm::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  dlrm::v1::Job job;
+  auto ctx = common::MakeClientContext(absl::Seconds(5));
+  grpc::Status s = jobs_->GetJob(ctx.get(), request, &job);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(job.state(), dlrm::v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.requested_workers(), 4);
+  EXPECT_EQ(job.spec_yaml(), dlrm::testing::kTinySpec);
+}
+
+TEST_F(CoordinatorServiceTest, BadRequestsGetCodesNamingTheValue) {
+  dlrm::v1::SubmitJobRequest bad;
+  bad.set_spec_yaml(dlrm::testing::kBadSpec);
+  dlrm::v1::SubmitJobResponse submitted;
+  auto ctx = common::MakeClientContext(absl::Seconds(5));
+  grpc::Status s = jobs_->SubmitJob(ctx.get(), bad, &submitted);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("model.bottom_mlp"));
+
+  dlrm::v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-31337");
+  dlrm::v1::Job job;
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  s = jobs_->CancelJob(ctx.get(), cancel, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("job-31337"));
+
+  dlrm::v1::ReportProgressRequest progress;
+  progress.set_job_id("job-31337");
+  dlrm::v1::ReportProgressResponse reported;
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  s = stub_->ReportProgress(ctx.get(), progress, &reported);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  dlrm::v1::RegisterRequest coordinator_role;
+  coordinator_role.set_role(dlrm::v1::ROLE_COORDINATOR);
+  dlrm::v1::RegisterResponse registered;
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  s = stub_->Register(ctx.get(), coordinator_role, &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("COORDINATOR"));
+}
+
+TEST_F(CoordinatorServiceTest, ServesHealthAndCountsMembersInMetrics) {
+  // grpc.health.v1.Health/Check with an empty request (service ""): SERVING is status = 1,
+  // encoded as the two bytes 08 01.
+  grpc::GenericStub generic(channel_);
+  grpc::Slice empty_request(std::string{});  // an empty HealthCheckRequest
+  grpc::ByteBuffer request_buffer(&empty_request, 1);
+  grpc::ByteBuffer response_buffer;
+  grpc::ClientContext ctx;
+  common::SetDeadline(&ctx, absl::Seconds(5));
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request_buffer,
+                    &response_buffer, [&](grpc::Status s) {
+                      status = s;
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response_buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& slice : slices) bytes.append(slice.begin(), slice.end());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+
+  Register(dlrm::v1::ROLE_PS);
+  Register(dlrm::v1::ROLE_WORKER);
+  Register(dlrm::v1::ROLE_WORKER);
+  const std::string text = coordinator_->metrics().Serialize();
+  EXPECT_THAT(text, HasSubstr("dlrm_members{role=\"worker\"} 2"));
+  EXPECT_THAT(text, HasSubstr("dlrm_members{role=\"ps\"} 1"));
+  EXPECT_THAT(text, HasSubstr("dlrm_coordinator_rpcs_total{code=\"OK\",method=\"Register\"} 3"));
+}
+
+TEST(DeadCoordinatorTest, CallFailsWithinItsDeadline) {
+  // Bind a port, then close it: nothing listens there.
+  int port = 0;
+  {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    auto server = builder.BuildAndStart();
+    server->Shutdown();
+  }
+  auto channel = common::MakeChannel({.target = absl::StrCat("127.0.0.1:", port)});
+  ASSERT_TRUE(channel.ok());
+  auto stub = dlrm::v1::Coordinator::NewStub(*channel);
+  dlrm::v1::HeartbeatRequest request;
+  request.set_member_id("worker-1");
+  dlrm::v1::HeartbeatResponse response;
+  const absl::Time start = absl::Now();
+  auto ctx = common::MakeClientContext(absl::Seconds(2));
+  grpc::Status s = stub->Heartbeat(ctx.get(), request, &response);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+      << s.error_code() << " " << s.error_message();
+}
+
+}  // namespace
+}  // namespace dlrm::server

@@ -1,0 +1,276 @@
+// CoordinatorState without gRPC: membership, leases, epochs, shards, the job state machine and
+// persistence, with time passed in so lease expiry is exact.
+#include "server/coordinator_state.h"
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/test_specs.h"
+
+namespace dlrm::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTtl = absl::Seconds(10);
+
+class CoordinatorStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    now_ = absl::FromUnixSeconds(1'700'000'000);
+    state_ = Make(nullptr);
+  }
+
+  std::unique_ptr<CoordinatorState> Make(CoordinatorStore* store) {
+    auto s = CoordinatorState::Create({.lease_ttl = kTtl}, store, nullptr, now_);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  }
+
+  std::string RegisterAs(CoordinatorState& s, dlrm::v1::Role role, const std::string& address) {
+    dlrm::v1::RegisterRequest r;
+    r.set_role(role);
+    r.set_address(address);
+    auto resp = s.Register(r, now_);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp->member_id();
+  }
+
+  dlrm::v1::Job Submit(CoordinatorState& s, int workers, int ps = 0) {
+    dlrm::v1::SubmitJobRequest r;
+    r.set_spec_yaml(dlrm::testing::kTinySpec);
+    r.set_workers(workers);
+    r.set_ps(ps);
+    auto job = s.Submit(r, now_);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return *job;
+  }
+
+  absl::StatusOr<dlrm::v1::JobState> Report(const std::string& job, int rank, bool done,
+                                            bool failed = false) {
+    dlrm::v1::ReportProgressRequest r;
+    r.set_job_id(job);
+    r.set_rank(rank);
+    r.set_step(100);
+    r.set_samples(1000 * (rank + 1));
+    r.set_loss(0.5);
+    r.set_done(done);
+    r.set_failed(failed);
+    if (failed) r.set_message("out of memory");
+    if (done) (*r.mutable_metrics())["auc"] = 0.75;
+    return state_->ReportProgress(r, now_);
+  }
+
+  absl::Time now_;
+  std::unique_ptr<CoordinatorState> state_;
+};
+
+TEST_F(CoordinatorStateTest, RegisterHeartbeatAndLeaseExpiryBumpEpoch) {
+  const int64_t e0 = state_->epoch();
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "127.0.0.1:7001");
+  const std::string w = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  EXPECT_EQ(state_->epoch(), e0 + 2);
+
+  now_ += kTtl / 2;
+  auto hb = state_->Heartbeat(ps, now_);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->ps().shard_index(), 0);
+  EXPECT_EQ(hb->ps().shard_count(), 1);
+  EXPECT_EQ(hb->epoch(), e0 + 2);
+
+  // The worker did not heartbeat: at registration + ttl it expires, the PS (renewed) does not.
+  now_ += kTtl / 2;
+  EXPECT_EQ(state_->ExpireLeases(now_), 1);
+  EXPECT_EQ(state_->epoch(), e0 + 3);
+  auto late = state_->Heartbeat(w, now_);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr(w));
+  EXPECT_TRUE(state_->Heartbeat(ps, now_).ok());
+
+  auto unknown = state_->Heartbeat("worker-999", now_);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("worker-999"));
+
+  auto view = state_->ClusterView();
+  ASSERT_EQ(view.members_size(), 2);
+  EXPECT_EQ(view.members(0).member_id(), ps);  // alive first
+  EXPECT_EQ(view.members(1).state(), dlrm::v1::MEMBER_STATE_EXPIRED);
+  EXPECT_THAT(view.shard_map(), ::testing::ElementsAre("127.0.0.1:7001"));
+}
+
+TEST_F(CoordinatorStateTest, PsTakesLowestFreeShardAndKeepsIt) {
+  const std::string a = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  const std::string b = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:2");
+  ASSERT_TRUE(state_->Leave(a, now_).ok());
+  EXPECT_EQ(state_->Heartbeat(b, now_)->ps().shard_index(), 1);
+  const std::string c = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:3");
+  EXPECT_EQ(state_->Heartbeat(c, now_)->ps().shard_index(), 0);
+  EXPECT_EQ(state_->Heartbeat(b, now_)->ps().shard_index(), 1);
+  EXPECT_EQ(state_->Heartbeat(b, now_)->ps().shard_count(), 2);
+}
+
+TEST_F(CoordinatorStateTest, JobRunsToSuccessAndAssignsRanks) {
+  dlrm::v1::Job job = Submit(*state_, 2, 1);
+  EXPECT_EQ(job.state(), dlrm::v1::JOB_STATE_PENDING);
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "127.0.0.1:7001");
+  const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  EXPECT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_PENDING);
+  const std::string w1 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  auto running = state_->GetJob(job.job_id());
+  ASSERT_EQ(running->state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running->worker_ids(), ::testing::ElementsAre(w0, w1));
+  EXPECT_EQ(running->job_epoch(), state_->epoch());
+
+  auto hb1 = state_->Heartbeat(w1, now_);
+  ASSERT_TRUE(hb1->has_worker());
+  EXPECT_EQ(hb1->worker().rank(), 1);
+  EXPECT_EQ(hb1->worker().job().job_id(), job.job_id());
+  EXPECT_EQ(hb1->worker().job().world_size(), 2);
+  EXPECT_THAT(hb1->worker().job().ps_addresses(), ::testing::ElementsAre("127.0.0.1:7001"));
+  EXPECT_EQ(hb1->worker().job().job_spec_yaml(), dlrm::testing::kTinySpec);
+  auto hbps = state_->Heartbeat(ps, now_);
+  ASSERT_EQ(hbps->ps().jobs_size(), 1);
+  EXPECT_EQ(hbps->ps().jobs(0).job_id(), job.job_id());
+
+  EXPECT_EQ(*Report(job.job_id(), 1, /*done=*/true), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(*Report(job.job_id(), 0, /*done=*/false), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(state_->GetJob(job.job_id())->total_samples(), 3000);
+  EXPECT_EQ(*Report(job.job_id(), 0, /*done=*/true), dlrm::v1::JOB_STATE_SUCCEEDED);
+  auto done = state_->GetJob(job.job_id());
+  EXPECT_DOUBLE_EQ(done->final_metrics().auc(), 0.75);
+  EXPECT_EQ(done->final_metrics().steps(), 100);
+  // Workers are free again: no assignment.
+  EXPECT_FALSE(state_->Heartbeat(w0, now_)->has_worker());
+}
+
+TEST_F(CoordinatorStateTest, IllegalTransitionsNameBothStates) {
+  dlrm::v1::Job job = Submit(*state_, 1);
+  RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  ASSERT_EQ(*Report(job.job_id(), 0, true), dlrm::v1::JOB_STATE_SUCCEEDED);
+  auto cancel = state_->Cancel(job.job_id(), "", now_);
+  EXPECT_EQ(cancel.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cancel.status().message(), HasSubstr("SUCCEEDED -> CANCELLED"));
+  auto late = Report(job.job_id(), 0, false);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("SUCCEEDED"));
+
+  EXPECT_TRUE(
+      CheckJobTransition("j", dlrm::v1::JOB_STATE_PENDING, dlrm::v1::JOB_STATE_CANCELLED).ok());
+  EXPECT_EQ(
+      CheckJobTransition("j", dlrm::v1::JOB_STATE_PENDING, dlrm::v1::JOB_STATE_SUCCEEDED).code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      CheckJobTransition("j", dlrm::v1::JOB_STATE_FAILED, dlrm::v1::JOB_STATE_RUNNING).message(),
+      "job j: illegal transition FAILED -> RUNNING");
+}
+
+TEST_F(CoordinatorStateTest, FailureReportAndLostMemberFailTheJob) {
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::Job a = Submit(*state_, 1);
+  ASSERT_EQ(*Report(a.job_id(), 0, false, /*failed=*/true), dlrm::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(state_->GetJob(a.job_id())->message(), HasSubstr("out of memory"));
+
+  dlrm::v1::Job b = Submit(*state_, 1);
+  ASSERT_EQ(state_->GetJob(b.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  // Only the worker stops heartbeating.
+  now_ += kTtl / 2;
+  ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
+  now_ += kTtl / 2 + absl::Seconds(1);
+  EXPECT_EQ(state_->ExpireLeases(now_), 1);
+  auto failed = state_->GetJob(b.job_id());
+  EXPECT_EQ(failed->state(), dlrm::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed->message(), HasSubstr(w0));
+  EXPECT_THAT(failed->message(), HasSubstr("lease expired"));
+}
+
+TEST_F(CoordinatorStateTest, PendingJobsStartInOrderAsWorkersFreeUp) {
+  RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::Job first = Submit(*state_, 1);
+  dlrm::v1::Job second = Submit(*state_, 1);
+  EXPECT_EQ(state_->GetJob(first.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(state_->GetJob(second.job_id())->state(), dlrm::v1::JOB_STATE_PENDING);
+  ASSERT_TRUE(state_->Cancel(first.job_id(), "enough", now_).ok());
+  EXPECT_EQ(state_->GetJob(first.job_id())->message(), "cancelled: enough");
+  EXPECT_EQ(state_->GetJob(second.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  auto list = state_->ListJobs(dlrm::v1::JOB_STATE_UNSPECIFIED);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].job_id(), first.job_id());
+  EXPECT_EQ(state_->ListJobs(dlrm::v1::JOB_STATE_RUNNING).size(), 1u);
+}
+
+TEST_F(CoordinatorStateTest, BadInputsNameTheValue) {
+  dlrm::v1::SubmitJobRequest bad;
+  bad.set_spec_yaml(dlrm::testing::kBadSpec);
+  auto s = state_->Submit(bad, now_);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("model.bottom_mlp"));
+
+  dlrm::v1::SubmitJobRequest negative;
+  negative.set_spec_yaml(dlrm::testing::kTinySpec);
+  negative.set_workers(-3);
+  EXPECT_THAT(state_->Submit(negative, now_).status().message(), HasSubstr("workers -3"));
+
+  auto missing = state_->GetJob("job-42");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("job-42"));
+  EXPECT_EQ(state_->Cancel("job-42", "", now_).status().code(), absl::StatusCode::kNotFound);
+
+  dlrm::v1::RegisterRequest no_role;
+  EXPECT_EQ(state_->Register(no_role, now_).status().code(), absl::StatusCode::kInvalidArgument);
+  dlrm::v1::RegisterRequest ps_without_address;
+  ps_without_address.set_role(dlrm::v1::ROLE_PS);
+  EXPECT_EQ(state_->Register(ps_without_address, now_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::Job job = Submit(*state_, 1);
+  auto rank = Report(job.job_id(), 5, false);
+  EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rank.status().message(), HasSubstr("rank 5"));
+}
+
+TEST_F(CoordinatorStateTest, RestartKeepsJobsMembersAndCounters) {
+  const std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / "coordinator_state_restart").string();
+  std::filesystem::remove_all(dir);
+  std::string done_id, pending_id, worker;
+  int64_t epoch = 0;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto state = Make(store->get());
+    state_ = std::move(state);
+    RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+    worker = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+    done_id = Submit(*state_, 1).job_id();
+    ASSERT_EQ(*Report(done_id, 0, true), dlrm::v1::JOB_STATE_SUCCEEDED);
+    pending_id = Submit(*state_, 3).job_id();
+    epoch = state_->epoch();
+    state_.reset();
+  }
+  auto store = CoordinatorStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  state_ = Make(store->get());
+  EXPECT_EQ(state_->epoch(), epoch);
+  auto done = state_->GetJob(done_id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), dlrm::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(done->final_metrics().auc(), 0.75);
+  EXPECT_EQ(state_->GetJob(pending_id)->state(), dlrm::v1::JOB_STATE_PENDING);
+  // The member keeps its id and lease across the restart, and new ids do not collide.
+  EXPECT_TRUE(state_->Heartbeat(worker, now_).ok());
+  EXPECT_NE(Submit(*state_, 1).job_id(), pending_id);
+  // A second opener of the same directory is refused while the first holds it.
+  auto second = CoordinatorStore::Open(dir);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr(dir));
+  state_.reset();
+}
+
+}  // namespace
+}  // namespace dlrm::server

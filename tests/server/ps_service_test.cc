@@ -1,0 +1,273 @@
+// The parameter-server service through gRPC on loopback: LoadJob semantics, validation of every
+// request (codes and messages), the memory budget through the service, metrics, shutdown.
+// (Staleness: ps_staleness_test.cc; the sharded client: tests/worker/ps_client_test.cc.)
+#include <cstdint>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/sharding.h"
+#include "embedding/local_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/ps_server.h"
+#include "tests/server/ps_test_util.h"
+
+namespace dlrm::server {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::PackFloats;
+using testing::PackIds;
+using testing::PsStub;
+using testing::PsTempDir;
+using testing::TestJob;
+using testing::TestPsOptions;
+using testing::UnpackFloats;
+
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+class PsServiceTest : public ::testing::Test {
+ protected:
+  void StartPs(int64_t budget = 1 << 20) {
+    auto ps = ParameterServer::Start(TestPsOptions(dir_.path(), budget));
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    ps_ = std::move(*ps);
+    stub_ = PsStub(ps_->address());
+  }
+  grpc::Status Load(const dlrm::v1::LoadJobRequest& r) {
+    dlrm::v1::LoadJobResponse resp;
+    grpc::Status s = stub_->LoadJob(common::MakeClientContext(kTimeout).get(), r, &resp);
+    if (!s.ok()) std::cerr << "LoadJob " << r.job_id() << ": " << s.error_message() << "\n";
+    return s;
+  }
+  grpc::Status Lookup(const dlrm::v1::LookupRequest& r, dlrm::v1::LookupResponse* resp) {
+    return stub_->Lookup(common::MakeClientContext(kTimeout).get(), r, resp);
+  }
+  grpc::Status Push(const dlrm::v1::PushGradientsRequest& r) {
+    dlrm::v1::PushGradientsResponse resp;
+    return stub_->PushGradients(common::MakeClientContext(kTimeout).get(), r, &resp);
+  }
+  static dlrm::v1::LookupRequest LookupOf(const std::string& job, int table,
+                                          const std::vector<int64_t>& ids, int64_t epoch = 1) {
+    dlrm::v1::LookupRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(epoch);
+    r.set_step(-1);
+    dlrm::v1::TableIds* t = r.add_tables();
+    t->set_table(table);
+    t->set_ids(PackIds(ids));
+    return r;
+  }
+  static dlrm::v1::PushGradientsRequest PushOf(const std::string& job, int table,
+                                               const std::vector<int64_t>& ids,
+                                               const std::vector<float>& grads) {
+    dlrm::v1::PushGradientsRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(1);
+    r.set_step(-1);
+    dlrm::v1::TableGradients* t = r.add_tables();
+    t->set_table(table);
+    t->set_ids(PackIds(ids));
+    t->set_grads(PackFloats(grads));
+    return r;
+  }
+
+  PsTempDir dir_;
+  std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<dlrm::v1::ParameterServer::Stub> stub_;
+};
+
+TEST_F(PsServiceTest, LoadJobIsIdempotentAndRejectsConflicts) {
+  StartPs();
+  const auto job = TestJob("j1", {{100, 4}, {50, 8}});
+  ASSERT_TRUE(Load(job).ok());
+  ASSERT_TRUE(Load(job).ok()) << "a second worker loading the same job";
+  EXPECT_EQ(ps_->service().job_ids(), std::vector<std::string>{"j1"});
+
+  auto other = job;
+  other.mutable_tables(1)->set_dim(16);
+  grpc::Status s = Load(other);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), AllOf(HasSubstr("j1"), HasSubstr("other parameters")));
+
+  auto newer = job;
+  newer.set_job_epoch(3);
+  ASSERT_TRUE(Load(newer).ok());
+  grpc::Status older = Load(job);
+  EXPECT_EQ(older.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(older.error_message(), HasSubstr("epoch 1 is older than the loaded epoch 3"));
+
+  auto bad = job;
+  bad.set_job_id("../escape");
+  EXPECT_EQ(Load(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = job;
+  bad.mutable_optimizer()->set_type("rmsprop");
+  EXPECT_EQ(Load(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = TestJob("j2", {{100, 4}}, /*shard=*/2, /*shards=*/2);
+  s = Load(bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("shard_index 2"));
+
+  dlrm::v1::UnloadJobRequest unload;
+  unload.set_job_id("j1");
+  dlrm::v1::UnloadJobResponse unload_resp;
+  EXPECT_TRUE(
+      stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unload_resp).ok());
+  EXPECT_EQ(stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unload_resp)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(ps_->service().job_ids().empty());
+}
+
+TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}, {10131227, 2}})).ok());
+  dlrm::v1::LookupResponse resp;
+  auto expect = [&](const grpc::Status& s, grpc::StatusCode code, const std::string& text) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(text));
+  };
+  expect(Lookup(LookupOf("nope", 0, {1}), &resp), grpc::StatusCode::NOT_FOUND, "'nope'");
+  expect(Lookup(LookupOf("j", 5, {1}), &resp), grpc::StatusCode::NOT_FOUND, "table 5 not found");
+  expect(Lookup(LookupOf("j", 1, {10131227}), &resp), grpc::StatusCode::INVALID_ARGUMENT,
+         "table 1: id 10131227 >= rows 10131227");
+  expect(Lookup(LookupOf("j", 0, {-3}), &resp), grpc::StatusCode::INVALID_ARGUMENT,
+         "table 0: id -3 < 0");
+  auto odd = LookupOf("j", 0, {1});
+  odd.mutable_tables(0)->mutable_ids()->append("abc");
+  expect(Lookup(odd, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+         "ids payload of 11 bytes is not a multiple of 8");
+  expect(Lookup(LookupOf("j", 0, {1}, /*epoch=*/0), &resp), grpc::StatusCode::FAILED_PRECONDITION,
+         "request from epoch 0 is older than the loaded epoch 1");
+  expect(Lookup(LookupOf("j", 0, {1}, /*epoch=*/2), &resp), grpc::StatusCode::FAILED_PRECONDITION,
+         "epoch 2 is newer");
+  auto bad_rank = LookupOf("j", 0, {1});
+  bad_rank.set_step(0);
+  bad_rank.set_worker_rank(4);
+  expect(Lookup(bad_rank, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+         "worker_rank 4 not in [0, 1)");
+
+  expect(Push(PushOf("j", 0, {1, 2}, std::vector<float>(7))), grpc::StatusCode::INVALID_ARGUMENT,
+         "gradient payload is 28 bytes, expected 32 (2 ids x dim 4 x 4)");
+  expect(Push(PushOf("j", 0, {3, 3}, std::vector<float>(8))), grpc::StatusCode::INVALID_ARGUMENT,
+         "id 3 repeated");
+  expect(Push(PushOf("j", 0, {100}, std::vector<float>(4))), grpc::StatusCode::INVALID_ARGUMENT,
+         "table 0: id 100 >= rows 100");
+  expect(Push(PushOf("x", 0, {1}, std::vector<float>(4))), grpc::StatusCode::NOT_FOUND, "'x'");
+
+  // A bad table anywhere in a push leaves every table untouched.
+  auto mixed = PushOf("j", 0, {1}, {1, 1, 1, 1});
+  dlrm::v1::TableGradients* t = mixed.add_tables();
+  t->set_table(1);
+  t->set_ids(PackIds({5}));
+  t->set_grads(PackFloats({1}));
+  expect(Push(mixed), grpc::StatusCode::INVALID_ARGUMENT, "table 1: gradient payload is 4 bytes");
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1}), &resp).ok());
+  embedding::LocalStoreOptions local_options;
+  local_options.tables = {{"C1", 100, 4}, {"C2", 10, 2}};  // only table 0 is compared
+  local_options.seed = 7;
+  local_options.num_threads = -1;
+  auto store = embedding::LocalEmbeddingStore::Create(local_options);
+  ASSERT_TRUE(store.ok());
+  std::vector<embedding::TableRows> ref = {{0, {1}, {}}};
+  ASSERT_TRUE((*store)->Lookup(-1, absl::MakeSpan(ref)).ok());
+  EXPECT_EQ(UnpackFloats(resp.tables(0).rows()), ref[0].values);
+}
+
+TEST_F(PsServiceTest, RejectsIdsOwnedByAnotherShard) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{1000, 4}}, /*shard=*/1, /*shards=*/3)).ok());
+  int64_t foreign = 0;
+  while (common::ShardOf(0, foreign, 3) == 1) ++foreign;
+  int64_t own = 0;
+  while (common::ShardOf(0, own, 3) != 1) ++own;
+  dlrm::v1::LookupResponse resp;
+  grpc::Status s = Lookup(LookupOf("j", 0, {own, foreign}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              AllOf(HasSubstr(absl::StrCat("id ", foreign, " belongs to shard ")),
+                    HasSubstr("not to this shard 1 of 3")));
+  EXPECT_TRUE(Lookup(LookupOf("j", 0, {own}), &resp).ok());
+}
+
+// A table four times the memory budget fills through the service: the memory tier stays within
+// budget after every call and every row reads back with exactly the values the in-process store
+// (same seed and optimizer, same pushes) has.
+TEST_F(PsServiceTest, MemoryTierStaysUnderBudgetAndEveryRowReadsBack) {
+  constexpr int kDim = 8;
+  constexpr int64_t kRows = 4000;
+  // Adagrad: 16 floats per stored row, 64 + 48 bytes accounted.
+  constexpr int64_t kBudget = kRows / 4 * (16 * 4 + 48);
+  StartPs(kBudget);
+  auto job = TestJob("big", {{kRows, kDim}});
+  job.mutable_optimizer()->set_type("adagrad");
+  job.mutable_optimizer()->set_epsilon(1e-8f);
+  ASSERT_TRUE(Load(job).ok());
+  embedding::SparseOptimizerOptions opt;
+  opt.type = embedding::SparseOptimizerType::kAdagrad;
+  opt.learning_rate = 0.1f;
+  opt.epsilon = 1e-8f;
+  embedding::LocalStoreOptions local_options;
+  local_options.tables = {{"C1", kRows, kDim}};
+  local_options.seed = 7;
+  local_options.optimizer = opt;
+  local_options.num_threads = -1;
+  auto local = embedding::LocalEmbeddingStore::Create(local_options);
+  ASSERT_TRUE(local.ok());
+
+  dlrm::v1::GetStatsRequest stats_req;
+  stats_req.set_job_id("big");
+  auto check_budget = [&] {
+    dlrm::v1::GetStatsResponse stats;
+    ASSERT_TRUE(stub_->GetStats(common::MakeClientContext(kTimeout).get(), stats_req, &stats).ok());
+    EXPECT_LE(stats.memory_bytes(), kBudget);
+    EXPECT_EQ(stats.memory_budget_bytes(), kBudget);
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t begin = 0; begin < kRows; begin += 500) {
+      std::vector<int64_t> ids;
+      std::vector<float> grads;
+      for (int64_t id = begin; id < begin + 500; ++id) {
+        ids.push_back(id);
+        for (int k = 0; k < kDim; ++k)
+          grads.push_back(0.01f * static_cast<float>((id + k) % 7 - 3 + round));
+      }
+      ASSERT_TRUE(Push(PushOf("big", 0, ids, grads)).ok());
+      std::vector<embedding::TableRows> g = {{0, ids, grads}};
+      ASSERT_TRUE((*local)->Push(-1, g).ok());
+      check_budget();
+    }
+  }
+  std::vector<int64_t> all(kRows);
+  for (int64_t i = 0; i < kRows; ++i) all[i] = i;
+  dlrm::v1::LookupResponse resp;
+  ASSERT_TRUE(Lookup(LookupOf("big", 0, all), &resp).ok());
+  check_budget();
+  std::vector<embedding::TableRows> ref = {{0, all, {}}};
+  ASSERT_TRUE((*local)->Lookup(-1, absl::MakeSpan(ref)).ok());
+  const std::vector<float> got = UnpackFloats(resp.tables(0).rows());
+  ASSERT_EQ(got.size(), ref[0].values.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != ref[0].values[i];
+  EXPECT_EQ(mismatches, 0) << "rows must match the in-process store bit for bit";
+
+  dlrm::v1::GetStatsResponse stats;
+  ASSERT_TRUE(stub_->GetStats(common::MakeClientContext(kTimeout).get(), stats_req, &stats).ok());
+  EXPECT_GT(stats.rocksdb_writes(), 0) << "rows past the budget must have spilled";
+  const std::string text = ps_->metrics().Serialize();
+  for (const char* name :
+       {"dlrm_ps_lookup_seconds", "dlrm_ps_push_seconds", "dlrm_ps_lookup_rows_total",
+        "dlrm_ps_push_rows_total", "dlrm_ps_memory_rows", "dlrm_ps_memory_bytes",
+        "dlrm_ps_memory_budget_bytes", "dlrm_ps_rocksdb_reads_total",
+        "dlrm_ps_rocksdb_writes_total"}) {
+    EXPECT_THAT(text, HasSubstr(name));
+  }
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("dlrm_ps_lookup_rows_total ", kRows)));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("dlrm_ps_push_rows_total ", 2 * kRows)));
+}
+
+}  // namespace
+}  // namespace dlrm::server
