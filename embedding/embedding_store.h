@@ -40,6 +40,20 @@ class EmbeddingStore {
   // Applies the summed gradients in `grads[i].values` (ids.size() * dim floats) with the table's
   // sparse optimizer. Ids within one TableRows are distinct.
   virtual absl::Status Push(int64_t step, absl::Span<const TableRows> grads) = 0;
+
+  // Full stored rows, [weights | optimizer state] (dim + SparseOptimizerStateFloats floats per
+  // id), created on first touch like Lookup. Used to move rows between a worker's hot cache and
+  // the store without losing optimizer state. The caller makes sure no Push for these ids is in
+  // flight. Stores that cannot do it answer UNIMPLEMENTED.
+  virtual absl::Status ReadStoredRows(absl::Span<TableRows> requests) {
+    (void)requests;
+    return absl::UnimplementedError("this embedding store cannot read stored rows");
+  }
+  // Overwrites full stored rows (same layout as ReadStoredRows).
+  virtual absl::Status WriteStoredRows(absl::Span<const TableRows> rows) {
+    (void)rows;
+    return absl::UnimplementedError("this embedding store cannot write stored rows");
+  }
 };
 
 }  // namespace dlrm::embedding

@@ -1,9 +1,11 @@
 #include "embedding/local_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "embedding/parallel.h"
 
 namespace dlrm::embedding {
@@ -97,6 +99,46 @@ absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableR
     absl::MutexLock lock(&t.mu);
     t.table->ApplyGradientsUnchecked(r.ids, r.values.data());
   });
+  return absl::OkStatus();
+}
+
+absl::Status LocalEmbeddingStore::ReadStoredRows(absl::Span<TableRows> requests) {
+  for (const TableRows& r : requests) {
+    DLRM_RETURN_IF_ERROR(CheckTable(r.table));
+    DLRM_RETURN_IF_ERROR(tables_[r.table]->table->CheckIds(r.ids));
+  }
+  for (TableRows& r : requests) {
+    Table& t = *tables_[r.table];
+    absl::ReaderMutexLock lock(&t.mu);
+    const int stride = t.table->row_stride();
+    r.values.resize(r.ids.size() * stride);
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      std::memcpy(r.values.data() + i * stride, t.table->Row(r.ids[i]), stride * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalEmbeddingStore::WriteStoredRows(absl::Span<const TableRows> rows) {
+  for (const TableRows& r : rows) {
+    DLRM_RETURN_IF_ERROR(CheckTable(r.table));
+    const EmbeddingTable& table = *tables_[r.table]->table;
+    DLRM_RETURN_IF_ERROR(table.CheckIds(r.ids));
+    if (r.values.size() != r.ids.size() * table.row_stride()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", r.table, " (", table.config().name, "): ", r.values.size(),
+                       " floats for ", r.ids.size(), " stored rows of ", table.row_stride()));
+    }
+  }
+  for (const TableRows& r : rows) {
+    Table& t = *tables_[r.table];
+    absl::MutexLock lock(&t.mu);
+    const int stride = t.table->row_stride();
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      std::memcpy(t.table->MutableRow(r.ids[i]), r.values.data() + i * stride,
+                  stride * sizeof(float));
+    }
+  }
   return absl::OkStatus();
 }
 

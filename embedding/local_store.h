@@ -55,6 +55,10 @@ class LocalEmbeddingStore : public EmbeddingStore {
   // applying any. Ids within one request must be distinct (a repeated id is updated twice).
   absl::Status Push(int64_t step, absl::Span<const TableRows> grads) override;
 
+  // Full stored rows [weights | state] (row_stride floats per id); validated like Lookup.
+  absl::Status ReadStoredRows(absl::Span<TableRows> requests) override;
+  absl::Status WriteStoredRows(absl::Span<const TableRows> rows) override;
+
   // Direct access for tests and checkpoints. REQUIRES: no concurrent Push.
   const EmbeddingTable& table(int index) const { return *tables_[index]->table; }
 

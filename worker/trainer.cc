@@ -132,10 +132,41 @@ absl::Status Trainer::CheckBatch(const Batch& batch) const {
 void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) const {
   work->step = step;
   work->rows.resize(num_tables_);
+  work->hot_slots.resize(num_tables_);
   work->inverse.resize(num_tables_);
+  work->ids = 0;
+  work->hot_ids = 0;
+  std::vector<int64_t> remap;
   for (int t = 0; t < num_tables_; ++t) {
     work->rows[t].table = t;
-    embedding::Deduplicate(batch.sparse[t].ids, &work->rows[t].ids, &work->inverse[t]);
+    std::vector<int64_t>& unique = work->rows[t].ids;
+    std::vector<int64_t>& inverse = work->inverse[t];
+    std::vector<int32_t>& hot_slots = work->hot_slots[t];
+    embedding::Deduplicate(batch.sparse[t].ids, &unique, &inverse);
+    hot_slots.clear();
+    work->ids += static_cast<int64_t>(inverse.size());
+    if (hot_ == nullptr || hot_->num_rows(t) == 0) continue;
+    // Split the unique ids into cold (kept in place, in order) and hot (appended after them).
+    remap.resize(unique.size());
+    size_t cold = 0;
+    for (size_t u = 0; u < unique.size(); ++u) {
+      const int32_t slot = hot_->Find(t, unique[u]);
+      if (slot < 0) {
+        remap[u] = static_cast<int64_t>(cold);
+        unique[cold++] = unique[u];
+      } else {
+        remap[u] = -1 - static_cast<int64_t>(hot_slots.size());
+        hot_slots.push_back(slot);
+      }
+    }
+    unique.resize(cold);
+    for (int64_t& r : remap) {
+      if (r < 0) r = static_cast<int64_t>(cold) + (-1 - r);
+    }
+    for (int64_t& j : inverse) {
+      j = remap[j];
+      if (j >= static_cast<int64_t>(cold)) ++work->hot_ids;
+    }
   }
 }
 
@@ -143,13 +174,101 @@ absl::Status Trainer::FetchRows(SparseWork* work) const {
   return options_.store->Lookup(work->step, absl::MakeSpan(work->rows));
 }
 
+const float* Trainer::CombinedRows(const SparseWork& work, int t) {
+  if (work.hot_slots[t].empty()) return work.rows[t].values.data();
+  const size_t cold = work.rows[t].ids.size();
+  std::vector<float>& combined = combined_[t];
+  combined.resize((cold + work.hot_slots[t].size()) * dim_);
+  std::memcpy(combined.data(), work.rows[t].values.data(), cold * dim_ * sizeof(float));
+  float* out = combined.data() + cold * dim_;
+  for (int32_t slot : work.hot_slots[t]) {
+    std::memcpy(out, hot_->Weights(t, slot), dim_ * sizeof(float));
+    out += dim_;
+  }
+  return combined.data();
+}
+
 void Trainer::Pool(const Batch& batch, const SparseWork& work) {
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   for (int t = 0; t < num_tables_; ++t) {
-    kernels_->PooledGather(work.rows[t].values.data(), dim_, dim_, work.inverse[t].data(),
+    kernels_->PooledGather(CombinedRows(work, t), dim_, dim_, work.inverse[t].data(),
                            batch.sparse[t].offsets.data(), batch.size, pooling_,
                            emb_host_.data() + static_cast<int64_t>(t) * dim_, stride);
   }
+}
+
+absl::Status Trainer::ApplyHotGradients() {
+  if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
+  const int64_t grad_floats = hot_->grad_floats();
+  if (options_.allreducer != nullptr) {
+    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(hot_grads_.data(), hot_grads_.size()));
+    const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
+    for (int64_t i = 0; i < grad_floats; ++i) hot_grads_[i] *= scale;
+  }
+  hot_->ApplyGradients(hot_grads_.data(), hot_grads_.data() + grad_floats);
+  std::fill(hot_grads_.begin(), hot_grads_.end(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
+  if (cache != nullptr && cache->num_tables() != num_tables_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables_));
+  }
+  hot_ = std::move(cache);
+  combined_.assign(num_tables_, {});
+  hot_grads_.assign(hot_ ? hot_->grad_floats() + hot_->total_rows() : 0, 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids,
+                                    bool write_back) {
+  if (hot_ids.size() != static_cast<size_t>(num_tables_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot set has ", hot_ids.size(), " tables, the model ", num_tables_));
+  }
+  if (hot_ == nullptr) {
+    HotRowCacheOptions options;
+    options.tables = options_.store->tables();
+    DLRM_ASSIGN_OR_RETURN(options.optimizer, SparseOptimizerFromSpec(options_.spec));
+    options.seed = options_.spec.seed;
+    DLRM_ASSIGN_OR_RETURN(
+        auto empty, HotRowCache::Create(options, std::vector<std::vector<int64_t>>(num_tables_)));
+    DLRM_RETURN_IF_ERROR(SetHotRows(std::move(empty)));
+  }
+  const auto leaving = hot_->LeavingIds(hot_ids);
+  const auto missing = hot_->MissingIds(hot_ids);
+  if (write_back) {
+    std::vector<embedding::TableRows> out;
+    for (int t = 0; t < num_tables_; ++t) {
+      if (leaving[t].empty()) continue;
+      embedding::TableRows r;
+      r.table = t;
+      r.ids = leaving[t];
+      const int rf = hot_->row_floats(t);
+      r.values.resize(r.ids.size() * rf);
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        std::memcpy(r.values.data() + i * rf, hot_->StoredRow(t, hot_->Find(t, r.ids[i])),
+                    rf * sizeof(float));
+      }
+      out.push_back(std::move(r));
+    }
+    if (!out.empty()) DLRM_RETURN_IF_ERROR(options_.store->WriteStoredRows(out));
+  }
+  std::vector<embedding::TableRows> in;
+  for (int t = 0; t < num_tables_; ++t) {
+    if (missing[t].empty()) continue;
+    embedding::TableRows r;
+    r.table = t;
+    r.ids = missing[t];
+    in.push_back(std::move(r));
+  }
+  if (!in.empty()) DLRM_RETURN_IF_ERROR(options_.store->ReadStoredRows(absl::MakeSpan(in)));
+  std::vector<std::vector<float>> incoming(num_tables_);
+  for (auto& r : in) incoming[r.table] = std::move(r.values);
+  hot_->Rebuild(hot_ids, incoming);
+  hot_grads_.assign(hot_->grad_floats() + hot_->total_rows(), 0.0f);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
@@ -190,23 +309,53 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   model_->ApplyOptimizer();
 
   // Embedding gradients, summed over duplicate ids. Scaled by 1/world so that, like the dense
-  // gradients, a row's update is the gradient of the mean loss over all workers' samples.
+  // gradients, a row's update is the gradient of the mean loss over all workers' samples (hot
+  // rows are summed by the allreduce and scaled there).
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   const int world = options_.allreducer ? options_.allreducer->world_size() : 1;
   work->grads.resize(num_tables_);
+  int64_t cold_rows = 0;
   for (int t = 0; t < num_tables_; ++t) {
     embedding::TableRows& g = work->grads[t];
     g.table = t;
     g.ids = work->rows[t].ids;
-    g.values.resize(g.ids.size() * dim_);
+    const size_t cold = g.ids.size();
+    const size_t hot = work->hot_slots[t].size();
+    cold_rows += static_cast<int64_t>(cold);
+    float* out = nullptr;
+    if (hot == 0) {
+      g.values.resize(cold * dim_);
+      out = g.values.data();
+    } else {
+      combined_grads_.resize((cold + hot) * dim_);
+      out = combined_grads_.data();
+    }
     kernels_->PooledScatterGrad(demb_host_.data() + static_cast<int64_t>(t) * dim_, stride, dim_,
                                 work->inverse[t].data(), batch.sparse[t].offsets.data(), batch.size,
-                                pooling_, static_cast<int64_t>(g.ids.size()), g.values.data());
+                                pooling_, static_cast<int64_t>(cold + hot), out);
+    if (hot > 0) {
+      g.values.assign(out, out + cold * dim_);
+      float* hot_grads = hot_grads_.data() + hot_->grad_offset(t);
+      float* touched = hot_grads_.data() + hot_->grad_floats() + hot_->grad_offset(t) / dim_;
+      for (size_t h = 0; h < hot; ++h) {
+        const int32_t slot = work->hot_slots[t][h];
+        const float* src = out + (cold + h) * dim_;
+        float* dst = hot_grads + static_cast<int64_t>(slot) * dim_;
+        for (int k = 0; k < dim_; ++k) dst[k] += src[k];
+        touched[slot] += 1.0f;
+      }
+    }
     if (world > 1) {
       const float scale = 1.0f / static_cast<float>(world);
       for (float& v : g.values) v *= scale;
     }
   }
+  DLRM_RETURN_IF_ERROR(ApplyHotGradients());
+  counters_.samples += batch.size;
+  counters_.ids += work->ids;
+  counters_.hot_ids += work->hot_ids;
+  counters_.store_rows += 2 * cold_rows;  // fetched, then pushed
+  counters_.store_bytes += 2 * cold_rows * (8 + 4 * static_cast<int64_t>(dim_));
   ++steps_done_;
   return loss;
 }

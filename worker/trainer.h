@@ -26,16 +26,32 @@
 #include "embedding/kernels.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
+#include "worker/hot_rows.h"
 #include "worker/input/batch_reader.h"
 
 namespace dlrm::worker {
 
 // The sparse side of one batch as it moves through the stages.
+// Per table, the batch's unique ids are split into cold ids (rows[t].ids, fetched from the store)
+// and hot ids (hot_slots[t], read from the worker's HotRowCache); inverse[t][j] indexes the
+// concatenation [cold ids..., hot ids...].
 struct SparseWork {
   int64_t step = 0;
-  std::vector<embedding::TableRows> rows;     // per table: unique ids, then their rows
-  std::vector<std::vector<int64_t>> inverse;  // per table: index into rows[t].ids per id
-  std::vector<embedding::TableRows> grads;    // per table: unique ids and summed gradients
+  std::vector<embedding::TableRows> rows;       // per table: unique cold ids, then their rows
+  std::vector<std::vector<int32_t>> hot_slots;  // per table: cache slots of the unique hot ids
+  std::vector<std::vector<int64_t>> inverse;    // per table: index into [cold..., hot...]
+  std::vector<embedding::TableRows> grads;      // per table: cold ids and summed gradients
+  int64_t ids = 0;                              // id occurrences in the batch
+  int64_t hot_ids = 0;                          // of which hit the hot cache
+};
+
+// Running totals since the trainer was created.
+struct TrainerCounters {
+  int64_t samples = 0;
+  int64_t ids = 0;          // id occurrences looked up
+  int64_t hot_ids = 0;      // of which served by the hot cache
+  int64_t store_rows = 0;   // unique rows fetched from plus pushed to the store
+  int64_t store_bytes = 0;  // payload bytes of those (ids and floats): parameter-server traffic
 };
 
 struct EvalMetrics {
@@ -76,6 +92,18 @@ class Trainer {
   // position) and returns AUC, logloss and accuracy.
   absl::StatusOr<EvalMetrics> Evaluate(BatchReader* reader);
 
+  // Replicates the rows of `cache` on this worker from the next step on; their gradients are
+  // summed over the workers (when there is an allreducer) and applied locally. Every worker of a
+  // job installs the same hot set at the same step. REQUIRES: no step in flight.
+  absl::Status SetHotRows(std::unique_ptr<HotRowCache> cache);
+  // Changes the hot set to `hot_ids` without losing an update: rows leaving the cache are
+  // written to the store with their optimizer state (when `write_back`; in a multi-worker job
+  // one rank writes, after a barrier), rows joining it are read from the store. REQUIRES: no
+  // step in flight and every push of every worker completed.
+  absl::Status MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids, bool write_back);
+  const HotRowCache* hot_rows() const { return hot_.get(); }
+  TrainerCounters counters() const { return counters_; }
+
   int64_t steps_done() const { return steps_done_; }
   dense::DlrmDenseModel& model() { return *model_; }
   const common::JobSpec& spec() const { return options_.spec; }
@@ -84,6 +112,10 @@ class Trainer {
   explicit Trainer(const TrainerOptions& options);
   // Pools the fetched rows of every table into the model's embedding input.
   void Pool(const Batch& batch, const SparseWork& work);
+  // Rows of table t in [cold..., hot...] order: the fetched rows alone when nothing is hot.
+  const float* CombinedRows(const SparseWork& work, int t);
+  // Sums the hot rows' gradients over the workers and applies them.
+  absl::Status ApplyHotGradients();
 
   TrainerOptions options_;
   int num_tables_ = 0;
@@ -102,6 +134,11 @@ class Trainer {
   float* demb_dev_ = nullptr;
   float* probs_dev_ = nullptr;
   std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
+  std::unique_ptr<HotRowCache> hot_;
+  std::vector<std::vector<float>> combined_;  // per table: [cold..., hot...] rows (hot path)
+  std::vector<float> combined_grads_;         // [cold + hot unique x dim] of one table
+  std::vector<float> hot_grads_;              // [hot rows x dim] flat, then a touch count per row
+  TrainerCounters counters_;
   int64_t steps_done_ = 0;
 };
 

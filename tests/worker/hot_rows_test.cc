@@ -1,0 +1,167 @@
+// Hot rows replicated on the worker: selection, and training with a hot set (and migrations of
+// it) gives exactly the model of training without one.
+#include "worker/hot_rows.h"
+
+#include <cstring>
+#include <memory>
+
+#include "dense/backend_factory.h"
+#include "embedding/local_store.h"
+#include "gtest/gtest.h"
+#include "tests/worker/test_util.h"
+#include "worker/input/batch_reader.h"
+#include "worker/input/synthetic.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+namespace {
+
+TEST(HotSetSelector, PicksMostFrequentUnderBudget) {
+  std::vector<embedding::TableConfig> tables = {{"a", 100, 4}, {"b", 100, 4}};
+  HotSetSelector selector(tables, /*state_floats=*/1);  // 20 bytes per row
+  Batch batch;
+  batch.size = 1;
+  batch.sparse.resize(2);
+  batch.sparse[0].ids = {7, 7, 7, 7, 3, 3, 3, 9, 9, 5};
+  batch.sparse[1].ids = {1, 1, 1, 1, 1, 2, 2, 2, 4};
+  selector.Add(batch);
+  // Counts: b1=5, a7=4, a3=3, b2=3, a9=2, a5=1, b4=1. Budget for 4 rows: b1, a7, then the tie
+  // a3/b2 broken by table, then b2.
+  auto hot = selector.Select(4 * 20);
+  EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(hot[1], (std::vector<int64_t>{1, 2}));
+  hot = selector.Select(3 * 20 + 19);
+  EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(hot[1], (std::vector<int64_t>{1}));
+  // Ids seen once are never hot, however large the budget.
+  hot = selector.Select(1 << 20);
+  EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 7, 9}));
+  EXPECT_EQ(hot[1], (std::vector<int64_t>{1, 2}));
+}
+
+class HotTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GenDataOptions gen;
+    gen.output = dir_.File("train.tsv");
+    gen.num_rows = 6000;
+    gen.seed = 3;
+    gen.cardinalities = CappedKaggleCardinalities(500);
+    ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+    spec_.dense_features = 13;
+    spec_.bottom_mlp = {16, 8};
+    spec_.top_mlp = {16, 1};
+    spec_.embedding_dim = 8;
+    for (int64_t rows : gen.cardinalities) spec_.tables.push_back({"C", rows});
+    spec_.dense_optimizer = {.type = "adam", .learning_rate = 0.01};
+    spec_.batch_size = 128;
+    spec_.seed = 9;
+  }
+
+  struct Run {
+    std::unique_ptr<dense::Backend> backend;
+    std::unique_ptr<embedding::LocalEmbeddingStore> store;
+    std::unique_ptr<Trainer> trainer;
+    std::unique_ptr<BatchReader> reader;
+  };
+
+  std::unique_ptr<Run> MakeRun() {
+    auto run = std::make_unique<Run>();
+    run->backend =
+        *dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu, .cpu_threads = 1});
+    embedding::LocalStoreOptions so;
+    so.tables = TableConfigsFromSpec(spec_);
+    so.seed = spec_.seed;
+    so.optimizer = *SparseOptimizerFromSpec(spec_);
+    so.num_threads = -1;
+    run->store = *embedding::LocalEmbeddingStore::Create(so);
+    TrainerOptions to;
+    to.spec = spec_;
+    to.backend = run->backend.get();
+    to.store = run->store.get();
+    run->trainer = *Trainer::Create(to);
+    BatchReaderOptions ro;
+    ro.paths = {dir_.File("train.tsv")};
+    ro.batch_size = spec_.batch_size;
+    for (const auto& t : spec_.tables) ro.table_rows.push_back(t.rows);
+    run->reader = *BatchReader::Create(ro);
+    return run;
+  }
+
+  std::vector<std::vector<int64_t>> HotSet(Run& run, int64_t budget) {
+    const int state = embedding::SparseOptimizerStateFloats(SparseOptimizerFromSpec(spec_)->type,
+                                                            spec_.embedding_dim);
+    return *SampleHotSet(TableConfigsFromSpec(spec_), state, run.reader.get(), 8, budget);
+  }
+
+  // Trains `steps` steps (or to the end of the data).
+  void Train(Run& run, int steps) {
+    Batch batch;
+    for (int i = 0; i < steps; ++i) {
+      auto more = run.reader->Next(&batch);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) return;
+      ASSERT_TRUE(run.trainer->Step(batch).ok());
+    }
+  }
+
+  void ExpectSameModel(Run& a, Run& b) {
+    auto& ma = a.trainer->model();
+    auto& mb = b.trainer->model();
+    ASSERT_EQ(ma.num_params(), mb.num_params());
+    EXPECT_EQ(0, std::memcmp(ma.params(), mb.params(), ma.num_params() * sizeof(float)));
+    for (size_t t = 0; t < spec_.tables.size(); ++t) {
+      const auto& ta = a.store->table(t);
+      const auto& tb = b.store->table(t);
+      for (int64_t id = 0; id < ta.rows(); ++id) {
+        ASSERT_EQ(0, std::memcmp(ta.Row(id), tb.Row(id), ta.row_stride() * sizeof(float)))
+            << "table " << t << " row " << id;
+      }
+    }
+  }
+
+  testing::TempDir dir_;
+  common::JobSpec spec_;
+};
+
+TEST_F(HotTrainingTest, HotSetAndMigrationsGiveTheSameModel) {
+  for (const char* optimizer : {"rowwise_adagrad", "adam", "sgd"}) {
+    SCOPED_TRACE(optimizer);
+    spec_.sparse_optimizer = {.type = optimizer, .learning_rate = 0.05};
+    auto plain = MakeRun();
+    Train(*plain, 1000);
+
+    auto hot = MakeRun();
+    const auto small = HotSet(*hot, 2 << 10);
+    const auto large = HotSet(*hot, 16 << 10);
+    ASSERT_GT(large[2].size(), small[2].size());
+    ASSERT_TRUE(hot->trainer->MigrateHotSet(small, /*write_back=*/true).ok());
+    Train(*hot, 15);
+    ASSERT_TRUE(hot->trainer->MigrateHotSet(large, true).ok());  // cold -> hot
+    Train(*hot, 10);
+    ASSERT_TRUE(hot->trainer->MigrateHotSet(small, true).ok());  // hot -> cold
+    Train(*hot, 1000);
+    const TrainerCounters c = hot->trainer->counters();
+    EXPECT_GT(c.hot_ids, c.ids / 4) << "Zipf data: the hot rows should take many lookups";
+    // Write every hot row back so the store holds the whole model, then compare every row.
+    ASSERT_TRUE(hot->trainer->MigrateHotSet(std::vector<std::vector<int64_t>>(26), true).ok());
+    ExpectSameModel(*plain, *hot);
+  }
+}
+
+TEST_F(HotTrainingTest, HotSetCutsStoreTraffic) {
+  spec_.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
+  auto plain = MakeRun();
+  Train(*plain, 20);
+  auto hot = MakeRun();
+  ASSERT_TRUE(hot->trainer->SetHotRows(nullptr).ok());
+  ASSERT_TRUE(hot->trainer->MigrateHotSet(HotSet(*hot, 64 << 10), true).ok());
+  Train(*hot, 20);
+  const double plain_bytes = static_cast<double>(plain->trainer->counters().store_bytes);
+  const double hot_bytes = static_cast<double>(hot->trainer->counters().store_bytes);
+  EXPECT_GT(plain_bytes, 0);
+  EXPECT_LT(hot_bytes, plain_bytes / 2) << plain_bytes << " vs " << hot_bytes;
+}
+
+}  // namespace
+}  // namespace dlrm::worker

@@ -1,0 +1,188 @@
+#include "worker/hot_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "embedding/row_init.h"
+#include "embedding/sparse_optimizer.h"
+
+namespace dlrm::worker {
+
+HotSetSelector::HotSetSelector(std::vector<embedding::TableConfig> tables, int state_floats)
+    : tables_(std::move(tables)), state_floats_(state_floats), counts_(tables_.size()) {}
+
+void HotSetSelector::Add(const Batch& batch) {
+  for (size_t t = 0; t < tables_.size() && t < batch.sparse.size(); ++t) {
+    auto& counts = counts_[t];
+    for (int64_t id : batch.sparse[t].ids) ++counts[id];
+  }
+  samples_ += batch.size;
+}
+
+std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) const {
+  struct Candidate {
+    int64_t count;
+    int table;
+    int64_t id;
+  };
+  std::vector<Candidate> all;
+  for (size_t t = 0; t < counts_.size(); ++t) {
+    for (const auto& [id, count] : counts_[t]) {
+      all.push_back({count, static_cast<int>(t), id});
+    }
+  }
+  // Most frequent first; (table, id) breaks ties so the choice is deterministic.
+  std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(b.count, a.table, a.id) < std::tie(a.count, b.table, b.id);
+  });
+  std::vector<std::vector<int64_t>> hot(tables_.size());
+  int64_t used = 0;
+  for (const Candidate& c : all) {
+    // A row seen once in the sample is no hotter than any cold row: not worth a slot.
+    if (c.count < 2) break;
+    const int64_t bytes = static_cast<int64_t>(tables_[c.table].dim + state_floats_) * 4;
+    if (used + bytes > budget_bytes) break;
+    used += bytes;
+    hot[c.table].push_back(c.id);
+  }
+  for (auto& ids : hot) std::sort(ids.begin(), ids.end());
+  return hot;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> SampleHotSet(
+    const std::vector<embedding::TableConfig>& tables, int state_floats, BatchReader* reader,
+    int max_batches, int64_t budget_bytes) {
+  HotSetSelector selector(tables, state_floats);
+  Batch batch;
+  for (int i = 0; i < max_batches; ++i) {
+    absl::StatusOr<bool> more = reader->Next(&batch);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    selector.Add(batch);
+  }
+  absl::Status rewind = reader->Rewind();
+  if (!rewind.ok()) return rewind;
+  return selector.Select(budget_bytes);
+}
+
+HotRowCache::HotRowCache(const HotRowCacheOptions& options)
+    : tables_(options.tables), optimizer_(options.optimizer), seed_(options.seed) {
+  for (const auto& t : tables_) {
+    row_floats_.push_back(t.dim + embedding::SparseOptimizerStateFloats(optimizer_.type, t.dim));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<HotRowCache>> HotRowCache::Create(
+    const HotRowCacheOptions& options, const std::vector<std::vector<int64_t>>& hot_ids) {
+  if (hot_ids.size() != options.tables.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot set has ", hot_ids.size(), " tables, the model ", options.tables.size()));
+  }
+  std::unique_ptr<HotRowCache> cache(new HotRowCache(options));
+  const size_t num_tables = options.tables.size();
+  cache->ids_.resize(num_tables);
+  cache->rows_.resize(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    const auto& table = options.tables[t];
+    for (int64_t id : hot_ids[t]) {
+      if (id < 0 || id >= table.rows) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("hot set: table ", t, ": id ", id, " >= rows ", table.rows));
+      }
+    }
+    cache->ids_[t] = hot_ids[t];
+    const int rf = cache->row_floats_[t];
+    cache->rows_[t].resize(hot_ids[t].size() * rf);
+    for (size_t i = 0; i < hot_ids[t].size(); ++i) {
+      embedding::InitRowWithState(static_cast<int>(t), hot_ids[t][i], options.seed, table.rows,
+                                  options.optimizer, cache->rows_[t].data() + i * rf, table.dim);
+    }
+  }
+  cache->Index();
+  return cache;
+}
+
+void HotRowCache::Index() {
+  const size_t num_tables = tables_.size();
+  slots_.assign(num_tables, {});
+  grad_offsets_.assign(num_tables, 0);
+  grad_floats_ = 0;
+  total_rows_ = 0;
+  for (size_t t = 0; t < num_tables; ++t) {
+    slots_[t].reserve(ids_[t].size());
+    for (size_t i = 0; i < ids_[t].size(); ++i) slots_[t][ids_[t][i]] = static_cast<int32_t>(i);
+    grad_offsets_[t] = grad_floats_;
+    grad_floats_ += static_cast<int64_t>(ids_[t].size()) * tables_[t].dim;
+    total_rows_ += static_cast<int64_t>(ids_[t].size());
+  }
+}
+
+int64_t HotRowCache::bytes() const {
+  int64_t b = 0;
+  for (const auto& r : rows_) b += static_cast<int64_t>(r.size()) * 4;
+  return b;
+}
+
+void HotRowCache::ApplyGradients(const float* grads, const float* touched) {
+  int64_t row_index = 0;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const int dim = tables_[t].dim;
+    const int rf = row_floats_[t];
+    const float* g = grads + grad_offsets_[t];
+    for (size_t i = 0; i < ids_[t].size(); ++i, ++row_index) {
+      if (touched[row_index] > 0) {
+        embedding::ApplySparseOptimizerToRow(optimizer_, dim, g + i * dim,
+                                             rows_[t].data() + i * rf);
+      }
+    }
+  }
+}
+
+std::vector<std::vector<int64_t>> HotRowCache::MissingIds(
+    const std::vector<std::vector<int64_t>>& hot_ids) const {
+  std::vector<std::vector<int64_t>> missing(tables_.size());
+  for (size_t t = 0; t < tables_.size() && t < hot_ids.size(); ++t) {
+    for (int64_t id : hot_ids[t]) {
+      if (Find(static_cast<int>(t), id) < 0) missing[t].push_back(id);
+    }
+  }
+  return missing;
+}
+
+std::vector<std::vector<int64_t>> HotRowCache::LeavingIds(
+    const std::vector<std::vector<int64_t>>& hot_ids) const {
+  std::vector<std::vector<int64_t>> leaving(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    absl::flat_hash_map<int64_t, bool> keep;
+    if (t < hot_ids.size()) {
+      for (int64_t id : hot_ids[t]) keep[id] = true;
+    }
+    for (int64_t id : ids_[t]) {
+      if (!keep.contains(id)) leaving[t].push_back(id);
+    }
+  }
+  return leaving;
+}
+
+void HotRowCache::Rebuild(const std::vector<std::vector<int64_t>>& hot_ids,
+                          const std::vector<std::vector<float>>& incoming) {
+  std::vector<std::vector<float>> rows(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const int rf = row_floats_[t];
+    rows[t].resize(hot_ids[t].size() * rf);
+    size_t next_incoming = 0;
+    for (size_t i = 0; i < hot_ids[t].size(); ++i) {
+      const int32_t slot = Find(static_cast<int>(t), hot_ids[t][i]);
+      const float* src = slot >= 0 ? StoredRow(static_cast<int>(t), slot)
+                                   : incoming[t].data() + (next_incoming++) * rf;
+      std::memcpy(rows[t].data() + i * rf, src, rf * sizeof(float));
+    }
+  }
+  ids_ = hot_ids;
+  rows_ = std::move(rows);
+  Index();
+}
+
+}  // namespace dlrm::worker

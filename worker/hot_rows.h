@@ -1,0 +1,123 @@
+// Hot embedding rows replicated on every worker.
+//
+// Criteo-like data is Zipf-skewed: a few ids take most accesses. Those rows are chosen before
+// training by counting ids in a sample of the input (HotSetSelector, like FAE and Hotline), held
+// on every worker in a HotRowCache, and never cross the network: their gradients are summed over
+// the workers with the dense ones and every replica applies the same sparse optimizer step, so
+// the replicas stay identical. Cold rows go through the parameter servers.
+//
+// A HotRowCache is owned by one trainer and used by its compute thread only (not thread-safe),
+// except Find(), which the prepare stage may call concurrently with compute (the id -> slot maps
+// change only in Rebuild, which the caller runs at a step boundary with the pipeline drained).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "embedding/sparse_optimizer_options.h"
+#include "embedding/table_config.h"
+#include "worker/batch.h"
+#include "worker/input/batch_reader.h"
+
+namespace dlrm::worker {
+
+// Counts id occurrences per table over sample batches and picks the most frequent (table, id)
+// pairs, across all tables, until `budget_bytes` of stored rows (weights and optimizer state)
+// is used. Ties break by (table, id), so every worker given the same sample picks the same set.
+class HotSetSelector {
+ public:
+  HotSetSelector(std::vector<embedding::TableConfig> tables, int row_floats_extra);
+  void Add(const Batch& batch);
+  // Ids per table, each list sorted ascending.
+  std::vector<std::vector<int64_t>> Select(int64_t budget_bytes) const;
+  int64_t samples() const { return samples_; }
+
+ private:
+  std::vector<embedding::TableConfig> tables_;
+  int state_floats_;
+  std::vector<absl::flat_hash_map<int64_t, int64_t>> counts_;
+  int64_t samples_ = 0;
+};
+
+// Reads up to `max_batches` batches from `reader` (then rewinds it), counts ids and selects the
+// hot set under `budget_bytes`. Every worker must sample the same records (e.g. the first
+// batches of the whole training set) so that all pick the same set.
+absl::StatusOr<std::vector<std::vector<int64_t>>> SampleHotSet(
+    const std::vector<embedding::TableConfig>& tables, int state_floats, BatchReader* reader,
+    int max_batches, int64_t budget_bytes);
+
+struct HotRowCacheOptions {
+  std::vector<embedding::TableConfig> tables;
+  embedding::SparseOptimizerOptions optimizer;
+  uint64_t seed = 0;  // rows start from the deterministic initialisation (embedding/row_init.h)
+};
+
+class HotRowCache {
+ public:
+  static absl::StatusOr<std::unique_ptr<HotRowCache>> Create(
+      const HotRowCacheOptions& options, const std::vector<std::vector<int64_t>>& hot_ids);
+
+  // Slot of `id` in table `table`, or -1 when the row is cold.
+  int32_t Find(int table, int64_t id) const {
+    auto it = slots_[table].find(id);
+    return it == slots_[table].end() ? -1 : it->second;
+  }
+  // The weights (dim floats) of a hot row.
+  const float* Weights(int table, int32_t slot) const {
+    return rows_[table].data() + static_cast<int64_t>(slot) * row_floats_[table];
+  }
+  // Full stored row [weights | optimizer state].
+  const float* StoredRow(int table, int32_t slot) const { return Weights(table, slot); }
+  float* MutableStoredRow(int table, int32_t slot) {
+    return rows_[table].data() + static_cast<int64_t>(slot) * row_floats_[table];
+  }
+
+  int num_tables() const { return static_cast<int>(tables_.size()); }
+  int64_t num_rows(int table) const { return static_cast<int64_t>(ids_[table].size()); }
+  int64_t total_rows() const { return total_rows_; }
+  int row_floats(int table) const { return row_floats_[table]; }
+  int dim(int table) const { return tables_[table].dim; }
+  const std::vector<int64_t>& ids(int table) const { return ids_[table]; }
+  // Offset of table `table`'s first row in the flat gradient layout (rows of all tables in
+  // order, dim floats each) used by the allreduce.
+  int64_t grad_offset(int table) const { return grad_offsets_[table]; }
+  int64_t grad_floats() const { return grad_floats_; }
+  int64_t bytes() const;
+
+  // Applies summed gradients: grads is [total rows x dim] in the flat layout, touched[r] > 0 marks
+  // the rows some worker used this step (only those are updated, as the parameter servers do).
+  void ApplyGradients(const float* grads, const float* touched);
+
+  // Replaces the hot set. Rows that stay keep their values; new rows take their stored values
+  // (weights and state) from `incoming` ([rows x row_floats] per table, in `hot_ids` order for
+  // the ids not already hot, see MissingIds). REQUIRES: no concurrent Find.
+  void Rebuild(const std::vector<std::vector<int64_t>>& hot_ids,
+               const std::vector<std::vector<float>>& incoming);
+  // Ids of `hot_ids` not in the cache now, per table (the rows to fetch before Rebuild).
+  std::vector<std::vector<int64_t>> MissingIds(
+      const std::vector<std::vector<int64_t>>& hot_ids) const;
+  // Ids in the cache that `hot_ids` no longer holds, per table (the rows to write back).
+  std::vector<std::vector<int64_t>> LeavingIds(
+      const std::vector<std::vector<int64_t>>& hot_ids) const;
+
+ private:
+  HotRowCache(const HotRowCacheOptions& options);
+  void Index();
+
+  std::vector<embedding::TableConfig> tables_;
+  embedding::SparseOptimizerOptions optimizer_;
+  uint64_t seed_;
+  std::vector<int> row_floats_;
+  std::vector<std::vector<int64_t>> ids_;
+  std::vector<std::vector<float>> rows_;  // per table: [rows x row_floats]
+  std::vector<absl::flat_hash_map<int64_t, int32_t>> slots_;
+  std::vector<int64_t> grad_offsets_;
+  int64_t grad_floats_ = 0;
+  int64_t total_rows_ = 0;
+};
+
+}  // namespace dlrm::worker
