@@ -67,7 +67,7 @@ struct JobSpec {
   int64_t max_steps = 0;           // 0 = no limit
   int staleness = 1;               // stale-synchronous bound k (distributed pipeline)
   int64_t hot_budget_bytes = 0;    // bytes of hot rows replicated on each worker (0 = no hot set)
-  int hot_sample_batches = 16;     // batches sampled to choose the hot set
+  int hot_sample_batches = 64;     // batches sampled to choose the hot set
   int hot_refresh_steps = 0;       // re-check the hot set every N steps (0 = never)
   std::string device = "auto";     // auto | cpu | cuda
   std::string math_mode = "fp32";  // fp32 | tf32 | bf16 (CUDA GEMMs)

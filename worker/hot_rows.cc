@@ -10,8 +10,12 @@
 
 namespace dlrm::worker {
 
-HotSetSelector::HotSetSelector(std::vector<embedding::TableConfig> tables, int state_floats)
-    : tables_(std::move(tables)), state_floats_(state_floats), counts_(tables_.size()) {}
+HotSetSelector::HotSetSelector(std::vector<embedding::TableConfig> tables, int state_floats,
+                               int min_count)
+    : tables_(std::move(tables)),
+      state_floats_(state_floats),
+      min_count_(min_count),
+      counts_(tables_.size()) {}
 
 void HotSetSelector::Add(const Batch& batch) {
   for (size_t t = 0; t < tables_.size() && t < batch.sparse.size(); ++t) {
@@ -40,8 +44,7 @@ std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) c
   std::vector<std::vector<int64_t>> hot(tables_.size());
   int64_t used = 0;
   for (const Candidate& c : all) {
-    // A row seen once in the sample is no hotter than any cold row: not worth a slot.
-    if (c.count < 2) break;
+    if (c.count < min_count_) break;
     const int64_t bytes = static_cast<int64_t>(tables_[c.table].dim + state_floats_) * 4;
     if (used + bytes > budget_bytes) break;
     used += bytes;

@@ -30,7 +30,8 @@ namespace dlrm::worker {
 // is used. Ties break by (table, id), so every worker given the same sample picks the same set.
 class HotSetSelector {
  public:
-  HotSetSelector(std::vector<embedding::TableConfig> tables, int row_floats_extra);
+  // `min_count`: ids seen fewer times in the sample are never hot (1 = any id seen).
+  HotSetSelector(std::vector<embedding::TableConfig> tables, int state_floats, int min_count = 1);
   void Add(const Batch& batch);
   // Ids per table, each list sorted ascending.
   std::vector<std::vector<int64_t>> Select(int64_t budget_bytes) const;
@@ -39,6 +40,7 @@ class HotSetSelector {
  private:
   std::vector<embedding::TableConfig> tables_;
   int state_floats_;
+  int min_count_;
   std::vector<absl::flat_hash_map<int64_t, int64_t>> counts_;
   int64_t samples_ = 0;
 };

@@ -18,7 +18,7 @@ namespace {
 
 TEST(HotSetSelector, PicksMostFrequentUnderBudget) {
   std::vector<embedding::TableConfig> tables = {{"a", 100, 4}, {"b", 100, 4}};
-  HotSetSelector selector(tables, /*state_floats=*/1);  // 20 bytes per row
+  HotSetSelector selector(tables, /*state_floats=*/1, /*min_count=*/2);  // 20 bytes per row
   Batch batch;
   batch.size = 1;
   batch.sparse.resize(2);
@@ -33,10 +33,15 @@ TEST(HotSetSelector, PicksMostFrequentUnderBudget) {
   hot = selector.Select(3 * 20 + 19);
   EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 7}));
   EXPECT_EQ(hot[1], (std::vector<int64_t>{1}));
-  // Ids seen once are never hot, however large the budget.
+  // Ids seen fewer than min_count times are never hot, however large the budget.
   hot = selector.Select(1 << 20);
   EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 7, 9}));
   EXPECT_EQ(hot[1], (std::vector<int64_t>{1, 2}));
+  HotSetSelector any(tables, 1);
+  any.Add(batch);
+  hot = any.Select(1 << 20);
+  EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 5, 7, 9}));
+  EXPECT_EQ(hot[1], (std::vector<int64_t>{1, 2, 4}));
 }
 
 class HotTrainingTest : public ::testing::Test {
