@@ -3,6 +3,10 @@
 // counters, so it never undercounts between resets. After 10 x width increments every counter is
 // halved, so old popularity fades and the counts track recent accesses.
 //
+// Blocked layout (as Caffeine's): a key's 4 counters lie in one 64-byte block of 32 counters,
+// one in each quarter of it, so an increment or estimate costs one cache miss instead of four.
+// That miss is most of a parameter server's lookup time on a table larger than the caches.
+//
 // Memory: 4 * width * 2 bytes. Not synchronised: the owner locks.
 #pragma once
 
@@ -19,7 +23,7 @@ class FrequencySketch {
     int64_t w = 64;
     while (w < width) w <<= 1;
     mask_ = static_cast<uint64_t>(w - 1);
-    counters_.assign(static_cast<size_t>(4 * w), 0);
+    counters_.assign(static_cast<size_t>(4 * w), 0);  // 4 * w is a multiple of the block size
     reset_after_ = 10 * w;
   }
 
@@ -31,6 +35,9 @@ class FrequencySketch {
     }
     if (++additions_ >= reset_after_) Halve();
   }
+
+  // Brings the key's counters toward the cache ahead of an Increment or Estimate.
+  void Prefetch(int64_t key) const { __builtin_prefetch(&counters_[Index(Hash(key), 0)]); }
 
   uint32_t Estimate(int64_t key) const {
     const uint64_t h = Hash(key);
@@ -48,11 +55,14 @@ class FrequencySketch {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
   }
-  // Row r uses h rotated by 16 r bits, mixed with an odd constant so rows are independent enough.
+  // The block is chosen by the high bits of h; row r's counter is one of the 8 in quarter r of
+  // the block, chosen by 3 low bits of h per row.
+  static constexpr int kBlockCounters = 32;  // 64 bytes
   size_t Index(uint64_t h, int r) const {
-    const uint64_t rotated = (h >> (16 * r)) | (h << (64 - 16 * r) % 64);
-    const uint64_t mixed = (rotated ^ (rotated >> 29)) * (0x9E3779B97F4A7C15ull + 2 * r);
-    return static_cast<size_t>(r) * (mask_ + 1) + static_cast<size_t>((mixed >> 20) & mask_);
+    const uint64_t blocks = (4 * (mask_ + 1)) / kBlockCounters;
+    const uint64_t block = (h >> 32) & (blocks - 1);
+    const uint64_t within = 8 * static_cast<uint64_t>(r) + ((h >> (3 * r)) & 7);
+    return static_cast<size_t>(block * kBlockCounters + within);
   }
   void Halve() {
     for (uint16_t& c : counters_) c >>= 1;

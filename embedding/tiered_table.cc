@@ -56,6 +56,7 @@ struct TieredStore::Table {
   // Per-call scratch, kept to reuse its capacity.
   std::vector<size_t> miss_pos ABSL_GUARDED_BY(mu);
   std::vector<int64_t> miss_keys ABSL_GUARDED_BY(mu);
+  std::vector<const float*> found ABSL_GUARDED_BY(mu);
   std::vector<float> cold ABSL_GUARDED_BY(mu);
   Batch batch ABSL_GUARDED_BY(mu);
 
@@ -246,9 +247,22 @@ absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float
   absl::MutexLock lock(&t.mu);
   t.miss_pos.clear();
   t.miss_keys.clear();
-  for (size_t j = 0; j < ids.size(); ++j) {
+  // Rows are scattered over a table far larger than the caches: each id costs a sketch block, a
+  // hash slot and a row, three misses. Prefetching a few ids ahead overlaps them.
+  constexpr size_t kAhead = 8;
+  const size_t n = ids.size();
+  t.found.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) {
+      t.sketch.Prefetch(ids[j + kAhead]);
+      t.rows.Prefetch(ids[j + kAhead]);
+    }
     t.sketch.Increment(ids[j]);
-    if (const float* row = t.rows.Find(ids[j])) {
+    t.found[j] = t.rows.Find(ids[j]);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n && t.found[j + kAhead] != nullptr) __builtin_prefetch(t.found[j + kAhead]);
+    if (const float* row = t.found[j]) {
       std::memcpy(weights_out + j * dim, row, row_bytes);
     } else {
       t.miss_pos.push_back(j);

@@ -2,7 +2,6 @@
 // request (codes and messages), the memory budget through the service, metrics, shutdown.
 // (Staleness: ps_staleness_test.cc; the sharded client: tests/worker/ps_client_test.cc.)
 #include <cstdint>
-#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -39,9 +38,7 @@ class PsServiceTest : public ::testing::Test {
   }
   grpc::Status Load(const dlrm::v1::LoadJobRequest& r) {
     dlrm::v1::LoadJobResponse resp;
-    grpc::Status s = stub_->LoadJob(common::MakeClientContext(kTimeout).get(), r, &resp);
-    if (!s.ok()) std::cerr << "LoadJob " << r.job_id() << ": " << s.error_message() << "\n";
-    return s;
+    return stub_->LoadJob(common::MakeClientContext(kTimeout).get(), r, &resp);
   }
   grpc::Status Lookup(const dlrm::v1::LookupRequest& r, dlrm::v1::LookupResponse* resp) {
     return stub_->Lookup(common::MakeClientContext(kTimeout).get(), r, resp);

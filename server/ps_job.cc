@@ -1,0 +1,331 @@
+#include "server/ps_job.h"
+
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace dlrm::server {
+namespace {
+
+bool ValidJobIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+embedding::SparseOptimizerOptions OptimizerFromProto(const dlrm::v1::SparseOptimizerConfig& c,
+                                                     embedding::SparseOptimizerType type) {
+  embedding::SparseOptimizerOptions o;
+  o.type = type;
+  o.learning_rate = c.learning_rate();
+  o.epsilon = c.epsilon();
+  o.beta1 = c.beta1();
+  o.beta2 = c.beta2();
+  o.initial_accumulator = c.initial_accumulator();
+  return o;
+}
+
+// Copies packed little-endian int64 ids out of a bytes field (its buffer need not be aligned).
+void UnpackIds(const std::string& bytes, std::vector<int64_t>* ids) {
+  ids->resize(bytes.size() / sizeof(int64_t));
+  if (!ids->empty()) std::memcpy(ids->data(), bytes.data(), ids->size() * sizeof(int64_t));
+}
+
+bool IsFloatAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % alignof(float) == 0; }
+
+}  // namespace
+
+absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& r) {
+  if (r.job_id().empty()) return absl::InvalidArgumentError("LoadJob: empty job_id");
+  for (char c : r.job_id()) {
+    if (!ValidJobIdChar(c) || r.job_id() == "." || r.job_id() == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LoadJob: job_id '", r.job_id(), "' may only use letters, digits, '.', '_' and '-'"));
+    }
+  }
+  const std::string where = absl::StrCat("LoadJob ", r.job_id(), ": ");
+  if (r.job_epoch() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "job_epoch ", r.job_epoch(), " < 0"));
+  }
+  if (r.shard_count() < 1 || r.shard_index() < 0 || r.shard_index() >= r.shard_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "shard_index ", r.shard_index(), " not in [0, shard_count ", r.shard_count(), ")"));
+  }
+  if (r.tables_size() == 0) return absl::InvalidArgumentError(absl::StrCat(where, "no tables"));
+  for (int i = 0; i < r.tables_size(); ++i) {
+    const dlrm::v1::TableDef& t = r.tables(i);
+    if (t.table() != i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "tables[", i, "] has table index ", t.table(), ", expected ", i));
+    }
+    if (t.rows() < 1 || t.dim() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "table ", i, " (", t.name(), "): rows ",
+                                                     t.rows(), " and dim ", t.dim(),
+                                                     " must be >= 1"));
+    }
+  }
+  auto type = embedding::ParseSparseOptimizerType(r.optimizer().type());
+  if (!type.ok()) return Annotate(type.status(), where + "optimizer");
+  if (r.staleness() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "staleness ", r.staleness(), " < 0"));
+  }
+  if (r.num_workers() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "num_workers ", r.num_workers(), " < 1"));
+  }
+  return absl::OkStatus();
+}
+
+PsJob::PsJob(const PsJobOptions& options, std::string path)
+    : spec_(options.spec),
+      path_(std::move(path)),
+      memory_budget_bytes_(options.memory_budget_bytes),
+      timers_(options.timers),
+      epoch_(options.spec.job_epoch()),
+      gate_(
+          StepGate::Create(options.spec.num_workers(), options.spec.staleness(), options.timers)) {
+  for (const dlrm::v1::TableDef& t : spec_.tables()) {
+    tables_.push_back(
+        {t.name().empty() ? absl::StrCat("table_", t.table()) : t.name(), t.rows(), t.dim()});
+  }
+}
+
+PsJob::~PsJob() {
+  std::shared_ptr<StepGate> gate = this->gate();
+  gate->Close(absl::AbortedError(absl::StrCat("job ", job_id(), " was unloaded")));
+}
+
+absl::StatusOr<std::unique_ptr<PsJob>> PsJob::Create(const PsJobOptions& options) {
+  DLRM_RETURN_IF_ERROR(ValidateLoadRequest(options.spec));
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("PsJob: empty data_dir");
+  if (options.timers == nullptr) return absl::InvalidArgumentError("PsJob: no timer queue");
+  const dlrm::v1::LoadJobRequest& spec = options.spec;
+  const std::filesystem::path path = std::filesystem::path(options.data_dir) / spec.job_id() /
+                                     absl::StrCat("shard-", spec.shard_index());
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (!ec) std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot prepare ", path.string(), ": ", ec.message()));
+  }
+  std::unique_ptr<PsJob> job(new PsJob(options, path.string()));
+  auto type = embedding::ParseSparseOptimizerType(spec.optimizer().type());
+  embedding::TieredStoreOptions store_options;
+  store_options.tables = job->tables_;
+  store_options.optimizer = OptimizerFromProto(spec.optimizer(), *type);
+  store_options.seed = spec.seed();
+  store_options.memory_budget_bytes = options.memory_budget_bytes;
+  store_options.rocksdb.path = job->path_;
+  store_options.rocksdb.disable_wal = !options.rocksdb_wal;
+  DLRM_ASSIGN_OR_RETURN(job->store_, embedding::TieredStore::Create(store_options));
+  return job;
+}
+
+int64_t PsJob::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+std::shared_ptr<StepGate> PsJob::gate() const {
+  absl::MutexLock lock(&mu_);
+  return gate_;
+}
+
+bool PsJob::SameParameters(const dlrm::v1::LoadJobRequest& request) const {
+  dlrm::v1::LoadJobRequest a = spec_;
+  dlrm::v1::LoadJobRequest b = request;
+  a.set_job_epoch(0);
+  b.set_job_epoch(0);
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+void PsJob::AdvanceEpoch(int64_t epoch) {
+  std::shared_ptr<StepGate> old;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch <= epoch_) return;
+    epoch_ = epoch;
+    old = std::move(gate_);
+    gate_ = StepGate::Create(spec_.num_workers(), spec_.staleness(), timers_);
+  }
+  old->Close(absl::FailedPreconditionError(
+      absl::StrCat("job ", job_id(), " moved to epoch ", epoch, " while this lookup was waiting")));
+}
+
+absl::Status PsJob::CheckEpoch(int64_t epoch) const {
+  const int64_t loaded = this->epoch();
+  if (epoch < loaded) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id(), ": request from epoch ",
+                                                      epoch, " is older than the loaded epoch ",
+                                                      loaded));
+  }
+  if (epoch > loaded) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id(), ": epoch ", epoch,
+                                                      " is newer than the loaded epoch ", loaded,
+                                                      "; call LoadJob for it first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::CheckRank(int64_t step, int rank) const {
+  if (step < 0) return absl::OkStatus();
+  if (rank < 0 || rank >= spec_.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id(), ": worker_rank ", rank,
+                                                   " not in [0, ", spec_.num_workers(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::CheckIds(int table, const std::string& ids_bytes,
+                             const embedding::TableConfig** config) const {
+  if (table < 0 || table >= static_cast<int>(tables_.size())) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id(), ": table ", table,
+                                            " not found (the job has ", tables_.size(),
+                                            " tables)"));
+  }
+  const embedding::TableConfig& c = tables_[table];
+  *config = &c;
+  if (ids_bytes.size() % sizeof(int64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", table, ": ids payload of ", ids_bytes.size(), " bytes is not a multiple of 8"));
+  }
+  const int64_t n = static_cast<int64_t>(ids_bytes.size() / sizeof(int64_t));
+  const int shards = spec_.shard_count();
+  const int self = spec_.shard_index();
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t id;
+    std::memcpy(&id, ids_bytes.data() + j * sizeof(int64_t), sizeof(id));
+    if (id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", table, ": id ", id, " < 0"));
+    }
+    if (id >= c.rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", table, ": id ", id, " >= rows ", c.rows));
+    }
+    if (shards > 1) {
+      const int owner = common::ShardOf(table, id, shards);
+      if (owner != self) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table ", table, ": id ", id, " belongs to shard ", owner,
+                         ", not to this shard ", self, " of ", shards));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::ValidateLookup(const dlrm::v1::LookupRequest& request) const {
+  DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
+  DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
+  for (const dlrm::v1::TableIds& t : request.tables()) {
+    const embedding::TableConfig* config = nullptr;
+    DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::ValidatePush(const dlrm::v1::PushGradientsRequest& request) const {
+  DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
+  DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
+  std::vector<bool> seen(tables_.size(), false);
+  std::vector<int64_t> ids;
+  absl::flat_hash_set<int64_t> unique;
+  for (const dlrm::v1::TableGradients& t : request.tables()) {
+    const embedding::TableConfig* config = nullptr;
+    DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
+    if (seen[t.table()]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", t.table(), " appears twice in one push"));
+    }
+    seen[t.table()] = true;
+    const int64_t n = static_cast<int64_t>(t.ids().size() / sizeof(int64_t));
+    const int64_t expected = n * config->dim * static_cast<int64_t>(sizeof(float));
+    if (static_cast<int64_t>(t.grads().size()) != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", t.table(), ": gradient payload is ", t.grads().size(), " bytes, expected ",
+          expected, " (", n, " ids x dim ", config->dim, " x 4)"));
+    }
+    UnpackIds(t.ids(), &ids);
+    unique.clear();
+    unique.reserve(ids.size());
+    for (int64_t id : ids) {
+      if (!unique.insert(id).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table ", t.table(), ": id ", id,
+                         " repeated in one push (sum its gradients on the worker first)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PsJob::PrepareLookup(const dlrm::v1::LookupRequest& request,
+                          dlrm::v1::LookupResponse* response) const {
+  response->mutable_tables()->Reserve(request.tables_size());
+  for (const dlrm::v1::TableIds& t : request.tables()) {
+    const int dim = tables_[t.table()].dim;
+    dlrm::v1::TableRows* out = response->add_tables();
+    out->set_table(t.table());
+    out->set_dim(dim);
+    out->mutable_rows()->resize(t.ids().size() / sizeof(int64_t) * dim * sizeof(float));
+  }
+}
+
+absl::StatusOr<int64_t> PsJob::LookupTables(const dlrm::v1::LookupRequest& request, int begin,
+                                            int end, dlrm::v1::LookupResponse* response) {
+  int64_t rows = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> aligned;
+  for (int i = begin; i < end; ++i) {
+    const dlrm::v1::TableIds& t = request.tables(i);
+    UnpackIds(t.ids(), &ids);
+    std::string* bytes = response->mutable_tables(i)->mutable_rows();
+    if (IsFloatAligned(bytes->data())) {
+      DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, reinterpret_cast<float*>(bytes->data())));
+    } else {
+      aligned.resize(bytes->size() / sizeof(float));
+      DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, aligned.data()));
+      std::memcpy(bytes->data(), aligned.data(), bytes->size());
+    }
+    rows += static_cast<int64_t>(ids.size());
+  }
+  return rows;
+}
+
+absl::Status PsJob::Lookup(const dlrm::v1::LookupRequest& request,
+                           dlrm::v1::LookupResponse* response, int64_t* rows) {
+  PrepareLookup(request, response);
+  absl::StatusOr<int64_t> served = LookupTables(request, 0, request.tables_size(), response);
+  *rows = served.ok() ? *served : 0;
+  return served.status();
+}
+
+absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& request) {
+  int64_t rows = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> aligned;
+  for (const dlrm::v1::TableGradients& t : request.tables()) {
+    UnpackIds(t.ids(), &ids);
+    if (ids.empty()) continue;
+    const float* grads = reinterpret_cast<const float*>(t.grads().data());
+    if (!IsFloatAligned(grads)) {
+      aligned.resize(t.grads().size() / sizeof(float));
+      std::memcpy(aligned.data(), t.grads().data(), t.grads().size());
+      grads = aligned.data();
+    }
+    DLRM_RETURN_IF_ERROR(store_->ApplyGradients(t.table(), ids, grads));
+    rows += static_cast<int64_t>(ids.size());
+  }
+  if (request.step() >= 0 && !request.more_chunks()) {
+    gate()->Complete(request.worker_rank(), request.step());
+  }
+  return rows;
+}
+
+}  // namespace dlrm::server

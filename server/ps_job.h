@@ -1,0 +1,114 @@
+// PsJob: one training job loaded on a parameter server: its shard of the embedding tables (a
+// TieredStore under <data_dir>/<job_id>/shard-<i>), the job's parameters as LoadJob gave them,
+// and the stale-synchronous StepGate.
+//
+// Validation (every Lookup / PushGradients is checked whole before any row is read or written;
+// messages name the value):
+//   - epoch older than loaded: FAILED_PRECONDITION; newer: FAILED_PRECONDITION (LoadJob first)
+//   - unknown table: NOT_FOUND "job J: table 30 not found (the job has 26 tables)"
+//   - ids bytes not a multiple of 8, grads bytes != ids x dim x 4: INVALID_ARGUMENT with both
+//   - id out of range: INVALID_ARGUMENT "table 3: id 10131227 >= rows 10131227"
+//   - id owned by another shard (common/sharding.h ShardOf): INVALID_ARGUMENT
+//   - worker rank outside [0, num_workers) for a step >= 0: INVALID_ARGUMENT
+//   - PushGradients: a repeated id within a table, or a table given twice: INVALID_ARGUMENT
+//     (clients deduplicate and sum gradients before pushing).
+//
+// Thread-safe: Lookup and Push may run concurrently on any threads (the TieredStore locks per
+// table).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "embedding/tiered_table.h"
+#include "proto/ps.pb.h"
+#include "server/ps_step_gate.h"
+#include "server/timer_queue.h"
+
+namespace dlrm::server {
+
+struct PsJobOptions {
+  dlrm::v1::LoadJobRequest spec;  // as given to LoadJob (validated by ValidateLoadRequest)
+  std::string data_dir;           // the PS's data directory; the job lives in a subfolder
+  int64_t memory_budget_bytes = 0;
+  bool rocksdb_wal = false;      // rows are rebuilt from checkpoints, so the WAL is off
+  TimerQueue* timers = nullptr;  // not owned; for staleness deadlines
+};
+
+// Checks a LoadJob request: a job id of [A-Za-z0-9._-] (it names a folder), epoch >= 0,
+// 0 <= shard_index < shard_count, tables numbered 0..n-1 in order with rows >= 1 and dim >= 1, a
+// known optimizer, staleness >= 0, num_workers >= 1. INVALID_ARGUMENT naming the field.
+absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& request);
+
+class PsJob {
+ public:
+  // Creates the job's store in a fresh <data_dir>/<job_id>/shard-<i> (an old one is removed: a
+  // newly loaded job starts from the deterministic initialisation).
+  static absl::StatusOr<std::unique_ptr<PsJob>> Create(const PsJobOptions& options);
+  ~PsJob();
+
+  const std::string& job_id() const { return spec_.job_id(); }
+  int shard_index() const { return spec_.shard_index(); }
+  int shard_count() const { return spec_.shard_count(); }
+  int64_t memory_budget_bytes() const { return memory_budget_bytes_; }
+  int64_t epoch() const;
+  // The store's directory.
+  const std::string& path() const { return path_; }
+
+  // Whether `request` asks for the same job as loaded, the epoch aside.
+  bool SameParameters(const dlrm::v1::LoadJobRequest& request) const;
+  // Moves the job to a newer epoch (after a recovery): the rows stay, staleness tracking restarts,
+  // and lookups parked for the old epoch fail with FAILED_PRECONDITION.
+  void AdvanceEpoch(int64_t epoch);
+
+  // Validation only (see the header comment).
+  absl::Status ValidateLookup(const dlrm::v1::LookupRequest& request) const;
+  absl::Status ValidatePush(const dlrm::v1::PushGradientsRequest& request) const;
+
+  // Fills `response` with the rows of every table of `request`. REQUIRES: ValidateLookup passed.
+  absl::Status Lookup(const dlrm::v1::LookupRequest& request, dlrm::v1::LookupResponse* response,
+                      int64_t* rows);
+  // Lookup in two phases, so that tables can be filled on several threads: PrepareLookup adds
+  // one answer per request table with room for its rows; LookupTables fills answers
+  // [begin, end) (disjoint ranges may run concurrently) and returns the rows it served.
+  void PrepareLookup(const dlrm::v1::LookupRequest& request,
+                     dlrm::v1::LookupResponse* response) const;
+  absl::StatusOr<int64_t> LookupTables(const dlrm::v1::LookupRequest& request, int begin, int end,
+                                       dlrm::v1::LookupResponse* response);
+  // Applies the gradients with the job's sparse optimizer, then (unless more_chunks) marks the
+  // worker's step complete in the gate. Returns the rows updated. REQUIRES: ValidatePush passed.
+  absl::StatusOr<int64_t> Push(const dlrm::v1::PushGradientsRequest& request);
+
+  // The gate of the current epoch.
+  std::shared_ptr<StepGate> gate() const;
+  embedding::TieredStore& store() { return *store_; }
+  embedding::TieredStoreStats stats() const { return store_->stats(); }
+
+ private:
+  PsJob(const PsJobOptions& options, std::string path);
+  absl::Status CheckEpoch(int64_t epoch) const;
+  absl::Status CheckRank(int64_t step, int rank) const;
+  // Checks one table entry: table known, ids length, range and ownership. Returns the table's
+  // config through `config`.
+  absl::Status CheckIds(int table, const std::string& ids_bytes,
+                        const embedding::TableConfig** config) const;
+
+  const dlrm::v1::LoadJobRequest spec_;  // epoch as first loaded; see epoch_
+  const std::string path_;
+  const int64_t memory_budget_bytes_;
+  TimerQueue* const timers_;
+  std::vector<embedding::TableConfig> tables_;
+  std::unique_ptr<embedding::TieredStore> store_;
+
+  mutable absl::Mutex mu_;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<StepGate> gate_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dlrm::server

@@ -1,0 +1,157 @@
+#include "server/ps_process.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace dlrm::server {
+namespace {
+
+bool LeaseLost(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+std::string Advertised(const std::string& bound) {
+  for (const char* any : {"0.0.0.0:", "[::]:"}) {
+    if (absl::StartsWith(bound, any)) {
+      return absl::StrCat("127.0.0.1:", bound.substr(std::string(any).size()));
+    }
+  }
+  return bound;
+}
+
+}  // namespace
+
+PsProcess::PsProcess(const PsProcessOptions& options) : options_(options) {}
+
+PsProcess::~PsProcess() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Create(const PsProcessOptions& options) {
+  std::unique_ptr<PsProcess> p(new PsProcess(options));
+  DLRM_ASSIGN_OR_RETURN(p->server_, ParameterServer::Start(options.server));
+  p->advertise_address_ = options.advertise_address.empty() ? Advertised(p->server_->address())
+                                                            : options.advertise_address;
+  client::CoordinatorClientOptions client_options;
+  client_options.address = options.coordinator;
+  client_options.timeout = options.rpc_timeout;
+  client_options.security = options.server.security;
+  DLRM_ASSIGN_OR_RETURN(p->client_, client::CoordinatorClient::Create(client_options));
+  return p;
+}
+
+absl::Status PsProcess::RegisterLocked() {
+  dlrm::v1::RegisterRequest request;
+  request.set_role(dlrm::v1::ROLE_PS);
+  request.set_address(advertise_address_);
+  request.set_metrics_address(options_.metrics_address);
+  request.set_name(options_.name);
+  request.mutable_capabilities()->set_cpu_cores(
+      static_cast<int32_t>(std::thread::hardware_concurrency()));
+  DLRM_ASSIGN_OR_RETURN(dlrm::v1::RegisterResponse response, client_->Register(request));
+  member_id_ = response.member_id();
+  const int64_t interval_ms = response.heartbeat_interval_ms() > 0
+                                  ? response.heartbeat_interval_ms()
+                                  : std::max<int64_t>(response.lease_ttl_ms() / 3, 10);
+  heartbeat_interval_ = absl::Milliseconds(interval_ms);
+  DLRM_LOG(INFO) << "parameter server " << advertise_address_ << " registered as " << member_id_
+                 << " with " << options_.coordinator;
+  return absl::OkStatus();
+}
+
+void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment) {
+  std::set<std::string> now;
+  for (const dlrm::v1::JobAssignment& job : assignment.jobs()) now.insert(job.job_id());
+  for (const std::string& job_id : assigned_jobs_) {
+    if (now.contains(job_id)) continue;
+    absl::Status s = server_->service().DoUnloadJob(job_id);
+    if (s.ok()) DLRM_LOG(INFO) << "job " << job_id << " is no longer running; unloaded it";
+  }
+  assigned_jobs_ = std::move(now);
+}
+
+absl::Status PsProcess::Run() {
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status status;
+    const absl::Time give_up = absl::Now() + options_.register_timeout;
+    while (!stopping_) {
+      status = RegisterLocked();
+      if (status.ok() || absl::Now() > give_up) break;
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(500));
+    }
+    if (stopping_) return absl::OkStatus();
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat("parameter server: cannot register with ",
+                                                 options_.coordinator, ": ", status.message()));
+    }
+  }
+  // The heartbeat loop runs on this thread.
+  while (true) {
+    std::string member_id;
+    absl::Duration interval;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+      member_id = member_id_;
+      interval = heartbeat_interval_;
+    }
+    absl::StatusOr<dlrm::v1::HeartbeatResponse> response = client_->Heartbeat(member_id);
+    if (response.ok() && response->has_ps()) SyncJobs(response->ps());
+    absl::MutexLock lock(&mu_);
+    if (stopping_) break;
+    if (!response.ok()) {
+      if (LeaseLost(response.status())) {
+        DLRM_LOG(WARNING) << "parameter server lease lost (" << response.status().message()
+                          << "); registering again";
+        absl::Status st = RegisterLocked();
+        if (!st.ok()) DLRM_LOG(WARNING) << "register: " << st.message();
+      } else {
+        DLRM_LOG(WARNING) << "heartbeat: " << response.status().message();
+      }
+    }
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
+  }
+  std::string member_id;
+  {
+    absl::MutexLock lock(&mu_);
+    member_id = member_id_;
+  }
+  if (!member_id.empty()) {
+    absl::Status left = client_->Leave(member_id);
+    if (!left.ok()) DLRM_LOG(WARNING) << "leave: " << left.message();
+  }
+  server_->Shutdown();
+  DLRM_LOG(INFO) << "parameter server " << advertise_address_ << " stopped";
+  return absl::OkStatus();
+}
+
+void PsProcess::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
+absl::Status RunParameterServer(const PsProcessOptions& options, absl::Notification* stop) {
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<PsProcess> ps, PsProcess::Create(options));
+  std::thread stopper;
+  absl::Notification run_done;
+  if (stop != nullptr) {
+    stopper = std::thread([&] {
+      while (!stop->WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+        if (run_done.HasBeenNotified()) return;
+      }
+      ps->Shutdown();
+    });
+  }
+  absl::Status status = ps->Run();
+  run_done.Notify();
+  if (stopper.joinable()) stopper.join();
+  return status;
+}
+
+}  // namespace dlrm::server

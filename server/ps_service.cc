@@ -1,0 +1,418 @@
+#include "server/ps_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/status.h"
+
+namespace dlrm::server {
+
+struct PsService::Metrics {
+  explicit Metrics(common::MetricsRegistry& r)
+      : lookup_seconds(r.Histogram("ps_lookup_seconds",
+                                   "Time a parameter server spends serving one Lookup.",
+                                   common::MetricsRegistry::LatencyBuckets())),
+        lookup_wait_seconds(r.Histogram(
+            "ps_lookup_wait_seconds",
+            "Time a Lookup was parked waiting for the staleness bound (only lookups that waited).",
+            common::MetricsRegistry::LatencyBuckets())),
+        push_seconds(r.Histogram("ps_push_seconds",
+                                 "Time a parameter server spends applying one PushGradients.",
+                                 common::MetricsRegistry::LatencyBuckets())),
+        lookup_rows(r.Counter("ps_lookup_rows_total", "Embedding rows served by Lookup.")),
+        push_rows(r.Counter("ps_push_rows_total", "Embedding rows updated by PushGradients.")),
+        memory_rows(r.Gauge("ps_memory_rows", "Rows resident in the memory tier.")),
+        memory_bytes(r.Gauge("ps_memory_bytes", "Accounted bytes of the memory tier.")),
+        memory_budget_bytes(
+            r.Gauge("ps_memory_budget_bytes", "Byte budget of the memory tier (all jobs).")),
+        rocksdb_reads(r.Counter("ps_rocksdb_reads_total",
+                                "Rows asked of the RocksDB tier (memory-tier misses).")),
+        rocksdb_writes(r.Counter("ps_rocksdb_writes_total", "Rows written to the RocksDB tier.")),
+        jobs_loaded(r.Gauge("ps_jobs_loaded", "Jobs loaded on this parameter server.")),
+        rpc_errors(r.Counter("ps_rpc_errors_total", "Parameter-server calls that failed.")) {}
+
+  prometheus::Histogram& lookup_seconds;
+  prometheus::Histogram& lookup_wait_seconds;
+  prometheus::Histogram& push_seconds;
+  prometheus::Counter& lookup_rows;
+  prometheus::Counter& push_rows;
+  prometheus::Gauge& memory_rows;
+  prometheus::Gauge& memory_bytes;
+  prometheus::Gauge& memory_budget_bytes;
+  prometheus::Counter& rocksdb_reads;
+  prometheus::Counter& rocksdb_writes;
+  prometheus::Gauge& jobs_loaded;
+  prometheus::Counter& rpc_errors;
+};
+
+PsService::PsService(const PsServiceOptions& options)
+    : options_(options), metrics_(std::make_unique<Metrics>(*options.metrics)) {
+  metrics_->memory_budget_bytes.Set(static_cast<double>(options.memory_budget_bytes));
+}
+
+PsService::~PsService() {
+  FailParkedLookups(absl::UnavailableError("parameter server is shutting down"));
+}
+
+void PsService::Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
+  if (!status.ok()) metrics_->rpc_errors.Increment();
+  reactor->Finish(common::ToGrpcStatus(status));
+}
+
+absl::StatusOr<std::shared_ptr<PsJob>> PsService::FindJob(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' is not loaded on this parameter server"));
+  }
+  return it->second;
+}
+
+std::vector<std::string> PsService::job_ids() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  return ids;
+}
+
+void PsService::FailParkedLookups(const absl::Status& status) {
+  std::vector<std::shared_ptr<PsJob>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (const auto& job : jobs) job->gate()->Close(status);
+}
+
+void PsService::UpdateStoreMetrics() {
+  int64_t rows = 0, bytes = 0, reads = 0, writes = 0;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, job] : jobs_) {
+    const embedding::TieredStoreStats s = job->stats();
+    rows += s.memory_rows;
+    bytes += s.memory_bytes;
+    reads += s.rocksdb_reads;
+    writes += s.rocksdb_writes;
+  }
+  reads += unloaded_reads_;
+  writes += unloaded_writes_;
+  metrics_->memory_rows.Set(static_cast<double>(rows));
+  metrics_->memory_bytes.Set(static_cast<double>(bytes));
+  if (reads > reported_reads_) {
+    metrics_->rocksdb_reads.Increment(static_cast<double>(reads - reported_reads_));
+    reported_reads_ = reads;
+  }
+  if (writes > reported_writes_) {
+    metrics_->rocksdb_writes.Increment(static_cast<double>(writes - reported_writes_));
+    reported_writes_ = writes;
+  }
+}
+
+// ---- LoadJob / UnloadJob ----
+
+absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
+    const dlrm::v1::LoadJobRequest& request) {
+  DLRM_RETURN_IF_ERROR(ValidateLoadRequest(request));
+  absl::MutexLock load_lock(&load_mu_);
+  std::shared_ptr<PsJob> existing;
+  int64_t reserved = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it != jobs_.end()) existing = it->second;
+    for (const auto& [id, job] : jobs_) reserved += job->memory_budget_bytes();
+  }
+  dlrm::v1::LoadJobResponse response;
+  if (existing != nullptr) {
+    if (!existing->SameParameters(request)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", request.job_id(), " is already loaded with other parameters (shard ",
+          existing->shard_index(), " of ", existing->shard_count(), "); unload it first"));
+    }
+    const int64_t loaded = existing->epoch();
+    if (request.job_epoch() < loaded) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", request.job_id(), ": epoch ", request.job_epoch(),
+                       " is older than the loaded epoch ", loaded));
+    }
+    existing->AdvanceEpoch(request.job_epoch());
+    response.set_rows_resident(existing->stats().memory_rows);
+    return response;
+  }
+  PsJobOptions job_options;
+  job_options.spec = request;
+  job_options.data_dir = options_.data_dir;
+  job_options.memory_budget_bytes = std::max<int64_t>(0, options_.memory_budget_bytes - reserved);
+  job_options.rocksdb_wal = options_.rocksdb_wal;
+  job_options.timers = options_.timers;
+  DLRM_ASSIGN_OR_RETURN(std::shared_ptr<PsJob> job, PsJob::Create(job_options));
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_[request.job_id()] = job;
+    metrics_->jobs_loaded.Set(static_cast<double>(jobs_.size()));
+  }
+  response.set_rows_resident(job->stats().memory_rows);
+  return response;
+}
+
+absl::Status PsService::DoUnloadJob(const std::string& job_id) {
+  absl::MutexLock load_lock(&load_mu_);
+  std::shared_ptr<PsJob> job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("job '", job_id, "' is not loaded on this parameter server"));
+    }
+    job = std::move(it->second);
+    jobs_.erase(it);
+    const embedding::TieredStoreStats s = job->stats();
+    unloaded_reads_ += s.rocksdb_reads;
+    unloaded_writes_ += s.rocksdb_writes;
+    metrics_->jobs_loaded.Set(static_cast<double>(jobs_.size()));
+  }
+  job->gate()->Close(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));
+  UpdateStoreMetrics();
+  // Calls in flight hold their own references; the store closes with the last one. The folder
+  // is removed now only if nobody else holds the job (else a later LoadJob clears it).
+  const std::string path = job->path();
+  if (job.use_count() == 1) {
+    job.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* PsService::LoadJob(grpc::CallbackServerContext* context,
+                                             const dlrm::v1::LoadJobRequest* request,
+                                             dlrm::v1::LoadJobResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, request, response, reactor] {
+    absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request);
+    if (result.ok()) *response = std::move(*result);
+    Finish(reactor, result.status());
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::UnloadJob(grpc::CallbackServerContext* context,
+                                               const dlrm::v1::UnloadJobRequest* request,
+                                               dlrm::v1::UnloadJobResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit(
+      [this, request, reactor] { Finish(reactor, DoUnloadJob(request->job_id())); });
+  return reactor;
+}
+
+// ---- Lookup ----
+
+grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context,
+                                            const dlrm::v1::LookupRequest* request,
+                                            dlrm::v1::LookupResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, context, request, response, reactor] {
+    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
+    if (!job.ok()) return Finish(reactor, job.status());
+    absl::Status valid = (*job)->ValidateLookup(*request);
+    if (!valid.ok()) return Finish(reactor, valid);
+    std::shared_ptr<StepGate> gate = (*job)->gate();
+    if (gate->Ready(request->step())) {
+      return RunLookup(std::move(*job), request, response, reactor);
+    }
+    // Park: resumed on the pool by the push that satisfies the bound, or failed at the deadline.
+    const absl::Time parked_at = absl::Now();
+    gate->WhenVisible(
+        request->step(), request->worker_rank(), absl::FromChrono(context->deadline()),
+        [this, job = std::move(*job), request, response, reactor, parked_at](absl::Status s) {
+          metrics_->lookup_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - parked_at));
+          if (!s.ok()) return Finish(reactor, s);
+          options_.pool->Submit([this, job, request, response, reactor] {
+            RunLookup(job, request, response, reactor);
+          });
+        });
+  });
+  return reactor;
+}
+
+// Requests with at least this many ids have their tables split over the pool's threads.
+constexpr int64_t kParallelLookupIds = 4096;
+
+void PsService::RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
+                          dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor) {
+  struct Shared {
+    absl::Time start;
+    std::atomic<int> parts_left{0};
+    std::atomic<int64_t> rows{0};
+    absl::Mutex mu;
+    absl::Status status ABSL_GUARDED_BY(mu);
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->start = absl::Now();
+  if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
+  job->PrepareLookup(*request, response);
+
+  // Contiguous groups of tables with about equal id counts, one per pool thread.
+  const int n = request->tables_size();
+  int64_t total_ids = 0;
+  for (const auto& t : request->tables()) total_ids += static_cast<int64_t>(t.ids().size() / 8);
+  const int parts = total_ids >= kParallelLookupIds ? std::min(n, options_.pool->num_threads()) : 1;
+  std::vector<int> bounds = {0};
+  int64_t seen = 0;
+  for (int i = 0; i < n; ++i) {
+    seen += static_cast<int64_t>(request->tables(i).ids().size() / 8);
+    const int next_part = static_cast<int>(bounds.size());
+    if (next_part < parts && seen * parts >= total_ids * next_part && i + 1 < n) {
+      bounds.push_back(i + 1);
+    }
+  }
+  bounds.push_back(n);
+  shared->parts_left = static_cast<int>(bounds.size()) - 1;
+
+  auto run_part = [this, job, request, response, reactor, shared](int begin, int end) {
+    absl::StatusOr<int64_t> rows = job->LookupTables(*request, begin, end, response);
+    if (rows.ok()) {
+      shared->rows += *rows;
+    } else {
+      absl::MutexLock lock(&shared->mu);
+      if (shared->status.ok()) shared->status = rows.status();
+    }
+    if (--shared->parts_left > 0) return;
+    // The last part to finish answers the call.
+    absl::Status status;
+    {
+      absl::MutexLock lock(&shared->mu);
+      status = shared->status;
+    }
+    if (status.ok()) {
+      lookups_.fetch_add(1, std::memory_order_relaxed);
+      rows_looked_up_.fetch_add(shared->rows.load(), std::memory_order_relaxed);
+      metrics_->lookup_rows.Increment(static_cast<double>(shared->rows.load()));
+    } else {
+      response->Clear();
+    }
+    metrics_->lookup_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - shared->start));
+    UpdateStoreMetrics();
+    Finish(reactor, status);
+  };
+  for (size_t p = 1; p + 1 < bounds.size(); ++p) {
+    options_.pool->Submit([run_part, b = bounds[p], e = bounds[p + 1]] { run_part(b, e); });
+  }
+  run_part(bounds[0], bounds[1]);
+}
+
+// ---- PushGradients ----
+
+grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* context,
+                                                   const dlrm::v1::PushGradientsRequest* request,
+                                                   dlrm::v1::PushGradientsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, context, request, response, reactor] {
+    RunPush(context, request, response, reactor);
+  });
+  return reactor;
+}
+
+void PsService::RunPush(grpc::CallbackServerContext* /*context*/,
+                        const dlrm::v1::PushGradientsRequest* request,
+                        dlrm::v1::PushGradientsResponse* response,
+                        grpc::ServerUnaryReactor* reactor) {
+  absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
+  if (!job.ok()) return Finish(reactor, job.status());
+  absl::Status valid = (*job)->ValidatePush(*request);
+  if (!valid.ok()) return Finish(reactor, valid);
+  const absl::Time start = absl::Now();
+  if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
+  absl::StatusOr<int64_t> rows = (*job)->Push(*request);
+  metrics_->push_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  if (rows.ok()) {
+    response->set_rows_updated(*rows);
+    pushes_.fetch_add(1, std::memory_order_relaxed);
+    rows_pushed_.fetch_add(*rows, std::memory_order_relaxed);
+    metrics_->push_rows.Increment(static_cast<double>(*rows));
+  }
+  UpdateStoreMetrics();
+  Finish(reactor, rows.status());
+}
+
+// ---- GetStats / Checkpoint ----
+
+absl::StatusOr<dlrm::v1::GetStatsResponse> PsService::DoGetStats(const std::string& job_id) const {
+  std::vector<std::shared_ptr<PsJob>> jobs;
+  if (!job_id.empty()) {
+    DLRM_ASSIGN_OR_RETURN(std::shared_ptr<PsJob> job, FindJob(job_id));
+    jobs.push_back(std::move(job));
+  } else {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  dlrm::v1::GetStatsResponse r;
+  r.set_memory_budget_bytes(options_.memory_budget_bytes);
+  r.set_lookups(lookups_.load());
+  r.set_rows_looked_up(rows_looked_up_.load());
+  r.set_pushes(pushes_.load());
+  r.set_rows_pushed(rows_pushed_.load());
+  for (const auto& job : jobs) {
+    const embedding::TieredStoreStats s = job->stats();
+    r.set_memory_rows(r.memory_rows() + s.memory_rows);
+    r.set_memory_bytes(r.memory_bytes() + s.memory_bytes);
+    r.set_rocksdb_reads(r.rocksdb_reads() + s.rocksdb_reads);
+    r.set_rocksdb_writes(r.rocksdb_writes() + s.rocksdb_writes);
+    r.set_shard_index(job->shard_index());
+    r.set_shard_count(job->shard_count());
+    for (int t = 0; t < static_cast<int>(job->store().tables().size()); ++t) {
+      dlrm::v1::TableStats* ts = r.add_tables();
+      ts->set_job_id(job->job_id());
+      ts->set_table(t);
+    }
+  }
+  if (!job_id.empty()) r.set_memory_budget_bytes(jobs[0]->memory_budget_bytes());
+  return r;
+}
+
+grpc::ServerUnaryReactor* PsService::GetStats(grpc::CallbackServerContext* context,
+                                              const dlrm::v1::GetStatsRequest* request,
+                                              dlrm::v1::GetStatsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, request, response, reactor] {
+    absl::StatusOr<dlrm::v1::GetStatsResponse> r = DoGetStats(request->job_id());
+    if (r.ok()) *response = std::move(*r);
+    Finish(reactor, r.status());
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* context,
+                                                const dlrm::v1::CheckpointRequest* request,
+                                                dlrm::v1::CheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, request, response, reactor] {
+    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
+    if (!job.ok()) return Finish(reactor, job.status());
+    std::string dir = request->directory();
+    if (dir.empty()) {
+      dir = (std::filesystem::path(options_.data_dir) / request->job_id() / "checkpoints" /
+             absl::StrCat("step-", request->step()) / absl::StrCat("shard-", (*job)->shard_index()))
+                .string();
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+    absl::Status status = (*job)->store().CreateCheckpoint(dir);
+    if (status.ok()) {
+      response->set_directory(dir);
+      response->set_rows((*job)->stats().memory_rows);
+    }
+    UpdateStoreMetrics();
+    Finish(reactor, status);
+  });
+  return reactor;
+}
+
+}  // namespace dlrm::server

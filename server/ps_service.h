@@ -1,0 +1,122 @@
+// PsService: the ParameterServer gRPC service (proto/ps.proto) over the jobs loaded on this
+// process. Uses the callback API: every handler takes the call's default unary reactor, hands
+// the request to the PsWorkPool and returns at once; the pool thread validates, does the table
+// work and calls Finish. A lookup that must wait for the staleness bound (StepGate) is parked
+// without holding any thread and is resumed on the pool when the pushes it needs arrive, or
+// finished with DEADLINE_EXCEEDED at the call's deadline (from the TimerQueue thread).
+//
+// Memory: each job gets, when loaded, what is left of memory_budget_bytes after the jobs
+// already loaded (the first job gets all of it), so the memory tiers together never exceed it.
+//
+// Metrics (on the given registry): dlrm_ps_lookup_seconds, dlrm_ps_push_seconds (table work,
+// not the staleness wait), dlrm_ps_lookup_wait_seconds (parked time), dlrm_ps_lookup_rows_total,
+// dlrm_ps_push_rows_total, dlrm_ps_memory_rows, dlrm_ps_memory_bytes,
+// dlrm_ps_memory_budget_bytes, dlrm_ps_rocksdb_reads_total, dlrm_ps_rocksdb_writes_total,
+// dlrm_ps_jobs_loaded, dlrm_ps_rpc_errors_total.
+//
+// Thread-safe. The pool, timers and metrics registry are not owned and must outlive the
+// service; the gRPC server must be shut down before the service is destroyed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/ps_job.h"
+#include "server/ps_work_pool.h"
+#include "server/timer_queue.h"
+
+namespace dlrm::server {
+
+struct PsServiceOptions {
+  std::string data_dir;  // required; jobs live in <data_dir>/<job_id>/shard-<i>
+  int64_t memory_budget_bytes = 1ll << 30;
+  bool rocksdb_wal = false;
+  // Test/benchmark knob: a pool thread sleeps this long before answering each Lookup and
+  // PushGradients (simulates a slow or distant PS). Zero in production.
+  absl::Duration injected_delay = absl::ZeroDuration();
+  common::MetricsRegistry* metrics = nullptr;  // required, not owned
+  PsWorkPool* pool = nullptr;                  // required, not owned
+  TimerQueue* timers = nullptr;                // required, not owned
+};
+
+class PsService final : public dlrm::v1::ParameterServer::CallbackService {
+ public:
+  explicit PsService(const PsServiceOptions& options);
+  ~PsService() override;
+  PsService(const PsService&) = delete;
+  PsService& operator=(const PsService&) = delete;
+
+  grpc::ServerUnaryReactor* LoadJob(grpc::CallbackServerContext* context,
+                                    const dlrm::v1::LoadJobRequest* request,
+                                    dlrm::v1::LoadJobResponse* response) override;
+  grpc::ServerUnaryReactor* UnloadJob(grpc::CallbackServerContext* context,
+                                      const dlrm::v1::UnloadJobRequest* request,
+                                      dlrm::v1::UnloadJobResponse* response) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
+                                   const dlrm::v1::LookupRequest* request,
+                                   dlrm::v1::LookupResponse* response) override;
+  grpc::ServerUnaryReactor* PushGradients(grpc::CallbackServerContext* context,
+                                          const dlrm::v1::PushGradientsRequest* request,
+                                          dlrm::v1::PushGradientsResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const dlrm::v1::GetStatsRequest* request,
+                                     dlrm::v1::GetStatsResponse* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const dlrm::v1::CheckpointRequest* request,
+                                       dlrm::v1::CheckpointResponse* response) override;
+
+  // The synchronous cores of LoadJob, UnloadJob and GetStats (also used in-process).
+  // LoadJob: idempotent for the same parameters; FAILED_PRECONDITION for the same job id with
+  // other parameters or an older epoch; a newer epoch keeps the rows and restarts staleness
+  // tracking.
+  absl::StatusOr<dlrm::v1::LoadJobResponse> DoLoadJob(const dlrm::v1::LoadJobRequest& request);
+  // NOT_FOUND naming the job when it is not loaded. Parked lookups of the job fail (ABORTED)
+  // and its folder is removed once calls in flight are done.
+  absl::Status DoUnloadJob(const std::string& job_id);
+  absl::StatusOr<dlrm::v1::GetStatsResponse> DoGetStats(const std::string& job_id) const;
+
+  std::vector<std::string> job_ids() const;
+  // Closes every job's StepGate with `status` (server shutdown): parked lookups fail now and
+  // later ones that would have to wait fail at once, so no call outlives the server.
+  void FailParkedLookups(const absl::Status& status);
+
+ private:
+  struct Metrics;
+  absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
+  void RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
+                 dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor);
+  void RunPush(grpc::CallbackServerContext* context, const dlrm::v1::PushGradientsRequest* request,
+               dlrm::v1::PushGradientsResponse* response, grpc::ServerUnaryReactor* reactor);
+  // Finishes the call, counting errors.
+  void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);
+  void UpdateStoreMetrics();
+
+  const PsServiceOptions options_;
+  std::unique_ptr<Metrics> metrics_;
+
+  absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<PsJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  // RocksDB reads / writes of jobs already unloaded, and what the counters have been given.
+  int64_t unloaded_reads_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t unloaded_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reported_reads_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reported_writes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::atomic<int64_t> lookups_{0};
+  std::atomic<int64_t> rows_looked_up_{0};
+  std::atomic<int64_t> pushes_{0};
+  std::atomic<int64_t> rows_pushed_{0};
+};
+
+}  // namespace dlrm::server

@@ -1,0 +1,269 @@
+// GrpcPsClient against real parameter servers on loopback: bit-for-bit agreement with the
+// in-process store over two shards (with and without request splitting), the staleness bound
+// across two clients, client-side validation, and peers that are gone or too slow.
+#include "worker/ps_client.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "embedding/local_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/ps_server.h"
+#include "tests/server/ps_test_util.h"
+#include "worker/input/zipf_sampler.h"
+
+namespace dlrm::worker {
+namespace {
+
+using server::ParameterServer;
+using server::testing::PsTempDir;
+using server::testing::TestPsOptions;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+const std::vector<embedding::TableConfig> kTables = {
+    {"C1", 1000, 8}, {"C2", 37, 4}, {"C3", 5000, 16}};
+
+embedding::SparseOptimizerOptions Optimizer() {
+  embedding::SparseOptimizerOptions o;
+  o.type = embedding::SparseOptimizerType::kRowWiseAdagrad;
+  o.learning_rate = 0.05f;
+  o.epsilon = 1e-6f;
+  o.initial_accumulator = 0.1f;
+  return o;
+}
+
+// Distinct random ids per table.
+std::vector<embedding::TableRows> RandomIds(Xoshiro256& rng, int per_table) {
+  std::vector<embedding::TableRows> out;
+  for (int t = 0; t < static_cast<int>(kTables.size()); ++t) {
+    embedding::TableRows r;
+    r.table = t;
+    std::vector<bool> taken(kTables[t].rows, false);
+    for (int i = 0; i < per_table; ++i) {
+      const int64_t id = static_cast<int64_t>(rng.NextU64() % kTables[t].rows);
+      if (taken[id]) continue;
+      taken[id] = true;
+      r.ids.push_back(id);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+class PsClientTest : public ::testing::Test {
+ protected:
+  void StartShards(int n, absl::Duration delay = absl::ZeroDuration()) {
+    for (int i = 0; i < n; ++i) {
+      dirs_.push_back(std::make_unique<PsTempDir>());
+      server::PsOptions options = TestPsOptions(dirs_.back()->path());
+      options.injected_delay = delay;
+      auto ps = ParameterServer::Start(options);
+      ASSERT_TRUE(ps.ok()) << ps.status();
+      addresses_.push_back((*ps)->address());
+      servers_.push_back(std::move(*ps));
+    }
+  }
+  PsClientOptions ClientOptions(int rank = 0) const {
+    PsClientOptions o;
+    o.ps_addresses = addresses_;
+    o.job_id = "job-1";
+    o.job_epoch = 1;
+    o.worker_rank = rank;
+    o.tables = kTables;
+    o.rpc_timeout = absl::Seconds(10);
+    return o;
+  }
+  std::unique_ptr<GrpcPsClient> Client(const PsClientOptions& options) {
+    auto client = GrpcPsClient::Create(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  std::vector<std::unique_ptr<PsTempDir>> dirs_;
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<std::string> addresses_;
+};
+
+class PsClientMatchTest : public PsClientTest, public ::testing::WithParamInterface<int> {};
+
+// Several lookup/push steps through 2 shards give exactly the rows of the in-process store with
+// the same seed and optimizer. Param: max rows per request (0: no splitting).
+TEST_P(PsClientMatchTest, TwoShardsMatchTheLocalStoreBitForBit) {
+  StartShards(2);
+  PsClientOptions options = ClientOptions();
+  options.max_rows_per_request = GetParam();
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  PsJobParams params;
+  params.optimizer = Optimizer();
+  params.seed = 42;
+  ASSERT_TRUE(client->LoadJobOnAll(params).ok());
+  ASSERT_TRUE(client->LoadJobOnAll(params).ok()) << "LoadJob is idempotent";
+
+  embedding::LocalStoreOptions local_options;
+  local_options.tables = kTables;
+  local_options.seed = 42;
+  local_options.optimizer = Optimizer();
+  local_options.num_threads = -1;
+  auto local = embedding::LocalEmbeddingStore::Create(local_options);
+  ASSERT_TRUE(local.ok()) << local.status();
+
+  Xoshiro256 rng(3);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<embedding::TableRows> remote = RandomIds(rng, 300);
+    std::vector<embedding::TableRows> expected = remote;
+    ASSERT_TRUE(client->Lookup(step, absl::MakeSpan(remote)).ok());
+    ASSERT_TRUE((*local)->Lookup(step, absl::MakeSpan(expected)).ok());
+    for (size_t t = 0; t < remote.size(); ++t) {
+      ASSERT_EQ(remote[t].values, expected[t].values) << "step " << step << " table " << t;
+    }
+    for (auto& r : remote) {
+      for (float& v : r.values) v = static_cast<float>(rng.NextGaussian()) * 0.1f;
+    }
+    ASSERT_TRUE(client->Push(step, remote).ok());
+    ASSERT_TRUE((*local)->Push(step, remote).ok());
+  }
+  // Every row of every table, after the pushes.
+  std::vector<embedding::TableRows> all;
+  for (int t = 0; t < static_cast<int>(kTables.size()); ++t) {
+    embedding::TableRows r;
+    r.table = t;
+    for (int64_t id = 0; id < kTables[t].rows; ++id) r.ids.push_back(id);
+    all.push_back(std::move(r));
+  }
+  std::vector<embedding::TableRows> expected = all;
+  ASSERT_TRUE(client->Lookup(-1, absl::MakeSpan(all)).ok());
+  ASSERT_TRUE((*local)->Lookup(-1, absl::MakeSpan(expected)).ok());
+  for (size_t t = 0; t < all.size(); ++t) EXPECT_EQ(all[t].values, expected[t].values);
+
+  auto stats = client->GetStatsAll();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 2u);
+  for (const auto& s : *stats) {
+    EXPECT_GT(s.rows_looked_up(), 0) << "both shards serve rows";
+    EXPECT_GT(s.rows_pushed(), 0);
+  }
+  const int64_t total_rows = 1000 + 37 + 5000;
+  EXPECT_GE((*stats)[0].rows_looked_up() + (*stats)[1].rows_looked_up(), total_rows);
+  if (GetParam() > 0) {
+    EXPECT_GE((*stats)[0].lookups(), total_rows / 2 / GetParam()) << "requests were split";
+  }
+  EXPECT_TRUE(client->UnloadJobOnAll().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Splitting, PsClientMatchTest, ::testing::Values(0, 97));
+
+// Two workers, k = 0: worker 0's lookup for step 1 waits for worker 1's push of step 0, which
+// must reach every shard even where worker 1 has no rows.
+TEST_F(PsClientTest, StalenessBoundHoldsAcrossClientsAndShards) {
+  StartShards(2);
+  auto w0 = Client(ClientOptions(0));
+  auto w1 = Client(ClientOptions(1));
+  ASSERT_NE(w0, nullptr);
+  ASSERT_NE(w1, nullptr);
+  PsJobParams params;
+  params.num_workers = 2;
+  params.staleness = 0;
+  ASSERT_TRUE(w0->LoadJobOnAll(params).ok());
+  ASSERT_TRUE(w1->LoadJobOnAll(params).ok());
+
+  std::vector<embedding::TableRows> rows = {{0, {1, 2, 3, 4, 5, 6}, {}}};
+  ASSERT_TRUE(w0->Lookup(0, absl::MakeSpan(rows)).ok());
+  std::vector<embedding::TableRows> grads = {{0, rows[0].ids, std::vector<float>(6 * 8, 1.0f)}};
+  ASSERT_TRUE(w0->Push(0, grads).ok());
+
+  std::atomic<bool> done{false};
+  absl::Status status;
+  std::thread lookup([&] {
+    std::vector<embedding::TableRows> r = {{0, {1, 2, 3, 4, 5, 6}, {}}};
+    status = w0->Lookup(1, absl::MakeSpan(r));
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(done.load()) << "step 1 must wait for worker 1's step 0";
+  // Worker 1 touches one row of table 2 only: one shard gets rows, the other an empty push.
+  std::vector<embedding::TableRows> g1 = {{2, {9}, std::vector<float>(16, 0.5f)}};
+  ASSERT_TRUE(w1->Push(0, g1).ok());
+  lookup.join();
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST_F(PsClientTest, ValidatesBeforeSending) {
+  addresses_ = {"127.0.0.1:1"};  // never contacted
+  auto client = Client(ClientOptions());
+  ASSERT_NE(client, nullptr);
+  std::vector<embedding::TableRows> rows = {{1, {3, 37}, {}}};
+  absl::Status s = client->Lookup(0, absl::MakeSpan(rows));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("table 1: id 37 >= rows 37"));
+  rows = {{5, {1}, {}}};
+  EXPECT_THAT(client->Lookup(0, absl::MakeSpan(rows)).message(), HasSubstr("table 5 not in"));
+  std::vector<embedding::TableRows> grads = {{0, {1, 2}, std::vector<float>(15)}};
+  EXPECT_THAT(client->Push(0, grads).message(),
+              HasSubstr("table 0: 15 gradient floats, expected 2 ids x dim 8"));
+  PsClientOptions bad = ClientOptions();
+  bad.ps_addresses.clear();
+  EXPECT_EQ(GrpcPsClient::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+void ExpectFailsWithinDeadline(GrpcPsClient& client, absl::Duration deadline) {
+  std::vector<embedding::TableRows> rows = {{0, {1, 2, 3}, {}}};
+  const absl::Time start = absl::Now();
+  absl::Status s = client.Lookup(0, absl::MakeSpan(rows));
+  EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
+      << s;
+  EXPECT_THAT(s.message(), HasSubstr("ps shard"));
+  std::vector<embedding::TableRows> grads = {{0, {1}, std::vector<float>(8)}};
+  s = client.Push(0, grads);
+  EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
+      << s;
+  EXPECT_LT(absl::Now() - start, 2 * deadline + absl::Milliseconds(500));
+}
+
+TEST_F(PsClientTest, NobodyListeningFailsWithinTheDeadline) {
+  addresses_ = {"127.0.0.1:1"};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Milliseconds(500);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ExpectFailsWithinDeadline(*client, options.rpc_timeout);
+  EXPECT_FALSE(client->LoadJobOnAll({}).ok());
+}
+
+TEST_F(PsClientTest, ServerShutDownMidRunFailsWithinTheDeadline) {
+  StartShards(2);
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Milliseconds(500);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({}).ok());
+  std::vector<embedding::TableRows> rows = {{0, {1, 2, 3}, {}}};
+  ASSERT_TRUE(client->Lookup(-1, absl::MakeSpan(rows)).ok());
+  servers_[1]->Shutdown(absl::ZeroDuration());
+  servers_[1].reset();
+  ExpectFailsWithinDeadline(*client, options.rpc_timeout);
+}
+
+TEST_F(PsClientTest, SlowServerFailsWithDeadlineExceeded) {
+  StartShards(1, /*delay=*/absl::Seconds(1));
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(5);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({}).ok());
+  options.rpc_timeout = absl::Milliseconds(300);
+  auto impatient = Client(options);
+  std::vector<embedding::TableRows> rows = {{0, {1}, {}}};
+  const absl::Time start = absl::Now();
+  absl::Status s = impatient->Lookup(-1, absl::MakeSpan(rows));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+}  // namespace
+}  // namespace dlrm::worker

@@ -1,0 +1,448 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/sharding.h"
+#include "common/status.h"
+
+namespace dlrm::worker {
+namespace {
+
+// Waits for a batch of callback-API calls started together. The completion callbacks share the
+// state, so a callback still unlocking after Wait returned never touches freed memory.
+class CallGroup {
+ public:
+  CallGroup() : state_(std::make_shared<State>()) {}
+
+  // A completion callback for one call that stores its status in *out. Call before starting it.
+  std::function<void(grpc::Status)> Track(grpc::Status* out) {
+    {
+      absl::MutexLock lock(&state_->mu);
+      ++state_->pending;
+    }
+    return [state = state_, out](grpc::Status status) {
+      absl::MutexLock lock(&state->mu);
+      *out = std::move(status);
+      --state->pending;
+    };
+  }
+  // Returns when every tracked call has completed (each has its own deadline, so this ends).
+  void Wait() {
+    absl::MutexLock lock(&state_->mu);
+    state_->mu.Await(absl::Condition(
+        +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->pending == 0; }, state_.get()));
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<State> state_;
+};
+
+template <typename Request, typename Response>
+struct Call {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+  grpc::Status status;
+  int shard = 0;
+};
+
+}  // namespace
+
+// Where each id of a Lookup/Push goes: per shard and request, the ids and their positions in
+// the request; then the chunks (one request each), consecutive per shard.
+struct GrpcPsClient::Plan {
+  struct Entry {
+    int request = 0;
+    const int64_t* ids = nullptr;
+    const int32_t* positions = nullptr;  // null: positions are begin .. begin + count - 1
+    int64_t begin = 0;
+    int64_t count = 0;
+  };
+  struct Chunk {
+    int shard = 0;
+    bool last_of_shard = false;
+    std::vector<Entry> entries;
+  };
+  std::vector<std::vector<std::vector<int64_t>>> ids;        // [shard][request]
+  std::vector<std::vector<std::vector<int32_t>>> positions;  // [shard][request]
+  std::vector<Chunk> chunks;
+};
+
+GrpcPsClient::GrpcPsClient(const PsClientOptions& options) : options_(options) {}
+GrpcPsClient::~GrpcPsClient() = default;
+
+absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClientOptions& options) {
+  if (options.ps_addresses.empty()) {
+    return absl::InvalidArgumentError("ps client: no parameter-server addresses");
+  }
+  if (options.job_id.empty()) return absl::InvalidArgumentError("ps client: empty job id");
+  if (options.tables.empty()) return absl::InvalidArgumentError("ps client: no tables");
+  int max_dim = 1;
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    const embedding::TableConfig& c = options.tables[t];
+    if (c.rows < 1 || c.dim < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("ps client: table ", t, " (", c.name,
+                                                     "): rows ", c.rows, " and dim ", c.dim,
+                                                     " must be >= 1"));
+    }
+    max_dim = std::max(max_dim, c.dim);
+  }
+  if (options.rpc_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ps client: rpc_timeout must be > 0");
+  }
+  std::unique_ptr<GrpcPsClient> client(new GrpcPsClient(options));
+  const int64_t limit = common::MaxRowsPerRequest(max_dim);
+  client->max_rows_per_request_ =
+      options.max_rows_per_request > 0 ? std::min(options.max_rows_per_request, limit) : limit;
+  for (const std::string& address : options.ps_addresses) {
+    common::ChannelOptions channel_options;
+    channel_options.target = address;
+    channel_options.security = options.security;
+    DLRM_ASSIGN_OR_RETURN(auto channel, common::MakeChannel(channel_options));
+    client->stubs_.push_back(dlrm::v1::ParameterServer::NewStub(channel));
+  }
+  return client;
+}
+
+absl::Status GrpcPsClient::ShardError(int shard, const grpc::Status& status,
+                                      const char* method) const {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(method, " on ps shard ", shard, " (",
+                                   options_.ps_addresses[shard], "): ", status.error_message()));
+}
+
+absl::Status GrpcPsClient::CheckRequests(absl::Span<const embedding::TableRows> requests,
+                                         bool with_values) const {
+  const int num_tables = static_cast<int>(options_.tables.size());
+  for (const embedding::TableRows& r : requests) {
+    if (r.table < 0 || r.table >= num_tables) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", r.table, " not in [0, ", num_tables, ")"));
+    }
+    const embedding::TableConfig& c = options_.tables[r.table];
+    for (int64_t id : r.ids) {
+      if (id < 0 || id >= c.rows) {
+        return absl::InvalidArgumentError(
+            id < 0 ? absl::StrCat("table ", r.table, ": id ", id, " < 0")
+                   : absl::StrCat("table ", r.table, ": id ", id, " >= rows ", c.rows));
+      }
+    }
+    if (with_values && r.values.size() != r.ids.size() * static_cast<size_t>(c.dim)) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", r.table, ": ", r.values.size(),
+                                                     " gradient floats, expected ", r.ids.size(),
+                                                     " ids x dim ", c.dim));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GrpcPsClient::BuildPlan(absl::Span<const embedding::TableRows> requests, Plan* plan) const {
+  const int shards = shard_count();
+  const int n = static_cast<int>(requests.size());
+  // Per shard: (request, ids, positions, count) before chunking.
+  std::vector<std::vector<Plan::Entry>> whole(shards);
+  if (shards == 1) {
+    for (int r = 0; r < n; ++r) {
+      if (requests[r].ids.empty()) continue;
+      whole[0].push_back(
+          {r, requests[r].ids.data(), nullptr, 0, static_cast<int64_t>(requests[r].ids.size())});
+    }
+  } else {
+    plan->ids.assign(shards, std::vector<std::vector<int64_t>>(n));
+    plan->positions.assign(shards, std::vector<std::vector<int32_t>>(n));
+    for (int r = 0; r < n; ++r) {
+      const std::vector<int64_t>& ids = requests[r].ids;
+      for (size_t j = 0; j < ids.size(); ++j) {
+        const int s = common::ShardOf(requests[r].table, ids[j], shards);
+        plan->ids[s][r].push_back(ids[j]);
+        plan->positions[s][r].push_back(static_cast<int32_t>(j));
+      }
+    }
+    for (int s = 0; s < shards; ++s) {
+      for (int r = 0; r < n; ++r) {
+        if (plan->ids[s][r].empty()) continue;
+        whole[s].push_back({r, plan->ids[s][r].data(), plan->positions[s][r].data(), 0,
+                            static_cast<int64_t>(plan->ids[s][r].size())});
+      }
+    }
+  }
+  // Chunks of at most max_rows_per_request_ ids; every shard gets at least one (maybe empty).
+  for (int s = 0; s < shards; ++s) {
+    plan->chunks.push_back({s, false, {}});
+    int64_t in_chunk = 0;
+    for (const Plan::Entry& e : whole[s]) {
+      int64_t begin = 0;
+      while (begin < e.count) {
+        if (in_chunk == max_rows_per_request_) {
+          plan->chunks.push_back({s, false, {}});
+          in_chunk = 0;
+        }
+        const int64_t take = std::min(e.count - begin, max_rows_per_request_ - in_chunk);
+        Plan::Entry part = e;
+        part.begin = begin;
+        part.count = take;
+        plan->chunks.back().entries.push_back(part);
+        in_chunk += take;
+        begin += take;
+      }
+    }
+    plan->chunks.back().last_of_shard = true;
+  }
+}
+
+absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows> requests) {
+  DLRM_RETURN_IF_ERROR(CheckRequests(requests, /*with_values=*/false));
+  for (embedding::TableRows& r : requests) {
+    r.values.resize(r.ids.size() * options_.tables[r.table].dim);
+  }
+  Plan plan;
+  BuildPlan(requests, &plan);
+  using LookupCall = Call<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse>;
+  std::vector<std::unique_ptr<LookupCall>> calls;
+  std::vector<const Plan::Chunk*> call_chunks;
+  for (const Plan::Chunk& chunk : plan.chunks) {
+    if (chunk.entries.empty()) continue;
+    auto call = std::make_unique<LookupCall>();
+    call->shard = chunk.shard;
+    common::SetDeadline(&call->context, options_.rpc_timeout);
+    dlrm::v1::LookupRequest& req = call->request;
+    req.set_job_id(options_.job_id);
+    req.set_job_epoch(options_.job_epoch);
+    req.set_step(step);
+    req.set_worker_rank(options_.worker_rank);
+    for (const Plan::Entry& e : chunk.entries) {
+      dlrm::v1::TableIds* t = req.add_tables();
+      t->set_table(requests[e.request].table);
+      t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
+                 static_cast<size_t>(e.count) * sizeof(int64_t));
+    }
+    calls.push_back(std::move(call));
+    call_chunks.push_back(&chunk);
+  }
+  if (calls.size() == 1) {
+    // One request: a blocking call on this thread saves the hand-off from gRPC's thread.
+    LookupCall* c = calls[0].get();
+    c->status = stubs_[c->shard]->Lookup(&c->context, c->request, &c->response);
+  } else {
+    CallGroup group;
+    for (auto& call : calls) {
+      LookupCall* c = call.get();
+      stubs_[c->shard]->async()->Lookup(&c->context, &c->request, &c->response,
+                                        group.Track(&c->status));
+    }
+    group.Wait();
+  }
+  for (auto& call : calls) {
+    if (!call->status.ok()) return ShardError(call->shard, call->status, "Lookup");
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const LookupCall& c = *calls[i];
+    const Plan::Chunk& chunk = *call_chunks[i];
+    if (c.response.tables_size() != static_cast<int>(chunk.entries.size())) {
+      return absl::InternalError(absl::StrCat("Lookup on ps shard ", c.shard, ": ",
+                                              c.response.tables_size(), " tables answered, ",
+                                              chunk.entries.size(), " asked"));
+    }
+    for (size_t k = 0; k < chunk.entries.size(); ++k) {
+      const Plan::Entry& e = chunk.entries[k];
+      embedding::TableRows& out = requests[e.request];
+      const int dim = options_.tables[out.table].dim;
+      const std::string& rows = c.response.tables(static_cast<int>(k)).rows();
+      const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+      if (rows.size() != static_cast<size_t>(e.count) * row_bytes) {
+        return absl::InternalError(absl::StrCat("Lookup on ps shard ", c.shard, ": table ",
+                                                out.table, " answered ", rows.size(), " bytes for ",
+                                                e.count, " ids of dim ", dim));
+      }
+      if (e.positions == nullptr) {
+        std::memcpy(out.values.data() + e.begin * dim, rows.data(), rows.size());
+      } else {
+        for (int64_t j = 0; j < e.count; ++j) {
+          std::memcpy(out.values.data() + static_cast<int64_t>(e.positions[e.begin + j]) * dim,
+                      rows.data() + j * row_bytes, row_bytes);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableRows> grads) {
+  DLRM_RETURN_IF_ERROR(CheckRequests(grads, /*with_values=*/true));
+  Plan plan;
+  BuildPlan(grads, &plan);
+  using PushCall = Call<dlrm::v1::PushGradientsRequest, dlrm::v1::PushGradientsResponse>;
+  std::vector<std::unique_ptr<PushCall>> first_round, last_round;
+  for (const Plan::Chunk& chunk : plan.chunks) {
+    auto call = std::make_unique<PushCall>();
+    call->shard = chunk.shard;
+    dlrm::v1::PushGradientsRequest& req = call->request;
+    req.set_job_id(options_.job_id);
+    req.set_job_epoch(options_.job_epoch);
+    req.set_step(step);
+    req.set_worker_rank(options_.worker_rank);
+    req.set_more_chunks(!chunk.last_of_shard);
+    for (const Plan::Entry& e : chunk.entries) {
+      const embedding::TableRows& in = grads[e.request];
+      const int dim = options_.tables[in.table].dim;
+      const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+      dlrm::v1::TableGradients* t = req.add_tables();
+      t->set_table(in.table);
+      t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
+                 static_cast<size_t>(e.count) * sizeof(int64_t));
+      std::string* g = t->mutable_grads();
+      if (e.positions == nullptr) {
+        g->assign(reinterpret_cast<const char*>(in.values.data() + e.begin * dim),
+                  static_cast<size_t>(e.count) * row_bytes);
+      } else {
+        g->resize(static_cast<size_t>(e.count) * row_bytes);
+        for (int64_t j = 0; j < e.count; ++j) {
+          std::memcpy(g->data() + j * row_bytes,
+                      in.values.data() + static_cast<int64_t>(e.positions[e.begin + j]) * dim,
+                      row_bytes);
+        }
+      }
+    }
+    (chunk.last_of_shard ? last_round : first_round).push_back(std::move(call));
+  }
+  for (auto* round : {&first_round, &last_round}) {
+    if (round->size() == 1) {
+      PushCall* c = (*round)[0].get();
+      common::SetDeadline(&c->context, options_.rpc_timeout);
+      c->status = stubs_[c->shard]->PushGradients(&c->context, c->request, &c->response);
+    } else {
+      CallGroup group;
+      for (auto& call : *round) {
+        PushCall* c = call.get();
+        common::SetDeadline(&c->context, options_.rpc_timeout);
+        stubs_[c->shard]->async()->PushGradients(&c->context, &c->request, &c->response,
+                                                 group.Track(&c->status));
+      }
+      group.Wait();
+    }
+    for (auto& call : *round) {
+      if (!call->status.ok()) return ShardError(call->shard, call->status, "PushGradients");
+    }
+  }
+  return absl::OkStatus();
+}
+
+dlrm::v1::SparseOptimizerConfig SparseOptimizerToProto(
+    const embedding::SparseOptimizerOptions& options) {
+  dlrm::v1::SparseOptimizerConfig c;
+  c.set_type(embedding::SparseOptimizerTypeName(options.type));
+  c.set_learning_rate(options.learning_rate);
+  c.set_epsilon(options.epsilon);
+  c.set_beta1(options.beta1);
+  c.set_beta2(options.beta2);
+  c.set_initial_accumulator(options.initial_accumulator);
+  return c;
+}
+
+dlrm::v1::LoadJobRequest MakeLoadJobRequest(const PsClientOptions& options,
+                                            const PsJobParams& params, int shard_index,
+                                            int shard_count) {
+  dlrm::v1::LoadJobRequest r;
+  r.set_job_id(options.job_id);
+  r.set_job_epoch(options.job_epoch);
+  r.set_shard_index(shard_index);
+  r.set_shard_count(shard_count);
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    dlrm::v1::TableDef* def = r.add_tables();
+    def->set_table(static_cast<int>(t));
+    def->set_name(options.tables[t].name);
+    def->set_rows(options.tables[t].rows);
+    def->set_dim(options.tables[t].dim);
+  }
+  *r.mutable_optimizer() = SparseOptimizerToProto(params.optimizer);
+  r.set_seed(params.seed);
+  r.set_staleness(params.staleness);
+  r.set_num_workers(params.num_workers);
+  return r;
+}
+
+absl::Status GrpcPsClient::LoadJobOnAll(const PsJobParams& params) {
+  using LoadCall = Call<dlrm::v1::LoadJobRequest, dlrm::v1::LoadJobResponse>;
+  std::vector<std::unique_ptr<LoadCall>> calls;
+  CallGroup group;
+  for (int s = 0; s < shard_count(); ++s) {
+    auto call = std::make_unique<LoadCall>();
+    call->shard = s;
+    call->request = MakeLoadJobRequest(options_, params, s, shard_count());
+    common::SetDeadline(&call->context, options_.rpc_timeout);
+    calls.push_back(std::move(call));
+  }
+  for (auto& call : calls) {
+    LoadCall* c = call.get();
+    stubs_[c->shard]->async()->LoadJob(&c->context, &c->request, &c->response,
+                                       group.Track(&c->status));
+  }
+  group.Wait();
+  for (auto& call : calls) {
+    if (!call->status.ok()) return ShardError(call->shard, call->status, "LoadJob");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcPsClient::UnloadJobOnAll() {
+  using UnloadCall = Call<dlrm::v1::UnloadJobRequest, dlrm::v1::UnloadJobResponse>;
+  std::vector<std::unique_ptr<UnloadCall>> calls;
+  CallGroup group;
+  for (int s = 0; s < shard_count(); ++s) {
+    auto call = std::make_unique<UnloadCall>();
+    call->shard = s;
+    call->request.set_job_id(options_.job_id);
+    common::SetDeadline(&call->context, options_.rpc_timeout);
+    calls.push_back(std::move(call));
+  }
+  for (auto& call : calls) {
+    UnloadCall* c = call.get();
+    stubs_[c->shard]->async()->UnloadJob(&c->context, &c->request, &c->response,
+                                         group.Track(&c->status));
+  }
+  group.Wait();
+  for (auto& call : calls) {
+    if (!call->status.ok() && call->status.error_code() != grpc::StatusCode::NOT_FOUND) {
+      return ShardError(call->shard, call->status, "UnloadJob");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> GrpcPsClient::GetStatsAll() {
+  using StatsCall = Call<dlrm::v1::GetStatsRequest, dlrm::v1::GetStatsResponse>;
+  std::vector<std::unique_ptr<StatsCall>> calls;
+  CallGroup group;
+  for (int s = 0; s < shard_count(); ++s) {
+    auto call = std::make_unique<StatsCall>();
+    call->shard = s;
+    call->request.set_job_id(options_.job_id);
+    common::SetDeadline(&call->context, options_.rpc_timeout);
+    calls.push_back(std::move(call));
+  }
+  for (auto& call : calls) {
+    StatsCall* c = call.get();
+    stubs_[c->shard]->async()->GetStats(&c->context, &c->request, &c->response,
+                                        group.Track(&c->status));
+  }
+  group.Wait();
+  std::vector<dlrm::v1::GetStatsResponse> out;
+  for (auto& call : calls) {
+    if (!call->status.ok()) return ShardError(call->shard, call->status, "GetStats");
+    out.push_back(std::move(call->response));
+  }
+  return out;
+}
+
+}  // namespace dlrm::worker
