@@ -86,13 +86,21 @@ TrainingPipeline::~TrainingPipeline() = default;
 
 void TrainingPipeline::Cancel() { Fail(absl::CancelledError("training pipeline cancelled")); }
 
-void TrainingPipeline::Fail(absl::Status status) {
+void TrainingPipeline::Fail(absl::Status status, bool drop_computed) {
   {
     absl::MutexLock lock(&mu_);
     if (error_.ok()) error_ = status;
     pushed_cv_.SignalAll();
   }
-  for (auto& q : queues_) q->Cancel(status);
+  // The queue of computed steps is left to drain (the compute thread closes it once its input is
+  // cancelled), so that every step whose dense update was applied also has its embedding update.
+  const size_t n = drop_computed ? queues_.size() : queues_.size() - 1;
+  for (size_t q = 0; q < n; ++q) queues_[q]->Cancel(status);
+}
+
+bool TrainingPipeline::Failed() const {
+  absl::MutexLock lock(&mu_);
+  return !error_.ok();
 }
 
 absl::StatusOr<int64_t> TrainingPipeline::WaitPushed(int64_t step, double* stall) {
@@ -184,7 +192,7 @@ void TrainingPipeline::StageLoop(
     std::optional<std::unique_ptr<StepItem>> item = in->Pop(&stall);
     if (!item.has_value()) {
       recorder_.AddStall(stage, stall);
-      break;
+      break;  // end of data, or the pipeline failed
     }
     const auto start = std::chrono::steady_clock::now();
     double work_stall = 0;
@@ -193,13 +201,15 @@ void TrainingPipeline::StageLoop(
     stall += work_stall;
     if (!status.ok()) {
       recorder_.AddStall(stage, stall);
-      return Fail(status);
+      Fail(status);
+      break;
     }
     absl::Status pushed = out->Push(std::move(*item), &stall);
     recorder_.AddStall(stage, stall);
-    if (!pushed.ok()) return;
+    if (!pushed.ok()) break;
     recorder_.AddItem(stage);
   }
+  // Always: the consumer of a queue that is not cancelled (the push stage) waits for this.
   out->Close();
 }
 
@@ -333,7 +343,9 @@ void TrainingPipeline::PushLoop() {
     const auto start = std::chrono::steady_clock::now();
     absl::Status status = options_.trainer->PushGradients(it.work);
     recorder_.AddBusy(PipelineStage::kPush, SecondsSince(start));
-    if (!status.ok()) return Fail(Annotate(status, absl::StrCat("push of step ", it.step)));
+    if (!status.ok()) {
+      return Fail(Annotate(status, absl::StrCat("push of step ", it.step)), /*drop_computed=*/true);
+    }
     {
       absl::MutexLock lock(&mu_);
       last_pushed_ = it.step;
@@ -341,7 +353,7 @@ void TrainingPipeline::PushLoop() {
     }
     recorder_.AddItem(PipelineStage::kPush);
     recorder_.AddStep(it.batch.size);
-    if (options_.on_step) {
+    if (options_.on_step && !Failed()) {
       progress.step = it.step;
       progress.loss = it.loss;
       progress.batch_size = it.batch.size;

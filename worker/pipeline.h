@@ -16,10 +16,16 @@
 // step t-1-k did not touch are looked up early (BagPipe-style lookahead; pushes of steps <= t-2-k
 // are always complete by then). So k = 0 gives exactly the model of the unpipelined loop
 // (Trainer::Step over the same batches), and k >= 1 lets lookups run k steps ahead of pushes.
+// Every lookup, early or not, carries its own step t, so a parameter server that enforces the
+// bound across workers parks it until all workers' pushes of steps <= t-1-k are in: correct
+// with any store, but the early lookups only gain time where the store does not make them wait
+// (one worker, or a server told which ids are in flight).
 //
 // Errors: the first error of any stage (reader, store, compute, progress callback) or Cancel()
 // stops every thread promptly; Run() joins them and returns that error. A store call already in
-// flight is not interrupted: the pipeline stops when it returns.
+// flight is not interrupted: the pipeline stops when it returns. Steps already computed are
+// still pushed (unless a push failed), so that afterwards the dense model and the store hold
+// the same trainer->steps_done() steps; batches not yet computed are dropped.
 //
 // Threading: Run() blocks the calling thread; Cancel() and metrics() may be called from any
 // thread, before, during or after Run(). The trainer, store and reader are used only by the
@@ -99,8 +105,10 @@ class TrainingPipeline {
 
   explicit TrainingPipeline(const PipelineOptions& options);
 
-  // Records the first error and wakes every thread.
-  void Fail(absl::Status status);
+  // Records the first error and wakes every thread. Unless `drop_computed`, steps already
+  // computed are still pushed.
+  void Fail(absl::Status status, bool drop_computed = false);
+  bool Failed() const;
   // Blocks until the push of `step` has completed (or the pipeline failed); adds the time to
   // *stall. Returns the latest pushed step, or the pipeline's error.
   absl::StatusOr<int64_t> WaitPushed(int64_t step, double* stall);
