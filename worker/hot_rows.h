@@ -36,6 +36,7 @@ class HotSetSelector {
   // Ids per table, each list sorted ascending.
   std::vector<std::vector<int64_t>> Select(int64_t budget_bytes) const;
   int64_t samples() const { return samples_; }
+  int state_floats() const { return state_floats_; }
 
  private:
   std::vector<embedding::TableConfig> tables_;

@@ -69,6 +69,8 @@ absl::StatusOr<std::unique_ptr<TrainingPipeline>> TrainingPipeline::Create(
   DLRM_RETURN_IF_ERROR(check(options.read_ahead >= 1, "read_ahead", options.read_ahead, ">= 1"));
   DLRM_RETURN_IF_ERROR(
       check(options.queue_capacity >= 1, "queue_capacity", options.queue_capacity, ">= 1"));
+  DLRM_RETURN_IF_ERROR(
+      check(options.boundary_every >= 0, "boundary_every", options.boundary_every, ">= 0"));
   return std::unique_ptr<TrainingPipeline>(new TrainingPipeline(options));
 }
 
@@ -162,6 +164,16 @@ void TrainingPipeline::ReadLoop() {
       if (!s.ok()) return Fail(Annotate(s, "rewinding the training data"));
     }
     while (options_.max_steps == 0 || step - first_step_ < options_.max_steps) {
+      if (options_.boundary_every > 0 && options_.on_boundary && step > first_step_ &&
+          step % options_.boundary_every == 0) {
+        double stall = 0;
+        if (!WaitPushed(step - 1, &stall).ok()) return;  // the pipeline failed
+        recorder_.AddStall(PipelineStage::kRead, stall);
+        const auto start = std::chrono::steady_clock::now();
+        absl::Status s = options_.on_boundary(step);
+        recorder_.AddBusy(PipelineStage::kRead, SecondsSince(start));
+        if (!s.ok()) return Fail(Annotate(s, absl::StrCat("at the boundary before step ", step)));
+      }
       auto item = std::make_unique<StepItem>();
       item->step = step;
       const auto start = std::chrono::steady_clock::now();

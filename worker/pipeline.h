@@ -78,6 +78,13 @@ struct PipelineOptions {
 
   // Called after each step's push. A non-OK return stops the pipeline with that error.
   std::function<absl::Status(const StepProgress&)> on_step;
+
+  // Every `boundary_every` steps (0 = never): before the batch of step s (s a multiple of it,
+  // after the first step of this Run) is read, the pipeline drains (every earlier step pushed)
+  // and calls on_boundary(s) on the read thread while no other stage has work: the place to
+  // change the hot set (Trainer::MigrateHotSet). A non-OK return stops the pipeline.
+  int64_t boundary_every = 0;
+  std::function<absl::Status(int64_t step)> on_boundary;
 };
 
 // staleness, epochs and max_steps of the job spec; the pointers are left null.

@@ -273,6 +273,7 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
 
 absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   DLRM_RETURN_IF_ERROR(CheckBatch(batch));
+  if (batch_observer_) batch_observer_(batch);
   Pool(batch, *work);
   dense::Backend* b = options_.backend;
   const size_t emb_floats = static_cast<size_t>(batch.size) * num_tables_ * dim_;

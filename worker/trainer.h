@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -102,6 +103,11 @@ class Trainer {
   // step in flight and every push of every worker completed.
   absl::Status MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids, bool write_back);
   const HotRowCache* hot_rows() const { return hot_.get(); }
+  // Called by Compute with every training batch (on the compute thread), e.g. to count ids for
+  // re-checking the hot set. Set before training starts.
+  void set_batch_observer(std::function<void(const Batch&)> observer) {
+    batch_observer_ = std::move(observer);
+  }
   TrainerCounters counters() const { return counters_; }
 
   int64_t steps_done() const { return steps_done_; }
@@ -135,6 +141,7 @@ class Trainer {
   float* probs_dev_ = nullptr;
   std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
   std::unique_ptr<HotRowCache> hot_;
+  std::function<void(const Batch&)> batch_observer_;
   std::vector<std::vector<float>> combined_;  // per table: [cold..., hot...] rows (hot path)
   std::vector<float> combined_grads_;         // [cold + hot unique x dim] of one table
   std::vector<float> hot_grads_;              // [hot rows x dim] flat, then a touch count per row

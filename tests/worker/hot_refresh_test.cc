@@ -1,0 +1,142 @@
+// Re-checking the hot set while the pipeline trains: rows move between the hot cache and the
+// store at step boundaries and no update is lost (the model equals a run without a hot set).
+#include "worker/hot_refresh.h"
+
+#include <cstring>
+#include <memory>
+
+#include "dense/backend_factory.h"
+#include "embedding/local_store.h"
+#include "gtest/gtest.h"
+#include "tests/worker/test_util.h"
+#include "worker/input/batch_reader.h"
+#include "worker/input/synthetic.h"
+#include "worker/pipeline.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+namespace {
+
+TEST(HotSetBytes, RoundTripAndErrors) {
+  std::vector<std::vector<int64_t>> hot = {{1, 5}, {}, {7}};
+  auto parsed = ParseHotSet(SerializeHotSet(hot), 3);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed, hot);
+  EXPECT_FALSE(ParseHotSet(SerializeHotSet(hot), 4).ok());
+  std::string bytes = SerializeHotSet(hot);
+  EXPECT_FALSE(ParseHotSet(bytes.substr(0, bytes.size() - 3), 3).ok());
+  EXPECT_FALSE(ParseHotSet(bytes + "x", 3).ok());
+}
+
+class HotRefreshTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GenDataOptions gen;
+    gen.output = dir_.File("train.tsv");
+    gen.num_rows = 8000;
+    gen.seed = 4;
+    gen.cardinalities = CappedKaggleCardinalities(400);
+    ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+    spec_.bottom_mlp = {16, 8};
+    spec_.top_mlp = {16, 1};
+    spec_.embedding_dim = 8;
+    for (int64_t rows : gen.cardinalities) spec_.tables.push_back({"C", rows});
+    spec_.dense_optimizer = {.type = "adam", .learning_rate = 0.01};
+    spec_.sparse_optimizer = {.type = "adam", .learning_rate = 0.02};
+    spec_.batch_size = 128;
+    spec_.seed = 2;
+  }
+
+  struct Run {
+    std::unique_ptr<dense::Backend> backend;
+    std::unique_ptr<embedding::LocalEmbeddingStore> store;
+    std::unique_ptr<Trainer> trainer;
+    std::unique_ptr<BatchReader> reader;
+  };
+
+  std::unique_ptr<Run> MakeRun() {
+    auto run = std::make_unique<Run>();
+    run->backend =
+        *dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu, .cpu_threads = 1});
+    embedding::LocalStoreOptions so;
+    so.tables = TableConfigsFromSpec(spec_);
+    so.seed = spec_.seed;
+    so.optimizer = *SparseOptimizerFromSpec(spec_);
+    so.num_threads = -1;
+    run->store = *embedding::LocalEmbeddingStore::Create(so);
+    TrainerOptions to;
+    to.spec = spec_;
+    to.backend = run->backend.get();
+    to.store = run->store.get();
+    run->trainer = *Trainer::Create(to);
+    BatchReaderOptions ro;
+    ro.paths = {dir_.File("train.tsv")};
+    ro.batch_size = spec_.batch_size;
+    for (const auto& t : spec_.tables) ro.table_rows.push_back(t.rows);
+    run->reader = *BatchReader::Create(ro);
+    return run;
+  }
+
+  testing::TempDir dir_;
+  common::JobSpec spec_;
+};
+
+TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
+  auto plain = MakeRun();
+  Batch batch;
+  while (*plain->reader->Next(&batch)) ASSERT_TRUE(plain->trainer->Step(batch).ok());
+
+  auto hot = MakeRun();
+  HotRefreshOptions ro;
+  ro.budget_bytes = 6 << 10;  // a few hundred rows: the set changes between windows
+  HotSetRefresher refresher(hot->trainer.get(), ro);
+  PipelineOptions po;
+  po.trainer = hot->trainer.get();
+  po.store = hot->store.get();
+  po.reader = hot->reader.get();
+  po.staleness = 0;
+  po.boundary_every = 10;
+  po.on_boundary = [&refresher](int64_t step) { return refresher.Refresh(step); };
+  auto pipeline = TrainingPipeline::Create(po);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE((*pipeline)->Run().ok());
+  EXPECT_EQ(hot->trainer->steps_done(), plain->trainer->steps_done());
+  const HotRefreshStats stats = refresher.stats();
+  EXPECT_EQ(stats.refreshes, (plain->trainer->steps_done() - 1) / 10);
+  EXPECT_GT(stats.rows_joined, 0);
+  EXPECT_GT(stats.rows_left, 0);
+  EXPECT_GT(hot->trainer->counters().hot_ids, 0);
+
+  // Flush the hot rows to the store, then every row and every dense parameter must match.
+  ASSERT_TRUE(hot->trainer->MigrateHotSet(std::vector<std::vector<int64_t>>(26), true).ok());
+  auto& ma = plain->trainer->model();
+  auto& mb = hot->trainer->model();
+  EXPECT_EQ(0, std::memcmp(ma.params(), mb.params(), ma.num_params() * sizeof(float)));
+  for (int t = 0; t < 26; ++t) {
+    const auto& ta = plain->store->table(t);
+    const auto& tb = hot->store->table(t);
+    ASSERT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.rows() * ta.row_stride() * sizeof(float)))
+        << "table " << t;
+  }
+}
+
+TEST_F(HotRefreshTest, FailingBoundaryStopsThePipeline) {
+  auto run = MakeRun();
+  PipelineOptions po;
+  po.trainer = run->trainer.get();
+  po.store = run->store.get();
+  po.reader = run->reader.get();
+  po.boundary_every = 5;
+  po.on_boundary = [](int64_t step) {
+    return absl::UnavailableError(absl::StrCat("peer gone at ", step));
+  };
+  auto pipeline = TrainingPipeline::Create(po);
+  ASSERT_TRUE(pipeline.ok());
+  absl::Status st = (*pipeline)->Run();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(st.message()).find("peer gone at 5"), std::string::npos) << st;
+  EXPECT_EQ(run->trainer->steps_done(), 5);
+}
+
+}  // namespace
+}  // namespace dlrm::worker
