@@ -1,0 +1,137 @@
+// `dlrm`: the one binary of the service. Flags are read here, at the edge, and passed down as
+// options structs; every subcommand's work lives in its library.
+//
+//   dlrm train --config job.yaml [--metrics-out m.json] [--strict]   single-process trainer
+//   dlrm gen-data --out train.tsv --rows N [--max-rows R] [--seed S]  synthetic Criteo TSV
+//   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
+//   dlrm bench --shape kaggle-shape|model1                            full step vs GEMM bound
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench/training_bench.h"
+#include "client/dlrm_commands.h"
+#include "common/logging.h"
+#include "worker/input/binary_format.h"
+#include "worker/input/synthetic.h"
+#include "worker/train_command.h"
+
+namespace dlrm {
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+void AddTrain(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("train", "Train a job in this process (the reference trainer)");
+  static worker::TrainCommandOptions options;
+  cmd->add_option("-c,--config", options.config_path, "Job spec (YAML)")->required();
+  cmd->add_option("--metrics-out", options.metrics_out,
+                  "Write auc, logloss, accuracy, samples_per_sec, steps as one JSON object");
+  cmd->add_flag("--strict", options.strict, "Stop at the first malformed input line");
+  cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)");
+  cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)");
+  cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");
+  cmd->callback([run] {
+    *run = [] {
+      auto report = worker::RunTrainCommand(options);
+      return report.ok() ? 0 : Fail(report.status());
+    };
+  });
+}
+
+void AddGenData(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("gen-data", "Write synthetic Criteo TSV with a planted signal");
+  static worker::GenDataOptions options;
+  static int64_t max_rows = 0;
+  static std::string format = "tsv";
+  cmd->add_option("-o,--out", options.output, "Output file")->required();
+  cmd->add_option("-n,--rows", options.num_rows, "Number of samples")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", options.seed, "Random seed");
+  cmd->add_option("--max-rows", max_rows,
+                  "Cap every table's cardinality (0 = the full Kaggle cardinalities)");
+  cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the ids");
+  cmd->add_option("--signal", options.signal_strength, "Strength of the planted logistic signal");
+  cmd->add_option("--empty-fraction", options.empty_fraction, "Fraction of empty fields");
+  cmd->add_option("--format", format, "tsv | binary")->check(CLI::IsMember({"tsv", "binary"}));
+  cmd->callback([run] {
+    *run = [] {
+      if (max_rows > 0) options.cardinalities = worker::CappedKaggleCardinalities(max_rows);
+      options.format =
+          format == "binary" ? worker::InputFormat::kBinary : worker::InputFormat::kTsv;
+      worker::GenDataStats stats;
+      absl::Status st = worker::GenerateCriteoTsv(options, &stats);
+      if (!st.ok()) return Fail(st);
+      std::fprintf(stderr, "wrote %lld samples (%.1f%% positive) to %s\n",
+                   static_cast<long long>(stats.rows),
+                   stats.rows ? 100.0 * stats.positives / stats.rows : 0.0, options.output.c_str());
+      return 0;
+    };
+  });
+}
+
+void AddConvert(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("convert", "Convert Criteo TSV to the compact binary format");
+  static worker::ConvertOptions options;
+  cmd->add_option("-o,--out", options.output, "Output binary file")->required();
+  cmd->add_option("inputs", options.inputs, "Input TSV files")->required();
+  cmd->add_flag("--strict", options.strict, "Stop at the first malformed line");
+  cmd->callback([run] {
+    *run = [] {
+      auto result = worker::ConvertTsvToBinary(options);
+      if (!result.ok()) return Fail(result.status());
+      std::fprintf(stderr, "converted %lld records (%lld malformed lines skipped) to %s\n",
+                   static_cast<long long>(result->records), static_cast<long long>(result->skipped),
+                   options.output.c_str());
+      return 0;
+    };
+  });
+}
+
+void AddBench(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand(
+      "bench", "Full training step vs the GEMM-only bound of a shape (prints one JSON object)");
+  static bench::TrainingBenchOptions options;
+  cmd->add_option("--shape", options.shape, "kaggle-shape | model1");
+  cmd->add_option("--batch-size", options.batch_size, "Batch size (0 = the shape's)");
+  cmd->add_option("--steps", options.steps, "Timed steps per round and path");
+  cmd->add_option("--rounds", options.rounds, "Rounds (alternating full step and GEMM-only)");
+  cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids");
+  cmd->add_option("--device", options.device, "cpu | cuda | auto");
+  cmd->callback([run] {
+    *run = [] {
+      auto json = bench::RunTrainingBench(options);
+      if (!json.ok()) return Fail(json.status());
+      std::printf("%s\n", json->c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace
+}  // namespace dlrm
+
+int main(int argc, char** argv) {
+  CLI::App app{"dlrm: distributed DLRM training service"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug | info | warning | error");
+  std::function<int()> run;
+  dlrm::AddTrain(app, &run);
+  dlrm::AddGenData(app, &run);
+  dlrm::AddConvert(app, &run);
+  dlrm::AddBench(app, &run);
+  dlrm::AddServiceCommands(app, &run);
+  CLI11_PARSE(app, argc, argv);
+  dlrm::common::LogSeverity severity;
+  if (!dlrm::common::ParseLogSeverity(log_level, &severity)) {
+    std::fprintf(stderr, "error: --log-level: unknown level '%s'\n", log_level.c_str());
+    return 2;
+  }
+  dlrm::common::SetMinLogSeverity(severity);
+  return run ? run() : 0;
+}

@@ -1,0 +1,277 @@
+// `dlrm coordinator`, `dlrm ps`, `dlrm worker` and `dlrm local`: flags are parsed here and passed
+// down as options structs to the libraries (server/, worker/, client/local_cluster.h). Each
+// process shuts down cleanly on SIGINT or SIGTERM (client/termination_signals.h).
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/coordinator_client.h"
+#include "client/dlrm_commands.h"
+#include "client/local_cluster.h"
+#include "client/termination_signals.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "server/coordinator.h"
+#include "server/ps_process.h"
+#include "worker/worker_process.h"
+
+namespace dlrm {
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const std::string& text) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", text, "': expected a positive duration like 10s or 500ms"));
+  }
+  return d;
+}
+
+// Writes `port` to `path` atomically (write + rename), so a reader never sees half a number.
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) return absl::UnavailableError(absl::StrCat("--port-file: cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("--port-file: cannot rename to ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
+}
+
+// --- dlrm coordinator ------------------------------------------------------------------------
+
+struct CoordinatorFlags {
+  server::CoordinatorOptions options;
+  std::string lease_ttl = "10s";
+  std::string port_file;
+};
+
+int RunCoordinator(CoordinatorFlags& flags) {
+  client::InstallTerminationHandlers();
+  auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
+  if (!ttl.ok()) return Fail(ttl.status());
+  flags.options.lease_ttl = *ttl;
+  auto coordinator = server::Coordinator::Create(flags.options);
+  if (!coordinator.ok()) return Fail(coordinator.status());
+  absl::Status started = (*coordinator)->Start();
+  if (!started.ok()) return Fail(started);
+  DLRM_LOG(INFO) << "coordinator listening on " << (*coordinator)->address() << ", data in "
+                 << flags.options.data_dir << ", lease " << flags.options.lease_ttl
+                 << ((*coordinator)->metrics_port() > 0
+                         ? absl::StrCat(", metrics on :", (*coordinator)->metrics_port())
+                         : std::string());
+  if (!flags.port_file.empty()) {
+    absl::Status st = WritePortFile(flags.port_file, (*coordinator)->port());
+    if (!st.ok()) {
+      (*coordinator)->Shutdown();
+      return Fail(st);
+    }
+  }
+  client::TerminationSignals signals([&](int) { (*coordinator)->Shutdown(); });
+  (*coordinator)->Wait();
+  DLRM_LOG(INFO) << "coordinator stopped";
+  return 0;
+}
+
+void AddCoordinator(CLI::App& app, std::function<int()>* run) {
+  auto* cmd =
+      app.add_subcommand("coordinator", "Run the coordinator (membership, jobs, rendezvous)");
+  static CoordinatorFlags flags;
+  cmd->add_option("--listen", flags.options.listen_address, "gRPC address (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--data-dir", flags.options.data_dir, "Folder of the coordinator's RocksDB")
+      ->required();
+  cmd->add_option("--lease-ttl", flags.lease_ttl, "Member lease, e.g. 10s or 500ms")
+      ->capture_default_str();
+  cmd->add_option("--metrics-port", flags.options.metrics_port,
+                  "Prometheus port (0: any free port, < 0: none)");
+  cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file");
+  cmd->callback([run] { *run = [] { return RunCoordinator(flags); }; });
+}
+
+// --- dlrm ps ---------------------------------------------------------------------------------
+
+struct PsFlags {
+  server::PsProcessOptions options;
+  std::string memory_budget = "1GiB";
+  int metrics_port = -1;
+};
+
+int RunPs(PsFlags& flags) {
+  client::InstallTerminationHandlers();
+  auto budget = common::ParseByteSize(flags.memory_budget);
+  if (!budget.ok()) return Fail(budget.status());
+  flags.options.server.memory_budget_bytes = *budget;
+  auto metrics = common::MetricsRegistry::Create({.port = flags.metrics_port});
+  if (!metrics.ok()) return Fail(metrics.status());
+  flags.options.server.metrics = metrics->get();
+  if ((*metrics)->port() > 0) {
+    const std::string& advertise = flags.options.advertise_address;
+    const std::string host =
+        advertise.empty() ? HostName() : advertise.substr(0, advertise.rfind(':'));
+    flags.options.metrics_address = absl::StrCat(host, ":", (*metrics)->port());
+  }
+  auto ps = server::PsProcess::Create(flags.options);
+  if (!ps.ok()) return Fail(ps.status());
+  DLRM_LOG(INFO) << "parameter server listening on " << (*ps)->server().address()
+                 << " (advertised as " << (*ps)->advertise_address() << "), memory budget "
+                 << flags.memory_budget << ", data in " << flags.options.server.data_dir;
+  client::TerminationSignals signals([&](int) { (*ps)->Shutdown(); });
+  absl::Status status = (*ps)->Run();
+  return status.ok() ? 0 : Fail(status);
+}
+
+void AddPs(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("ps", "Run a parameter server (embedding shards)");
+  static PsFlags flags;
+  flags.options.server.listen_address = "0.0.0.0:50061";
+  cmd->add_option("--coordinator", flags.options.coordinator, "Coordinator address")
+      ->envname("DLRM_COORDINATOR")
+      ->capture_default_str();
+  cmd->add_option("--listen", flags.options.server.listen_address,
+                  "gRPC address (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--advertise", flags.options.advertise_address,
+                  "HOST:PORT workers reach this server at (default: the bound address)");
+  cmd->add_option("--data-dir", flags.options.server.data_dir, "Folder of the RocksDB tiers")
+      ->required();
+  cmd->add_option("--memory-budget", flags.memory_budget, "Bytes of the memory tier, e.g. 4GiB")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags.options.server.num_threads, "Work-pool threads (0: cores)");
+  cmd->add_option("--metrics-port", flags.metrics_port,
+                  "Prometheus port (0: any free port, < 0: none)");
+  cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
+  cmd->callback([run] { *run = [] { return RunPs(flags); }; });
+}
+
+// --- dlrm worker -----------------------------------------------------------------------------
+
+struct WorkerFlags {
+  worker::WorkerProcessOptions options;
+  int metrics_port = -1;
+  bool no_pipeline = false;
+};
+
+int RunWorker(WorkerFlags& flags) {
+  client::InstallTerminationHandlers();
+  auto metrics = common::MetricsRegistry::Create({.port = flags.metrics_port});
+  if (!metrics.ok()) return Fail(metrics.status());
+  flags.options.metrics = metrics->get();
+  flags.options.use_pipeline = !flags.no_pipeline;
+  if ((*metrics)->port() > 0) {
+    flags.options.metrics_address = absl::StrCat(
+        flags.options.advertise_host.empty() ? HostName() : flags.options.advertise_host, ":",
+        (*metrics)->port());
+  }
+  auto worker = worker::WorkerProcess::Create(flags.options);
+  if (!worker.ok()) return Fail(worker.status());
+  client::TerminationSignals signals([&](int) { (*worker)->Shutdown(); });
+  absl::Status status = (*worker)->Run();
+  return status.ok() ? 0 : Fail(status);
+}
+
+void AddWorker(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("worker", "Run a training worker (serves jobs one after another)");
+  static WorkerFlags flags;
+  cmd->add_option("--coordinator", flags.options.coordinator, "Coordinator address")
+      ->envname("DLRM_COORDINATOR")
+      ->capture_default_str();
+  cmd->add_option("--device", flags.options.device, "auto | cpu | cuda (overrides the spec)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--advertise-host", flags.options.advertise_host,
+                  "Address the other workers reach this one at for collectives");
+  cmd->add_option("--metrics-port", flags.metrics_port,
+                  "Prometheus port (0: any free port, < 0: none)");
+  cmd->add_option("--threads", flags.options.threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
+  cmd->add_flag("--no-pipeline", flags.no_pipeline,
+                "Run the plain Trainer::Step loop instead of the pipelined trainer");
+  cmd->callback([run] { *run = [] { return RunWorker(flags); }; });
+}
+
+// --- dlrm local ------------------------------------------------------------------------------
+
+struct LocalFlags {
+  client::LocalCommandOptions options;
+  std::string lease_ttl = "10s";
+  bool no_pipeline = false;
+  bool no_progress = false;
+};
+
+void AddLocal(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand(
+      "local",
+      "Run a whole cluster on this machine (coordinator, parameter servers, workers), "
+      "train a job on it and exit with its result");
+  static LocalFlags flags;
+  auto& o = flags.options;
+  cmd->add_option("-c,--config", o.config_path, "Job spec (YAML)")->required();
+  cmd->add_option("--ps", o.cluster.num_ps, "Parameter servers")->capture_default_str();
+  cmd->add_option("--workers", o.cluster.num_workers, "Workers")->capture_default_str();
+  cmd->add_option("--data-dir", o.cluster.data_dir,
+                  "Folder for the processes' data and logs (default: a temporary folder)");
+  cmd->add_option("--metrics-out", o.metrics_out,
+                  "Write the final metrics as JSON (as dlrm train)");
+  cmd->add_flag("--keep-running", o.keep_running,
+                "After the job, keep the cluster up (for dlrmctl) until Ctrl-C");
+  cmd->add_option("--memory-budget", o.cluster.memory_budget,
+                  "Each parameter server's memory tier, e.g. 1GiB");
+  cmd->add_option("--lease-ttl", flags.lease_ttl, "Member lease of the coordinator")
+      ->capture_default_str();
+  cmd->add_option("--device", o.cluster.device, "Workers' device: auto | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--worker-threads", o.cluster.worker_threads,
+                  "CPU threads per worker (0 = cores / workers)");
+  cmd->add_flag("--no-pipeline", flags.no_pipeline, "Workers run the plain Trainer::Step loop");
+  cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
+  cmd->callback([run] {
+    *run = [] {
+      auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
+      if (!ttl.ok()) return Fail(ttl.status());
+      flags.options.cluster.lease_ttl = *ttl;
+      flags.options.cluster.worker_pipeline = !flags.no_pipeline;
+      flags.options.show_progress = !flags.no_progress;
+      if (!flags.options.cluster.memory_budget.empty()) {
+        auto budget = common::ParseByteSize(flags.options.cluster.memory_budget);
+        if (!budget.ok()) return Fail(budget.status());
+      }
+      flags.options.cluster.log_level =
+          common::MinLogSeverity() == common::LogSeverity::kDebug ? "debug" : "";
+      return client::RunLocalCommand(flags.options);
+    };
+  });
+}
+
+}  // namespace
+
+void AddServiceCommands(CLI::App& app, std::function<int()>* run) {
+  AddCoordinator(app, run);
+  AddPs(app, run);
+  AddWorker(app, run);
+  AddLocal(app, run);
+}
+
+}  // namespace dlrm

@@ -1,0 +1,327 @@
+#include "client/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/coordinator_client.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace dlrm::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Reaps `pid` if it has exited; true when it is gone.
+bool Reaped(pid_t pid, int* wait_status) {
+  const pid_t r = waitpid(pid, wait_status, WNOHANG);
+  return r == pid || (r < 0 && errno == ECHILD);
+}
+
+std::string DescribeExit(int wait_status) {
+  if (WIFEXITED(wait_status)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) return absl::StrCat("killed by signal ", WTERMSIG(wait_status));
+  return "stopped";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
+    const LocalClusterOptions& options) {
+  if (options.num_ps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--ps ", options.num_ps, " must be >= 1"));
+  }
+  if (options.num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers ", options.num_workers, " must be >= 1"));
+  }
+  auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(options));
+  cluster->binary_ = options.dlrm_binary;
+  if (cluster->binary_.empty()) {
+    std::error_code ec;
+    cluster->binary_ = fs::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return absl::InternalError(absl::StrCat("/proc/self/exe: ", ec.message()));
+  }
+  if (options.data_dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "dlrm-local-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot create a temporary folder ", tmpl, ": ", std::strerror(errno)));
+    }
+    cluster->data_dir_ = tmpl;
+    cluster->temp_dir_ = true;
+  } else {
+    cluster->data_dir_ = fs::absolute(options.data_dir).string();
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(cluster->data_dir_) / "logs", ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("--data-dir ", cluster->data_dir_, ": ", ec.message()));
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+absl::Status LocalCluster::Spawn(const std::string& name, const std::vector<std::string>& args) {
+  const std::string log_path = absl::StrCat(data_dir_, "/logs/", name, ".log");
+  std::vector<std::string> argv_storage = {binary_};
+  if (!options_.log_level.empty()) {
+    argv_storage.push_back("--log-level");
+    argv_storage.push_back(options_.log_level);
+  }
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::CancelledError("local cluster is stopping");
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::ResourceExhaustedError(absl::StrCat("fork for ", name, ": ", strerror(errno)));
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);  // the parent died before prctl
+    setpgid(0, 0);  // Ctrl-C reaches the parent, which stops the children in order
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(log_fd);
+  children_.push_back({name, log_path, pid});
+  DLRM_LOG(DEBUG) << "started " << name << " (pid " << pid
+                  << "): " << absl::StrJoin(argv_storage, " ");
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::WaitForPortFile(const std::string& path) {
+  const absl::Time deadline = absl::Now() + options_.ready_timeout;
+  while (absl::Now() < deadline) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return absl::CancelledError("local cluster is stopping");
+      for (const Child& child : children_) {
+        int wait_status = 0;
+        if (child.name == "coordinator" && Reaped(child.pid, &wait_status)) {
+          return absl::UnavailableError(absl::StrCat("the coordinator ", DescribeExit(wait_status),
+                                                     " at start-up; see ", child.log_path, ":\n",
+                                                     LogTail(child.name)));
+        }
+      }
+    }
+    int port = 0;
+    if (absl::SimpleAtoi(ReadFile(path), &port) && port > 0) {
+      coordinator_address_ = absl::StrCat("127.0.0.1:", port);
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("the coordinator did not report its port within ",
+                                                  absl::FormatDuration(options_.ready_timeout)));
+}
+
+absl::Status LocalCluster::Launch() {
+  const std::string port_file = absl::StrCat(data_dir_, "/coordinator.port");
+  std::error_code ec;
+  fs::remove(port_file, ec);
+  DLRM_RETURN_IF_ERROR(
+      Spawn("coordinator", {"coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            absl::StrCat(data_dir_, "/coordinator"), "--lease-ttl",
+                            absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
+                            "--port-file", port_file}));
+  DLRM_RETURN_IF_ERROR(WaitForPortFile(port_file));
+
+  for (int i = 0; i < options_.num_ps; ++i) {
+    std::vector<std::string> args = {"ps",
+                                     "--coordinator",
+                                     coordinator_address_,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--data-dir",
+                                     absl::StrCat(data_dir_, "/ps-", i),
+                                     "--name",
+                                     absl::StrCat("ps-", i)};
+    if (!options_.memory_budget.empty()) {
+      args.push_back("--memory-budget");
+      args.push_back(options_.memory_budget);
+    }
+    DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("ps-", i), args));
+  }
+  int threads = options_.worker_threads;
+  if (threads <= 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / options_.num_workers);
+  }
+  for (int i = 0; i < options_.num_workers; ++i) {
+    std::vector<std::string> args = {"worker",
+                                     "--coordinator",
+                                     coordinator_address_,
+                                     "--device",
+                                     options_.device,
+                                     "--advertise-host",
+                                     "127.0.0.1",
+                                     "--threads",
+                                     absl::StrCat(threads),
+                                     "--name",
+                                     absl::StrCat("worker-", i)};
+    if (!options_.worker_pipeline) args.push_back("--no-pipeline");
+    DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("worker-", i), args));
+  }
+  return WaitReady();
+}
+
+absl::Status LocalCluster::WaitReady() {
+  DLRM_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Create({.address = coordinator_address_,
+                                                                .timeout = absl::Seconds(2)}));
+  const absl::Time deadline = absl::Now() + options_.ready_timeout;
+  std::string last;
+  while (absl::Now() < deadline) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return absl::CancelledError("local cluster is stopping");
+      for (const Child& child : children_) {
+        int wait_status = 0;
+        if (Reaped(child.pid, &wait_status)) {
+          return absl::UnavailableError(absl::StrCat(child.name, " ", DescribeExit(wait_status),
+                                                     " at start-up; see ", child.log_path, ":\n",
+                                                     LogTail(child.name)));
+        }
+      }
+    }
+    absl::StatusOr<dlrm::v1::GetClusterViewResponse> view = client->Members();
+    if (view.ok()) {
+      int ps = 0, workers = 0;
+      for (const dlrm::v1::Member& m : view->members()) {
+        if (m.state() != dlrm::v1::MEMBER_STATE_ALIVE) continue;
+        if (m.role() == dlrm::v1::ROLE_PS) ++ps;
+        if (m.role() == dlrm::v1::ROLE_WORKER) ++workers;
+      }
+      if (ps >= options_.num_ps && workers >= options_.num_workers) return absl::OkStatus();
+      last = absl::StrCat(ps, "/", options_.num_ps, " parameter servers and ", workers, "/",
+                          options_.num_workers, " workers registered");
+    } else {
+      last = std::string(view.status().message());
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("the local cluster was not ready within ",
+                                                  absl::FormatDuration(options_.ready_timeout),
+                                                  ": ", last, "; logs in ", data_dir_, "/logs"));
+}
+
+std::string LocalCluster::LogTail(const std::string& name) const {
+  const std::string text = ReadFile(absl::StrCat(data_dir_, "/logs/", name, ".log"));
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  const size_t keep = 15;
+  if (lines.size() > keep) lines.erase(lines.begin(), lines.end() - keep);
+  return absl::StrJoin(lines, "\n");
+}
+
+std::vector<std::pair<std::string, std::string>> LocalCluster::logs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Child& c : children_) out.emplace_back(c.name, c.log_path);
+  return out;
+}
+
+void LocalCluster::KeepDataDir() {
+  absl::MutexLock lock(&mu_);
+  keep_data_dir_ = true;
+}
+
+std::vector<pid_t> LocalCluster::pids() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<pid_t> out;
+  for (const Child& c : children_) {
+    if (c.pid > 0) out.push_back(c.pid);
+  }
+  return out;
+}
+
+void LocalCluster::SignalAndWait(const std::string& prefix, absl::Duration wait) {
+  // REQUIRES: mu_ held.
+  for (Child& c : children_) {
+    if (c.pid > 0 && c.name.rfind(prefix, 0) == 0) kill(c.pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + wait;
+  while (true) {
+    bool all_gone = true;
+    for (Child& c : children_) {
+      if (c.pid <= 0 || c.name.rfind(prefix, 0) != 0) continue;
+      int wait_status = 0;
+      if (Reaped(c.pid, &wait_status)) {
+        DLRM_LOG(DEBUG) << c.name << " " << DescribeExit(wait_status);
+        c.pid = -1;
+      } else {
+        all_gone = false;
+      }
+    }
+    if (all_gone || absl::Now() >= deadline) return;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+void LocalCluster::Stop() {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  // Workers first, so they can leave the cluster while the coordinator still answers; then
+  // everyone (a worker stuck in a lookup is released when its parameter server stops).
+  SignalAndWait("worker-", std::min(options_.stop_grace, absl::Seconds(2)));
+  SignalAndWait("", options_.stop_grace);
+  for (Child& c : children_) {
+    if (c.pid <= 0) continue;
+    DLRM_LOG(WARNING) << c.name << " (pid " << c.pid << ") did not stop within "
+                      << options_.stop_grace << "; killing it";
+    kill(c.pid, SIGKILL);
+    int wait_status = 0;
+    waitpid(c.pid, &wait_status, 0);
+    c.pid = -1;
+  }
+  if (temp_dir_ && !keep_data_dir_) {
+    std::error_code ec;
+    fs::remove_all(data_dir_, ec);
+  }
+}
+
+}  // namespace dlrm::client

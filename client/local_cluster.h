@@ -1,0 +1,108 @@
+// `dlrm local` as a library: a whole cluster on this machine. LocalCluster starts a coordinator,
+// N parameter servers and M workers as CHILD PROCESSES of the `dlrm` binary on free loopback
+// ports (the coordinator binds port 0 and writes the bound port to a file; parameter servers and
+// workers bind port 0 and register with it), with their data directories and logs under one
+// folder, and stops them again: SIGTERM, a grace period, then SIGKILL. Children die with the
+// parent (PR_SET_PDEATHSIG), so even a SIGKILLed `dlrm local` leaves no orphans.
+//
+// RunLocalCommand submits a job spec to such a cluster through the client library, shows its
+// progress, prints the final metrics as `dlrm train` does (and writes --metrics-out with the same
+// JSON), and returns the job's result as an exit code: 0 SUCCEEDED, 1 FAILED or CANCELLED, 2 bad
+// arguments or spec, 130 interrupted (SIGINT/SIGTERM, forwarded to the children).
+//
+// Threading: LocalCluster::Stop may be called from any thread, more than once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace dlrm::client {
+
+struct LocalClusterOptions {
+  std::string dlrm_binary;    // "" = this executable (/proc/self/exe)
+  int num_ps = 1;             // >= 1
+  int num_workers = 1;        // >= 1
+  std::string data_dir;       // "" = a fresh temporary folder, removed by Stop()
+  std::string memory_budget;  // each parameter server's --memory-budget ("" = its default)
+  absl::Duration lease_ttl = absl::Seconds(10);
+  std::string device = "auto";  // workers' --device
+  int worker_threads = 0;       // workers' --threads; 0 = cores / workers (at least 1)
+  bool worker_pipeline = true;  // false: workers run the plain Trainer::Step loop
+  std::string log_level;        // children's --log-level ("" = theirs)
+  absl::Duration ready_timeout = absl::Seconds(60);
+  absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM -> SIGKILL
+};
+
+class LocalCluster {
+ public:
+  // Validates the options and makes the data folder; starts nothing yet.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Create(const LocalClusterOptions& options);
+  ~LocalCluster();  // Stop()
+
+  // Starts every child and waits until the coordinator answers and every parameter server and
+  // worker holds a lease. On failure the error names the child and its log (call Stop() to
+  // clean up). CANCELLED when Stop() is called meanwhile (e.g. by a signal thread).
+  absl::Status Launch();
+
+  const std::string& coordinator_address() const { return coordinator_address_; }
+  const std::string& data_dir() const { return data_dir_; }
+  // Log file of each child, e.g. {"coordinator", ".../logs/coordinator.log"}.
+  std::vector<std::pair<std::string, std::string>> logs() const;
+  // Keeps a temporary data_dir (and the logs in it) when the cluster stops, e.g. after a failure.
+  void KeepDataDir();
+  // Pids of the children still running.
+  std::vector<pid_t> pids() const;
+
+  // SIGTERMs the workers (up to 2 s to leave), then every child; SIGKILLs what is left after
+  // options.stop_grace; reaps all. Removes a temporary data_dir. Idempotent, any thread.
+  void Stop();
+
+ private:
+  struct Child {
+    std::string name;
+    std::string log_path;
+    pid_t pid = -1;
+  };
+
+  explicit LocalCluster(const LocalClusterOptions& options) : options_(options) {}
+  absl::Status Spawn(const std::string& name, const std::vector<std::string>& args);
+  absl::Status WaitReady();
+  // Polls for the coordinator's port file.
+  absl::Status WaitForPortFile(const std::string& path);
+  // SIGTERMs the children whose name starts with `prefix` and reaps them for up to `wait`.
+  void SignalAndWait(const std::string& prefix, absl::Duration wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string LogTail(const std::string& name) const;
+
+  LocalClusterOptions options_;
+  std::string binary_;
+  std::string data_dir_;
+  bool temp_dir_ = false;
+  std::string coordinator_address_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Child> children_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool keep_data_dir_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+struct LocalCommandOptions {
+  std::string config_path;
+  std::string metrics_out;    // "" = none
+  bool keep_running = false;  // after the job, keep the cluster up until Ctrl-C
+  bool show_progress = true;
+  LocalClusterOptions cluster;
+};
+
+// Runs `dlrm local`; returns the process exit code (see the file comment).
+int RunLocalCommand(const LocalCommandOptions& options);
+
+}  // namespace dlrm::client

@@ -1,0 +1,213 @@
+// RunLocalCommand (client/local_cluster.h): `dlrm local` end to end, with its signal handling.
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/coordinator_client.h"
+#include "client/local_cluster.h"
+#include "client/termination_signals.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/progress.h"
+#include "worker/train_report.h"
+
+namespace dlrm::client {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitInterrupted = 130;
+
+// Stops the cluster on SIGINT/SIGTERM; the blocked main flow then sees its calls fail and
+// returns. WaitForSignal() parks the caller until then (--keep-running).
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(LocalCluster* cluster)
+      : signals_([this, cluster](int sig) {
+          std::fprintf(stderr, "\n%s: stopping the local cluster\n",
+                       sig == SIGINT ? "interrupted" : "terminated");
+          {
+            absl::MutexLock lock(&mu_);
+            interrupted_ = true;
+          }
+          cluster->Stop();
+        }) {}
+  bool interrupted() const {
+    absl::MutexLock lock(&mu_);
+    return interrupted_;
+  }
+  void WaitForSignal() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&interrupted_));
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
+  TerminationSignals signals_;  // last: its thread uses the members above
+};
+
+worker::TrainReport ReportFromJob(const dlrm::v1::Job& job) {
+  const dlrm::v1::FinalMetrics& fm = job.final_metrics();
+  worker::TrainReport r;
+  r.auc = fm.auc();
+  r.logloss = fm.logloss();
+  r.accuracy = fm.accuracy();
+  r.samples_per_sec = fm.samples_per_sec();
+  r.steps = fm.steps();
+  r.train_samples = fm.samples();
+  r.train_seconds = fm.train_seconds();
+  const auto& m = job.progress().metrics();
+  if (auto it = m.find("eval_samples"); it != m.end()) {
+    r.eval_samples = static_cast<int64_t>(it->second);
+  }
+  if (auto it = m.find("skipped_lines"); it != m.end()) {
+    r.skipped_lines = static_cast<int64_t>(it->second);
+  }
+  return r;
+}
+
+// After a failure: keep the logs and say where they are.
+void PrintLogTails(LocalCluster& cluster) {
+  cluster.KeepDataDir();
+  for (const auto& [name, path] : cluster.logs()) {
+    std::fprintf(stderr, "  %s log: %s\n", name.c_str(), path.c_str());
+  }
+}
+
+// Submits the job, follows it to its end and reports; returns the exit code.
+int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, LocalCluster& cluster,
+           const SignalWatcher& signals) {
+  auto client = CoordinatorClient::Create({.address = cluster.coordinator_address()});
+  if (!client.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(client.status().message()).c_str());
+    return kExitFailed;
+  }
+  absl::StatusOr<dlrm::v1::Job> job = (*client)->Submit(
+      spec_yaml, {.workers = options.cluster.num_workers, .ps = options.cluster.num_ps});
+  if (!job.ok()) {
+    if (signals.interrupted()) return kExitInterrupted;
+    std::fprintf(stderr, "error: submit: %s\n", std::string(job.status().message()).c_str());
+    return job.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed;
+  }
+  const std::string job_id = job->job_id();
+  std::fprintf(stderr, "submitted job %s to %s (%d parameter server(s), %d worker(s))\n",
+               job_id.c_str(), cluster.coordinator_address().c_str(), options.cluster.num_ps,
+               options.cluster.num_workers);
+  worker::ProgressLine progress;
+  const absl::Time start = absl::Now();
+  job = (*client)->Watch(job_id, [&](const dlrm::v1::JobEvent& event) {
+    const dlrm::v1::Job& j = event.job();
+    if (options.show_progress && j.state() == dlrm::v1::JOB_STATE_RUNNING &&
+        j.total_samples() > 0) {
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      progress.Update(absl::StrCat("job ", job_id), j.progress().step(), j.total_samples(),
+                      j.progress().loss(), seconds > 0 ? j.total_samples() / seconds : 0);
+    }
+    return true;
+  });
+  if (options.show_progress) progress.Finish();
+  if (signals.interrupted()) return kExitInterrupted;
+  if (!job.ok()) {
+    std::fprintf(stderr, "error: watching job %s: %s\n", job_id.c_str(),
+                 std::string(job.status().message()).c_str());
+    PrintLogTails(cluster);
+    return kExitFailed;
+  }
+  if (job->state() != dlrm::v1::JOB_STATE_SUCCEEDED) {
+    std::fprintf(stderr, "job %s %s: %s\n", job_id.c_str(),
+                 job->state() == dlrm::v1::JOB_STATE_CANCELLED ? "CANCELLED" : "FAILED",
+                 job->message().c_str());
+    PrintLogTails(cluster);
+    return kExitFailed;
+  }
+  const auto& m = job->progress().metrics();
+  if (m.contains("ps_memory_rows") && m.contains("ps_rocksdb_reads") &&
+      m.contains("ps_rocksdb_writes")) {
+    std::fprintf(stderr,
+                 "parameter servers: %.0f rows in memory; RocksDB tier: %.0f rows read, %.0f rows "
+                 "written\n",
+                 m.at("ps_memory_rows"), m.at("ps_rocksdb_reads"), m.at("ps_rocksdb_writes"));
+  }
+  const worker::TrainReport report = ReportFromJob(*job);
+  std::printf("%s\n", worker::TrainReportSummary(report).c_str());
+  std::fflush(stdout);
+  if (!options.metrics_out.empty()) {
+    absl::Status st = worker::WriteTrainReport(options.metrics_out, report);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+      return kExitFailed;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunLocalCommand(const LocalCommandOptions& options) {
+  // Early, so that a Ctrl-C during start-up is not lost.
+  InstallTerminationHandlers();
+
+  absl::StatusOr<common::JobSpec> spec = common::LoadJobSpec(options.config_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(spec.status().message()).c_str());
+    return spec.status().code() == absl::StatusCode::kNotFound ? kExitFailed : kExitBadInput;
+  }
+  // LoadJobSpec resolved relative data paths against the spec's folder; the YAML we submit
+  // carries them absolute, so workers find the data whatever their working directory.
+  const std::string spec_yaml = common::JobSpecToYaml(*spec);
+  // A missing data file would only show up in a worker's log after the cluster started.
+  for (const auto* paths : {&spec->train_paths, &spec->eval_paths}) {
+    for (const std::string& path : *paths) {
+      std::error_code ec;
+      if (!std::filesystem::exists(path, ec)) {
+        std::fprintf(stderr, "error: %s: data file '%s' not found\n", options.config_path.c_str(),
+                     path.c_str());
+        return kExitFailed;
+      }
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(options.cluster);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(cluster.status().message()).c_str());
+    return cluster.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput
+                                                                         : kExitFailed;
+  }
+  int code = 0;
+  {
+    SignalWatcher signals(cluster->get());
+    absl::Status launched = (*cluster)->Launch();
+    if (!launched.ok()) {
+      if (signals.interrupted()) {
+        code = kExitInterrupted;
+      } else {
+        std::fprintf(stderr, "error: starting the local cluster: %s\n",
+                     std::string(launched.message()).c_str());
+        code = kExitFailed;
+      }
+    } else {
+      std::fprintf(stderr, "local cluster up: coordinator %s, data in %s\n",
+                   (*cluster)->coordinator_address().c_str(), (*cluster)->data_dir().c_str());
+      code = RunJob(options, spec_yaml, **cluster, signals);
+      if (options.keep_running && code != kExitInterrupted) {
+        std::printf("coordinator: %s\n", (*cluster)->coordinator_address().c_str());
+        std::fflush(stdout);
+        std::fprintf(stderr,
+                     "the cluster keeps running: dlrmctl --coordinator %s submit -f JOB.yaml "
+                     "--wait; Ctrl-C to stop\n",
+                     (*cluster)->coordinator_address().c_str());
+        signals.WaitForSignal();
+      }
+    }
+    (*cluster)->Stop();
+  }
+  return code;
+}
+
+}  // namespace dlrm::client

@@ -1,0 +1,313 @@
+// Multi-process tests of the service: the real `dlrm` and `dlrmctl` binaries on loopback ports.
+// One generated data set (20k samples, tables capped at 1000 rows) and one tiny model are shared
+// by every test; `dlrm train` on them is the reference.
+//
+// Tolerances: with 1 parameter server and 1 worker and staleness 0 the distributed run computes
+// the same floating-point operations in the same order as `dlrm train` (the optimizer runs on the
+// server with the same kernels, the dense model is seeded the same), so AUC and logloss must agree
+// to 1e-5 (they are printed to 1e-4; in practice they are bitwise equal). With 2 workers the data
+// is split and dense gradients are allreduced, so only the quality is compared: AUC within 0.01.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_util.h"
+#include "worker/train_report.h"
+
+namespace dlrm::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kSameModelTolerance = 1e-5;
+constexpr double kAucTolerance = 0.01;
+
+std::string JobYaml(int epochs, int staleness, const std::string& name) {
+  return absl::StrCat(R"(name: )", name, R"(
+model:
+  dense_features: 13
+  bottom_mlp: [16, 8]
+  top_mlp: [16, 1]
+  embedding_dim: 8
+  pooling: sum
+tables:
+  cardinalities: [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
+                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
+                  142572]
+  max_rows: 1000
+optimizer:
+  dense: {type: adam, learning_rate: 0.003}
+  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+training:
+  batch_size: 256
+  epochs: )",
+                      epochs, R"(
+  seed: 11
+  staleness: )",
+                      staleness, R"(
+data:
+  train: [train.tsv]
+  eval_fraction: 0.1
+)");
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/dlrm-integration-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    ProcessResult gen = RunProcess({BinPath("dlrm"), "gen-data", "--out", *dir_ + "/train.tsv",
+                                    "--rows", "20000", "--max-rows", "1000", "--seed", "7"},
+                                   *dir_, "gen-data", absl::Seconds(60));
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    WriteFile(*dir_ + "/job.yaml", JobYaml(1, 0, "it-job"));
+    WriteFile(*dir_ + "/job3.yaml", JobYaml(3, 1, "it-job3"));
+    WriteFile(*dir_ + "/long.yaml", JobYaml(200, 1, "it-long"));
+    ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+                                      "--metrics-out", *dir_ + "/reference.json", "--no-progress"},
+                                     *dir_, "train", absl::Seconds(120));
+    ASSERT_EQ(train.exit_code, 0) << train.err;
+    auto report = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/reference.json"));
+    ASSERT_TRUE(report.ok()) << report.status();
+    reference_ = new worker::TrainReport(*report);
+    ASSERT_GT(reference_->auc, 0.6) << "the reference did not learn; the comparison would be weak";
+  }
+
+  static void TearDownTestSuite() {
+    if (dir_ != nullptr) {
+      std::error_code ec;
+      fs::remove_all(*dir_, ec);
+    }
+    delete dir_;
+    delete reference_;
+    dir_ = nullptr;
+    reference_ = nullptr;
+  }
+
+  static void WriteFile(const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+  }
+
+  static std::string Dir() { return *dir_; }
+  static const worker::TrainReport& Reference() { return *reference_; }
+
+  // `dlrm local` on a job spec; returns its result and, when it wrote one, its report.
+  ProcessResult RunLocal(const std::string& name, std::vector<std::string> extra,
+                         worker::TrainReport* report, const std::string& config = "job.yaml",
+                         absl::Duration timeout = absl::Seconds(120)) {
+    const std::string metrics = absl::StrCat(Dir(), "/", name, ".json");
+    std::vector<std::string> argv = {BinPath("dlrm"), "local", "--config",     Dir() + "/" + config,
+                                     "--metrics-out", metrics, "--no-progress"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ProcessResult result = RunProcess(argv, Dir(), name, timeout);
+    if (report != nullptr && result.exit_code == 0) {
+      auto parsed = worker::TrainReportFromJson(ReadFileOrEmpty(metrics));
+      EXPECT_TRUE(parsed.ok()) << parsed.status();
+      if (parsed.ok()) *report = *parsed;
+    }
+    return result;
+  }
+
+  // Waits until `p`'s stderr (or stdout) contains `text`; false after `timeout` or if p exits.
+  static bool WaitForOutput(Process& p, const std::string& text, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (absl::StrContains(p.Stderr(), text) || absl::StrContains(p.Stdout(), text)) return true;
+      if (!p.Running()) return false;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  static std::vector<pid_t> ChildrenMatching(pid_t parent, const std::string& role) {
+    std::vector<pid_t> out;
+    for (pid_t pid : ChildrenOf(parent)) {
+      if (absl::StrContains(CommandLine(pid), absl::StrCat(" ", role, " "))) out.push_back(pid);
+    }
+    return out;
+  }
+
+  static std::string* dir_;
+  static worker::TrainReport* reference_;
+};
+
+std::string* ClusterTest::dir_ = nullptr;
+worker::TrainReport* ClusterTest::reference_ = nullptr;
+
+TEST_F(ClusterTest, OnePsOneWorkerTrainsTheSameModelAsDlrmTrain) {
+  worker::TrainReport report;
+  ProcessResult r = RunLocal("local-1x1", {"--ps", "1", "--workers", "1"}, &report);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(report.steps, Reference().steps);
+  EXPECT_EQ(report.train_samples, Reference().train_samples);
+  EXPECT_EQ(report.eval_samples, Reference().eval_samples);
+  EXPECT_NEAR(report.auc, Reference().auc, kSameModelTolerance);
+  EXPECT_NEAR(report.logloss, Reference().logloss, kSameModelTolerance);
+  EXPECT_NEAR(report.accuracy, Reference().accuracy, kSameModelTolerance);
+  // The same summary line as dlrm train.
+  EXPECT_TRUE(absl::StrContains(r.out, "AUC ")) << r.out;
+}
+
+TEST_F(ClusterTest, TwoPsTwoWorkersReachTheAucOfDlrmTrain) {
+  // Three epochs, so that both runs are near convergence: with half the steps per epoch, two
+  // workers lag one process early in training by more than the tolerance.
+  ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job3.yaml",
+                                    "--metrics-out", Dir() + "/reference3.json", "--no-progress"},
+                                   Dir(), "train3", absl::Seconds(120));
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  auto reference = worker::TrainReportFromJson(ReadFileOrEmpty(Dir() + "/reference3.json"));
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  worker::TrainReport report;
+  ProcessResult r = RunLocal("local-2x2", {"--ps", "2", "--workers", "2"}, &report, "job3.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(report.auc, reference->auc, kAucTolerance)
+      << "dlrm train " << reference->auc << ", 2 PS + 2 workers " << report.auc;
+  // Each worker trains on its half of the training samples (even shards), so the job takes
+  // about half the steps of one process and sees (almost) every sample.
+  EXPECT_EQ(report.train_samples % 2, 0);
+  EXPECT_GE(report.train_samples, reference->train_samples - 3 * 2 * 256);
+  EXPECT_LE(report.steps, reference->steps / 2 + 3);
+}
+
+// The parameter servers' tier counters that dlrm local prints after a job.
+struct TierCounters {
+  int64_t memory_rows = -1;
+  int64_t rocksdb_reads = -1;
+  int64_t rocksdb_writes = -1;
+};
+
+TierCounters ParseTierCounters(const std::string& err) {
+  TierCounters c;
+  for (absl::string_view line : absl::StrSplit(err, '\n')) {
+    // "parameter servers: N rows in memory; RocksDB tier: R rows read, W rows written"
+    if (!absl::ConsumePrefix(&line, "parameter servers: ")) continue;
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() < 10) continue;
+    (void)absl::SimpleAtoi(words[0], &c.memory_rows);
+    (void)absl::SimpleAtoi(words[6], &c.rocksdb_reads);
+    (void)absl::SimpleAtoi(words[9], &c.rocksdb_writes);
+  }
+  return c;
+}
+
+TEST_F(ClusterTest, RowsSpilledToRocksDbComeBackWithTheirValues) {
+  // Without a tight budget every row stays in memory; the RocksDB tier is only probed once per
+  // new row (a miss).
+  worker::TrainReport roomy_report;
+  ProcessResult roomy = RunLocal("local-roomy", {}, &roomy_report);
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  const TierCounters all_in_memory = ParseTierCounters(roomy.err);
+  ASSERT_GT(all_in_memory.memory_rows, 5000) << roomy.err;
+  EXPECT_EQ(all_in_memory.rocksdb_writes, 0) << roomy.err;
+
+  // A 32 KiB memory tier holds a few hundred of those rows (8 floats + optimizer state each): the
+  // rest are evicted to RocksDB and read back when looked up again. A value lost or mixed up on
+  // the way would change the model, so the run must still match dlrm train.
+  worker::TrainReport report;
+  ProcessResult r =
+      RunLocal("local-spill", {"--ps", "1", "--workers", "1", "--memory-budget", "32KiB"}, &report);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(report.auc, Reference().auc, kSameModelTolerance);
+  EXPECT_NEAR(report.logloss, Reference().logloss, kSameModelTolerance);
+  const TierCounters spilled = ParseTierCounters(r.err);
+  ASSERT_GE(spilled.memory_rows, 0) << "no tier counters in: " << r.err;
+  EXPECT_LT(spilled.memory_rows * 10, all_in_memory.memory_rows) << r.err;
+  EXPECT_GT(spilled.rocksdb_writes, all_in_memory.memory_rows / 2) << r.err;
+  // Reads beyond the first-touch probes are rows that came back from disk.
+  EXPECT_GT(spilled.rocksdb_reads - all_in_memory.rocksdb_reads, 1000) << r.err;
+}
+
+TEST_F(ClusterTest, DlrmctlSubmitsASecondJobToAKeepRunningCluster) {
+  Process local({BinPath("dlrm"), "local", "--config", Dir() + "/job.yaml", "--keep-running",
+                 "--no-progress"},
+                Dir(), "local-keep");
+  ASSERT_TRUE(WaitForOutput(local, "coordinator: ", absl::Seconds(120))) << local.Stderr();
+  std::string address;
+  for (absl::string_view line : absl::StrSplit(local.Stdout(), '\n')) {
+    if (absl::ConsumePrefix(&line, "coordinator: ")) address = std::string(line);
+  }
+  ASSERT_FALSE(address.empty()) << local.Stdout();
+  const std::vector<pid_t> children = ChildrenOf(local.pid());
+  EXPECT_EQ(children.size(), 3u);  // coordinator, ps-0, worker-0
+
+  ProcessResult second = RunProcess(
+      {BinPath("dlrmctl"), "--coordinator", address, "submit", "-f", Dir() + "/job.yaml", "--wait"},
+      Dir(), "dlrmctl-submit", absl::Seconds(120));
+  EXPECT_EQ(second.exit_code, 0) << second.out << second.err;
+
+  local.Signal(SIGINT);
+  ProcessResult stopped = local.Wait(absl::Seconds(30));
+  EXPECT_FALSE(stopped.timed_out);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;  // the first job's result
+  for (pid_t pid : children) EXPECT_FALSE(ProcessAlive(pid)) << CommandLine(pid);
+}
+
+TEST_F(ClusterTest, KillingAWorkerFailsTheJobAndDlrmLocalExitsPromptly) {
+  Process local({BinPath("dlrm"), "local", "--config", Dir() + "/long.yaml", "--ps", "1",
+                 "--workers", "2", "--lease-ttl", "1s", "--no-progress"},
+                Dir(), "local-kill");
+  ASSERT_TRUE(WaitForOutput(local, "submitted job", absl::Seconds(120))) << local.Stderr();
+  absl::SleepFor(absl::Seconds(2));  // let the job start training
+  std::vector<pid_t> workers = ChildrenMatching(local.pid(), "worker");
+  ASSERT_EQ(workers.size(), 2u);
+  const std::vector<pid_t> children = ChildrenOf(local.pid());
+  ASSERT_EQ(kill(workers[1], SIGKILL), 0);
+  ProcessResult r = local.Wait(absl::Seconds(40));
+  EXPECT_FALSE(r.timed_out) << "dlrm local hung after a worker died";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(r.err, "FAILED")) << r.err;
+  for (pid_t pid : children) EXPECT_FALSE(ProcessAlive(pid)) << CommandLine(pid);
+}
+
+TEST_F(ClusterTest, CtrlCLeavesNoChildProcesses) {
+  Process local({BinPath("dlrm"), "local", "--config", Dir() + "/long.yaml", "--ps", "2",
+                 "--workers", "1", "--no-progress"},
+                Dir(), "local-sigint");
+  ASSERT_TRUE(WaitForOutput(local, "submitted job", absl::Seconds(120))) << local.Stderr();
+  absl::SleepFor(absl::Seconds(1));
+  const std::vector<pid_t> children = ChildrenOf(local.pid());
+  ASSERT_EQ(children.size(), 4u);  // coordinator, 2 parameter servers, 1 worker
+  local.Signal(SIGINT);
+  ProcessResult r = local.Wait(absl::Seconds(30));
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  for (pid_t pid : children) EXPECT_FALSE(ProcessAlive(pid)) << CommandLine(pid);
+}
+
+TEST_F(ClusterTest, AKilledDlrmLocalLeavesNoOrphans) {
+  // SIGKILL cannot be caught: the children must notice on their own (PR_SET_PDEATHSIG).
+  Process local({BinPath("dlrm"), "local", "--config", Dir() + "/long.yaml", "--no-progress"},
+                Dir(), "local-sigkill");
+  ASSERT_TRUE(WaitForOutput(local, "submitted job", absl::Seconds(120))) << local.Stderr();
+  const std::vector<pid_t> children = ChildrenOf(local.pid());
+  ASSERT_EQ(children.size(), 3u);
+  local.Signal(SIGKILL);
+  local.Wait(absl::Seconds(10));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::vector<pid_t> alive = children;
+  while (!alive.empty() && absl::Now() < deadline) {
+    std::erase_if(alive, [](pid_t pid) { return !ProcessAlive(pid); });
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  for (pid_t pid : alive) {
+    ADD_FAILURE() << "orphan left running: " << CommandLine(pid);
+    kill(pid, SIGKILL);
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::testing

@@ -1,0 +1,135 @@
+#include "tests/integration/process_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace dlrm::testing {
+
+std::string BinPath(const std::string& name) { return absl::StrCat(DLRM_BIN_DIR, "/", name); }
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Process::Process(const std::vector<std::string>& argv, const std::string& log_dir,
+                 const std::string& name)
+    : out_path_(absl::StrCat(log_dir, "/", name, ".out")),
+      err_path_(absl::StrCat(log_dir, "/", name, ".err")),
+      start_(absl::Now()) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  const int out_fd = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err_fd = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  close(out_fd);
+  close(err_fd);
+}
+
+Process::~Process() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &wait_status_, 0);
+  }
+}
+
+void Process::Signal(int sig) {
+  if (pid_ > 0 && !reaped_) kill(pid_, sig);
+}
+
+bool Process::Running() {
+  if (reaped_) return false;
+  const pid_t r = waitpid(pid_, &wait_status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+ProcessResult Process::Wait(absl::Duration timeout) {
+  ProcessResult result;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (Running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  if (!reaped_) {
+    result.timed_out = true;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &wait_status_, 0);
+    reaped_ = true;
+  }
+  if (WIFEXITED(wait_status_)) result.exit_code = WEXITSTATUS(wait_status_);
+  if (WIFSIGNALED(wait_status_)) result.term_signal = WTERMSIG(wait_status_);
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  result.out = Stdout();
+  result.err = Stderr();
+  return result;
+}
+
+std::string Process::Stdout() const { return ReadFileOrEmpty(out_path_); }
+std::string Process::Stderr() const { return ReadFileOrEmpty(err_path_); }
+
+ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& log_dir,
+                         const std::string& name, absl::Duration timeout) {
+  Process p(argv, log_dir, name);
+  return p.Wait(timeout);
+}
+
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
+    const std::string stat = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
+    // "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> fields =
+        absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+    pid_t ppid = 0;
+    if (fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) && ppid == parent) {
+      out.push_back(pid);
+    }
+  }
+  closedir(dir);
+  return out;
+}
+
+bool ProcessAlive(pid_t pid) {
+  const std::string stat = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
+}
+
+std::string CommandLine(pid_t pid) {
+  std::string cmd = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/cmdline"));
+  for (char& c : cmd) {
+    if (c == '\0') c = ' ';
+  }
+  return cmd;
+}
+
+}  // namespace dlrm::testing

@@ -1,0 +1,64 @@
+// Child processes for the integration tests: run a binary with a timeout and capture its output,
+// or start it in the background and signal / wait for it later. Also finds a process's
+// children through /proc, to check that `dlrm local` leaves none behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace dlrm::testing {
+
+// Path of a binary built next to the tests (DLRM_BIN_DIR/name).
+std::string BinPath(const std::string& name);
+
+struct ProcessResult {
+  int exit_code = -1;      // -1 when killed by a signal or timed out
+  int term_signal = 0;     // the signal that ended it, 0 if none
+  bool timed_out = false;  // it had to be killed after `timeout`
+  double seconds = 0;      // wall time
+  std::string out;         // stdout
+  std::string err;         // stderr
+};
+
+class Process {
+ public:
+  // Starts argv[0] with argv; stdout and stderr go to files under `log_dir` named `name`.
+  Process(const std::vector<std::string>& argv, const std::string& log_dir,
+          const std::string& name);
+  ~Process();  // SIGKILLs and reaps the process if it still runs
+
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits up to `timeout`; on timeout SIGKILLs it and sets timed_out.
+  ProcessResult Wait(absl::Duration timeout);
+  bool Running();
+  std::string Stdout() const;
+  std::string Stderr() const;
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int wait_status_ = 0;
+  std::string out_path_;
+  std::string err_path_;
+  absl::Time start_;
+};
+
+// Runs to completion (or `timeout`) and returns what happened.
+ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& log_dir,
+                         const std::string& name, absl::Duration timeout);
+
+// Pids whose parent is `parent` (from /proc/*/stat).
+std::vector<pid_t> ChildrenOf(pid_t parent);
+// True when a process with this pid exists and is not a zombie.
+bool ProcessAlive(pid_t pid);
+// The command line of a process, arguments joined by spaces ("" when gone).
+std::string CommandLine(pid_t pid);
+
+std::string ReadFileOrEmpty(const std::string& path);
+
+}  // namespace dlrm::testing

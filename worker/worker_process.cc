@@ -1,0 +1,449 @@
+#include "worker/worker_process.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "dense/backend_factory.h"
+#include "worker/gloo_allreducer.h"
+#include "worker/job_input.h"
+#include "worker/pipeline.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr absl::Duration kIdlePollInterval = absl::Milliseconds(200);
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A lease that is gone: the coordinator forgot us (NOT_FOUND) or our lease ran out
+// (FAILED_PRECONDITION). Either way we register again.
+bool LeaseLost(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+}  // namespace
+
+// Process-wide training metrics; null members when no registry was given.
+struct WorkerMetrics {
+  prometheus::Counter* samples = nullptr;
+  prometheus::Counter* steps = nullptr;
+  prometheus::Histogram* step_seconds = nullptr;
+  prometheus::Counter* jobs_succeeded = nullptr;
+  prometheus::Counter* jobs_failed = nullptr;
+};
+
+WorkerProcess::WorkerProcess(const WorkerProcessOptions& options) : options_(options) {}
+
+WorkerProcess::~WorkerProcess() {
+  Shutdown();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Create(
+    const WorkerProcessOptions& options) {
+  if (options.coordinator.empty()) {
+    return absl::InvalidArgumentError("worker: --coordinator is empty");
+  }
+  auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess(options));
+  DLRM_ASSIGN_OR_RETURN(worker->client_,
+                        client::CoordinatorClient::Create(
+                            {.address = options.coordinator, .timeout = options.rpc_timeout}));
+  return worker;
+}
+
+absl::Status WorkerProcess::RegisterLocked() {
+  dlrm::v1::RegisterRequest request;
+  request.set_role(dlrm::v1::ROLE_WORKER);
+  request.set_metrics_address(options_.metrics_address);
+  request.set_name(options_.name);
+  request.mutable_capabilities()->set_cpu_cores(
+      static_cast<int32_t>(std::thread::hardware_concurrency()));
+  DLRM_ASSIGN_OR_RETURN(dlrm::v1::RegisterResponse response, client_->Register(request));
+  member_id_ = response.member_id();
+  const int64_t interval_ms = response.heartbeat_interval_ms() > 0
+                                  ? response.heartbeat_interval_ms()
+                                  : std::max<int64_t>(response.lease_ttl_ms() / 3, 10);
+  heartbeat_interval_ = absl::Milliseconds(interval_ms);
+  DLRM_LOG(INFO) << "worker registered as " << member_id_ << " with " << options_.coordinator
+                 << " (heartbeat every " << interval_ms << " ms)";
+  return absl::OkStatus();
+}
+
+void WorkerProcess::HeartbeatLoop() {
+  while (true) {
+    std::string member_id;
+    absl::Duration interval;
+    {
+      absl::MutexLock lock(&mu_);
+      member_id = member_id_;
+      interval = heartbeat_interval_;
+      // An idle worker learns of a new job only through its heartbeat: ask often.
+      if (running_job_.empty()) interval = std::min(interval, kIdlePollInterval);
+    }
+    absl::StatusOr<dlrm::v1::HeartbeatResponse> response = client_->Heartbeat(member_id);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      if (!response.ok()) {
+        if (LeaseLost(response.status())) {
+          DLRM_LOG(WARNING) << "worker lease lost (" << response.status().message()
+                            << "); registering again";
+          // A job we were training is no longer ours.
+          if (!running_job_.empty() && cancel_hook_) cancel_hook_();
+          has_assignment_ = false;
+          absl::Status st = RegisterLocked();
+          if (!st.ok()) DLRM_LOG(WARNING) << "register: " << st.message();
+        } else {
+          DLRM_LOG(WARNING) << "heartbeat: " << response.status().message();
+        }
+      } else if (response->has_worker() && response->worker().has_job() &&
+                 !response->worker().job().job_id().empty()) {
+        assignment_ = response->worker();
+        has_assignment_ = true;
+        if (!running_job_.empty() && assignment_.job().job_id() != running_job_ && cancel_hook_) {
+          cancel_hook_();
+        }
+      } else {
+        has_assignment_ = false;
+        // The job we train is no longer assigned to us: cancelled or failed elsewhere.
+        if (!running_job_.empty() && cancel_hook_) {
+          DLRM_LOG(INFO) << "job " << running_job_ << " is no longer assigned; stopping it";
+          cancel_hook_();
+        }
+      }
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || poll_now_; };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), interval);
+      poll_now_ = false;
+      if (stopping_) return;
+    }
+  }
+}
+
+absl::Status WorkerProcess::Run() {
+  {
+    absl::MutexLock lock(&mu_);
+    // The coordinator may start after us (dlrm local, Kubernetes): retry for a while.
+    absl::Status status;
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (!stopping_) {
+      status = RegisterLocked();
+      if (status.ok() || absl::Now() > give_up) break;
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(500));
+    }
+    if (stopping_) return absl::OkStatus();
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat("worker: cannot register with coordinator ",
+                                                 options_.coordinator, ": ", status.message()));
+    }
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  while (true) {
+    dlrm::v1::WorkerAssignment assignment;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ ||
+               (has_assignment_ && !finished_jobs_.contains(assignment_.job().job_id()));
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) break;
+      assignment = assignment_;
+      running_job_ = assignment.job().job_id();
+      // Until training starts, a cancellation only raises the flag (checked between phases).
+      cancel_job_.store(false);
+      cancel_hook_ = [this] { cancel_job_.store(true); };
+    }
+    RunJob(assignment);
+    {
+      absl::MutexLock lock(&mu_);
+      finished_jobs_.insert(assignment.job().job_id());
+      running_job_.clear();
+      cancel_hook_ = nullptr;
+      poll_now_ = true;  // ask for the next job now, not at the end of a long interval
+    }
+    jobs_done_.fetch_add(1);
+  }
+  std::string member_id;
+  {
+    absl::MutexLock lock(&mu_);
+    member_id = member_id_;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  absl::Status left = client_->Leave(member_id);
+  if (!left.ok()) DLRM_LOG(WARNING) << "leave: " << left.message();
+  DLRM_LOG(INFO) << "worker " << member_id << " stopped";
+  return absl::OkStatus();
+}
+
+void WorkerProcess::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  if (cancel_hook_) cancel_hook_();
+}
+
+void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
+  const std::string& job_id = assignment.job().job_id();
+  DLRM_LOG(INFO) << "job " << job_id << ": rank " << assignment.rank() << " of "
+                 << assignment.job().world_size() << ", " << assignment.job().ps_addresses_size()
+                 << " parameter server(s)";
+  absl::Status status = TrainJob(assignment);
+  if (status.ok()) return;
+  if (cancel_job_.load() || status.code() == absl::StatusCode::kCancelled) {
+    DLRM_LOG(INFO) << "job " << job_id << " stopped on rank " << assignment.rank() << ": "
+                   << status.message();
+    return;
+  }
+  DLRM_LOG(ERROR) << "job " << job_id << " failed on rank " << assignment.rank() << ": "
+                  << status.ToString();
+  dlrm::v1::ReportProgressRequest report;
+  report.set_job_id(job_id);
+  report.set_rank(assignment.rank());
+  report.set_failed(true);
+  report.set_message(status.ToString());
+  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
+  if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
+}
+
+absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment) {
+  const dlrm::v1::JobAssignment& job = assignment.job();
+  const std::string& job_id = job.job_id();
+  const int rank = assignment.rank();
+  const int world = job.world_size();
+  DLRM_ASSIGN_OR_RETURN(common::JobSpec spec,
+                        common::ParseJobSpec(job.job_spec_yaml(), absl::StrCat("job ", job_id)));
+  if (job.ps_addresses_size() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, ": no parameter-server addresses"));
+  }
+
+  dense::BackendOptions backend_options;
+  DLRM_ASSIGN_OR_RETURN(backend_options.kind,
+                        dense::ParseDeviceKind(options_.device.empty() || options_.device == "auto"
+                                                   ? spec.device
+                                                   : options_.device));
+  DLRM_ASSIGN_OR_RETURN(backend_options.math_mode, dense::ParseMathMode(spec.math_mode));
+  backend_options.cpu_threads = options_.threads;
+  DLRM_ASSIGN_OR_RETURN(auto backend, dense::CreateBackend(backend_options));
+
+  // The embedding tables live on the parameter servers.
+  PsClientOptions ps_options;
+  ps_options.ps_addresses.assign(job.ps_addresses().begin(), job.ps_addresses().end());
+  ps_options.job_id = job_id;
+  ps_options.job_epoch = job.job_epoch();
+  ps_options.worker_rank = rank;
+  ps_options.tables = TableConfigsFromSpec(spec);
+  PsJobParams ps_params;
+  DLRM_ASSIGN_OR_RETURN(ps_params.optimizer, SparseOptimizerFromSpec(spec));
+  ps_params.seed = spec.seed;
+  ps_params.staleness = spec.staleness;
+  ps_params.num_workers = world;
+  DLRM_ASSIGN_OR_RETURN(auto store, GrpcPsClient::Create(ps_options));
+  DLRM_RETURN_IF_ERROR(store->LoadJobOnAll(ps_params));
+
+  std::unique_ptr<GlooAllReducer> reducer;
+  if (world > 1) {
+    DLRM_ASSIGN_OR_RETURN(
+        reducer, GlooAllReducer::Create(
+                     {.client = client_.get(),
+                      .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo/"),
+                      .rank = rank,
+                      .world_size = world,
+                      .hostname = options_.advertise_host,
+                      .rendezvous_timeout = options_.collective_timeout,
+                      .op_timeout = options_.collective_timeout,
+                      .cancelled = [this] { return cancel_job_.load(); }}));
+  }
+
+  DLRM_ASSIGN_OR_RETURN(
+      JobInput input, OpenJobInput(spec, {.rank = rank, .world_size = world, .even_shards = true}));
+  TrainerOptions trainer_options;
+  trainer_options.spec = spec;
+  trainer_options.backend = backend.get();
+  trainer_options.store = store.get();
+  trainer_options.allreducer = reducer.get();
+  DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
+
+  WorkerMetrics metrics;
+  if (options_.metrics != nullptr) {
+    metrics.samples = &options_.metrics->Counter("samples_trained_total",
+                                                 "Training samples processed by this worker.");
+    metrics.steps =
+        &options_.metrics->Counter("steps_trained_total", "Training steps taken by this worker.");
+    metrics.step_seconds = &options_.metrics->Histogram(
+        "step_seconds", "Wall time of one training step (between completed steps).",
+        common::MetricsRegistry::LatencyBuckets());
+  }
+
+  // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
+  // runs.
+  const auto start = Clock::now();
+  auto last_report = Clock::now();
+  auto last_step = Clock::now();
+  int64_t samples = 0;
+  int64_t steps = 0;
+  double loss_avg = 0;
+  auto report_progress = [&](bool force) -> absl::Status {
+    if (cancel_job_.load()) return absl::CancelledError(absl::StrCat("job ", job_id, " stopped"));
+    const auto now = Clock::now();
+    if (!force && now - last_report < absl::ToChronoMilliseconds(options_.progress_interval)) {
+      return absl::OkStatus();
+    }
+    last_report = now;
+    dlrm::v1::ReportProgressRequest request;
+    request.set_job_id(job_id);
+    request.set_rank(rank);
+    request.set_step(steps);
+    request.set_samples(samples);
+    request.set_loss(loss_avg);
+    (*request.mutable_metrics())["samples_per_sec"] = samples / std::max(SecondsSince(start), 1e-9);
+    absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(request);
+    if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
+      return absl::CancelledError(absl::StrCat("job ", job_id, " is no longer running"));
+    }
+    if (!state.ok()) {
+      if (LeaseLost(state.status())) {
+        return absl::CancelledError(absl::StrCat("job ", job_id, ": ", state.status().message()));
+      }
+      DLRM_LOG(WARNING) << "progress report: " << state.status().message();
+    }
+    return absl::OkStatus();
+  };
+  auto on_step = [&](int64_t batch_size, float loss) -> absl::Status {
+    const auto now = Clock::now();
+    if (metrics.step_seconds != nullptr) {
+      metrics.step_seconds->Observe(std::chrono::duration<double>(now - last_step).count());
+      metrics.samples->Increment(static_cast<double>(batch_size));
+      metrics.steps->Increment();
+    }
+    last_step = now;
+    samples += batch_size;
+    ++steps;
+    loss_avg = steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
+    return report_progress(false);
+  };
+
+  if (options_.use_pipeline) {
+    PipelineOptions pipeline_options = PipelineOptionsFromSpec(spec);
+    pipeline_options.trainer = trainer.get();
+    pipeline_options.store = store.get();
+    pipeline_options.reader = input.train.get();
+    pipeline_options.metrics = options_.metrics;
+    pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
+    DLRM_ASSIGN_OR_RETURN(auto pipeline, TrainingPipeline::Create(pipeline_options));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("worker shutting down");
+      cancel_hook_ = [this, p = pipeline.get()] {
+        cancel_job_.store(true);
+        p->Cancel();
+      };
+    }
+    absl::Status status = pipeline->Run();
+    {
+      absl::MutexLock lock(&mu_);
+      cancel_hook_ = [this] { cancel_job_.store(true); };
+    }
+    DLRM_RETURN_IF_ERROR(status);
+  } else {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("worker shutting down");
+      cancel_hook_ = [this] { cancel_job_.store(true); };
+    }
+    Batch batch;
+    bool stop = false;
+    for (int epoch = 0; epoch < spec.epochs && !stop; ++epoch) {
+      if (epoch > 0) DLRM_RETURN_IF_ERROR(input.train->Rewind());
+      while (true) {
+        DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
+        if (!more) break;
+        DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
+        DLRM_RETURN_IF_ERROR(on_step(batch.size, loss));
+        if (spec.max_steps > 0 && steps >= spec.max_steps) {
+          stop = true;
+          break;
+        }
+      }
+    }
+  }
+  const double train_seconds = SecondsSince(start);
+  if (steps == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
+                                                      ": no training batches in its slice of ",
+                                                      spec.train_paths.front()));
+  }
+  // Every rank's pushes are applied before rank 0 reads the tables for evaluation.
+  if (reducer != nullptr) DLRM_RETURN_IF_ERROR(reducer->Barrier());
+  DLRM_RETURN_IF_ERROR(report_progress(true));
+
+  dlrm::v1::ReportProgressRequest done;
+  done.set_job_id(job_id);
+  done.set_rank(rank);
+  done.set_step(steps);
+  done.set_samples(samples);
+  done.set_loss(loss_avg);
+  done.set_done(true);
+  if (rank == 0) {
+    EvalMetrics eval;
+    if (input.eval != nullptr) {
+      DLRM_ASSIGN_OR_RETURN(eval, trainer->Evaluate(input.eval.get()));
+    }
+    // Ranks take the same number of steps in lockstep, so the job's throughput is world times
+    // this rank's.
+    const double total_samples = static_cast<double>(samples) * world;
+    auto& m = *done.mutable_metrics();
+    m["auc"] = eval.auc;
+    m["logloss"] = eval.logloss;
+    m["accuracy"] = eval.accuracy;
+    m["eval_samples"] = static_cast<double>(eval.samples);
+    m["steps"] = static_cast<double>(steps);
+    m["samples"] = total_samples;
+    m["train_seconds"] = train_seconds;
+    m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
+    m["skipped_lines"] = static_cast<double>(input.train->skipped());
+    // Where the job's rows live now, summed over the shards (shown by dlrm local).
+    absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> stats = store->GetStatsAll();
+    if (stats.ok()) {
+      double memory_rows = 0, reads = 0, writes = 0;
+      for (const dlrm::v1::GetStatsResponse& s : *stats) {
+        memory_rows += static_cast<double>(s.memory_rows());
+        reads += static_cast<double>(s.rocksdb_reads());
+        writes += static_cast<double>(s.rocksdb_writes());
+      }
+      m["ps_memory_rows"] = memory_rows;
+      m["ps_rocksdb_reads"] = reads;
+      m["ps_rocksdb_writes"] = writes;
+    } else {
+      DLRM_LOG(WARNING) << "parameter-server stats: " << stats.status().message();
+    }
+    DLRM_LOG(INFO) << "job " << job_id << ": AUC " << eval.auc << ", logloss " << eval.logloss
+                   << ", " << steps << " steps, " << m["samples_per_sec"] << " samples/s";
+  }
+  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(done);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("final report: ", state.status().message()));
+  }
+  if (rank == 0) {
+    // Every rank has pushed its last step (the barrier) and the job is over: free its shards
+    // for the next job.
+    absl::Status unloaded = store->UnloadJobOnAll();
+    if (!unloaded.ok()) DLRM_LOG(WARNING) << "unloading job " << job_id << ": " << unloaded;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::worker

@@ -1,0 +1,108 @@
+// WorkerProcess: `dlrm worker` as a library. It registers with the coordinator (role WORKER),
+// keeps its lease with a heartbeat thread (registering again when told the lease expired), and
+// serves jobs one after another: when a heartbeat carries an assignment (job, rank, world size,
+// spec, parameter-server addresses in shard order) it
+//
+//   1. loads the job's tables on every parameter server (GrpcPsClient::LoadJobOnAll, idempotent),
+//   2. bootstraps a Gloo allreducer through the coordinator's rendezvous (world size > 1),
+//   3. reads its slice of the input (OpenJobInput with rank/world and even shards, so every
+//      rank takes the same number of steps),
+//   4. trains with the same Trainer as `dlrm train` (through the TrainingPipeline, or the plain
+//      Trainer::Step loop when options.use_pipeline is false),
+//   5. reports progress (ReportProgress every progress_interval) and, after a barrier, rank 0
+//      evaluates on the eval split and reports the final metrics with done = true.
+//
+// A failure is reported as failed with its message. When the job disappears from the heartbeat
+// answer (cancelled, failed elsewhere) or ReportProgress answers a state other than RUNNING, the
+// worker stops training promptly (a store call in flight finishes first) and waits for the next
+// job.
+//
+//   DLRM_ASSIGN_OR_RETURN(auto worker, WorkerProcess::Create({.coordinator = "10.0.0.2:50051"}));
+//   std::thread stopper([&] { WaitForSignal(); worker->Shutdown(); });
+//   absl::Status status = worker->Run();   // returns after Shutdown()
+//
+// Thread-safe: Shutdown may be called from any thread (e.g. a signal thread), more than once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/coordinator_client.h"
+#include "common/metrics.h"
+#include "proto/coordinator.pb.h"
+
+namespace dlrm::worker {
+
+struct WorkerProcessOptions {
+  std::string coordinator = "127.0.0.1:50051";
+  std::string device = "auto";  // auto | cpu | cuda: overrides the spec's training.device
+  // Address Gloo binds and advertises to the other ranks; "" = resolve this host's name.
+  std::string advertise_host;
+  std::string metrics_address;  // advertised to the coordinator ("host:port"), may be empty
+  std::string name;             // a label shown by `dlrmctl members`
+  int threads = 0;              // CPU threads for BLAS; 0 = all cores
+  // true: the pipelined trainer (stages on threads, staleness k from the spec); false: the plain
+  // Trainer::Step loop. Both give the same model for k = 0.
+  bool use_pipeline = true;
+  absl::Duration progress_interval = absl::Seconds(1);
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration collective_timeout = absl::Seconds(120);
+  common::MetricsRegistry* metrics = nullptr;  // not owned; may be null
+};
+
+class WorkerProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Create(const WorkerProcessOptions& options);
+  ~WorkerProcess();
+
+  // Registers and serves jobs until Shutdown(). Returns an error only when the coordinator
+  // could not be reached at all at start-up (UNAVAILABLE naming it).
+  absl::Status Run();
+  // Stops the job in progress, leaves the cluster and makes Run() return.
+  void Shutdown();
+
+  // Jobs finished by this worker (any outcome), for tests and logs.
+  int64_t jobs_done() const { return jobs_done_.load(); }
+
+ private:
+  struct JobOutcome;
+  explicit WorkerProcess(const WorkerProcessOptions& options);
+
+  absl::Status RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HeartbeatLoop();
+  // Trains one assignment to the end; reports its outcome to the coordinator.
+  void RunJob(const dlrm::v1::WorkerAssignment& assignment);
+  absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment);
+  bool JobCancelled(const std::string& job_id);
+
+  WorkerProcessOptions options_;
+  std::unique_ptr<client::CoordinatorClient> client_;
+  std::thread heartbeat_thread_;
+  std::atomic<int64_t> jobs_done_{0};
+  std::atomic<bool> cancel_job_{false};
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string member_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  // The latest assignment a heartbeat carried; cleared when a heartbeat carries none.
+  bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
+  dlrm::v1::WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  std::string running_job_ ABSL_GUARDED_BY(mu_);  // job being trained, "" when idle
+  bool poll_now_ ABSL_GUARDED_BY(mu_) = false;    // wakes the heartbeat thread early
+  std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mu_);
+  // Called (under mu_) to stop the training in progress; set by TrainJob.
+  std::function<void()> cancel_hook_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dlrm::worker
