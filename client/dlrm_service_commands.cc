@@ -172,6 +172,7 @@ struct WorkerFlags {
   worker::WorkerProcessOptions options;
   int metrics_port = -1;
   bool no_pipeline = false;
+  bool no_hot_rows = false;
 };
 
 int RunWorker(WorkerFlags& flags) {
@@ -180,6 +181,7 @@ int RunWorker(WorkerFlags& flags) {
   if (!metrics.ok()) return Fail(metrics.status());
   flags.options.metrics = metrics->get();
   flags.options.use_pipeline = !flags.no_pipeline;
+  flags.options.use_hot_rows = !flags.no_hot_rows;
   if ((*metrics)->port() > 0) {
     flags.options.metrics_address = absl::StrCat(
         flags.options.advertise_host.empty() ? HostName() : flags.options.advertise_host, ":",
@@ -209,6 +211,8 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
   cmd->add_flag("--no-pipeline", flags.no_pipeline,
                 "Run the plain Trainer::Step loop instead of the pipelined trainer");
+  cmd->add_flag("--no-hot-rows", flags.no_hot_rows,
+                "Keep no hot rows here, whatever the job's hot_budget (every row on the PS)");
   cmd->callback([run] { *run = [] { return RunWorker(flags); }; });
 }
 
@@ -218,6 +222,7 @@ struct LocalFlags {
   client::LocalCommandOptions options;
   std::string lease_ttl = "10s";
   bool no_pipeline = false;
+  bool no_hot_rows = false;
   bool no_progress = false;
 };
 
@@ -246,6 +251,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--worker-threads", o.cluster.worker_threads,
                   "CPU threads per worker (0 = cores / workers)");
   cmd->add_flag("--no-pipeline", flags.no_pipeline, "Workers run the plain Trainer::Step loop");
+  cmd->add_flag("--no-hot-rows", flags.no_hot_rows, "Workers keep no hot rows (all on the PS)");
   cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
   cmd->callback([run] {
     *run = [] {
@@ -253,6 +259,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       if (!ttl.ok()) return Fail(ttl.status());
       flags.options.cluster.lease_ttl = *ttl;
       flags.options.cluster.worker_pipeline = !flags.no_pipeline;
+      flags.options.cluster.worker_hot_rows = !flags.no_hot_rows;
       flags.options.show_progress = !flags.no_progress;
       if (!flags.options.cluster.memory_budget.empty()) {
         auto budget = common::ParseByteSize(flags.options.cluster.memory_budget);

@@ -205,6 +205,7 @@ absl::Status LocalCluster::Launch() {
                                      "--name",
                                      absl::StrCat("worker-", i)};
     if (!options_.worker_pipeline) args.push_back("--no-pipeline");
+    if (!options_.worker_hot_rows) args.push_back("--no-hot-rows");
     DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("worker-", i), args));
   }
   return WaitReady();

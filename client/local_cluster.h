@@ -36,6 +36,7 @@ struct LocalClusterOptions {
   std::string device = "auto";  // workers' --device
   int worker_threads = 0;       // workers' --threads; 0 = cores / workers (at least 1)
   bool worker_pipeline = true;  // false: workers run the plain Trainer::Step loop
+  bool worker_hot_rows = true;  // false: workers keep no hot rows (every row on the PS)
   std::string log_level;        // children's --log-level ("" = theirs)
   absl::Duration ready_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM -> SIGKILL

@@ -69,6 +69,12 @@ worker::TrainReport ReportFromJob(const dlrm::v1::Job& job) {
   if (auto it = m.find("skipped_lines"); it != m.end()) {
     r.skipped_lines = static_cast<int64_t>(it->second);
   }
+  if (auto it = m.find("ps_bytes_per_sample"); it != m.end()) r.ps_bytes_per_sample = it->second;
+  if (auto it = m.find("hot_hit_rate"); it != m.end()) r.hot_hit_rate = it->second;
+  if (auto it = m.find("hot_rows"); it != m.end()) r.hot_rows = static_cast<int64_t>(it->second);
+  if (auto it = m.find("hot_migrations"); it != m.end()) {
+    r.hot_migrations = static_cast<int64_t>(it->second);
+  }
   return r;
 }
 

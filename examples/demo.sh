@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: generate Criteo-like data with a planted signal, convert it to the
-# binary format, and train the demo job end to end, printing progress and the final AUC.
+# binary format, and train the demo job on a local cluster (a coordinator, 2 parameter servers
+# and 2 workers as processes on loopback), printing progress and the final AUC.
 #   examples/demo.sh BUILD_DIR DEMO_DIR
 set -euo pipefail
 build=${1:-build}
@@ -17,7 +18,7 @@ if [ ! -f "$demo/train.bin" ]; then
 fi
 cp "$here/demo-job.yaml" "$demo/job.yaml"
 
-echo "== training (dlrm train --config $demo/job.yaml)"
-"$dlrm" train --config "$demo/job.yaml" --metrics-out "$demo/metrics.json"
+echo "== training on a local cluster (dlrm local --config $demo/job.yaml --ps 2 --workers 2)"
+"$dlrm" local --config "$demo/job.yaml" --ps 2 --workers 2 --metrics-out "$demo/metrics.json"
 echo "== metrics written to $demo/metrics.json:"
 cat "$demo/metrics.json"

@@ -17,7 +17,11 @@ std::string TrainReportToJson(const TrainReport& r) {
                       {"train_samples", r.train_samples},
                       {"eval_samples", r.eval_samples},
                       {"train_seconds", r.train_seconds},
-                      {"skipped_lines", r.skipped_lines}};
+                      {"skipped_lines", r.skipped_lines},
+                      {"ps_bytes_per_sample", r.ps_bytes_per_sample},
+                      {"hot_hit_rate", r.hot_hit_rate},
+                      {"hot_rows", r.hot_rows},
+                      {"hot_migrations", r.hot_migrations}};
   return j.dump();
 }
 
@@ -39,6 +43,10 @@ absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& text) {
   get("eval_samples", &r.eval_samples);
   get("train_seconds", &r.train_seconds);
   get("skipped_lines", &r.skipped_lines);
+  get("ps_bytes_per_sample", &r.ps_bytes_per_sample);
+  get("hot_hit_rate", &r.hot_hit_rate);
+  get("hot_rows", &r.hot_rows);
+  get("hot_migrations", &r.hot_migrations);
   return r;
 }
 

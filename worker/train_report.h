@@ -21,6 +21,11 @@ struct TrainReport {
   int64_t eval_samples = 0;
   double train_seconds = 0;
   int64_t skipped_lines = 0;
+  // Embedding traffic (distributed runs; 0 in dlrm train, whose tables are in process).
+  double ps_bytes_per_sample = 0;  // payload to and from the parameter servers per sample
+  double hot_hit_rate = 0;         // share of id lookups served by the workers' hot rows
+  int64_t hot_rows = 0;            // hot rows replicated on each worker at the end
+  int64_t hot_migrations = 0;      // rows moved between hot and cold while training
 };
 
 std::string TrainReportToJson(const TrainReport& report);

@@ -200,13 +200,33 @@ void Trainer::Pool(const Batch& batch, const SparseWork& work) {
 absl::Status Trainer::ApplyHotGradients() {
   if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
   const int64_t grad_floats = hot_->grad_floats();
+  const int64_t rows = hot_->total_rows();
+  float* grads = hot_grads_.data();  // [rows x dim]: every table has dim_ columns
+  float* touched = grads + grad_floats;
   if (options_.allreducer != nullptr) {
-    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(hot_grads_.data(), hot_grads_.size()));
+    // Only the rows some worker touched this step travel: first the union of the touch marks,
+    // then the packed gradients of those rows (a fraction of the whole hot set per step).
+    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(touched, rows));
+    hot_packed_.clear();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (touched[r] > 0)
+        hot_packed_.insert(hot_packed_.end(), grads + r * dim_, grads + (r + 1) * dim_);
+    }
+    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(hot_packed_.data(), hot_packed_.size()));
     const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
-    for (int64_t i = 0; i < grad_floats; ++i) hot_grads_[i] *= scale;
+    const float* src = hot_packed_.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (touched[r] <= 0) continue;
+      for (int k = 0; k < dim_; ++k) grads[r * dim_ + k] = src[k] * scale;
+      src += dim_;
+    }
   }
-  hot_->ApplyGradients(hot_grads_.data(), hot_grads_.data() + grad_floats);
-  std::fill(hot_grads_.begin(), hot_grads_.end(), 0.0f);
+  hot_->ApplyGradients(grads, touched);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (touched[r] <= 0) continue;
+    std::fill(grads + r * dim_, grads + (r + 1) * dim_, 0.0f);
+    touched[r] = 0;
+  }
   return absl::OkStatus();
 }
 

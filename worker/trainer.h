@@ -14,6 +14,7 @@
 // called by one thread at a time, in step order.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -108,7 +109,11 @@ class Trainer {
   void set_batch_observer(std::function<void(const Batch&)> observer) {
     batch_observer_ = std::move(observer);
   }
-  TrainerCounters counters() const { return counters_; }
+  // A snapshot; any thread may call it while another trains.
+  TrainerCounters counters() const {
+    return {counters_.samples.load(), counters_.ids.load(), counters_.hot_ids.load(),
+            counters_.store_rows.load(), counters_.store_bytes.load()};
+  }
 
   int64_t steps_done() const { return steps_done_; }
   dense::DlrmDenseModel& model() { return *model_; }
@@ -144,8 +149,12 @@ class Trainer {
   std::function<void(const Batch&)> batch_observer_;
   std::vector<std::vector<float>> combined_;  // per table: [cold..., hot...] rows (hot path)
   std::vector<float> combined_grads_;         // [cold + hot unique x dim] of one table
+  std::vector<float> hot_packed_;             // gradients of the touched hot rows (allreduce)
   std::vector<float> hot_grads_;              // [hot rows x dim] flat, then a touch count per row
-  TrainerCounters counters_;
+  struct AtomicCounters {
+    std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
+  };
+  AtomicCounters counters_;
   int64_t steps_done_ = 0;
 };
 

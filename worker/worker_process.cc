@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/gloo_allreducer.h"
+#include "worker/hot_refresh.h"
 #include "worker/job_input.h"
 #include "worker/pipeline.h"
 #include "worker/ps_client.h"
@@ -37,6 +38,9 @@ bool LeaseLost(const absl::Status& status) {
 
 // Process-wide training metrics; null members when no registry was given.
 struct WorkerMetrics {
+  prometheus::Gauge* hot_hit_ratio = nullptr;
+  prometheus::Gauge* ps_bytes_per_sample = nullptr;
+  prometheus::Counter* hot_migrations = nullptr;
   prometheus::Counter* samples = nullptr;
   prometheus::Counter* steps = nullptr;
   prometheus::Histogram* step_seconds = nullptr;
@@ -217,6 +221,52 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
 }
 
+absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
+    const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
+    Trainer* trainer, DenseAllReducer* reducer) {
+  if (spec.hot_budget_bytes <= 0 || !options_.use_hot_rows) return nullptr;
+  // Every rank samples the same records, the first batches of the whole training set, so all
+  // choose the same hot set; their rows start from the deterministic initialisation, which is
+  // what the parameter servers would create (the job's tables are new).
+  BatchReaderOptions sample;
+  DLRM_ASSIGN_OR_RETURN(sample.format, ParseInputFormat(spec.format));
+  sample.paths = spec.train_paths;
+  sample.batch_size = spec.batch_size;
+  for (const auto& t : spec.tables) sample.table_rows.push_back(t.rows);
+  DLRM_ASSIGN_OR_RETURN(auto reader, BatchReader::Create(sample));
+  HotRowCacheOptions cache_options;
+  cache_options.tables = TableConfigsFromSpec(spec);
+  DLRM_ASSIGN_OR_RETURN(cache_options.optimizer, SparseOptimizerFromSpec(spec));
+  cache_options.seed = spec.seed;
+  const int state =
+      embedding::SparseOptimizerStateFloats(cache_options.optimizer.type, spec.embedding_dim);
+  DLRM_ASSIGN_OR_RETURN(auto hot_ids, SampleHotSet(cache_options.tables, state, reader.get(),
+                                                   spec.hot_sample_batches, spec.hot_budget_bytes));
+  DLRM_ASSIGN_OR_RETURN(auto cache, HotRowCache::Create(cache_options, hot_ids));
+  DLRM_LOG(INFO) << "job " << job.job_id() << ": " << cache->total_rows() << " hot rows ("
+                 << cache->bytes() << " bytes) replicated on this worker";
+  DLRM_RETURN_IF_ERROR(trainer->SetHotRows(std::move(cache)));
+  if (spec.hot_refresh_steps <= 0) return nullptr;
+
+  HotRefreshOptions refresh;
+  refresh.budget_bytes = spec.hot_budget_bytes;
+  refresh.rank = rank;
+  refresh.barrier = reducer;
+  if (world > 1) {
+    const std::string prefix = absl::StrCat("job/", job.job_id(), "/", job.job_epoch(), "/hot/");
+    refresh.agree = [this, prefix, rank](
+                        int64_t step, const std::string& proposal) -> absl::StatusOr<std::string> {
+      const std::string key = absl::StrCat(prefix, step);
+      if (rank == 0) {
+        DLRM_RETURN_IF_ERROR(client_->KvSet(key, proposal));
+        return proposal;
+      }
+      return client_->KvGet(key, options_.collective_timeout);
+    };
+  }
+  return std::make_unique<HotSetRefresher>(trainer, refresh);
+}
+
 absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment) {
   const dlrm::v1::JobAssignment& job = assignment.job();
   const std::string& job_id = job.job_id();
@@ -275,6 +325,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.store = store.get();
   trainer_options.allreducer = reducer.get();
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
+                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer.get()));
 
   WorkerMetrics metrics;
   if (options_.metrics != nullptr) {
@@ -285,7 +337,16 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     metrics.step_seconds = &options_.metrics->Histogram(
         "step_seconds", "Wall time of one training step (between completed steps).",
         common::MetricsRegistry::LatencyBuckets());
+    metrics.hot_hit_ratio = &options_.metrics->Gauge(
+        "hot_hit_ratio", "Share of embedding id lookups served by the worker's hot rows.");
+    metrics.ps_bytes_per_sample = &options_.metrics->Gauge(
+        "ps_bytes_per_sample",
+        "Embedding payload bytes to and from the parameter servers per sample.");
+    metrics.hot_migrations = &options_.metrics->Counter(
+        "hot_migrations_total",
+        "Embedding rows moved between the hot set and the parameter servers.");
   }
+  int64_t migrations_reported = 0;
 
   // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
   // runs.
@@ -328,6 +389,19 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       metrics.samples->Increment(static_cast<double>(batch_size));
       metrics.steps->Increment();
     }
+    if (metrics.hot_hit_ratio != nullptr) {
+      const TrainerCounters c = trainer->counters();
+      if (c.ids > 0) metrics.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
+      if (c.samples > 0) {
+        metrics.ps_bytes_per_sample->Set(static_cast<double>(c.store_bytes) / c.samples);
+      }
+      if (refresher != nullptr) {
+        const HotRefreshStats hs = refresher->stats();
+        const int64_t moved = hs.rows_joined + hs.rows_left;
+        metrics.hot_migrations->Increment(static_cast<double>(moved - migrations_reported));
+        migrations_reported = moved;
+      }
+    }
     last_step = now;
     samples += batch_size;
     ++steps;
@@ -342,6 +416,12 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     pipeline_options.reader = input.train.get();
     pipeline_options.metrics = options_.metrics;
     pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
+    if (refresher != nullptr) {
+      pipeline_options.boundary_every = spec.hot_refresh_steps;
+      pipeline_options.on_boundary = [&refresher](int64_t step) {
+        return refresher->Refresh(step);
+      };
+    }
     DLRM_ASSIGN_OR_RETURN(auto pipeline, TrainingPipeline::Create(pipeline_options));
     {
       absl::MutexLock lock(&mu_);
@@ -368,6 +448,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     for (int epoch = 0; epoch < spec.epochs && !stop; ++epoch) {
       if (epoch > 0) DLRM_RETURN_IF_ERROR(input.train->Rewind());
       while (true) {
+        if (refresher != nullptr && steps > 0 && steps % spec.hot_refresh_steps == 0) {
+          DLRM_RETURN_IF_ERROR(refresher->Refresh(trainer->steps_done()));
+        }
         DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
         if (!more) break;
         DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
@@ -414,6 +497,15 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     m["train_seconds"] = train_seconds;
     m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
     m["skipped_lines"] = static_cast<double>(input.train->skipped());
+    const TrainerCounters c = trainer->counters();
+    m["ps_bytes_per_sample"] = c.samples > 0 ? static_cast<double>(c.store_bytes) / c.samples : 0;
+    m["hot_hit_rate"] = c.ids > 0 ? static_cast<double>(c.hot_ids) / c.ids : 0;
+    m["hot_rows"] =
+        trainer->hot_rows() ? static_cast<double>(trainer->hot_rows()->total_rows()) : 0;
+    if (refresher != nullptr) {
+      m["hot_migrations"] =
+          static_cast<double>(refresher->stats().rows_joined + refresher->stats().rows_left);
+    }
     // Where the job's rows live now, summed over the shards (shown by dlrm local).
     absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> stats = store->GetStatsAll();
     if (stats.ok()) {

@@ -38,8 +38,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "common/job_spec.h"
 #include "common/metrics.h"
 #include "proto/coordinator.pb.h"
+#include "worker/hot_refresh.h"
 
 namespace dlrm::worker {
 
@@ -54,6 +56,7 @@ struct WorkerProcessOptions {
   // true: the pipelined trainer (stages on threads, staleness k from the spec); false: the plain
   // Trainer::Step loop. Both give the same model for k = 0.
   bool use_pipeline = true;
+  bool use_hot_rows = true;  // replicate the job's hot rows here when its spec has a hot_budget
   absl::Duration progress_interval = absl::Seconds(1);
   absl::Duration rpc_timeout = absl::Seconds(10);
   absl::Duration collective_timeout = absl::Seconds(120);
@@ -83,6 +86,13 @@ class WorkerProcess {
   // Trains one assignment to the end; reports its outcome to the coordinator.
   void RunJob(const dlrm::v1::WorkerAssignment& assignment);
   absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment);
+  // Chooses and installs the job's hot rows (when its spec has a hot_budget) and returns the
+  // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
+  absl::StatusOr<std::unique_ptr<HotSetRefresher>> SetUpHotRows(const common::JobSpec& spec,
+                                                                const dlrm::v1::JobAssignment& job,
+                                                                int rank, int world,
+                                                                Trainer* trainer,
+                                                                DenseAllReducer* reducer);
   bool JobCancelled(const std::string& job_id);
 
   WorkerProcessOptions options_;
