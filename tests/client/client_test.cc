@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/coordinator.h"
+#include "tests/common/temp_dir.h"
 #include "tests/server/test_specs.h"
 
 namespace dlrm::client {
@@ -21,15 +22,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
-}
-
 class ClientTest : public ::testing::Test {
  protected:
+  ::dlrm::testing::ScopedTempDir dir_{"client_test"};  // unique: tests run in parallel
   void SetUp() override {
-    const std::string dir = TempPath("client_test_coordinator");
-    std::filesystem::remove_all(dir);
+    const std::string dir = dir_.Sub("coordinator");
     server::CoordinatorOptions options;
     options.listen_address = "127.0.0.1:0";
     options.data_dir = dir;
@@ -44,9 +41,9 @@ class ClientTest : public ::testing::Test {
     auto client = CoordinatorClient::Create(client_options);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
-    spec_path_ = TempPath("client_test_job.yaml");
+    spec_path_ = dir_.Sub("job.yaml");
     std::ofstream(spec_path_) << dlrm::testing::kTinySpec;
-    bad_spec_path_ = TempPath("client_test_bad_job.yaml");
+    bad_spec_path_ = dir_.Sub("bad_job.yaml");
     std::ofstream(bad_spec_path_) << dlrm::testing::kBadSpec;
   }
   void TearDown() override {

@@ -1,32 +1,10 @@
-// A fresh directory under testing::TempDir(), removed with its contents at scope exit.
+// The embedding tests' temporary directories (tests/common/temp_dir.h).
 #pragma once
 
-#include <stdlib.h>
-
-#include <filesystem>
-#include <string>
-
-#include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
 
 namespace dlrm::embedding {
 
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    std::string pattern = ::testing::TempDir() + "/dlrm_embedding_XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr);
-    path_ = pattern;
-  }
-  ~ScopedTempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ScopedTempDir = ::dlrm::testing::ScopedTempDir;
 
 }  // namespace dlrm::embedding

@@ -13,6 +13,7 @@
 #include "proto/jobs.grpc.pb.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
+#include "tests/common/temp_dir.h"
 #include "tests/server/test_specs.h"
 
 namespace dlrm::server {
@@ -20,14 +21,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string TempDir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / name;
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
+  ::dlrm::testing::ScopedTempDir dir_{"coordinator_service"};  // unique: tests run in parallel
   void StartCoordinator(const std::string& dir, absl::Duration ttl = absl::Milliseconds(300)) {
     CoordinatorOptions options;
     options.listen_address = "127.0.0.1:0";
@@ -45,7 +41,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     jobs_ = dlrm::v1::Jobs::NewStub(channel_);
   }
 
-  void SetUp() override { StartCoordinator(TempDir("coordinator_service")); }
+  void SetUp() override { StartCoordinator(dir_.Sub("coordinator")); }
   void TearDown() override {
     if (coordinator_) coordinator_->Shutdown();
   }
@@ -221,7 +217,7 @@ TEST_F(CoordinatorServiceTest, WatchJobStreamsUntilTerminal) {
 }
 
 TEST_F(CoordinatorServiceTest, RestartedCoordinatorKnowsItsJobs) {
-  const std::string dir = TempDir("coordinator_restart");
+  const std::string dir = dir_.Sub("restart");
   coordinator_->Shutdown();
   coordinator_.reset();
   StartCoordinator(dir);

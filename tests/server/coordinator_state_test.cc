@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
 #include "tests/server/test_specs.h"
 
 namespace dlrm::server {
@@ -235,9 +236,8 @@ TEST_F(CoordinatorStateTest, BadInputsNameTheValue) {
 }
 
 TEST_F(CoordinatorStateTest, RestartKeepsJobsMembersAndCounters) {
-  const std::string dir =
-      (std::filesystem::path(::testing::TempDir()) / "coordinator_state_restart").string();
-  std::filesystem::remove_all(dir);
+  ::dlrm::testing::ScopedTempDir temp("coordinator_state_restart");
+  const std::string dir = temp.Sub("db");
   std::string done_id, pending_id, worker;
   int64_t epoch = 0;
   {
