@@ -113,6 +113,7 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
   trainer_options.spec = spec;
   trainer_options.backend = backend.get();
   trainer_options.store = store.get();
+  trainer_options.threads = options.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, worker::Trainer::Create(trainer_options));
 
   const int num_batches = 4;

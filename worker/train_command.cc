@@ -46,6 +46,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   trainer_options.spec = spec;
   trainer_options.backend = backend.get();
   trainer_options.store = store.get();
+  trainer_options.threads = options.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
 
   ProgressLine progress;

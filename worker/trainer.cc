@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "dense/metrics.h"
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
+#include "embedding/parallel.h"
 
 namespace dlrm::worker {
 
@@ -87,6 +89,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   DLRM_ASSIGN_OR_RETURN(trainer->model_, dense::DlrmDenseModel::Create(
                                              options.backend, DenseModelOptionsFromSpec(spec)));
   trainer->kernels_ = embedding::CreateCpuKernels();
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  if (threads > 1) trainer->pool_ = std::make_unique<embedding::ParallelPool>(threads - 1);
   const size_t emb_floats =
       static_cast<size_t>(spec.batch_size) * trainer->num_tables_ * trainer->dim_;
   trainer->emb_host_.resize(emb_floats);
@@ -129,25 +134,32 @@ absl::Status Trainer::CheckBatch(const Batch& batch) const {
   return absl::OkStatus();
 }
 
+void Trainer::ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const {
+  if (pool_ != nullptr && total_ids >= kParallelMinIds) {
+    pool_->ParallelFor(num_tables_, [&fn](int64_t t) { fn(static_cast<int>(t)); });
+  } else {
+    for (int t = 0; t < num_tables_; ++t) fn(t);
+  }
+}
+
 void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) const {
   work->step = step;
   work->rows.resize(num_tables_);
   work->hot_slots.resize(num_tables_);
   work->inverse.resize(num_tables_);
-  work->ids = 0;
-  work->hot_ids = 0;
-  std::vector<int64_t> remap;
-  for (int t = 0; t < num_tables_; ++t) {
+  std::vector<int64_t> hot_ids(num_tables_, 0);
+  int64_t total_ids = 0;
+  for (const SparseFeature& f : batch.sparse) total_ids += static_cast<int64_t>(f.ids.size());
+  ForEachTable(total_ids, [&](int t) {
     work->rows[t].table = t;
     std::vector<int64_t>& unique = work->rows[t].ids;
     std::vector<int64_t>& inverse = work->inverse[t];
     std::vector<int32_t>& hot_slots = work->hot_slots[t];
     embedding::Deduplicate(batch.sparse[t].ids, &unique, &inverse);
     hot_slots.clear();
-    work->ids += static_cast<int64_t>(inverse.size());
-    if (hot_ == nullptr || hot_->num_rows(t) == 0) continue;
+    if (hot_ == nullptr || hot_->num_rows(t) == 0) return;
     // Split the unique ids into cold (kept in place, in order) and hot (appended after them).
-    remap.resize(unique.size());
+    std::vector<int64_t> remap(unique.size());
     size_t cold = 0;
     for (size_t u = 0; u < unique.size(); ++u) {
       const int32_t slot = hot_->Find(t, unique[u]);
@@ -165,9 +177,12 @@ void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) 
     }
     for (int64_t& j : inverse) {
       j = remap[j];
-      if (j >= static_cast<int64_t>(cold)) ++work->hot_ids;
+      if (j >= static_cast<int64_t>(cold)) ++hot_ids[t];
     }
-  }
+  });
+  work->ids = total_ids;
+  work->hot_ids = 0;
+  for (int64_t h : hot_ids) work->hot_ids += h;
 }
 
 absl::Status Trainer::FetchRows(SparseWork* work) const {
@@ -190,11 +205,12 @@ const float* Trainer::CombinedRows(const SparseWork& work, int t) {
 
 void Trainer::Pool(const Batch& batch, const SparseWork& work) {
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
-  for (int t = 0; t < num_tables_; ++t) {
+  // Tables write disjoint columns of emb_host_ and their own combined_ buffers.
+  ForEachTable(work.ids, [&](int t) {
     kernels_->PooledGather(CombinedRows(work, t), dim_, dim_, work.inverse[t].data(),
                            batch.sparse[t].offsets.data(), batch.size, pooling_,
                            emb_host_.data() + static_cast<int64_t>(t) * dim_, stride);
-  }
+  });
 }
 
 absl::Status Trainer::ApplyHotGradients() {
@@ -335,21 +351,21 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   const int world = options_.allreducer ? options_.allreducer->world_size() : 1;
   work->grads.resize(num_tables_);
-  int64_t cold_rows = 0;
-  for (int t = 0; t < num_tables_; ++t) {
+  combined_grads_.resize(num_tables_);
+  // Tables write their own gradient buffers and disjoint rows of hot_grads_.
+  ForEachTable(work->ids, [&](int t) {
     embedding::TableRows& g = work->grads[t];
     g.table = t;
     g.ids = work->rows[t].ids;
     const size_t cold = g.ids.size();
     const size_t hot = work->hot_slots[t].size();
-    cold_rows += static_cast<int64_t>(cold);
     float* out = nullptr;
     if (hot == 0) {
       g.values.resize(cold * dim_);
       out = g.values.data();
     } else {
-      combined_grads_.resize((cold + hot) * dim_);
-      out = combined_grads_.data();
+      combined_grads_[t].resize((cold + hot) * dim_);
+      out = combined_grads_[t].data();
     }
     kernels_->PooledScatterGrad(demb_host_.data() + static_cast<int64_t>(t) * dim_, stride, dim_,
                                 work->inverse[t].data(), batch.sparse[t].offsets.data(), batch.size,
@@ -370,7 +386,9 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
       const float scale = 1.0f / static_cast<float>(world);
       for (float& v : g.values) v *= scale;
     }
-  }
+  });
+  int64_t cold_rows = 0;
+  for (const auto& g : work->grads) cold_rows += static_cast<int64_t>(g.ids.size());
   DLRM_RETURN_IF_ERROR(ApplyHotGradients());
   counters_.samples += batch.size;
   counters_.ids += work->ids;

@@ -26,6 +26,7 @@
 #include "dense/dlrm_model.h"
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
+#include "embedding/parallel.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
 #include "worker/hot_rows.h"
@@ -69,6 +70,9 @@ struct TrainerOptions {
   dense::Backend* backend = nullptr;
   embedding::EmbeddingStore* store = nullptr;
   DenseAllReducer* allreducer = nullptr;  // null: a single worker
+  // Threads for the per-table work of a step (dedup, pooling, gradient aggregation) when a batch
+  // has many ids; 0 = the machine's cores, 1 = the calling thread only.
+  int threads = 0;
 };
 
 class Trainer {
@@ -125,6 +129,8 @@ class Trainer {
   void Pool(const Batch& batch, const SparseWork& work);
   // Rows of table t in [cold..., hot...] order: the fetched rows alone when nothing is hot.
   const float* CombinedRows(const SparseWork& work, int t);
+  // Runs fn(t) for every table, on the pool when the batch has at least kParallelMinIds ids.
+  void ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const;
   // Sums the hot rows' gradients over the workers and applies them.
   absl::Status ApplyHotGradients();
 
@@ -147,10 +153,13 @@ class Trainer {
   std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
   std::unique_ptr<HotRowCache> hot_;
   std::function<void(const Batch&)> batch_observer_;
-  std::vector<std::vector<float>> combined_;  // per table: [cold..., hot...] rows (hot path)
-  std::vector<float> combined_grads_;         // [cold + hot unique x dim] of one table
-  std::vector<float> hot_packed_;             // gradients of the touched hot rows (allreduce)
-  std::vector<float> hot_grads_;              // [hot rows x dim] flat, then a touch count per row
+  std::vector<std::vector<float>> combined_;        // per table: [cold..., hot...] rows (hot path)
+  std::vector<std::vector<float>> combined_grads_;  // per table: [cold + hot unique x dim]
+  // Below this many ids a thread hand-off costs more than the per-table work it would share.
+  static constexpr int64_t kParallelMinIds = 16384;
+  std::unique_ptr<embedding::ParallelPool> pool_;
+  std::vector<float> hot_packed_;  // gradients of the touched hot rows (allreduce)
+  std::vector<float> hot_grads_;   // [hot rows x dim] flat, then a touch count per row
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
   };

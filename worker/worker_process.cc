@@ -324,6 +324,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.backend = backend.get();
   trainer_options.store = store.get();
   trainer_options.allreducer = reducer.get();
+  trainer_options.threads = options_.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
                         SetUpHotRows(spec, job, rank, world, trainer.get(), reducer.get()));
