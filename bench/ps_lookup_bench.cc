@@ -9,6 +9,7 @@
 // steady-state serving from the memory tier. Blocks of the two alternate to share noise.
 //
 //   build/bin/ps_lookup_bench [--seconds 1.5] [--dims 16,64] [--zipf 1.05] [--ps-threads 2]
+//                             [--bare 0]   (0: skip the baseline, to profile the PS path alone)
 //
 // Prints one JSON object to stdout.
 #include <unistd.h>
@@ -67,6 +68,7 @@ struct Flags {
   double zipf = 1.05;
   int batches = 16;
   int ps_threads = 2;
+  bool bare = true;  // --bare 0: time the PS path only (for profiling it)
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -83,6 +85,9 @@ Flags ParseFlags(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &f.batches);
     } else if (key == "--ps-threads") {
       ok = absl::SimpleAtoi(value, &f.ps_threads);
+    } else if (key == "--bare") {
+      ok = value == "0" || value == "1";
+      f.bare = value == "1";
     } else if (key == "--dims") {
       f.dims.clear();
       for (absl::string_view d : absl::StrSplit(value, ',')) {
@@ -211,7 +216,7 @@ int Run(const Flags& flags) {
       start = absl::Now();
       end = start + block;
       i = 0;
-      while (absl::Now() < end && status.ok()) {
+      while (flags.bare && absl::Now() < end && status.ok()) {
         const size_t k = i++ % transfers.size();
         dlrm::v1::TransferResponse response;
         status = common::FromGrpcStatus(bare_stub->Transfer(

@@ -24,6 +24,7 @@ class FrequencySketch {
     while (w < width) w <<= 1;
     mask_ = static_cast<uint64_t>(w - 1);
     counters_.assign(static_cast<size_t>(4 * w), 0);  // 4 * w is a multiple of the block size
+    block_mask_ = static_cast<uint64_t>(4 * w / kBlockCounters - 1);
     reset_after_ = 10 * w;
   }
 
@@ -36,8 +37,8 @@ class FrequencySketch {
     if (++additions_ >= reset_after_) Halve();
   }
 
-  // Brings the key's counters toward the cache ahead of an Increment or Estimate.
-  void Prefetch(int64_t key) const { __builtin_prefetch(&counters_[Index(Hash(key), 0)]); }
+  // Brings the key's block of counters toward the cache ahead of an Increment or Estimate.
+  void Prefetch(int64_t key) const { __builtin_prefetch(counters_.data() + BlockStart(Hash(key))); }
 
   uint32_t Estimate(int64_t key) const {
     const uint64_t h = Hash(key);
@@ -58,11 +59,14 @@ class FrequencySketch {
   // The block is chosen by the high bits of h; row r's counter is one of the 8 in quarter r of
   // the block, chosen by 3 low bits of h per row.
   static constexpr int kBlockCounters = 32;  // 64 bytes
+  // (The block mask is kept precomputed: GCC 12 silently drops a __builtin_prefetch whose
+  // address divides by the block size, which left the sketch unprefetched.)
+  size_t BlockStart(uint64_t h) const {
+    return static_cast<size_t>(((h >> 32) & block_mask_) * kBlockCounters);
+  }
   size_t Index(uint64_t h, int r) const {
-    const uint64_t blocks = (4 * (mask_ + 1)) / kBlockCounters;
-    const uint64_t block = (h >> 32) & (blocks - 1);
     const uint64_t within = 8 * static_cast<uint64_t>(r) + ((h >> (3 * r)) & 7);
-    return static_cast<size_t>(block * kBlockCounters + within);
+    return BlockStart(h) + static_cast<size_t>(within);
   }
   void Halve() {
     for (uint16_t& c : counters_) c >>= 1;
@@ -70,6 +74,7 @@ class FrequencySketch {
   }
 
   uint64_t mask_ = 0;
+  uint64_t block_mask_ = 0;  // blocks - 1
   std::vector<uint16_t> counters_;
   int64_t additions_ = 0;
   int64_t reset_after_ = 0;

@@ -248,20 +248,24 @@ absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float
   t.miss_pos.clear();
   t.miss_keys.clear();
   // Rows are scattered over a table far larger than the caches: each id costs a sketch block, a
-  // hash slot and a row, three misses. Prefetching a few ids ahead overlaps them.
-  constexpr size_t kAhead = 8;
+  // hash slot and a row, three misses. One pass per structure, each prefetching kAhead ids
+  // ahead, keeps many misses in flight (a fused loop ran out of miss buffers sooner).
+  constexpr size_t kAhead = 16;
   const size_t n = ids.size();
   t.found.resize(n);
   for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) {
-      t.sketch.Prefetch(ids[j + kAhead]);
-      t.rows.Prefetch(ids[j + kAhead]);
-    }
+    if (j + kAhead < n) t.sketch.Prefetch(ids[j + kAhead]);
     t.sketch.Increment(ids[j]);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) t.rows.Prefetch(ids[j + kAhead]);
     t.found[j] = t.rows.Find(ids[j]);
   }
   for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n && t.found[j + kAhead] != nullptr) __builtin_prefetch(t.found[j + kAhead]);
+    if (j + kAhead < n && t.found[j + kAhead] != nullptr) {
+      const char* next = reinterpret_cast<const char*>(t.found[j + kAhead]);
+      for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
+    }
     if (const float* row = t.found[j]) {
       std::memcpy(weights_out + j * dim, row, row_bytes);
     } else {
@@ -357,6 +361,35 @@ absl::Status TieredStore::ReadRows(int table, absl::Span<const int64_t> ids, flo
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status TieredStore::WriteRows(int table, absl::Span<const int64_t> unique_ids,
+                                    const float* rows) {
+  DLRM_RETURN_IF_ERROR(CheckIds(table, unique_ids));
+  Table& t = *tables_[table];
+  {
+    absl::flat_hash_set<int64_t> seen;
+    seen.reserve(unique_ids.size());
+    for (int64_t id : unique_ids) {
+      if (!seen.insert(id).second) {
+        return absl::InvalidArgumentError(absl::StrCat("table ", table, " (", t.config.name,
+                                                       "): id ", id, " repeated in one row write"));
+      }
+    }
+  }
+  const size_t width = t.row_floats;
+  absl::MutexLock lock(&t.mu);
+  t.batch.Clear();
+  for (size_t j = 0; j < unique_ids.size(); ++j) {
+    const float* src = rows + j * width;
+    if (float* row = t.rows.Find(unique_ids[j])) {
+      std::memcpy(row, src, width * sizeof(float));
+    } else if (!TryAdmit(t, unique_ids[j], src, &t.batch)) {
+      t.batch.cold_keys.push_back(unique_ids[j]);
+      t.batch.cold_rows.insert(t.batch.cold_rows.end(), src, src + width);
+    }
+  }
+  return Commit(t, &t.batch);
 }
 
 namespace {

@@ -90,6 +90,12 @@ class TieredStore {
   // or moving rows: for checks, migration and debugging.
   absl::Status ReadRows(int table, absl::Span<const int64_t> ids, float* rows_out);
 
+  // Overwrites the full stored rows of `unique_ids` (distinct) with rows[j * row_floats ..):
+  // resident rows in place; the others are offered to the memory tier like a row updated by
+  // ApplyGradients (admitted under capacity or when more frequent than a sampled victim) and
+  // written to RocksDB when not admitted, so the budget holds. Does not count accesses.
+  absl::Status WriteRows(int table, absl::Span<const int64_t> unique_ids, const float* rows);
+
   // Writes every resident row to RocksDB and flushes RocksDB's memtables (rows stay resident).
   absl::Status Flush();
   // Flush, then an openable RocksDB checkpoint in `dir` (must not exist), taken with every table

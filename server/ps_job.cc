@@ -230,47 +230,130 @@ absl::Status PsJob::ValidateLookup(const dlrm::v1::LookupRequest& request) const
   return absl::OkStatus();
 }
 
-absl::Status PsJob::ValidatePush(const dlrm::v1::PushGradientsRequest& request) const {
-  DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
-  DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
-  std::vector<bool> seen(tables_.size(), false);
+absl::Status PsJob::CheckPayloads(int table, const std::string& ids_bytes,
+                                  const std::string& payload, bool full_rows,
+                                  std::vector<bool>* seen_tables) const {
+  const embedding::TableConfig* config = nullptr;
+  DLRM_RETURN_IF_ERROR(CheckIds(table, ids_bytes, &config));
+  const char* what = full_rows ? "row write" : "push";
+  if ((*seen_tables)[table]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", table, " appears twice in one ", what));
+  }
+  (*seen_tables)[table] = true;
+  const int64_t n = static_cast<int64_t>(ids_bytes.size() / sizeof(int64_t));
+  const int width = full_rows ? store_->row_floats(table) : config->dim;
+  const int64_t expected = n * width * static_cast<int64_t>(sizeof(float));
+  if (static_cast<int64_t>(payload.size()) != expected) {
+    return absl::InvalidArgumentError(
+        full_rows
+            ? absl::StrCat("table ", table, ": rows payload is ", payload.size(),
+                           " bytes, expected ", expected, " (", n, " ids x row_floats ", width,
+                           " x 4)")
+            : absl::StrCat("table ", table, ": gradient payload is ", payload.size(),
+                           " bytes, expected ", expected, " (", n, " ids x dim ", width, " x 4)"));
+  }
   std::vector<int64_t> ids;
+  UnpackIds(ids_bytes, &ids);
   absl::flat_hash_set<int64_t> unique;
-  for (const dlrm::v1::TableGradients& t : request.tables()) {
-    const embedding::TableConfig* config = nullptr;
-    DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
-    if (seen[t.table()]) {
+  unique.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (!unique.insert(id).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("table ", t.table(), " appears twice in one push"));
-    }
-    seen[t.table()] = true;
-    const int64_t n = static_cast<int64_t>(t.ids().size() / sizeof(int64_t));
-    const int64_t expected = n * config->dim * static_cast<int64_t>(sizeof(float));
-    if (static_cast<int64_t>(t.grads().size()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", t.table(), ": gradient payload is ", t.grads().size(), " bytes, expected ",
-          expected, " (", n, " ids x dim ", config->dim, " x 4)"));
-    }
-    UnpackIds(t.ids(), &ids);
-    unique.clear();
-    unique.reserve(ids.size());
-    for (int64_t id : ids) {
-      if (!unique.insert(id).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table ", t.table(), ": id ", id,
-                         " repeated in one push (sum its gradients on the worker first)"));
-      }
+          full_rows ? absl::StrCat("table ", table, ": id ", id, " repeated in one row write")
+                    : absl::StrCat("table ", table, ": id ", id,
+                                   " repeated in one push (sum its gradients on the worker "
+                                   "first)"));
     }
   }
   return absl::OkStatus();
 }
 
-void PsJob::PrepareLookup(const dlrm::v1::LookupRequest& request,
-                          dlrm::v1::LookupResponse* response) const {
+absl::Status PsJob::ValidatePush(const dlrm::v1::PushGradientsRequest& request) const {
+  DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
+  DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
+  std::vector<bool> seen(tables_.size(), false);
+  for (const dlrm::v1::TableGradients& t : request.tables()) {
+    DLRM_RETURN_IF_ERROR(CheckPayloads(t.table(), t.ids(), t.grads(), /*full_rows=*/false, &seen));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::ValidateReadRows(const dlrm::v1::ReadRowsRequest& request) const {
+  DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
+  for (const dlrm::v1::TableIds& t : request.tables()) {
+    const embedding::TableConfig* config = nullptr;
+    DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::ValidateWriteRows(const dlrm::v1::WriteRowsRequest& request) const {
+  DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
+  std::vector<bool> seen(tables_.size(), false);
+  for (const dlrm::v1::TableIdsRows& t : request.tables()) {
+    DLRM_RETURN_IF_ERROR(CheckPayloads(t.table(), t.ids(), t.rows(), /*full_rows=*/true, &seen));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::ReadRows(const dlrm::v1::ReadRowsRequest& request,
+                             dlrm::v1::ReadRowsResponse* response) {
+  std::vector<int64_t> ids;
+  std::vector<float> aligned;
   response->mutable_tables()->Reserve(request.tables_size());
   for (const dlrm::v1::TableIds& t : request.tables()) {
+    UnpackIds(t.ids(), &ids);
+    const int width = store_->row_floats(t.table());
+    dlrm::v1::TableStoredRows* out = response->add_tables();
+    out->set_table(t.table());
+    out->set_row_floats(width);
+    std::string* bytes = out->mutable_rows();
+    bytes->resize(ids.size() * width * sizeof(float));
+    if (ids.empty()) continue;
+    if (IsFloatAligned(bytes->data())) {
+      DLRM_RETURN_IF_ERROR(
+          store_->ReadRows(t.table(), ids, reinterpret_cast<float*>(bytes->data())));
+    } else {
+      aligned.resize(bytes->size() / sizeof(float));
+      DLRM_RETURN_IF_ERROR(store_->ReadRows(t.table(), ids, aligned.data()));
+      std::memcpy(bytes->data(), aligned.data(), bytes->size());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> PsJob::WriteRows(const dlrm::v1::WriteRowsRequest& request) {
+  int64_t rows = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> aligned;
+  for (const dlrm::v1::TableIdsRows& t : request.tables()) {
+    UnpackIds(t.ids(), &ids);
+    if (ids.empty()) continue;
+    const float* values = reinterpret_cast<const float*>(t.rows().data());
+    if (!IsFloatAligned(values)) {
+      aligned.resize(t.rows().size() / sizeof(float));
+      std::memcpy(aligned.data(), t.rows().data(), t.rows().size());
+      values = aligned.data();
+    }
+    DLRM_RETURN_IF_ERROR(store_->WriteRows(t.table(), ids, values));
+    rows += static_cast<int64_t>(ids.size());
+  }
+  return rows;
+}
+
+void PsJob::PrepareLookup(const dlrm::v1::LookupRequest& request,
+                          dlrm::v1::LookupResponse* response) const {
+  // The entries of an earlier answer are reused as they are: resizing a rows buffer to the size
+  // it already has writes nothing, where a fresh one would be zero-filled first.
+  auto* tables = response->mutable_tables();
+  const int n = request.tables_size();
+  if (tables->size() > n) tables->DeleteSubrange(n, tables->size() - n);
+  tables->Reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const dlrm::v1::TableIds& t = request.tables(i);
     const int dim = tables_[t.table()].dim;
-    dlrm::v1::TableRows* out = response->add_tables();
+    dlrm::v1::TableRows* out = i < tables->size() ? tables->Mutable(i) : tables->Add();
     out->set_table(t.table());
     out->set_dim(dim);
     out->mutable_rows()->resize(t.ids().size() / sizeof(int64_t) * dim * sizeof(float));

@@ -12,6 +12,8 @@
 //   - worker rank outside [0, num_workers) for a step >= 0: INVALID_ARGUMENT
 //   - PushGradients: a repeated id within a table, or a table given twice: INVALID_ARGUMENT
 //     (clients deduplicate and sum gradients before pushing).
+//   - ReadRows / WriteRows (full stored rows, no staleness wait): as Lookup / PushGradients, the
+//     WriteRows payload being ids x row_floats x 4 bytes (row_floats = dim + optimizer state).
 //
 // Thread-safe: Lookup and Push may run concurrently on any threads (the TieredStore locks per
 // table).
@@ -70,13 +72,19 @@ class PsJob {
   // Validation only (see the header comment).
   absl::Status ValidateLookup(const dlrm::v1::LookupRequest& request) const;
   absl::Status ValidatePush(const dlrm::v1::PushGradientsRequest& request) const;
+  // ReadRows: epoch and ids as for Lookup. WriteRows: as for Push, with rows of row_floats
+  // (dim + optimizer state) floats per id instead of gradients.
+  absl::Status ValidateReadRows(const dlrm::v1::ReadRowsRequest& request) const;
+  absl::Status ValidateWriteRows(const dlrm::v1::WriteRowsRequest& request) const;
 
   // Fills `response` with the rows of every table of `request`. REQUIRES: ValidateLookup passed.
   absl::Status Lookup(const dlrm::v1::LookupRequest& request, dlrm::v1::LookupResponse* response,
                       int64_t* rows);
-  // Lookup in two phases, so that tables can be filled on several threads: PrepareLookup adds
-  // one answer per request table with room for its rows; LookupTables fills answers
-  // [begin, end) (disjoint ranges may run concurrently) and returns the rows it served.
+  // Lookup in two phases, so that tables can be filled on several threads: PrepareLookup makes
+  // `response` hold one answer per request table with room for its rows (a response holding an
+  // earlier answer is reused in place, its buffers kept; every field is overwritten); LookupTables
+  // fills answers [begin, end) (disjoint ranges may run concurrently) and returns the rows it
+  // served.
   void PrepareLookup(const dlrm::v1::LookupRequest& request,
                      dlrm::v1::LookupResponse* response) const;
   absl::StatusOr<int64_t> LookupTables(const dlrm::v1::LookupRequest& request, int begin, int end,
@@ -84,6 +92,14 @@ class PsJob {
   // Applies the gradients with the job's sparse optimizer, then (unless more_chunks) marks the
   // worker's step complete in the gate. Returns the rows updated. REQUIRES: ValidatePush passed.
   absl::StatusOr<int64_t> Push(const dlrm::v1::PushGradientsRequest& request);
+
+  // Full stored rows of every table of `request` (response in request order). REQUIRES:
+  // ValidateReadRows passed.
+  absl::Status ReadRows(const dlrm::v1::ReadRowsRequest& request,
+                        dlrm::v1::ReadRowsResponse* response);
+  // Overwrites full stored rows through the tier; returns the rows written. REQUIRES:
+  // ValidateWriteRows passed.
+  absl::StatusOr<int64_t> WriteRows(const dlrm::v1::WriteRowsRequest& request);
 
   // The gate of the current epoch.
   std::shared_ptr<StepGate> gate() const;
@@ -98,6 +114,10 @@ class PsJob {
   // config through `config`.
   absl::Status CheckIds(int table, const std::string& ids_bytes,
                         const embedding::TableConfig** config) const;
+  // CheckIds, then: the table not yet in *seen_tables (marks it), `payload` of ids x width x 4
+  // bytes (width: dim for gradients, row_floats for full rows), no id repeated.
+  absl::Status CheckPayloads(int table, const std::string& ids_bytes, const std::string& payload,
+                             bool full_rows, std::vector<bool>* seen_tables) const;
 
   const dlrm::v1::LoadJobRequest spec_;  // epoch as first loaded; see epoch_
   const std::string path_;

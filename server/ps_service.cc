@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
+#include "grpcpp/support/message_allocator.h"
 
 namespace dlrm::server {
 
@@ -50,9 +51,79 @@ struct PsService::Metrics {
   prometheus::Counter& rpc_errors;
 };
 
+// A free list of request/response pairs for the Lookup handler (gRPC's MessageAllocator).
+// Released requests are cleared, keeping their buffers (responses are reused in place, see
+// PsJob::PrepareLookup); pairs whose payload was larger than
+// kMaxPooledBytes are freed rather than kept, and at most kMaxPooled are kept, so the pool holds
+// at most kMaxPooled x kMaxPooledBytes of buffers.
+class PsService::LookupMessages final
+    : public grpc::MessageAllocator<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse> {
+ public:
+  static constexpr size_t kMaxPooled = 8;
+  static constexpr size_t kMaxPooledBytes = 8 << 20;
+
+  ~LookupMessages() override {
+    for (Holder* h : free_) delete h;
+  }
+
+  grpc::MessageHolder<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse>* AllocateMessages()
+      override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        Holder* h = free_.back();
+        free_.pop_back();
+        return h;
+      }
+    }
+    return new Holder(this);
+  }
+
+ private:
+  class Holder final
+      : public grpc::MessageHolder<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse> {
+   public:
+    explicit Holder(LookupMessages* pool) : pool_(pool) {
+      set_request(&request_);
+      set_response(&response_);
+    }
+    void Release() override { pool_->Return(this); }
+
+    dlrm::v1::LookupRequest request_;
+    dlrm::v1::LookupResponse response_;
+
+   private:
+    LookupMessages* const pool_;
+  };
+
+  void Return(Holder* h) {
+    if (h->request_.ByteSizeLong() + h->response_.ByteSizeLong() > kMaxPooledBytes) {
+      delete h;
+      return;
+    }
+    // The response keeps its answer: PrepareLookup overwrites it in place, and resizing a rows
+    // buffer to the size it has skips the zero-fill a cleared one would need.
+    h->request_.Clear();
+    {
+      absl::MutexLock lock(&mu_);
+      if (free_.size() < kMaxPooled) {
+        free_.push_back(h);
+        return;
+      }
+    }
+    delete h;
+  }
+
+  absl::Mutex mu_;
+  std::vector<Holder*> free_ ABSL_GUARDED_BY(mu_);
+};
+
 PsService::PsService(const PsServiceOptions& options)
-    : options_(options), metrics_(std::make_unique<Metrics>(*options.metrics)) {
+    : options_(options),
+      metrics_(std::make_unique<Metrics>(*options.metrics)),
+      lookup_messages_(std::make_unique<LookupMessages>()) {
   metrics_->memory_budget_bytes.Set(static_cast<double>(options.memory_budget_bytes));
+  SetMessageAllocatorFor_Lookup(lookup_messages_.get());
 }
 
 PsService::~PsService() {
@@ -340,6 +411,41 @@ void PsService::RunPush(grpc::CallbackServerContext* /*context*/,
   }
   UpdateStoreMetrics();
   Finish(reactor, rows.status());
+}
+
+// ---- ReadRows / WriteRows ----
+
+grpc::ServerUnaryReactor* PsService::ReadRows(grpc::CallbackServerContext* context,
+                                              const dlrm::v1::ReadRowsRequest* request,
+                                              dlrm::v1::ReadRowsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, request, response, reactor] {
+    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
+    if (!job.ok()) return Finish(reactor, job.status());
+    absl::Status status = (*job)->ValidateReadRows(*request);
+    if (status.ok()) status = (*job)->ReadRows(*request, response);
+    if (!status.ok()) response->Clear();
+    UpdateStoreMetrics();
+    Finish(reactor, status);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsService::WriteRows(grpc::CallbackServerContext* context,
+                                               const dlrm::v1::WriteRowsRequest* request,
+                                               dlrm::v1::WriteRowsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.pool->Submit([this, request, response, reactor] {
+    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
+    if (!job.ok()) return Finish(reactor, job.status());
+    absl::Status valid = (*job)->ValidateWriteRows(*request);
+    if (!valid.ok()) return Finish(reactor, valid);
+    absl::StatusOr<int64_t> rows = (*job)->WriteRows(*request);
+    if (rows.ok()) response->set_rows_written(*rows);
+    UpdateStoreMetrics();
+    Finish(reactor, rows.status());
+  });
+  return reactor;
 }
 
 // ---- GetStats / Checkpoint ----

@@ -71,6 +71,12 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const dlrm::v1::GetStatsRequest* request,
                                      dlrm::v1::GetStatsResponse* response) override;
+  grpc::ServerUnaryReactor* ReadRows(grpc::CallbackServerContext* context,
+                                     const dlrm::v1::ReadRowsRequest* request,
+                                     dlrm::v1::ReadRowsResponse* response) override;
+  grpc::ServerUnaryReactor* WriteRows(grpc::CallbackServerContext* context,
+                                      const dlrm::v1::WriteRowsRequest* request,
+                                      dlrm::v1::WriteRowsResponse* response) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
                                        const dlrm::v1::CheckpointRequest* request,
                                        dlrm::v1::CheckpointResponse* response) override;
@@ -92,6 +98,7 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
 
  private:
   struct Metrics;
+  class LookupMessages;
   absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
   void RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
                  dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor);
@@ -103,6 +110,9 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
 
   const PsServiceOptions options_;
   std::unique_ptr<Metrics> metrics_;
+  // Lookup requests and responses are reused from call to call (their id and row buffers keep
+  // their capacity), so a steady stream of lookups allocates and page-faults no payload memory.
+  std::unique_ptr<LookupMessages> lookup_messages_;
 
   absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
   mutable absl::Mutex mu_;

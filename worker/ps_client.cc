@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/sharding.h"
@@ -79,6 +80,55 @@ struct GrpcPsClient::Plan {
   std::vector<Chunk> chunks;
 };
 
+struct GrpcPsClient::LookupMessages {
+  dlrm::v1::LookupRequest request;
+  dlrm::v1::LookupResponse response;
+};
+
+// One Lookup call; its messages go back to the client's pool when it is destroyed.
+struct GrpcPsClient::LookupCall {
+  LookupCall(GrpcPsClient* owner_in, std::unique_ptr<LookupMessages> messages_in)
+      : owner(owner_in),
+        messages(std::move(messages_in)),
+        request(messages->request),
+        response(messages->response) {}
+  ~LookupCall() { owner->ReturnLookupMessages(std::move(messages)); }
+
+  GrpcPsClient* const owner;
+  std::unique_ptr<LookupMessages> messages;
+  dlrm::v1::LookupRequest& request;
+  dlrm::v1::LookupResponse& response;
+  grpc::ClientContext context;
+  grpc::Status status;
+  int shard = 0;
+};
+
+namespace {
+// Pooled pairs: at most this many, each of at most this many payload bytes.
+constexpr size_t kMaxPooledLookups = 8;
+constexpr size_t kMaxPooledLookupBytes = 8 << 20;
+}  // namespace
+
+std::unique_ptr<GrpcPsClient::LookupMessages> GrpcPsClient::TakeLookupMessages() {
+  {
+    absl::MutexLock lock(&pool_mu_);
+    if (!lookup_pool_.empty()) {
+      std::unique_ptr<LookupMessages> m = std::move(lookup_pool_.back());
+      lookup_pool_.pop_back();
+      return m;
+    }
+  }
+  return std::make_unique<LookupMessages>();
+}
+
+void GrpcPsClient::ReturnLookupMessages(std::unique_ptr<LookupMessages> m) {
+  if (m->request.ByteSizeLong() + m->response.ByteSizeLong() > kMaxPooledLookupBytes) return;
+  m->request.Clear();
+  m->response.Clear();
+  absl::MutexLock lock(&pool_mu_);
+  if (lookup_pool_.size() < kMaxPooledLookups) lookup_pool_.push_back(std::move(m));
+}
+
 GrpcPsClient::GrpcPsClient(const PsClientOptions& options) : options_(options) {}
 GrpcPsClient::~GrpcPsClient() = default;
 
@@ -105,6 +155,9 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClien
   const int64_t limit = common::MaxRowsPerRequest(max_dim);
   client->max_rows_per_request_ =
       options.max_rows_per_request > 0 ? std::min(options.max_rows_per_request, limit) : limit;
+  // The widest stored row (Lazy Adam: 3 x dim + 1 floats).
+  client->max_stored_rows_per_request_ =
+      std::min(client->max_rows_per_request_, common::MaxRowsPerRequest(3 * max_dim + 1));
   for (const std::string& address : options.ps_addresses) {
     common::ChannelOptions channel_options;
     channel_options.target = address;
@@ -148,6 +201,11 @@ absl::Status GrpcPsClient::CheckRequests(absl::Span<const embedding::TableRows> 
 }
 
 void GrpcPsClient::BuildPlan(absl::Span<const embedding::TableRows> requests, Plan* plan) const {
+  BuildPlan(requests, max_rows_per_request_, plan);
+}
+
+void GrpcPsClient::BuildPlan(absl::Span<const embedding::TableRows> requests, int64_t max_rows,
+                             Plan* plan) const {
   const int shards = shard_count();
   const int n = static_cast<int>(requests.size());
   // Per shard: (request, ids, positions, count) before chunking.
@@ -184,11 +242,11 @@ void GrpcPsClient::BuildPlan(absl::Span<const embedding::TableRows> requests, Pl
     for (const Plan::Entry& e : whole[s]) {
       int64_t begin = 0;
       while (begin < e.count) {
-        if (in_chunk == max_rows_per_request_) {
+        if (in_chunk == max_rows) {
           plan->chunks.push_back({s, false, {}});
           in_chunk = 0;
         }
-        const int64_t take = std::min(e.count - begin, max_rows_per_request_ - in_chunk);
+        const int64_t take = std::min(e.count - begin, max_rows - in_chunk);
         Plan::Entry part = e;
         part.begin = begin;
         part.count = take;
@@ -208,12 +266,11 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
   }
   Plan plan;
   BuildPlan(requests, &plan);
-  using LookupCall = Call<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse>;
   std::vector<std::unique_ptr<LookupCall>> calls;
   std::vector<const Plan::Chunk*> call_chunks;
   for (const Plan::Chunk& chunk : plan.chunks) {
     if (chunk.entries.empty()) continue;
-    auto call = std::make_unique<LookupCall>();
+    auto call = std::make_unique<LookupCall>(this, TakeLookupMessages());
     call->shard = chunk.shard;
     common::SetDeadline(&call->context, options_.rpc_timeout);
     dlrm::v1::LookupRequest& req = call->request;
@@ -334,6 +391,166 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableR
     for (auto& call : *round) {
       if (!call->status.ok()) return ShardError(call->shard, call->status, "PushGradients");
     }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Starts every call of `calls` (a lone one blocking on this thread) and waits for them all.
+template <typename CallT, typename Start, typename StartAsync>
+void RunCalls(std::vector<std::unique_ptr<CallT>>& calls, Start start, StartAsync start_async) {
+  if (calls.size() == 1) {
+    start(calls[0].get());
+    return;
+  }
+  CallGroup group;
+  for (auto& call : calls) start_async(call.get(), group.Track(&call->status));
+  group.Wait();
+}
+
+}  // namespace
+
+absl::Status GrpcPsClient::ReadStoredRows(absl::Span<embedding::TableRows> requests) {
+  DLRM_RETURN_IF_ERROR(CheckRequests(requests, /*with_values=*/false));
+  Plan plan;
+  BuildPlan(requests, max_stored_rows_per_request_, &plan);
+  using ReadCall = Call<dlrm::v1::ReadRowsRequest, dlrm::v1::ReadRowsResponse>;
+  std::vector<std::unique_ptr<ReadCall>> calls;
+  std::vector<const Plan::Chunk*> call_chunks;
+  for (const Plan::Chunk& chunk : plan.chunks) {
+    if (chunk.entries.empty()) continue;
+    auto call = std::make_unique<ReadCall>();
+    call->shard = chunk.shard;
+    common::SetDeadline(&call->context, options_.rpc_timeout);
+    call->request.set_job_id(options_.job_id);
+    call->request.set_job_epoch(options_.job_epoch);
+    for (const Plan::Entry& e : chunk.entries) {
+      dlrm::v1::TableIds* t = call->request.add_tables();
+      t->set_table(requests[e.request].table);
+      t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
+                 static_cast<size_t>(e.count) * sizeof(int64_t));
+    }
+    calls.push_back(std::move(call));
+    call_chunks.push_back(&chunk);
+  }
+  RunCalls(
+      calls,
+      [this](ReadCall* c) {
+        c->status = stubs_[c->shard]->ReadRows(&c->context, c->request, &c->response);
+      },
+      [this](ReadCall* c, std::function<void(grpc::Status)> done) {
+        stubs_[c->shard]->async()->ReadRows(&c->context, &c->request, &c->response,
+                                            std::move(done));
+      });
+  for (auto& call : calls) {
+    if (!call->status.ok()) return ShardError(call->shard, call->status, "ReadRows");
+  }
+  // Row widths as the shards report them; every answer for a table must agree.
+  std::vector<int> width(requests.size(), 0);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ReadCall& c = *calls[i];
+    const Plan::Chunk& chunk = *call_chunks[i];
+    if (c.response.tables_size() != static_cast<int>(chunk.entries.size())) {
+      return absl::InternalError(absl::StrCat("ReadRows on ps shard ", c.shard, ": ",
+                                              c.response.tables_size(), " tables answered, ",
+                                              chunk.entries.size(), " asked"));
+    }
+    for (size_t k = 0; k < chunk.entries.size(); ++k) {
+      const Plan::Entry& e = chunk.entries[k];
+      const dlrm::v1::TableStoredRows& answer = c.response.tables(static_cast<int>(k));
+      const int table = requests[e.request].table;
+      const int w = answer.row_floats();
+      if (w < options_.tables[table].dim ||
+          answer.rows().size() != static_cast<size_t>(e.count) * w * sizeof(float) ||
+          (width[e.request] != 0 && width[e.request] != w)) {
+        return absl::InternalError(absl::StrCat(
+            "ReadRows on ps shard ", c.shard, ": table ", table, " answered ", answer.rows().size(),
+            " bytes of rows of ", w, " floats for ", e.count, " ids"));
+      }
+      width[e.request] = w;
+    }
+  }
+  for (size_t r = 0; r < requests.size(); ++r) {
+    requests[r].values.assign(requests[r].ids.size() * static_cast<size_t>(width[r]), 0.0f);
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Plan::Chunk& chunk = *call_chunks[i];
+    for (size_t k = 0; k < chunk.entries.size(); ++k) {
+      const Plan::Entry& e = chunk.entries[k];
+      const std::string& rows = calls[i]->response.tables(static_cast<int>(k)).rows();
+      const size_t row_bytes = static_cast<size_t>(width[e.request]) * sizeof(float);
+      float* out = requests[e.request].values.data();
+      for (int64_t j = 0; j < e.count; ++j) {
+        const int64_t pos = e.positions == nullptr ? e.begin + j : e.positions[e.begin + j];
+        std::memcpy(out + pos * width[e.request], rows.data() + j * row_bytes, row_bytes);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcPsClient::WriteStoredRows(absl::Span<const embedding::TableRows> rows) {
+  DLRM_RETURN_IF_ERROR(CheckRequests(rows, /*with_values=*/false));
+  std::vector<size_t> width(rows.size(), 0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const embedding::TableRows& in = rows[r];
+    const size_t n = in.ids.size();
+    const size_t dim = static_cast<size_t>(options_.tables[in.table].dim);
+    if (n == 0 ? !in.values.empty() : in.values.size() % n != 0 || in.values.size() / n < dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", in.table, ": ", in.values.size(), " row floats for ", n,
+                       " ids is not a whole row of at least dim ", dim, " floats per id"));
+    }
+    width[r] = n == 0 ? dim : in.values.size() / n;
+    absl::flat_hash_set<int64_t> seen;
+    seen.reserve(n);
+    for (int64_t id : in.ids) {
+      if (!seen.insert(id).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table ", in.table, ": id ", id, " repeated in one row write"));
+      }
+    }
+  }
+  Plan plan;
+  BuildPlan(rows, max_stored_rows_per_request_, &plan);
+  using WriteCall = Call<dlrm::v1::WriteRowsRequest, dlrm::v1::WriteRowsResponse>;
+  std::vector<std::unique_ptr<WriteCall>> calls;
+  for (const Plan::Chunk& chunk : plan.chunks) {
+    if (chunk.entries.empty()) continue;
+    auto call = std::make_unique<WriteCall>();
+    call->shard = chunk.shard;
+    common::SetDeadline(&call->context, options_.rpc_timeout);
+    call->request.set_job_id(options_.job_id);
+    call->request.set_job_epoch(options_.job_epoch);
+    for (const Plan::Entry& e : chunk.entries) {
+      const embedding::TableRows& in = rows[e.request];
+      const size_t row_bytes = width[e.request] * sizeof(float);
+      dlrm::v1::TableIdsRows* t = call->request.add_tables();
+      t->set_table(in.table);
+      t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
+                 static_cast<size_t>(e.count) * sizeof(int64_t));
+      std::string* out = t->mutable_rows();
+      out->resize(static_cast<size_t>(e.count) * row_bytes);
+      for (int64_t j = 0; j < e.count; ++j) {
+        const int64_t pos = e.positions == nullptr ? e.begin + j : e.positions[e.begin + j];
+        std::memcpy(out->data() + j * row_bytes, in.values.data() + pos * width[e.request],
+                    row_bytes);
+      }
+    }
+    calls.push_back(std::move(call));
+  }
+  RunCalls(
+      calls,
+      [this](WriteCall* c) {
+        c->status = stubs_[c->shard]->WriteRows(&c->context, c->request, &c->response);
+      },
+      [this](WriteCall* c, std::function<void(grpc::Status)> done) {
+        stubs_[c->shard]->async()->WriteRows(&c->context, &c->request, &c->response,
+                                             std::move(done));
+      });
+  for (auto& call : calls) {
+    if (!call->status.ok()) return ShardError(call->shard, call->status, "WriteRows");
   }
   return absl::OkStatus();
 }

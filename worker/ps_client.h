@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/grpc_util.h"
@@ -69,6 +71,13 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // evaluation). Lookup resizes each request's values to ids.size() * dim.
   absl::Status Lookup(int64_t step, absl::Span<embedding::TableRows> requests) override;
   absl::Status Push(int64_t step, absl::Span<const embedding::TableRows> grads) override;
+  // Full stored rows [weights | optimizer state] through the shards' ReadRows / WriteRows (no
+  // staleness wait). ReadStoredRows resizes each request's values to ids.size() * row_floats,
+  // row_floats as the shards report it. WriteStoredRows needs distinct ids per table and
+  // values.size() a multiple of ids.size(); the shards check the exact width (INVALID_ARGUMENT
+  // naming the table and both sizes).
+  absl::Status ReadStoredRows(absl::Span<embedding::TableRows> requests) override;
+  absl::Status WriteStoredRows(absl::Span<const embedding::TableRows> rows) override;
 
   // Calls LoadJob on every shard (in parallel) with its shard index. Idempotent: every worker of
   // a job may call it.
@@ -80,16 +89,29 @@ class GrpcPsClient : public embedding::EmbeddingStore {
 
  private:
   struct Plan;
+  struct LookupMessages;
+  struct LookupCall;
   explicit GrpcPsClient(const PsClientOptions& options);
+  // A cleared request/response pair from the pool (or a new one); back to the pool when done.
+  std::unique_ptr<LookupMessages> TakeLookupMessages();
+  void ReturnLookupMessages(std::unique_ptr<LookupMessages> messages);
   absl::Status CheckRequests(absl::Span<const embedding::TableRows> requests,
                              bool with_values) const;
   // Groups ids by shard and splits them into chunks.
   void BuildPlan(absl::Span<const embedding::TableRows> requests, Plan* plan) const;
+  // As BuildPlan, with at most `max_rows` ids per chunk.
+  void BuildPlan(absl::Span<const embedding::TableRows> requests, int64_t max_rows,
+                 Plan* plan) const;
   absl::Status ShardError(int shard, const grpc::Status& status, const char* method) const;
 
   PsClientOptions options_;
   int64_t max_rows_per_request_ = 0;
+  int64_t max_stored_rows_per_request_ = 0;  // for full rows (up to 3 x dim + 1 floats)
   std::vector<std::unique_ptr<dlrm::v1::ParameterServer::Stub>> stubs_;
+  // Lookup messages reused from call to call, so that their id and row buffers keep their
+  // capacity (a steady stream of lookups allocates and page-faults no payload memory).
+  absl::Mutex pool_mu_;
+  std::vector<std::unique_ptr<LookupMessages>> lookup_pool_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 // The LoadJob message for shard `shard_index` of `shard_count`.

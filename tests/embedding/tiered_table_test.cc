@@ -3,6 +3,7 @@
 // reopen.
 #include "embedding/tiered_table.h"
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -150,6 +151,42 @@ TEST(TieredStoreTest, ZeroBudgetKeepsEverythingInRocksDb) {
   }
   EXPECT_EQ(store->stats().memory_bytes, 0);
   EXPECT_EQ(store->stats().rocksdb_writes, 12);
+}
+
+// WriteRows overwrites full rows through the tier: a table four times the budget written in
+// batches stays within budget after every call, and every row reads back bit for bit (resident
+// or in RocksDB); an id written twice in one call is rejected and nothing is written.
+TEST(TieredStoreTest, WriteRowsKeepsTheBudgetAndReadsBackExactly) {
+  ScopedTempDir dir;
+  const int64_t budget = 1000 * MemoryRowMap::BytesPerRow(kDim + 1) + 50 * 84;
+  TieredStoreOptions options = Options(dir.Sub("db"), budget);
+  auto store = *TieredStore::Create(options);
+  const int width = store->row_floats(0);
+  ASSERT_EQ(width, kDim + 1);
+  std::vector<float> all(4000 * width);
+  for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<float>(k % 9973) * 0.5f - 7.25f;
+  for (int64_t begin = 0; begin < 4000; begin += 500) {
+    std::vector<int64_t> ids(500);
+    for (int64_t j = 0; j < 500; ++j) ids[j] = begin + j;
+    ASSERT_TRUE(store->WriteRows(0, ids, all.data() + begin * width).ok());
+    EXPECT_LE(store->stats().memory_bytes, budget);
+  }
+  EXPECT_GT(store->stats().rocksdb_writes, 0);
+  std::vector<int64_t> ids(4000);
+  for (int64_t j = 0; j < 4000; ++j) ids[j] = 3999 - j;
+  std::vector<float> back(all.size());
+  ASSERT_TRUE(store->ReadRows(0, ids, back.data()).ok());
+  for (int64_t j = 0; j < 4000; ++j) {
+    ASSERT_EQ(std::memcmp(&back[j * width], &all[(3999 - j) * width], width * sizeof(float)), 0)
+        << "id " << ids[j];
+  }
+  std::vector<float> twice(2 * width, 1.0f);
+  absl::Status s = store->WriteRows(0, std::vector<int64_t>{5, 5}, twice.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("table 0 (A): id 5 repeated in one row write"));
+  std::vector<float> row5(width);
+  ASSERT_TRUE(store->ReadRows(0, std::vector<int64_t>{5}, row5.data()).ok());
+  EXPECT_EQ(std::memcmp(row5.data(), &all[5 * width], width * sizeof(float)), 0);
 }
 
 TEST(TieredStoreTest, BadInput) {

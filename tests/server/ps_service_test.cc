@@ -1,7 +1,9 @@
 // The parameter-server service through gRPC on loopback: LoadJob semantics, validation of every
 // request (codes and messages), the memory budget through the service, metrics, shutdown.
 // (Staleness: ps_staleness_test.cc; the sharded client: tests/worker/ps_client_test.cc.)
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -188,6 +190,173 @@ TEST_F(PsServiceTest, RejectsIdsOwnedByAnotherShard) {
               AllOf(HasSubstr(absl::StrCat("id ", foreign, " belongs to shard ")),
                     HasSubstr("not to this shard 1 of 3")));
   EXPECT_TRUE(Lookup(LookupOf("j", 0, {own}), &resp).ok());
+}
+
+// ReadRows / WriteRows: full rows [weights | optimizer state] round-trip bit for bit through a
+// tier far smaller than the rows written (so most go to RocksDB), the budget holds, a Lookup
+// sees the written weights, and every bad request is named.
+TEST_F(PsServiceTest, WriteRowsThenReadRowsRoundTripUnderBudgetAndValidate) {
+  constexpr int kDim = 4;
+  constexpr int kWidth = kDim + 1;  // row-wise Adagrad: one accumulator per row
+  constexpr int64_t kRows = 600;
+  constexpr int64_t kBudget = 50 * (kWidth * 4 + 48);  // 50 resident rows
+  StartPs(kBudget);
+  dlrm::v1::LoadJobRequest job = TestJob("j", {{kRows, kDim}});
+  job.mutable_optimizer()->set_type("rowwise_adagrad");
+  job.mutable_optimizer()->set_initial_accumulator(0.1f);
+  job.mutable_optimizer()->set_epsilon(1e-6f);
+  ASSERT_TRUE(Load(job).ok());
+
+  // Every row, in a scrambled order, with values whose bits must survive (signed zero, denormal).
+  std::vector<int64_t> ids(kRows);
+  for (int64_t i = 0; i < kRows; ++i) ids[i] = (i * 7919) % kRows;
+  std::vector<float> rows(kRows * kWidth);
+  for (size_t k = 0; k < rows.size(); ++k) rows[k] = static_cast<float>(k) * 0.37f - 11.0f;
+  rows[3] = -0.0f;
+  rows[4] = 1e-42f;
+  dlrm::v1::WriteRowsRequest write;
+  write.set_job_id("j");
+  write.set_job_epoch(1);
+  dlrm::v1::TableIdsRows* w = write.add_tables();
+  w->set_table(0);
+  w->set_ids(PackIds(ids));
+  w->set_rows(PackFloats(rows));
+  dlrm::v1::WriteRowsResponse written;
+  grpc::Status s = stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(written.rows_written(), kRows);
+
+  dlrm::v1::GetStatsRequest stats_request;
+  stats_request.set_job_id("j");
+  dlrm::v1::GetStatsResponse stats;
+  ASSERT_TRUE(
+      stub_->GetStats(common::MakeClientContext(kTimeout).get(), stats_request, &stats).ok());
+  EXPECT_LE(stats.memory_bytes(), kBudget);
+  EXPECT_GT(stats.rocksdb_writes(), 0);
+
+  // Read back in another order: row of ids[i] must be rows[i] bit for bit.
+  std::vector<int64_t> order(ids.rbegin(), ids.rend());
+  dlrm::v1::ReadRowsRequest read;
+  read.set_job_id("j");
+  read.set_job_epoch(1);
+  dlrm::v1::TableIds* r = read.add_tables();
+  r->set_table(0);
+  r->set_ids(PackIds(order));
+  dlrm::v1::ReadRowsResponse got;
+  s = stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(got.tables_size(), 1);
+  EXPECT_EQ(got.tables(0).row_floats(), kWidth);
+  const std::vector<float> back = UnpackFloats(got.tables(0).rows());
+  ASSERT_EQ(back.size(), rows.size());
+  for (int64_t i = 0; i < kRows; ++i) {
+    const int64_t j = kRows - 1 - i;  // order[i] == ids[j]
+    EXPECT_EQ(std::memcmp(&back[i * kWidth], &rows[j * kWidth], kWidth * sizeof(float)), 0)
+        << "id " << order[i];
+  }
+  dlrm::v1::LookupResponse looked;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {ids[0], ids[1]}), &looked).ok());
+  EXPECT_EQ(
+      UnpackFloats(looked.tables(0).rows()),
+      std::vector<float>({rows[0], rows[1], rows[2], rows[3], rows[5], rows[6], rows[7], rows[8]}));
+
+  auto expect = [&](const dlrm::v1::WriteRowsRequest& bad, grpc::StatusCode code,
+                    const std::string& text) {
+    dlrm::v1::WriteRowsResponse resp;
+    grpc::Status st = stub_->WriteRows(common::MakeClientContext(kTimeout).get(), bad, &resp);
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(text));
+  };
+  auto one = [&](int table, const std::vector<int64_t>& bad_ids, size_t floats) {
+    dlrm::v1::WriteRowsRequest bad = write;
+    bad.mutable_tables(0)->set_table(table);
+    bad.mutable_tables(0)->set_ids(PackIds(bad_ids));
+    bad.mutable_tables(0)->set_rows(PackFloats(std::vector<float>(floats, 1.0f)));
+    return bad;
+  };
+  expect(one(0, {1, 2}, 2 * kDim), grpc::StatusCode::INVALID_ARGUMENT,
+         "table 0: rows payload is 32 bytes, expected 40 (2 ids x row_floats 5 x 4)");
+  expect(one(0, {9, 9}, 2 * kWidth), grpc::StatusCode::INVALID_ARGUMENT,
+         "table 0: id 9 repeated in one row write");
+  expect(one(0, {kRows}, kWidth), grpc::StatusCode::INVALID_ARGUMENT,
+         "table 0: id 600 >= rows 600");
+  expect(one(3, {1}, kWidth), grpc::StatusCode::NOT_FOUND, "table 3 not found");
+  dlrm::v1::WriteRowsRequest twice = one(0, {1}, kWidth);
+  *twice.add_tables() = twice.tables(0);
+  expect(twice, grpc::StatusCode::INVALID_ARGUMENT, "table 0 appears twice in one row write");
+  dlrm::v1::WriteRowsRequest old_epoch = one(0, {1}, kWidth);
+  old_epoch.set_job_epoch(0);
+  expect(old_epoch, grpc::StatusCode::FAILED_PRECONDITION, "request from epoch 0 is older");
+  dlrm::v1::WriteRowsRequest no_job = one(0, {1}, kWidth);
+  no_job.set_job_id("nope");
+  expect(no_job, grpc::StatusCode::NOT_FOUND, "'nope'");
+  // None of the rejected writes touched row 1, 2 or 9.
+  read.mutable_tables(0)->set_ids(PackIds({1, 2, 9}));
+  ASSERT_TRUE(stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &got).ok());
+  const std::vector<float> kept = UnpackFloats(got.tables(0).rows());
+  for (int k = 0; k < 3; ++k) {
+    const int64_t id = std::vector<int64_t>{1, 2, 9}[k];
+    const int64_t at = std::find(ids.begin(), ids.end(), id) - ids.begin();
+    EXPECT_EQ(std::memcmp(&kept[k * kWidth], &rows[at * kWidth], kWidth * sizeof(float)), 0);
+  }
+  read.mutable_tables(0)->set_ids(PackIds({-1}));
+  s = stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("table 0: id -1 < 0"));
+}
+
+// The server reuses Lookup messages from call to call: a smaller answer after a larger one has
+// exactly its own tables and rows, nothing left over.
+TEST_F(PsServiceTest, ReusedLookupMessagesCarryNothingOver) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}, {50, 2}})).ok());
+  dlrm::v1::LookupRequest big = LookupOf("j", 0, {1, 2, 3, 4, 5});
+  dlrm::v1::TableIds* t = big.add_tables();
+  t->set_table(1);
+  t->set_ids(PackIds({7, 8}));
+  for (int round = 0; round < 20; ++round) {  // more rounds than pooled pairs
+    dlrm::v1::LookupResponse resp;
+    ASSERT_TRUE(Lookup(big, &resp).ok());
+    ASSERT_EQ(resp.tables_size(), 2);
+    EXPECT_EQ(resp.tables(0).rows().size(), 5u * 4 * 4);
+    EXPECT_EQ(resp.tables(1).rows().size(), 2u * 2 * 4);
+    dlrm::v1::LookupResponse small_resp;
+    ASSERT_TRUE(Lookup(LookupOf("j", 1, {7}), &small_resp).ok());
+    ASSERT_EQ(small_resp.tables_size(), 1);
+    EXPECT_EQ(small_resp.tables(0).table(), 1);
+    EXPECT_EQ(small_resp.tables(0).dim(), 2);
+    const std::vector<float> both = UnpackFloats(resp.tables(1).rows());
+    EXPECT_EQ(UnpackFloats(small_resp.tables(0).rows()),
+              std::vector<float>(both.begin(), both.begin() + 2));
+  }
+}
+
+TEST_F(PsServiceTest, RowCallsRejectIdsOwnedByAnotherShard) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{1000, 4}}, /*shard=*/0, /*shards=*/2)).ok());
+  int64_t foreign = 0;
+  while (common::ShardOf(0, foreign, 2) == 0) ++foreign;
+  dlrm::v1::WriteRowsRequest write;
+  write.set_job_id("j");
+  write.set_job_epoch(1);
+  dlrm::v1::TableIdsRows* w = write.add_tables();
+  w->set_table(0);
+  w->set_ids(PackIds({foreign}));
+  w->set_rows(PackFloats(std::vector<float>(4, 1.0f)));  // SGD: row_floats = dim
+  dlrm::v1::WriteRowsResponse written;
+  grpc::Status s = stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("id ", foreign, " belongs to shard 1")));
+  dlrm::v1::ReadRowsRequest read;
+  read.set_job_id("j");
+  read.set_job_epoch(1);
+  dlrm::v1::TableIds* r = read.add_tables();
+  r->set_table(0);
+  r->set_ids(PackIds({foreign}));
+  dlrm::v1::ReadRowsResponse got;
+  s = stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("not to this shard 0 of 2"));
 }
 
 // A table four times the memory budget fills through the service: the memory tier stays within
