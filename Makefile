@@ -2,7 +2,11 @@
 #   make demo   installs missing packages, builds, and runs the main job
 #   make test   installs missing packages, builds, and runs every test
 PRESET ?= default
+ifeq ($(PRESET),default)
 BUILD_DIR ?= build
+else
+BUILD_DIR ?= build-$(PRESET)
+endif
 JOBS ?= $(shell nproc)
 DEMO_DIR ?= $(BUILD_DIR)/demo
 
