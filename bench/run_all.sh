@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, one JSON object per line (docs/BENCHMARKS.md explains each).
+# Takes about 10 minutes on a 2-core machine and needs about 3 GB of memory.
+#   bench/run_all.sh [BUILD_DIR]
+set -euo pipefail
+build=${1:-build}
+bin="$build/bin"
+run() {
+  echo "== $*" >&2
+  "$@"
+}
+run "$bin/dlrm" bench --shape kaggle-shape
+run "$bin/dlrm" bench --shape model1 --steps 5 --rounds 2
+run "$bin/ps_lookup_bench"
+run "$bin/pipeline_bench"
+run "$bin/hot_traffic_bench"
+run "$(dirname "$0")/local_vs_train.sh" "$build"
