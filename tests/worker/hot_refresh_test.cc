@@ -8,6 +8,7 @@
 #include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "gtest/gtest.h"
+#include "tests/worker/local_run.h"
 #include "tests/worker/test_util.h"
 #include "worker/input/batch_reader.h"
 #include "worker/input/synthetic.h"
@@ -47,35 +48,8 @@ class HotRefreshTest : public ::testing::Test {
     spec_.seed = 2;
   }
 
-  struct Run {
-    std::unique_ptr<dense::Backend> backend;
-    std::unique_ptr<embedding::LocalEmbeddingStore> store;
-    std::unique_ptr<Trainer> trainer;
-    std::unique_ptr<BatchReader> reader;
-  };
-
-  std::unique_ptr<Run> MakeRun() {
-    auto run = std::make_unique<Run>();
-    run->backend =
-        *dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu, .cpu_threads = 1});
-    embedding::LocalStoreOptions so;
-    so.tables = TableConfigsFromSpec(spec_);
-    so.seed = spec_.seed;
-    so.optimizer = *SparseOptimizerFromSpec(spec_);
-    so.num_threads = -1;
-    run->store = *embedding::LocalEmbeddingStore::Create(so);
-    TrainerOptions to;
-    to.spec = spec_;
-    to.backend = run->backend.get();
-    to.store = run->store.get();
-    run->trainer = *Trainer::Create(to);
-    BatchReaderOptions ro;
-    ro.paths = {dir_.File("train.tsv")};
-    ro.batch_size = spec_.batch_size;
-    for (const auto& t : spec_.tables) ro.table_rows.push_back(t.rows);
-    run->reader = *BatchReader::Create(ro);
-    return run;
-  }
+  using Run = testing::LocalRun;
+  std::unique_ptr<Run> MakeRun() { return testing::MakeLocalRun(spec_, dir_.File("train.tsv")); }
 
   testing::TempDir dir_;
   common::JobSpec spec_;
