@@ -118,6 +118,19 @@ absl::StatusOr<int64_t> TrainingPipeline::WaitPushed(int64_t step, double* stall
   return last_pushed_;
 }
 
+absl::StatusOr<int64_t> TrainingPipeline::WaitComputed(int64_t step, double* stall) {
+  absl::MutexLock lock(&mu_);
+  if (error_.ok() && last_computed_ < step) {
+    const auto start = std::chrono::steady_clock::now();
+    while (error_.ok() && last_computed_ < step) pushed_cv_.Wait(&mu_);
+    const double waited = SecondsSince(start);
+    *stall += waited;
+    recorder_.AddStalenessWait(waited);
+  }
+  if (!error_.ok()) return error_;
+  return last_pushed_;
+}
+
 absl::Status TrainingPipeline::Lookup(int64_t step, absl::Span<embedding::TableRows> requests) {
   return Annotate(options_.store->Lookup(step, requests), absl::StrCat("lookup of step ", step));
 }
@@ -130,6 +143,7 @@ absl::Status TrainingPipeline::Run() {
     if (!error_.ok()) return error_;
     first_step_ = options_.trainer->steps_done();
     last_pushed_ = first_step_ - 1;
+    last_computed_ = first_step_ - 1;
   }
   std::vector<std::thread> threads;
   threads.emplace_back([this] { ReadLoop(); });
@@ -240,6 +254,10 @@ absl::Status TrainingPipeline::Prefetch(StepItem& item, double* stall) {
   item.late.clear();
   item.late_row.clear();
   item.late_pos.clear();
+  if (options_.store_enforces_staleness) {
+    recorder_.AddLookahead(0, total);  // all looked up by FetchLate, held by the store
+    return absl::OkStatus();
+  }
   if (!options_.lookahead) {
     DLRM_ASSIGN_OR_RETURN(item.visible_step, WaitPushed(bound, stall));
     DLRM_RETURN_IF_ERROR(Lookup(t, absl::MakeSpan(rows)));
@@ -318,7 +336,14 @@ absl::Status TrainingPipeline::Prefetch(StepItem& item, double* stall) {
 
 absl::Status TrainingPipeline::FetchLate(StepItem& item, double* stall) {
   const int64_t t = item.step;
-  if (!item.late.empty()) {
+  if (options_.store_enforces_staleness) {
+    // Send once step t-1-k is computed: its push is then sent or queued, and the store holds
+    // this lookup until that push is applied.
+    const int64_t bound = t - 1 - options_.staleness;
+    DLRM_ASSIGN_OR_RETURN(const int64_t pushed, WaitComputed(bound, stall));
+    DLRM_RETURN_IF_ERROR(Lookup(t, absl::MakeSpan(item.work.rows)));
+    item.visible_step = std::max(bound, pushed);
+  } else if (!item.late.empty()) {
     DLRM_ASSIGN_OR_RETURN(item.visible_step, WaitPushed(t - 1 - options_.staleness, stall));
     DLRM_RETURN_IF_ERROR(Lookup(t, absl::MakeSpan(item.late)));
     std::vector<embedding::TableRows>& rows = item.work.rows;
@@ -340,6 +365,9 @@ absl::Status TrainingPipeline::Compute(StepItem& item) {
   absl::StatusOr<float> loss = options_.trainer->Compute(item.batch, &item.work);
   if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("compute of step ", item.step));
   item.loss = *loss;
+  absl::MutexLock lock(&mu_);
+  last_computed_ = item.step;
+  pushed_cv_.SignalAll();
   return absl::OkStatus();
 }
 

@@ -21,6 +21,15 @@
 // with any store, but the early lookups only gain time where the store does not make them wait
 // (one worker, or a server told which ids are in flight).
 //
+// With `store_enforces_staleness` (a store that parks a lookup for step t until the pushes of
+// steps <= t-1-k are applied: the parameter servers through GrpcPsClient, or a DelayedStore with
+// enforce_staleness) the worker does not wait for pushes: there is no lookahead split, and the
+// fetch stage sends the lookup of all of step t's ids as soon as step t-1-k has been computed
+// (so its push is on its way), letting the request travel while that push is in flight. The
+// critical path from the compute of t-1-k to the compute of t then holds one store round trip
+// instead of two (push, then lookup). The measured staleness is then an upper bound:
+// t-1-max(t-1-k, latest push completed before the lookup was sent).
+//
 // Errors: the first error of any stage (reader, store, compute, progress callback) or Cancel()
 // stops every thread promptly; Run() joins them and returns that error. A store call already in
 // flight is not interrupted: the pipeline stops when it returns. Steps already computed are
@@ -69,8 +78,11 @@ struct PipelineOptions {
   BatchReader* reader = nullptr;               // read from its current position
   common::MetricsRegistry* metrics = nullptr;  // optional: export to prometheus
 
-  int staleness = 0;       // k >= 0 (job spec training.staleness)
-  bool lookahead = true;   // look up ids no pending push can change before that push completes
+  int staleness = 0;      // k >= 0 (job spec training.staleness)
+  bool lookahead = true;  // look up ids no pending push can change before that push completes
+  // The store enforces the staleness bound itself (see above); `lookahead` is then unused.
+  // Wrong with a store that does not (LocalEmbeddingStore): k would not be enforced.
+  bool store_enforces_staleness = false;
   int epochs = 1;          // >= 1; the reader is rewound between epochs
   int64_t max_steps = 0;   // 0 = until the data ends
   int read_ahead = 4;      // capacity of the queue of parsed batches (>= 1)
@@ -119,6 +131,9 @@ class TrainingPipeline {
   // Blocks until the push of `step` has completed (or the pipeline failed); adds the time to
   // *stall. Returns the latest pushed step, or the pipeline's error.
   absl::StatusOr<int64_t> WaitPushed(int64_t step, double* stall);
+  // Blocks until `step` has been computed (so its push will be sent) or the pipeline failed;
+  // adds the time to *stall. Returns the latest pushed step, or the pipeline's error.
+  absl::StatusOr<int64_t> WaitComputed(int64_t step, double* stall);
   // Lookup through the store, with the step named in errors.
   absl::Status Lookup(int64_t step, absl::Span<embedding::TableRows> requests);
 
@@ -140,8 +155,9 @@ class TrainingPipeline {
   std::deque<std::pair<int64_t, std::vector<std::vector<int64_t>>>> recent_ids_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar pushed_cv_;
+  absl::CondVar pushed_cv_;  // signalled when a step is pushed or computed, and on failure
   int64_t last_pushed_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t last_computed_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -416,6 +416,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     pipeline_options.store = store.get();
     pipeline_options.reader = input.train.get();
     pipeline_options.metrics = options_.metrics;
+    // The parameter servers hold a lookup for step t until every worker's pushes of steps
+    // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
+    pipeline_options.store_enforces_staleness = true;
     pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
     if (refresher != nullptr) {
       pipeline_options.boundary_every = spec.hot_refresh_steps;

@@ -499,5 +499,116 @@ TEST_F(PipelineTest, ExportsPrometheusMetrics) {
   EXPECT_THAT(text, HasSubstr("dlrm_staleness_steps_count " + std::to_string(kTrainBatches)));
 }
 
+// ---------------------------------------------------------------------------------------------
+// A store that enforces the staleness bound itself (PipelineOptions::store_enforces_staleness).
+
+DelayedStoreOptions EnforcingStore(int staleness, int delay_ms) {
+  return {.lookup_delay = absl::Milliseconds(delay_ms),
+          .push_delay = absl::Milliseconds(delay_ms),
+          .enforce_staleness = true,
+          .staleness = staleness,
+          .staleness_timeout = absl::Seconds(10)};
+}
+
+// The store holds a lookup at its midpoint until the push it needs is applied (at the push's
+// midpoint), so a lookup sent before that push costs push/2 + lookup/2 after it, not push +
+// lookup; a push that never comes ends in DEADLINE_EXCEEDED naming the step; step < 0 never waits.
+TEST_F(PipelineTest, EnforcingDelayedStoreHoldsLookupsUntilThePushIsApplied) {
+  DelayedStoreOptions options = EnforcingStore(/*staleness=*/0, /*delay_ms=*/100);
+  options.staleness_timeout = absl::Milliseconds(300);
+  auto rig = MakeRig(Job(), options);
+  DelayedStore& store = *rig->store;
+  const int dim = store.tables()[0].dim;
+  std::vector<embedding::TableRows> rows = {{.table = 0, .ids = {1, 2}, .values = {}}};
+
+  const auto start = Clock::now();
+  auto lookup = std::async(std::launch::async, [&] {
+    absl::Status s = store.Lookup(1, absl::MakeSpan(rows));
+    return std::make_pair(s, Seconds(start));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  const std::vector<embedding::TableRows> grads = {
+      {.table = 0, .ids = {1}, .values = std::vector<float>(dim, 0.5f)}};
+  ASSERT_TRUE(store.Push(0, grads).ok());
+  const auto [status, lookup_seconds] = lookup.get();
+  ASSERT_TRUE(status.ok()) << status;
+  // Push sent at 60 ms, applied at 110 ms; the lookup returns 50 ms later (a worker that waited
+  // for the push to return before sending its lookup would get the rows at 260 ms).
+  EXPECT_GE(lookup_seconds, 0.15);
+  EXPECT_LT(lookup_seconds, 0.23);
+  EXPECT_EQ(store.lookups_held(), 1);
+  EXPECT_EQ(store.max_observed_staleness(), 0);
+  // The rows read include the push: equal to a fresh read after it.
+  std::vector<embedding::TableRows> again = {{.table = 0, .ids = {1, 2}, .values = {}}};
+  ASSERT_TRUE(rig->local->Lookup(-1, absl::MakeSpan(again)).ok());
+  EXPECT_EQ(rows[0].values, again[0].values);
+
+  absl::Status late = store.Lookup(5, absl::MakeSpan(rows));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(late.message()), HasSubstr("lookup of step 5"));
+  EXPECT_THAT(std::string(late.message()), HasSubstr("steps <= 4"));
+  EXPECT_TRUE(store.Lookup(-1, absl::MakeSpan(rows)).ok());
+}
+
+TEST_F(PipelineTest, StoreEnforcedStalenessZeroIsBitIdenticalToTheUnpipelinedLoop) {
+  auto reference = MakeRig(Job(), EnforcingStore(0, 2));
+  ASSERT_TRUE(RunUnpipelined(*reference).ok());
+  EXPECT_EQ(reference->store->lookups_held(), 0);  // step order never waits
+
+  auto rig = MakeRig(Job(), EnforcingStore(0, 2));
+  PipelineOptions options = OptionsFor(*rig, /*staleness=*/0);
+  options.store_enforces_staleness = true;
+  auto pipeline = TrainingPipeline::Create(options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE(RunWithDeadline(pipeline->get()).ok());
+  const PipelineMetrics m = (*pipeline)->metrics();
+  EXPECT_EQ(m.steps, kTrainBatches);
+  EXPECT_EQ(m.max_staleness, 0);
+  EXPECT_EQ(rig->store->max_observed_staleness(), 0);
+  // The store, not the worker, held lookups back until the previous push was applied.
+  EXPECT_GT(rig->store->lookups_held(), 0);
+  ExpectSameModel(*reference, *rig);
+}
+
+TEST_F(PipelineTest, StoreEnforcedStalenessNeverExceedsK) {
+  for (int k : {1, 2}) {
+    SCOPED_TRACE(k);
+    auto rig = MakeRig(Job(), EnforcingStore(k, 3));
+    PipelineOptions options = OptionsFor(*rig, k);
+    options.store_enforces_staleness = true;
+    auto pipeline = TrainingPipeline::Create(options);
+    ASSERT_TRUE(pipeline.ok());
+    ASSERT_TRUE(RunWithDeadline(pipeline->get()).ok());
+    const PipelineMetrics m = (*pipeline)->metrics();
+    EXPECT_EQ(m.steps, kTrainBatches);
+    // Measured by the store at each read: never beyond k, and lookups did run ahead of pushes.
+    EXPECT_LE(rig->store->max_observed_staleness(), k);
+    EXPECT_GE(rig->store->max_observed_staleness(), 1);
+    EXPECT_LE(m.max_staleness, k);  // the worker's estimate is an upper bound, still <= k
+    int64_t observed = 0;
+    for (int64_t c : m.staleness_counts) observed += c;
+    EXPECT_EQ(observed, kTrainBatches);
+    EXPECT_EQ(m.early_ids, 0);
+  }
+}
+
+TEST_F(PipelineTest, StoreEnforcedCancelStopsPromptly) {
+  auto rig = MakeRig(Job(), EnforcingStore(1, 5));
+  PipelineOptions options = OptionsFor(*rig, 1);
+  options.store_enforces_staleness = true;
+  options.epochs = 1000;
+  auto pipeline = TrainingPipeline::Create(options);
+  ASSERT_TRUE(pipeline.ok());
+  TrainingPipeline* p = pipeline->get();
+  auto done = std::async(std::launch::async, [p] { return p->Run(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const auto cancelled_at = Clock::now();
+  p->Cancel();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_LT(Seconds(cancelled_at), 0.5);  // no lookup is left waiting for a push never sent
+  EXPECT_EQ(done.get().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(rig->trainer->steps_done(), p->metrics().steps);
+}
+
 }  // namespace
 }  // namespace dlrm::worker
