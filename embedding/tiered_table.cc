@@ -291,6 +291,41 @@ absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float
   return Commit(t, &t.batch);
 }
 
+absl::StatusOr<bool> TieredStore::TryLookupResident(int table, absl::Span<const int64_t> ids,
+                                                    float* weights_out) {
+  DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
+  Table& t = *tables_[table];
+  const int dim = t.config.dim;
+  const size_t row_bytes = sizeof(float) * dim;
+  if (!t.mu.TryLock()) return false;
+  struct Unlock {
+    absl::Mutex* mu;
+    ~Unlock() { mu->Unlock(); }
+  } unlock{&t.mu};
+  // As Lookup, one pass per structure with prefetches, but the rows are found before anything is
+  // counted, so that a miss leaves the table as it was.
+  constexpr size_t kAhead = 16;
+  const size_t n = ids.size();
+  t.found.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) t.rows.Prefetch(ids[j + kAhead]);
+    t.found[j] = t.rows.Find(ids[j]);
+    if (t.found[j] == nullptr) return false;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) t.sketch.Prefetch(ids[j + kAhead]);
+    t.sketch.Increment(ids[j]);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) {
+      const char* next = reinterpret_cast<const char*>(t.found[j + kAhead]);
+      for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
+    }
+    std::memcpy(weights_out + j * dim, t.found[j], row_bytes);
+  }
+  return true;
+}
+
 absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> unique_ids,
                                          const float* grads) {
   DLRM_RETURN_IF_ERROR(CheckIds(table, unique_ids));

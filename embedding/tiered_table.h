@@ -24,7 +24,8 @@
 //
 // Thread-safety: all methods are thread-safe. Each table has its own mutex, held for the whole of
 // a call on that table (including its RocksDB reads and writes), so calls on one table are
-// serialised and calls on different tables run in parallel.
+// serialised and calls on different tables run in parallel. TryLookupResident never waits for
+// it (it gives up instead).
 //
 // Errors: INVALID_ARGUMENT for an unknown table, an id out of range ("table 3 (C4): id 10131227
 // >= rows 10131227"), a repeated id in ApplyGradients; RocksDB errors mapped by RocksDbTier. When
@@ -82,6 +83,15 @@ class TieredStore {
   // weights_out[j * dim ..) = weights of ids[j] (duplicates allowed); counts each access and may
   // admit rows to memory (evicting colder ones to RocksDB).
   absl::Status Lookup(int table, absl::Span<const int64_t> ids, float* weights_out);
+
+  // Lookup's non-blocking fast path, for callers that must not wait (a gRPC reactor thread):
+  // when the table's mutex is free (TryLock) and every row of `ids` is resident in the memory
+  // tier, does exactly what Lookup does (same weights_out, same frequency counts; nothing is
+  // admitted or evicted since nothing misses) and returns true. Otherwise returns false having
+  // changed nothing (weights_out may have been partly written): the caller then uses Lookup.
+  // Never touches RocksDB and never waits on a lock. Errors: as Lookup's for bad ids.
+  absl::StatusOr<bool> TryLookupResident(int table, absl::Span<const int64_t> ids,
+                                         float* weights_out);
 
   // One optimizer step on each row of `unique_ids` (distinct) with grads[j * dim ..).
   absl::Status ApplyGradients(int table, absl::Span<const int64_t> unique_ids, const float* grads);

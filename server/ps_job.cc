@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -38,6 +39,17 @@ void UnpackIds(const std::string& bytes, std::vector<int64_t>* ids) {
 }
 
 bool IsFloatAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % alignof(float) == 0; }
+
+// The packed ids of a bytes field as a span: over the field itself when it is aligned for
+// int64 (the usual case, no copy), else over a copy in *scratch.
+absl::Span<const int64_t> IdSpan(const std::string& bytes, std::vector<int64_t>* scratch) {
+  const size_t n = bytes.size() / sizeof(int64_t);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(int64_t) == 0) {
+    return absl::MakeConstSpan(reinterpret_cast<const int64_t*>(bytes.data()), n);
+  }
+  UnpackIds(bytes, scratch);
+  return *scratch;
+}
 
 }  // namespace
 
@@ -363,11 +375,11 @@ void PsJob::PrepareLookup(const dlrm::v1::LookupRequest& request,
 absl::StatusOr<int64_t> PsJob::LookupTables(const dlrm::v1::LookupRequest& request, int begin,
                                             int end, dlrm::v1::LookupResponse* response) {
   int64_t rows = 0;
-  std::vector<int64_t> ids;
+  std::vector<int64_t> scratch;
   std::vector<float> aligned;
   for (int i = begin; i < end; ++i) {
     const dlrm::v1::TableIds& t = request.tables(i);
-    UnpackIds(t.ids(), &ids);
+    const absl::Span<const int64_t> ids = IdSpan(t.ids(), &scratch);
     std::string* bytes = response->mutable_tables(i)->mutable_rows();
     if (IsFloatAligned(bytes->data())) {
       DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, reinterpret_cast<float*>(bytes->data())));
@@ -379,6 +391,30 @@ absl::StatusOr<int64_t> PsJob::LookupTables(const dlrm::v1::LookupRequest& reque
     rows += static_cast<int64_t>(ids.size());
   }
   return rows;
+}
+
+absl::StatusOr<int> PsJob::LookupTablesResident(const dlrm::v1::LookupRequest& request, int begin,
+                                                int end, dlrm::v1::LookupResponse* response,
+                                                int64_t* rows) {
+  std::vector<int64_t> scratch;
+  std::vector<float> aligned;
+  for (int i = begin; i < end; ++i) {
+    const dlrm::v1::TableIds& t = request.tables(i);
+    const absl::Span<const int64_t> ids = IdSpan(t.ids(), &scratch);
+    std::string* bytes = response->mutable_tables(i)->mutable_rows();
+    bool served;
+    if (IsFloatAligned(bytes->data())) {
+      DLRM_ASSIGN_OR_RETURN(served, store_->TryLookupResident(
+                                        t.table(), ids, reinterpret_cast<float*>(bytes->data())));
+    } else {
+      aligned.resize(bytes->size() / sizeof(float));
+      DLRM_ASSIGN_OR_RETURN(served, store_->TryLookupResident(t.table(), ids, aligned.data()));
+      if (served) std::memcpy(bytes->data(), aligned.data(), bytes->size());
+    }
+    if (!served) return i;
+    *rows += static_cast<int64_t>(ids.size());
+  }
+  return end;
 }
 
 absl::Status PsJob::Lookup(const dlrm::v1::LookupRequest& request,

@@ -89,6 +89,14 @@ class PsJob {
                      dlrm::v1::LookupResponse* response) const;
   absl::StatusOr<int64_t> LookupTables(const dlrm::v1::LookupRequest& request, int begin, int end,
                                        dlrm::v1::LookupResponse* response);
+  // LookupTables' non-blocking fast path (for a gRPC reactor thread): fills answers begin,
+  // begin + 1, ... while each table's rows are all resident and its lock is free
+  // (TieredStore::TryLookupResident), and stops at the first table that is not. Returns the
+  // index of the first answer not filled (end when all were; those are left to LookupTables,
+  // nothing of theirs was counted) and adds the rows served to *rows. REQUIRES: PrepareLookup.
+  absl::StatusOr<int> LookupTablesResident(const dlrm::v1::LookupRequest& request, int begin,
+                                           int end, dlrm::v1::LookupResponse* response,
+                                           int64_t* rows);
   // Applies the gradients with the job's sparse optimizer, then (unless more_chunks) marks the
   // worker's step complete in the gate. Returns the rows updated. REQUIRES: ValidatePush passed.
   absl::StatusOr<int64_t> Push(const dlrm::v1::PushGradientsRequest& request);

@@ -161,9 +161,17 @@ void PsService::FailParkedLookups(const absl::Status& status) {
   for (const auto& job : jobs) job->gate()->Close(status);
 }
 
-void PsService::UpdateStoreMetrics() {
+void PsService::UpdateStoreMetrics(bool wait) {
   int64_t rows = 0, bytes = 0, reads = 0, writes = 0;
-  absl::MutexLock lock(&mu_);
+  if (wait) {
+    mu_.Lock();
+  } else if (!mu_.TryLock()) {
+    return;
+  }
+  struct Unlock {
+    absl::Mutex* mu;
+    ~Unlock() { mu->Unlock(); }
+  } unlock{&mu_};
   for (const auto& [id, job] : jobs_) {
     const embedding::TieredStoreStats s = job->stats();
     rows += s.memory_rows;
@@ -289,6 +297,7 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
                                             const dlrm::v1::LookupRequest* request,
                                             dlrm::v1::LookupResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (TryLookupInline(request, response, reactor)) return reactor;
   options_.pool->Submit([this, context, request, response, reactor] {
     absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
     if (!job.ok()) return Finish(reactor, job.status());
@@ -313,70 +322,139 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
   return reactor;
 }
 
+// One Lookup being served, shared by its parts (contiguous groups of tables served on different
+// threads); the last part to finish answers the call.
+struct PsService::LookupCall {
+  std::shared_ptr<PsJob> job;
+  const dlrm::v1::LookupRequest* request;
+  dlrm::v1::LookupResponse* response;
+  grpc::ServerUnaryReactor* reactor;
+  absl::Time start;
+  std::atomic<int> parts_left{0};
+  std::atomic<int64_t> rows{0};
+  absl::Mutex mu;
+  absl::Status status ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
 // Requests with at least this many ids have their tables split over the pool's threads.
 constexpr int64_t kParallelLookupIds = 4096;
 
-void PsService::RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
-                          dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor) {
-  struct Shared {
-    absl::Time start;
-    std::atomic<int> parts_left{0};
-    std::atomic<int64_t> rows{0};
-    absl::Mutex mu;
-    absl::Status status ABSL_GUARDED_BY(mu);
-  };
-  auto shared = std::make_shared<Shared>();
-  shared->start = absl::Now();
-  if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
-  job->PrepareLookup(*request, response);
-
-  // Contiguous groups of tables with about equal id counts, one per pool thread.
-  const int n = request->tables_size();
+// Bounds of contiguous groups of tables with about equal id counts, one per thread (one group
+// for a small request): part p is tables [bounds[p], bounds[p + 1]).
+std::vector<int> LookupParts(const dlrm::v1::LookupRequest& request, int threads) {
+  const int n = request.tables_size();
   int64_t total_ids = 0;
-  for (const auto& t : request->tables()) total_ids += static_cast<int64_t>(t.ids().size() / 8);
-  const int parts = total_ids >= kParallelLookupIds ? std::min(n, options_.pool->num_threads()) : 1;
+  for (const auto& t : request.tables()) total_ids += static_cast<int64_t>(t.ids().size() / 8);
+  const int parts = total_ids >= kParallelLookupIds ? std::min(n, threads) : 1;
   std::vector<int> bounds = {0};
   int64_t seen = 0;
   for (int i = 0; i < n; ++i) {
-    seen += static_cast<int64_t>(request->tables(i).ids().size() / 8);
+    seen += static_cast<int64_t>(request.tables(i).ids().size() / 8);
     const int next_part = static_cast<int>(bounds.size());
     if (next_part < parts && seen * parts >= total_ids * next_part && i + 1 < n) {
       bounds.push_back(i + 1);
     }
   }
-  bounds.push_back(n);
-  shared->parts_left = static_cast<int>(bounds.size()) - 1;
+  bounds.push_back(std::max(n, 0));
+  return bounds;
+}
 
-  auto run_part = [this, job, request, response, reactor, shared](int begin, int end) {
-    absl::StatusOr<int64_t> rows = job->LookupTables(*request, begin, end, response);
-    if (rows.ok()) {
-      shared->rows += *rows;
-    } else {
-      absl::MutexLock lock(&shared->mu);
-      if (shared->status.ok()) shared->status = rows.status();
-    }
-    if (--shared->parts_left > 0) return;
-    // The last part to finish answers the call.
-    absl::Status status;
-    {
-      absl::MutexLock lock(&shared->mu);
-      status = shared->status;
-    }
-    if (status.ok()) {
-      lookups_.fetch_add(1, std::memory_order_relaxed);
-      rows_looked_up_.fetch_add(shared->rows.load(), std::memory_order_relaxed);
-      metrics_->lookup_rows.Increment(static_cast<double>(shared->rows.load()));
-    } else {
-      response->Clear();
-    }
-    metrics_->lookup_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - shared->start));
-    UpdateStoreMetrics();
-    Finish(reactor, status);
-  };
-  for (size_t p = 1; p + 1 < bounds.size(); ++p) {
-    options_.pool->Submit([run_part, b = bounds[p], e = bounds[p + 1]] { run_part(b, e); });
+}  // namespace
+
+void PsService::FinishLookupPart(const std::shared_ptr<LookupCall>& call,
+                                 const absl::StatusOr<int64_t>& rows, bool on_reactor) {
+  if (rows.ok()) {
+    call->rows += *rows;
+  } else {
+    absl::MutexLock lock(&call->mu);
+    if (call->status.ok()) call->status = rows.status();
   }
-  run_part(bounds[0], bounds[1]);
+  if (--call->parts_left > 0) return;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&call->mu);
+    status = call->status;
+  }
+  if (status.ok()) {
+    lookups_.fetch_add(1, std::memory_order_relaxed);
+    rows_looked_up_.fetch_add(call->rows.load(), std::memory_order_relaxed);
+    metrics_->lookup_rows.Increment(static_cast<double>(call->rows.load()));
+  } else {
+    call->response->Clear();
+  }
+  metrics_->lookup_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - call->start));
+  UpdateStoreMetrics(/*wait=*/!on_reactor);
+  Finish(call->reactor, status);
+}
+
+void PsService::RunLookupPart(const std::shared_ptr<LookupCall>& call, int begin, int end) {
+  FinishLookupPart(call, call->job->LookupTables(*call->request, begin, end, call->response),
+                   /*on_reactor=*/false);
+}
+
+std::shared_ptr<PsService::LookupCall> PsService::StartLookup(
+    std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
+    dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor,
+    std::vector<int>* bounds) {
+  auto call = std::make_shared<LookupCall>();
+  call->job = std::move(job);
+  call->request = request;
+  call->response = response;
+  call->reactor = reactor;
+  call->start = absl::Now();
+  call->job->PrepareLookup(*request, response);
+  *bounds = LookupParts(*request, options_.pool->num_threads());
+  call->parts_left = static_cast<int>(bounds->size()) - 1;
+  for (size_t p = 1; p + 1 < bounds->size(); ++p) {
+    options_.pool->Submit(
+        [this, call, b = (*bounds)[p], e = (*bounds)[p + 1]] { RunLookupPart(call, b, e); });
+  }
+  return call;
+}
+
+bool PsService::TryLookupInline(const dlrm::v1::LookupRequest* request,
+                                dlrm::v1::LookupResponse* response,
+                                grpc::ServerUnaryReactor* reactor) {
+  if (options_.injected_delay > absl::ZeroDuration()) return false;
+  std::shared_ptr<PsJob> job;
+  if (!mu_.TryLock()) return false;
+  auto it = jobs_.find(request->job_id());
+  if (it != jobs_.end()) job = it->second;
+  mu_.Unlock();
+  if (job == nullptr) return false;  // the pool answers NOT_FOUND
+  absl::Status valid = job->ValidateLookup(*request);
+  if (!valid.ok()) {
+    Finish(reactor, valid);
+    return true;
+  }
+  if (!job->gate()->Ready(request->step())) return false;
+  // The other parts go to the pool; the first is served here while its tables are resident, and
+  // what is left of it goes to the pool too.
+  std::vector<int> bounds;
+  std::shared_ptr<LookupCall> call =
+      StartLookup(std::move(job), request, response, reactor, &bounds);
+  int64_t rows = 0;
+  absl::StatusOr<int> served =
+      call->job->LookupTablesResident(*request, bounds[0], bounds[1], response, &rows);
+  if (served.ok() && *served < bounds[1]) {
+    call->rows += rows;
+    options_.pool->Submit([this, call, b = *served, e = bounds[1]] { RunLookupPart(call, b, e); });
+    return true;
+  }
+  FinishLookupPart(call, served.ok() ? absl::StatusOr<int64_t>(rows) : served.status(),
+                   /*on_reactor=*/true);
+  return true;
+}
+
+void PsService::RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
+                          dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor) {
+  if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
+  std::vector<int> bounds;
+  std::shared_ptr<LookupCall> call =
+      StartLookup(std::move(job), request, response, reactor, &bounds);
+  RunLookupPart(call, bounds[0], bounds[1]);
 }
 
 // ---- PushGradients ----

@@ -1,8 +1,14 @@
 // PsService: the ParameterServer gRPC service (proto/ps.proto) over the jobs loaded on this
 // process. Uses the callback API: every handler takes the call's default unary reactor, hands
 // the request to the PsWorkPool and returns at once; the pool thread validates, does the table
-// work and calls Finish. A lookup that must wait for the staleness bound (StepGate) is parked
-// without holding any thread and is resumed on the pool when the pushes it needs arrive, or
+// work and calls Finish. Fast path: a Lookup whose staleness bound already holds is started on
+// the reactor thread: a large one's tables are split into parts, all but the first handed to the
+// pool; the reactor serves the first part's tables inline while each table's rows are all in the
+// memory tier and its lock is free (TieredStore::TryLookupResident), and hands what is left of
+// the part to the pool at the first table that is not; the last part to end finishes the call.
+// So a reactor never waits on RocksDB, a table lock or the staleness bound (with injected_delay
+// set, every call goes to the pool). A lookup that must wait for the staleness bound (StepGate) is
+// parked without holding any thread and is resumed on the pool when the pushes it needs arrive, or
 // finished with DEADLINE_EXCEEDED at the call's deadline (from the TimerQueue thread).
 //
 // Memory: each job gets, when loaded, what is left of memory_budget_bytes after the jobs
@@ -100,13 +106,32 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
   struct Metrics;
   class LookupMessages;
   absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
+  struct LookupCall;
+  // Serves a Lookup on the calling (reactor) thread without waiting, as far as it can (see the
+  // header comment), handing other parts and the rest to the pool. Returns false when it did
+  // nothing (the caller then hands the whole call to the pool).
+  bool TryLookupInline(const dlrm::v1::LookupRequest* request, dlrm::v1::LookupResponse* response,
+                       grpc::ServerUnaryReactor* reactor);
+  // Serves a Lookup whose bound holds on the pool (on this thread and, for a large one, others).
   void RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
                  dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor);
+  // Prepares the response, splits the tables into parts (*bounds) and submits parts 1.. to the
+  // pool; the caller serves part 0.
+  std::shared_ptr<LookupCall> StartLookup(std::shared_ptr<PsJob> job,
+                                          const dlrm::v1::LookupRequest* request,
+                                          dlrm::v1::LookupResponse* response,
+                                          grpc::ServerUnaryReactor* reactor,
+                                          std::vector<int>* bounds);
+  void RunLookupPart(const std::shared_ptr<LookupCall>& call, int begin, int end);
+  // Records a part's result; the last part counts the lookup and finishes the call.
+  void FinishLookupPart(const std::shared_ptr<LookupCall>& call,
+                        const absl::StatusOr<int64_t>& rows, bool on_reactor);
   void RunPush(grpc::CallbackServerContext* context, const dlrm::v1::PushGradientsRequest* request,
                dlrm::v1::PushGradientsResponse* response, grpc::ServerUnaryReactor* reactor);
   // Finishes the call, counting errors.
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);
-  void UpdateStoreMetrics();
+  // wait = false (on a reactor): skipped when the service lock is busy.
+  void UpdateStoreMetrics(bool wait = true);
 
   const PsServiceOptions options_;
   std::unique_ptr<Metrics> metrics_;

@@ -240,5 +240,79 @@ TEST(TieredStoreTest, ConcurrentCallsKeepTheBudget) {
   }
 }
 
+// The reactor fast path: on resident rows it answers exactly what Lookup answers and counts the
+// same frequencies (two stores fed the same traffic, one through TryLookupResident, end up with
+// the same rows resident after admissions and evictions); on a cold row it returns false and
+// changes nothing (no row fetched, admitted or counted).
+TEST(TieredStoreTest, TryLookupResidentMatchesLookupAndFallsBackOnColdRows) {
+  ScopedTempDir dir;
+  const int64_t per_row = MemoryRowMap::BytesPerRow(kDim + 1);
+  const int64_t budget = per_row * 350;  // B takes 50 rows, A gets 300
+  auto fast_or = TieredStore::Create(Options(dir.Sub("fast"), budget));
+  auto slow_or = TieredStore::Create(Options(dir.Sub("slow"), budget));
+  ASSERT_TRUE(fast_or.ok() && slow_or.ok());
+  TieredStore& fast = **fast_or;
+  TieredStore& slow = **slow_or;
+  ASSERT_EQ(fast.memory_capacity_rows(0), 300);
+
+  std::vector<int64_t> warm(300);
+  for (int i = 0; i < 300; ++i) warm[i] = i;
+  std::vector<float> a(warm.size() * kDim), b(warm.size() * kDim);
+  ASSERT_TRUE(fast.Lookup(0, warm, a.data()).ok());
+  ASSERT_TRUE(slow.Lookup(0, warm, b.data()).ok());
+
+  // Cold ids (300..) mixed in: no effect at all.
+  const TieredStoreStats before = fast.stats();
+  std::vector<int64_t> mixed = {5, 300, 6, 301, 302};
+  std::vector<float> out(mixed.size() * kDim);
+  for (int round = 0; round < 4; ++round) {
+    auto served = fast.TryLookupResident(0, mixed, out.data());
+    ASSERT_TRUE(served.ok()) << served.status();
+    EXPECT_FALSE(*served);
+  }
+  const TieredStoreStats after = fast.stats();
+  EXPECT_EQ(after.rocksdb_reads, before.rocksdb_reads);
+  EXPECT_EQ(after.admissions, before.admissions);
+  EXPECT_FALSE(fast.IsResident(0, 300));
+
+  // Hot ids 0..149 (with repeats) five times: same answer as Lookup.
+  std::vector<int64_t> hot;
+  for (int i = 0; i < 150; ++i) hot.push_back(i);
+  hot.push_back(3);
+  hot.push_back(3);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<float> x(hot.size() * kDim), y(hot.size() * kDim);
+    auto served = fast.TryLookupResident(0, hot, x.data());
+    ASSERT_TRUE(served.ok()) << served.status();
+    ASSERT_TRUE(*served);
+    ASSERT_TRUE(slow.Lookup(0, hot, y.data()).ok());
+    ASSERT_EQ(x, y);
+  }
+  EXPECT_EQ(fast.stats().rocksdb_reads, before.rocksdb_reads);
+
+  // Cold sweep (each id twice) forces evictions chosen by frequency: same residency, and the
+  // hot rows (counted by the fast path) survive.
+  std::vector<int64_t> cold;
+  for (int i = 300; i < 1000; ++i) {
+    cold.push_back(i);
+    cold.push_back(i);
+  }
+  std::vector<float> c1(cold.size() * kDim), c2(cold.size() * kDim);
+  ASSERT_TRUE(fast.Lookup(0, cold, c1.data()).ok());
+  ASSERT_TRUE(slow.Lookup(0, cold, c2.data()).ok());
+  EXPECT_EQ(c1, c2);
+  EXPECT_GT(fast.stats().evictions, 0);
+  int hot_resident = 0;
+  for (int64_t id = 0; id < 1000; ++id) {
+    ASSERT_EQ(fast.IsResident(0, id), slow.IsResident(0, id)) << "id " << id;
+    if (id < 150 && fast.IsResident(0, id)) ++hot_resident;
+  }
+  EXPECT_GE(hot_resident, 140);  // uncounted, they would be as cold as the rows evicted
+
+  auto bad = fast.TryLookupResident(0, std::vector<int64_t>{4000}, out.data());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("id 4000 >= rows 4000"));
+}
+
 }  // namespace
 }  // namespace dlrm::embedding

@@ -435,5 +435,69 @@ TEST_F(PsServiceTest, MemoryTierStaysUnderBudgetAndEveryRowReadsBack) {
   EXPECT_THAT(text, HasSubstr(absl::StrCat("dlrm_ps_push_rows_total ", 2 * kRows)));
 }
 
+// Lookups served inline on the reactor (all rows resident, bound met) answer exactly what the
+// pool path answers; a call mixing resident and cold tables is finished by the pool; a lookup
+// whose staleness bound is not met still waits even when its rows are resident.
+TEST_F(PsServiceTest, InlineLookupsMatchThePoolPathAndStillWaitForTheBound) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}, {1000, 4}}, 0, 1, /*staleness=*/0)).ok());
+  auto stats = [&] {
+    dlrm::v1::GetStatsRequest req;
+    req.set_job_id("j");
+    dlrm::v1::GetStatsResponse resp;
+    EXPECT_TRUE(stub_->GetStats(common::MakeClientContext(kTimeout).get(), req, &resp).ok());
+    return resp;
+  };
+  dlrm::v1::LookupRequest both = LookupOf("j", 0, {1, 2, 3, 2});
+  dlrm::v1::TableIds* t1 = both.add_tables();
+  t1->set_table(1);
+  t1->set_ids(PackIds({10, 11, 12}));
+  dlrm::v1::LookupResponse cold, warm;
+  ASSERT_TRUE(Lookup(both, &cold).ok());  // first touch: from the pool
+  const int64_t reads = stats().rocksdb_reads();
+  EXPECT_GT(reads, 0);
+  ASSERT_TRUE(Lookup(both, &warm).ok());  // resident: inline
+  EXPECT_EQ(stats().rocksdb_reads(), reads);
+  ASSERT_EQ(warm.tables_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(warm.tables(i).table(), cold.tables(i).table());
+    EXPECT_EQ(warm.tables(i).dim(), 4);
+    EXPECT_EQ(UnpackFloats(warm.tables(i).rows()), UnpackFloats(cold.tables(i).rows()));
+  }
+  // Table 0 resident, table 1 cold: served in two parts, answer as from scratch.
+  both.mutable_tables(1)->set_ids(PackIds({10, 500, 11}));
+  dlrm::v1::LookupResponse mixed;
+  ASSERT_TRUE(Lookup(both, &mixed).ok());
+  EXPECT_GT(stats().rocksdb_reads(), reads);
+  EXPECT_EQ(UnpackFloats(mixed.tables(0).rows()), UnpackFloats(cold.tables(0).rows()));
+  const std::vector<float> m1 = UnpackFloats(mixed.tables(1).rows());
+  const std::vector<float> c1 = UnpackFloats(cold.tables(1).rows());
+  ASSERT_EQ(m1.size(), 12u);
+  EXPECT_EQ(std::vector<float>(m1.begin(), m1.begin() + 4),
+            std::vector<float>(c1.begin(), c1.begin() + 4));
+  EXPECT_EQ(std::vector<float>(m1.begin() + 8, m1.end()),
+            std::vector<float>(c1.begin() + 4, c1.begin() + 8));
+  const dlrm::v1::GetStatsResponse s = stats();
+  EXPECT_EQ(s.lookups(), 3);
+  EXPECT_EQ(s.rows_looked_up(), 21);
+
+  // An update is seen by the next inline lookup (SGD, lr 0.1: w - 0.1 * g).
+  ASSERT_TRUE(Push(PushOf("j", 0, {1}, {1.f, 2.f, 3.f, 4.f})).ok());
+  dlrm::v1::LookupResponse after;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1}), &after).ok());
+  const std::vector<float> w0 = UnpackFloats(cold.tables(0).rows());
+  const std::vector<float> w1 = UnpackFloats(after.tables(0).rows());
+  for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(w1[k], w0[k] - 0.1f * (k + 1));
+
+  // Step 1 needs worker 0's step 0, never pushed: waits (and times out) though rows are hot.
+  dlrm::v1::LookupRequest gated = LookupOf("j", 0, {1, 2});
+  gated.set_step(1);
+  gated.set_worker_rank(0);
+  dlrm::v1::LookupResponse gated_resp;
+  grpc::Status g =
+      stub_->Lookup(common::MakeClientContext(absl::Milliseconds(300)).get(), gated, &gated_resp);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
 }  // namespace
 }  // namespace dlrm::server
