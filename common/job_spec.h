@@ -64,11 +64,13 @@ struct JobSpec {
   int batch_size = 2048;
   int epochs = 1;
   uint64_t seed = 42;
-  int64_t max_steps = 0;           // 0 = no limit
-  int staleness = 1;               // stale-synchronous bound k (distributed pipeline)
-  int64_t hot_budget_bytes = 0;    // bytes of hot rows replicated on each worker (0 = no hot set)
+  int64_t max_steps = 0;  // 0 = no limit
+  int staleness = 1;      // stale-synchronous bound k (distributed pipeline)
+  // Bytes of hot rows (weights and optimizer state) replicated on each worker; 0 = no hot set.
+  // `dlrm train` keeps every table in process and ignores it.
+  int64_t hot_budget_bytes = 16 << 20;
   int hot_sample_batches = 64;     // batches sampled to choose the hot set
-  int hot_refresh_steps = 0;       // re-check the hot set every N steps (0 = never)
+  int hot_refresh_steps = 1000;    // re-check the hot set every N steps (0 = never)
   std::string device = "auto";     // auto | cpu | cuda
   std::string math_mode = "fp32";  // fp32 | tf32 | bf16 (CUDA GEMMs)
   int64_t eval_every_steps = 0;    // 0 = only at the end

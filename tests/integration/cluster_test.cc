@@ -33,7 +33,9 @@ namespace fs = std::filesystem;
 constexpr double kSameModelTolerance = 1e-5;
 constexpr double kAucTolerance = 0.01;
 
-std::string JobYaml(int epochs, int staleness, const std::string& name) {
+// hot_budget 0: every row on the parameter servers (what the exact-match tests compare).
+std::string JobYaml(int epochs, int staleness, const std::string& name,
+                    const std::string& hot = "hot_budget: 0") {
   return absl::StrCat(R"(name: )", name, R"(
 model:
   dense_features: 13
@@ -55,7 +57,7 @@ training:
                       epochs, R"(
   seed: 11
   staleness: )",
-                      staleness, R"(
+                      staleness, "\n  ", hot, R"(
 data:
   train: [train.tsv]
   eval_fraction: 0.1
@@ -73,7 +75,9 @@ class ClusterTest : public ::testing::Test {
                                    *dir_, "gen-data", absl::Seconds(60));
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
     WriteFile(*dir_ + "/job.yaml", JobYaml(1, 0, "it-job"));
-    WriteFile(*dir_ + "/job3.yaml", JobYaml(3, 1, "it-job3"));
+    // Two workers replicate the hottest rows (about a tenth) and re-check them every 20 steps.
+    WriteFile(*dir_ + "/job3.yaml",
+              JobYaml(3, 1, "it-job3", "hot_budget: 64KiB\n  hot_refresh_steps: 20"));
     WriteFile(*dir_ + "/long.yaml", JobYaml(200, 1, "it-long"));
     ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
                                       "--metrics-out", *dir_ + "/reference.json", "--no-progress"},
