@@ -1,5 +1,7 @@
 #include "client/coordinator_client.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -198,6 +200,26 @@ absl::StatusOr<int64_t> CoordinatorClient::KvAdd(const std::string& key, int64_t
   auto context = MakeClientContext(options_.timeout);
   DLRM_RETURN_IF_ERROR(Check(coordinator_->KvAdd(context.get(), request, &response), "KvAdd"));
   return response.value();
+}
+
+dlrm::v1::RegisterRequest MakeRegisterRequest(dlrm::v1::Role role, const std::string& address,
+                                              const std::string& metrics_address,
+                                              const std::string& name) {
+  dlrm::v1::RegisterRequest request;
+  request.set_role(role);
+  request.set_address(address);
+  request.set_metrics_address(metrics_address);
+  request.set_name(name);
+  request.mutable_capabilities()->set_cpu_cores(
+      static_cast<int32_t>(std::thread::hardware_concurrency()));
+  return request;
+}
+
+absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response) {
+  const int64_t ms = response.heartbeat_interval_ms() > 0
+                         ? response.heartbeat_interval_ms()
+                         : std::max<int64_t>(response.lease_ttl_ms() / 3, 10);
+  return absl::Milliseconds(ms);
 }
 
 }  // namespace dlrm::client

@@ -92,4 +92,13 @@ class CoordinatorClient {
 // True for SUCCEEDED, FAILED and CANCELLED.
 bool IsTerminalJobState(dlrm::v1::JobState state);
 
+// The request a member process (parameter server, worker) registers with: its role, addresses,
+// name and this machine's cores.
+dlrm::v1::RegisterRequest MakeRegisterRequest(dlrm::v1::Role role, const std::string& address,
+                                              const std::string& metrics_address,
+                                              const std::string& name);
+// How often a registered member heartbeats: the coordinator's suggestion, else a third of the
+// lease (at least 10 ms).
+absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response);
+
 }  // namespace dlrm::client

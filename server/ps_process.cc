@@ -46,19 +46,12 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Create(const PsProcessOpti
 }
 
 absl::Status PsProcess::RegisterLocked() {
-  dlrm::v1::RegisterRequest request;
-  request.set_role(dlrm::v1::ROLE_PS);
-  request.set_address(advertise_address_);
-  request.set_metrics_address(options_.metrics_address);
-  request.set_name(options_.name);
-  request.mutable_capabilities()->set_cpu_cores(
-      static_cast<int32_t>(std::thread::hardware_concurrency()));
-  DLRM_ASSIGN_OR_RETURN(dlrm::v1::RegisterResponse response, client_->Register(request));
+  DLRM_ASSIGN_OR_RETURN(
+      dlrm::v1::RegisterResponse response,
+      client_->Register(client::MakeRegisterRequest(dlrm::v1::ROLE_PS, advertise_address_,
+                                                    options_.metrics_address, options_.name)));
   member_id_ = response.member_id();
-  const int64_t interval_ms = response.heartbeat_interval_ms() > 0
-                                  ? response.heartbeat_interval_ms()
-                                  : std::max<int64_t>(response.lease_ttl_ms() / 3, 10);
-  heartbeat_interval_ = absl::Milliseconds(interval_ms);
+  heartbeat_interval_ = client::HeartbeatInterval(response);
   DLRM_LOG(INFO) << "parameter server " << advertise_address_ << " registered as " << member_id_
                  << " with " << options_.coordinator;
   return absl::OkStatus();

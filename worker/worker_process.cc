@@ -68,20 +68,14 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Create(
 }
 
 absl::Status WorkerProcess::RegisterLocked() {
-  dlrm::v1::RegisterRequest request;
-  request.set_role(dlrm::v1::ROLE_WORKER);
-  request.set_metrics_address(options_.metrics_address);
-  request.set_name(options_.name);
-  request.mutable_capabilities()->set_cpu_cores(
-      static_cast<int32_t>(std::thread::hardware_concurrency()));
-  DLRM_ASSIGN_OR_RETURN(dlrm::v1::RegisterResponse response, client_->Register(request));
+  DLRM_ASSIGN_OR_RETURN(
+      dlrm::v1::RegisterResponse response,
+      client_->Register(client::MakeRegisterRequest(dlrm::v1::ROLE_WORKER, /*address=*/"",
+                                                    options_.metrics_address, options_.name)));
   member_id_ = response.member_id();
-  const int64_t interval_ms = response.heartbeat_interval_ms() > 0
-                                  ? response.heartbeat_interval_ms()
-                                  : std::max<int64_t>(response.lease_ttl_ms() / 3, 10);
-  heartbeat_interval_ = absl::Milliseconds(interval_ms);
+  heartbeat_interval_ = client::HeartbeatInterval(response);
   DLRM_LOG(INFO) << "worker registered as " << member_id_ << " with " << options_.coordinator
-                 << " (heartbeat every " << interval_ms << " ms)";
+                 << " (heartbeat every " << heartbeat_interval_ << ")";
   return absl::OkStatus();
 }
 
