@@ -16,24 +16,14 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/ps_server.h"
+#include "tests/common/temp_dir.h"
 
 namespace dlrm::server::testing {
 
-class PsTempDir {
+// A fresh directory for a parameter server's data, removed at scope exit.
+class PsTempDir : public ::dlrm::testing::ScopedTempDir {
  public:
-  PsTempDir() {
-    std::string pattern = ::testing::TempDir() + "/dlrm_ps_XXXXXX";
-    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-    path_ = pattern;
-  }
-  ~PsTempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  PsTempDir() : ScopedTempDir("dlrm_ps") {}
 };
 
 inline std::string PackIds(const std::vector<int64_t>& ids) {

@@ -3,20 +3,15 @@
 
 #include <string>
 
+#include "tests/common/temp_dir.h"
+
 namespace dlrm::worker::testing {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its files at destruction.
-class TempDir {
+class TempDir : public ::dlrm::testing::ScopedTempDir {
  public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  TempDir() : ScopedTempDir("dlrm_worker_test") {}
+  std::string File(const std::string& name) const { return Sub(name); }
 };
 
 void WriteFile(const std::string& path, const std::string& content);
