@@ -40,6 +40,15 @@ void UnpackIds(const std::string& bytes, std::vector<int64_t>* ids) {
 
 bool IsFloatAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % alignof(float) == 0; }
 
+// The packed floats of a bytes field: the field itself when it is aligned for float (the usual
+// case, no copy), else a copy in *scratch.
+const float* FloatsOf(const std::string& bytes, std::vector<float>* scratch) {
+  if (IsFloatAligned(bytes.data())) return reinterpret_cast<const float*>(bytes.data());
+  scratch->resize(bytes.size() / sizeof(float));
+  std::memcpy(scratch->data(), bytes.data(), scratch->size() * sizeof(float));
+  return scratch->data();
+}
+
 // The packed ids of a bytes field as a span: over the field itself when it is aligned for
 // int64 (the usual case, no copy), else over a copy in *scratch.
 absl::Span<const int64_t> IdSpan(const std::string& bytes, std::vector<int64_t>* scratch) {
@@ -342,13 +351,7 @@ absl::StatusOr<int64_t> PsJob::WriteRows(const dlrm::v1::WriteRowsRequest& reque
   for (const dlrm::v1::TableIdsRows& t : request.tables()) {
     UnpackIds(t.ids(), &ids);
     if (ids.empty()) continue;
-    const float* values = reinterpret_cast<const float*>(t.rows().data());
-    if (!IsFloatAligned(values)) {
-      aligned.resize(t.rows().size() / sizeof(float));
-      std::memcpy(aligned.data(), t.rows().data(), t.rows().size());
-      values = aligned.data();
-    }
-    DLRM_RETURN_IF_ERROR(store_->WriteRows(t.table(), ids, values));
+    DLRM_RETURN_IF_ERROR(store_->WriteRows(t.table(), ids, FloatsOf(t.rows(), &aligned)));
     rows += static_cast<int64_t>(ids.size());
   }
   return rows;
@@ -432,13 +435,7 @@ absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& reques
   for (const dlrm::v1::TableGradients& t : request.tables()) {
     UnpackIds(t.ids(), &ids);
     if (ids.empty()) continue;
-    const float* grads = reinterpret_cast<const float*>(t.grads().data());
-    if (!IsFloatAligned(grads)) {
-      aligned.resize(t.grads().size() / sizeof(float));
-      std::memcpy(aligned.data(), t.grads().data(), t.grads().size());
-      grads = aligned.data();
-    }
-    DLRM_RETURN_IF_ERROR(store_->ApplyGradients(t.table(), ids, grads));
+    DLRM_RETURN_IF_ERROR(store_->ApplyGradients(t.table(), ids, FloatsOf(t.grads(), &aligned)));
     rows += static_cast<int64_t>(ids.size());
   }
   if (request.step() >= 0 && !request.more_chunks()) {
