@@ -358,74 +358,42 @@ absl::StatusOr<int64_t> PsJob::WriteRows(const dlrm::v1::WriteRowsRequest& reque
 }
 
 void PsJob::PrepareLookup(const dlrm::v1::LookupRequest& request,
-                          dlrm::v1::LookupResponse* response) const {
-  // The entries of an earlier answer are reused as they are: resizing a rows buffer to the size
-  // it already has writes nothing, where a fresh one would be zero-filled first.
-  auto* tables = response->mutable_tables();
-  const int n = request.tables_size();
-  if (tables->size() > n) tables->DeleteSubrange(n, tables->size() - n);
-  tables->Reserve(n);
-  for (int i = 0; i < n; ++i) {
+                          proto::LookupAnswer* answer) const {
+  std::vector<proto::LookupAnswer::Table> layout(request.tables_size());
+  for (int i = 0; i < request.tables_size(); ++i) {
     const dlrm::v1::TableIds& t = request.tables(i);
-    const int dim = tables_[t.table()].dim;
-    dlrm::v1::TableRows* out = i < tables->size() ? tables->Mutable(i) : tables->Add();
-    out->set_table(t.table());
-    out->set_dim(dim);
-    out->mutable_rows()->resize(t.ids().size() / sizeof(int64_t) * dim * sizeof(float));
+    layout[i] = {t.table(), tables_[t.table()].dim,
+                 static_cast<int64_t>(t.ids().size() / sizeof(int64_t))};
   }
+  answer->Reset(layout);
 }
 
 absl::StatusOr<int64_t> PsJob::LookupTables(const dlrm::v1::LookupRequest& request, int begin,
-                                            int end, dlrm::v1::LookupResponse* response) {
+                                            int end, proto::LookupAnswer* answer) {
   int64_t rows = 0;
   std::vector<int64_t> scratch;
-  std::vector<float> aligned;
   for (int i = begin; i < end; ++i) {
     const dlrm::v1::TableIds& t = request.tables(i);
     const absl::Span<const int64_t> ids = IdSpan(t.ids(), &scratch);
-    std::string* bytes = response->mutable_tables(i)->mutable_rows();
-    if (IsFloatAligned(bytes->data())) {
-      DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, reinterpret_cast<float*>(bytes->data())));
-    } else {
-      aligned.resize(bytes->size() / sizeof(float));
-      DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, aligned.data()));
-      std::memcpy(bytes->data(), aligned.data(), bytes->size());
-    }
+    DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, answer->rows(i)));
     rows += static_cast<int64_t>(ids.size());
   }
   return rows;
 }
 
 absl::StatusOr<int> PsJob::LookupTablesResident(const dlrm::v1::LookupRequest& request, int begin,
-                                                int end, dlrm::v1::LookupResponse* response,
+                                                int end, proto::LookupAnswer* answer,
                                                 int64_t* rows) {
   std::vector<int64_t> scratch;
-  std::vector<float> aligned;
   for (int i = begin; i < end; ++i) {
     const dlrm::v1::TableIds& t = request.tables(i);
     const absl::Span<const int64_t> ids = IdSpan(t.ids(), &scratch);
-    std::string* bytes = response->mutable_tables(i)->mutable_rows();
     bool served;
-    if (IsFloatAligned(bytes->data())) {
-      DLRM_ASSIGN_OR_RETURN(served, store_->TryLookupResident(
-                                        t.table(), ids, reinterpret_cast<float*>(bytes->data())));
-    } else {
-      aligned.resize(bytes->size() / sizeof(float));
-      DLRM_ASSIGN_OR_RETURN(served, store_->TryLookupResident(t.table(), ids, aligned.data()));
-      if (served) std::memcpy(bytes->data(), aligned.data(), bytes->size());
-    }
+    DLRM_ASSIGN_OR_RETURN(served, store_->TryLookupResident(t.table(), ids, answer->rows(i)));
     if (!served) return i;
     *rows += static_cast<int64_t>(ids.size());
   }
   return end;
-}
-
-absl::Status PsJob::Lookup(const dlrm::v1::LookupRequest& request,
-                           dlrm::v1::LookupResponse* response, int64_t* rows) {
-  PrepareLookup(request, response);
-  absl::StatusOr<int64_t> served = LookupTables(request, 0, request.tables_size(), response);
-  *rows = served.ok() ? *served : 0;
-  return served.status();
 }
 
 absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& request) {

@@ -19,6 +19,7 @@
 // table).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "embedding/tiered_table.h"
+#include "proto/lookup_wire.h"
 #include "proto/ps.pb.h"
 #include "server/ps_step_gate.h"
 #include "server/timer_queue.h"
@@ -77,26 +79,20 @@ class PsJob {
   absl::Status ValidateReadRows(const dlrm::v1::ReadRowsRequest& request) const;
   absl::Status ValidateWriteRows(const dlrm::v1::WriteRowsRequest& request) const;
 
-  // Fills `response` with the rows of every table of `request`. REQUIRES: ValidateLookup passed.
-  absl::Status Lookup(const dlrm::v1::LookupRequest& request, dlrm::v1::LookupResponse* response,
-                      int64_t* rows);
-  // Lookup in two phases, so that tables can be filled on several threads: PrepareLookup makes
-  // `response` hold one answer per request table with room for its rows (a response holding an
-  // earlier answer is reused in place, its buffers kept; every field is overwritten); LookupTables
-  // fills answers [begin, end) (disjoint ranges may run concurrently) and returns the rows it
-  // served.
-  void PrepareLookup(const dlrm::v1::LookupRequest& request,
-                     dlrm::v1::LookupResponse* response) const;
+  // Lookup in two phases, so that tables can be filled on several threads: PrepareLookup lays
+  // `answer` out with one table per request table and room for its rows; LookupTables fills
+  // tables [begin, end) (disjoint ranges may run concurrently) and returns the rows it served.
+  // REQUIRES: ValidateLookup passed.
+  void PrepareLookup(const dlrm::v1::LookupRequest& request, proto::LookupAnswer* answer) const;
   absl::StatusOr<int64_t> LookupTables(const dlrm::v1::LookupRequest& request, int begin, int end,
-                                       dlrm::v1::LookupResponse* response);
-  // LookupTables' non-blocking fast path (for a gRPC reactor thread): fills answers begin,
+                                       proto::LookupAnswer* answer);
+  // LookupTables' non-blocking fast path (for a gRPC reactor thread): fills tables begin,
   // begin + 1, ... while each table's rows are all resident and its lock is free
   // (TieredStore::TryLookupResident), and stops at the first table that is not. Returns the
-  // index of the first answer not filled (end when all were; those are left to LookupTables,
+  // index of the first table not filled (end when all were; those are left to LookupTables,
   // nothing of theirs was counted) and adds the rows served to *rows. REQUIRES: PrepareLookup.
   absl::StatusOr<int> LookupTablesResident(const dlrm::v1::LookupRequest& request, int begin,
-                                           int end, dlrm::v1::LookupResponse* response,
-                                           int64_t* rows);
+                                           int end, proto::LookupAnswer* answer, int64_t* rows);
   // Applies the gradients with the job's sparse optimizer, then (unless more_chunks) marks the
   // worker's step complete in the gate. Returns the rows updated. REQUIRES: ValidatePush passed.
   absl::StatusOr<int64_t> Push(const dlrm::v1::PushGradientsRequest& request);
@@ -112,6 +108,14 @@ class PsJob {
   // The gate of the current epoch.
   std::shared_ptr<StepGate> gate() const;
   embedding::TieredStore& store() { return *store_; }
+  // Lookups of resident rows leave their frequency counting for later (TieredStore "Deferred
+  // counting"): the first caller after a lookup gets true and must call CountPendingAccesses
+  // (on a pool thread, after the answer went out); others get false until it has.
+  bool ClaimAccessCounting() { return !counting_claimed_.exchange(true); }
+  void CountPendingAccesses() {
+    counting_claimed_ = false;
+    store_->CountPendingAccesses();
+  }
   embedding::TieredStoreStats stats() const { return store_->stats(); }
 
  private:
@@ -133,6 +137,7 @@ class PsJob {
   TimerQueue* const timers_;
   std::vector<embedding::TableConfig> tables_;
   std::unique_ptr<embedding::TieredStore> store_;
+  std::atomic<bool> counting_claimed_{false};
 
   mutable absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_);

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
-#include "grpcpp/support/message_allocator.h"
 
 namespace dlrm::server {
 
@@ -51,79 +50,41 @@ struct PsService::Metrics {
   prometheus::Counter& rpc_errors;
 };
 
-// A free list of request/response pairs for the Lookup handler (gRPC's MessageAllocator).
-// Released requests are cleared, keeping their buffers (responses are reused in place, see
-// PsJob::PrepareLookup); pairs whose payload was larger than
-// kMaxPooledBytes are freed rather than kept, and at most kMaxPooled are kept, so the pool holds
-// at most kMaxPooled x kMaxPooledBytes of buffers.
-class PsService::LookupMessages final
-    : public grpc::MessageAllocator<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse> {
+// A free list of Lookup requests: parsed in place, their id buffers keep their capacity from
+// call to call. Shared with the calls, which may end after the service.
+class PsService::LookupRequests {
  public:
   static constexpr size_t kMaxPooled = 8;
   static constexpr size_t kMaxPooledBytes = 8 << 20;
 
-  ~LookupMessages() override {
-    for (Holder* h : free_) delete h;
-  }
-
-  grpc::MessageHolder<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse>* AllocateMessages()
-      override {
+  std::unique_ptr<dlrm::v1::LookupRequest> Take() {
     {
       absl::MutexLock lock(&mu_);
       if (!free_.empty()) {
-        Holder* h = free_.back();
+        std::unique_ptr<dlrm::v1::LookupRequest> r = std::move(free_.back());
         free_.pop_back();
-        return h;
+        return r;
       }
     }
-    return new Holder(this);
+    return std::make_unique<dlrm::v1::LookupRequest>();
+  }
+  void Return(std::unique_ptr<dlrm::v1::LookupRequest> r) {
+    if (r->ByteSizeLong() > kMaxPooledBytes) return;
+    r->Clear();
+    absl::MutexLock lock(&mu_);
+    if (free_.size() < kMaxPooled) free_.push_back(std::move(r));
   }
 
  private:
-  class Holder final
-      : public grpc::MessageHolder<dlrm::v1::LookupRequest, dlrm::v1::LookupResponse> {
-   public:
-    explicit Holder(LookupMessages* pool) : pool_(pool) {
-      set_request(&request_);
-      set_response(&response_);
-    }
-    void Release() override { pool_->Return(this); }
-
-    dlrm::v1::LookupRequest request_;
-    dlrm::v1::LookupResponse response_;
-
-   private:
-    LookupMessages* const pool_;
-  };
-
-  void Return(Holder* h) {
-    if (h->request_.ByteSizeLong() + h->response_.ByteSizeLong() > kMaxPooledBytes) {
-      delete h;
-      return;
-    }
-    // The response keeps its answer: PrepareLookup overwrites it in place, and resizing a rows
-    // buffer to the size it has skips the zero-fill a cleared one would need.
-    h->request_.Clear();
-    {
-      absl::MutexLock lock(&mu_);
-      if (free_.size() < kMaxPooled) {
-        free_.push_back(h);
-        return;
-      }
-    }
-    delete h;
-  }
-
   absl::Mutex mu_;
-  std::vector<Holder*> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<dlrm::v1::LookupRequest>> free_ ABSL_GUARDED_BY(mu_);
 };
 
 PsService::PsService(const PsServiceOptions& options)
     : options_(options),
       metrics_(std::make_unique<Metrics>(*options.metrics)),
-      lookup_messages_(std::make_unique<LookupMessages>()) {
+      lookup_requests_(std::make_shared<LookupRequests>()) {
   metrics_->memory_budget_bytes.Set(static_cast<double>(options.memory_budget_bytes));
-  SetMessageAllocatorFor_Lookup(lookup_messages_.get());
 }
 
 PsService::~PsService() {
@@ -293,48 +254,62 @@ grpc::ServerUnaryReactor* PsService::UnloadJob(grpc::CallbackServerContext* cont
 
 // ---- Lookup ----
 
-grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context,
-                                            const dlrm::v1::LookupRequest* request,
-                                            dlrm::v1::LookupResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (TryLookupInline(request, response, reactor)) return reactor;
-  options_.pool->Submit([this, context, request, response, reactor] {
-    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
-    if (!job.ok()) return Finish(reactor, job.status());
-    absl::Status valid = (*job)->ValidateLookup(*request);
-    if (!valid.ok()) return Finish(reactor, valid);
-    std::shared_ptr<StepGate> gate = (*job)->gate();
-    if (gate->Ready(request->step())) {
-      return RunLookup(std::move(*job), request, response, reactor);
-    }
-    // Park: resumed on the pool by the push that satisfies the bound, or failed at the deadline.
-    const absl::Time parked_at = absl::Now();
-    gate->WhenVisible(
-        request->step(), request->worker_rank(), absl::FromChrono(context->deadline()),
-        [this, job = std::move(*job), request, response, reactor, parked_at](absl::Status s) {
-          metrics_->lookup_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - parked_at));
-          if (!s.ok()) return Finish(reactor, s);
-          options_.pool->Submit([this, job, request, response, reactor] {
-            RunLookup(job, request, response, reactor);
-          });
-        });
-  });
-  return reactor;
-}
-
 // One Lookup being served, shared by its parts (contiguous groups of tables served on different
 // threads); the last part to finish answers the call.
 struct PsService::LookupCall {
+  LookupCall(std::shared_ptr<LookupRequests> pool, grpc::ByteBuffer* response_in,
+             grpc::ServerUnaryReactor* reactor_in)
+      : requests(std::move(pool)),
+        request(requests->Take()),
+        response(response_in),
+        reactor(reactor_in) {}
+  ~LookupCall() { requests->Return(std::move(request)); }
+
+  const std::shared_ptr<LookupRequests> requests;
+  std::unique_ptr<dlrm::v1::LookupRequest> request;
+  grpc::ByteBuffer* const response;
+  grpc::ServerUnaryReactor* const reactor;
   std::shared_ptr<PsJob> job;
-  const dlrm::v1::LookupRequest* request;
-  dlrm::v1::LookupResponse* response;
-  grpc::ServerUnaryReactor* reactor;
+  proto::LookupAnswer answer;  // the rows, written in place and sent without a copy
   absl::Time start;
   std::atomic<int> parts_left{0};
   std::atomic<int64_t> rows{0};
   absl::Mutex mu;
   absl::Status status ABSL_GUARDED_BY(mu);
 };
+
+grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context,
+                                            const grpc::ByteBuffer* request_bytes,
+                                            grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto call = std::make_shared<LookupCall>(lookup_requests_, response, reactor);
+  grpc::ByteBuffer bytes(*request_bytes);  // shares the slices; parsing consumes the copy
+  if (!grpc::SerializationTraits<dlrm::v1::LookupRequest>::Deserialize(&bytes, call->request.get())
+           .ok()) {
+    Finish(reactor, absl::InvalidArgumentError("Lookup: malformed LookupRequest"));
+    return reactor;
+  }
+  if (TryLookupInline(call)) return reactor;
+  options_.pool->Submit([this, context, call] {
+    const dlrm::v1::LookupRequest& request = *call->request;
+    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request.job_id());
+    if (!job.ok()) return Finish(call->reactor, job.status());
+    absl::Status valid = (*job)->ValidateLookup(request);
+    if (!valid.ok()) return Finish(call->reactor, valid);
+    std::shared_ptr<StepGate> gate = (*job)->gate();
+    if (gate->Ready(request.step())) return RunLookup(std::move(*job), call);
+    // Park: resumed on the pool by the push that satisfies the bound, or failed at the deadline.
+    const absl::Time parked_at = absl::Now();
+    gate->WhenVisible(
+        request.step(), request.worker_rank(), absl::FromChrono(context->deadline()),
+        [this, job = std::move(*job), call, parked_at](absl::Status s) {
+          metrics_->lookup_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - parked_at));
+          if (!s.ok()) return Finish(call->reactor, s);
+          options_.pool->Submit([this, job, call] { RunLookup(job, call); });
+        });
+  });
+  return reactor;
+}
 
 namespace {
 
@@ -381,63 +356,57 @@ void PsService::FinishLookupPart(const std::shared_ptr<LookupCall>& call,
     lookups_.fetch_add(1, std::memory_order_relaxed);
     rows_looked_up_.fetch_add(call->rows.load(), std::memory_order_relaxed);
     metrics_->lookup_rows.Increment(static_cast<double>(call->rows.load()));
-  } else {
-    call->response->Clear();
+    *call->response = call->answer.Release();
   }
   metrics_->lookup_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - call->start));
   UpdateStoreMetrics(/*wait=*/!on_reactor);
   Finish(call->reactor, status);
+  // The answer is out: now the frequency counts the lookup deferred.
+  if (call->job->ClaimAccessCounting()) {
+    options_.pool->Submit([job = call->job] { job->CountPendingAccesses(); });
+  }
 }
 
 void PsService::RunLookupPart(const std::shared_ptr<LookupCall>& call, int begin, int end) {
-  FinishLookupPart(call, call->job->LookupTables(*call->request, begin, end, call->response),
+  FinishLookupPart(call, call->job->LookupTables(*call->request, begin, end, &call->answer),
                    /*on_reactor=*/false);
 }
 
-std::shared_ptr<PsService::LookupCall> PsService::StartLookup(
-    std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
-    dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor,
-    std::vector<int>* bounds) {
-  auto call = std::make_shared<LookupCall>();
+std::vector<int> PsService::StartLookup(std::shared_ptr<PsJob> job,
+                                        const std::shared_ptr<LookupCall>& call) {
   call->job = std::move(job);
-  call->request = request;
-  call->response = response;
-  call->reactor = reactor;
   call->start = absl::Now();
-  call->job->PrepareLookup(*request, response);
-  *bounds = LookupParts(*request, options_.pool->num_threads());
-  call->parts_left = static_cast<int>(bounds->size()) - 1;
-  for (size_t p = 1; p + 1 < bounds->size(); ++p) {
+  call->job->PrepareLookup(*call->request, &call->answer);
+  std::vector<int> bounds = LookupParts(*call->request, options_.pool->num_threads());
+  call->parts_left = static_cast<int>(bounds.size()) - 1;
+  for (size_t p = 1; p + 1 < bounds.size(); ++p) {
     options_.pool->Submit(
-        [this, call, b = (*bounds)[p], e = (*bounds)[p + 1]] { RunLookupPart(call, b, e); });
+        [this, call, b = bounds[p], e = bounds[p + 1]] { RunLookupPart(call, b, e); });
   }
-  return call;
+  return bounds;
 }
 
-bool PsService::TryLookupInline(const dlrm::v1::LookupRequest* request,
-                                dlrm::v1::LookupResponse* response,
-                                grpc::ServerUnaryReactor* reactor) {
+bool PsService::TryLookupInline(const std::shared_ptr<LookupCall>& call) {
   if (options_.injected_delay > absl::ZeroDuration()) return false;
+  const dlrm::v1::LookupRequest& request = *call->request;
   std::shared_ptr<PsJob> job;
   if (!mu_.TryLock()) return false;
-  auto it = jobs_.find(request->job_id());
+  auto it = jobs_.find(request.job_id());
   if (it != jobs_.end()) job = it->second;
   mu_.Unlock();
   if (job == nullptr) return false;  // the pool answers NOT_FOUND
-  absl::Status valid = job->ValidateLookup(*request);
+  absl::Status valid = job->ValidateLookup(request);
   if (!valid.ok()) {
-    Finish(reactor, valid);
+    Finish(call->reactor, valid);
     return true;
   }
-  if (!job->gate()->Ready(request->step())) return false;
+  if (!job->gate()->Ready(request.step())) return false;
   // The other parts go to the pool; the first is served here while its tables are resident, and
   // what is left of it goes to the pool too.
-  std::vector<int> bounds;
-  std::shared_ptr<LookupCall> call =
-      StartLookup(std::move(job), request, response, reactor, &bounds);
+  const std::vector<int> bounds = StartLookup(std::move(job), call);
   int64_t rows = 0;
   absl::StatusOr<int> served =
-      call->job->LookupTablesResident(*request, bounds[0], bounds[1], response, &rows);
+      call->job->LookupTablesResident(request, bounds[0], bounds[1], &call->answer, &rows);
   if (served.ok() && *served < bounds[1]) {
     call->rows += rows;
     options_.pool->Submit([this, call, b = *served, e = bounds[1]] { RunLookupPart(call, b, e); });
@@ -448,12 +417,9 @@ bool PsService::TryLookupInline(const dlrm::v1::LookupRequest* request,
   return true;
 }
 
-void PsService::RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
-                          dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor) {
+void PsService::RunLookup(std::shared_ptr<PsJob> job, const std::shared_ptr<LookupCall>& call) {
   if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
-  std::vector<int> bounds;
-  std::shared_ptr<LookupCall> call =
-      StartLookup(std::move(job), request, response, reactor, &bounds);
+  const std::vector<int> bounds = StartLookup(std::move(job), call);
   RunLookupPart(call, bounds[0], bounds[1]);
 }
 

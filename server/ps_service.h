@@ -55,7 +55,10 @@ struct PsServiceOptions {
   TimerQueue* timers = nullptr;                // required, not owned
 };
 
-class PsService final : public dlrm::v1::ParameterServer::CallbackService {
+// Lookup is a raw method: its answer is written in place and sent without a copy
+// (proto/lookup_wire.h); every other method is a plain callback method.
+class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_Lookup<
+                            dlrm::v1::ParameterServer::CallbackService> {
  public:
   explicit PsService(const PsServiceOptions& options);
   ~PsService() override;
@@ -68,9 +71,10 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* UnloadJob(grpc::CallbackServerContext* context,
                                       const dlrm::v1::UnloadJobRequest* request,
                                       dlrm::v1::UnloadJobResponse* response) override;
+  // Takes a serialised LookupRequest, answers a serialised LookupResponse.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const dlrm::v1::LookupRequest* request,
-                                   dlrm::v1::LookupResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PushGradients(grpc::CallbackServerContext* context,
                                           const dlrm::v1::PushGradientsRequest* request,
                                           dlrm::v1::PushGradientsResponse* response) override;
@@ -104,24 +108,18 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
 
  private:
   struct Metrics;
-  class LookupMessages;
+  class LookupRequests;
   absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
   struct LookupCall;
   // Serves a Lookup on the calling (reactor) thread without waiting, as far as it can (see the
   // header comment), handing other parts and the rest to the pool. Returns false when it did
   // nothing (the caller then hands the whole call to the pool).
-  bool TryLookupInline(const dlrm::v1::LookupRequest* request, dlrm::v1::LookupResponse* response,
-                       grpc::ServerUnaryReactor* reactor);
+  bool TryLookupInline(const std::shared_ptr<LookupCall>& call);
   // Serves a Lookup whose bound holds on the pool (on this thread and, for a large one, others).
-  void RunLookup(std::shared_ptr<PsJob> job, const dlrm::v1::LookupRequest* request,
-                 dlrm::v1::LookupResponse* response, grpc::ServerUnaryReactor* reactor);
-  // Prepares the response, splits the tables into parts (*bounds) and submits parts 1.. to the
-  // pool; the caller serves part 0.
-  std::shared_ptr<LookupCall> StartLookup(std::shared_ptr<PsJob> job,
-                                          const dlrm::v1::LookupRequest* request,
-                                          dlrm::v1::LookupResponse* response,
-                                          grpc::ServerUnaryReactor* reactor,
-                                          std::vector<int>* bounds);
+  void RunLookup(std::shared_ptr<PsJob> job, const std::shared_ptr<LookupCall>& call);
+  // Lays the answer out, splits the tables into parts and submits parts 1.. to the pool; returns
+  // the parts' bounds (part p is tables [bounds[p], bounds[p + 1])); the caller serves part 0.
+  std::vector<int> StartLookup(std::shared_ptr<PsJob> job, const std::shared_ptr<LookupCall>& call);
   void RunLookupPart(const std::shared_ptr<LookupCall>& call, int begin, int end);
   // Records a part's result; the last part counts the lookup and finishes the call.
   void FinishLookupPart(const std::shared_ptr<LookupCall>& call,
@@ -135,9 +133,8 @@ class PsService final : public dlrm::v1::ParameterServer::CallbackService {
 
   const PsServiceOptions options_;
   std::unique_ptr<Metrics> metrics_;
-  // Lookup requests and responses are reused from call to call (their id and row buffers keep
-  // their capacity), so a steady stream of lookups allocates and page-faults no payload memory.
-  std::unique_ptr<LookupMessages> lookup_messages_;
+  // Lookup requests are reused from call to call (their id buffers keep their capacity).
+  std::shared_ptr<LookupRequests> lookup_requests_;
 
   absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
   mutable absl::Mutex mu_;

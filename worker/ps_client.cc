@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/sharding.h"
 #include "common/status.h"
+#include "grpcpp/generic/generic_stub.h"
 
 namespace dlrm::worker {
 namespace {
@@ -80,53 +81,45 @@ struct GrpcPsClient::Plan {
   std::vector<Chunk> chunks;
 };
 
-struct GrpcPsClient::LookupMessages {
-  dlrm::v1::LookupRequest request;
-  dlrm::v1::LookupResponse response;
-};
-
-// One Lookup call; its messages go back to the client's pool when it is destroyed.
+// One Lookup call on one shard; its request goes back to the client's pool when it is destroyed.
 struct GrpcPsClient::LookupCall {
-  LookupCall(GrpcPsClient* owner_in, std::unique_ptr<LookupMessages> messages_in)
-      : owner(owner_in),
-        messages(std::move(messages_in)),
-        request(messages->request),
-        response(messages->response) {}
-  ~LookupCall() { owner->ReturnLookupMessages(std::move(messages)); }
+  LookupCall(GrpcPsClient* owner_in, std::unique_ptr<dlrm::v1::LookupRequest> request_in)
+      : owner(owner_in), request(std::move(request_in)) {}
+  ~LookupCall() { owner->ReturnLookupRequest(std::move(request)); }
 
   GrpcPsClient* const owner;
-  std::unique_ptr<LookupMessages> messages;
-  dlrm::v1::LookupRequest& request;
-  dlrm::v1::LookupResponse& response;
+  std::unique_ptr<dlrm::v1::LookupRequest> request;
+  std::vector<proto::LookupRowsTarget> targets;  // where each answered table's rows go
+  proto::LookupRowsSink sink;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<proto::LookupRowsSink>> reader;
   grpc::ClientContext context;
   grpc::Status status;
   int shard = 0;
 };
 
 namespace {
-// Pooled pairs: at most this many, each of at most this many payload bytes.
+// Pooled requests: at most this many, each of at most this many id bytes.
 constexpr size_t kMaxPooledLookups = 8;
 constexpr size_t kMaxPooledLookupBytes = 8 << 20;
 }  // namespace
 
-std::unique_ptr<GrpcPsClient::LookupMessages> GrpcPsClient::TakeLookupMessages() {
+std::unique_ptr<dlrm::v1::LookupRequest> GrpcPsClient::TakeLookupRequest() {
   {
     absl::MutexLock lock(&pool_mu_);
     if (!lookup_pool_.empty()) {
-      std::unique_ptr<LookupMessages> m = std::move(lookup_pool_.back());
+      std::unique_ptr<dlrm::v1::LookupRequest> r = std::move(lookup_pool_.back());
       lookup_pool_.pop_back();
-      return m;
+      return r;
     }
   }
-  return std::make_unique<LookupMessages>();
+  return std::make_unique<dlrm::v1::LookupRequest>();
 }
 
-void GrpcPsClient::ReturnLookupMessages(std::unique_ptr<LookupMessages> m) {
-  if (m->request.ByteSizeLong() + m->response.ByteSizeLong() > kMaxPooledLookupBytes) return;
-  m->request.Clear();
-  m->response.Clear();
+void GrpcPsClient::ReturnLookupRequest(std::unique_ptr<dlrm::v1::LookupRequest> r) {
+  if (r->ByteSizeLong() > kMaxPooledLookupBytes) return;
+  r->Clear();
   absl::MutexLock lock(&pool_mu_);
-  if (lookup_pool_.size() < kMaxPooledLookups) lookup_pool_.push_back(std::move(m));
+  if (lookup_pool_.size() < kMaxPooledLookups) lookup_pool_.push_back(std::move(r));
 }
 
 GrpcPsClient::GrpcPsClient(const PsClientOptions& options) : options_(options) {}
@@ -164,6 +157,7 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClien
     channel_options.security = options.security;
     DLRM_ASSIGN_OR_RETURN(auto channel, common::MakeChannel(channel_options));
     client->stubs_.push_back(dlrm::v1::ParameterServer::NewStub(channel));
+    client->lookup_stubs_.push_back(std::make_unique<LookupStub>(channel));
   }
   return client;
 }
@@ -267,70 +261,62 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
   Plan plan;
   BuildPlan(requests, &plan);
   std::vector<std::unique_ptr<LookupCall>> calls;
-  std::vector<const Plan::Chunk*> call_chunks;
   for (const Plan::Chunk& chunk : plan.chunks) {
     if (chunk.entries.empty()) continue;
-    auto call = std::make_unique<LookupCall>(this, TakeLookupMessages());
+    auto call = std::make_unique<LookupCall>(this, TakeLookupRequest());
     call->shard = chunk.shard;
     common::SetDeadline(&call->context, options_.rpc_timeout);
-    dlrm::v1::LookupRequest& req = call->request;
+    dlrm::v1::LookupRequest& req = *call->request;
     req.set_job_id(options_.job_id);
     req.set_job_epoch(options_.job_epoch);
     req.set_step(step);
     req.set_worker_rank(options_.worker_rank);
     for (const Plan::Entry& e : chunk.entries) {
+      embedding::TableRows& out = requests[e.request];
+      const int dim = options_.tables[out.table].dim;
       dlrm::v1::TableIds* t = req.add_tables();
-      t->set_table(requests[e.request].table);
+      t->set_table(out.table);
       t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
                  static_cast<size_t>(e.count) * sizeof(int64_t));
+      proto::LookupRowsTarget target;
+      target.table = out.table;
+      target.dim = dim;
+      target.count = e.count;
+      if (e.positions == nullptr) {
+        target.out = out.values.data() + e.begin * dim;
+      } else {
+        target.out = out.values.data();
+        target.positions = e.positions + e.begin;
+      }
+      call->targets.push_back(target);
     }
+    call->sink.targets = call->targets;
     calls.push_back(std::move(call));
-    call_chunks.push_back(&chunk);
   }
-  if (calls.size() == 1) {
-    // One request: a blocking call on this thread saves the hand-off from gRPC's thread.
-    LookupCall* c = calls[0].get();
-    c->status = stubs_[c->shard]->Lookup(&c->context, c->request, &c->response);
-  } else {
-    CallGroup group;
-    for (auto& call : calls) {
-      LookupCall* c = call.get();
-      stubs_[c->shard]->async()->Lookup(&c->context, &c->request, &c->response,
-                                        group.Track(&c->status));
-    }
-    group.Wait();
+  // Every call completes on this thread, which decodes each answer's rows straight into
+  // `requests` as it arrives (proto/lookup_wire.h): no hand-off to a gRPC thread, no copy of the
+  // rows into a message first.
+  grpc::CompletionQueue cq;
+  for (auto& call : calls) {
+    LookupCall* c = call.get();
+    c->reader = lookup_stubs_[c->shard]->PrepareUnaryCall(&c->context, proto::kLookupMethod,
+                                                          *c->request, &cq);
+    c->reader->StartCall();
+    c->reader->Finish(&c->sink, &c->status, c);
+  }
+  for (size_t done = 0; done < calls.size(); ++done) {
+    void* tag = nullptr;
+    bool ok = false;
+    // Each call has a deadline, so every tag comes back.
+    if (!cq.Next(&tag, &ok)) break;
+  }
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
   }
   for (auto& call : calls) {
     if (!call->status.ok()) return ShardError(call->shard, call->status, "Lookup");
-  }
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const LookupCall& c = *calls[i];
-    const Plan::Chunk& chunk = *call_chunks[i];
-    if (c.response.tables_size() != static_cast<int>(chunk.entries.size())) {
-      return absl::InternalError(absl::StrCat("Lookup on ps shard ", c.shard, ": ",
-                                              c.response.tables_size(), " tables answered, ",
-                                              chunk.entries.size(), " asked"));
-    }
-    for (size_t k = 0; k < chunk.entries.size(); ++k) {
-      const Plan::Entry& e = chunk.entries[k];
-      embedding::TableRows& out = requests[e.request];
-      const int dim = options_.tables[out.table].dim;
-      const std::string& rows = c.response.tables(static_cast<int>(k)).rows();
-      const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
-      if (rows.size() != static_cast<size_t>(e.count) * row_bytes) {
-        return absl::InternalError(absl::StrCat("Lookup on ps shard ", c.shard, ": table ",
-                                                out.table, " answered ", rows.size(), " bytes for ",
-                                                e.count, " ids of dim ", dim));
-      }
-      if (e.positions == nullptr) {
-        std::memcpy(out.values.data() + e.begin * dim, rows.data(), rows.size());
-      } else {
-        for (int64_t j = 0; j < e.count; ++j) {
-          std::memcpy(out.values.data() + static_cast<int64_t>(e.positions[e.begin + j]) * dim,
-                      rows.data() + j * row_bytes, row_bytes);
-        }
-      }
-    }
   }
   return absl::OkStatus();
 }

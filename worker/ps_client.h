@@ -3,9 +3,9 @@
 //
 // Lookup / Push group the (already deduplicated) ids of every table by owning shard
 // (common/sharding.h ShardOf), send ONE batched request per shard (split into chunks of at most
-// max_rows_per_request ids when larger), all shards in parallel through gRPC's callback client
-// API (no thread per call; the calling thread waits for the answers; a lone request is a plain
-// blocking call on the calling thread), and scatter the rows back
+// max_rows_per_request ids when larger), all shards in parallel. A Lookup's calls complete on
+// the calling thread, which decodes each answer's rows from gRPC's buffers straight into request
+// order (proto/lookup_wire.h); Push uses gRPC's callback client API (no thread per call).
 // into request order. Every call carries the deadline `rpc_timeout`; a shard that is gone fails
 // the whole Lookup/Push with UNAVAILABLE or DEADLINE_EXCEEDED within it, the message naming the
 // shard and its address.
@@ -33,6 +33,8 @@
 #include "common/grpc_util.h"
 #include "embedding/embedding_store.h"
 #include "embedding/sparse_optimizer_options.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/lookup_wire.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace dlrm::worker {
@@ -89,12 +91,12 @@ class GrpcPsClient : public embedding::EmbeddingStore {
 
  private:
   struct Plan;
-  struct LookupMessages;
   struct LookupCall;
+  using LookupStub = grpc::TemplatedGenericStub<dlrm::v1::LookupRequest, proto::LookupRowsSink>;
   explicit GrpcPsClient(const PsClientOptions& options);
   // A cleared request/response pair from the pool (or a new one); back to the pool when done.
-  std::unique_ptr<LookupMessages> TakeLookupMessages();
-  void ReturnLookupMessages(std::unique_ptr<LookupMessages> messages);
+  std::unique_ptr<dlrm::v1::LookupRequest> TakeLookupRequest();
+  void ReturnLookupRequest(std::unique_ptr<dlrm::v1::LookupRequest> request);
   absl::Status CheckRequests(absl::Span<const embedding::TableRows> requests,
                              bool with_values) const;
   // Groups ids by shard and splits them into chunks.
@@ -108,10 +110,11 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   int64_t max_rows_per_request_ = 0;
   int64_t max_stored_rows_per_request_ = 0;  // for full rows (up to 3 x dim + 1 floats)
   std::vector<std::unique_ptr<dlrm::v1::ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<LookupStub>> lookup_stubs_;  // Lookup, decoding rows in place
   // Lookup messages reused from call to call, so that their id and row buffers keep their
   // capacity (a steady stream of lookups allocates and page-faults no payload memory).
   absl::Mutex pool_mu_;
-  std::vector<std::unique_ptr<LookupMessages>> lookup_pool_ ABSL_GUARDED_BY(pool_mu_);
+  std::vector<std::unique_ptr<dlrm::v1::LookupRequest>> lookup_pool_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 // The LoadJob message for shard `shard_index` of `shard_count`.

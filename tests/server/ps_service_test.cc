@@ -11,6 +11,7 @@
 #include "common/sharding.h"
 #include "embedding/local_store.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "server/ps_server.h"
 #include "tests/server/ps_test_util.h"
@@ -148,6 +149,27 @@ TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
   bad_rank.set_worker_rank(4);
   expect(Lookup(bad_rank, &resp), grpc::StatusCode::INVALID_ARGUMENT,
          "worker_rank 4 not in [0, 1)");
+  // Bytes that are no LookupRequest at all (Lookup parses its own request).
+  {
+    grpc::GenericStub generic(common::MakeChannel({.target = ps_->address()}).value());
+    const std::string junk(64, '\xff');
+    grpc::Slice slice(junk.data(), junk.size());
+    grpc::ByteBuffer junk_bytes(&slice, 1), junk_resp;
+    grpc::CompletionQueue cq;
+    auto ctx = common::MakeClientContext(kTimeout);
+    auto call =
+        generic.PrepareUnaryCall(ctx.get(), "/dlrm.v1.ParameterServer/Lookup", junk_bytes, &cq);
+    grpc::Status status;
+    call->StartCall();
+    call->Finish(&junk_resp, &status, nullptr);
+    void* tag;
+    bool ok;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    expect(status, grpc::StatusCode::INVALID_ARGUMENT, "malformed LookupRequest");
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
 
   expect(Push(PushOf("j", 0, {1, 2}, std::vector<float>(7))), grpc::StatusCode::INVALID_ARGUMENT,
          "gradient payload is 28 bytes, expected 32 (2 ids x dim 4 x 4)");
