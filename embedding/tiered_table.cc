@@ -52,6 +52,7 @@ struct TieredStore::Table {
   mutable absl::Mutex mu;
   MemoryRowMap rows ABSL_GUARDED_BY(mu);
   FrequencySketch sketch ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> pending ABSL_GUARDED_BY(mu);  // accesses not yet counted in the sketch
   uint64_t rng ABSL_GUARDED_BY(mu);
   // Per-call scratch, kept to reuse its capacity.
   std::vector<size_t> miss_pos ABSL_GUARDED_BY(mu);
@@ -169,6 +170,7 @@ absl::Status TieredStore::FetchCold(Table& t, absl::Span<const int64_t> keys, fl
 
 bool TieredStore::TryAdmit(Table& t, int64_t id, const float* row, Batch* batch) {
   if (t.capacity_rows == 0) return false;
+  if (!t.pending.empty()) CountPending(t);  // frequencies must be current
   const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.row_floats);
   if (t.rows.size() >= t.capacity_rows) {
     const uint32_t incoming = t.sketch.Estimate(id);
@@ -239,28 +241,84 @@ absl::Status TieredStore::Commit(Table& t, Batch* batch) {
                                        "): writing evicted and cold rows"));
 }
 
+namespace {
+// Ids ahead of the current one whose sketch block, hash slot or row is prefetched.
+constexpr size_t kAhead = 16;
+// A table's uncounted accesses beyond this many are counted by the lookup that adds them.
+constexpr size_t kMaxPendingAccesses = size_t{1} << 16;
+}  // namespace
+
+bool TieredStore::FindRows(Table& t, absl::Span<const int64_t> ids, bool stop_at_miss) {
+  // Rows are scattered over a table far larger than the caches: each id costs a hash slot and a
+  // row, and when counted a sketch block, each a miss. One pass per structure, each prefetching
+  // kAhead ids ahead, keeps many misses in flight (a fused loop ran out of miss buffers sooner).
+  const size_t n = ids.size();
+  t.found.resize(n);
+  bool all = true;
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) t.rows.Prefetch(ids[j + kAhead]);
+    t.found[j] = t.rows.Find(ids[j]);
+    if (t.found[j] == nullptr) {
+      all = false;
+      if (stop_at_miss) return false;
+    }
+  }
+  return all;
+}
+
+void TieredStore::CopyFoundRows(Table& t, float* weights_out) {
+  const int dim = t.config.dim;
+  const size_t row_bytes = sizeof(float) * dim;
+  const size_t n = t.found.size();
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) {
+      const char* next = reinterpret_cast<const char*>(t.found[j + kAhead]);
+      for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
+    }
+    std::memcpy(weights_out + j * dim, t.found[j], row_bytes);
+  }
+}
+
+void TieredStore::DeferCounts(Table& t, absl::Span<const int64_t> ids) {
+  t.pending.insert(t.pending.end(), ids.begin(), ids.end());
+  if (t.pending.size() > kMaxPendingAccesses) CountPending(t);
+}
+
+void TieredStore::CountPending(Table& t) {
+  const size_t n = t.pending.size();
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) t.sketch.Prefetch(t.pending[j + kAhead]);
+    t.sketch.Increment(t.pending[j]);
+  }
+  t.pending.clear();
+}
+
+void TieredStore::CountPendingAccesses() {
+  for (auto& table : tables_) {
+    Table& t = *table;
+    absl::MutexLock lock(&t.mu);
+    if (!t.pending.empty()) CountPending(t);
+  }
+}
+
 absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float* weights_out) {
   DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
   Table& t = *tables_[table];
   const int dim = t.config.dim;
   const size_t row_bytes = sizeof(float) * dim;
   absl::MutexLock lock(&t.mu);
+  if (FindRows(t, ids, /*stop_at_miss=*/false)) {
+    // All resident: nothing is admitted, so counting can wait (see the header).
+    CopyFoundRows(t, weights_out);
+    DeferCounts(t, ids);
+    return absl::OkStatus();
+  }
+  // Misses: admission compares frequencies, so every access so far is counted first.
+  t.pending.insert(t.pending.end(), ids.begin(), ids.end());
+  CountPending(t);
   t.miss_pos.clear();
   t.miss_keys.clear();
-  // Rows are scattered over a table far larger than the caches: each id costs a sketch block, a
-  // hash slot and a row, three misses. One pass per structure, each prefetching kAhead ids
-  // ahead, keeps many misses in flight (a fused loop ran out of miss buffers sooner).
-  constexpr size_t kAhead = 16;
   const size_t n = ids.size();
-  t.found.resize(n);
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) t.sketch.Prefetch(ids[j + kAhead]);
-    t.sketch.Increment(ids[j]);
-  }
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) t.rows.Prefetch(ids[j + kAhead]);
-    t.found[j] = t.rows.Find(ids[j]);
-  }
   for (size_t j = 0; j < n; ++j) {
     if (j + kAhead < n && t.found[j + kAhead] != nullptr) {
       const char* next = reinterpret_cast<const char*>(t.found[j + kAhead]);
@@ -273,7 +331,6 @@ absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float
       t.miss_keys.push_back(ids[j]);
     }
   }
-  if (t.miss_keys.empty()) return absl::OkStatus();
   t.cold.resize(t.miss_keys.size() * t.row_floats);
   DLRM_RETURN_IF_ERROR(FetchCold(t, t.miss_keys, t.cold.data()));
   t.batch.Clear();
@@ -295,34 +352,15 @@ absl::StatusOr<bool> TieredStore::TryLookupResident(int table, absl::Span<const 
                                                     float* weights_out) {
   DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
   Table& t = *tables_[table];
-  const int dim = t.config.dim;
-  const size_t row_bytes = sizeof(float) * dim;
   if (!t.mu.TryLock()) return false;
   struct Unlock {
     absl::Mutex* mu;
     ~Unlock() { mu->Unlock(); }
   } unlock{&t.mu};
-  // As Lookup, one pass per structure with prefetches, but the rows are found before anything is
-  // counted, so that a miss leaves the table as it was.
-  constexpr size_t kAhead = 16;
-  const size_t n = ids.size();
-  t.found.resize(n);
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) t.rows.Prefetch(ids[j + kAhead]);
-    t.found[j] = t.rows.Find(ids[j]);
-    if (t.found[j] == nullptr) return false;
-  }
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) t.sketch.Prefetch(ids[j + kAhead]);
-    t.sketch.Increment(ids[j]);
-  }
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) {
-      const char* next = reinterpret_cast<const char*>(t.found[j + kAhead]);
-      for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
-    }
-    std::memcpy(weights_out + j * dim, t.found[j], row_bytes);
-  }
+  // The rows are found before anything is recorded, so that a miss leaves the table as it was.
+  if (!FindRows(t, ids, /*stop_at_miss=*/true)) return false;
+  CopyFoundRows(t, weights_out);
+  DeferCounts(t, ids);
   return true;
 }
 

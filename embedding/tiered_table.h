@@ -106,6 +106,9 @@ class TieredStore {
   // written to RocksDB when not admitted, so the budget holds. Does not count accesses.
   absl::Status WriteRows(int table, absl::Span<const int64_t> unique_ids, const float* rows);
 
+  // Counts the accesses of resident-only lookups not counted yet (see "Deferred counting").
+  void CountPendingAccesses();
+
   // Writes every resident row to RocksDB and flushes RocksDB's memtables (rows stay resident).
   absl::Status Flush();
   // Flush, then an openable RocksDB checkpoint in `dir` (must not exist), taken with every table
@@ -125,6 +128,14 @@ class TieredStore {
   absl::Status FetchCold(Table& t, absl::Span<const int64_t> keys, float* rows);
   // Admission (see the header comment). REQUIRES: t.mu held.
   bool TryAdmit(Table& t, int64_t id, const float* row, Batch* batch);
+  // Under t.mu. FindRows fills t.found with the row of every id (null when not resident) and
+  // says whether all are resident (stop_at_miss: gives up at the first miss). CopyFoundRows
+  // copies t.found's rows, all non-null, to weights_out. DeferCounts records accesses;
+  // CountPending counts the recorded ones in the sketch.
+  static bool FindRows(Table& t, absl::Span<const int64_t> ids, bool stop_at_miss);
+  static void CopyFoundRows(Table& t, float* weights_out);
+  static void DeferCounts(Table& t, absl::Span<const int64_t> ids);
+  static void CountPending(Table& t);
   // Writes batch->writes to RocksDB; on failure undoes the batch's admissions and evictions.
   absl::Status Commit(Table& t, Batch* batch);
 

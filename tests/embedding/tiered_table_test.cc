@@ -314,5 +314,54 @@ TEST(TieredStoreTest, TryLookupResidentMatchesLookupAndFallsBackOnColdRows) {
   EXPECT_THAT(bad.status().message(), HasSubstr("id 4000 >= rows 4000"));
 }
 
+// Resident-only lookups defer their frequency counting; whether it is done right after each
+// lookup (CountPendingAccesses, as the parameter server does), never explicitly, or forced by
+// more than 65536 pending accesses, eviction decisions come out the same.
+TEST(TieredStoreTest, DeferredCountingDecidesEvictionsAsEagerCounting) {
+  ScopedTempDir dir;
+  const int64_t budget = MemoryRowMap::BytesPerRow(kDim + 1) * 350;  // A holds 300 rows
+  auto eager_or = TieredStore::Create(Options(dir.Sub("eager"), budget));
+  auto lazy_or = TieredStore::Create(Options(dir.Sub("lazy"), budget));
+  ASSERT_TRUE(eager_or.ok() && lazy_or.ok());
+  TieredStore& eager = **eager_or;
+  TieredStore& lazy = **lazy_or;
+  std::vector<int64_t> warm(300);
+  for (int i = 0; i < 300; ++i) warm[i] = i;
+  std::vector<float> out(100000 * kDim);
+  ASSERT_TRUE(eager.Lookup(0, warm, out.data()).ok());
+  ASSERT_TRUE(lazy.Lookup(0, warm, out.data()).ok());
+  // Rows 0..99 read often (resident only: deferred), in lookups small and large (the large one
+  // passes the pending cap).
+  std::vector<int64_t> hot;
+  for (int rep = 0; rep < 8; ++rep) {
+    for (int i = 0; i < 100; ++i) hot.push_back(i);
+  }
+  std::vector<int64_t> big;
+  for (int rep = 0; rep < 700; ++rep) {
+    for (int i = 0; i < 100; ++i) big.push_back(i);
+  }
+  for (const auto& ids : {hot, big, hot}) {
+    ASSERT_TRUE(eager.Lookup(0, ids, out.data()).ok());
+    eager.CountPendingAccesses();
+    ASSERT_TRUE(lazy.Lookup(0, ids, out.data()).ok());
+  }
+  // A sweep of new ids, each read three times, must evict: the same rows go in both, and the
+  // often-read ones stay.
+  std::vector<int64_t> sweep;
+  for (int i = 300; i < 900; ++i) {
+    for (int rep = 0; rep < 3; ++rep) sweep.push_back(i);
+  }
+  ASSERT_TRUE(eager.Lookup(0, sweep, out.data()).ok());
+  ASSERT_TRUE(lazy.Lookup(0, sweep, out.data()).ok());
+  EXPECT_EQ(eager.stats().evictions, lazy.stats().evictions);
+  EXPECT_GT(lazy.stats().evictions, 0);
+  for (int64_t id = 0; id < 900; ++id) {
+    ASSERT_EQ(eager.IsResident(0, id), lazy.IsResident(0, id)) << "id " << id;
+    if (id < 100) {
+      EXPECT_TRUE(lazy.IsResident(0, id)) << "often-read id " << id << " evicted";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::embedding
