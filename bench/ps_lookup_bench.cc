@@ -3,10 +3,15 @@
 //
 // Shape: kaggle-shape (26 tables at the Criteo Kaggle cardinalities), 2048 samples x 26 ids per
 // request, ids drawn from a Zipf sampler per table and deduplicated per table (what the trainer
-// sends), dim 16 and 64. The PS side is GrpcPsClient::Lookup against one ParameterServer; the
-// baseline is dlrm.v1.Bench/Transfer carrying the same id bytes and answering a pre-built payload
-// of the same size as the rows. Rows are first touched in a warm-up pass, so the timed part is
-// steady-state serving from the memory tier. Blocks of the two alternate to share noise.
+// sends), dim 16 and 64. The PS side is GrpcPsClient::Lookup against one ParameterServer. Two
+// baselines carry the same id bytes and answer a pre-built payload of the rows' size, inline:
+//   bare      dlrm.v1.Bench/Transfer with generated messages on both sides: the target's "bare
+//             gRPC call" (ratio = PS rows/s over this one's);
+//   bare_raw  dlrm.v1.Bench/TransferZeroCopy: the same bytes on the wire, sent from a static buffer
+//             and read by the client straight into its own buffer (one copy, as the PS client
+//             makes): the least these bytes cost through gRPC (ratio_vs_raw).
+// Rows are first touched in a warm-up pass, so the timed part is steady-state serving from the
+// memory tier. Blocks of the three alternate to share noise.
 //
 //   build/bin/ps_lookup_bench [--seconds 1.5] [--dims 16,64] [--zipf 1.05] [--ps-threads 2]
 //                             [--bare 0]   (0: skip the baseline, to profile the PS path alone)
@@ -29,6 +34,9 @@
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "embedding/dedup.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "nlohmann/json.hpp"
 #include "proto/bench.grpc.pb.h"
 #include "server/ps_server.h"
@@ -43,9 +51,10 @@ constexpr int64_t kKaggleRows[26] = {
     27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 constexpr int kBatch = 2048;
 
-// The baseline: answers every Transfer with a pre-built payload of the asked size, inline on
-// the reactor (no table work at all).
-class TransferService final : public dlrm::v1::Bench::CallbackService {
+// The baselines: answer every Transfer / TransferZeroCopy with a pre-built payload of the asked size,
+// inline on the reactor (no table work at all).
+class TransferService final
+    : public dlrm::v1::Bench::WithRawCallbackMethod_TransferZeroCopy<dlrm::v1::Bench::CallbackService> {
  public:
   explicit TransferService(int64_t max_bytes) : payload_(static_cast<size_t>(max_bytes), 'x') {}
   grpc::ServerUnaryReactor* Transfer(grpc::CallbackServerContext* context,
@@ -57,9 +66,70 @@ class TransferService final : public dlrm::v1::Bench::CallbackService {
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
+  // A serialised TransferResponse: a tag and a length, then the payload sent from payload_ as is.
+  grpc::ServerUnaryReactor* TransferZeroCopy(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request_bytes,
+                                        grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    dlrm::v1::TransferRequest request;
+    grpc::ByteBuffer copy(*request_bytes);
+    grpc::Status status =
+        grpc::SerializationTraits<dlrm::v1::TransferRequest>::Deserialize(&copy, &request);
+    if (status.ok()) {
+      const size_t n = std::min<size_t>(payload_.size(), request.response_bytes());
+      char header[16];
+      google::protobuf::uint8* end = google::protobuf::io::CodedOutputStream::WriteTagToArray(
+          (1 << 3) | 2, reinterpret_cast<google::protobuf::uint8*>(header));
+      end = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(n),
+                                                                          end);
+      grpc::Slice slices[2] = {
+          grpc::Slice(header, static_cast<size_t>(reinterpret_cast<char*>(end) - header)),
+          grpc::Slice(payload_.data(), n, grpc::Slice::STATIC_SLICE)};
+      *response = grpc::ByteBuffer(slices, 2);
+    }
+    reactor->Finish(status);
+    return reactor;
+  }
 
  private:
   const std::string payload_;
+};
+
+// The client of TransferZeroCopy: sends a generated request, reads the payload of the answer
+// straight into `out` (one copy, like GrpcPsClient::Lookup's rows).
+class RawTransferClient {
+ public:
+  explicit RawTransferClient(std::shared_ptr<grpc::Channel> channel) : stub_(std::move(channel)) {}
+  absl::Status Call(const dlrm::v1::TransferRequest& request, std::vector<char>* out) {
+    auto context = common::MakeClientContext(absl::Seconds(30));
+    grpc::CompletionQueue cq;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    auto call = stub_.PrepareUnaryCall(context.get(), "/dlrm.v1.Bench/TransferZeroCopy", request, &cq);
+    call->StartCall();
+    call->Finish(&response, &status, nullptr);
+    void* tag;
+    bool ok;
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    if (!status.ok()) return common::FromGrpcStatus(status);
+    grpc::ProtoBufferReader reader(&response);
+    google::protobuf::io::CodedInputStream in(&reader);
+    uint32_t length = 0;
+    if (in.ReadTag() != ((1 << 3) | 2) || !in.ReadVarint32(&length)) {
+      return absl::InternalError("TransferZeroCopy: unexpected answer");
+    }
+    out->resize(length);
+    if (!in.ReadRaw(out->data(), static_cast<int>(length))) {
+      return absl::InternalError("TransferZeroCopy: truncated answer");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  grpc::TemplatedGenericStub<dlrm::v1::TransferRequest, grpc::ByteBuffer> stub_;
 };
 
 struct Flags {
@@ -151,6 +221,8 @@ int Run(const Flags& flags) {
   }
   auto bare_channel = common::MakeChannel({.target = (*bare_server)->address()});
   auto bare_stub = dlrm::v1::Bench::NewStub(*bare_channel);
+  RawTransferClient raw_client(*bare_channel);
+  std::vector<char> raw_out;
 
   nlohmann::json results = nlohmann::json::array();
   for (int dim : flags.dims) {
@@ -201,7 +273,7 @@ int Run(const Flags& flags) {
     }
 
     const prometheus::ClientMetric before = served.Collect();
-    Timing ps_time, bare_time;
+    Timing ps_time, bare_time, raw_time;
     const absl::Duration block = absl::Seconds(flags.seconds / 4);
     for (int round = 0; round < 4 && status.ok(); ++round) {
       absl::Time start = absl::Now(), end = start + block;
@@ -225,6 +297,16 @@ int Run(const Flags& flags) {
         ++bare_time.requests;
       }
       bare_time.elapsed += absl::Now() - start;
+      start = absl::Now();
+      end = start + block;
+      i = 0;
+      while (flags.bare && absl::Now() < end && status.ok()) {
+        const size_t k = i++ % transfers.size();
+        status = raw_client.Call(transfers[k], &raw_out);
+        raw_time.rows += UniqueIds(batches[k]);
+        ++raw_time.requests;
+      }
+      raw_time.elapsed += absl::Now() - start;
     }
     const prometheus::ClientMetric after = served.Collect();
     const double server_seconds = after.histogram.sample_sum - before.histogram.sample_sum;
@@ -238,6 +320,7 @@ int Run(const Flags& flags) {
     }
     const double ps_rate = ps_time.rows / absl::ToDoubleSeconds(ps_time.elapsed);
     const double bare_rate = bare_time.rows / absl::ToDoubleSeconds(bare_time.elapsed);
+    const double raw_rate = raw_time.rows / absl::ToDoubleSeconds(raw_time.elapsed);
     results.push_back({
         {"dim", dim},
         {"unique_ids_per_request", static_cast<double>(total_unique) / batches.size()},
@@ -247,8 +330,11 @@ int Run(const Flags& flags) {
         {"bare_rows_per_s", bare_rate},
         {"ps_ms_per_request", absl::ToDoubleMilliseconds(ps_time.elapsed) / ps_time.requests},
         {"bare_ms_per_request", absl::ToDoubleMilliseconds(bare_time.elapsed) / bare_time.requests},
+        {"bare_raw_ms_per_request",
+         absl::ToDoubleMilliseconds(raw_time.elapsed) / raw_time.requests},
         {"ps_server_ms_per_request", 1e3 * server_seconds / ps_time.requests},
         {"ratio", ps_rate / bare_rate},
+        {"ratio_vs_raw", ps_rate / raw_rate},
     });
   }
   nlohmann::json out = {{"benchmark", "ps_lookup"},
