@@ -1,16 +1,26 @@
 #!/bin/bash
-# gpu_check.sh BUNDLE_DIR : runs the CUDA tests of a device bundle on the GPU machine and prints a
-# short summary. Make the bundle on the build machine with
-#   /work/shared/tools/device-bundle.sh BUNDLE_DIR build/tests/cuda_test
-# Exit status: non-zero when a test failed, or when every test skipped (no GPU visible).
+# gpu_check.sh BUNDLE_DIR : the whole GPU check in one run on the GPU machine: the CUDA tests,
+# then the GPU benchmarks (gather/scatter vs device copy; the full training step vs its GEMM-only
+# bound for kaggle-shape at batch 2048 and 16384 and for model1, all tables on the GPU), each in
+# its own time box, and a compact summary. The whole script stays under about 6.5 minutes.
+# Make the bundle on the build machine (a CUDA build: make build) with bench/gpu_bundle.sh, which
+# also gives the one device command that unpacks it and runs this script.
+# Every benchmark prints one JSON line (kept verbatim under "json:" for docs/BENCHMARKS.md).
+# Exit status: non-zero when a test failed, when every test skipped (no GPU visible), or when a
+# benchmark failed or ran out of its time box.
 set -uo pipefail
 bundle=${1:?usage: gpu_check.sh BUNDLE_DIR}
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null ||
   echo "(no nvidia-smi)"
+script_start=$(date +%s)
+status=0
 log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# --- tests ---
 start=$(date +%s)
-"$bundle/bin/cuda_test" > "$log" 2>&1
+timeout 120 "$bundle/bin/cuda_test" > "$log" 2>&1
 rc=$?
 # Failures with their first assertion messages, then gtest's own totals.
 grep -E -B6 '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log" | grep -v -E '^\[ RUN|^--$' | head -60
@@ -18,10 +28,59 @@ count() { grep -E "^\[  $1 *\] [0-9]+ tests?" "$log" | grep -oE '[0-9]+' | head 
 passed=$(count PASSED); skipped=$(count SKIPPED); failed=$(count FAILED)
 echo "cuda_test: passed=${passed:-0} skipped=${skipped:-0} failed=${failed:-0}" \
   "exit=$rc time=$(( $(date +%s) - start ))s"
-if [[ $rc -ne 0 && -z "$failed" ]]; then tail -20 "$log"; fi  # crashed: show how
+if [[ $rc -ne 0 && -z "$failed" ]]; then tail -20 "$log"; fi  # crashed or timed out: show how
 if [[ $rc -eq 0 && "${passed:-0}" -eq 0 ]]; then
   echo "cuda_test: nothing ran on a GPU (all skipped): is a device visible?"
   rc=1
 fi
-rm -f "$log"
-exit $rc
+[[ $rc -ne 0 ]] && status=1
+
+# --- benchmarks ---
+# field NAME JSON: the value of a top-level scalar field of a one-line JSON object.
+field() { grep -oE "\"$1\":[^,}]*" <<< "$2" | head -1 | cut -d: -f2; }
+# bench NAME SECONDS COMMAND...: runs one benchmark in its time box, prints its JSON line.
+bench() {
+  local name=$1 box=$2; shift 2
+  local elapsed=$(( $(date +%s) - script_start ))
+  if (( elapsed + box > 390 )); then
+    echo "$name: skipped (the script has run ${elapsed}s; its budget is about 390s)"
+    status=1
+    return
+  fi
+  local t0=$(date +%s)
+  timeout "$box" "$@" > "$log" 2>&1
+  local brc=$?
+  local json
+  json=$(grep -E '^\{' "$log" | tail -1)
+  if [[ $brc -ne 0 || -z "$json" ]]; then
+    echo "$name: FAILED exit=$brc (124 = over its ${box}s box) time=$(( $(date +%s) - t0 ))s"
+    tail -5 "$log"
+    status=1
+    return
+  fi
+  BENCH_JSON=$json
+  echo "json: {\"bench\":\"$name\",\"result\":$json}"
+  echo "$name: time=$(( $(date +%s) - t0 ))s"
+}
+
+BENCH_JSON=""
+bench gather 40 "$bundle/bin/gather_bench" --rows 10131227 --dim 16 --batch 16384 \
+  --ids-per-bag 64 --iterations 20
+if [[ -n "$BENCH_JSON" ]]; then
+  echo "  gather: $(field gather_gbps "$BENCH_JSON") GB/s, ratio to copy" \
+    "$(field gather_ratio "$BENCH_JSON") (target >= 0.7); scatter ratio" \
+    "$(field scatter_ratio "$BENCH_JSON"); copy $(field copy_gbps "$BENCH_JSON") GB/s"
+fi
+for args in "kaggle-shape 2048" "kaggle-shape 16384" "model1 2048"; do
+  set -- $args
+  BENCH_JSON=""
+  bench "train-$1-b$2" 75 "$bundle/bin/dlrm" bench --device cuda --shape "$1" --batch-size "$2" \
+    --steps 10 --rounds 3
+  if [[ -n "$BENCH_JSON" ]]; then
+    echo "  $1 batch $2: step $(field step_ms_median "$BENCH_JSON") ms, GEMM-only" \
+      "$(field gemm_only_ms_median "$BENCH_JSON") ms, ratio $(field ratio "$BENCH_JSON")" \
+      "(target >= 0.3 at 16384), tables on GPU: $(field tables_on_gpu "$BENCH_JSON")"
+  fi
+done
+echo "gpu_check: total $(( $(date +%s) - script_start ))s, status $status"
+exit $status

@@ -3,6 +3,7 @@
 // of the embedding tables plus their optimizer state.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -18,6 +19,10 @@ struct TrainingBenchOptions {
   int threads = 0;              // 0 = all cores
   double zipf_exponent = 1.05;  // id skew of the synthetic batches
   std::string device = "cpu";
+  std::string math_mode = "fp32";  // CUDA GEMMs: fp32 | tf32 | bf16
+  // CUDA: the tables live in GPU memory when they take at most this many bytes with their
+  // optimizer state (-1 = 80% of free device memory, 0 = never, i.e. pooled on the host).
+  int64_t gpu_table_budget_bytes = -1;
   uint64_t seed = 1;
 };
 

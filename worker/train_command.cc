@@ -14,6 +14,25 @@
 
 namespace dlrm::worker {
 
+absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std::string& device,
+                                                                       const std::string& math_mode,
+                                                                       int cpu_threads) {
+  dense::BackendOptions backend_options;
+  DLRM_ASSIGN_OR_RETURN(backend_options.kind, dense::ParseDeviceKind(device));
+  DLRM_ASSIGN_OR_RETURN(backend_options.math_mode, dense::ParseMathMode(math_mode));
+  backend_options.cpu_threads = cpu_threads;
+  DLRM_ASSIGN_OR_RETURN(auto backend, dense::CreateBackend(backend_options));
+  if (backend_options.kind == dense::BackendOptions::Kind::kAuto) {
+    if (backend->device() == dense::Device::kCuda) {
+      DLRM_LOG(INFO) << "device auto: a CUDA device is visible, training on " << backend->name();
+    } else if (dense::BuiltWithCuda()) {
+      DLRM_LOG(INFO) << "device auto: built with CUDA but no CUDA device is visible, training on "
+                     << "the CPU";
+    }
+  }
+  return backend;
+}
+
 absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                                            const TrainRunOptions& options,
                                            TrainArtifacts* artifacts) {
@@ -26,14 +45,10 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   };
   DLRM_ASSIGN_OR_RETURN(JobInput input, OpenJobInput(spec, input_options));
 
-  dense::BackendOptions backend_options;
-  DLRM_ASSIGN_OR_RETURN(
-      backend_options.kind,
-      dense::ParseDeviceKind(options.device_override.empty() ? spec.device
-                                                             : options.device_override));
-  DLRM_ASSIGN_OR_RETURN(backend_options.math_mode, dense::ParseMathMode(spec.math_mode));
-  backend_options.cpu_threads = options.threads;
-  DLRM_ASSIGN_OR_RETURN(auto backend, dense::CreateBackend(backend_options));
+  DLRM_ASSIGN_OR_RETURN(auto backend,
+                        CreateBackendForDevice(
+                            options.device_override.empty() ? spec.device : options.device_override,
+                            spec.math_mode, options.threads));
 
   embedding::LocalStoreOptions store_options;
   store_options.tables = TableConfigsFromSpec(spec);
@@ -47,6 +62,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   trainer_options.backend = backend.get();
   trainer_options.store = store.get();
   trainer_options.threads = options.threads;
+  trainer_options.gpu_table_budget_bytes = options.gpu_table_budget_bytes;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
 
   ProgressLine progress;
@@ -102,6 +118,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
     dense::DlrmDenseModel& model = trainer->model();
     artifacts->dense_params.resize(model.num_params());
     backend->CopyToHost(model.params(), artifacts->dense_params.data(), model.num_params());
+    DLRM_RETURN_IF_ERROR(trainer->CopyEmbeddingsToStore());
     trainer.reset();
     artifacts->store = std::move(store);
   }

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "dense/backend.h"
 #include "embedding/local_store.h"
 #include "worker/train_report.h"
 
@@ -18,7 +19,17 @@ struct TrainRunOptions {
   std::string device_override;  // "" = the spec's training.device
   int threads = 0;              // CPU threads for BLAS and the store; 0 = all cores
   bool show_progress = true;    // the progress line on stderr
+  // On a CUDA device: the tables live in GPU memory when they take at most this many bytes with
+  // their optimizer state (TrainerOptions::gpu_table_budget_bytes; -1 = 80% of free device
+  // memory, 0 = never).
+  int64_t gpu_table_budget_bytes = -1;
 };
+
+// Creates the dense backend for `device` ("auto", "cpu", "cuda") and logs what "auto" chose, so
+// that a CUDA build on a machine without a GPU says it runs on the CPU.
+absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std::string& device,
+                                                                       const std::string& math_mode,
+                                                                       int cpu_threads);
 
 // What a run leaves behind, for tests that compare models.
 struct TrainArtifacts {

@@ -6,11 +6,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "dense/metrics.h"
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
 #include "embedding/parallel.h"
+#ifdef DLRM_WITH_CUDA
+#include "dense/cuda/cuda_backend.h"
+#endif
 
 namespace dlrm::worker {
 
@@ -57,8 +61,11 @@ std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& 
 Trainer::Trainer(const TrainerOptions& options) : options_(options) {}
 
 Trainer::~Trainer() {
+  // They may still have work queued that reads the buffers below.
+  gpu_tables_.reset();
+  input_stager_.reset();
   dense::Backend* b = options_.backend;
-  for (float* p : {dense_dev_, labels_dev_, emb_dev_, demb_dev_, probs_dev_}) {
+  for (float* p : {dense_dev_, emb_dev_, demb_dev_, probs_dev_}) {
     if (p != nullptr) b->Deallocate(p);
   }
 }
@@ -99,13 +106,69 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   if (options.backend->device() != dense::Device::kCpu) {
     dense::Backend* b = options.backend;
     trainer->dense_dev_ = b->Allocate(static_cast<size_t>(spec.batch_size) * spec.dense_features);
-    trainer->labels_dev_ = b->Allocate(spec.batch_size);
     trainer->emb_dev_ = b->Allocate(emb_floats);
     trainer->demb_dev_ = b->Allocate(emb_floats);
     trainer->probs_dev_ = b->Allocate(spec.batch_size);
-    if (options.allreducer != nullptr) trainer->grads_host_.resize(trainer->model_->num_params());
+    if (options.allreducer != nullptr && options.device_allreducer == nullptr) {
+      trainer->grads_host_.resize(trainer->model_->num_params());
+    }
+    DLRM_RETURN_IF_ERROR(trainer->InitGpu());
+  } else if (options.device_allreducer != nullptr) {
+    return absl::InvalidArgumentError("a device allreducer needs a CUDA backend");
   }
   return trainer;
+}
+
+absl::Status Trainer::InitGpu() {
+  dense::Backend* b = options_.backend;
+  const common::JobSpec& spec = options_.spec;
+  DLRM_ASSIGN_OR_RETURN(input_stager_,
+                        GpuInputStager::Create(b, spec.batch_size, spec.dense_features));
+  int64_t budget = options_.gpu_table_budget_bytes;
+  if (budget == 0) return absl::OkStatus();
+  if (options_.allreducer != nullptr || options_.device_allreducer != nullptr) {
+    // Each worker would train its own copy of the tables: they stay in the store.
+    return absl::OkStatus();
+  }
+  DLRM_ASSIGN_OR_RETURN(embedding::SparseOptimizerOptions optimizer, SparseOptimizerFromSpec(spec));
+  const int64_t bytes = GpuEmbeddings::DeviceBytes(options_.store->tables(), optimizer.type);
+  if (budget == TrainerOptions::kGpuTablesAuto) {
+#ifdef DLRM_WITH_CUDA
+    DLRM_ASSIGN_OR_RETURN(dense::cuda::DeviceMemoryInfo memory, dense::cuda::DeviceMemoryOf(*b));
+    budget = static_cast<int64_t>(memory.free_bytes / 5 * 4);
+#else
+    budget = 0;
+#endif
+  }
+  if (bytes > budget) {
+    DLRM_LOG(INFO) << "embedding tables (" << bytes
+                   << " bytes with optimizer state) exceed the GPU "
+                   << "table budget of " << budget << " bytes: they stay in host memory";
+    return absl::OkStatus();
+  }
+  GpuEmbeddingsOptions gpu_options;
+  gpu_options.tables = options_.store->tables();
+  gpu_options.optimizer = optimizer;
+  gpu_options.seed = spec.seed;
+  gpu_options.pooling = pooling_;
+  gpu_options.backend = b;
+  gpu_options.init_threads = options_.threads;
+  absl::StatusOr<std::unique_ptr<GpuEmbeddings>> gpu = GpuEmbeddings::Create(gpu_options);
+  if (gpu.status().code() == absl::StatusCode::kResourceExhausted) {
+    DLRM_LOG(WARNING) << "embedding tables do not fit on the GPU (" << gpu.status().message()
+                      << "): they stay in host memory";
+    return absl::OkStatus();
+  }
+  DLRM_RETURN_IF_ERROR(gpu.status());
+  gpu_tables_ = std::move(gpu).value();
+  DLRM_LOG(INFO) << num_tables_ << " embedding tables (" << bytes
+                 << " bytes with optimizer state) live in GPU memory";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CopyEmbeddingsToStore() {
+  if (gpu_tables_ == nullptr) return absl::OkStatus();
+  return gpu_tables_->CopyToStore(options_.store);
 }
 
 absl::Status Trainer::CheckBatch(const Batch& batch) const {
@@ -150,6 +213,19 @@ void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) 
   std::vector<int64_t> hot_ids(num_tables_, 0);
   int64_t total_ids = 0;
   for (const SparseFeature& f : batch.sparse) total_ids += static_cast<int64_t>(f.ids.size());
+  if (gpu_tables_ != nullptr) {
+    // The GPU tables take the batch's ids as they are: nothing to fetch or push.
+    for (int t = 0; t < num_tables_; ++t) {
+      work->rows[t].table = t;
+      work->rows[t].ids.clear();
+      work->rows[t].values.clear();
+      work->inverse[t].clear();
+      work->hot_slots[t].clear();
+    }
+    work->ids = total_ids;
+    work->hot_ids = 0;
+    return;
+  }
   ForEachTable(total_ids, [&](int t) {
     work->rows[t].table = t;
     std::vector<int64_t>& unique = work->rows[t].ids;
@@ -186,6 +262,7 @@ void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) 
 }
 
 absl::Status Trainer::FetchRows(SparseWork* work) const {
+  if (gpu_tables_ != nullptr) return absl::OkStatus();
   return options_.store->Lookup(work->step, absl::MakeSpan(work->rows));
 }
 
@@ -247,6 +324,10 @@ absl::Status Trainer::ApplyHotGradients() {
 }
 
 absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
+  if (gpu_tables_ != nullptr && cache != nullptr && cache->total_rows() > 0) {
+    return absl::FailedPreconditionError(
+        "every embedding table lives in GPU memory: there is no hot set to replicate");
+  }
   if (cache != nullptr && cache->num_tables() != num_tables_) {
     return absl::InvalidArgumentError(
         absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables_));
@@ -262,6 +343,10 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
   if (hot_ids.size() != static_cast<size_t>(num_tables_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("hot set has ", hot_ids.size(), " tables, the model ", num_tables_));
+  }
+  if (gpu_tables_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "every embedding table lives in GPU memory: there is no hot set to migrate");
   }
   if (hot_ == nullptr) {
     HotRowCacheOptions options;
@@ -307,43 +392,77 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
   return absl::OkStatus();
 }
 
+absl::Status Trainer::AllReduceDenseGradients() {
+  if (options_.allreducer == nullptr && options_.device_allreducer == nullptr) {
+    return absl::OkStatus();
+  }
+  // Each rank's gradient is of its own mean loss: average them so every replica applies the
+  // same update as one worker with the union of the batches.
+  dense::Backend* b = options_.backend;
+  const size_t n = model_->num_params();
+  float* grads = model_->grads();
+  if (options_.device_allreducer != nullptr) {
+    // Summed where they are, ordered on the backend's stream: no host round trip.
+    DeviceAllReducer* reducer = options_.device_allreducer;
+    DLRM_RETURN_IF_ERROR(reducer->AllReduceSumDevice(grads, n));
+#ifdef DLRM_WITH_CUDA
+    return dense::cuda::ScaleOnDevice(*b, grads, n,
+                                      1.0f / static_cast<float>(reducer->world_size()));
+#else
+    return absl::InternalError("a device allreducer in a build without CUDA");
+#endif
+  }
+  if (emb_dev_ != nullptr) {
+    b->CopyToHost(grads, grads_host_.data(), n);
+    grads = grads_host_.data();
+  }
+  DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
+  const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
+  for (size_t i = 0; i < n; ++i) grads[i] *= scale;
+  if (emb_dev_ != nullptr) b->CopyFromHost(grads_host_.data(), model_->grads(), n);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   DLRM_RETURN_IF_ERROR(CheckBatch(batch));
   if (batch_observer_) batch_observer_(batch);
-  Pool(batch, *work);
   dense::Backend* b = options_.backend;
   const size_t emb_floats = static_cast<size_t>(batch.size) * num_tables_ * dim_;
   const float* dense_in = batch.dense.data();
   const float* labels = batch.labels.data();
   const float* emb = emb_host_.data();
   float* demb = demb_host_.data();
+  if (gpu_tables_ != nullptr) {
+    DLRM_RETURN_IF_ERROR(gpu_tables_->Lookup(batch, emb_dev_));
+  } else {
+    Pool(batch, *work);
+    if (emb_dev_ != nullptr) b->CopyFromHost(emb_host_.data(), emb_dev_, emb_floats);
+  }
+  GpuInputStager::Staged staged;
   if (emb_dev_ != nullptr) {
-    b->CopyFromHost(batch.dense.data(), dense_dev_, batch.dense.size());
-    b->CopyFromHost(batch.labels.data(), labels_dev_, batch.size);
-    b->CopyFromHost(emb_host_.data(), emb_dev_, emb_floats);
-    dense_in = dense_dev_;
-    labels = labels_dev_;
+    DLRM_ASSIGN_OR_RETURN(staged, input_stager_->Stage(batch));
+    dense_in = staged.dense;
+    labels = staged.labels;
     emb = emb_dev_;
     demb = demb_dev_;
   }
   const float loss = model_->TrainStep(dense_in, emb, labels, batch.size, demb);
-  if (emb_dev_ != nullptr) b->CopyToHost(demb_dev_, demb_host_.data(), emb_floats);
-
-  if (options_.allreducer != nullptr) {
-    // Each rank's gradient is of its own mean loss: average them so every replica applies the
-    // same update as one worker with the union of the batches.
-    const size_t n = model_->num_params();
-    float* grads = model_->grads();
-    if (emb_dev_ != nullptr) {
-      b->CopyToHost(grads, grads_host_.data(), n);
-      grads = grads_host_.data();
-    }
-    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
-    const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
-    for (size_t i = 0; i < n; ++i) grads[i] *= scale;
-    if (emb_dev_ != nullptr) b->CopyFromHost(grads_host_.data(), model_->grads(), n);
+  if (emb_dev_ != nullptr) {
+    // TrainStep was the last reader of the staged inputs.
+    DLRM_RETURN_IF_ERROR(input_stager_->Release(staged));
+    if (gpu_tables_ == nullptr) b->CopyToHost(demb_dev_, demb_host_.data(), emb_floats);
   }
+  DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
   model_->ApplyOptimizer();
+
+  if (gpu_tables_ != nullptr) {
+    DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(batch, demb_dev_));
+    counters_.samples += batch.size;
+    counters_.ids += work->ids;
+    work->grads.assign(num_tables_, {});
+    ++steps_done_;
+    return loss;
+  }
 
   // Embedding gradients, summed over duplicate ids. Scaled by 1/world so that, like the dense
   // gradients, a row's update is the gradient of the mean loss over all workers' samples (hot
@@ -400,6 +519,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
 }
 
 absl::Status Trainer::PushGradients(const SparseWork& work) const {
+  if (gpu_tables_ != nullptr) return absl::OkStatus();
   return options_.store->Push(work.step, work.grads);
 }
 
@@ -426,11 +546,17 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
     DLRM_RETURN_IF_ERROR(CheckBatch(batch));
     PrepareSparse(batch, steps_done_, &work);
     DLRM_RETURN_IF_ERROR(FetchRows(&work));
-    Pool(batch, work);
+    if (gpu_tables_ != nullptr) {
+      DLRM_RETURN_IF_ERROR(gpu_tables_->Lookup(batch, emb_dev_));
+    } else {
+      Pool(batch, work);
+    }
     if (emb_dev_ != nullptr) {
       b->CopyFromHost(batch.dense.data(), dense_dev_, batch.dense.size());
-      b->CopyFromHost(emb_host_.data(), emb_dev_,
-                      static_cast<size_t>(batch.size) * num_tables_ * dim_);
+      if (gpu_tables_ == nullptr) {
+        b->CopyFromHost(emb_host_.data(), emb_dev_,
+                        static_cast<size_t>(batch.size) * num_tables_ * dim_);
+      }
       model_->Predict(dense_dev_, emb_dev_, batch.size, probs_dev_);
       b->CopyToHost(probs_dev_, probs.data(), batch.size);
     } else {

@@ -12,6 +12,14 @@
 // Step() runs the four in order. Stage functions other than Compute touch only the
 // SparseWork passed to them, so different batches' stages may run concurrently; Compute is
 // called by one thread at a time, in step order.
+//
+// With a CUDA backend the batch's dense features and labels are staged through pinned memory on
+// a copy stream (GpuInputStager), and, when options.gpu_table_budget_bytes allows it (single
+// worker only), every table lives in GPU memory (GpuEmbeddings): Compute pools straight into the
+// backend's embedding input and applies the sparse optimizer on the device, PrepareSparse,
+// FetchRows and PushGradients have nothing to do, and the store is neither read nor updated
+// while training (CopyEmbeddingsToStore writes the tables back). A DeviceAllReducer (NCCL) sums
+// the dense gradients in device memory; otherwise they are staged to the host for `allreducer`.
 #pragma once
 
 #include <atomic>
@@ -29,6 +37,9 @@
 #include "embedding/parallel.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
+#include "worker/gpu_allreducer.h"
+#include "worker/gpu_embeddings.h"
+#include "worker/gpu_input.h"
 #include "worker/hot_rows.h"
 #include "worker/input/batch_reader.h"
 
@@ -70,6 +81,15 @@ struct TrainerOptions {
   dense::Backend* backend = nullptr;
   embedding::EmbeddingStore* store = nullptr;
   DenseAllReducer* allreducer = nullptr;  // null: a single worker
+  // CUDA backend only: sums the dense gradients in device memory instead of `allreducer` (which
+  // still carries the hot-row gradients; pass the same NcclAllReducer for both). Not owned.
+  DeviceAllReducer* device_allreducer = nullptr;
+  // CUDA backend and a single worker (no allreducer): the tables live in GPU memory when they
+  // take, with their optimizer state, at most this many bytes. 0 = never (the store serves the
+  // rows); kGpuTablesAuto = when they fit in 80% of the device memory free at Create. When the
+  // allocation fails anyway the trainer logs it and keeps the tables in the store.
+  int64_t gpu_table_budget_bytes = 0;
+  static constexpr int64_t kGpuTablesAuto = -1;
   // Threads for the per-table work of a step (dedup, pooling, gradient aggregation) when a batch
   // has many ids; 0 = the machine's cores, 1 = the calling thread only.
   int threads = 0;
@@ -93,6 +113,12 @@ class Trainer {
   absl::Status FetchRows(SparseWork* work) const;
   absl::StatusOr<float> Compute(const Batch& batch, SparseWork* work);
   absl::Status PushGradients(const SparseWork& work) const;
+
+  // True when the tables live in GPU memory (see the file comment).
+  bool gpu_tables() const { return gpu_tables_ != nullptr; }
+  // With GPU tables: writes every row with its optimizer state to the store (the store is not
+  // updated while training). A no-op otherwise. REQUIRES: no step in flight.
+  absl::Status CopyEmbeddingsToStore();
 
   // Runs the model without updating anything over every batch of `reader` (from its current
   // position) and returns AUC, logloss and accuracy.
@@ -133,6 +159,10 @@ class Trainer {
   void ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const;
   // Sums the hot rows' gradients over the workers and applies them.
   absl::Status ApplyHotGradients();
+  // Averages the dense gradients over the workers (no-op for a single worker).
+  absl::Status AllReduceDenseGradients();
+  // Sets up input staging and, when the budget allows, GPU tables (CUDA backend only).
+  absl::Status InitGpu();
 
   TrainerOptions options_;
   int num_tables_ = 0;
@@ -145,12 +175,14 @@ class Trainer {
   std::vector<float> emb_host_;   // [max_batch x T x dim]
   std::vector<float> demb_host_;  // [max_batch x T x dim]
   // Backend buffers for the batch; null on the CPU backend, which reads host memory directly.
+  // (Training inputs come from input_stager_; dense_dev_ serves Evaluate.)
   float* dense_dev_ = nullptr;
-  float* labels_dev_ = nullptr;
   float* emb_dev_ = nullptr;
   float* demb_dev_ = nullptr;
   float* probs_dev_ = nullptr;
   std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
+  std::unique_ptr<GpuInputStager> input_stager_;  // CUDA backend: dense features and labels
+  std::unique_ptr<GpuEmbeddings> gpu_tables_;     // CUDA backend: tables in device memory
   std::unique_ptr<HotRowCache> hot_;
   std::function<void(const Batch&)> batch_observer_;
   std::vector<std::vector<float>> combined_;        // per table: [cold..., hot...] rows (hot path)

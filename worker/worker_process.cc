@@ -10,10 +10,12 @@
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/gloo_allreducer.h"
+#include "worker/gpu_allreducer.h"
 #include "worker/hot_refresh.h"
 #include "worker/job_input.h"
 #include "worker/pipeline.h"
 #include "worker/ps_client.h"
+#include "worker/train_command.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
@@ -273,14 +275,11 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
         absl::StrCat("job ", job_id, ": no parameter-server addresses"));
   }
 
-  dense::BackendOptions backend_options;
-  DLRM_ASSIGN_OR_RETURN(backend_options.kind,
-                        dense::ParseDeviceKind(options_.device.empty() || options_.device == "auto"
-                                                   ? spec.device
-                                                   : options_.device));
-  DLRM_ASSIGN_OR_RETURN(backend_options.math_mode, dense::ParseMathMode(spec.math_mode));
-  backend_options.cpu_threads = options_.threads;
-  DLRM_ASSIGN_OR_RETURN(auto backend, dense::CreateBackend(backend_options));
+  DLRM_ASSIGN_OR_RETURN(
+      auto backend,
+      CreateBackendForDevice(
+          options_.device.empty() || options_.device == "auto" ? spec.device : options_.device,
+          spec.math_mode, options_.threads));
 
   // The embedding tables live on the parameter servers.
   PsClientOptions ps_options;
@@ -297,19 +296,48 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   DLRM_ASSIGN_OR_RETURN(auto store, GrpcPsClient::Create(ps_options));
   DLRM_RETURN_IF_ERROR(store->LoadJobOnAll(ps_params));
 
-  std::unique_ptr<GlooAllReducer> reducer;
-  if (world > 1) {
+  // Collectives: NCCL between GPU workers (dense gradients summed in device memory; hot-row
+  // gradients and barriers staged through it), Gloo between CPU workers. Both rendezvous through
+  // the coordinator's key-value store under a job-scoped prefix.
+  std::unique_ptr<GlooAllReducer> gloo;
+  std::unique_ptr<NcclAllReducer> nccl;
+  DenseAllReducer* reducer = nullptr;
+  if (world > 1 && backend->device() == dense::Device::kCuda && NcclAllReducer::Available()) {
     DLRM_ASSIGN_OR_RETURN(
-        reducer, GlooAllReducer::Create(
-                     {.client = client_.get(),
-                      .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo/"),
-                      .rank = rank,
-                      .world_size = world,
-                      .hostname = options_.advertise_host,
-                      .rendezvous_timeout = options_.collective_timeout,
-                      .op_timeout = options_.collective_timeout,
-                      .cancelled = [this] { return cancel_job_.load(); }}));
+        nccl,
+        NcclAllReducer::Create(
+            {.backend = backend.get(),
+             .rank = rank,
+             .world_size = world,
+             .key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/nccl/unique_id"),
+             .publish = [this](const std::string& key,
+                               const std::string& value) { return client_->KvSet(key, value); },
+             .fetch =
+                 [this](const std::string& key) {
+                   return client_->KvGet(key, options_.collective_timeout);
+                 },
+             .init_timeout = options_.collective_timeout}));
+    reducer = nccl.get();
+    DLRM_LOG(INFO) << "job " << job_id << ": NCCL allreduce, rank " << rank << " of " << world;
+  } else if (world > 1) {
+    DLRM_ASSIGN_OR_RETURN(
+        gloo, GlooAllReducer::Create(
+                  {.client = client_.get(),
+                   .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo/"),
+                   .rank = rank,
+                   .world_size = world,
+                   .hostname = options_.advertise_host,
+                   .rendezvous_timeout = options_.collective_timeout,
+                   .op_timeout = options_.collective_timeout,
+                   .cancelled = [this] { return cancel_job_.load(); }}));
+    reducer = gloo.get();
   }
+  auto barrier = [&]() -> absl::Status {
+    if (gloo != nullptr) return gloo->Barrier();
+    float token = 0;  // a blocking allreduce of one float
+    if (nccl != nullptr) return nccl->AllReduceSum(&token, 1);
+    return absl::OkStatus();
+  };
 
   DLRM_ASSIGN_OR_RETURN(
       JobInput input, OpenJobInput(spec, {.rank = rank, .world_size = world, .even_shards = true}));
@@ -317,11 +345,12 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.spec = spec;
   trainer_options.backend = backend.get();
   trainer_options.store = store.get();
-  trainer_options.allreducer = reducer.get();
+  trainer_options.allreducer = reducer;
+  trainer_options.device_allreducer = nccl.get();
   trainer_options.threads = options_.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
-                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer.get()));
+                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer));
 
   WorkerMetrics metrics;
   if (options_.metrics != nullptr) {
@@ -467,7 +496,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                                       spec.train_paths.front()));
   }
   // Every rank's pushes are applied before rank 0 reads the tables for evaluation.
-  if (reducer != nullptr) DLRM_RETURN_IF_ERROR(reducer->Barrier());
+  DLRM_RETURN_IF_ERROR(barrier());
   DLRM_RETURN_IF_ERROR(report_progress(true));
 
   dlrm::v1::ReportProgressRequest done;

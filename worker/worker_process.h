@@ -4,7 +4,8 @@
 // spec, parameter-server addresses in shard order) it
 //
 //   1. loads the job's tables on every parameter server (GrpcPsClient::LoadJobOnAll, idempotent),
-//   2. bootstraps a Gloo allreducer through the coordinator's rendezvous (world size > 1),
+//   2. bootstraps an allreducer through the coordinator's rendezvous (world size > 1): NCCL
+//      between GPU workers (dense gradients summed in device memory), Gloo between CPU workers,
 //   3. reads its slice of the input (OpenJobInput with rank/world and even shards, so every
 //      rank takes the same number of steps),
 //   4. trains with the same Trainer as `dlrm train` (through the TrainingPipeline, or the plain

@@ -254,4 +254,21 @@ int CudaDeviceOf(Backend& backend) {
   return cuda == nullptr ? -1 : cuda->ordinal();
 }
 
+absl::Status ScaleOnDevice(Backend& backend, float* data, size_t count, float alpha) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) return absl::InvalidArgumentError("ScaleOnDevice: not a CUDA backend");
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda->ordinal()));
+  LaunchScale(data, count, alpha, cuda->stream());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceMemoryInfo> DeviceMemoryOf(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) return absl::InvalidArgumentError("DeviceMemoryOf: not a CUDA backend");
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda->ordinal()));
+  DeviceMemoryInfo info;
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
 }  // namespace dlrm::dense::cuda

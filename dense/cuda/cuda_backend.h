@@ -36,4 +36,14 @@ void* CudaStreamOf(Backend& backend);
 // The device ordinal of a CUDA backend; -1 for a non-CUDA backend.
 int CudaDeviceOf(Backend& backend);
 
+// data[i] *= alpha for `count` floats of a CUDA backend's memory, enqueued on its stream (e.g. to
+// average gradients after an allreduce). INVALID_ARGUMENT for a non-CUDA backend.
+absl::Status ScaleOnDevice(Backend& backend, float* data, size_t count, float alpha);
+// Free and total bytes of the backend's device memory (cudaMemGetInfo).
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+absl::StatusOr<DeviceMemoryInfo> DeviceMemoryOf(Backend& backend);
+
 }  // namespace dlrm::dense::cuda

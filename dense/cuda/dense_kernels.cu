@@ -27,6 +27,13 @@ __global__ void FillKernel(float* dst, size_t count, float value) {
   }
 }
 
+__global__ void ScaleKernel(float* data, size_t count, float alpha) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    data[i] *= alpha;
+  }
+}
+
 template <bool kRelu>
 __global__ void BiasActivationVec4Kernel(float4* y, const float4* bias, size_t vectors,
                                          int col_vectors) {
@@ -183,6 +190,12 @@ __global__ void AdamKernel(float* params, const float* grads, float* m_state, fl
 void LaunchFill(float* dst, size_t count, float value, cudaStream_t stream) {
   if (count == 0) return;
   FillKernel<<<GridFor(count), kThreads, 0, stream>>>(dst, count, value);
+  DLRM_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchScale(float* data, size_t count, float alpha, cudaStream_t stream) {
+  if (count == 0) return;
+  ScaleKernel<<<GridFor(count), kThreads, 0, stream>>>(data, count, alpha);
   DLRM_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,8 @@
 namespace dlrm::dense::cuda {
 
 void LaunchFill(float* dst, size_t count, float value, cudaStream_t stream);
+// data[i] *= alpha.
+void LaunchScale(float* data, size_t count, float alpha, cudaStream_t stream);
 void LaunchBiasActivation(float* y, const float* bias, int rows, int cols, bool relu,
                           cudaStream_t stream);
 void LaunchReluBackward(const float* y, float* dy, size_t count, cudaStream_t stream);

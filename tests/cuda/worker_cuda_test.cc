@@ -1,0 +1,259 @@
+// The trainer on a CUDA backend against the same trainer on the CPU backend: N whole training
+// steps from the same seed, with the tables in GPU memory (GpuEmbeddings) or in the host store
+// (host pooling, pinned input staging), for every sparse optimizer. Skipped without a GPU.
+//
+// Tolerances: the losses agree to 1e-4 relative and the dense parameters and stored rows
+// (weights and optimizer state) to 2e-3 relative + 1e-5 absolute after 6 steps. The two sides
+// sum in different orders (cuBLAS vs BLAS GEMMs, sort-based vs hash-based gradient aggregation),
+// so bitwise equality is not expected; a wrong kernel or a missed update is off by far more.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dense/backend_factory.h"
+#include "embedding/local_store.h"
+#include "gtest/gtest.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "worker/gpu_allreducer.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+namespace {
+
+using cuda_test::ExpectClose;
+
+struct Case {
+  std::string sparse_optimizer;
+  std::string pooling;
+  bool gpu_tables;
+};
+
+common::JobSpec SmallSpec(const Case& c) {
+  common::JobSpec spec;
+  spec.dense_features = 5;
+  spec.embedding_dim = 8;
+  spec.bottom_mlp = {16, 8};
+  spec.top_mlp = {16, 1};
+  spec.tables = {
+      {.name = "small", .rows = 7}, {.name = "mid", .rows = 300}, {.name = "big", .rows = 5000}};
+  spec.pooling = c.pooling;
+  spec.batch_size = 64;
+  spec.seed = 11;
+  spec.dense_optimizer.type = "sgd";
+  spec.dense_optimizer.learning_rate = 0.1;
+  spec.sparse_optimizer.type = c.sparse_optimizer;
+  spec.sparse_optimizer.learning_rate = 0.05;
+  spec.sparse_optimizer.initial_accumulator = 0.01;
+  return spec;
+}
+
+// Bags of 1..3 ids; table 0 has 7 rows, so its ids repeat within a batch.
+std::vector<Batch> MakeBatches(const common::JobSpec& spec, int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<Batch> batches(count);
+  for (Batch& b : batches) {
+    b.size = spec.batch_size;
+    b.num_dense = spec.dense_features;
+    b.dense.resize(static_cast<size_t>(b.size) * b.num_dense);
+    for (float& x : b.dense) x = 2.0f * uniform(rng);
+    b.labels.resize(b.size);
+    for (float& y : b.labels) y = uniform(rng) < 0.3f ? 1.0f : 0.0f;
+    b.sparse.resize(spec.tables.size());
+    for (size_t t = 0; t < spec.tables.size(); ++t) {
+      SparseFeature& f = b.sparse[t];
+      f.offsets.assign(1, 0);
+      for (int i = 0; i < b.size; ++i) {
+        const int n = 1 + static_cast<int>(rng() % 3);
+        for (int k = 0; k < n; ++k) {
+          f.ids.push_back(static_cast<int64_t>(rng() % spec.tables[t].rows));
+        }
+        f.offsets.push_back(static_cast<int32_t>(f.ids.size()));
+      }
+    }
+  }
+  return batches;
+}
+
+struct TrainingRun {
+  std::unique_ptr<dense::Backend> backend;
+  std::unique_ptr<embedding::LocalEmbeddingStore> store;
+  std::unique_ptr<Trainer> trainer;
+};
+
+TrainingRun MakeRun(const common::JobSpec& spec, dense::BackendOptions::Kind kind,
+                    int64_t gpu_budget, DeviceAllReducer* device_allreducer = nullptr,
+                    std::unique_ptr<dense::Backend> backend = nullptr) {
+  TrainingRun run;
+  if (backend == nullptr) {
+    auto created = dense::CreateBackend({.kind = kind, .cpu_threads = 1});
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) return run;
+    backend = std::move(created).value();
+  }
+  run.backend = std::move(backend);
+  embedding::LocalStoreOptions store_options;
+  store_options.tables = TableConfigsFromSpec(spec);
+  store_options.seed = spec.seed;
+  store_options.optimizer = SparseOptimizerFromSpec(spec).value();
+  store_options.num_threads = -1;
+  run.store = embedding::LocalEmbeddingStore::Create(store_options).value();
+  TrainerOptions options;
+  options.spec = spec;
+  options.backend = run.backend.get();
+  options.store = run.store.get();
+  options.threads = 1;
+  options.gpu_table_budget_bytes = gpu_budget;
+  options.allreducer = device_allreducer;
+  options.device_allreducer = device_allreducer;
+  auto trainer = Trainer::Create(options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (trainer.ok()) run.trainer = std::move(trainer).value();
+  return run;
+}
+
+std::vector<float> DenseParams(TrainingRun& run) {
+  dense::DlrmDenseModel& model = run.trainer->model();
+  std::vector<float> params(model.num_params());
+  run.backend->CopyToHost(model.params(), params.data(), params.size());
+  return params;
+}
+
+// Every stored row [weights | state] of every table, concatenated.
+std::vector<float> AllRows(embedding::LocalEmbeddingStore& store) {
+  std::vector<float> all;
+  for (size_t t = 0; t < store.tables().size(); ++t) {
+    embedding::TableRows r;
+    r.table = static_cast<int>(t);
+    for (int64_t id = 0; id < store.tables()[t].rows; ++id) r.ids.push_back(id);
+    EXPECT_TRUE(store.ReadStoredRows(absl::MakeSpan(&r, 1)).ok());
+    all.insert(all.end(), r.values.begin(), r.values.end());
+  }
+  return all;
+}
+
+// Trains `steps` steps on both runs and compares losses, dense parameters and stored rows.
+void ExpectSameTraining(TrainingRun& cpu, TrainingRun& gpu, const std::vector<Batch>& batches) {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    absl::StatusOr<float> want = cpu.trainer->Step(batches[i]);
+    absl::StatusOr<float> got = gpu.trainer->Step(batches[i]);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(*got, *want, 1e-4 * std::fabs(*want)) << "loss of step " << i;
+  }
+  ExpectClose(DenseParams(gpu), DenseParams(cpu), 2e-3, 1e-5, "dense params");
+  ASSERT_TRUE(gpu.trainer->CopyEmbeddingsToStore().ok());
+  ExpectClose(AllRows(*gpu.store), AllRows(*cpu.store), 2e-3, 1e-5, "stored rows");
+}
+
+class TrainerCudaTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TrainerCudaTest, StepsMatchTheCpuTrainer) {
+  DLRM_SKIP_WITHOUT_GPU();
+  const common::JobSpec spec = SmallSpec(GetParam());
+  TrainingRun cpu = MakeRun(spec, dense::BackendOptions::Kind::kCpu, 0);
+  TrainingRun gpu = MakeRun(spec, dense::BackendOptions::Kind::kCuda,
+                            GetParam().gpu_tables ? TrainerOptions::kGpuTablesAuto : 0);
+  ASSERT_NE(cpu.trainer, nullptr);
+  ASSERT_NE(gpu.trainer, nullptr);
+  EXPECT_EQ(gpu.trainer->gpu_tables(), GetParam().gpu_tables);
+  ExpectSameTraining(cpu, gpu, MakeBatches(spec, 6, 5));
+  if (GetParam().gpu_tables) {
+    // Nothing went through the store while training.
+    EXPECT_EQ(gpu.trainer->counters().store_rows, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, TrainerCudaTest,
+                         ::testing::Values(Case{"sgd", "sum", true}, Case{"adagrad", "mean", true},
+                                           Case{"rowwise_adagrad", "sum", true},
+                                           Case{"adam", "sum", true},
+                                           Case{"adagrad", "sum", false}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.sparse_optimizer + "_" + info.param.pooling +
+                                  (info.param.gpu_tables ? "_gpu_tables" : "_host_tables");
+                         });
+
+TEST(TrainerCudaErrors, IdOutOfRangeIsAnErrorNamingIt) {
+  DLRM_SKIP_WITHOUT_GPU();
+  const common::JobSpec spec = SmallSpec({"adagrad", "sum", true});
+  TrainingRun gpu =
+      MakeRun(spec, dense::BackendOptions::Kind::kCuda, TrainerOptions::kGpuTablesAuto);
+  ASSERT_NE(gpu.trainer, nullptr);
+  ASSERT_TRUE(gpu.trainer->gpu_tables());
+  std::vector<Batch> batches = MakeBatches(spec, 1, 3);
+  batches[0].sparse[2].ids[17] = 5000;
+  absl::StatusOr<float> loss = gpu.trainer->Step(batches[0]);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(loss.status().message().find("id 5000 >= rows 5000"), std::string::npos)
+      << loss.status();
+  // The trainer is still usable with a good batch.
+  batches[0].sparse[2].ids[17] = 4999;
+  EXPECT_TRUE(gpu.trainer->Step(batches[0]).ok());
+}
+
+TEST(TrainerCudaErrors, TablesOverTheBudgetStayInTheStore) {
+  DLRM_SKIP_WITHOUT_GPU();
+  const common::JobSpec spec = SmallSpec({"adagrad", "sum", true});
+  TrainingRun gpu = MakeRun(spec, dense::BackendOptions::Kind::kCuda, /*gpu_budget=*/1024);
+  ASSERT_NE(gpu.trainer, nullptr);
+  EXPECT_FALSE(gpu.trainer->gpu_tables());
+}
+
+NcclAllReducerOptions ReducerOptions(dense::Backend* backend, int rank, int world_size) {
+  NcclAllReducerOptions o;
+  o.backend = backend;
+  o.rank = rank;
+  o.world_size = world_size;
+  return o;
+}
+
+TEST(NcclAllReducerTest, SingleRankSumsInPlaceAndTrainsLikeNoAllreducer) {
+  DLRM_SKIP_WITHOUT_GPU();
+  if (!NcclAllReducer::Available()) GTEST_SKIP() << "built without NCCL";
+  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCuda}).value();
+  auto reducer = NcclAllReducer::Create(ReducerOptions(backend.get(), 0, 1));
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  EXPECT_EQ((*reducer)->world_size(), 1);
+  std::vector<float> host = {1.5f, -2.0f, 3.25f};
+  float* dev = backend->Allocate(host.size());
+  backend->CopyFromHost(host.data(), dev, host.size());
+  ASSERT_TRUE((*reducer)->AllReduceSumDevice(dev, host.size()).ok());
+  std::vector<float> back(host.size());
+  backend->CopyToHost(dev, back.data(), back.size());
+  EXPECT_EQ(back, host);
+  backend->Deallocate(dev);
+  std::vector<float> on_host = host;
+  ASSERT_TRUE((*reducer)->AllReduceSum(on_host.data(), on_host.size()).ok());
+  EXPECT_EQ(on_host, host);
+
+  // A trainer summing its dense gradients on the device (world 1: a plain average) trains like
+  // the CPU trainer without an allreducer.
+  const common::JobSpec spec = SmallSpec({"adagrad", "sum", false});
+  TrainingRun cpu = MakeRun(spec, dense::BackendOptions::Kind::kCpu, 0);
+  TrainingRun gpu =
+      MakeRun(spec, dense::BackendOptions::Kind::kCuda, 0, reducer->get(), std::move(backend));
+  ASSERT_NE(gpu.trainer, nullptr);
+  ExpectSameTraining(cpu, gpu, MakeBatches(spec, 4, 9));
+}
+
+TEST(NcclAllReducerTest, RejectsABadRankAndAMalformedId) {
+  DLRM_SKIP_WITHOUT_GPU();
+  if (!NcclAllReducer::Available()) GTEST_SKIP() << "built without NCCL";
+  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCuda}).value();
+  auto bad_rank = NcclAllReducer::Create(ReducerOptions(backend.get(), 2, 2));
+  EXPECT_EQ(bad_rank.status().code(), absl::StatusCode::kInvalidArgument);
+  NcclAllReducerOptions options = ReducerOptions(backend.get(), 1, 2);
+  options.key = "job/x/nccl";
+  options.fetch = [](const std::string&) -> absl::StatusOr<std::string> { return "not hex!"; };
+  auto bad_id = NcclAllReducer::Create(options);
+  EXPECT_EQ(bad_id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_id.status().message().find("job/x/nccl"), std::string::npos) << bad_id.status();
+}
+
+}  // namespace
+}  // namespace dlrm::worker

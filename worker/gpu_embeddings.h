@@ -1,0 +1,77 @@
+// GpuEmbeddings: a trainer's embedding tables resident in GPU memory, for a CUDA dense backend.
+//
+// Every table is an embedding::cuda::GpuEmbeddingTable on the backend's device and stream, filled
+// with the same initial rows as the in-process store (embedding/row_init.h InitRowWithState), so
+// a CUDA run and a CPU run with the same seed start from the same model. Lookup pools a batch's
+// ids straight into the backend's embedding activation buffer and ApplyGradients runs the fused
+// sparse optimizer on the device: no row crosses to the host during training.
+//
+// Calls only enqueue work on the backend's stream (ids and offsets are staged through pinned
+// memory inside the tables, so the batch may be reused when a call returns). Not thread-safe: the
+// trainer's compute thread owns it. In a build without CUDA, Create answers UNIMPLEMENTED.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dense/backend.h"
+#include "embedding/embedding_store.h"
+#include "embedding/kernels.h"
+#include "embedding/row_init.h"
+#include "embedding/sparse_optimizer_options.h"
+#include "embedding/table_config.h"
+#include "worker/batch.h"
+
+namespace dlrm::worker {
+
+struct GpuEmbeddingsOptions {
+  std::vector<embedding::TableConfig> tables;  // every table has the same dim
+  embedding::SparseOptimizerOptions optimizer;
+  uint64_t seed = 0;
+  embedding::PoolingMode pooling = embedding::PoolingMode::kSum;
+  // A CUDA backend (dense::cuda::CreateCudaBackend); not owned, must outlive this.
+  dense::Backend* backend = nullptr;
+  // Host threads that compute the initial rows (InitRowWithState); 0 = the machine's cores.
+  int init_threads = 0;
+};
+
+class GpuEmbeddings {
+ public:
+  // True in builds with CUDA (whether or not a device is present).
+  static bool Available();
+  // Device bytes the tables take with their optimizer state.
+  static int64_t DeviceBytes(const std::vector<embedding::TableConfig>& tables,
+                             embedding::SparseOptimizerType optimizer) {
+    int64_t bytes = 0;
+    for (const auto& c : tables) {
+      bytes += c.rows * int64_t{embedding::StoredRowFloats(optimizer, c.dim)} *
+               static_cast<int64_t>(sizeof(float));
+    }
+    return bytes;
+  }
+
+  // Allocates and initialises every table. INVALID_ARGUMENT for a non-CUDA backend or tables of
+  // different dims, RESOURCE_EXHAUSTED when they do not fit, UNIMPLEMENTED without CUDA.
+  static absl::StatusOr<std::unique_ptr<GpuEmbeddings>> Create(const GpuEmbeddingsOptions& options);
+  virtual ~GpuEmbeddings() = default;
+
+  // device_emb[b * T * dim + t * dim + k] = pool of table t's rows for sample b (the layout of
+  // DlrmDenseModel's emb input). INVALID_ARGUMENT naming the table and id for an id out of range.
+  virtual absl::Status Lookup(const Batch& batch, float* device_emb) = 0;
+  // Backward of Lookup (device_demb in its layout) and one sparse optimizer step per distinct row
+  // the batch touched (gradients of duplicate ids summed first, as the store's Push does).
+  virtual absl::Status ApplyGradients(const Batch& batch, const float* device_demb) = 0;
+  // Full stored rows [weights | optimizer state] of the requested ids (like
+  // EmbeddingStore::ReadStoredRows); waits for the device.
+  virtual absl::Status ReadStoredRows(absl::Span<embedding::TableRows> requests) = 0;
+  // Copies every row, with its optimizer state, into `store` (WriteStoredRows, in chunks), e.g.
+  // so that a run's tables can be inspected or checkpointed through the store.
+  virtual absl::Status CopyToStore(embedding::EmbeddingStore* store) = 0;
+  virtual int64_t device_bytes() const = 0;
+};
+
+}  // namespace dlrm::worker
