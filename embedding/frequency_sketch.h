@@ -8,6 +8,11 @@
 // That miss is most of a parameter server's lookup time on a table larger than the caches.
 //
 // Memory: 4 * width * 2 bytes. Not synchronised: the owner locks.
+//
+// Growing (as Caffeine's ensureCapacity): a cache sizes its sketch to what it holds, not to what it
+// may hold, so that counting the accesses of a small resident set touches little memory; Grow
+// re-allocates a wider sketch, all counts reset, as the set grows (counts are only compared once
+// the cache is full, when the sketch has its final width).
 #pragma once
 
 #include <algorithm>
@@ -19,13 +24,12 @@ namespace dlrm::embedding {
 class FrequencySketch {
  public:
   // width: counters per row, rounded up to a power of two, at least 64.
-  explicit FrequencySketch(int64_t width) {
-    int64_t w = 64;
-    while (w < width) w <<= 1;
-    mask_ = static_cast<uint64_t>(w - 1);
-    counters_.assign(static_cast<size_t>(4 * w), 0);  // 4 * w is a multiple of the block size
-    block_mask_ = static_cast<uint64_t>(4 * w / kBlockCounters - 1);
-    reset_after_ = 10 * w;
+  explicit FrequencySketch(int64_t width) { Allocate(width); }
+
+  // Widens the sketch to at least `width` counters per row, resetting every count; a no-op when
+  // it is that wide already.
+  void Grow(int64_t width) {
+    if (width > this->width()) Allocate(width);
   }
 
   void Increment(int64_t key) {
@@ -67,6 +71,15 @@ class FrequencySketch {
   size_t Index(uint64_t h, int r) const {
     const uint64_t within = 8 * static_cast<uint64_t>(r) + ((h >> (3 * r)) & 7);
     return BlockStart(h) + static_cast<size_t>(within);
+  }
+  void Allocate(int64_t width) {
+    int64_t w = 64;
+    while (w < width) w <<= 1;
+    mask_ = static_cast<uint64_t>(w - 1);
+    counters_.assign(static_cast<size_t>(4 * w), 0);  // 4 * w is a multiple of the block size
+    block_mask_ = static_cast<uint64_t>(4 * w / kBlockCounters - 1);
+    reset_after_ = 10 * w;
+    additions_ = 0;
   }
   void Halve() {
     for (uint16_t& c : counters_) c >>= 1;

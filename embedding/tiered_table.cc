@@ -41,7 +41,8 @@ struct TieredStore::Table {
         row_floats(row_floats_in),
         capacity_rows(capacity),
         rows(row_floats_in),
-        sketch(std::clamp<int64_t>(capacity, 256, 1 << 20)),
+        sketch_max_width(std::clamp<int64_t>(capacity, 256, 1 << 20)),
+        sketch(256),
         rng(0x853C49E6748FEA9Bull ^ static_cast<uint64_t>(index_in)) {}
 
   const int index;
@@ -51,6 +52,8 @@ struct TieredStore::Table {
 
   mutable absl::Mutex mu;
   MemoryRowMap rows ABSL_GUARDED_BY(mu);
+  // The sketch grows with the resident rows up to sketch_max_width (frequency_sketch.h).
+  const int64_t sketch_max_width;
   FrequencySketch sketch ABSL_GUARDED_BY(mu);
   std::vector<int64_t> pending ABSL_GUARDED_BY(mu);  // accesses not yet counted in the sketch
   uint64_t rng ABSL_GUARDED_BY(mu);
@@ -285,6 +288,7 @@ void TieredStore::DeferCounts(Table& t, absl::Span<const int64_t> ids) {
 }
 
 void TieredStore::CountPending(Table& t) {
+  t.sketch.Grow(std::min(t.sketch_max_width, t.rows.size()));
   const size_t n = t.pending.size();
   for (size_t j = 0; j < n; ++j) {
     if (j + kAhead < n) t.sketch.Prefetch(t.pending[j + kAhead]);

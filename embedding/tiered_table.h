@@ -12,7 +12,8 @@
 // per-entry overhead. The budget is split between tables up front by water-filling with equal
 // weights (in DLRM every table gets the same number of lookups per sample): a table that fits
 // whole gets what it needs, the others share the rest equally. Not counted: the per-table
-// frequency sketches (8 bytes per counter column, capacity-sized, at most 8 MB per table) and the
+// frequency sketches (8 bytes per counter column, sized to the resident rows and growing with
+// them up to the table's capacity, at most 8 MB per table) and the
 // slab's unused tail (less than 1024 rows per table).
 //
 // Admission and eviction by access frequency (TinyLFU): every id passed to Lookup is counted in a
