@@ -6,6 +6,7 @@
 
 #include "embedding/dedup.h"
 #include "embedding/embedding_table.h"
+#include "embedding/frequency_sketch.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer.h"
 #include "gmock/gmock.h"
@@ -212,6 +213,31 @@ EmbeddingTableOptions TableOptions(int64_t rows, int dim) {
   o.seed = 11;
   o.optimizer.type = SparseOptimizerType::kRowWiseAdagrad;
   return o;
+}
+
+// The sketch never undercounts (between halvings), separates frequent from rare keys, and
+// starts over, wider, when it grows.
+TEST(FrequencySketchTest, CountsGrowsAndResets) {
+  FrequencySketch sketch(1000);
+  EXPECT_EQ(sketch.width(), 1024);
+  for (int64_t key = 0; key < 500; ++key) {
+    for (int64_t rep = 0; rep <= key % 10; ++rep) sketch.Increment(key * 7919);
+  }
+  int exact = 0;
+  for (int64_t key = 0; key < 500; ++key) {
+    const uint32_t estimate = sketch.Estimate(key * 7919);
+    EXPECT_GE(estimate, static_cast<uint32_t>(key % 10 + 1)) << "key " << key;
+    exact += estimate == static_cast<uint32_t>(key % 10 + 1);
+  }
+  EXPECT_GT(exact, 450);  // collisions are rare at this load
+  EXPECT_EQ(sketch.Estimate(123456789), 0u);
+  sketch.Grow(1000);  // as wide already: counts stay
+  EXPECT_EQ(sketch.Estimate(9 * 7919), 10u);
+  sketch.Grow(5000);
+  EXPECT_EQ(sketch.width(), 8192);
+  EXPECT_EQ(sketch.Estimate(9 * 7919), 0u);
+  sketch.Increment(42);
+  EXPECT_EQ(sketch.Estimate(42), 1u);
 }
 
 TEST(EmbeddingTableTest, RowsAreDeterministicInit) {
