@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/allocator.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "embedding/local_store.h"
@@ -136,6 +137,7 @@ absl::Status Run(const Options& o) {
 }  // namespace dlrm::bench
 
 int main(int argc, char** argv) {
+  dlrm::common::ConfigureAllocatorForLargeBuffers();  // as the dlrm processes
   dlrm::bench::Options o;
   CLI::App app{"PS traffic per sample with the hot set on and off"};
   app.add_option("--samples", o.samples, "Generated samples");

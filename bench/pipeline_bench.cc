@@ -29,6 +29,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/allocator.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "embedding/local_store.h"
@@ -291,6 +292,7 @@ absl::Status RunBench(const Options& o) {
 }  // namespace dlrm::bench
 
 int main(int argc, char** argv) {
+  dlrm::common::ConfigureAllocatorForLargeBuffers();  // as the dlrm processes
   dlrm::bench::Options o;
   CLI::App app{"Pipelined against unpipelined training with injected parameter-server latency"};
   app.add_option("--train-samples", o.train_samples, "Training records (AUC runs)");

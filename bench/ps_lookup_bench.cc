@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/allocator.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "embedding/dedup.h"
@@ -51,10 +52,10 @@ constexpr int64_t kKaggleRows[26] = {
     27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 constexpr int kBatch = 2048;
 
-// The baselines: answer every Transfer / TransferZeroCopy with a pre-built payload of the asked size,
-// inline on the reactor (no table work at all).
-class TransferService final
-    : public dlrm::v1::Bench::WithRawCallbackMethod_TransferZeroCopy<dlrm::v1::Bench::CallbackService> {
+// The baselines: answer every Transfer / TransferZeroCopy with a pre-built payload of the asked
+// size, inline on the reactor (no table work at all).
+class TransferService final : public dlrm::v1::Bench::WithRawCallbackMethod_TransferZeroCopy<
+                                  dlrm::v1::Bench::CallbackService> {
  public:
   explicit TransferService(int64_t max_bytes) : payload_(static_cast<size_t>(max_bytes), 'x') {}
   grpc::ServerUnaryReactor* Transfer(grpc::CallbackServerContext* context,
@@ -68,8 +69,8 @@ class TransferService final
   }
   // A serialised TransferResponse: a tag and a length, then the payload sent from payload_ as is.
   grpc::ServerUnaryReactor* TransferZeroCopy(grpc::CallbackServerContext* context,
-                                        const grpc::ByteBuffer* request_bytes,
-                                        grpc::ByteBuffer* response) override {
+                                             const grpc::ByteBuffer* request_bytes,
+                                             grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     dlrm::v1::TransferRequest request;
     grpc::ByteBuffer copy(*request_bytes);
@@ -105,7 +106,8 @@ class RawTransferClient {
     grpc::CompletionQueue cq;
     grpc::ByteBuffer response;
     grpc::Status status;
-    auto call = stub_.PrepareUnaryCall(context.get(), "/dlrm.v1.Bench/TransferZeroCopy", request, &cq);
+    auto call =
+        stub_.PrepareUnaryCall(context.get(), "/dlrm.v1.Bench/TransferZeroCopy", request, &cq);
     call->StartCall();
     call->Finish(&response, &status, nullptr);
     void* tag;
@@ -138,7 +140,8 @@ struct Flags {
   double zipf = 1.05;
   int batches = 16;
   int ps_threads = 2;
-  bool bare = true;  // --bare 0: time the PS path only (for profiling it)
+  int64_t max_rows = 0;  // PsClientOptions::max_rows_per_request (0: the client's default)
+  bool bare = true;      // --bare 0: time the PS path only (for profiling it)
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -153,6 +156,8 @@ Flags ParseFlags(int argc, char** argv) {
       ok = absl::SimpleAtod(value, &f.zipf);
     } else if (key == "--batches") {
       ok = absl::SimpleAtoi(value, &f.batches);
+    } else if (key == "--max-rows") {
+      ok = absl::SimpleAtoi(value, &f.max_rows);
     } else if (key == "--ps-threads") {
       ok = absl::SimpleAtoi(value, &f.ps_threads);
     } else if (key == "--bare") {
@@ -249,6 +254,7 @@ int Run(const Flags& flags) {
     client_options.ps_addresses = {(*ps)->address()};
     client_options.job_id = "bench";
     client_options.job_epoch = 0;
+    client_options.max_rows_per_request = flags.max_rows;
     for (int t = 0; t < 26; ++t) {
       client_options.tables.push_back({"C" + std::to_string(t + 1), kKaggleRows[t], dim});
     }
@@ -353,4 +359,9 @@ int Run(const Flags& flags) {
 }  // namespace
 }  // namespace dlrm::bench
 
-int main(int argc, char** argv) { return dlrm::bench::Run(dlrm::bench::ParseFlags(argc, argv)); }
+int main(int argc, char** argv) {
+  // As in the dlrm processes: without it every path faults in each multi-megabyte receive buffer
+  // page by page (DLRM_DEFAULT_MALLOC=1 to see it), which hides the difference being measured.
+  dlrm::common::ConfigureAllocatorForLargeBuffers();
+  return dlrm::bench::Run(dlrm::bench::ParseFlags(argc, argv));
+}

@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "bench/training_bench.h"
 #include "client/dlrm_commands.h"
+#include "common/allocator.h"
 #include "common/logging.h"
 #include "worker/input/binary_format.h"
 #include "worker/input/synthetic.h"
@@ -116,6 +117,7 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
 }  // namespace dlrm
 
 int main(int argc, char** argv) {
+  dlrm::common::ConfigureAllocatorForLargeBuffers();
   CLI::App app{"dlrm: distributed DLRM training service"};
   app.require_subcommand(1);
   std::string log_level = "info";
