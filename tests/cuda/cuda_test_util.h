@@ -43,6 +43,9 @@ class DeviceArray {
       EXPECT_EQ(cudaMemcpy(ptr_, host.data(), sizeof(T) * size_, cudaMemcpyHostToDevice),
                 cudaSuccess);
     }
+    // cudaMemcpy from pageable memory may return before the DMA reached the device, and the
+    // kernels under test run on non-blocking streams that do not wait for the legacy stream.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   ~DeviceArray() { cudaFree(ptr_); }
   DeviceArray(const DeviceArray&) = delete;

@@ -215,6 +215,9 @@ NcclAllReducerOptions ReducerOptions(dense::Backend* backend, int rank, int worl
 TEST(NcclAllReducerTest, SingleRankSumsInPlaceAndTrainsLikeNoAllreducer) {
   DLRM_SKIP_WITHOUT_GPU();
   if (!NcclAllReducer::Available()) GTEST_SKIP() << "built without NCCL";
+  // `gpu` ends up owning the backend; declared before the reducer, it is destroyed after it (the
+  // reducer frees its staging buffer on the backend and its communicator uses the stream).
+  TrainingRun gpu;
   auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCuda}).value();
   auto reducer = NcclAllReducer::Create(ReducerOptions(backend.get(), 0, 1));
   ASSERT_TRUE(reducer.ok()) << reducer.status();
@@ -235,8 +238,7 @@ TEST(NcclAllReducerTest, SingleRankSumsInPlaceAndTrainsLikeNoAllreducer) {
   // the CPU trainer without an allreducer.
   const common::JobSpec spec = SmallSpec({"adagrad", "sum", false});
   TrainingRun cpu = MakeRun(spec, dense::BackendOptions::Kind::kCpu, 0);
-  TrainingRun gpu =
-      MakeRun(spec, dense::BackendOptions::Kind::kCuda, 0, reducer->get(), std::move(backend));
+  gpu = MakeRun(spec, dense::BackendOptions::Kind::kCuda, 0, reducer->get(), std::move(backend));
   ASSERT_NE(gpu.trainer, nullptr);
   ExpectSameTraining(cpu, gpu, MakeBatches(spec, 4, 9));
 }
