@@ -3,6 +3,8 @@
 #include "worker/gpu_embeddings.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <thread>
 #include <utility>
 
@@ -18,6 +20,12 @@ namespace {
 
 using embedding::cuda::GpuEmbeddingTable;
 
+// All tables in ONE GpuEmbeddingTable (as FBGEMM's table-batched embeddings): table t's row i is
+// fused row bases_[t] + i, and a batch's T x batch bags become one lookup of batch x T bags in
+// sample-major order, whose outputs at stride dim are exactly the interaction input layout
+// [batch x T x dim]. So a step costs one gather and one sort-and-apply for every table together
+// instead of one per table: a kaggle-shape step on the GPU is otherwise made of hundreds of
+// small launches.
 class CudaGpuEmbeddings : public GpuEmbeddings {
  public:
   explicit CudaGpuEmbeddings(const GpuEmbeddingsOptions& options) : options_(options) {}
@@ -27,76 +35,71 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
                             ? options_.init_threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     embedding::ParallelPool pool(threads - 1);
-    void* stream = dense::cuda::CudaStreamOf(*options_.backend);
-    const int device = dense::cuda::CudaDeviceOf(*options_.backend);
-    for (size_t t = 0; t < options_.tables.size(); ++t) {
-      const embedding::TableConfig& c = options_.tables[t];
-      embedding::cuda::GpuEmbeddingTableOptions o;
-      o.name = c.name.empty() ? absl::StrCat(t) : absl::StrCat(t, " (", c.name, ")");
-      o.rows = c.rows;
-      o.dim = c.dim;
-      o.optimizer = options_.optimizer;
-      o.device = device;
-      o.stream = stream;
-      DLRM_ASSIGN_OR_RETURN(auto table, GpuEmbeddingTable::Create(o));
-      const int64_t stride = table->row_stride();
-      const int table_index = static_cast<int>(t);
-      // The rows of the in-process store, chunk by chunk, computed on the pool.
-      DLRM_RETURN_IF_ERROR(table->Initialize([&](int64_t first, int64_t count, float* out) {
-        constexpr int64_t kPiece = 4096;
-        const int64_t pieces = (count + kPiece - 1) / kPiece;
-        pool.ParallelFor(pieces, [&](int64_t p) {
-          const int64_t end = std::min(count, (p + 1) * kPiece);
-          for (int64_t i = p * kPiece; i < end; ++i) {
-            embedding::InitRowWithState(table_index, first + i, options_.seed, c.rows,
+    int64_t total_rows = 0;
+    for (const embedding::TableConfig& c : options_.tables) {
+      bases_.push_back(total_rows);
+      total_rows += c.rows;
+    }
+    bases_.push_back(total_rows);
+    embedding::cuda::GpuEmbeddingTableOptions o;
+    o.name = absl::StrCat(options_.tables.size(), " tables");
+    o.rows = total_rows;
+    o.dim = dim();
+    o.optimizer = options_.optimizer;
+    o.device = dense::cuda::CudaDeviceOf(*options_.backend);
+    o.stream = dense::cuda::CudaStreamOf(*options_.backend);
+    DLRM_ASSIGN_OR_RETURN(table_, GpuEmbeddingTable::Create(o));
+    const int64_t stride = table_->row_stride();
+    // The rows of the in-process store, chunk by chunk, computed on the pool.
+    DLRM_RETURN_IF_ERROR(table_->Initialize([&](int64_t first, int64_t count, float* out) {
+      constexpr int64_t kPiece = 4096;
+      const int64_t pieces = (count + kPiece - 1) / kPiece;
+      pool.ParallelFor(pieces, [&](int64_t p) {
+        const int64_t end = std::min(count, (p + 1) * kPiece);
+        for (int64_t i = p * kPiece; i < end;) {
+          const int t = TableOfRow(first + i);
+          const embedding::TableConfig& c = options_.tables[t];
+          const int64_t stop = std::min(end, bases_[t + 1] - first);
+          for (; i < stop; ++i) {
+            embedding::InitRowWithState(t, first + i - bases_[t], options_.seed, c.rows,
                                         options_.optimizer, out + i * stride, c.dim);
           }
-        });
-      }));
-      bytes_ += c.rows * stride * static_cast<int64_t>(sizeof(float));
-      tables_.push_back(std::move(table));
-    }
+        }
+      });
+    }));
+    bytes_ = total_rows * stride * static_cast<int64_t>(sizeof(float));
     return absl::OkStatus();
   }
 
   absl::Status Lookup(const Batch& batch, float* device_emb) override {
-    DLRM_RETURN_IF_ERROR(CheckBatch(batch));
-    const int64_t stride = static_cast<int64_t>(tables_.size()) * dim();
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      const SparseFeature& f = batch.sparse[t];
-      DLRM_RETURN_IF_ERROR(
-          tables_[t]->Lookup(f.ids.data(), f.offsets.data(), batch.size, options_.pooling,
-                             device_emb + static_cast<int64_t>(t) * dim(), stride));
-    }
-    return absl::OkStatus();
+    DLRM_RETURN_IF_ERROR(FuseBags(batch));
+    return table_->Lookup(ids_.data(), offsets_.data(), batch.size * num_tables(), options_.pooling,
+                          device_emb, dim());
   }
 
   absl::Status ApplyGradients(const Batch& batch, const float* device_demb) override {
-    DLRM_RETURN_IF_ERROR(CheckBatch(batch));
-    const int64_t stride = static_cast<int64_t>(tables_.size()) * dim();
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      const SparseFeature& f = batch.sparse[t];
-      DLRM_RETURN_IF_ERROR(
-          tables_[t]->ApplyGradients(f.ids.data(), f.offsets.data(), batch.size, options_.pooling,
-                                     device_demb + static_cast<int64_t>(t) * dim(), stride));
-    }
-    return absl::OkStatus();
+    DLRM_RETURN_IF_ERROR(FuseBags(batch));
+    return table_->ApplyGradients(ids_.data(), offsets_.data(), batch.size * num_tables(),
+                                  options_.pooling, device_demb, dim());
   }
 
   absl::Status ReadStoredRows(absl::Span<embedding::TableRows> requests) override {
     for (embedding::TableRows& r : requests) {
-      if (r.table < 0 || r.table >= static_cast<int>(tables_.size())) {
+      if (r.table < 0 || r.table >= num_tables()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("table ", r.table, " out of range [0, ", tables_.size(), ")"));
+            absl::StrCat("table ", r.table, " out of range [0, ", num_tables(), ")"));
       }
+      DLRM_RETURN_IF_ERROR(CheckIds(r.table, r.ids));
     }
-    // The tables read on the backend's stream, after every step enqueued so far.
+    // Read on the backend's stream, after every step enqueued so far.
+    std::vector<int64_t> fused;
     for (embedding::TableRows& r : requests) {
-      GpuEmbeddingTable& table = *tables_[r.table];
-      r.values.resize(r.ids.size() * table.row_stride());
+      fused.resize(r.ids.size());
+      for (size_t i = 0; i < r.ids.size(); ++i) fused[i] = bases_[r.table] + r.ids[i];
+      r.values.resize(r.ids.size() * table_->row_stride());
       DLRM_RETURN_IF_ERROR(
-          table.ReadRows(r.ids.data(), static_cast<int64_t>(r.ids.size()), r.values.data()));
-      DLRM_RETURN_IF_ERROR(table.Synchronize());
+          table_->ReadRows(fused.data(), static_cast<int64_t>(fused.size()), r.values.data()));
+      DLRM_RETURN_IF_ERROR(table_->Synchronize());
     }
     return absl::OkStatus();
   }
@@ -104,11 +107,11 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
   absl::Status CopyToStore(embedding::EmbeddingStore* store) override {
     constexpr int64_t kChunkRows = 1 << 18;
     embedding::TableRows r;
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      const int64_t rows = tables_[t]->rows();
+    for (int t = 0; t < num_tables(); ++t) {
+      const int64_t rows = options_.tables[t].rows;
       for (int64_t first = 0; first < rows; first += kChunkRows) {
         const int64_t count = std::min(kChunkRows, rows - first);
-        r.table = static_cast<int>(t);
+        r.table = t;
         r.ids.resize(count);
         for (int64_t i = 0; i < count; ++i) r.ids[i] = first + i;
         DLRM_RETURN_IF_ERROR(ReadStoredRows(absl::MakeSpan(&r, 1)));
@@ -122,27 +125,72 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
 
  private:
   int dim() const { return options_.tables.front().dim; }
-  absl::Status CheckBatch(const Batch& batch) const {
-    if (batch.sparse.size() != tables_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.sparse.size(),
-                                                     " sparse features; the GPU holds ",
-                                                     tables_.size(), " tables"));
+  int num_tables() const { return static_cast<int>(options_.tables.size()); }
+  int TableOfRow(int64_t row) const {
+    return static_cast<int>(std::upper_bound(bases_.begin(), bases_.end(), row) - bases_.begin()) -
+           1;
+  }
+  absl::Status CheckIds(int t, absl::Span<const int64_t> ids) const {
+    const embedding::TableConfig& c = options_.tables[t];
+    for (int64_t id : ids) {
+      if (id < 0 || id >= c.rows) {
+        return absl::InvalidArgumentError(
+            id < 0 ? absl::StrCat("table ", t, " (", c.name, "): id ", id, " < 0")
+                   : absl::StrCat("table ", t, " (", c.name, "): id ", id, " >= rows ", c.rows));
+      }
     }
-    for (size_t t = 0; t < tables_.size(); ++t) {
+    return absl::OkStatus();
+  }
+  // Checks the batch (naming the table and id of a bad one) and lays its bags out sample-major
+  // in ids_ / offsets_ with fused row numbers: bag b * T + t is sample b's ids of table t.
+  absl::Status FuseBags(const Batch& batch) {
+    const int tables = num_tables();
+    if (static_cast<int>(batch.sparse.size()) != tables) {
+      return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.sparse.size(),
+                                                     " sparse features; the GPU holds ", tables,
+                                                     " tables"));
+    }
+    size_t nnz = 0;
+    for (int t = 0; t < tables; ++t) {
       const SparseFeature& f = batch.sparse[t];
-      if (f.offsets.size() != static_cast<size_t>(batch.size) + 1 ||
+      if (f.offsets.size() != static_cast<size_t>(batch.size) + 1 || f.offsets.front() != 0 ||
           f.offsets.back() != static_cast<int32_t>(f.ids.size())) {
         return absl::InvalidArgumentError(
             absl::StrCat("table ", t, ": ", f.offsets.size(), " offsets ending at ",
                          f.offsets.empty() ? 0 : f.offsets.back(), " for ", batch.size,
                          " samples and ", f.ids.size(), " ids"));
       }
+      for (int b = 0; b < batch.size; ++b) {
+        if (f.offsets[b + 1] < f.offsets[b]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("table ", t, ": offsets decrease at sample ", b));
+        }
+      }
+      DLRM_RETURN_IF_ERROR(CheckIds(t, f.ids));
+      nnz += f.ids.size();
     }
+    if (nnz > static_cast<size_t>(INT32_MAX)) {
+      return absl::InvalidArgumentError(absl::StrCat("batch has ", nnz, " ids, more than 2^31"));
+    }
+    ids_.resize(nnz);
+    offsets_.resize(static_cast<size_t>(batch.size) * tables + 1);
+    int32_t at = 0;
+    for (int b = 0; b < batch.size; ++b) {
+      for (int t = 0; t < tables; ++t) {
+        const SparseFeature& f = batch.sparse[t];
+        offsets_[static_cast<size_t>(b) * tables + t] = at;
+        for (int32_t j = f.offsets[b]; j < f.offsets[b + 1]; ++j) ids_[at++] = bases_[t] + f.ids[j];
+      }
+    }
+    offsets_.back() = at;
     return absl::OkStatus();
   }
 
   GpuEmbeddingsOptions options_;
-  std::vector<std::unique_ptr<GpuEmbeddingTable>> tables_;
+  std::vector<int64_t> bases_;  // fused row of each table's row 0, then the total rows
+  std::unique_ptr<GpuEmbeddingTable> table_;
+  std::vector<int64_t> ids_;      // the batch's bags, sample-major, as fused rows
+  std::vector<int32_t> offsets_;  // batch x T + 1 bag bounds into ids_
   int64_t bytes_ = 0;
 };
 

@@ -1,7 +1,9 @@
 // GpuEmbeddings: a trainer's embedding tables resident in GPU memory, for a CUDA dense backend.
 //
-// Every table is an embedding::cuda::GpuEmbeddingTable on the backend's device and stream, filled
-// with the same initial rows as the in-process store (embedding/row_init.h InitRowWithState), so
+// The tables are stored as ONE embedding::cuda::GpuEmbeddingTable (table-batched, as FBGEMM's:
+// table t's rows follow table t-1's) on the backend's device and stream, so that a step's lookup
+// and its sparse update are one gather and one sort-and-apply for all tables. Filled with the same
+// initial rows as the in-process store (embedding/row_init.h InitRowWithState), so
 // a CUDA run and a CPU run with the same seed start from the same model. Lookup pools a batch's
 // ids straight into the backend's embedding activation buffer and ApplyGradients runs the fused
 // sparse optimizer on the device: no row crosses to the host during training.
