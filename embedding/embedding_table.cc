@@ -15,10 +15,6 @@
 namespace dlrm::embedding {
 namespace {
 
-std::string TableLabel(int index, const TableConfig& config) {
-  return absl::StrCat("table ", index, " (", config.name, ")");
-}
-
 // Large tables are mapped directly and asked for transparent huge pages: random row accesses
 // then miss the TLB far less, and first-touch initialisation takes 512x fewer page faults.
 constexpr size_t kHugePage = 2u << 20;
@@ -90,22 +86,7 @@ EmbeddingTable::EmbeddingTable(const EmbeddingTableOptions& options, float* data
 EmbeddingTable::~EmbeddingTable() { FreeRows(data_, rows() * row_stride_); }
 
 absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids) const {
-  const int64_t rows = options_.config.rows;
-  // Branch-free scan first: the common case is all valid.
-  bool bad = false;
-  for (int64_t id : ids) bad |= static_cast<uint64_t>(id) >= static_cast<uint64_t>(rows);
-  if (!bad) return absl::OkStatus();
-  for (int64_t id : ids) {
-    if (id < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(TableLabel(options_.table_index, options_.config), ": id ", id, " < 0"));
-    }
-    if (id >= rows) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          TableLabel(options_.table_index, options_.config), ": id ", id, " >= rows ", rows));
-    }
-  }
-  return absl::OkStatus();
+  return CheckIdsInTable(options_.table_index, options_.config, ids);
 }
 
 absl::Status EmbeddingTable::Lookup(absl::Span<const int64_t> ids, float* out) const {

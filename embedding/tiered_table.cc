@@ -142,15 +142,7 @@ absl::Status TieredStore::CheckIds(int table, absl::Span<const int64_t> ids) con
     return absl::InvalidArgumentError(
         absl::StrCat("table ", table, " out of range [0, ", tables_.size(), ")"));
   }
-  const TableConfig& c = tables_[table]->config;
-  for (int64_t id : ids) {
-    if (id < 0 || id >= c.rows) {
-      return absl::InvalidArgumentError(
-          id < 0 ? absl::StrCat("table ", table, " (", c.name, "): id ", id, " < 0")
-                 : absl::StrCat("table ", table, " (", c.name, "): id ", id, " >= rows ", c.rows));
-    }
-  }
-  return absl::OkStatus();
+  return CheckIdsInTable(table, tables_[table]->config, ids);
 }
 
 absl::Status TieredStore::FetchCold(Table& t, absl::Span<const int64_t> keys, float* rows) {

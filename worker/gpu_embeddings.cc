@@ -131,15 +131,7 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
            1;
   }
   absl::Status CheckIds(int t, absl::Span<const int64_t> ids) const {
-    const embedding::TableConfig& c = options_.tables[t];
-    for (int64_t id : ids) {
-      if (id < 0 || id >= c.rows) {
-        return absl::InvalidArgumentError(
-            id < 0 ? absl::StrCat("table ", t, " (", c.name, "): id ", id, " < 0")
-                   : absl::StrCat("table ", t, " (", c.name, "): id ", id, " >= rows ", c.rows));
-      }
-    }
-    return absl::OkStatus();
+    return embedding::CheckIdsInTable(t, options_.tables[t], ids);
   }
   // Checks the batch (naming the table and id of a bad one) and lays its bags out sample-major
   // in ids_ / offsets_ with fused row numbers: bag b * T + t is sample b's ids of table t.

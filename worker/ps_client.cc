@@ -178,13 +178,7 @@ absl::Status GrpcPsClient::CheckRequests(absl::Span<const embedding::TableRows> 
           absl::StrCat("table ", r.table, " not in [0, ", num_tables, ")"));
     }
     const embedding::TableConfig& c = options_.tables[r.table];
-    for (int64_t id : r.ids) {
-      if (id < 0 || id >= c.rows) {
-        return absl::InvalidArgumentError(
-            id < 0 ? absl::StrCat("table ", r.table, ": id ", id, " < 0")
-                   : absl::StrCat("table ", r.table, ": id ", id, " >= rows ", c.rows));
-      }
-    }
+    DLRM_RETURN_IF_ERROR(embedding::CheckIdsInTable(r.table, c, r.ids));
     if (with_values && r.values.size() != r.ids.size() * static_cast<size_t>(c.dim)) {
       return absl::InvalidArgumentError(absl::StrCat("table ", r.table, ": ", r.values.size(),
                                                      " gradient floats, expected ", r.ids.size(),

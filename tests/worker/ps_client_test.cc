@@ -259,7 +259,7 @@ TEST_F(PsClientTest, StoredRowsRoundTripBitExactThroughTwoShards) {
     std::vector<embedding::TableRows> out_of_range = {{0, {1000}, {}}};
     s = client->ReadStoredRows(absl::MakeSpan(out_of_range));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(s.message(), HasSubstr("table 0: id 1000 >= rows 1000"));
+    EXPECT_THAT(s.message(), HasSubstr("table 0 (C1): id 1000 >= rows 1000"));
     ASSERT_TRUE(client->UnloadJobOnAll().ok());
   }
 }
@@ -271,7 +271,7 @@ TEST_F(PsClientTest, ValidatesBeforeSending) {
   std::vector<embedding::TableRows> rows = {{1, {3, 37}, {}}};
   absl::Status s = client->Lookup(0, absl::MakeSpan(rows));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("table 1: id 37 >= rows 37"));
+  EXPECT_THAT(s.message(), HasSubstr("table 1 (C2): id 37 >= rows 37"));
   rows = {{5, {1}, {}}};
   EXPECT_THAT(client->Lookup(0, absl::MakeSpan(rows)).message(), HasSubstr("table 5 not in"));
   std::vector<embedding::TableRows> grads = {{0, {1, 2}, std::vector<float>(15)}};
