@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "dense/cuda/cuda_backend.h"
 #include "dense/cuda/cuda_util.h"
 

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "embedding/cuda/cuda_kernels.h"
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/embedding_kernels.h"
@@ -23,11 +24,11 @@ class CudaEmbeddingKernels final : public EmbeddingKernels {
   }
 
   absl::Status Init() {
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     if (owns_stream_) {
-      DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      DLRM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     }
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMallocHost(&nnz_host_, sizeof(int32_t)));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&nnz_host_, sizeof(int32_t)));
     return absl::OkStatus();
   }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/embedding_kernels.h"
 
@@ -29,7 +30,7 @@ struct Resources {
   template <typename T>
   absl::StatusOr<T*> Alloc(size_t count) {
     void* p = nullptr;
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
     buffers.push_back(p);
     return static_cast<T*>(p);
   }
@@ -39,15 +40,15 @@ struct Resources {
 absl::StatusOr<double> TimeMedianUs(Resources& r, int iterations,
                                     const std::function<void()>& work) {
   work();
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(r.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(r.stream));
   std::vector<double> times;
   for (int i = 0; i < iterations; ++i) {
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.start, r.stream));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.start, r.stream));
     work();
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.stop, r.stream));
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(r.stop));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.stop, r.stream));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(r.stop));
     float ms = 0;
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, r.start, r.stop));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, r.start, r.stop));
     times.push_back(ms * 1000.0);
   }
   std::sort(times.begin(), times.end());
@@ -68,11 +69,11 @@ absl::StatusOr<GatherBenchResult> RunGatherBench(const GatherBenchOptions& o) {
     cudaGetLastError();
     return absl::FailedPreconditionError("no CUDA device is visible");
   }
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(o.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(o.device));
   Resources r;
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventCreate(&r.start));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventCreate(&r.stop));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&r.start));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&r.stop));
 
   const int nnz = o.batch * o.ids_per_bag;
   std::vector<int64_t> ids(nnz);
@@ -85,7 +86,7 @@ absl::StatusOr<GatherBenchResult> RunGatherBench(const GatherBenchOptions& o) {
   const int64_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
 
   DLRM_ASSIGN_OR_RETURN(float* table, r.Alloc<float>(static_cast<size_t>(o.rows) * o.row_stride));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
       table, 0, static_cast<size_t>(o.rows) * o.row_stride * sizeof(float), r.stream));
   DLRM_ASSIGN_OR_RETURN(int64_t * d_ids, r.Alloc<int64_t>(nnz));
   DLRM_ASSIGN_OR_RETURN(int32_t * d_offsets, r.Alloc<int32_t>(o.batch + 1));
@@ -96,12 +97,12 @@ absl::StatusOr<GatherBenchResult> RunGatherBench(const GatherBenchOptions& o) {
   DLRM_ASSIGN_OR_RETURN(char* workspace, r.Alloc<char>(workspace_bytes));
   DLRM_ASSIGN_OR_RETURN(char* copy_src, r.Alloc<char>(o.copy_bytes));
   DLRM_ASSIGN_OR_RETURN(char* copy_dst, r.Alloc<char>(o.copy_bytes));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(
+  DLRM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d_ids, ids.data(), nnz * sizeof(int64_t), cudaMemcpyHostToDevice, r.stream));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_offsets, offsets.data(),
-                                                offsets.size() * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, r.stream));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(copy_src, 1, o.copy_bytes, r.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_offsets, offsets.data(),
+                                            offsets.size() * sizeof(int32_t),
+                                            cudaMemcpyHostToDevice, r.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(copy_src, 1, o.copy_bytes, r.stream));
 
   GatherBenchResult result;
   result.distinct_ids = distinct;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/embedding_kernels.h"
 
@@ -24,12 +25,12 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr); }
   absl::Status Reserve(size_t needed, cudaStream_t stream) {
     if (needed <= bytes) return absl::OkStatus();
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
     ptr = nullptr;
     bytes = 0;
     needed = AlignUp(needed + needed / 4);  // headroom: batches vary in size
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, needed));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, needed));
     bytes = needed;
     return absl::OkStatus();
   }
@@ -98,10 +99,10 @@ absl::StatusOr<std::unique_ptr<GpuEmbeddingTable>> GpuEmbeddingTable::Create(
 }
 
 absl::Status GpuEmbeddingTable::Init() {
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   if (options_.stream == nullptr) {
     cudaStream_t stream = nullptr;
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     stream_ = stream;
     owns_stream_ = true;
   } else {
@@ -118,9 +119,8 @@ absl::Status GpuEmbeddingTable::Init() {
         free_bytes, " of ", total_bytes, " bytes free): ", cudaGetErrorString(err)));
   }
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rows_, 0, bytes, stream));
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(
-      cudaEventCreateWithFlags(&scratch_->staged, cudaEventDisableTiming));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rows_, 0, bytes, stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_->staged, cudaEventDisableTiming));
   return Finish();
 }
 
@@ -131,7 +131,7 @@ absl::Status GpuEmbeddingTable::Finish() {
 }
 
 absl::Status GpuEmbeddingTable::Synchronize() {
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   return CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)),
                     "cudaStreamSynchronize");
 }
@@ -176,36 +176,36 @@ absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const
   const size_t needed = AlignUp(id_bytes) + AlignUp(offset_bytes);
   Scratch& s = *scratch_;
   // The previous call's copies out of the staging buffer must be done before it is rewritten.
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.staged));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.staged));
   if (needed > s.pinned_bytes) {
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaFreeHost(s.pinned));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaFreeHost(s.pinned));
     s.pinned = nullptr;
     s.pinned_bytes = 0;
     const size_t bytes = AlignUp(needed + needed / 4);
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.pinned, bytes));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.pinned, bytes));
     s.pinned_bytes = bytes;
   }
   DLRM_RETURN_IF_ERROR(s.ids.Reserve(std::max<size_t>(id_bytes, 8), stream));
   char* host = static_cast<char*>(s.pinned);
   if (id_bytes > 0) {
     std::memcpy(host, ids, id_bytes);
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(
+    DLRM_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(s.ids.ptr, host, id_bytes, cudaMemcpyHostToDevice, stream));
   }
   if (offset_bytes > 0) {
     DLRM_RETURN_IF_ERROR(s.offsets.Reserve(offset_bytes, stream));
     char* host_offsets = host + AlignUp(id_bytes);
     std::memcpy(host_offsets, offsets, offset_bytes);
-    DLRM_EMB_CUDA_RETURN_IF_ERROR(
+    DLRM_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(s.offsets.ptr, host_offsets, offset_bytes, cudaMemcpyHostToDevice, stream));
   }
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.staged, stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.staged, stream));
   return absl::OkStatus();
 }
 
 absl::Status GpuEmbeddingTable::Initialize(
     const std::function<void(int64_t first_id, int64_t count, float* out)>& fill) {
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   const size_t row_bytes = static_cast<size_t>(row_stride_) * sizeof(float);
   const int64_t chunk_rows = std::min<int64_t>(
@@ -250,9 +250,9 @@ absl::Status GpuEmbeddingTable::WriteRows(int64_t first_row, int64_t count,
                                                    options_.rows, ")"));
   }
   if (count == 0) return absl::OkStatus();
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   // Pageable source: the copy has taken the data when the call returns.
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(
+  DLRM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(rows_ + first_row * row_stride_, host_rows,
                       static_cast<size_t>(count) * row_stride_ * sizeof(float),
                       cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
@@ -265,7 +265,7 @@ absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* h
   if (n > INT32_MAX - 1) {
     return absl::InvalidArgumentError(absl::StrCat("ReadRows: ", n, " ids in one call"));
   }
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   Scratch& s = *scratch_;
   // A gather of bags of one id with dim = row_stride copies whole stored rows.
@@ -277,7 +277,7 @@ absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* h
   LaunchPooledGather(rows_, row_stride_, static_cast<int>(row_stride_), s.ids.as<int64_t>(),
                      s.offsets.as<int32_t>(), static_cast<int>(n), PoolingMode::kSum,
                      s.grads.as<float>(), row_stride_, stream);
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(
+  DLRM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host_out, s.grads.ptr, out_bytes, cudaMemcpyDeviceToHost, stream));
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
@@ -292,7 +292,7 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
                                                    out_stride, " < dim ", options_.dim));
   }
   if (batch == 0) return absl::OkStatus();
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
   LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
                      scratch_->offsets.as<int32_t>(), batch, mode, device_out, out_stride,
@@ -311,7 +311,7 @@ absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t
                                                    out_stride, " < dim ", options_.dim));
   }
   if (nnz == 0) return absl::OkStatus();
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   Scratch& s = *scratch_;
   DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
@@ -339,7 +339,7 @@ absl::Status GpuEmbeddingTable::ApplyRowGradients(const int64_t* ids, int64_t n,
     return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": id ", *dup,
                                                    " appears twice in ApplyRowGradients"));
   }
-  DLRM_EMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   DLRM_RETURN_IF_ERROR(StageInputs(ids, n, nullptr, 0));
   LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim,
                              scratch_->ids.as<int64_t>(), device_grads, n,
