@@ -50,40 +50,10 @@ struct PsService::Metrics {
   prometheus::Counter& rpc_errors;
 };
 
-// A free list of Lookup requests: parsed in place, their id buffers keep their capacity from
-// call to call. Shared with the calls, which may end after the service.
-class PsService::LookupRequests {
- public:
-  static constexpr size_t kMaxPooled = 8;
-  static constexpr size_t kMaxPooledBytes = 8 << 20;
-
-  std::unique_ptr<dlrm::v1::LookupRequest> Take() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!free_.empty()) {
-        std::unique_ptr<dlrm::v1::LookupRequest> r = std::move(free_.back());
-        free_.pop_back();
-        return r;
-      }
-    }
-    return std::make_unique<dlrm::v1::LookupRequest>();
-  }
-  void Return(std::unique_ptr<dlrm::v1::LookupRequest> r) {
-    if (r->ByteSizeLong() > kMaxPooledBytes) return;
-    r->Clear();
-    absl::MutexLock lock(&mu_);
-    if (free_.size() < kMaxPooled) free_.push_back(std::move(r));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<dlrm::v1::LookupRequest>> free_ ABSL_GUARDED_BY(mu_);
-};
-
 PsService::PsService(const PsServiceOptions& options)
     : options_(options),
       metrics_(std::make_unique<Metrics>(*options.metrics)),
-      lookup_requests_(std::make_shared<LookupRequests>()) {
+      lookup_requests_(std::make_shared<proto::MessagePool<dlrm::v1::LookupRequest>>()) {
   metrics_->memory_budget_bytes.Set(static_cast<double>(options.memory_budget_bytes));
 }
 
@@ -257,15 +227,15 @@ grpc::ServerUnaryReactor* PsService::UnloadJob(grpc::CallbackServerContext* cont
 // One Lookup being served, shared by its parts (contiguous groups of tables served on different
 // threads); the last part to finish answers the call.
 struct PsService::LookupCall {
-  LookupCall(std::shared_ptr<LookupRequests> pool, grpc::ByteBuffer* response_in,
-             grpc::ServerUnaryReactor* reactor_in)
+  LookupCall(std::shared_ptr<proto::MessagePool<dlrm::v1::LookupRequest>> pool,
+             grpc::ByteBuffer* response_in, grpc::ServerUnaryReactor* reactor_in)
       : requests(std::move(pool)),
         request(requests->Take()),
         response(response_in),
         reactor(reactor_in) {}
   ~LookupCall() { requests->Return(std::move(request)); }
 
-  const std::shared_ptr<LookupRequests> requests;
+  const std::shared_ptr<proto::MessagePool<dlrm::v1::LookupRequest>> requests;
   std::unique_ptr<dlrm::v1::LookupRequest> request;
   grpc::ByteBuffer* const response;
   grpc::ServerUnaryReactor* const reactor;

@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "proto/message_pool.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/ps_job.h"
 #include "server/ps_work_pool.h"
@@ -108,7 +109,6 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
 
  private:
   struct Metrics;
-  class LookupRequests;
   absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
   struct LookupCall;
   // Serves a Lookup on the calling (reactor) thread without waiting, as far as it can (see the
@@ -133,8 +133,9 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
 
   const PsServiceOptions options_;
   std::unique_ptr<Metrics> metrics_;
-  // Lookup requests are reused from call to call (their id buffers keep their capacity).
-  std::shared_ptr<LookupRequests> lookup_requests_;
+  // Lookup requests are reused from call to call (their id buffers keep their capacity); shared
+  // with the calls, which may end after the service.
+  std::shared_ptr<proto::MessagePool<dlrm::v1::LookupRequest>> lookup_requests_;
 
   absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
   mutable absl::Mutex mu_;

@@ -85,7 +85,7 @@ struct GrpcPsClient::Plan {
 struct GrpcPsClient::LookupCall {
   LookupCall(GrpcPsClient* owner_in, std::unique_ptr<dlrm::v1::LookupRequest> request_in)
       : owner(owner_in), request(std::move(request_in)) {}
-  ~LookupCall() { owner->ReturnLookupRequest(std::move(request)); }
+  ~LookupCall() { owner->lookup_requests_.Return(std::move(request)); }
 
   GrpcPsClient* const owner;
   std::unique_ptr<dlrm::v1::LookupRequest> request;
@@ -96,31 +96,6 @@ struct GrpcPsClient::LookupCall {
   grpc::Status status;
   int shard = 0;
 };
-
-namespace {
-// Pooled requests: at most this many, each of at most this many id bytes.
-constexpr size_t kMaxPooledLookups = 8;
-constexpr size_t kMaxPooledLookupBytes = 8 << 20;
-}  // namespace
-
-std::unique_ptr<dlrm::v1::LookupRequest> GrpcPsClient::TakeLookupRequest() {
-  {
-    absl::MutexLock lock(&pool_mu_);
-    if (!lookup_pool_.empty()) {
-      std::unique_ptr<dlrm::v1::LookupRequest> r = std::move(lookup_pool_.back());
-      lookup_pool_.pop_back();
-      return r;
-    }
-  }
-  return std::make_unique<dlrm::v1::LookupRequest>();
-}
-
-void GrpcPsClient::ReturnLookupRequest(std::unique_ptr<dlrm::v1::LookupRequest> r) {
-  if (r->ByteSizeLong() > kMaxPooledLookupBytes) return;
-  r->Clear();
-  absl::MutexLock lock(&pool_mu_);
-  if (lookup_pool_.size() < kMaxPooledLookups) lookup_pool_.push_back(std::move(r));
-}
 
 GrpcPsClient::GrpcPsClient(const PsClientOptions& options) : options_(options) {}
 GrpcPsClient::~GrpcPsClient() = default;
@@ -257,7 +232,7 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
   std::vector<std::unique_ptr<LookupCall>> calls;
   for (const Plan::Chunk& chunk : plan.chunks) {
     if (chunk.entries.empty()) continue;
-    auto call = std::make_unique<LookupCall>(this, TakeLookupRequest());
+    auto call = std::make_unique<LookupCall>(this, lookup_requests_.Take());
     call->shard = chunk.shard;
     common::SetDeadline(&call->context, options_.rpc_timeout);
     dlrm::v1::LookupRequest& req = *call->request;

@@ -35,6 +35,7 @@
 #include "embedding/sparse_optimizer_options.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/lookup_wire.h"
+#include "proto/message_pool.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace dlrm::worker {
@@ -95,8 +96,6 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   using LookupStub = grpc::TemplatedGenericStub<dlrm::v1::LookupRequest, proto::LookupRowsSink>;
   explicit GrpcPsClient(const PsClientOptions& options);
   // A cleared request/response pair from the pool (or a new one); back to the pool when done.
-  std::unique_ptr<dlrm::v1::LookupRequest> TakeLookupRequest();
-  void ReturnLookupRequest(std::unique_ptr<dlrm::v1::LookupRequest> request);
   absl::Status CheckRequests(absl::Span<const embedding::TableRows> requests,
                              bool with_values) const;
   // Groups ids by shard and splits them into chunks.
@@ -111,10 +110,8 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   int64_t max_stored_rows_per_request_ = 0;  // for full rows (up to 3 x dim + 1 floats)
   std::vector<std::unique_ptr<dlrm::v1::ParameterServer::Stub>> stubs_;
   std::vector<std::unique_ptr<LookupStub>> lookup_stubs_;  // Lookup, decoding rows in place
-  // Lookup messages reused from call to call, so that their id and row buffers keep their
-  // capacity (a steady stream of lookups allocates and page-faults no payload memory).
-  absl::Mutex pool_mu_;
-  std::vector<std::unique_ptr<dlrm::v1::LookupRequest>> lookup_pool_ ABSL_GUARDED_BY(pool_mu_);
+  // Lookup requests reused from call to call, so that their id buffers keep their capacity.
+  proto::MessagePool<dlrm::v1::LookupRequest> lookup_requests_;
 };
 
 // The LoadJob message for shard `shard_index` of `shard_count`.
