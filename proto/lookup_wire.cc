@@ -109,8 +109,8 @@ class BufferPool {
     void* data = nullptr;
     size_t capacity = 0;
   };
-  static constexpr size_t kMaxPooled = 16;
-  static constexpr size_t kMaxPooledBytes = size_t{64} << 20;
+  static constexpr size_t kMaxPooled = 8;
+  static constexpr size_t kMaxPooledBytes = size_t{16} << 20;  // at most 128 MB kept
 
   static BufferPool& Get() {
     static BufferPool* pool = new BufferPool;

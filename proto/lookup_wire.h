@@ -31,7 +31,8 @@ namespace dlrm::proto {
 inline constexpr char kLookupMethod[] = "/dlrm.v1.ParameterServer/Lookup";
 
 // Server side: the answer to one Lookup, its rows in one 64-byte-aligned buffer (taken from a
-// process-wide pool of at most 16 buffers, to which gRPC returns it after sending it).
+// process-wide pool of at most 8 buffers of up to 16 MB, to which gRPC returns it after sending
+// it).
 class LookupAnswer {
  public:
   struct Table {
