@@ -2,9 +2,10 @@
 // moves the same bytes, measured in one run (issue 3, item 11: target ratio >= 0.7).
 //
 // Shape: kaggle-shape (26 tables at the Criteo Kaggle cardinalities), 2048 samples x 26 ids per
-// request, ids drawn from a Zipf sampler per table and deduplicated per table (what the trainer
-// sends), dim 16 and 64. The PS side is GrpcPsClient::Lookup against one ParameterServer. Two
-// baselines carry the same id bytes and answer a pre-built payload of the rows' size, inline:
+// request, ids drawn from a Zipf sampler per table, dim 16 and 64; by default deduplicated per
+// table (what the trainer sends: about 15.3k ids), with --dedup 0 all 53,248 as drawn. The PS side
+// is GrpcPsClient::Lookup against one ParameterServer. Two baselines carry the same id bytes and
+// answer a pre-built payload of the rows' size, inline:
 //   bare      dlrm.v1.Bench/Transfer with generated messages on both sides: the target's "bare
 //             gRPC call" (ratio = PS rows/s over this one's);
 //   bare_raw  dlrm.v1.Bench/TransferZeroCopy: the same bytes on the wire, sent from a static buffer
@@ -14,7 +15,8 @@
 // memory tier. Blocks of the three alternate to share noise.
 //
 //   build/bin/ps_lookup_bench [--seconds 1.5] [--dims 16,64] [--zipf 1.05] [--ps-threads 2]
-//                             [--bare 0]   (0: skip the baseline, to profile the PS path alone)
+//                             [--dedup 0] [--max-rows N]
+//                             [--bare 0]   (0: skip the baselines, to profile the PS path alone)
 //
 // Prints one JSON object to stdout.
 #include <unistd.h>
@@ -142,6 +144,7 @@ struct Flags {
   int ps_threads = 2;
   int64_t max_rows = 0;  // PsClientOptions::max_rows_per_request (0: the client's default)
   bool bare = true;      // --bare 0: time the PS path only (for profiling it)
+  bool dedup = true;     // --dedup 0: all 2048 x 26 ids per request, repeats included
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -160,6 +163,9 @@ Flags ParseFlags(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &f.max_rows);
     } else if (key == "--ps-threads") {
       ok = absl::SimpleAtoi(value, &f.ps_threads);
+    } else if (key == "--dedup") {
+      ok = value == "0" || value == "1";
+      f.dedup = value == "1";
     } else if (key == "--bare") {
       ok = value == "0" || value == "1";
       f.bare = value == "1";
@@ -181,8 +187,9 @@ Flags ParseFlags(int argc, char** argv) {
   return f;
 }
 
-// `count` batches of deduplicated kaggle-shape ids (per table: the unique ids of 2048 samples).
-std::vector<std::vector<embedding::TableRows>> MakeBatches(int count, double exponent) {
+// `count` batches of kaggle-shape ids: per table the ids of 2048 samples, deduplicated (what the
+// trainer sends) or as drawn (2048 x 26 = 53,248 ids, repeats included).
+std::vector<std::vector<embedding::TableRows>> MakeBatches(int count, double exponent, bool dedup) {
   std::vector<worker::ZipfSampler> samplers;
   for (int64_t rows : kKaggleRows) samplers.emplace_back(rows, exponent);
   worker::Xoshiro256 rng(2024);
@@ -191,8 +198,12 @@ std::vector<std::vector<embedding::TableRows>> MakeBatches(int count, double exp
   for (auto& batch : batches) {
     for (int t = 0; t < 26; ++t) {
       for (int i = 0; i < kBatch; ++i) ids[i] = samplers[t].Sample(rng) - 1;
-      embedding::Deduplicate(ids, &unique, &inverse);
-      batch.push_back({t, unique, {}});
+      if (dedup) {
+        embedding::Deduplicate(ids, &unique, &inverse);
+        batch.push_back({t, unique, {}});
+      } else {
+        batch.push_back({t, ids, {}});
+      }
     }
   }
   return batches;
@@ -211,7 +222,7 @@ struct Timing {
 };
 
 int Run(const Flags& flags) {
-  const auto batches = MakeBatches(flags.batches, flags.zipf);
+  const auto batches = MakeBatches(flags.batches, flags.zipf, flags.dedup);
   int64_t max_unique = 0, total_unique = 0;
   for (const auto& b : batches) {
     max_unique = std::max(max_unique, UniqueIds(b));
@@ -348,6 +359,7 @@ int Run(const Flags& flags) {
                         {"samples_per_request", kBatch},
                         {"tables", 26},
                         {"zipf_exponent", flags.zipf},
+                        {"deduplicated", flags.dedup},
                         {"ps_threads", flags.ps_threads},
                         {"seconds_per_dim", flags.seconds},
                         {"target_ratio", 0.7},
