@@ -11,7 +11,8 @@ run() {
 }
 run "$bin/dlrm" bench --shape kaggle-shape
 run "$bin/dlrm" bench --shape model1 --steps 5 --rounds 2
-run "$bin/ps_lookup_bench"
+run "$bin/ps_lookup_bench" --dedup 0   # the issue's request shape: 2048 x 26 ids
+run "$bin/ps_lookup_bench"             # deduplicated, as the trainer sends them
 run "$bin/pipeline_bench"
 run "$bin/hot_traffic_bench"
 run "$(dirname "$0")/local_vs_train.sh" "$build"
