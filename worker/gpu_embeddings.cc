@@ -3,7 +3,6 @@
 #include "worker/gpu_embeddings.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <thread>
 #include <utility>
@@ -14,6 +13,7 @@
 #include "embedding/cuda/gpu_embedding_table.h"
 #include "embedding/parallel.h"
 #include "embedding/row_init.h"
+#include "worker/fused_bags.h"
 
 namespace dlrm::worker {
 namespace {
@@ -35,12 +35,8 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
                             ? options_.init_threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     embedding::ParallelPool pool(threads - 1);
-    int64_t total_rows = 0;
-    for (const embedding::TableConfig& c : options_.tables) {
-      bases_.push_back(total_rows);
-      total_rows += c.rows;
-    }
-    bases_.push_back(total_rows);
+    bases_ = FusedBases(options_.tables);
+    const int64_t total_rows = bases_.back();
     embedding::cuda::GpuEmbeddingTableOptions o;
     o.name = absl::StrCat(options_.tables.size(), " tables");
     o.rows = total_rows;
@@ -73,13 +69,13 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
 
   absl::Status Lookup(const Batch& batch, float* device_emb) override {
     DLRM_RETURN_IF_ERROR(FuseBags(batch));
-    return table_->Lookup(ids_.data(), offsets_.data(), batch.size * num_tables(), options_.pooling,
-                          device_emb, dim());
+    return table_->Lookup(bags_.ids.data(), bags_.offsets.data(), batch.size * num_tables(),
+                          options_.pooling, device_emb, dim());
   }
 
   absl::Status ApplyGradients(const Batch& batch, const float* device_demb) override {
     DLRM_RETURN_IF_ERROR(FuseBags(batch));
-    return table_->ApplyGradients(ids_.data(), offsets_.data(), batch.size * num_tables(),
+    return table_->ApplyGradients(bags_.ids.data(), bags_.offsets.data(), batch.size * num_tables(),
                                   options_.pooling, device_demb, dim());
   }
 
@@ -133,56 +129,14 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
   absl::Status CheckIds(int t, absl::Span<const int64_t> ids) const {
     return embedding::CheckIdsInTable(t, options_.tables[t], ids);
   }
-  // Checks the batch (naming the table and id of a bad one) and lays its bags out sample-major
-  // in ids_ / offsets_ with fused row numbers: bag b * T + t is sample b's ids of table t.
   absl::Status FuseBags(const Batch& batch) {
-    const int tables = num_tables();
-    if (static_cast<int>(batch.sparse.size()) != tables) {
-      return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.sparse.size(),
-                                                     " sparse features; the GPU holds ", tables,
-                                                     " tables"));
-    }
-    size_t nnz = 0;
-    for (int t = 0; t < tables; ++t) {
-      const SparseFeature& f = batch.sparse[t];
-      if (f.offsets.size() != static_cast<size_t>(batch.size) + 1 || f.offsets.front() != 0 ||
-          f.offsets.back() != static_cast<int32_t>(f.ids.size())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table ", t, ": ", f.offsets.size(), " offsets ending at ",
-                         f.offsets.empty() ? 0 : f.offsets.back(), " for ", batch.size,
-                         " samples and ", f.ids.size(), " ids"));
-      }
-      for (int b = 0; b < batch.size; ++b) {
-        if (f.offsets[b + 1] < f.offsets[b]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("table ", t, ": offsets decrease at sample ", b));
-        }
-      }
-      DLRM_RETURN_IF_ERROR(CheckIds(t, f.ids));
-      nnz += f.ids.size();
-    }
-    if (nnz > static_cast<size_t>(INT32_MAX)) {
-      return absl::InvalidArgumentError(absl::StrCat("batch has ", nnz, " ids, more than 2^31"));
-    }
-    ids_.resize(nnz);
-    offsets_.resize(static_cast<size_t>(batch.size) * tables + 1);
-    int32_t at = 0;
-    for (int b = 0; b < batch.size; ++b) {
-      for (int t = 0; t < tables; ++t) {
-        const SparseFeature& f = batch.sparse[t];
-        offsets_[static_cast<size_t>(b) * tables + t] = at;
-        for (int32_t j = f.offsets[b]; j < f.offsets[b + 1]; ++j) ids_[at++] = bases_[t] + f.ids[j];
-      }
-    }
-    offsets_.back() = at;
-    return absl::OkStatus();
+    return worker::FuseBags(batch, options_.tables, bases_, &bags_);
   }
 
   GpuEmbeddingsOptions options_;
   std::vector<int64_t> bases_;  // fused row of each table's row 0, then the total rows
   std::unique_ptr<GpuEmbeddingTable> table_;
-  std::vector<int64_t> ids_;      // the batch's bags, sample-major, as fused rows
-  std::vector<int32_t> offsets_;  // batch x T + 1 bag bounds into ids_
+  FusedBags bags_;  // the last batch's bags (fused_bags.h)
   int64_t bytes_ = 0;
 };
 
