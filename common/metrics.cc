@@ -41,47 +41,38 @@ absl::StatusOr<std::unique_ptr<MetricsRegistry>> MetricsRegistry::Create(
       new MetricsRegistry(std::move(registry), std::move(exposer), port));
 }
 
-prometheus::Counter& MetricsRegistry::Counter(const std::string& name, const std::string& help,
-                                              const MetricLabels& labels) {
+namespace {
+
+// Registers (or finds) the family `name` and returns its metric with `labels` (extra: the
+// histogram's buckets). A name or label prometheus-cpp refuses is a programming error.
+template <typename Metric, typename... Extra>
+Metric& AddMetric(prometheus::detail::Builder<Metric> builder, prometheus::Registry& registry,
+                  const std::string& name, const std::string& help, const MetricLabels& labels,
+                  const Extra&... extra) {
   try {
-    return prometheus::BuildCounter()
-        .Name(DlrmMetricName(name))
-        .Help(help)
-        .Register(*registry_)
-        .Add(labels);
+    return builder.Name(DlrmMetricName(name)).Help(help).Register(registry).Add(labels, extra...);
   } catch (const std::exception& e) {
     DLRM_CHECK(false) << "metric " << name << ": " << e.what();
     throw;
   }
 }
 
+}  // namespace
+
+prometheus::Counter& MetricsRegistry::Counter(const std::string& name, const std::string& help,
+                                              const MetricLabels& labels) {
+  return AddMetric(prometheus::BuildCounter(), *registry_, name, help, labels);
+}
+
 prometheus::Gauge& MetricsRegistry::Gauge(const std::string& name, const std::string& help,
                                           const MetricLabels& labels) {
-  try {
-    return prometheus::BuildGauge()
-        .Name(DlrmMetricName(name))
-        .Help(help)
-        .Register(*registry_)
-        .Add(labels);
-  } catch (const std::exception& e) {
-    DLRM_CHECK(false) << "metric " << name << ": " << e.what();
-    throw;
-  }
+  return AddMetric(prometheus::BuildGauge(), *registry_, name, help, labels);
 }
 
 prometheus::Histogram& MetricsRegistry::Histogram(const std::string& name, const std::string& help,
                                                   const std::vector<double>& buckets,
                                                   const MetricLabels& labels) {
-  try {
-    return prometheus::BuildHistogram()
-        .Name(DlrmMetricName(name))
-        .Help(help)
-        .Register(*registry_)
-        .Add(labels, buckets);
-  } catch (const std::exception& e) {
-    DLRM_CHECK(false) << "metric " << name << ": " << e.what();
-    throw;
-  }
+  return AddMetric(prometheus::BuildHistogram(), *registry_, name, help, labels, buckets);
 }
 
 std::vector<double> MetricsRegistry::LatencyBuckets() {
