@@ -15,6 +15,7 @@
 #include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "nlohmann/json.hpp"
+#include "worker/hot_rows.h"
 #include "worker/input/zipf_sampler.h"
 #include "worker/train_command.h"
 #include "worker/trainer.h"
@@ -123,6 +124,25 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
   std::vector<worker::Batch> batches =
       MakeBatches(shape, spec.batch_size, num_batches, options.zipf_exponent, options.seed + 7);
 
+  int64_t hot_rows = 0;
+  if (options.hot_budget_bytes > 0 && !trainer->gpu_tables()) {
+    // The most frequent ids of a sample drawn like the timed batches but not the same ones (so
+    // the hit rate is the distribution's, not a memorised set's), as a worker samples its input.
+    worker::HotSetSelector selector(store_options.tables, state);
+    for (const worker::Batch& b : MakeBatches(shape, spec.batch_size, num_batches,
+                                              options.zipf_exponent, options.seed + 11)) {
+      selector.Add(b);
+    }
+    worker::HotRowCacheOptions hot_options;
+    hot_options.tables = store_options.tables;
+    hot_options.optimizer = store_options.optimizer;
+    hot_options.seed = spec.seed;
+    DLRM_ASSIGN_OR_RETURN(auto cache, worker::HotRowCache::Create(
+                                          hot_options, selector.Select(options.hot_budget_bytes)));
+    hot_rows = cache->total_rows();
+    DLRM_RETURN_IF_ERROR(trainer->SetHotRows(std::move(cache)));
+  }
+
   // Stage times of the full step, so the report shows where the non-GEMM time goes.
   double prepare_s = 0, fetch_s = 0, compute_s = 0, push_s = 0;
   int64_t step_index = 0;
@@ -184,6 +204,12 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
   j["device"] = backend->name();
   j["math_mode"] = options.math_mode;
   j["tables_on_gpu"] = trainer->gpu_tables();
+  j["hot_rows"] = hot_rows;
+  j["hot_rows_on_gpu"] = hot_rows > 0 && trainer->gpu_hot_rows();
+  const worker::TrainerCounters counters = trainer->counters();
+  j["hot_hit_rate"] =
+      counters.ids > 0 ? static_cast<double>(counters.hot_ids) / static_cast<double>(counters.ids)
+                       : 0.0;
   j["batch_size"] = spec.batch_size;
   j["threads"] =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());

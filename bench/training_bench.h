@@ -23,6 +23,9 @@ struct TrainingBenchOptions {
   // CUDA: the tables live in GPU memory when they take at most this many bytes with their
   // optimizer state (-1 = 80% of free device memory, 0 = never, i.e. pooled on the host).
   int64_t gpu_table_budget_bytes = -1;
+  // Tables in the store (not on the GPU): bytes of hot rows replicated by the trainer, chosen
+  // from the benchmark's batches (GPU memory on CUDA, worker/gpu_hot_rows.h); 0 = none.
+  int64_t hot_budget_bytes = 0;
   uint64_t seed = 1;
 };
 

@@ -103,6 +103,13 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)");
   cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids");
   cmd->add_option("--device", options.device, "cpu | cuda | auto");
+  cmd->add_option("--math-mode", options.math_mode, "CUDA GEMMs: fp32 | tf32 | bf16");
+  cmd->add_option("--gpu-table-budget", options.gpu_table_budget_bytes,
+                  "CUDA: bytes of tables (with optimizer state) kept in GPU memory when they fit "
+                  "(-1 = 80% of free device memory, 0 = never: the store serves the rows)");
+  cmd->add_option("--hot-budget", options.hot_budget_bytes,
+                  "Bytes of hot rows replicated on the worker (GPU memory on CUDA), chosen from "
+                  "a sample of batches like the timed ones; 0 = none");
   cmd->callback([run] {
     *run = [] {
       auto json = bench::RunTrainingBench(options);

@@ -3,6 +3,9 @@
 // sample-major order (bag b * T + t is sample b's ids of table t, as fused rows), so that a pooled
 // gather writing bag i at out + i * dim produces the interaction input [batch x T x dim] in one
 // call. The GPU tables (worker/gpu_embeddings.h) use it; it is plain host code, tested on the CPU.
+//
+// FuseHotColdBags does the same for a GPU worker whose rows come from the parameter servers and
+// its GPU hot rows (worker/gpu_hot_rows.h): the bags then index a step's distinct rows.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +31,27 @@ struct FusedBags {
 // an id out of its table's range (CheckIdsInTable's message), or more than 2^31 - 1 ids.
 absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfig> tables,
                       absl::Span<const int64_t> bases, FusedBags* out);
+
+// The bags of a step whose distinct rows are laid out as
+//   [cold rows of table 0, of table 1, ... | hot rows of table 0, of table 1, ...]
+// (embedding/cuda/gpu_hot_cache.h), built from the trainer's per-table split of the batch's
+// distinct ids (Trainer::PrepareSparse): table t has cold_counts[t] cold rows and the hot rows
+// hot_slots[t] (slots of table t in the hot set), and sample entry j of table t is row
+// inverse[t][j] of [its cold rows..., its hot rows...]. Bags are sample-major, as FuseBags'.
+struct HotColdBags {
+  std::vector<int64_t> indices;     // rows of the concatenation, bag after bag
+  std::vector<int32_t> offsets;     // batch x T + 1 bag bounds into indices
+  std::vector<int64_t> hot_slots;   // hot-set slot of each hot row (hot_bases[t] + table slot)
+  std::vector<int64_t> cold_bases;  // T + 1: table t's cold rows start at row cold_bases[t]
+  int64_t num_cold() const { return cold_bases.empty() ? 0 : cold_bases.back(); }
+};
+
+// hot_bases[t]: first hot-set slot of table t; hot_bases[T]: the hot set's size.
+// INVALID_ARGUMENT naming the table for inputs that do not describe the batch (a wrong number of
+// tables or entries, an entry or slot out of range), or more than 2^31 - 1 ids.
+absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_counts,
+                             absl::Span<const std::vector<int32_t>> hot_slots,
+                             absl::Span<const std::vector<int64_t>> inverse,
+                             absl::Span<const int64_t> hot_bases, HotColdBags* out);
 
 }  // namespace dlrm::worker

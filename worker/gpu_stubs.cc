@@ -1,10 +1,11 @@
 // The GPU pieces of the worker in a build without CUDA: every factory answers UNIMPLEMENTED, so
-// callers fall back to (or report) the CPU path. Replaced by gpu_embeddings.cc, gpu_input.cc and
-// gpu_allreducer.cc when DLRM_CUDA_ENABLED.
+// callers fall back to (or report) the CPU path. Replaced by gpu_embeddings.cc, gpu_hot_rows.cc,
+// gpu_input.cc and gpu_allreducer.cc when DLRM_CUDA_ENABLED.
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/gpu_allreducer.h"
 #include "worker/gpu_embeddings.h"
+#include "worker/gpu_hot_rows.h"
 #include "worker/gpu_input.h"
 
 namespace dlrm::worker {
@@ -27,6 +28,12 @@ absl::StatusOr<std::unique_ptr<GpuEmbeddings>> GpuEmbeddings::Create(const GpuEm
 
 absl::StatusOr<std::unique_ptr<GpuInputStager>> GpuInputStager::Create(dense::Backend*, int, int) {
   return NoCuda("GPU input staging");
+}
+
+bool GpuHotRows::Available() { return false; }
+
+absl::StatusOr<std::unique_ptr<GpuHotRows>> GpuHotRows::Create(const GpuHotRowsOptions&) {
+  return NoCuda("GPU hot rows");
 }
 
 bool NcclAllReducer::Available() { return false; }

@@ -63,6 +63,7 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {}
 Trainer::~Trainer() {
   // They may still have work queued that reads the buffers below.
   gpu_tables_.reset();
+  gpu_hot_.reset();
   input_stager_.reset();
   dense::Backend* b = options_.backend;
   for (float* p : {dense_dev_, emb_dev_, demb_dev_, probs_dev_}) {
@@ -124,6 +125,22 @@ absl::Status Trainer::InitGpu() {
   const common::JobSpec& spec = options_.spec;
   DLRM_ASSIGN_OR_RETURN(input_stager_,
                         GpuInputStager::Create(b, spec.batch_size, spec.dense_features));
+  DLRM_RETURN_IF_ERROR(InitGpuTables());
+  if (gpu_tables_ != nullptr) return absl::OkStatus();
+  GpuHotRowsOptions hot;
+  hot.tables = options_.store->tables();
+  DLRM_ASSIGN_OR_RETURN(hot.optimizer, SparseOptimizerFromSpec(spec));
+  hot.pooling = pooling_;
+  hot.backend = b;
+  hot.device_reducer = options_.device_allreducer;
+  hot.host_reducer = options_.allreducer;
+  DLRM_ASSIGN_OR_RETURN(gpu_hot_, GpuHotRows::Create(hot));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::InitGpuTables() {
+  dense::Backend* b = options_.backend;
+  const common::JobSpec& spec = options_.spec;
   int64_t budget = options_.gpu_table_budget_bytes;
   if (budget == 0) return absl::OkStatus();
   if (options_.allreducer != nullptr || options_.device_allreducer != nullptr) {
@@ -332,10 +349,18 @@ absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
     return absl::InvalidArgumentError(
         absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables_));
   }
+  if (gpu_hot_ != nullptr && cache != nullptr) DLRM_RETURN_IF_ERROR(gpu_hot_->Upload(*cache));
   hot_ = std::move(cache);
   combined_.assign(num_tables_, {});
-  hot_grads_.assign(hot_ ? hot_->grad_floats() + hot_->total_rows() : 0, 0.0f);
+  // The host cache's gradient buffers; GPU hot rows keep theirs on the device.
+  hot_grads_.assign(hot_ && gpu_hot_ == nullptr ? hot_->grad_floats() + hot_->total_rows() : 0,
+                    0.0f);
   return absl::OkStatus();
+}
+
+absl::Status Trainer::SyncHotRowsToHost() {
+  if (gpu_hot_ == nullptr || hot_ == nullptr) return absl::OkStatus();
+  return gpu_hot_->Download(hot_.get());
 }
 
 absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids,
@@ -357,6 +382,8 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
         auto empty, HotRowCache::Create(options, std::vector<std::vector<int64_t>>(num_tables_)));
     DLRM_RETURN_IF_ERROR(SetHotRows(std::move(empty)));
   }
+  // The trained values of GPU hot rows: those leaving are written back, those staying kept.
+  DLRM_RETURN_IF_ERROR(SyncHotRowsToHost());
   const auto leaving = hot_->LeavingIds(hot_ids);
   const auto missing = hot_->MissingIds(hot_ids);
   if (write_back) {
@@ -388,6 +415,7 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
   std::vector<std::vector<float>> incoming(num_tables_);
   for (auto& r : in) incoming[r.table] = std::move(r.values);
   hot_->Rebuild(hot_ids, incoming);
+  if (gpu_hot_ != nullptr) return gpu_hot_->Upload(*hot_);
   hot_grads_.assign(hot_->grad_floats() + hot_->total_rows(), 0.0f);
   return absl::OkStatus();
 }
@@ -434,6 +462,8 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   float* demb = demb_host_.data();
   if (gpu_tables_ != nullptr) {
     DLRM_RETURN_IF_ERROR(gpu_tables_->Lookup(batch, emb_dev_));
+  } else if (gpu_hot_ != nullptr) {
+    DLRM_RETURN_IF_ERROR(gpu_hot_->Lookup(batch, *work, emb_dev_));
   } else {
     Pool(batch, *work);
     if (emb_dev_ != nullptr) b->CopyFromHost(emb_host_.data(), emb_dev_, emb_floats);
@@ -450,25 +480,30 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   if (emb_dev_ != nullptr) {
     // TrainStep was the last reader of the staged inputs.
     DLRM_RETURN_IF_ERROR(input_stager_->Release(staged));
-    if (gpu_tables_ == nullptr) b->CopyToHost(demb_dev_, demb_host_.data(), emb_floats);
+    if (gpu_tables_ == nullptr && gpu_hot_ == nullptr) {
+      b->CopyToHost(demb_dev_, demb_host_.data(), emb_floats);
+    }
   }
   DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
   model_->ApplyOptimizer();
 
   if (gpu_tables_ != nullptr) {
     DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(batch, demb_dev_));
-    counters_.samples += batch.size;
-    counters_.ids += work->ids;
     work->grads.assign(num_tables_, {});
-    ++steps_done_;
+    FinishStep(batch, *work);
     return loss;
   }
 
   // Embedding gradients, summed over duplicate ids. Scaled by 1/world so that, like the dense
   // gradients, a row's update is the gradient of the mean loss over all workers' samples (hot
   // rows are summed by the allreduce and scaled there).
-  const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   const int world = options_.allreducer ? options_.allreducer->world_size() : 1;
+  if (gpu_hot_ != nullptr) {
+    DLRM_RETURN_IF_ERROR(gpu_hot_->Backward(work, demb_dev_, 1.0f / static_cast<float>(world)));
+    FinishStep(batch, *work);
+    return loss;
+  }
+  const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   work->grads.resize(num_tables_);
   combined_grads_.resize(num_tables_);
   // Tables write their own gradient buffers and disjoint rows of hot_grads_.
@@ -506,16 +541,20 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
       for (float& v : g.values) v *= scale;
     }
   });
-  int64_t cold_rows = 0;
-  for (const auto& g : work->grads) cold_rows += static_cast<int64_t>(g.ids.size());
   DLRM_RETURN_IF_ERROR(ApplyHotGradients());
+  FinishStep(batch, *work);
+  return loss;
+}
+
+void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
+  int64_t cold_rows = 0;
+  for (const auto& g : work.grads) cold_rows += static_cast<int64_t>(g.ids.size());
   counters_.samples += batch.size;
-  counters_.ids += work->ids;
-  counters_.hot_ids += work->hot_ids;
+  counters_.ids += work.ids;
+  counters_.hot_ids += work.hot_ids;
   counters_.store_rows += 2 * cold_rows;  // fetched, then pushed
   counters_.store_bytes += 2 * cold_rows * (8 + 4 * static_cast<int64_t>(dim_));
   ++steps_done_;
-  return loss;
 }
 
 absl::Status Trainer::PushGradients(const SparseWork& work) const {
@@ -548,12 +587,14 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
     DLRM_RETURN_IF_ERROR(FetchRows(&work));
     if (gpu_tables_ != nullptr) {
       DLRM_RETURN_IF_ERROR(gpu_tables_->Lookup(batch, emb_dev_));
+    } else if (gpu_hot_ != nullptr) {
+      DLRM_RETURN_IF_ERROR(gpu_hot_->Lookup(batch, work, emb_dev_));
     } else {
       Pool(batch, work);
     }
     if (emb_dev_ != nullptr) {
       b->CopyFromHost(batch.dense.data(), dense_dev_, batch.dense.size());
-      if (gpu_tables_ == nullptr) {
+      if (gpu_tables_ == nullptr && gpu_hot_ == nullptr) {
         b->CopyFromHost(emb_host_.data(), emb_dev_,
                         static_cast<size_t>(batch.size) * num_tables_ * dim_);
       }

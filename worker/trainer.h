@@ -18,8 +18,11 @@
 // worker only), every table lives in GPU memory (GpuEmbeddings): Compute pools straight into the
 // backend's embedding input and applies the sparse optimizer on the device, PrepareSparse,
 // FetchRows and PushGradients have nothing to do, and the store is neither read nor updated
-// while training (CopyEmbeddingsToStore writes the tables back). A DeviceAllReducer (NCCL) sums
-// the dense gradients in device memory; otherwise they are staged to the host for `allreducer`.
+// while training (CopyEmbeddingsToStore writes the tables back). Otherwise (the parameter
+// servers, or tables too big for the device) the hot rows live in GPU memory (GpuHotRows): Compute
+// uploads the batch's distinct cold rows, pools and aggregates gradients on the device and brings
+// back only the cold rows' gradients for the push. A DeviceAllReducer (NCCL) sums the dense and
+// hot-row gradients in device memory; otherwise they are staged to the host for `allreducer`.
 #pragma once
 
 #include <atomic>
@@ -39,6 +42,7 @@
 #include "worker/collective.h"
 #include "worker/gpu_allreducer.h"
 #include "worker/gpu_embeddings.h"
+#include "worker/gpu_hot_rows.h"
 #include "worker/gpu_input.h"
 #include "worker/hot_rows.h"
 #include "worker/input/batch_reader.h"
@@ -133,7 +137,14 @@ class Trainer {
   // one rank writes, after a barrier), rows joining it are read from the store. REQUIRES: no
   // step in flight and every push of every worker completed.
   absl::Status MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids, bool write_back);
+  // The hot set. With GPU hot rows (gpu_hot_rows()) its values are those of the last migration
+  // or SyncHotRowsToHost, not the trained ones; its ids and slots are always current.
   const HotRowCache* hot_rows() const { return hot_.get(); }
+  // True when the hot rows live in GPU memory (a CUDA backend without GPU tables).
+  bool gpu_hot_rows() const { return gpu_hot_ != nullptr; }
+  // With GPU hot rows: copies their trained values into hot_rows(). A no-op otherwise.
+  // REQUIRES: no step in flight.
+  absl::Status SyncHotRowsToHost();
   // Called by Compute with every training batch (on the compute thread), e.g. to count ids for
   // re-checking the hot set. Set before training starts.
   void set_batch_observer(std::function<void(const Batch&)> observer) {
@@ -161,8 +172,14 @@ class Trainer {
   absl::Status ApplyHotGradients();
   // Averages the dense gradients over the workers (no-op for a single worker).
   absl::Status AllReduceDenseGradients();
-  // Sets up input staging and, when the budget allows, GPU tables (CUDA backend only).
+  // Sets up input staging and GPU tables when the budget allows, else GPU hot rows (CUDA
+  // backend only).
   absl::Status InitGpu();
+  // Creates gpu_tables_ when the tables fit options_.gpu_table_budget_bytes; leaves it null
+  // otherwise.
+  absl::Status InitGpuTables();
+  // Counters and step count at the end of Compute, once work->grads holds the cold gradients.
+  void FinishStep(const Batch& batch, const SparseWork& work);
 
   TrainerOptions options_;
   int num_tables_ = 0;
@@ -183,6 +200,7 @@ class Trainer {
   std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
   std::unique_ptr<GpuInputStager> input_stager_;  // CUDA backend: dense features and labels
   std::unique_ptr<GpuEmbeddings> gpu_tables_;     // CUDA backend: tables in device memory
+  std::unique_ptr<GpuHotRows> gpu_hot_;           // CUDA backend without gpu_tables_
   std::unique_ptr<HotRowCache> hot_;
   std::function<void(const Batch&)> batch_observer_;
   std::vector<std::vector<float>> combined_;        // per table: [cold..., hot...] rows (hot path)

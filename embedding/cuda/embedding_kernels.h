@@ -46,4 +46,19 @@ void LaunchApplySparseOptimizer(const SparseOptimizerOptions& options, float* ro
                                 int64_t row_stride, int dim, const int64_t* slots,
                                 const float* grads, int64_t n, cudaStream_t stream);
 
+// ---- hot_cache_kernels.cu: the hot rows of a GPU worker (gpu_hot_cache.h) ----
+
+// out[i * out_stride + k] = rows[slots[i] * row_stride + k] for k < dim: the weights of n rows.
+void LaunchGatherRows(const float* rows, int64_t row_stride, int dim, const int64_t* slots,
+                      int64_t n, float* out, int64_t out_stride, cudaStream_t stream);
+
+// For n DISTINCT slots: dense[slots[i] * dim + k] += scale * grads[i * dim + k] and
+// touched[slots[i]] += 1 (no atomics: distinct slots never collide).
+void LaunchScatterRowsToDense(const float* grads, const int64_t* slots, int64_t n, int dim,
+                              float scale, float* dense, float* touched, cudaStream_t stream);
+
+// slots[r] = touched[r] > 0 ? r : -1 for r < rows (LaunchApplySparseOptimizer skips -1).
+void LaunchSlotsFromTouched(const float* touched, int64_t rows, int64_t* slots,
+                            cudaStream_t stream);
+
 }  // namespace dlrm::embedding::cuda

@@ -9,39 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "embedding/cuda/cuda_util.h"
+#include "embedding/cuda/device_buffer.h"
 #include "embedding/cuda/embedding_kernels.h"
 
 namespace dlrm::embedding::cuda {
-namespace {
-
-constexpr size_t kAlign = 256;
-size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// Device memory that grows on demand. Growing waits for the stream: queued work may still read
-// the old buffer.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  ~DeviceBuffer() { cudaFree(ptr); }
-  absl::Status Reserve(size_t needed, cudaStream_t stream) {
-    if (needed <= bytes) return absl::OkStatus();
-    DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    DLRM_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
-    ptr = nullptr;
-    bytes = 0;
-    needed = AlignUp(needed + needed / 4);  // headroom: batches vary in size
-    DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, needed));
-    bytes = needed;
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() {
-    return static_cast<T*>(ptr);
-  }
-};
-
-}  // namespace
-
 struct GpuEmbeddingTable::Scratch {
   DeviceBuffer ids;        // int64 ids, nnz
   DeviceBuffer offsets;    // int32, batch + 1
@@ -49,8 +20,7 @@ struct GpuEmbeddingTable::Scratch {
   DeviceBuffer slots;      // int64, nnz
   DeviceBuffer workspace;  // scatter sort workspace
   // Pinned staging of host inputs; `staged` is recorded after the copies out of it.
-  void* pinned = nullptr;
-  size_t pinned_bytes = 0;
+  PinnedBuffer pinned;
   cudaEvent_t staged = nullptr;
   std::vector<int32_t> iota;  // offsets 0..n for ReadRows
   ~Scratch() {
@@ -58,7 +28,6 @@ struct GpuEmbeddingTable::Scratch {
       cudaEventSynchronize(staged);
       cudaEventDestroy(staged);
     }
-    cudaFreeHost(pinned);
   }
 };
 
@@ -177,16 +146,9 @@ absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const
   Scratch& s = *scratch_;
   // The previous call's copies out of the staging buffer must be done before it is rewritten.
   DLRM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.staged));
-  if (needed > s.pinned_bytes) {
-    DLRM_CUDA_RETURN_IF_ERROR(cudaFreeHost(s.pinned));
-    s.pinned = nullptr;
-    s.pinned_bytes = 0;
-    const size_t bytes = AlignUp(needed + needed / 4);
-    DLRM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.pinned, bytes));
-    s.pinned_bytes = bytes;
-  }
+  DLRM_RETURN_IF_ERROR(s.pinned.Reserve(needed));
   DLRM_RETURN_IF_ERROR(s.ids.Reserve(std::max<size_t>(id_bytes, 8), stream));
-  char* host = static_cast<char*>(s.pinned);
+  char* host = s.pinned.data();
   if (id_bytes > 0) {
     std::memcpy(host, ids, id_bytes);
     DLRM_CUDA_RETURN_IF_ERROR(

@@ -1,4 +1,5 @@
 // The CUDA embedding kernels and the GPU table against the CPU kernels (the reference).
+// The GPU hot cache against the same steps done on the host with the CPU kernels.
 // Tolerances: gathers sum in the CPU's order (1e-6 relative); scatter sums reorder additions
 // (1e-5 relative to the sum of magnitudes); optimizers 1e-5 relative. Skipped without a GPU.
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include "embedding/cuda/cuda_kernels.h"
 #include "embedding/cuda/gather_bench_kernels.h"
 #include "embedding/cuda/gpu_embedding_table.h"
+#include "embedding/cuda/gpu_hot_cache.h"
 #include "embedding/sparse_optimizer.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -385,6 +387,176 @@ TEST_F(EmbeddingCudaTest, GatherBenchReportsPlausibleBandwidths) {
   EXPECT_GT(result->scatter_gbps, 0.0);
   EXPECT_GT(result->distinct_ids, 7000);  // 8192 ids out of 100000: few repeats
   EXPECT_NEAR(result->gather_ratio, result->gather_gbps / result->copy_gbps, 1e-9);
+}
+
+// ---- GpuHotCache ----
+
+class GpuHotCacheTest : public EmbeddingCudaTest {
+ protected:
+  void SetUp() override {
+    EmbeddingCudaTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cuda::GpuHotCacheOptions Options(SparseOptimizerType type) {
+    cuda::GpuHotCacheOptions options;
+    options.rows = 50;
+    options.dim = 16;
+    options.optimizer.type = type;
+    options.optimizer.learning_rate = 0.1f;
+    options.optimizer.initial_accumulator = 0.5f;
+    options.stream = stream_;
+    return options;
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+// One step's inputs: `num_cold` cold rows, `num_hot` distinct slots of `rows`, bags over both.
+struct HotColdInputs {
+  std::vector<float> cold_rows;
+  int64_t num_cold = 0;
+  std::vector<int64_t> hot_slots;
+  Bags bags;
+  cuda::HotColdStep Step(int batch, PoolingMode mode) const {
+    cuda::HotColdStep step;
+    step.cold_rows = cold_rows.data();
+    step.num_cold = num_cold;
+    step.num_hot = static_cast<int64_t>(hot_slots.size());
+    step.hot_slots = hot_slots.data();
+    step.indices = bags.ids.data();
+    step.offsets = bags.offsets.data();
+    step.batch = batch;
+    step.mode = mode;
+    return step;
+  }
+};
+HotColdInputs RandomHotColdInputs(int64_t rows, int dim, int num_cold, int num_hot, int batch,
+                                  uint64_t seed) {
+  HotColdInputs in;
+  in.cold_rows = RandomVector(static_cast<size_t>(num_cold) * dim, seed);
+  in.num_cold = num_cold;
+  std::vector<int64_t> all(rows);
+  for (int64_t i = 0; i < rows; ++i) all[i] = i;
+  std::mt19937_64 rng(seed + 1);
+  std::shuffle(all.begin(), all.end(), rng);
+  in.hot_slots.assign(all.begin(), all.begin() + num_hot);
+  in.bags = RandomBags(batch, 3, num_cold + num_hot, seed + 2);
+  return in;
+}
+
+TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
+  for (auto type : {SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
+                    SparseOptimizerType::kRowWiseAdagrad, SparseOptimizerType::kLazyAdam}) {
+    SCOPED_TRACE(SparseOptimizerTypeName(type));
+    const auto options = Options(type);
+    auto created = cuda::GpuHotCache::Create(options);
+    ASSERT_TRUE(created.ok()) << created.status();
+    cuda::GpuHotCache& cache = **created;
+    const int dim = options.dim;
+    const int64_t stride = cache.row_stride();
+    std::vector<float> hot(size_t{1} * options.rows * stride);
+    FillRows(options.optimizer, dim, 0, options.rows, hot.data());
+    ASSERT_TRUE(cache.WriteRows(0, options.rows, hot.data()).ok());
+    std::vector<float> read(hot.size());
+    ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
+    ASSERT_EQ(read, hot);
+
+    const int batch = 96;
+    // Steps 0-1: one worker (ApplyHot). Steps 2-3: through the allreduce buffer, which holds
+    // half the gradient after AccumulateHot(0.5) (as one of two identical replicas before the
+    // sum); step 3 has no hot row at all.
+    for (int step = 0; step < 4; ++step) {
+      const int num_cold = 30 + step;
+      const int num_hot = step == 3 ? 0 : 20 - step;
+      const PoolingMode mode = step % 2 == 0 ? PoolingMode::kSum : PoolingMode::kMean;
+      HotColdInputs in =
+          RandomHotColdInputs(options.rows, dim, num_cold, num_hot, batch, 70 + step);
+      const cuda::HotColdStep s = in.Step(batch, mode);
+      // Reference: the step's rows on the host, pooled by the CPU kernels.
+      std::vector<float> step_rows = in.cold_rows;
+      for (int64_t slot : in.hot_slots) {
+        step_rows.insert(step_rows.end(), hot.begin() + slot * stride,
+                         hot.begin() + slot * stride + dim);
+      }
+      const int64_t n = num_cold + num_hot;
+      std::vector<float> want(size_t{1} * batch * dim);
+      cpu_->PooledGather(step_rows.data(), dim, dim, in.bags.ids.data(), in.bags.offsets.data(),
+                         batch, mode, want.data(), dim);
+      DeviceArray<float> d_out(std::vector<float>(want.size(), 3.0f));
+      ASSERT_TRUE(cache.Lookup(s, d_out.get(), dim).ok());
+      ExpectClose(d_out.ToHost(), want, 1e-6, 1e-7, "lookup");
+
+      const auto dout = RandomVector(want.size(), 80 + step);
+      std::vector<float> grads(size_t{1} * n * dim), magnitude(grads.size());
+      cpu_->PooledScatterGrad(dout.data(), dim, dim, in.bags.ids.data(), in.bags.offsets.data(),
+                              batch, mode, n, grads.data());
+      std::vector<float> abs_dout(dout.size());
+      for (size_t i = 0; i < dout.size(); ++i) abs_dout[i] = std::fabs(dout[i]);
+      cpu_->PooledScatterGrad(abs_dout.data(), dim, dim, in.bags.ids.data(), in.bags.offsets.data(),
+                              batch, mode, n, magnitude.data());
+      DeviceArray<float> d_dout(dout);
+      std::vector<float> cold_grads(size_t{1} * num_cold * dim, 5.0f);
+      ASSERT_TRUE(cache.Backward(d_dout.get(), dim, cold_grads.data()).ok());
+      const std::vector<float> want_cold(grads.begin(), grads.begin() + num_cold * dim);
+      const std::vector<float> cold_scale(magnitude.begin(), magnitude.begin() + num_cold * dim);
+      ExpectClose(cold_grads, want_cold, 1e-5, 1e-6, "cold gradients", &cold_scale);
+
+      std::vector<float> hot_grads(grads.begin() + num_cold * dim, grads.end());
+      if (step < 2) {
+        ASSERT_TRUE(cache.ApplyHot().ok());
+        EXPECT_EQ(cache.ApplyHot().code(), absl::StatusCode::kFailedPrecondition)
+            << "a second ApplyHot would apply the gradients twice";
+      } else {
+        for (float& g : hot_grads) g *= 0.5f;
+        auto buffer = cache.AccumulateHot(0.5f);
+        ASSERT_TRUE(buffer.ok()) << buffer.status();
+        EXPECT_EQ(cache.allreduce_floats(), options.rows * (dim + 1));
+        ASSERT_TRUE(cache.ApplyReduced().ok());
+      }
+      cpu_->ApplySparseOptimizer(options.optimizer, hot.data(), stride, dim, in.hot_slots.data(),
+                                 hot_grads.data(), num_hot);
+      ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
+      // Rows outside the step (Adam's state included) must not move at all.
+      ExpectClose(read, hot, 1e-5, 1e-6, "hot rows after the step");
+    }
+  }
+}
+
+TEST_F(GpuHotCacheTest, BadInputIsAnErrorNamingTheValue) {
+  auto created = cuda::GpuHotCache::Create(Options(SparseOptimizerType::kAdagrad));
+  ASSERT_TRUE(created.ok()) << created.status();
+  cuda::GpuHotCache& cache = **created;
+  DeviceArray<float> d_out(std::vector<float>(64, 0.0f));
+  std::vector<float> cold(16, 1.0f);
+  EXPECT_EQ(cache.Backward(d_out.get(), 16, cold.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  HotColdInputs in = RandomHotColdInputs(50, 16, 1, 3, 4, 9);
+  const cuda::HotColdStep s = in.Step(4, PoolingMode::kSum);
+  ASSERT_TRUE(cache.Lookup(s, d_out.get(), 16).ok());
+  in.hot_slots[2] = in.hot_slots[0];
+  absl::Status st = cache.Lookup(s, d_out.get(), 16);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("appears twice"), std::string::npos) << st;
+  in.hot_slots[2] = 50;
+  st = cache.Lookup(s, d_out.get(), 16);
+  EXPECT_NE(std::string(st.message()).find("hot slot 50 outside [0, 50)"), std::string::npos) << st;
+  in.hot_slots[2] = 7;
+  in.bags.ids.back() = 4;  // the step has 1 + 3 rows
+  st = cache.Lookup(s, d_out.get(), 16);
+  EXPECT_NE(std::string(st.message()).find("index 4 at position"), std::string::npos) << st;
+  // A failed Lookup leaves nothing to differentiate.
+  EXPECT_EQ(cache.Backward(d_out.get(), 16, cold.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  cuda::GpuHotCacheOptions no_stream = Options(SparseOptimizerType::kSgd);
+  no_stream.stream = nullptr;
+  EXPECT_EQ(cuda::GpuHotCache::Create(no_stream).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  cuda::GpuHotCacheOptions empty = Options(SparseOptimizerType::kSgd);
+  empty.rows = 0;
+  EXPECT_TRUE(cuda::GpuHotCache::Create(empty).ok()) << "no hot rows: every row is cold";
 }
 
 }  // namespace

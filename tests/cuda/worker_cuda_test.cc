@@ -1,6 +1,8 @@
 // The trainer on a CUDA backend against the same trainer on the CPU backend: N whole training
 // steps from the same seed, with the tables in GPU memory (GpuEmbeddings) or in the host store
-// (host pooling, pinned input staging), for every sparse optimizer. Skipped without a GPU.
+// (GPU hot rows, cold rows uploaded per step, pinned input staging), for every sparse optimizer;
+// with a hot set that changes while training, and with the hot rows' gradients summed over
+// workers in device or host memory. Skipped without a GPU.
 //
 // Tolerances: the losses agree to 1e-4 relative and the dense parameters and stored rows
 // (weights and optimizer state) to 2e-3 relative + 1e-5 absolute after 6 steps. The two sides
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "worker/gpu_allreducer.h"
+#include "worker/hot_rows.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
@@ -86,7 +89,8 @@ struct TrainingRun {
 
 TrainingRun MakeRun(const common::JobSpec& spec, dense::BackendOptions::Kind kind,
                     int64_t gpu_budget, DeviceAllReducer* device_allreducer = nullptr,
-                    std::unique_ptr<dense::Backend> backend = nullptr) {
+                    std::unique_ptr<dense::Backend> backend = nullptr,
+                    DenseAllReducer* host_allreducer = nullptr) {
   TrainingRun run;
   if (backend == nullptr) {
     auto created = dense::CreateBackend({.kind = kind, .cpu_threads = 1});
@@ -107,7 +111,7 @@ TrainingRun MakeRun(const common::JobSpec& spec, dense::BackendOptions::Kind kin
   options.store = run.store.get();
   options.threads = 1;
   options.gpu_table_budget_bytes = gpu_budget;
-  options.allreducer = device_allreducer;
+  options.allreducer = device_allreducer != nullptr ? device_allreducer : host_allreducer;
   options.device_allreducer = device_allreducer;
   auto trainer = Trainer::Create(options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
@@ -203,6 +207,139 @@ TEST(TrainerCudaErrors, TablesOverTheBudgetStayInTheStore) {
   ASSERT_NE(gpu.trainer, nullptr);
   EXPECT_FALSE(gpu.trainer->gpu_tables());
 }
+
+// ---- GPU hot rows (tables in the store) ----
+
+// The hot set both runs replicate: all of table 0, the first 50 ids of table 1, every 37th id of
+// table 2 (so batches hit both hot and cold rows of every table but the first).
+std::vector<std::vector<int64_t>> HotSet(const common::JobSpec& spec, int64_t stride) {
+  std::vector<std::vector<int64_t>> hot(spec.tables.size());
+  for (int64_t id = 0; id < spec.tables[0].rows; ++id) hot[0].push_back(id);
+  for (int64_t id = 0; id < 50; ++id) hot[1].push_back(id);
+  for (int64_t id = 5; id < spec.tables[2].rows; id += stride) hot[2].push_back(id);
+  return hot;
+}
+
+void InstallHotSet(TrainingRun& run, const common::JobSpec& spec,
+                   const std::vector<std::vector<int64_t>>& hot) {
+  HotRowCacheOptions options;
+  options.tables = TableConfigsFromSpec(spec);
+  options.optimizer = SparseOptimizerFromSpec(spec).value();
+  options.seed = spec.seed;
+  auto cache = HotRowCache::Create(options, hot);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ASSERT_TRUE(run.trainer->SetHotRows(std::move(cache).value()).ok());
+}
+
+// Every stored row of the hot set, table after table.
+std::vector<float> HotRows(TrainingRun& run) {
+  EXPECT_TRUE(run.trainer->SyncHotRowsToHost().ok());
+  const HotRowCache* hot = run.trainer->hot_rows();
+  std::vector<float> all;
+  for (int t = 0; t < hot->num_tables(); ++t) {
+    const float* rows = hot->StoredRow(t, 0);
+    all.insert(all.end(), rows, rows + hot->num_rows(t) * hot->row_floats(t));
+  }
+  return all;
+}
+
+// Sums over "two workers" that are exact copies of this one: the sum is twice the value. Lets a
+// single GPU run the multi-worker code path (allreduce buffer, 1/world scaling) against the CPU
+// trainer given the same reducer.
+class MirrorReducer : public DeviceAllReducer {
+ public:
+  explicit MirrorReducer(dense::Backend* backend = nullptr) : backend_(backend) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  absl::Status AllReduceSum(float* data, size_t count) override {
+    for (size_t i = 0; i < count; ++i) data[i] *= 2.0f;
+    return absl::OkStatus();
+  }
+  absl::Status AllReduceSumDevice(float* data, size_t count) override {
+    ++device_calls;
+    return dense::cuda::ScaleOnDevice(*backend_, data, count, 2.0f);
+  }
+  int device_calls = 0;
+
+ private:
+  dense::Backend* backend_;
+};
+
+enum class HotReduce { kNone, kHost, kDevice };
+std::string ReduceName(HotReduce r) {
+  switch (r) {
+    case HotReduce::kNone:
+      return "one_worker";
+    case HotReduce::kHost:
+      return "host_allreduce";
+    case HotReduce::kDevice:
+      return "device_allreduce";
+  }
+  return "?";
+}
+
+struct HotCase {
+  std::string sparse_optimizer;
+  std::string pooling;
+  HotReduce reduce;
+};
+
+class TrainerCudaHotRowsTest : public ::testing::TestWithParam<HotCase> {};
+
+TEST_P(TrainerCudaHotRowsTest, StepsAndMigrationsMatchTheCpuTrainer) {
+  DLRM_SKIP_WITHOUT_GPU();
+  const HotCase& c = GetParam();
+  const common::JobSpec spec = SmallSpec({c.sparse_optimizer, c.pooling, false});
+  MirrorReducer cpu_reducer;
+  TrainingRun cpu = MakeRun(spec, dense::BackendOptions::Kind::kCpu, 0, nullptr, nullptr,
+                            c.reduce == HotReduce::kNone ? nullptr : &cpu_reducer);
+  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCuda}).value();
+  MirrorReducer gpu_reducer(backend.get());
+  // A table budget of 0 keeps the tables in the store, as they are with parameter servers.
+  TrainingRun gpu =
+      MakeRun(spec, dense::BackendOptions::Kind::kCuda, /*gpu_budget=*/0,
+              c.reduce == HotReduce::kDevice ? &gpu_reducer : nullptr, std::move(backend),
+              c.reduce == HotReduce::kHost ? &gpu_reducer : nullptr);
+  ASSERT_NE(cpu.trainer, nullptr);
+  ASSERT_NE(gpu.trainer, nullptr);
+  EXPECT_FALSE(gpu.trainer->gpu_tables());
+  EXPECT_TRUE(gpu.trainer->gpu_hot_rows());
+  InstallHotSet(cpu, spec, HotSet(spec, 37));
+  InstallHotSet(gpu, spec, HotSet(spec, 37));
+
+  const std::vector<Batch> batches = MakeBatches(spec, 8, 21);
+  const std::vector<Batch> first(batches.begin(), batches.begin() + 4);
+  const std::vector<Batch> second(batches.begin() + 4, batches.end());
+  ExpectSameTraining(cpu, gpu, first);
+  EXPECT_GT(gpu.trainer->counters().hot_ids, 0);
+  EXPECT_EQ(gpu.trainer->counters().hot_ids, cpu.trainer->counters().hot_ids);
+  EXPECT_EQ(gpu.trainer->counters().store_rows, cpu.trainer->counters().store_rows);
+  ExpectClose(HotRows(gpu), HotRows(cpu), 2e-3, 1e-5, "hot rows");
+
+  // A new hot set: leaving rows go to the store with their trained values, joining rows come
+  // from it, staying rows keep theirs; then training goes on from there.
+  for (TrainingRun* run : {&cpu, &gpu}) {
+    ASSERT_TRUE(run->trainer->MigrateHotSet(HotSet(spec, 11), /*write_back=*/true).ok());
+  }
+  ExpectClose(HotRows(gpu), HotRows(cpu), 2e-3, 1e-5, "hot rows after the migration");
+  ExpectSameTraining(cpu, gpu, second);
+  ExpectClose(HotRows(gpu), HotRows(cpu), 2e-3, 1e-5, "hot rows at the end");
+  if (c.reduce == HotReduce::kDevice) {
+    // The dense and the hot-row gradients of every step were summed in device memory.
+    EXPECT_EQ(gpu_reducer.device_calls, 2 * static_cast<int>(batches.size()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, TrainerCudaHotRowsTest,
+                         ::testing::Values(HotCase{"sgd", "sum", HotReduce::kNone},
+                                           HotCase{"adagrad", "mean", HotReduce::kNone},
+                                           HotCase{"rowwise_adagrad", "sum", HotReduce::kDevice},
+                                           HotCase{"adam", "sum", HotReduce::kDevice},
+                                           HotCase{"adagrad", "sum", HotReduce::kHost}),
+                         [](const ::testing::TestParamInfo<HotCase>& info) {
+                           return info.param.sparse_optimizer + "_" + info.param.pooling + "_" +
+                                  ReduceName(info.param.reduce);
+                         });
 
 NcclAllReducerOptions ReducerOptions(dense::Backend* backend, int rank, int world_size) {
   NcclAllReducerOptions o;

@@ -1,0 +1,66 @@
+// Private to embedding/cuda/: growable device and pinned host buffers for per-call scratch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "embedding/cuda/cuda_util.h"
+
+namespace dlrm::embedding::cuda {
+
+inline constexpr size_t kBufferAlign = 256;
+inline size_t AlignUp(size_t bytes) {
+  return (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+}
+
+// Device memory that grows on demand. Growing waits for the stream: queued work may still read
+// the old buffer.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr); }
+  absl::Status Reserve(size_t needed, cudaStream_t stream) {
+    if (needed <= bytes) return absl::OkStatus();
+    DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
+    ptr = nullptr;
+    bytes = 0;
+    needed = AlignUp(needed + needed / 4);  // headroom: batches vary in size
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, needed));
+    bytes = needed;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(ptr);
+  }
+};
+
+// Pinned host memory that grows on demand. The caller makes sure no copy still reads or writes
+// it before Reserve (which may free it) and before rewriting it.
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { cudaFreeHost(ptr); }
+  absl::Status Reserve(size_t needed) {
+    if (needed <= bytes) return absl::OkStatus();
+    DLRM_CUDA_RETURN_IF_ERROR(cudaFreeHost(ptr));
+    ptr = nullptr;
+    bytes = 0;
+    needed = AlignUp(needed + needed / 4);
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, needed));
+    bytes = needed;
+    return absl::OkStatus();
+  }
+  char* data() { return static_cast<char*>(ptr); }
+};
+
+}  // namespace dlrm::embedding::cuda

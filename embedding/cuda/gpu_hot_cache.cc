@@ -1,0 +1,357 @@
+#include "embedding/cuda/gpu_hot_cache.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "embedding/cuda/cuda_util.h"
+#include "embedding/cuda/device_buffer.h"
+#include "embedding/cuda/embedding_kernels.h"
+#include "embedding/sparse_optimizer_options.h"
+
+namespace dlrm::embedding::cuda {
+
+struct GpuHotCache::State {
+  cudaStream_t stream = nullptr;
+  float* rows = nullptr;            // rows x row_stride
+  float* reduce = nullptr;          // rows x dim gradients, then rows counts
+  int64_t* reduce_slots = nullptr;  // rows
+  DeviceBuffer inputs;              // the step's indices | offsets | hot slots
+  DeviceBuffer step_rows;           // (num_cold + num_hot) x dim
+  DeviceBuffer step_grads;          // (num_cold + num_hot) x dim
+  DeviceBuffer workspace;           // scatter sort workspace
+  PinnedBuffer staging;             // host inputs on their way to the device
+  cudaEvent_t staged = nullptr;     // recorded after the copies out of `staging`
+  PinnedBuffer cold_grads;          // cold gradients on their way to the host
+  std::vector<uint8_t> seen;        // rows flags, all 0 between calls: repeated-slot check
+
+  // The last Lookup's inputs, as staged on the device.
+  bool has_step = false;
+  bool hot_grads_ready = false;  // Backward ran and its hot gradients are not applied yet
+  int batch = 0;
+  int nnz = 0;
+  int64_t num_cold = 0;
+  int64_t num_hot = 0;
+  PoolingMode mode = PoolingMode::kSum;
+  const int64_t* indices = nullptr;
+  const int32_t* offsets = nullptr;
+  const int64_t* hot_slots = nullptr;
+
+  ~State() {
+    if (staged != nullptr) {
+      cudaEventSynchronize(staged);
+      cudaEventDestroy(staged);
+    }
+    cudaFree(rows);
+    cudaFree(reduce);
+    cudaFree(reduce_slots);
+  }
+};
+
+GpuHotCache::GpuHotCache(const GpuHotCacheOptions& options)
+    : options_(options),
+      row_stride_(options.dim + SparseOptimizerStateFloats(options.optimizer.type, options.dim)),
+      state_(std::make_unique<State>()) {}
+
+GpuHotCache::~GpuHotCache() {
+  cudaSetDevice(options_.device);
+  if (state_->stream != nullptr) cudaStreamSynchronize(state_->stream);
+}
+
+int64_t GpuHotCache::device_bytes() const {
+  return options_.rows * (row_stride_ + options_.dim + 1) * static_cast<int64_t>(sizeof(float)) +
+         options_.rows * static_cast<int64_t>(sizeof(int64_t));
+}
+
+absl::StatusOr<std::unique_ptr<GpuHotCache>> GpuHotCache::Create(
+    const GpuHotCacheOptions& options) {
+  if (options.rows < 0 || options.dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, ": rows = ", options.rows,
+                                                   ", dim = ", options.dim,
+                                                   " (rows must be >= 0, dim > 0)"));
+  }
+  if (options.stream == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, ": no CUDA stream given"));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, ": CUDA device ", options.device,
+                                                   " out of range: ", count, " visible"));
+  }
+  std::unique_ptr<GpuHotCache> cache(new GpuHotCache(options));
+  DLRM_RETURN_IF_ERROR(Annotate(cache->Init(), options.name));
+  return cache;
+}
+
+absl::Status GpuHotCache::Init() {
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  State& s = *state_;
+  s.stream = static_cast<cudaStream_t>(options_.stream);
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.staged, cudaEventDisableTiming));
+  if (options_.rows == 0) return absl::OkStatus();
+  const size_t row_bytes = static_cast<size_t>(options_.rows) * row_stride_ * sizeof(float);
+  const size_t reduce_bytes = static_cast<size_t>(allreduce_floats()) * sizeof(float);
+  const size_t slot_bytes = static_cast<size_t>(options_.rows) * sizeof(int64_t);
+  cudaError_t err = cudaMalloc(&s.rows, row_bytes);
+  if (err == cudaSuccess) err = cudaMalloc(&s.reduce, reduce_bytes);
+  if (err == cudaSuccess) err = cudaMalloc(&s.reduce_slots, slot_bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(options_.rows, " rows (", device_bytes(), " bytes with the allreduce buffer) ",
+                     "do not fit (", free_bytes, " of ", total_bytes,
+                     " bytes free): ", cudaGetErrorString(err)));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.rows, 0, row_bytes, s.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.reduce, 0, reduce_bytes, s.stream));
+  s.seen.assign(options_.rows, 0);
+  return CudaStatus(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+}
+
+absl::Status GpuHotCache::Synchronize() {
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  return CudaStatus(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize");
+}
+
+absl::Status GpuHotCache::WriteRows(int64_t first, int64_t count, const float* host_rows) {
+  if (first < 0 || count < 0 || first + count > options_.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(options_.name, ": rows [", first, ", ",
+                                                   first + count, ") outside [0, ", options_.rows,
+                                                   ")"));
+  }
+  if (count == 0) return absl::OkStatus();
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  // Pageable source: the copy has taken the data when the call returns.
+  DLRM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(state_->rows + first * row_stride_, host_rows,
+                      static_cast<size_t>(count) * row_stride_ * sizeof(float),
+                      cudaMemcpyHostToDevice, state_->stream));
+  return absl::OkStatus();
+}
+
+absl::Status GpuHotCache::ReadRows(int64_t first, int64_t count, float* host_rows) {
+  if (first < 0 || count < 0 || first + count > options_.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(options_.name, ": rows [", first, ", ",
+                                                   first + count, ") outside [0, ", options_.rows,
+                                                   ")"));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  if (count > 0) {
+    DLRM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_rows, state_->rows + first * row_stride_,
+                        static_cast<size_t>(count) * row_stride_ * sizeof(float),
+                        cudaMemcpyDeviceToHost, state_->stream));
+  }
+  return CudaStatus(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize");
+}
+
+absl::Status GpuHotCache::Check(const HotColdStep& step) {
+  const std::string& name = options_.name;
+  if (step.batch < 0) return absl::InvalidArgumentError(absl::StrCat(name, ": batch ", step.batch));
+  if (step.num_cold < 0 || step.num_hot < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", step.num_cold, " cold rows, ", step.num_hot, " hot rows"));
+  }
+  if (step.num_hot > options_.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": ", step.num_hot, " hot rows in a step, more than the ", options_.rows, " held"));
+  }
+  if ((step.num_cold > 0 && step.cold_rows == nullptr) ||
+      (step.num_hot > 0 && step.hot_slots == nullptr) || step.offsets == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": missing step input"));
+  }
+  if (step.offsets[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": offsets[0] = ", step.offsets[0], ", expected 0"));
+  }
+  for (int b = 0; b < step.batch; ++b) {
+    if (step.offsets[b + 1] < step.offsets[b]) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": offsets[", b + 1,
+                                                     "] = ", step.offsets[b + 1], " < offsets[", b,
+                                                     "] = ", step.offsets[b]));
+    }
+  }
+  const int64_t step_rows = step.num_cold + step.num_hot;
+  const int32_t nnz = step.offsets[step.batch];
+  if (nnz > 0 && step.indices == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": missing indices"));
+  }
+  for (int32_t j = 0; j < nnz; ++j) {
+    if (step.indices[j] < 0 || step.indices[j] >= step_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": index ", step.indices[j],
+                                                     " at position ", j, " outside the step's ",
+                                                     step_rows, " rows"));
+    }
+  }
+  std::vector<uint8_t>& seen = state_->seen;
+  absl::Status status;
+  int64_t h = 0;
+  for (; h < step.num_hot; ++h) {
+    const int64_t slot = step.hot_slots[h];
+    if (slot < 0 || slot >= options_.rows) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(name, ": hot slot ", slot, " outside [0, ", options_.rows, ")"));
+      break;
+    }
+    if (seen[slot] != 0) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(name, ": hot slot ", slot, " appears twice in one step"));
+      break;
+    }
+    seen[slot] = 1;
+  }
+  for (int64_t i = 0; i < h; ++i) seen[step.hot_slots[i]] = 0;
+  return status;
+}
+
+absl::Status GpuHotCache::Lookup(const HotColdStep& step, float* device_out, int64_t out_stride) {
+  State& s = *state_;
+  s.has_step = false;
+  s.hot_grads_ready = false;
+  DLRM_RETURN_IF_ERROR(Check(step));
+  if (out_stride < options_.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_.name, ": out_stride ", out_stride, " < dim ", options_.dim));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  const int dim = options_.dim;
+  const int nnz = step.offsets[step.batch];
+  const size_t cold_bytes = static_cast<size_t>(step.num_cold) * dim * sizeof(float);
+  const size_t index_bytes = static_cast<size_t>(nnz) * sizeof(int64_t);
+  const size_t offset_bytes = (static_cast<size_t>(step.batch) + 1) * sizeof(int32_t);
+  const size_t slot_bytes = static_cast<size_t>(step.num_hot) * sizeof(int64_t);
+  // Device layout of the inputs: indices | offsets | hot slots, each 256-byte aligned.
+  const size_t offsets_at = AlignUp(index_bytes);
+  const size_t slots_at = offsets_at + AlignUp(offset_bytes);
+  const size_t input_bytes = slots_at + AlignUp(slot_bytes);
+  const size_t rows_bytes = static_cast<size_t>(step.num_cold + step.num_hot) * dim * sizeof(float);
+  DLRM_RETURN_IF_ERROR(s.inputs.Reserve(input_bytes, s.stream));
+  DLRM_RETURN_IF_ERROR(s.step_rows.Reserve(std::max<size_t>(rows_bytes, 16), s.stream));
+
+  // Staging: cold rows, then the inputs in their device layout. The previous step's copies out of
+  // it must be done before it is rewritten.
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.staged));
+  const size_t inputs_at = AlignUp(cold_bytes);
+  DLRM_RETURN_IF_ERROR(s.staging.Reserve(inputs_at + input_bytes));
+  char* host = s.staging.data();
+  if (cold_bytes > 0) std::memcpy(host, step.cold_rows, cold_bytes);
+  if (index_bytes > 0) std::memcpy(host + inputs_at, step.indices, index_bytes);
+  std::memcpy(host + inputs_at + offsets_at, step.offsets, offset_bytes);
+  if (slot_bytes > 0) std::memcpy(host + inputs_at + slots_at, step.hot_slots, slot_bytes);
+  if (cold_bytes > 0) {
+    DLRM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(s.step_rows.ptr, host, cold_bytes, cudaMemcpyHostToDevice, s.stream));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.inputs.ptr, host + inputs_at, input_bytes,
+                                            cudaMemcpyHostToDevice, s.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.staged, s.stream));
+
+  char* inputs = s.inputs.as<char>();
+  s.indices = reinterpret_cast<const int64_t*>(inputs);
+  s.offsets = reinterpret_cast<const int32_t*>(inputs + offsets_at);
+  s.hot_slots = reinterpret_cast<const int64_t*>(inputs + slots_at);
+  s.batch = step.batch;
+  s.nnz = nnz;
+  s.num_cold = step.num_cold;
+  s.num_hot = step.num_hot;
+  s.mode = step.mode;
+  float* rows = s.step_rows.as<float>();
+  // The hot rows' weights next to the cold rows, then one gather for every bag.
+  LaunchGatherRows(s.rows, row_stride_, dim, s.hot_slots, s.num_hot, rows + s.num_cold * dim, dim,
+                   s.stream);
+  if (step.batch > 0) {
+    LaunchPooledGather(rows, dim, dim, s.indices, s.offsets, step.batch, step.mode, device_out,
+                       out_stride, s.stream);
+  }
+  s.has_step = true;
+  return absl::OkStatus();
+}
+
+absl::Status GpuHotCache::Backward(const float* device_dout, int64_t out_stride,
+                                   float* host_cold_grads) {
+  State& s = *state_;
+  if (!s.has_step) {
+    return absl::FailedPreconditionError(absl::StrCat(options_.name, ": Backward without Lookup"));
+  }
+  if (out_stride < options_.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_.name, ": out_stride ", out_stride, " < dim ", options_.dim));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  const int dim = options_.dim;
+  const int64_t step_rows = s.num_cold + s.num_hot;
+  const size_t cold_bytes = static_cast<size_t>(s.num_cold) * dim * sizeof(float);
+  DLRM_RETURN_IF_ERROR(s.step_grads.Reserve(
+      std::max<size_t>(static_cast<size_t>(step_rows) * dim * sizeof(float), 16), s.stream));
+  if (step_rows > 0) {
+    const size_t workspace_bytes = ScatterGradWorkspaceBytes(s.nnz, step_rows);
+    DLRM_RETURN_IF_ERROR(s.workspace.Reserve(std::max<size_t>(workspace_bytes, 16), s.stream));
+    LaunchPooledScatterGrad(device_dout, out_stride, dim, s.indices, s.offsets, s.batch, s.nnz,
+                            s.mode, step_rows, s.step_grads.as<float>(), s.workspace.ptr,
+                            s.workspace.bytes, s.stream);
+  }
+  if (cold_bytes > 0) {
+    // No copy into `cold_grads` is in flight: every Backward waits for its own below.
+    DLRM_RETURN_IF_ERROR(s.cold_grads.Reserve(cold_bytes));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.cold_grads.ptr, s.step_grads.ptr, cold_bytes,
+                                              cudaMemcpyDeviceToHost, s.stream));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+  if (cold_bytes > 0) std::memcpy(host_cold_grads, s.cold_grads.ptr, cold_bytes);
+  s.hot_grads_ready = true;
+  return absl::OkStatus();
+}
+
+absl::Status GpuHotCache::ApplyHot() {
+  State& s = *state_;
+  if (!s.hot_grads_ready) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.name, ": no hot gradients to apply (Backward first, once)"));
+  }
+  s.hot_grads_ready = false;
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  LaunchApplySparseOptimizer(options_.optimizer, s.rows, row_stride_, options_.dim, s.hot_slots,
+                             s.step_grads.as<float>() + s.num_cold * options_.dim, s.num_hot,
+                             s.stream);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float*> GpuHotCache::AccumulateHot(float scale) {
+  State& s = *state_;
+  if (!s.hot_grads_ready) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.name, ": no hot gradients to accumulate (Backward first, once)"));
+  }
+  s.hot_grads_ready = false;
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  const int dim = options_.dim;
+  LaunchScatterRowsToDense(s.step_grads.as<float>() + s.num_cold * dim, s.hot_slots, s.num_hot, dim,
+                           scale, s.reduce, s.reduce + options_.rows * dim, s.stream);
+  return s.reduce;
+}
+
+absl::Status GpuHotCache::ApplyReduced() {
+  if (options_.rows == 0) return absl::OkStatus();
+  State& s = *state_;
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  const int dim = options_.dim;
+  LaunchSlotsFromTouched(s.reduce + options_.rows * dim, options_.rows, s.reduce_slots, s.stream);
+  LaunchApplySparseOptimizer(options_.optimizer, s.rows, row_stride_, dim, s.reduce_slots, s.reduce,
+                             options_.rows, s.stream);
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      s.reduce, 0, static_cast<size_t>(allreduce_floats()) * sizeof(float), s.stream));
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::embedding::cuda

@@ -1,0 +1,114 @@
+// A GPU worker's hot rows in device memory, and the device side of a step whose other (cold) rows
+// come from the host: the parameter servers or the in-process store.
+//
+// The hot rows of every table are stored as one table-batched GpuEmbeddingTable: slot s is
+// stored row s, and the caller maps (table, id) to a slot (worker/hot_rows.h). A step works on the
+// concatenation of its distinct rows
+//
+//     [cold rows (num_cold x dim, host memory) | hot rows (num_hot distinct slots)]
+//
+// Lookup uploads the cold rows and the bags once (one pinned staging buffer, one copy), gathers
+// the hot rows next to them on the device and pools bags of indices into that concatenation, so
+// that a batch's T x batch bags are one gather (worker/fused_bags.h lays them out). Backward
+// aggregates the gradient of every row of the concatenation (sort-based, deterministic: the same
+// kernel as GpuEmbeddingTable), returns the cold rows' gradients to the host, for the parameter
+// servers, and keeps the hot rows' on the device. There one worker applies them with ApplyHot;
+// several workers add them into a dense [rows x dim | rows] buffer with AccumulateHot, sum that
+// buffer over the workers (NCCL, in place) and apply the sum with ApplyReduced, so that every
+// replica takes the same step on the rows any worker touched and no other row changes.
+//
+// Every call enqueues on options.stream (the dense backend's stream, dense::cuda::CudaStreamOf),
+// after the model's work; host inputs may be reused when a call returns. Backward and ReadRows
+// wait for their results. Not thread-safe: the trainer's compute thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "embedding/kernels.h"
+#include "embedding/sparse_optimizer_options.h"
+
+namespace dlrm::embedding::cuda {
+
+struct GpuHotCacheOptions {
+  std::string name = "hot rows";  // used in error messages
+  int64_t rows = 0;               // hot rows; 0 is allowed (every row of a step is cold)
+  int dim = 0;
+  SparseOptimizerOptions optimizer;
+  int device = 0;
+  void* stream = nullptr;  // cudaStream_t to enqueue on (not owned); required
+};
+
+// The host inputs of one step.
+struct HotColdStep {
+  const float* cold_rows = nullptr;  // num_cold x dim weights
+  int64_t num_cold = 0;
+  const int64_t* hot_slots = nullptr;  // num_hot DISTINCT slots in [0, rows)
+  int64_t num_hot = 0;
+  // Bags over the concatenation: offsets has batch + 1 entries (offsets[0] == 0,
+  // non-decreasing), indices offsets[batch] entries in [0, num_cold + num_hot).
+  const int64_t* indices = nullptr;
+  const int32_t* offsets = nullptr;
+  int batch = 0;
+  PoolingMode mode = PoolingMode::kSum;
+};
+
+class GpuHotCache {
+ public:
+  // Allocates `rows` stored rows (zero-filled) and the allreduce buffer. INVALID_ARGUMENT for a
+  // bad shape, device or a missing stream, FAILED_PRECONDITION without a device,
+  // RESOURCE_EXHAUSTED when it does not fit.
+  static absl::StatusOr<std::unique_ptr<GpuHotCache>> Create(const GpuHotCacheOptions& options);
+  ~GpuHotCache();
+  GpuHotCache(const GpuHotCache&) = delete;
+  GpuHotCache& operator=(const GpuHotCache&) = delete;
+
+  int64_t rows() const { return options_.rows; }
+  int dim() const { return options_.dim; }
+  // Floats per stored row: dim + SparseOptimizerStateFloats(optimizer, dim).
+  int64_t row_stride() const { return row_stride_; }
+  // Device bytes held: stored rows plus the allreduce buffer.
+  int64_t device_bytes() const;
+
+  // Stored rows [weights | state] of slots [first, first + count) from / to host memory
+  // (count x row_stride floats). ReadRows waits for the copy and for every step before it.
+  absl::Status WriteRows(int64_t first, int64_t count, const float* host_rows);
+  absl::Status ReadRows(int64_t first, int64_t count, float* host_rows);
+
+  // device_out[b * out_stride + 0..dim) = pool of bag b over the step's rows. INVALID_ARGUMENT
+  // naming the value for malformed bags, an index or slot out of range, or a repeated slot.
+  absl::Status Lookup(const HotColdStep& step, float* device_out, int64_t out_stride);
+  // Backward of the last Lookup (device_dout in its output layout): host_cold_grads (num_cold x
+  // dim) receives the cold rows' summed gradients; the hot rows' stay on the device for
+  // ApplyHot or AccumulateHot. Waits for the gradients. FAILED_PRECONDITION without a Lookup.
+  absl::Status Backward(const float* device_dout, int64_t out_stride, float* host_cold_grads);
+  // One optimizer step on each hot row of the last Backward, with its gradient.
+  absl::Status ApplyHot();
+
+  // Adds scale x the last Backward's hot gradients into the allreduce buffer and counts each hot
+  // row once; returns the buffer (device memory, allreduce_floats() floats: rows x dim
+  // gradients, then rows counts), to be summed in place over the workers.
+  absl::StatusOr<float*> AccumulateHot(float scale);
+  int64_t allreduce_floats() const { return options_.rows * (options_.dim + 1); }
+  // One optimizer step on every row whose count in the buffer is > 0 with the buffer's
+  // gradient; then clears the buffer.
+  absl::Status ApplyReduced();
+
+  // Waits for every call issued so far.
+  absl::Status Synchronize();
+
+ private:
+  explicit GpuHotCache(const GpuHotCacheOptions& options);
+  absl::Status Init();
+  absl::Status Check(const HotColdStep& step);  // uses state_->seen
+  struct State;
+
+  const GpuHotCacheOptions options_;
+  const int64_t row_stride_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dlrm::embedding::cuda

@@ -1,0 +1,192 @@
+// The CUDA implementation of GpuHotRows (built only when DLRM_CUDA_ENABLED; gpu_stubs.cc stands
+// in otherwise).
+#include "worker/gpu_hot_rows.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "dense/cuda/cuda_backend.h"
+#include "embedding/cuda/gpu_hot_cache.h"
+#include "worker/fused_bags.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+namespace {
+
+using embedding::cuda::GpuHotCache;
+
+class CudaGpuHotRows : public GpuHotRows {
+ public:
+  explicit CudaGpuHotRows(const GpuHotRowsOptions& options) : options_(options) {}
+
+  absl::Status Upload(const HotRowCache& cache) override {
+    if (cache.num_tables() != num_tables()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hot set has ", cache.num_tables(), " tables, the model ", num_tables()));
+    }
+    hot_bases_.assign(num_tables() + 1, 0);
+    for (int t = 0; t < num_tables(); ++t) hot_bases_[t + 1] = hot_bases_[t] + cache.num_rows(t);
+    const int64_t rows = hot_bases_.back();
+    if (cache_ == nullptr || cache_->rows() != rows) {
+      cache_.reset();  // its memory first: the new set may need it
+      embedding::cuda::GpuHotCacheOptions o;
+      o.rows = rows;
+      o.dim = dim();
+      o.optimizer = options_.optimizer;
+      o.device = dense::cuda::CudaDeviceOf(*options_.backend);
+      o.stream = dense::cuda::CudaStreamOf(*options_.backend);
+      DLRM_ASSIGN_OR_RETURN(cache_, GpuHotCache::Create(o));
+    }
+    for (int t = 0; t < num_tables(); ++t) {
+      if (cache.row_floats(t) != cache_->row_stride()) {
+        return absl::InvalidArgumentError(absl::StrCat("hot set table ", t, ": rows of ",
+                                                       cache.row_floats(t), " floats, expected ",
+                                                       cache_->row_stride()));
+      }
+      if (cache.num_rows(t) == 0) continue;
+      DLRM_RETURN_IF_ERROR(
+          cache_->WriteRows(hot_bases_[t], cache.num_rows(t), cache.StoredRow(t, 0)));
+    }
+    return cache_->Synchronize();
+  }
+
+  absl::Status Download(HotRowCache* cache) override {
+    if (cache_ == nullptr) return absl::OkStatus();
+    if (cache->num_tables() != num_tables()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables()));
+    }
+    for (int t = 0; t < num_tables(); ++t) {
+      if (cache->num_rows(t) != hot_bases_[t + 1] - hot_bases_[t]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("hot set table ", t, " has ", cache->num_rows(t), " rows, the GPU copy ",
+                         hot_bases_[t + 1] - hot_bases_[t], ": it changed since the last Upload"));
+      }
+      if (cache->num_rows(t) == 0) continue;
+      DLRM_RETURN_IF_ERROR(
+          cache_->ReadRows(hot_bases_[t], cache->num_rows(t), cache->MutableStoredRow(t, 0)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Lookup(const Batch& batch, const SparseWork& work, float* device_emb) override {
+    DLRM_RETURN_IF_ERROR(EnsureCache());
+    cold_counts_.resize(num_tables());
+    for (int t = 0; t < num_tables(); ++t) {
+      cold_counts_[t] = static_cast<int64_t>(work.rows[t].ids.size());
+    }
+    DLRM_RETURN_IF_ERROR(
+        FuseHotColdBags(batch, cold_counts_, work.hot_slots, work.inverse, hot_bases_, &bags_));
+    for (int t = 0; t < num_tables(); ++t) {
+      const size_t floats = work.rows[t].values.size();
+      if (floats != static_cast<size_t>(cold_counts_[t]) * dim()) {
+        return absl::InvalidArgumentError(absl::StrCat("table ", t, ": ", floats, " floats for ",
+                                                       cold_counts_[t], " rows of dim ", dim()));
+      }
+    }
+    // The cold rows of all tables, one after the other (a copy unless there is one table).
+    const float* cold_rows = work.rows[0].values.data();
+    if (num_tables() > 1) {
+      cold_.resize(static_cast<size_t>(bags_.num_cold()) * dim());
+      for (int t = 0; t < num_tables(); ++t) {
+        const std::vector<float>& v = work.rows[t].values;
+        std::copy(v.begin(), v.end(), cold_.begin() + bags_.cold_bases[t] * dim());
+      }
+      cold_rows = cold_.data();
+    }
+    embedding::cuda::HotColdStep step;
+    step.cold_rows = cold_rows;
+    step.num_cold = bags_.num_cold();
+    step.hot_slots = bags_.hot_slots.data();
+    step.num_hot = static_cast<int64_t>(bags_.hot_slots.size());
+    step.indices = bags_.indices.data();
+    step.offsets = bags_.offsets.data();
+    step.batch = batch.size * num_tables();
+    step.mode = options_.pooling;
+    return cache_->Lookup(step, device_emb, dim());
+  }
+
+  absl::Status Backward(SparseWork* work, const float* device_demb, float cold_scale) override {
+    DLRM_RETURN_IF_ERROR(EnsureCache());
+    cold_.resize(static_cast<size_t>(bags_.num_cold()) * dim());
+    DLRM_RETURN_IF_ERROR(cache_->Backward(device_demb, dim(), cold_.data()));
+    work->grads.resize(num_tables());
+    for (int t = 0; t < num_tables(); ++t) {
+      embedding::TableRows& g = work->grads[t];
+      g.table = t;
+      g.ids = work->rows[t].ids;
+      const float* src = cold_.data() + bags_.cold_bases[t] * dim();
+      g.values.assign(src, src + (bags_.cold_bases[t + 1] - bags_.cold_bases[t]) * dim());
+      if (cold_scale != 1.0f) {
+        for (float& v : g.values) v *= cold_scale;
+      }
+    }
+    if (cache_->rows() == 0) return absl::OkStatus();
+    DenseAllReducer* reducer = options_.device_reducer != nullptr
+                                   ? static_cast<DenseAllReducer*>(options_.device_reducer)
+                                   : options_.host_reducer;
+    if (reducer == nullptr || reducer->world_size() == 1) return cache_->ApplyHot();
+    // Every replica adds its gradients into the dense buffer, the buffer is summed over the
+    // workers and every replica applies the same sum to the rows any worker touched.
+    DLRM_ASSIGN_OR_RETURN(float* summed,
+                          cache_->AccumulateHot(1.0f / static_cast<float>(reducer->world_size())));
+    const size_t n = static_cast<size_t>(cache_->allreduce_floats());
+    if (options_.device_reducer != nullptr) {
+      DLRM_RETURN_IF_ERROR(options_.device_reducer->AllReduceSumDevice(summed, n));
+    } else {
+      staged_.resize(n);
+      options_.backend->CopyToHost(summed, staged_.data(), n);
+      DLRM_RETURN_IF_ERROR(options_.host_reducer->AllReduceSum(staged_.data(), n));
+      options_.backend->CopyFromHost(staged_.data(), summed, n);
+    }
+    return cache_->ApplyReduced();
+  }
+
+  int64_t hot_rows() const override { return cache_ == nullptr ? 0 : cache_->rows(); }
+  int64_t device_bytes() const override { return cache_ == nullptr ? 0 : cache_->device_bytes(); }
+
+ private:
+  int dim() const { return options_.tables.front().dim; }
+  int num_tables() const { return static_cast<int>(options_.tables.size()); }
+  // Before the first Upload: an empty hot set, every row cold.
+  absl::Status EnsureCache() {
+    if (cache_ != nullptr) return absl::OkStatus();
+    HotRowCacheOptions o;
+    o.tables = options_.tables;
+    o.optimizer = options_.optimizer;
+    DLRM_ASSIGN_OR_RETURN(auto empty,
+                          HotRowCache::Create(o, std::vector<std::vector<int64_t>>(num_tables())));
+    return Upload(*empty);
+  }
+
+  GpuHotRowsOptions options_;
+  std::unique_ptr<GpuHotCache> cache_;
+  std::vector<int64_t> hot_bases_;  // first slot of each table's hot rows, then the set's size
+  std::vector<int64_t> cold_counts_;
+  HotColdBags bags_;           // the last Lookup's bags
+  std::vector<float> cold_;    // the cold rows going up, their gradients coming back
+  std::vector<float> staged_;  // the allreduce buffer on the host (no device reducer)
+};
+
+}  // namespace
+
+bool GpuHotRows::Available() { return true; }
+
+absl::StatusOr<std::unique_ptr<GpuHotRows>> GpuHotRows::Create(const GpuHotRowsOptions& options) {
+  if (options.backend == nullptr || options.backend->device() != dense::Device::kCuda) {
+    return absl::InvalidArgumentError("GPU hot rows need a CUDA dense backend");
+  }
+  if (options.tables.empty()) return absl::InvalidArgumentError("GPU hot rows: no tables");
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    if (options.tables[t].dim != options.tables.front().dim) {
+      return absl::InvalidArgumentError(absl::StrCat("GPU hot rows: table ", t, " has dim ",
+                                                     options.tables[t].dim, ", table 0 has ",
+                                                     options.tables.front().dim));
+    }
+  }
+  return std::unique_ptr<GpuHotRows>(new CudaGpuHotRows(options));
+}
+
+}  // namespace dlrm::worker
