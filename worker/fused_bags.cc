@@ -1,11 +1,65 @@
 #include "worker/fused_bags.h"
 
+#include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
+namespace {
+
+// Samples per piece of work when a pool shares the layout.
+constexpr int kSamplesPerPiece = 1024;
+
+// Lays out bag (b, t) of `batch` as bag b * T + t: out_offsets[b * T + t] is where it starts in
+// out_indices, whose entries are map(t, j) for table t's entries j of sample b. Pieces of samples
+// run on `pool` (when given): sample b starts at the sum over tables of their offsets[b].
+template <typename Map>
+void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
+                       int32_t* out_offsets, embedding::ParallelPool* pool) {
+  const int num_tables = static_cast<int>(batch.sparse.size());
+  auto piece = [&](int64_t p) {
+    const int first = static_cast<int>(p * kSamplesPerPiece);
+    const int last = std::min(batch.size, first + kSamplesPerPiece);
+    int32_t at = 0;
+    for (const SparseFeature& f : batch.sparse) at += f.offsets[first];
+    for (int b = first; b < last; ++b) {
+      for (int t = 0; t < num_tables; ++t) {
+        const SparseFeature& f = batch.sparse[t];
+        out_offsets[static_cast<size_t>(b) * num_tables + t] = at;
+        for (int32_t j = f.offsets[b]; j < f.offsets[b + 1]; ++j) out_indices[at++] = map(t, j);
+      }
+    }
+  };
+  const int64_t pieces = (batch.size + kSamplesPerPiece - 1) / kSamplesPerPiece;
+  if (pool != nullptr && pieces > 1) {
+    pool->ParallelFor(pieces, piece);
+  } else {
+    for (int64_t p = 0; p < pieces; ++p) piece(p);
+  }
+  int32_t total = 0;
+  for (const SparseFeature& f : batch.sparse) total += f.offsets[batch.size];
+  out_offsets[static_cast<size_t>(batch.size) * num_tables] = total;
+}
+
+// Runs check(t) for every table (on `pool` when given) and returns the first table's error.
+absl::Status CheckTables(int num_tables, const std::function<absl::Status(int)>& check,
+                         embedding::ParallelPool* pool) {
+  std::vector<absl::Status> status(num_tables);
+  if (pool != nullptr) {
+    pool->ParallelFor(num_tables, [&](int64_t t) { status[t] = check(static_cast<int>(t)); });
+  } else {
+    for (int t = 0; t < num_tables; ++t) status[t] = check(t);
+  }
+  for (absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::vector<int64_t> FusedBases(absl::Span<const embedding::TableConfig> tables) {
   std::vector<int64_t> bases;
@@ -20,7 +74,8 @@ std::vector<int64_t> FusedBases(absl::Span<const embedding::TableConfig> tables)
 }
 
 absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfig> tables,
-                      absl::Span<const int64_t> bases, FusedBags* out) {
+                      absl::Span<const int64_t> bases, FusedBags* out,
+                      embedding::ParallelPool* pool) {
   const int num_tables = static_cast<int>(tables.size());
   if (static_cast<int>(batch.sparse.size()) != num_tables) {
     return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.sparse.size(),
@@ -37,38 +92,37 @@ absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfi
                        " offsets ending at ", f.offsets.empty() ? 0 : f.offsets.back(), " for ",
                        batch.size, " samples and ", f.ids.size(), " ids"));
     }
-    for (int b = 0; b < batch.size; ++b) {
-      if (f.offsets[b + 1] < f.offsets[b]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(embedding::TableLabel(t, tables[t]), ": offsets decrease at sample ", b));
-      }
-    }
-    DLRM_RETURN_IF_ERROR(embedding::CheckIdsInTable(t, tables[t], f.ids));
     nnz += f.ids.size();
   }
   if (nnz > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("batch has ", nnz, " ids, more than 2^31 - 1"));
   }
+  DLRM_RETURN_IF_ERROR(CheckTables(
+      num_tables,
+      [&](int t) -> absl::Status {
+        const SparseFeature& f = batch.sparse[t];
+        for (int b = 0; b < batch.size; ++b) {
+          if (f.offsets[b + 1] < f.offsets[b]) {
+            return absl::InvalidArgumentError(absl::StrCat(embedding::TableLabel(t, tables[t]),
+                                                           ": offsets decrease at sample ", b));
+          }
+        }
+        return embedding::CheckIdsInTable(t, tables[t], f.ids);
+      },
+      pool));
   out->ids.resize(nnz);
   out->offsets.resize(static_cast<size_t>(batch.size) * num_tables + 1);
-  int32_t at = 0;
-  for (int b = 0; b < batch.size; ++b) {
-    for (int t = 0; t < num_tables; ++t) {
-      const SparseFeature& f = batch.sparse[t];
-      out->offsets[static_cast<size_t>(b) * num_tables + t] = at;
-      for (int32_t j = f.offsets[b]; j < f.offsets[b + 1]; ++j) {
-        out->ids[at++] = bases[t] + f.ids[j];
-      }
-    }
-  }
-  out->offsets.back() = at;
+  LayOutSampleMajor(
+      batch, [&](int t, int32_t j) { return bases[t] + batch.sparse[t].ids[j]; }, out->ids.data(),
+      out->offsets.data(), pool);
   return absl::OkStatus();
 }
 
 absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_counts,
                              absl::Span<const std::vector<int32_t>> hot_slots,
                              absl::Span<const std::vector<int64_t>> inverse,
-                             absl::Span<const int64_t> hot_bases, HotColdBags* out) {
+                             absl::Span<const int64_t> hot_bases, HotColdBags* out,
+                             embedding::ParallelPool* pool) {
   const size_t num_tables = batch.sparse.size();
   if (cold_counts.size() != num_tables || hot_slots.size() != num_tables ||
       inverse.size() != num_tables || hot_bases.size() != num_tables + 1) {
@@ -95,26 +149,6 @@ absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_
           absl::StrCat("table ", t, ": ", f.offsets.size(), " offsets, ", f.ids.size(), " ids and ",
                        inverse[t].size(), " entries for ", batch.size, " samples"));
     }
-    for (int b = 0; b < batch.size; ++b) {
-      if (f.offsets[b + 1] < f.offsets[b]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table ", t, ": offsets decrease at sample ", b));
-      }
-    }
-    const int64_t rows = cold_counts[t] + static_cast<int64_t>(hot_slots[t].size());
-    for (size_t j = 0; j < inverse[t].size(); ++j) {
-      if (inverse[t][j] < 0 || inverse[t][j] >= rows) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table ", t, ": entry ", j, " is row ", inverse[t][j], " of ", rows));
-      }
-    }
-    const int64_t table_slots = hot_bases[t + 1] - hot_bases[t];
-    for (int32_t slot : hot_slots[t]) {
-      if (slot < 0 || slot >= table_slots) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table ", t, ": hot slot ", slot, " outside [0, ", table_slots, ")"));
-      }
-    }
     nnz += f.ids.size();
   }
   out->cold_bases[num_tables] = cold;
@@ -122,29 +156,52 @@ absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_
   if (nnz > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("batch has ", nnz, " ids, more than 2^31 - 1"));
   }
+  DLRM_RETURN_IF_ERROR(CheckTables(
+      static_cast<int>(num_tables),
+      [&](int t) -> absl::Status {
+        const SparseFeature& f = batch.sparse[t];
+        for (int b = 0; b < batch.size; ++b) {
+          if (f.offsets[b + 1] < f.offsets[b]) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("table ", t, ": offsets decrease at sample ", b));
+          }
+        }
+        const int64_t rows = cold_counts[t] + static_cast<int64_t>(hot_slots[t].size());
+        for (size_t j = 0; j < inverse[t].size(); ++j) {
+          if (inverse[t][j] < 0 || inverse[t][j] >= rows) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("table ", t, ": entry ", j, " is row ", inverse[t][j], " of ", rows));
+          }
+        }
+        const int64_t table_slots = hot_bases[t + 1] - hot_bases[t];
+        for (int32_t slot : hot_slots[t]) {
+          if (slot < 0 || slot >= table_slots) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("table ", t, ": hot slot ", slot, " outside [0, ", table_slots, ")"));
+          }
+        }
+        return absl::OkStatus();
+      },
+      pool));
   out->hot_slots.resize(hot);
   for (size_t t = 0; t < num_tables; ++t) {
     for (size_t h = 0; h < hot_slots[t].size(); ++h) {
       out->hot_slots[hot_at[t] + h] = hot_bases[t] + hot_slots[t][h];
     }
   }
+  // Row r of table t's [cold..., hot...] is at cold_bases[t] + r when cold, and at
+  // hot_start[t] + r (past every cold row, in table t's hot rows) when hot.
+  std::vector<int64_t> hot_start(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) hot_start[t] = cold + hot_at[t] - cold_counts[t];
   out->indices.resize(nnz);
   out->offsets.resize(static_cast<size_t>(batch.size) * num_tables + 1);
-  int32_t at = 0;
-  for (int b = 0; b < batch.size; ++b) {
-    for (size_t t = 0; t < num_tables; ++t) {
-      const SparseFeature& f = batch.sparse[t];
-      out->offsets[static_cast<size_t>(b) * num_tables + t] = at;
-      const int64_t cold_t = cold_counts[t];
-      const int64_t cold_base = out->cold_bases[t];
-      const int64_t hot_base = cold + hot_at[t] - cold_t;  // row of hot entry j is hot_base + j
-      for (int32_t j = f.offsets[b]; j < f.offsets[b + 1]; ++j) {
+  LayOutSampleMajor(
+      batch,
+      [&](int t, int32_t j) {
         const int64_t r = inverse[t][j];
-        out->indices[at++] = r < cold_t ? cold_base + r : hot_base + r;
-      }
-    }
-  }
-  out->offsets.back() = at;
+        return r < cold_counts[t] ? out->cold_bases[t] + r : hot_start[t] + r;
+      },
+      out->indices.data(), out->offsets.data(), pool);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "embedding/parallel.h"
 #include "embedding/table_config.h"
 #include "worker/batch.h"
 
@@ -29,8 +30,10 @@ struct FusedBags {
 // Lays `batch` out as fused bags (reusing out's buffers). INVALID_ARGUMENT naming the table for
 // a batch with another number of tables, offsets that do not describe batch.size bags of its ids,
 // an id out of its table's range (CheckIdsInTable's message), or more than 2^31 - 1 ids.
+// The checks (per table) and the layout (per 1024 samples) run on `pool` when one is given.
 absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfig> tables,
-                      absl::Span<const int64_t> bases, FusedBags* out);
+                      absl::Span<const int64_t> bases, FusedBags* out,
+                      embedding::ParallelPool* pool = nullptr);
 
 // The bags of a step whose distinct rows are laid out as
 //   [cold rows of table 0, of table 1, ... | hot rows of table 0, of table 1, ...]
@@ -52,6 +55,7 @@ struct HotColdBags {
 absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_counts,
                              absl::Span<const std::vector<int32_t>> hot_slots,
                              absl::Span<const std::vector<int64_t>> inverse,
-                             absl::Span<const int64_t> hot_bases, HotColdBags* out);
+                             absl::Span<const int64_t> hot_bases, HotColdBags* out,
+                             embedding::ParallelPool* pool = nullptr);
 
 }  // namespace dlrm::worker

@@ -73,10 +73,8 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
                           options_.pooling, device_emb, dim());
   }
 
-  absl::Status ApplyGradients(const Batch& batch, const float* device_demb) override {
-    DLRM_RETURN_IF_ERROR(FuseBags(batch));
-    return table_->ApplyGradients(bags_.ids.data(), bags_.offsets.data(), batch.size * num_tables(),
-                                  options_.pooling, device_demb, dim());
+  absl::Status ApplyGradients(const float* device_demb) override {
+    return table_->ApplyGradientsOfLastLookup(device_demb, dim());
   }
 
   absl::Status ReadStoredRows(absl::Span<embedding::TableRows> requests) override {
@@ -130,7 +128,7 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
     return embedding::CheckIdsInTable(t, options_.tables[t], ids);
   }
   absl::Status FuseBags(const Batch& batch) {
-    return worker::FuseBags(batch, options_.tables, bases_, &bags_);
+    return worker::FuseBags(batch, options_.tables, bases_, &bags_, options_.pool);
   }
 
   GpuEmbeddingsOptions options_;

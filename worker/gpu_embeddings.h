@@ -23,6 +23,7 @@
 #include "dense/backend.h"
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
+#include "embedding/parallel.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "embedding/table_config.h"
@@ -39,6 +40,9 @@ struct GpuEmbeddingsOptions {
   dense::Backend* backend = nullptr;
   // Host threads that compute the initial rows (InitRowWithState); 0 = the machine's cores.
   int init_threads = 0;
+  // Shares a step's host work (checking and laying out the bags); null = the calling thread.
+  // Not owned; must outlive this.
+  embedding::ParallelPool* pool = nullptr;
 };
 
 class GpuEmbeddings {
@@ -64,9 +68,11 @@ class GpuEmbeddings {
   // device_emb[b * T * dim + t * dim + k] = pool of table t's rows for sample b (the layout of
   // DlrmDenseModel's emb input). INVALID_ARGUMENT naming the table and id for an id out of range.
   virtual absl::Status Lookup(const Batch& batch, float* device_emb) = 0;
-  // Backward of Lookup (device_demb in its layout) and one sparse optimizer step per distinct row
-  // the batch touched (gradients of duplicate ids summed first, as the store's Push does).
-  virtual absl::Status ApplyGradients(const Batch& batch, const float* device_demb) = 0;
+  // Backward of the last Lookup (device_demb in its layout) and one sparse optimizer step per
+  // distinct row its batch touched (gradients of duplicate ids summed first, as the store's Push
+  // does). Reuses the bags the Lookup staged on the device: no host work. FAILED_PRECONDITION
+  // without a Lookup since the last ApplyGradients or ReadStoredRows.
+  virtual absl::Status ApplyGradients(const float* device_demb) = 0;
   // Full stored rows [weights | optimizer state] of the requested ids (like
   // EmbeddingStore::ReadStoredRows); waits for the device.
   virtual absl::Status ReadStoredRows(absl::Span<embedding::TableRows> requests) = 0;

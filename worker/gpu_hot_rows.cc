@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "dense/cuda/cuda_backend.h"
 #include "embedding/cuda/gpu_hot_cache.h"
+#include "embedding/sparse_optimizer_options.h"
 #include "worker/fused_bags.h"
 #include "worker/trainer.h"
 
@@ -26,34 +27,34 @@ class CudaGpuHotRows : public GpuHotRows {
       return absl::InvalidArgumentError(
           absl::StrCat("hot set has ", cache.num_tables(), " tables, the model ", num_tables()));
     }
-    hot_bases_.assign(num_tables() + 1, 0);
-    for (int t = 0; t < num_tables(); ++t) hot_bases_[t + 1] = hot_bases_[t] + cache.num_rows(t);
-    const int64_t rows = hot_bases_.back();
-    if (cache_ == nullptr || cache_->rows() != rows) {
-      cache_.reset();  // its memory first: the new set may need it
-      embedding::cuda::GpuHotCacheOptions o;
-      o.rows = rows;
-      o.dim = dim();
-      o.optimizer = options_.optimizer;
-      o.device = dense::cuda::CudaDeviceOf(*options_.backend);
-      o.stream = dense::cuda::CudaStreamOf(*options_.backend);
-      DLRM_ASSIGN_OR_RETURN(cache_, GpuHotCache::Create(o));
-    }
+    const int64_t row_floats =
+        dim() + embedding::SparseOptimizerStateFloats(options_.optimizer.type, dim());
+    std::vector<int64_t> bases(num_tables() + 1, 0);
     for (int t = 0; t < num_tables(); ++t) {
-      if (cache.row_floats(t) != cache_->row_stride()) {
+      if (cache.row_floats(t) != row_floats) {
         return absl::InvalidArgumentError(absl::StrCat("hot set table ", t, ": rows of ",
                                                        cache.row_floats(t), " floats, expected ",
-                                                       cache_->row_stride()));
+                                                       row_floats));
       }
-      if (cache.num_rows(t) == 0) continue;
-      DLRM_RETURN_IF_ERROR(
-          cache_->WriteRows(hot_bases_[t], cache.num_rows(t), cache.StoredRow(t, 0)));
+      bases[t + 1] = bases[t] + cache.num_rows(t);
     }
-    return cache_->Synchronize();
+    absl::Status status = Install(cache, bases);
+    if (!status.ok()) Clear();  // no half-written set: later steps fail naming the empty set
+    return status;
+  }
+
+  void Clear() override {
+    cache_.reset();
+    hot_bases_.clear();
   }
 
   absl::Status Download(HotRowCache* cache) override {
-    if (cache_ == nullptr) return absl::OkStatus();
+    if (cache_ == nullptr) {
+      // Never uploaded, or dropped by a failed Upload: the host values are all there is.
+      if (cache->total_rows() == 0) return absl::OkStatus();
+      return absl::FailedPreconditionError(absl::StrCat("the GPU copy of the ", cache->total_rows(),
+                                                        " hot rows is gone (a failed Upload)"));
+    }
     if (cache->num_tables() != num_tables()) {
       return absl::InvalidArgumentError(
           absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables()));
@@ -77,8 +78,8 @@ class CudaGpuHotRows : public GpuHotRows {
     for (int t = 0; t < num_tables(); ++t) {
       cold_counts_[t] = static_cast<int64_t>(work.rows[t].ids.size());
     }
-    DLRM_RETURN_IF_ERROR(
-        FuseHotColdBags(batch, cold_counts_, work.hot_slots, work.inverse, hot_bases_, &bags_));
+    DLRM_RETURN_IF_ERROR(FuseHotColdBags(batch, cold_counts_, work.hot_slots, work.inverse,
+                                         hot_bases_, &bags_, options_.pool));
     for (int t = 0; t < num_tables(); ++t) {
       const size_t floats = work.rows[t].values.size();
       if (floats != static_cast<size_t>(cold_counts_[t]) * dim()) {
@@ -150,6 +151,29 @@ class CudaGpuHotRows : public GpuHotRows {
  private:
   int dim() const { return options_.tables.front().dim; }
   int num_tables() const { return static_cast<int>(options_.tables.size()); }
+  // Writes `cache`'s rows to the device (a new GpuHotCache when the size changed) and installs
+  // `bases` as the slot layout.
+  absl::Status Install(const HotRowCache& cache, const std::vector<int64_t>& bases) {
+    const int64_t rows = bases.back();
+    if (cache_ == nullptr || cache_->rows() != rows) {
+      Clear();  // the old set's memory first: the new one may need it
+      embedding::cuda::GpuHotCacheOptions o;
+      o.rows = rows;
+      o.dim = dim();
+      o.optimizer = options_.optimizer;
+      o.device = dense::cuda::CudaDeviceOf(*options_.backend);
+      o.stream = dense::cuda::CudaStreamOf(*options_.backend);
+      DLRM_ASSIGN_OR_RETURN(cache_, GpuHotCache::Create(o));
+    }
+    for (int t = 0; t < num_tables(); ++t) {
+      if (cache.num_rows(t) == 0) continue;
+      DLRM_RETURN_IF_ERROR(cache_->WriteRows(bases[t], cache.num_rows(t), cache.StoredRow(t, 0)));
+    }
+    DLRM_RETURN_IF_ERROR(cache_->Synchronize());
+    hot_bases_ = bases;
+    return absl::OkStatus();
+  }
+
   // Before the first Upload: an empty hot set, every row cold.
   absl::Status EnsureCache() {
     if (cache_ != nullptr) return absl::OkStatus();

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "dense/backend.h"
 #include "embedding/kernels.h"
+#include "embedding/parallel.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "embedding/table_config.h"
 #include "worker/batch.h"
@@ -44,6 +45,9 @@ struct GpuHotRowsOptions {
   // one; neither for a single worker. Not owned.
   DeviceAllReducer* device_reducer = nullptr;
   DenseAllReducer* host_reducer = nullptr;
+  // Shares a step's host work (checking and laying out the bags); null = the calling thread.
+  // Not owned; must outlive this.
+  embedding::ParallelPool* pool = nullptr;
 };
 
 class GpuHotRows {
@@ -56,8 +60,11 @@ class GpuHotRows {
   virtual ~GpuHotRows() = default;
 
   // Replaces the device rows with `cache`'s set and values (weights and optimizer state).
-  // REQUIRES: no step in flight. RESOURCE_EXHAUSTED when the set does not fit.
+  // REQUIRES: no step in flight. RESOURCE_EXHAUSTED when the set does not fit; after any error no
+  // set is installed (steps with hot rows then fail).
   virtual absl::Status Upload(const HotRowCache& cache) = 0;
+  // Drops the device rows (every row is cold until the next Upload).
+  virtual void Clear() = 0;
   // Writes the device rows' values into `cache`, which holds the set of the last Upload.
   virtual absl::Status Download(HotRowCache* cache) = 0;
 

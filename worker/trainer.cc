@@ -58,7 +58,10 @@ std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& 
   return tables;
 }
 
-Trainer::Trainer(const TrainerOptions& options) : options_(options) {}
+Trainer::Trainer(const TrainerOptions& options) : options_(options) {
+  // One reducer decides the number of workers for every scaling (dense, hot and cold rows).
+  if (options_.allreducer == nullptr) options_.allreducer = options_.device_allreducer;
+}
 
 Trainer::~Trainer() {
   // They may still have work queued that reads the buffers below.
@@ -134,6 +137,7 @@ absl::Status Trainer::InitGpu() {
   hot.backend = b;
   hot.device_reducer = options_.device_allreducer;
   hot.host_reducer = options_.allreducer;
+  hot.pool = pool_.get();
   DLRM_ASSIGN_OR_RETURN(gpu_hot_, GpuHotRows::Create(hot));
   return absl::OkStatus();
 }
@@ -170,6 +174,7 @@ absl::Status Trainer::InitGpuTables() {
   gpu_options.pooling = pooling_;
   gpu_options.backend = b;
   gpu_options.init_threads = options_.threads;
+  gpu_options.pool = pool_.get();
   absl::StatusOr<std::unique_ptr<GpuEmbeddings>> gpu = GpuEmbeddings::Create(gpu_options);
   if (gpu.status().code() == absl::StatusCode::kResourceExhausted) {
     DLRM_LOG(WARNING) << "embedding tables do not fit on the GPU (" << gpu.status().message()
@@ -349,7 +354,13 @@ absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
     return absl::InvalidArgumentError(
         absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables_));
   }
-  if (gpu_hot_ != nullptr && cache != nullptr) DLRM_RETURN_IF_ERROR(gpu_hot_->Upload(*cache));
+  if (gpu_hot_ != nullptr) {
+    if (cache != nullptr) {
+      DLRM_RETURN_IF_ERROR(gpu_hot_->Upload(*cache));
+    } else {
+      gpu_hot_->Clear();
+    }
+  }
   hot_ = std::move(cache);
   combined_.assign(num_tables_, {});
   // The host cache's gradient buffers; GPU hot rows keep theirs on the device.
@@ -488,7 +499,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   model_->ApplyOptimizer();
 
   if (gpu_tables_ != nullptr) {
-    DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(batch, demb_dev_));
+    DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(demb_dev_));
     work->grads.assign(num_tables_, {});
     FinishStep(batch, *work);
     return loss;

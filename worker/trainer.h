@@ -85,8 +85,9 @@ struct TrainerOptions {
   dense::Backend* backend = nullptr;
   embedding::EmbeddingStore* store = nullptr;
   DenseAllReducer* allreducer = nullptr;  // null: a single worker
-  // CUDA backend only: sums the dense gradients in device memory instead of `allreducer` (which
-  // still carries the hot-row gradients; pass the same NcclAllReducer for both). Not owned.
+  // CUDA backend only: sums the dense and hot-row gradients in device memory instead of
+  // `allreducer` (which then only sets the number of workers; when null, this one does). Pass
+  // the same NcclAllReducer for both. Not owned.
   DeviceAllReducer* device_allreducer = nullptr;
   // CUDA backend and a single worker (no allreducer): the tables live in GPU memory when they
   // take, with their optimizer state, at most this many bytes. 0 = never (the store serves the

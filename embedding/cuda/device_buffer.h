@@ -31,7 +31,11 @@ struct DeviceBuffer {
     ptr = nullptr;
     bytes = 0;
     needed = AlignUp(needed + needed / 4);  // headroom: batches vary in size
-    DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, needed));
+    if (cudaError_t err = cudaMalloc(&ptr, needed); err != cudaSuccess) {
+      cudaGetLastError();  // not sticky: later launches must not report it
+      ptr = nullptr;
+      return CudaStatus(err, "cudaMalloc of scratch");
+    }
     bytes = needed;
     return absl::OkStatus();
   }
@@ -56,7 +60,11 @@ struct PinnedBuffer {
     ptr = nullptr;
     bytes = 0;
     needed = AlignUp(needed + needed / 4);
-    DLRM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, needed));
+    if (cudaError_t err = cudaMallocHost(&ptr, needed); err != cudaSuccess) {
+      cudaGetLastError();
+      ptr = nullptr;
+      return CudaStatus(err, "cudaMallocHost of staging");
+    }
     bytes = needed;
     return absl::OkStatus();
   }

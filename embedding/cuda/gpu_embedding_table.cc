@@ -144,6 +144,7 @@ absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const
   const size_t offset_bytes = offsets == nullptr ? 0 : (static_cast<size_t>(batch) + 1) * 4;
   const size_t needed = AlignUp(id_bytes) + AlignUp(offset_bytes);
   Scratch& s = *scratch_;
+  last_lookup_.valid = false;  // the device copies of its ids and offsets are overwritten
   // The previous call's copies out of the staging buffer must be done before it is rewritten.
   DLRM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.staged));
   DLRM_RETURN_IF_ERROR(s.pinned.Reserve(needed));
@@ -246,6 +247,7 @@ absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* h
 
 absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offsets, int batch,
                                        PoolingMode mode, float* device_out, int64_t out_stride) {
+  last_lookup_.valid = false;
   DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
   const int nnz = offsets[batch];
   DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
@@ -259,6 +261,7 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
   LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
                      scratch_->offsets.as<int32_t>(), batch, mode, device_out, out_stride,
                      static_cast<cudaStream_t>(stream_));
+  last_lookup_ = {.valid = true, .batch = batch, .nnz = nnz, .mode = mode};
   return Finish();
 }
 
@@ -274,9 +277,31 @@ absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t
   }
   if (nnz == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
+  return ApplyStaged(batch, nnz, mode, device_dout, out_stride);
+}
+
+absl::Status GpuEmbeddingTable::ApplyGradientsOfLastLookup(const float* device_dout,
+                                                           int64_t out_stride) {
+  if (!last_lookup_.valid) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table ", options_.name, ": no Lookup to apply gradients to (or its bags were replaced)"));
+  }
+  if (out_stride < options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
+                                                   out_stride, " < dim ", options_.dim));
+  }
+  const StagedLookup last = last_lookup_;
+  last_lookup_.valid = false;  // one backward per lookup
+  if (last.nnz == 0) return absl::OkStatus();
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  return ApplyStaged(last.batch, last.nnz, last.mode, device_dout, out_stride);
+}
+
+absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, PoolingMode mode,
+                                            const float* device_dout, int64_t out_stride) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   Scratch& s = *scratch_;
-  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
   DLRM_RETURN_IF_ERROR(
       s.grads.Reserve(static_cast<size_t>(nnz) * options_.dim * sizeof(float), stream));
   DLRM_RETURN_IF_ERROR(s.slots.Reserve(static_cast<size_t>(nnz) * sizeof(int64_t), stream));

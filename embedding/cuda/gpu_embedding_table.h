@@ -73,6 +73,11 @@ class GpuEmbeddingTable {
   absl::Status ApplyGradients(const int64_t* ids, const int32_t* offsets, int batch,
                               PoolingMode mode, const float* device_dout, int64_t out_stride);
 
+  // The same for the bags of the last Lookup, whose ids and offsets are still on the device: no
+  // host work and no copy. FAILED_PRECONDITION when there was no Lookup since the last call that
+  // stages inputs (ReadRows, ApplyGradients, ApplyRowGradients, this one).
+  absl::Status ApplyGradientsOfLastLookup(const float* device_dout, int64_t out_stride);
+
   // One optimizer step on distinct rows `ids` (host, n of them) with already aggregated gradients
   // (device, n x dim), e.g. after an allreduce of hot-row gradients.
   absl::Status ApplyRowGradients(const int64_t* ids, int64_t n, const float* device_grads);
@@ -88,7 +93,18 @@ class GpuEmbeddingTable {
   // Copies ids (and offsets when not null) to device scratch through pinned staging.
   absl::Status StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets, int batch);
   absl::Status Finish();  // synchronises when the table owns its stream
+  // Backward and optimizer step on the staged ids and offsets.
+  absl::Status ApplyStaged(int batch, int nnz, PoolingMode mode, const float* device_dout,
+                           int64_t out_stride);
   struct Scratch;
+  // The bags the last Lookup staged, while the scratch still holds them.
+  struct StagedLookup {
+    bool valid = false;
+    int batch = 0;
+    int nnz = 0;
+    PoolingMode mode = PoolingMode::kSum;
+  };
+  StagedLookup last_lookup_;
 
   const GpuEmbeddingTableOptions options_;
   const int64_t row_stride_;

@@ -14,6 +14,17 @@
 #include "embedding/sparse_optimizer_options.h"
 
 namespace dlrm::embedding::cuda {
+namespace {
+
+absl::Status OutOfMemory(int64_t rows, size_t bytes, const char* what, cudaError_t err) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  return absl::ResourceExhaustedError(absl::StrCat(rows, " hot rows: ", bytes, " bytes of ", what,
+                                                   " do not fit (", free_bytes, " of ", total_bytes,
+                                                   " bytes free): ", cudaGetErrorString(err)));
+}
+
+}  // namespace
 
 struct GpuHotCache::State {
   cudaStream_t stream = nullptr;
@@ -63,8 +74,12 @@ GpuHotCache::~GpuHotCache() {
 }
 
 int64_t GpuHotCache::device_bytes() const {
-  return options_.rows * (row_stride_ + options_.dim + 1) * static_cast<int64_t>(sizeof(float)) +
-         options_.rows * static_cast<int64_t>(sizeof(int64_t));
+  int64_t bytes = options_.rows * row_stride_ * static_cast<int64_t>(sizeof(float));
+  if (state_->reduce != nullptr) {
+    bytes += allreduce_floats() * static_cast<int64_t>(sizeof(float)) +
+             options_.rows * static_cast<int64_t>(sizeof(int64_t));
+  }
+  return bytes;
 }
 
 absl::StatusOr<std::unique_ptr<GpuHotCache>> GpuHotCache::Create(
@@ -99,24 +114,30 @@ absl::Status GpuHotCache::Init() {
   DLRM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.staged, cudaEventDisableTiming));
   if (options_.rows == 0) return absl::OkStatus();
   const size_t row_bytes = static_cast<size_t>(options_.rows) * row_stride_ * sizeof(float);
+  if (cudaError_t err = cudaMalloc(&s.rows, row_bytes); err != cudaSuccess) {
+    cudaGetLastError();
+    s.rows = nullptr;
+    return OutOfMemory(options_.rows, row_bytes, "rows", err);
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.rows, 0, row_bytes, s.stream));
+  s.seen.assign(options_.rows, 0);
+  return CudaStatus(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+}
+
+absl::Status GpuHotCache::AllocateReduceBuffer() {
+  State& s = *state_;
   const size_t reduce_bytes = static_cast<size_t>(allreduce_floats()) * sizeof(float);
   const size_t slot_bytes = static_cast<size_t>(options_.rows) * sizeof(int64_t);
-  cudaError_t err = cudaMalloc(&s.rows, row_bytes);
-  if (err == cudaSuccess) err = cudaMalloc(&s.reduce, reduce_bytes);
+  cudaError_t err = cudaMalloc(&s.reduce, reduce_bytes);
   if (err == cudaSuccess) err = cudaMalloc(&s.reduce_slots, slot_bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
-    return absl::ResourceExhaustedError(
-        absl::StrCat(options_.rows, " rows (", device_bytes(), " bytes with the allreduce buffer) ",
-                     "do not fit (", free_bytes, " of ", total_bytes,
-                     " bytes free): ", cudaGetErrorString(err)));
+    cudaFree(s.reduce);
+    s.reduce = nullptr;
+    s.reduce_slots = nullptr;
+    return OutOfMemory(options_.rows, reduce_bytes + slot_bytes, "allreduce buffer", err);
   }
-  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.rows, 0, row_bytes, s.stream));
-  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.reduce, 0, reduce_bytes, s.stream));
-  s.seen.assign(options_.rows, 0);
-  return CudaStatus(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  return CudaStatus(cudaMemsetAsync(s.reduce, 0, reduce_bytes, s.stream), "cudaMemsetAsync");
 }
 
 absl::Status GpuHotCache::Synchronize() {
@@ -335,6 +356,8 @@ absl::StatusOr<float*> GpuHotCache::AccumulateHot(float scale) {
   }
   s.hot_grads_ready = false;
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  if (options_.rows == 0) return nullptr;
+  if (s.reduce == nullptr) DLRM_RETURN_IF_ERROR(AllocateReduceBuffer());
   const int dim = options_.dim;
   LaunchScatterRowsToDense(s.step_grads.as<float>() + s.num_cold * dim, s.hot_slots, s.num_hot, dim,
                            scale, s.reduce, s.reduce + options_.rows * dim, s.stream);
@@ -342,8 +365,8 @@ absl::StatusOr<float*> GpuHotCache::AccumulateHot(float scale) {
 }
 
 absl::Status GpuHotCache::ApplyReduced() {
-  if (options_.rows == 0) return absl::OkStatus();
   State& s = *state_;
+  if (s.reduce == nullptr) return absl::OkStatus();  // nothing accumulated yet
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   const int dim = options_.dim;
   LaunchSlotsFromTouched(s.reduce + options_.rows * dim, options_.rows, s.reduce_slots, s.stream);

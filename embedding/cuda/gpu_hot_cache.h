@@ -7,7 +7,7 @@
 //
 //     [cold rows (num_cold x dim, host memory) | hot rows (num_hot distinct slots)]
 //
-// Lookup uploads the cold rows and the bags once (one pinned staging buffer, one copy), gathers
+// Lookup uploads the cold rows and the bags once (one pinned staging buffer, two copies), gathers
 // the hot rows next to them on the device and pools bags of indices into that concatenation, so
 // that a batch's T x batch bags are one gather (worker/fused_bags.h lays them out). Backward
 // aggregates the gradient of every row of the concatenation (sort-based, deterministic: the same
@@ -58,9 +58,9 @@ struct HotColdStep {
 
 class GpuHotCache {
  public:
-  // Allocates `rows` stored rows (zero-filled) and the allreduce buffer. INVALID_ARGUMENT for a
-  // bad shape, device or a missing stream, FAILED_PRECONDITION without a device,
-  // RESOURCE_EXHAUSTED when it does not fit.
+  // Allocates `rows` stored rows (zero-filled; the allreduce buffer comes with the first
+  // AccumulateHot). INVALID_ARGUMENT for a bad shape, device or a missing stream,
+  // FAILED_PRECONDITION without a device, RESOURCE_EXHAUSTED when it does not fit.
   static absl::StatusOr<std::unique_ptr<GpuHotCache>> Create(const GpuHotCacheOptions& options);
   ~GpuHotCache();
   GpuHotCache(const GpuHotCache&) = delete;
@@ -70,7 +70,8 @@ class GpuHotCache {
   int dim() const { return options_.dim; }
   // Floats per stored row: dim + SparseOptimizerStateFloats(optimizer, dim).
   int64_t row_stride() const { return row_stride_; }
-  // Device bytes held: stored rows plus the allreduce buffer.
+  // Device bytes held: stored rows, plus the allreduce buffer once allocated (not the per-step
+  // scratch, which grows with the largest step).
   int64_t device_bytes() const;
 
   // Stored rows [weights | state] of slots [first, first + count) from / to host memory
@@ -90,7 +91,8 @@ class GpuHotCache {
 
   // Adds scale x the last Backward's hot gradients into the allreduce buffer and counts each hot
   // row once; returns the buffer (device memory, allreduce_floats() floats: rows x dim
-  // gradients, then rows counts), to be summed in place over the workers.
+  // gradients, then rows counts), to be summed in place over the workers. RESOURCE_EXHAUSTED when
+  // the buffer (allocated by the first call) does not fit.
   absl::StatusOr<float*> AccumulateHot(float scale);
   int64_t allreduce_floats() const { return options_.rows * (options_.dim + 1); }
   // One optimizer step on every row whose count in the buffer is > 0 with the buffer's
@@ -103,6 +105,7 @@ class GpuHotCache {
  private:
   explicit GpuHotCache(const GpuHotCacheOptions& options);
   absl::Status Init();
+  absl::Status AllocateReduceBuffer();
   absl::Status Check(const HotColdStep& step);  // uses state_->seen
   struct State;
 

@@ -525,6 +525,61 @@ TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
   }
 }
 
+TEST_F(GpuHotCacheTest, ApplyReducedUpdatesTheRowsAnyWorkerTouched) {
+  const auto options = Options(SparseOptimizerType::kLazyAdam);
+  auto created = cuda::GpuHotCache::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  cuda::GpuHotCache& cache = **created;
+  const int dim = options.dim;
+  const int64_t stride = cache.row_stride();
+  std::vector<float> hot(size_t{1} * options.rows * stride);
+  FillRows(options.optimizer, dim, 0, options.rows, hot.data());
+  ASSERT_TRUE(cache.WriteRows(0, options.rows, hot.data()).ok());
+  const int batch = 32;
+  HotColdInputs in = RandomHotColdInputs(options.rows, dim, 5, 8, batch, 90);
+  // Every row of the step is used, so the step's slots are exactly the rows this worker touched.
+  ASSERT_GE(in.bags.ids.size(), 13u);
+  for (int64_t r = 0; r < 13; ++r) in.bags.ids[r] = r;
+  DeviceArray<float> d_out(std::vector<float>(size_t{1} * batch * dim, 0.0f));
+  ASSERT_TRUE(cache.Lookup(in.Step(batch, PoolingMode::kSum), d_out.get(), dim).ok());
+  const auto dout = RandomVector(size_t{1} * batch * dim, 91);
+  DeviceArray<float> d_dout(dout);
+  std::vector<float> cold(size_t{5} * dim);
+  ASSERT_TRUE(cache.Backward(d_dout.get(), dim, cold.data()).ok());
+  auto buffer = cache.AccumulateHot(1.0f);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  // Another worker touched a row this one did not: its gradient and count arrive in the sum.
+  int64_t other = 0;
+  while (std::find(in.hot_slots.begin(), in.hot_slots.end(), other) != in.hot_slots.end()) ++other;
+  const auto other_grad = RandomVector(dim, 92);
+  const float one = 1.0f;
+  ASSERT_EQ(cudaMemcpy(*buffer + other * dim, other_grad.data(), dim * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(*buffer + options.rows * dim + other, &one, sizeof(float), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(cache.ApplyReduced().ok());
+
+  std::vector<float> grads(size_t{13} * dim);
+  cpu_->PooledScatterGrad(dout.data(), dim, dim, in.bags.ids.data(), in.bags.offsets.data(), batch,
+                          PoolingMode::kSum, 13, grads.data());
+  std::vector<int64_t> slots = in.hot_slots;
+  std::vector<float> slot_grads(grads.begin() + 5 * dim, grads.end());
+  slots.push_back(other);
+  slot_grads.insert(slot_grads.end(), other_grad.begin(), other_grad.end());
+  cpu_->ApplySparseOptimizer(options.optimizer, hot.data(), stride, dim, slots.data(),
+                             slot_grads.data(), static_cast<int64_t>(slots.size()));
+  std::vector<float> read(hot.size());
+  ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
+  ExpectClose(read, hot, 1e-5, 1e-6, "rows after ApplyReduced");
+  // The buffer is clear again: a step with no hot gradient changes nothing.
+  ASSERT_TRUE(cache.ApplyReduced().ok());
+  ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
+  ExpectClose(read, hot, 1e-5, 1e-6, "rows after an empty ApplyReduced");
+}
+
 TEST_F(GpuHotCacheTest, BadInputIsAnErrorNamingTheValue) {
   auto created = cuda::GpuHotCache::Create(Options(SparseOptimizerType::kAdagrad));
   ASSERT_TRUE(created.ok()) << created.status();

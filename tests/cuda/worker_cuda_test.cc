@@ -265,6 +265,27 @@ class MirrorReducer : public DeviceAllReducer {
   dense::Backend* backend_;
 };
 
+// The batches of a vector, for Trainer::Evaluate.
+class VectorReader : public BatchReader {
+ public:
+  explicit VectorReader(std::vector<Batch> batches) : batches_(std::move(batches)) {}
+  absl::StatusOr<bool> Next(Batch* batch) override {
+    if (next_ == batches_.size()) return false;
+    *batch = batches_[next_++];
+    return true;
+  }
+  absl::Status Rewind() override {
+    next_ = 0;
+    return absl::OkStatus();
+  }
+  int64_t records_read() const override { return 0; }
+  int64_t skipped() const override { return 0; }
+
+ private:
+  std::vector<Batch> batches_;
+  size_t next_ = 0;
+};
+
 enum class HotReduce { kNone, kHost, kDevice };
 std::string ReduceName(HotReduce r) {
   switch (r) {
@@ -324,6 +345,15 @@ TEST_P(TrainerCudaHotRowsTest, StepsAndMigrationsMatchTheCpuTrainer) {
   ExpectClose(HotRows(gpu), HotRows(cpu), 2e-3, 1e-5, "hot rows after the migration");
   ExpectSameTraining(cpu, gpu, second);
   ExpectClose(HotRows(gpu), HotRows(cpu), 2e-3, 1e-5, "hot rows at the end");
+  // Evaluation pools the same rows (hot ones from the device) into the same predictions.
+  VectorReader cpu_eval(MakeBatches(spec, 3, 77)), gpu_eval(MakeBatches(spec, 3, 77));
+  absl::StatusOr<EvalMetrics> want = cpu.trainer->Evaluate(&cpu_eval);
+  absl::StatusOr<EvalMetrics> got = gpu.trainer->Evaluate(&gpu_eval);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->samples, want->samples);
+  EXPECT_NEAR(got->logloss, want->logloss, 1e-4 * want->logloss);
+  EXPECT_NEAR(got->auc, want->auc, 1e-3);
   if (c.reduce == HotReduce::kDevice) {
     // The dense and the hot-row gradients of every step were summed in device memory.
     EXPECT_EQ(gpu_reducer.device_calls, 2 * static_cast<int>(batches.size()));

@@ -10,6 +10,7 @@
 
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
+#include "embedding/parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -184,6 +185,39 @@ TEST(FusedBagsTest, HotColdBagsOverAStepsRowsEqualOneGatherPerTable) {
                           batch.size * tables, mode, at_once.data(), kDim);
     EXPECT_EQ(at_once, per_table);
   }
+}
+
+TEST(FusedBagsTest, APoolLaysOutTheSameBagsAsOneThread) {
+  // 3000 samples: three pieces of 1024 samples, the last one short.
+  const Batch batch = RandomBatch(3000, 12);
+  const std::vector<int64_t> bases = FusedBases(kTables);
+  embedding::ParallelPool pool(2);
+  FusedBags serial, parallel;
+  ASSERT_TRUE(FuseBags(batch, kTables, bases, &serial).ok());
+  ASSERT_TRUE(FuseBags(batch, kTables, bases, &parallel, &pool).ok());
+  EXPECT_EQ(parallel.ids, serial.ids);
+  EXPECT_EQ(parallel.offsets, serial.offsets);
+
+  const std::vector<std::vector<int64_t>> hot = {{1, 4}, {0}, {batch.sparse[2].ids[0]}, {}};
+  const std::vector<int64_t> hot_bases = {0, 2, 3, 4, 4};
+  const Split split = SplitBatch(batch, hot);
+  HotColdBags hc_serial, hc_parallel;
+  ASSERT_TRUE(FuseHotColdBags(batch, split.cold_counts, split.hot_slots, split.inverse, hot_bases,
+                              &hc_serial)
+                  .ok());
+  ASSERT_TRUE(FuseHotColdBags(batch, split.cold_counts, split.hot_slots, split.inverse, hot_bases,
+                              &hc_parallel, &pool)
+                  .ok());
+  EXPECT_EQ(hc_parallel.indices, hc_serial.indices);
+  EXPECT_EQ(hc_parallel.offsets, hc_serial.offsets);
+  EXPECT_EQ(hc_parallel.hot_slots, hc_serial.hot_slots);
+
+  // With a pool the error is still the first bad table's.
+  Batch bad = batch;
+  bad.sparse[3].ids[5] = 33;
+  bad.sparse[1].ids[7] = 1;
+  EXPECT_THAT(FuseBags(bad, kTables, bases, &parallel, &pool).message(),
+              HasSubstr("table 1 (C2): id 1 >= rows 1"));
 }
 
 TEST(FusedBagsTest, BadHotColdSplitsNameTheValue) {
