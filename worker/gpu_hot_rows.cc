@@ -129,20 +129,19 @@ class CudaGpuHotRows : public GpuHotRows {
                                    ? static_cast<DenseAllReducer*>(options_.device_reducer)
                                    : options_.host_reducer;
     if (reducer == nullptr || reducer->world_size() == 1) return cache_->ApplyHot();
-    // Every replica adds its gradients into the dense buffer, the buffer is summed over the
-    // workers and every replica applies the same sum to the rows any worker touched.
-    DLRM_ASSIGN_OR_RETURN(float* summed,
-                          cache_->AccumulateHot(1.0f / static_cast<float>(reducer->world_size())));
-    const size_t n = static_cast<size_t>(cache_->allreduce_floats());
-    if (options_.device_reducer != nullptr) {
-      DLRM_RETURN_IF_ERROR(options_.device_reducer->AllReduceSumDevice(summed, n));
-    } else {
+    // Every replica adds its gradients into the buffer; the touch counts, then the touched rows'
+    // gradients are summed over the workers and every replica applies the same sums.
+    DLRM_RETURN_IF_ERROR(cache_->AccumulateHot(1.0f / static_cast<float>(reducer->world_size())));
+    return cache_->ReduceAndApply([this](float* data, size_t n) -> absl::Status {
+      if (options_.device_reducer != nullptr) {
+        return options_.device_reducer->AllReduceSumDevice(data, n);
+      }
       staged_.resize(n);
-      options_.backend->CopyToHost(summed, staged_.data(), n);
+      options_.backend->CopyToHost(data, staged_.data(), n);
       DLRM_RETURN_IF_ERROR(options_.host_reducer->AllReduceSum(staged_.data(), n));
-      options_.backend->CopyFromHost(staged_.data(), summed, n);
-    }
-    return cache_->ApplyReduced();
+      options_.backend->CopyFromHost(staged_.data(), data, n);
+      return absl::OkStatus();
+    });
   }
 
   int64_t hot_rows() const override { return cache_ == nullptr ? 0 : cache_->rows(); }
@@ -191,7 +190,7 @@ class CudaGpuHotRows : public GpuHotRows {
   std::vector<int64_t> cold_counts_;
   HotColdBags bags_;           // the last Lookup's bags
   std::vector<float> cold_;    // the cold rows going up, their gradients coming back
-  std::vector<float> staged_;  // the allreduce buffer on the host (no device reducer)
+  std::vector<float> staged_;  // an allreduce's data on the host (no device reducer)
 };
 
 }  // namespace

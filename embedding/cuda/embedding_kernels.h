@@ -57,8 +57,17 @@ void LaunchGatherRows(const float* rows, int64_t row_stride, int dim, const int6
 void LaunchScatterRowsToDense(const float* grads, const int64_t* slots, int64_t n, int dim,
                               float scale, float* dense, float* touched, cudaStream_t stream);
 
-// slots[r] = touched[r] > 0 ? r : -1 for r < rows (LaunchApplySparseOptimizer skips -1).
-void LaunchSlotsFromTouched(const float* touched, int64_t rows, int64_t* slots,
-                            cudaStream_t stream);
+// Bytes of device workspace LaunchTouchedPositions needs for `rows` rows.
+size_t TouchedPositionsWorkspaceBytes(int64_t rows);
+
+// flags[r] = counts[r] > 0 and positions[r] = the number of flagged rows before r (an exclusive
+// scan), for r < rows < 2^31. positions[rows - 1] + flags[rows - 1] is the number flagged.
+void LaunchTouchedPositions(const float* counts, int64_t rows, int32_t* flags, int32_t* positions,
+                            void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// For every flagged row r: packed[positions[r] * dim + k] = dense[r * dim + k] for k < dim, and
+// slots[positions[r]] = r. The flagged rows in increasing order, their gradients packed.
+void LaunchPackTouched(const float* dense, const int32_t* flags, const int32_t* positions,
+                       int64_t rows, int dim, float* packed, int64_t* slots, cudaStream_t stream);
 
 }  // namespace dlrm::embedding::cuda

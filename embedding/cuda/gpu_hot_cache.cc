@@ -28,17 +28,20 @@ absl::Status OutOfMemory(int64_t rows, size_t bytes, const char* what, cudaError
 
 struct GpuHotCache::State {
   cudaStream_t stream = nullptr;
-  float* rows = nullptr;            // rows x row_stride
-  float* reduce = nullptr;          // rows x dim gradients, then rows counts
-  int64_t* reduce_slots = nullptr;  // rows
-  DeviceBuffer inputs;              // the step's indices | offsets | hot slots
-  DeviceBuffer step_rows;           // (num_cold + num_hot) x dim
-  DeviceBuffer step_grads;          // (num_cold + num_hot) x dim
-  DeviceBuffer workspace;           // scatter sort workspace
-  PinnedBuffer staging;             // host inputs on their way to the device
-  cudaEvent_t staged = nullptr;     // recorded after the copies out of `staging`
-  PinnedBuffer cold_grads;          // cold gradients on their way to the host
-  std::vector<uint8_t> seen;        // rows flags, all 0 between calls: repeated-slot check
+  float* rows = nullptr;       // rows x row_stride
+  float* reduce = nullptr;     // rows x dim gradients, then rows counts
+  int32_t* touched = nullptr;  // rows flags, then rows positions (ReduceAndApply)
+  DeviceBuffer scan_workspace;
+  DeviceBuffer packed;           // touched x dim summed gradients
+  DeviceBuffer packed_slots;     // touched int64 rows
+  DeviceBuffer inputs;           // the step's indices | offsets | hot slots
+  DeviceBuffer step_rows;        // (num_cold + num_hot) x dim
+  DeviceBuffer step_grads;       // (num_cold + num_hot) x dim
+  DeviceBuffer workspace;        // scatter sort workspace
+  PinnedBuffer staging;          // host inputs on their way to the device
+  cudaEvent_t staged = nullptr;  // recorded after the copies out of `staging`
+  PinnedBuffer cold_grads;       // cold gradients on their way to the host
+  std::vector<uint8_t> seen;     // rows flags, all 0 between calls: repeated-slot check
 
   // The last Lookup's inputs, as staged on the device.
   bool has_step = false;
@@ -59,7 +62,7 @@ struct GpuHotCache::State {
     }
     cudaFree(rows);
     cudaFree(reduce);
-    cudaFree(reduce_slots);
+    cudaFree(touched);
   }
 };
 
@@ -76,8 +79,8 @@ GpuHotCache::~GpuHotCache() {
 int64_t GpuHotCache::device_bytes() const {
   int64_t bytes = options_.rows * row_stride_ * static_cast<int64_t>(sizeof(float));
   if (state_->reduce != nullptr) {
-    bytes += allreduce_floats() * static_cast<int64_t>(sizeof(float)) +
-             options_.rows * static_cast<int64_t>(sizeof(int64_t));
+    bytes += static_cast<int64_t>(ReduceBytes()) +
+             options_.rows * 2 * static_cast<int64_t>(sizeof(int32_t));
   }
   return bytes;
 }
@@ -126,17 +129,19 @@ absl::Status GpuHotCache::Init() {
 
 absl::Status GpuHotCache::AllocateReduceBuffer() {
   State& s = *state_;
-  const size_t reduce_bytes = static_cast<size_t>(allreduce_floats()) * sizeof(float);
-  const size_t slot_bytes = static_cast<size_t>(options_.rows) * sizeof(int64_t);
+  const size_t reduce_bytes = ReduceBytes();
+  const size_t touched_bytes = static_cast<size_t>(options_.rows) * 2 * sizeof(int32_t);
   cudaError_t err = cudaMalloc(&s.reduce, reduce_bytes);
-  if (err == cudaSuccess) err = cudaMalloc(&s.reduce_slots, slot_bytes);
+  if (err == cudaSuccess) err = cudaMalloc(&s.touched, touched_bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
     cudaFree(s.reduce);
     s.reduce = nullptr;
-    s.reduce_slots = nullptr;
-    return OutOfMemory(options_.rows, reduce_bytes + slot_bytes, "allreduce buffer", err);
+    s.touched = nullptr;
+    return OutOfMemory(options_.rows, reduce_bytes + touched_bytes, "allreduce buffer", err);
   }
+  DLRM_RETURN_IF_ERROR(
+      s.scan_workspace.Reserve(TouchedPositionsWorkspaceBytes(options_.rows), s.stream));
   return CudaStatus(cudaMemsetAsync(s.reduce, 0, reduce_bytes, s.stream), "cudaMemsetAsync");
 }
 
@@ -348,33 +353,59 @@ absl::Status GpuHotCache::ApplyHot() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<float*> GpuHotCache::AccumulateHot(float scale) {
+absl::Status GpuHotCache::AccumulateHot(float scale) {
   State& s = *state_;
   if (!s.hot_grads_ready) {
     return absl::FailedPreconditionError(
         absl::StrCat(options_.name, ": no hot gradients to accumulate (Backward first, once)"));
   }
   s.hot_grads_ready = false;
+  if (options_.rows == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  if (options_.rows == 0) return nullptr;
   if (s.reduce == nullptr) DLRM_RETURN_IF_ERROR(AllocateReduceBuffer());
   const int dim = options_.dim;
   LaunchScatterRowsToDense(s.step_grads.as<float>() + s.num_cold * dim, s.hot_slots, s.num_hot, dim,
                            scale, s.reduce, s.reduce + options_.rows * dim, s.stream);
-  return s.reduce;
+  return absl::OkStatus();
 }
 
-absl::Status GpuHotCache::ApplyReduced() {
+absl::Status GpuHotCache::ReduceAndApply(const AllReduceFn& allreduce) {
+  // Every worker holds the same number of rows: all return here, or none does.
+  if (options_.rows == 0) return absl::OkStatus();
   State& s = *state_;
-  if (s.reduce == nullptr) return absl::OkStatus();  // nothing accumulated yet
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  if (s.reduce == nullptr) DLRM_RETURN_IF_ERROR(AllocateReduceBuffer());  // takes part with zeros
   const int dim = options_.dim;
-  LaunchSlotsFromTouched(s.reduce + options_.rows * dim, options_.rows, s.reduce_slots, s.stream);
-  LaunchApplySparseOptimizer(options_.optimizer, s.rows, row_stride_, dim, s.reduce_slots, s.reduce,
-                             options_.rows, s.stream);
-  DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      s.reduce, 0, static_cast<size_t>(allreduce_floats()) * sizeof(float), s.stream));
-  return absl::OkStatus();
+  const int64_t rows = options_.rows;
+  float* counts = s.reduce + rows * dim;
+  DLRM_RETURN_IF_ERROR(Annotate(allreduce(counts, static_cast<size_t>(rows)),
+                                "allreduce of the hot rows' touch counts"));
+  int32_t* flags = s.touched;
+  int32_t* positions = s.touched + rows;
+  LaunchTouchedPositions(counts, rows, flags, positions, s.scan_workspace.ptr,
+                         s.scan_workspace.bytes, s.stream);
+  int32_t last[2] = {0, 0};  // positions[rows - 1], flags[rows - 1]
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last[0], positions + rows - 1, sizeof(int32_t),
+                                            cudaMemcpyDeviceToHost, s.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last[1], flags + rows - 1, sizeof(int32_t),
+                                            cudaMemcpyDeviceToHost, s.stream));
+  DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
+  const int64_t touched = int64_t{last[0]} + last[1];
+  if (touched > 0) {
+    DLRM_RETURN_IF_ERROR(
+        s.packed.Reserve(static_cast<size_t>(touched) * dim * sizeof(float), s.stream));
+    DLRM_RETURN_IF_ERROR(
+        s.packed_slots.Reserve(static_cast<size_t>(touched) * sizeof(int64_t), s.stream));
+    LaunchPackTouched(s.reduce, flags, positions, rows, dim, s.packed.as<float>(),
+                      s.packed_slots.as<int64_t>(), s.stream);
+    DLRM_RETURN_IF_ERROR(
+        Annotate(allreduce(s.packed.as<float>(), static_cast<size_t>(touched) * dim),
+                 "allreduce of the touched hot rows' gradients"));
+    LaunchApplySparseOptimizer(options_.optimizer, s.rows, row_stride_, dim,
+                               s.packed_slots.as<int64_t>(), s.packed.as<float>(), touched,
+                               s.stream);
+  }
+  return CudaStatus(cudaMemsetAsync(s.reduce, 0, ReduceBytes(), s.stream), "cudaMemsetAsync");
 }
 
 }  // namespace dlrm::embedding::cuda

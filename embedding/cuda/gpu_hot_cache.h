@@ -12,17 +12,21 @@
 // that a batch's T x batch bags are one gather (worker/fused_bags.h lays them out). Backward
 // aggregates the gradient of every row of the concatenation (sort-based, deterministic: the same
 // kernel as GpuEmbeddingTable), returns the cold rows' gradients to the host, for the parameter
-// servers, and keeps the hot rows' on the device. There one worker applies them with ApplyHot;
-// several workers add them into a dense [rows x dim | rows] buffer with AccumulateHot, sum that
-// buffer over the workers (NCCL, in place) and apply the sum with ApplyReduced, so that every
-// replica takes the same step on the rows any worker touched and no other row changes.
+// servers, and keeps the hot rows' on the device. There one worker applies them with ApplyHot.
+// Several workers add them into a [rows x dim | rows] buffer of gradients and touch counts with
+// AccumulateHot, then ReduceAndApply sums the counts over the workers, packs the gradients of the
+// rows any worker touched, sums those, and applies them: every replica takes the same step on
+// the same rows, no other row changes, and the traffic is the counts plus the touched rows (as
+// the host cache's mask-then-packed exchange), not the whole hot set.
 //
 // Every call enqueues on options.stream (the dense backend's stream, dense::cuda::CudaStreamOf),
 // after the model's work; host inputs may be reused when a call returns. Backward and ReadRows
 // wait for their results. Not thread-safe: the trainer's compute thread owns it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -89,15 +93,17 @@ class GpuHotCache {
   // One optimizer step on each hot row of the last Backward, with its gradient.
   absl::Status ApplyHot();
 
-  // Adds scale x the last Backward's hot gradients into the allreduce buffer and counts each hot
-  // row once; returns the buffer (device memory, allreduce_floats() floats: rows x dim
-  // gradients, then rows counts), to be summed in place over the workers. RESOURCE_EXHAUSTED when
-  // the buffer (allocated by the first call) does not fit.
-  absl::StatusOr<float*> AccumulateHot(float scale);
-  int64_t allreduce_floats() const { return options_.rows * (options_.dim + 1); }
-  // One optimizer step on every row whose count in the buffer is > 0 with the buffer's
-  // gradient; then clears the buffer.
-  absl::Status ApplyReduced();
+  // Adds scale x the last Backward's hot gradients into the buffer and counts each hot row once.
+  // RESOURCE_EXHAUSTED when the buffer (allocated by the first call) does not fit.
+  absl::Status AccumulateHot(float scale);
+  // A sum over the workers, in place on `count` floats of device memory ordered on the stream
+  // (e.g. NCCL's allreduce); every worker must make the same calls with the same counts.
+  using AllReduceFn = std::function<absl::Status(float* device_data, size_t count)>;
+  // Sums the buffer over the workers and applies it: `allreduce` first gets the rows' touch
+  // counts (rows floats), then, when any worker touched a row, the touched rows' gradients packed
+  // in increasing row order (touched x dim floats). One optimizer step on each touched row with
+  // its summed gradient; then clears the buffer. Waits for the counts (to size the second call).
+  absl::Status ReduceAndApply(const AllReduceFn& allreduce);
 
   // Waits for every call issued so far.
   absl::Status Synchronize();
@@ -106,6 +112,10 @@ class GpuHotCache {
   explicit GpuHotCache(const GpuHotCacheOptions& options);
   absl::Status Init();
   absl::Status AllocateReduceBuffer();
+  // Bytes of the buffer: rows x dim gradients, then rows counts.
+  size_t ReduceBytes() const {
+    return static_cast<size_t>(options_.rows) * (options_.dim + 1) * sizeof(float);
+  }
   absl::Status Check(const HotColdStep& step);  // uses state_->seen
   struct State;
 

@@ -1,6 +1,7 @@
 // Small element-wise kernels of the GPU hot rows (gpu_hot_cache.h): one thread per float, since
 // each runs over at most the hot set once per step and is bound by its memory traffic.
 #include <cstdint>
+#include <cub/device/device_scan.cuh>
 
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/embedding_kernels.h"
@@ -37,11 +38,25 @@ __global__ void ScatterRowsToDenseKernel(const float* __restrict__ grads,
   if (k == 0) touched[slot] += 1.0f;
 }
 
-__global__ void SlotsFromTouchedKernel(const float* __restrict__ touched, int64_t rows,
-                                       int64_t* __restrict__ slots) {
+__global__ void TouchedFlagsKernel(const float* __restrict__ counts, int64_t rows,
+                                   int32_t* __restrict__ flags) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows) return;
-  slots[r] = touched[r] > 0.0f ? r : -1;
+  flags[r] = counts[r] > 0.0f ? 1 : 0;
+}
+
+__global__ void PackTouchedKernel(const float* __restrict__ dense,
+                                  const int32_t* __restrict__ flags,
+                                  const int32_t* __restrict__ positions, int64_t rows, int dim,
+                                  float* __restrict__ packed, int64_t* __restrict__ slots) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= rows * dim) return;
+  const int64_t r = e / dim;
+  if (flags[r] == 0) return;
+  const int k = static_cast<int>(e - r * dim);
+  const int64_t at = positions[r];
+  packed[at * dim + k] = dense[e];
+  if (k == 0) slots[at] = r;
 }
 
 }  // namespace
@@ -62,10 +77,30 @@ void LaunchScatterRowsToDense(const float* grads, const int64_t* slots, int64_t 
   DLRM_CUDA_CHECK_LAUNCH();
 }
 
-void LaunchSlotsFromTouched(const float* touched, int64_t rows, int64_t* slots,
-                            cudaStream_t stream) {
+size_t TouchedPositionsWorkspaceBytes(int64_t rows) {
+  size_t bytes = 0;
+  DLRM_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                    static_cast<int32_t*>(nullptr), static_cast<int>(rows)));
+  return bytes;
+}
+
+void LaunchTouchedPositions(const float* counts, int64_t rows, int32_t* flags, int32_t* positions,
+                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (rows <= 0) return;
-  SlotsFromTouchedKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(touched, rows, slots);
+  DLRM_CHECK(rows <= INT32_MAX) << rows << " hot rows: more than 2^31 - 1";
+  TouchedFlagsKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(counts, rows, flags);
+  DLRM_CUDA_CHECK_LAUNCH();
+  size_t bytes = workspace_bytes;  // CUB takes it by reference
+  DLRM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(workspace, bytes, flags, positions,
+                                                static_cast<int>(rows), stream));
+}
+
+void LaunchPackTouched(const float* dense, const int32_t* flags, const int32_t* positions,
+                       int64_t rows, int dim, float* packed, int64_t* slots, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  PackTouchedKernel<<<BlocksFor(rows * dim), kThreads, 0, stream>>>(dense, flags, positions, rows,
+                                                                    dim, packed, slots);
   DLRM_CUDA_CHECK_LAUNCH();
 }
 

@@ -465,9 +465,9 @@ TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
     ASSERT_EQ(read, hot);
 
     const int batch = 96;
-    // Steps 0-1: one worker (ApplyHot). Steps 2-3: through the allreduce buffer, which holds
-    // half the gradient after AccumulateHot(0.5) (as one of two identical replicas before the
-    // sum); step 3 has no hot row at all.
+    // Steps 0-1: one worker (ApplyHot). Steps 2-3: through AccumulateHot(0.5) and ReduceAndApply
+    // with a sum over one worker, which then applies half the gradient; step 3 has no hot row at
+    // all, so only the touch counts are summed.
     for (int step = 0; step < 4; ++step) {
       const int num_cold = 30 + step;
       const int num_hot = step == 3 ? 0 : 20 - step;
@@ -511,10 +511,18 @@ TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
             << "a second ApplyHot would apply the gradients twice";
       } else {
         for (float& g : hot_grads) g *= 0.5f;
-        auto buffer = cache.AccumulateHot(0.5f);
-        ASSERT_TRUE(buffer.ok()) << buffer.status();
-        EXPECT_EQ(cache.allreduce_floats(), options.rows * (dim + 1));
-        ASSERT_TRUE(cache.ApplyReduced().ok());
+        ASSERT_TRUE(cache.AccumulateHot(0.5f).ok());
+        std::vector<size_t> sums;
+        ASSERT_TRUE(cache
+                        .ReduceAndApply([&](float*, size_t n) {
+                          sums.push_back(n);
+                          return absl::OkStatus();
+                        })
+                        .ok());
+        const std::vector<size_t> want_sums =
+            num_hot > 0 ? std::vector<size_t>{50, static_cast<size_t>(num_hot) * dim}
+                        : std::vector<size_t>{50};
+        EXPECT_EQ(sums, want_sums) << "the counts, then the touched rows' gradients";
       }
       cpu_->ApplySparseOptimizer(options.optimizer, hot.data(), stride, dim, in.hot_slots.data(),
                                  hot_grads.data(), num_hot);
@@ -525,7 +533,7 @@ TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
   }
 }
 
-TEST_F(GpuHotCacheTest, ApplyReducedUpdatesTheRowsAnyWorkerTouched) {
+TEST_F(GpuHotCacheTest, ReduceAndApplyUpdatesTheRowsAnyWorkerTouched) {
   const auto options = Options(SparseOptimizerType::kLazyAdam);
   auto created = cuda::GpuHotCache::Create(options);
   ASSERT_TRUE(created.ok()) << created.status();
@@ -546,21 +554,47 @@ TEST_F(GpuHotCacheTest, ApplyReducedUpdatesTheRowsAnyWorkerTouched) {
   DeviceArray<float> d_dout(dout);
   std::vector<float> cold(size_t{5} * dim);
   ASSERT_TRUE(cache.Backward(d_dout.get(), dim, cold.data()).ok());
-  auto buffer = cache.AccumulateHot(1.0f);
-  ASSERT_TRUE(buffer.ok()) << buffer.status();
-  // Another worker touched a row this one did not: its gradient and count arrive in the sum.
+  ASSERT_TRUE(cache.AccumulateHot(1.0f).ok());
+
+  // Another worker touched a row this one did not: its count and gradient arrive in the sums.
   int64_t other = 0;
   while (std::find(in.hot_slots.begin(), in.hot_slots.end(), other) != in.hot_slots.end()) ++other;
+  std::vector<int64_t> touched = in.hot_slots;
+  touched.push_back(other);
+  std::sort(touched.begin(), touched.end());
+  const int64_t other_at = std::find(touched.begin(), touched.end(), other) - touched.begin();
   const auto other_grad = RandomVector(dim, 92);
-  const float one = 1.0f;
-  ASSERT_EQ(cudaMemcpy(*buffer + other * dim, other_grad.data(), dim * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            cudaSuccess);
-  ASSERT_EQ(
-      cudaMemcpy(*buffer + options.rows * dim + other, &one, sizeof(float), cudaMemcpyHostToDevice),
-      cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_TRUE(cache.ApplyReduced().ok());
+  int call = 0;
+  auto other_worker = [&](float* data, size_t n) -> absl::Status {
+    // The data comes from work queued on the stream: copy on it, after it.
+    float* at = nullptr;
+    std::vector<float> add;
+    if (call++ == 0) {
+      EXPECT_EQ(n, static_cast<size_t>(options.rows));
+      at = data + other;
+      add = {1.0f};
+    } else {
+      EXPECT_EQ(n, touched.size() * dim) << "the union of both workers' rows";
+      at = data + other_at * dim;
+      add = other_grad;
+    }
+    std::vector<float> mine(add.size());
+    EXPECT_EQ(cudaMemcpyAsync(mine.data(), at, mine.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                              stream_),
+              cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    for (size_t i = 0; i < add.size(); ++i) {
+      EXPECT_EQ(mine[i], 0.0f) << "this worker did not touch row " << other;
+      mine[i] += add[i];
+    }
+    EXPECT_EQ(cudaMemcpyAsync(at, mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice,
+                              stream_),
+              cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(cache.ReduceAndApply(other_worker).ok());
+  EXPECT_EQ(call, 2);
 
   std::vector<float> grads(size_t{13} * dim);
   cpu_->PooledScatterGrad(dout.data(), dim, dim, in.bags.ids.data(), in.bags.offsets.data(), batch,
@@ -573,11 +607,19 @@ TEST_F(GpuHotCacheTest, ApplyReducedUpdatesTheRowsAnyWorkerTouched) {
                              slot_grads.data(), static_cast<int64_t>(slots.size()));
   std::vector<float> read(hot.size());
   ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
-  ExpectClose(read, hot, 1e-5, 1e-6, "rows after ApplyReduced");
-  // The buffer is clear again: a step with no hot gradient changes nothing.
-  ASSERT_TRUE(cache.ApplyReduced().ok());
+  ExpectClose(read, hot, 1e-5, 1e-6, "rows after ReduceAndApply");
+  // The buffer is clear again: with nothing accumulated, nothing is touched and nothing moves.
+  call = 0;
+  std::vector<size_t> sums;
+  ASSERT_TRUE(cache
+                  .ReduceAndApply([&](float*, size_t n) {
+                    sums.push_back(n);
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_EQ(sums, std::vector<size_t>{50});
   ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
-  ExpectClose(read, hot, 1e-5, 1e-6, "rows after an empty ApplyReduced");
+  ExpectClose(read, hot, 1e-5, 1e-6, "rows after an empty ReduceAndApply");
 }
 
 TEST_F(GpuHotCacheTest, BadInputIsAnErrorNamingTheValue) {
