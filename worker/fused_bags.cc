@@ -77,6 +77,7 @@ absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfi
                       absl::Span<const int64_t> bases, FusedBags* out,
                       embedding::ParallelPool* pool) {
   const int num_tables = static_cast<int>(tables.size());
+  if (batch.size < 0) return absl::InvalidArgumentError(absl::StrCat("batch of ", batch.size));
   if (static_cast<int>(batch.sparse.size()) != num_tables) {
     return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.sparse.size(),
                                                    " sparse features; the model has ", num_tables,
@@ -124,6 +125,7 @@ absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_
                              absl::Span<const int64_t> hot_bases, HotColdBags* out,
                              embedding::ParallelPool* pool) {
   const size_t num_tables = batch.sparse.size();
+  if (batch.size < 0) return absl::InvalidArgumentError(absl::StrCat("batch of ", batch.size));
   if (cold_counts.size() != num_tables || hot_slots.size() != num_tables ||
       inverse.size() != num_tables || hot_bases.size() != num_tables + 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -23,22 +23,7 @@ class CudaGpuHotRows : public GpuHotRows {
   explicit CudaGpuHotRows(const GpuHotRowsOptions& options) : options_(options) {}
 
   absl::Status Upload(const HotRowCache& cache) override {
-    if (cache.num_tables() != num_tables()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hot set has ", cache.num_tables(), " tables, the model ", num_tables()));
-    }
-    const int64_t row_floats =
-        dim() + embedding::SparseOptimizerStateFloats(options_.optimizer.type, dim());
-    std::vector<int64_t> bases(num_tables() + 1, 0);
-    for (int t = 0; t < num_tables(); ++t) {
-      if (cache.row_floats(t) != row_floats) {
-        return absl::InvalidArgumentError(absl::StrCat("hot set table ", t, ": rows of ",
-                                                       cache.row_floats(t), " floats, expected ",
-                                                       row_floats));
-      }
-      bases[t + 1] = bases[t] + cache.num_rows(t);
-    }
-    absl::Status status = Install(cache, bases);
+    absl::Status status = Install(cache);
     if (!status.ok()) Clear();  // no half-written set: later steps fail naming the empty set
     return status;
   }
@@ -125,10 +110,8 @@ class CudaGpuHotRows : public GpuHotRows {
       }
     }
     if (cache_->rows() == 0) return absl::OkStatus();
-    DenseAllReducer* reducer = options_.device_reducer != nullptr
-                                   ? static_cast<DenseAllReducer*>(options_.device_reducer)
-                                   : options_.host_reducer;
-    if (reducer == nullptr || reducer->world_size() == 1) return cache_->ApplyHot();
+    DenseAllReducer* reducer = Reducer();
+    if (reducer == nullptr) return cache_->ApplyHot();
     // Every replica adds its gradients into the buffer; the touch counts, then the touched rows'
     // gradients are summed over the workers and every replica applies the same sums.
     DLRM_RETURN_IF_ERROR(cache_->AccumulateHot(1.0f / static_cast<float>(reducer->world_size())));
@@ -149,10 +132,32 @@ class CudaGpuHotRows : public GpuHotRows {
 
  private:
   int dim() const { return options_.tables.front().dim; }
+  // What sums the hot rows' gradients over the workers; null for a single worker.
+  DenseAllReducer* Reducer() const {
+    DenseAllReducer* reducer = options_.device_reducer != nullptr
+                                   ? static_cast<DenseAllReducer*>(options_.device_reducer)
+                                   : options_.host_reducer;
+    return reducer != nullptr && reducer->world_size() > 1 ? reducer : nullptr;
+  }
   int num_tables() const { return static_cast<int>(options_.tables.size()); }
   // Writes `cache`'s rows to the device (a new GpuHotCache when the size changed) and installs
-  // `bases` as the slot layout.
-  absl::Status Install(const HotRowCache& cache, const std::vector<int64_t>& bases) {
+  // their slot layout.
+  absl::Status Install(const HotRowCache& cache) {
+    if (cache.num_tables() != num_tables()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hot set has ", cache.num_tables(), " tables, the model ", num_tables()));
+    }
+    const int64_t row_floats =
+        dim() + embedding::SparseOptimizerStateFloats(options_.optimizer.type, dim());
+    std::vector<int64_t> bases(num_tables() + 1, 0);
+    for (int t = 0; t < num_tables(); ++t) {
+      if (cache.row_floats(t) != row_floats) {
+        return absl::InvalidArgumentError(absl::StrCat("hot set table ", t, ": rows of ",
+                                                       cache.row_floats(t), " floats, expected ",
+                                                       row_floats));
+      }
+      bases[t + 1] = bases[t] + cache.num_rows(t);
+    }
     const int64_t rows = bases.back();
     if (cache_ == nullptr || cache_->rows() != rows) {
       Clear();  // the old set's memory first: the new one may need it
@@ -162,6 +167,7 @@ class CudaGpuHotRows : public GpuHotRows {
       o.optimizer = options_.optimizer;
       o.device = dense::cuda::CudaDeviceOf(*options_.backend);
       o.stream = dense::cuda::CudaStreamOf(*options_.backend);
+      o.sum_over_workers = Reducer() != nullptr;
       DLRM_ASSIGN_OR_RETURN(cache_, GpuHotCache::Create(o));
     }
     for (int t = 0; t < num_tables(); ++t) {

@@ -24,13 +24,14 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { cudaFree(ptr); }
-  absl::Status Reserve(size_t needed, cudaStream_t stream) {
+  // `headroom`: a quarter more than needed, since batches vary in size.
+  absl::Status Reserve(size_t needed, cudaStream_t stream, bool headroom = true) {
     if (needed <= bytes) return absl::OkStatus();
     DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     DLRM_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
     ptr = nullptr;
     bytes = 0;
-    needed = AlignUp(needed + needed / 4);  // headroom: batches vary in size
+    needed = AlignUp(headroom ? needed + needed / 4 : needed);
     if (cudaError_t err = cudaMalloc(&ptr, needed); err != cudaSuccess) {
       cudaGetLastError();  // not sticky: later launches must not report it
       ptr = nullptr;
@@ -38,6 +39,12 @@ struct DeviceBuffer {
     }
     bytes = needed;
     return absl::OkStatus();
+  }
+  // Frees the memory. REQUIRES: no queued work uses it.
+  void Release() {
+    cudaFree(ptr);
+    ptr = nullptr;
+    bytes = 0;
   }
   template <typename T>
   T* as() {

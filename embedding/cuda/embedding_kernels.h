@@ -57,11 +57,12 @@ void LaunchGatherRows(const float* rows, int64_t row_stride, int dim, const int6
 void LaunchScatterRowsToDense(const float* grads, const int64_t* slots, int64_t n, int dim,
                               float scale, float* dense, float* touched, cudaStream_t stream);
 
-// Bytes of device workspace LaunchTouchedPositions needs for `rows` rows.
+// Bytes of device workspace LaunchTouchedPositions needs for `rows` rows (rows < 2^31 - 1).
 size_t TouchedPositionsWorkspaceBytes(int64_t rows);
 
-// flags[r] = counts[r] > 0 and positions[r] = the number of flagged rows before r (an exclusive
-// scan), for r < rows < 2^31. positions[rows - 1] + flags[rows - 1] is the number flagged.
+// flags[r] = counts[r] > 0 for r < rows, flags[rows] = 0, and positions[r] = the number of
+// flagged rows before r (an exclusive scan) for r <= rows: positions[rows] is the number flagged.
+// flags and positions hold rows + 1 entries each.
 void LaunchTouchedPositions(const float* counts, int64_t rows, int32_t* flags, int32_t* positions,
                             void* workspace, size_t workspace_bytes, cudaStream_t stream);
 

@@ -223,6 +223,7 @@ absl::Status GpuEmbeddingTable::WriteRows(int64_t first_row, int64_t count,
 }
 
 absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* host_out) {
+  last_lookup_.valid = false;
   DLRM_RETURN_IF_ERROR(CheckIds(ids, n));
   if (n == 0) return absl::OkStatus();
   if (n > INT32_MAX - 1) {
@@ -255,7 +256,10 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
     return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
                                                    out_stride, " < dim ", options_.dim));
   }
-  if (batch == 0) return absl::OkStatus();
+  if (batch == 0) {
+    last_lookup_ = {.valid = true, .batch = 0, .nnz = 0, .mode = mode};  // nothing to apply
+    return absl::OkStatus();
+  }
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
   LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
@@ -268,6 +272,7 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
 absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t* offsets,
                                                int batch, PoolingMode mode,
                                                const float* device_dout, int64_t out_stride) {
+  last_lookup_.valid = false;
   DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
   const int nnz = offsets[batch];
   DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
@@ -318,6 +323,7 @@ absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, PoolingMode mode
 
 absl::Status GpuEmbeddingTable::ApplyRowGradients(const int64_t* ids, int64_t n,
                                                   const float* device_grads) {
+  last_lookup_.valid = false;
   DLRM_RETURN_IF_ERROR(CheckIds(ids, n));
   if (n == 0) return absl::OkStatus();
   std::vector<int64_t> sorted(ids, ids + n);

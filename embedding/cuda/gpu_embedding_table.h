@@ -74,8 +74,8 @@ class GpuEmbeddingTable {
                               PoolingMode mode, const float* device_dout, int64_t out_stride);
 
   // The same for the bags of the last Lookup, whose ids and offsets are still on the device: no
-  // host work and no copy. FAILED_PRECONDITION when there was no Lookup since the last call that
-  // stages inputs (ReadRows, ApplyGradients, ApplyRowGradients, this one).
+  // host work and no copy. FAILED_PRECONDITION when there was no Lookup since the last call of
+  // ReadRows, ApplyGradients, ApplyRowGradients or this one.
   absl::Status ApplyGradientsOfLastLookup(const float* device_dout, int64_t out_stride);
 
   // One optimizer step on distinct rows `ids` (host, n of them) with already aggregated gradients

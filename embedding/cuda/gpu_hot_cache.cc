@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -28,12 +29,13 @@ absl::Status OutOfMemory(int64_t rows, size_t bytes, const char* what, cudaError
 
 struct GpuHotCache::State {
   cudaStream_t stream = nullptr;
-  float* rows = nullptr;       // rows x row_stride
+  float* rows = nullptr;  // rows x row_stride
+  // sum_over_workers: the buffer of gradients and counts, and ReduceAndApply's scratch.
   float* reduce = nullptr;     // rows x dim gradients, then rows counts
-  int32_t* touched = nullptr;  // rows flags, then rows positions (ReduceAndApply)
+  int32_t* touched = nullptr;  // rows + 1 flags, then rows + 1 positions
   DeviceBuffer scan_workspace;
-  DeviceBuffer packed;           // touched x dim summed gradients
-  DeviceBuffer packed_slots;     // touched int64 rows
+  DeviceBuffer packed;           // up to rows x dim summed gradients of touched rows
+  DeviceBuffer packed_slots;     // up to rows int64 touched rows
   DeviceBuffer inputs;           // the step's indices | offsets | hot slots
   DeviceBuffer step_rows;        // (num_cold + num_hot) x dim
   DeviceBuffer step_grads;       // (num_cold + num_hot) x dim
@@ -80,17 +82,19 @@ int64_t GpuHotCache::device_bytes() const {
   int64_t bytes = options_.rows * row_stride_ * static_cast<int64_t>(sizeof(float));
   if (state_->reduce != nullptr) {
     bytes += static_cast<int64_t>(ReduceBytes()) +
-             options_.rows * 2 * static_cast<int64_t>(sizeof(int32_t));
+             (options_.rows + 1) * 2 * static_cast<int64_t>(sizeof(int32_t)) +
+             static_cast<int64_t>(state_->scan_workspace.bytes + state_->packed.bytes +
+                                  state_->packed_slots.bytes);
   }
   return bytes;
 }
 
 absl::StatusOr<std::unique_ptr<GpuHotCache>> GpuHotCache::Create(
     const GpuHotCacheOptions& options) {
-  if (options.rows < 0 || options.dim <= 0) {
+  if (options.rows < 0 || options.rows >= INT32_MAX || options.dim <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(options.name, ": rows = ", options.rows,
                                                    ", dim = ", options.dim,
-                                                   " (rows must be >= 0, dim > 0)"));
+                                                   " (rows must be in [0, 2^31 - 1), dim > 0)"));
   }
   if (options.stream == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(options.name, ": no CUDA stream given"));
@@ -124,25 +128,49 @@ absl::Status GpuHotCache::Init() {
   }
   DLRM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.rows, 0, row_bytes, s.stream));
   s.seen.assign(options_.rows, 0);
+  if (options_.sum_over_workers) DLRM_RETURN_IF_ERROR(AllocateReduceBuffer());
   return CudaStatus(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
 }
 
 absl::Status GpuHotCache::AllocateReduceBuffer() {
   State& s = *state_;
+  const int64_t rows = options_.rows;
   const size_t reduce_bytes = ReduceBytes();
-  const size_t touched_bytes = static_cast<size_t>(options_.rows) * 2 * sizeof(int32_t);
+  const size_t touched_bytes = static_cast<size_t>(rows + 1) * 2 * sizeof(int32_t);
   cudaError_t err = cudaMalloc(&s.reduce, reduce_bytes);
   if (err == cudaSuccess) err = cudaMalloc(&s.touched, touched_bytes);
+  absl::Status status;
   if (err != cudaSuccess) {
     cudaGetLastError();
+    status = OutOfMemory(rows, reduce_bytes + touched_bytes, "allreduce buffer", err);
+  }
+  // Worst case: every row touched by some worker.
+  if (status.ok()) {
+    status = s.packed.Reserve(static_cast<size_t>(rows) * options_.dim * sizeof(float), s.stream,
+                              /*headroom=*/false);
+  }
+  if (status.ok()) {
+    status = s.packed_slots.Reserve(static_cast<size_t>(rows) * sizeof(int64_t), s.stream,
+                                    /*headroom=*/false);
+  }
+  if (status.ok()) {
+    status = s.scan_workspace.Reserve(TouchedPositionsWorkspaceBytes(rows), s.stream,
+                                      /*headroom=*/false);
+  }
+  if (status.ok()) {
+    status = CudaStatus(cudaMemsetAsync(s.reduce, 0, reduce_bytes, s.stream), "cudaMemsetAsync");
+  }
+  if (!status.ok()) {  // all or nothing
+    cudaStreamSynchronize(s.stream);
     cudaFree(s.reduce);
+    cudaFree(s.touched);
     s.reduce = nullptr;
     s.touched = nullptr;
-    return OutOfMemory(options_.rows, reduce_bytes + touched_bytes, "allreduce buffer", err);
+    s.packed.Release();
+    s.packed_slots.Release();
+    s.scan_workspace.Release();
   }
-  DLRM_RETURN_IF_ERROR(
-      s.scan_workspace.Reserve(TouchedPositionsWorkspaceBytes(options_.rows), s.stream));
-  return CudaStatus(cudaMemsetAsync(s.reduce, 0, reduce_bytes, s.stream), "cudaMemsetAsync");
+  return status;
 }
 
 absl::Status GpuHotCache::Synchronize() {
@@ -360,42 +388,44 @@ absl::Status GpuHotCache::AccumulateHot(float scale) {
         absl::StrCat(options_.name, ": no hot gradients to accumulate (Backward first, once)"));
   }
   s.hot_grads_ready = false;
+  DLRM_RETURN_IF_ERROR(CheckSumOverWorkers());
   if (options_.rows == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  if (s.reduce == nullptr) DLRM_RETURN_IF_ERROR(AllocateReduceBuffer());
   const int dim = options_.dim;
   LaunchScatterRowsToDense(s.step_grads.as<float>() + s.num_cold * dim, s.hot_slots, s.num_hot, dim,
                            scale, s.reduce, s.reduce + options_.rows * dim, s.stream);
   return absl::OkStatus();
 }
 
+absl::Status GpuHotCache::CheckSumOverWorkers() const {
+  if (!options_.sum_over_workers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.name, ": created without sum_over_workers"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuHotCache::ReduceAndApply(const AllReduceFn& allreduce) {
+  DLRM_RETURN_IF_ERROR(CheckSumOverWorkers());
   // Every worker holds the same number of rows: all return here, or none does.
   if (options_.rows == 0) return absl::OkStatus();
   State& s = *state_;
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  if (s.reduce == nullptr) DLRM_RETURN_IF_ERROR(AllocateReduceBuffer());  // takes part with zeros
   const int dim = options_.dim;
   const int64_t rows = options_.rows;
   float* counts = s.reduce + rows * dim;
   DLRM_RETURN_IF_ERROR(Annotate(allreduce(counts, static_cast<size_t>(rows)),
                                 "allreduce of the hot rows' touch counts"));
   int32_t* flags = s.touched;
-  int32_t* positions = s.touched + rows;
+  int32_t* positions = s.touched + rows + 1;
   LaunchTouchedPositions(counts, rows, flags, positions, s.scan_workspace.ptr,
                          s.scan_workspace.bytes, s.stream);
-  int32_t last[2] = {0, 0};  // positions[rows - 1], flags[rows - 1]
-  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last[0], positions + rows - 1, sizeof(int32_t),
-                                            cudaMemcpyDeviceToHost, s.stream));
-  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last[1], flags + rows - 1, sizeof(int32_t),
+  int32_t touched = 0;  // positions[rows]: the number of touched rows
+  DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&touched, positions + rows, sizeof(int32_t),
                                             cudaMemcpyDeviceToHost, s.stream));
   DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
-  const int64_t touched = int64_t{last[0]} + last[1];
   if (touched > 0) {
-    DLRM_RETURN_IF_ERROR(
-        s.packed.Reserve(static_cast<size_t>(touched) * dim * sizeof(float), s.stream));
-    DLRM_RETURN_IF_ERROR(
-        s.packed_slots.Reserve(static_cast<size_t>(touched) * sizeof(int64_t), s.stream));
+    // The buffers hold every row (AllocateReduceBuffer): nothing can fail between the sums.
     LaunchPackTouched(s.reduce, flags, positions, rows, dim, s.packed.as<float>(),
                       s.packed_slots.as<int64_t>(), s.stream);
     DLRM_RETURN_IF_ERROR(

@@ -44,6 +44,10 @@ struct GpuHotCacheOptions {
   SparseOptimizerOptions optimizer;
   int device = 0;
   void* stream = nullptr;  // cudaStream_t to enqueue on (not owned); required
+  // Several workers sum the hot rows' gradients (AccumulateHot, ReduceAndApply): their buffers,
+  // about rows x (2 dim + 5) floats, are allocated by Create, so that no allocation can fail
+  // between two collectives (the other workers would wait in them forever).
+  bool sum_over_workers = false;
 };
 
 // The host inputs of one step.
@@ -62,8 +66,8 @@ struct HotColdStep {
 
 class GpuHotCache {
  public:
-  // Allocates `rows` stored rows (zero-filled; the allreduce buffer comes with the first
-  // AccumulateHot). INVALID_ARGUMENT for a bad shape, device or a missing stream,
+  // Allocates `rows` stored rows (zero-filled), and the buffers of sum_over_workers.
+  // INVALID_ARGUMENT for a bad shape (rows >= 2^31 - 1 included), device or a missing stream,
   // FAILED_PRECONDITION without a device, RESOURCE_EXHAUSTED when it does not fit.
   static absl::StatusOr<std::unique_ptr<GpuHotCache>> Create(const GpuHotCacheOptions& options);
   ~GpuHotCache();
@@ -74,7 +78,7 @@ class GpuHotCache {
   int dim() const { return options_.dim; }
   // Floats per stored row: dim + SparseOptimizerStateFloats(optimizer, dim).
   int64_t row_stride() const { return row_stride_; }
-  // Device bytes held: stored rows, plus the allreduce buffer once allocated (not the per-step
+  // Device bytes held: stored rows, plus the buffers of sum_over_workers (not the per-step
   // scratch, which grows with the largest step).
   int64_t device_bytes() const;
 
@@ -94,7 +98,7 @@ class GpuHotCache {
   absl::Status ApplyHot();
 
   // Adds scale x the last Backward's hot gradients into the buffer and counts each hot row once.
-  // RESOURCE_EXHAUSTED when the buffer (allocated by the first call) does not fit.
+  // FAILED_PRECONDITION unless created with sum_over_workers.
   absl::Status AccumulateHot(float scale);
   // A sum over the workers, in place on `count` floats of device memory ordered on the stream
   // (e.g. NCCL's allreduce); every worker must make the same calls with the same counts.
@@ -103,6 +107,7 @@ class GpuHotCache {
   // counts (rows floats), then, when any worker touched a row, the touched rows' gradients packed
   // in increasing row order (touched x dim floats). One optimizer step on each touched row with
   // its summed gradient; then clears the buffer. Waits for the counts (to size the second call).
+  // FAILED_PRECONDITION unless created with sum_over_workers.
   absl::Status ReduceAndApply(const AllReduceFn& allreduce);
 
   // Waits for every call issued so far.
@@ -111,7 +116,8 @@ class GpuHotCache {
  private:
   explicit GpuHotCache(const GpuHotCacheOptions& options);
   absl::Status Init();
-  absl::Status AllocateReduceBuffer();
+  absl::Status AllocateReduceBuffer();  // all or nothing
+  absl::Status CheckSumOverWorkers() const;
   // Bytes of the buffer: rows x dim gradients, then rows counts.
   size_t ReduceBytes() const {
     return static_cast<size_t>(options_.rows) * (options_.dim + 1) * sizeof(float);

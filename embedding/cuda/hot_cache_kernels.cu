@@ -41,8 +41,8 @@ __global__ void ScatterRowsToDenseKernel(const float* __restrict__ grads,
 __global__ void TouchedFlagsKernel(const float* __restrict__ counts, int64_t rows,
                                    int32_t* __restrict__ flags) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  flags[r] = counts[r] > 0.0f ? 1 : 0;
+  if (r > rows) return;
+  flags[r] = r < rows && counts[r] > 0.0f ? 1 : 0;
 }
 
 __global__ void PackTouchedKernel(const float* __restrict__ dense,
@@ -78,22 +78,24 @@ void LaunchScatterRowsToDense(const float* grads, const int64_t* slots, int64_t 
 }
 
 size_t TouchedPositionsWorkspaceBytes(int64_t rows) {
+  DLRM_CHECK(rows >= 0 && rows < INT32_MAX) << rows << " hot rows: 2^31 - 1 or more";
   size_t bytes = 0;
   DLRM_CUDA_CHECK(
       cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int32_t*>(nullptr),
-                                    static_cast<int32_t*>(nullptr), static_cast<int>(rows)));
+                                    static_cast<int32_t*>(nullptr), static_cast<int>(rows + 1)));
   return bytes;
 }
 
 void LaunchTouchedPositions(const float* counts, int64_t rows, int32_t* flags, int32_t* positions,
                             void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (rows <= 0) return;
-  DLRM_CHECK(rows <= INT32_MAX) << rows << " hot rows: more than 2^31 - 1";
-  TouchedFlagsKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(counts, rows, flags);
+  // A null workspace would make the scan a size query that scans nothing.
+  DLRM_CHECK(workspace != nullptr && workspace_bytes >= TouchedPositionsWorkspaceBytes(rows))
+      << "scan workspace of " << workspace_bytes << " bytes for " << rows << " rows";
+  TouchedFlagsKernel<<<BlocksFor(rows + 1), kThreads, 0, stream>>>(counts, rows, flags);
   DLRM_CUDA_CHECK_LAUNCH();
   size_t bytes = workspace_bytes;  // CUB takes it by reference
   DLRM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(workspace, bytes, flags, positions,
-                                                static_cast<int>(rows), stream));
+                                                static_cast<int>(rows + 1), stream));
 }
 
 void LaunchPackTouched(const float* dense, const int32_t* flags, const int32_t* positions,

@@ -368,6 +368,59 @@ TEST_P(GpuTableTest, BadInputIsAnErrorNamingTheValue) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_P(GpuTableTest, ApplyGradientsOfLastLookupOncePerLookup) {
+  const auto options = Options(SparseOptimizerType::kAdagrad);
+  auto created = cuda::GpuEmbeddingTable::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  cuda::GpuEmbeddingTable& table = **created;
+  const int64_t stride = table.row_stride();
+  std::vector<float> host(size_t{1} * options.rows * stride);
+  FillRows(options.optimizer, options.dim, 0, options.rows, host.data());
+  ASSERT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+  const int batch = 64;
+  const Bags bags = RandomBags(batch, 3, 60, 61);
+  DeviceArray<float> d_out(std::vector<float>(size_t{1} * batch * options.dim, 0.0f));
+  const auto dout = RandomVector(size_t{1} * batch * options.dim, 62);
+  DeviceArray<float> d_dout(dout);
+  EXPECT_EQ(table.ApplyGradientsOfLastLookup(d_dout.get(), options.dim).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The same step as ApplyGradients with the bags, without passing them again.
+  ASSERT_TRUE(table
+                  .Lookup(bags.ids.data(), bags.offsets.data(), batch, PoolingMode::kMean,
+                          d_out.get(), options.dim)
+                  .ok());
+  ASSERT_TRUE(table.ApplyGradientsOfLastLookup(d_dout.get(), options.dim).ok());
+  std::vector<float> grad_rows(size_t{1} * options.rows * options.dim);
+  cpu_->PooledScatterGrad(dout.data(), options.dim, options.dim, bags.ids.data(),
+                          bags.offsets.data(), batch, PoolingMode::kMean, options.rows,
+                          grad_rows.data());
+  std::vector<int64_t> touched = bags.ids;
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  std::vector<float> touched_grads;
+  for (int64_t id : touched) {
+    touched_grads.insert(touched_grads.end(), grad_rows.begin() + id * options.dim,
+                         grad_rows.begin() + (id + 1) * options.dim);
+  }
+  cpu_->ApplySparseOptimizer(options.optimizer, host.data(), stride, options.dim, touched.data(),
+                             touched_grads.data(), static_cast<int64_t>(touched.size()));
+  std::vector<int64_t> all(options.rows);
+  for (int64_t i = 0; i < options.rows; ++i) all[i] = i;
+  std::vector<float> read(host.size());
+  ASSERT_TRUE(table.ReadRows(all.data(), options.rows, read.data()).ok());
+  ExpectClose(read, host, 1e-5, 1e-6, "rows");
+  // Once per lookup, and a call that restages (ReadRows) replaces the lookup's bags.
+  EXPECT_EQ(table.ApplyGradientsOfLastLookup(d_dout.get(), options.dim).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(table
+                  .Lookup(bags.ids.data(), bags.offsets.data(), batch, PoolingMode::kMean,
+                          d_out.get(), options.dim)
+                  .ok());
+  ASSERT_TRUE(table.ReadRows(all.data(), 3, read.data()).ok());
+  EXPECT_EQ(table.ApplyGradientsOfLastLookup(d_dout.get(), options.dim).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 INSTANTIATE_TEST_SUITE_P(Streams, GpuTableTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "CallerStream" : "OwnStream";
@@ -409,6 +462,7 @@ class GpuHotCacheTest : public EmbeddingCudaTest {
     options.optimizer.learning_rate = 0.1f;
     options.optimizer.initial_accumulator = 0.5f;
     options.stream = stream_;
+    options.sum_over_workers = true;
     return options;
   }
   cudaStream_t stream_ = nullptr;
@@ -620,6 +674,33 @@ TEST_F(GpuHotCacheTest, ReduceAndApplyUpdatesTheRowsAnyWorkerTouched) {
   EXPECT_EQ(sums, std::vector<size_t>{50});
   ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
   ExpectClose(read, hot, 1e-5, 1e-6, "rows after an empty ReduceAndApply");
+
+  // Only the last row touched: the count of touched rows is the scan's final entry.
+  HotColdInputs last = RandomHotColdInputs(options.rows, dim, 2, 0, batch, 93);
+  last.hot_slots = {options.rows - 1};
+  ASSERT_GE(last.bags.ids.size(), 3u);
+  for (int64_t r = 0; r < 3; ++r) last.bags.ids[r] = r;
+  ASSERT_TRUE(cache.Lookup(last.Step(batch, PoolingMode::kSum), d_out.get(), dim).ok());
+  const auto last_dout = RandomVector(size_t{1} * batch * dim, 94);
+  DeviceArray<float> d_last_dout(last_dout);
+  std::vector<float> last_cold(size_t{2} * dim);
+  ASSERT_TRUE(cache.Backward(d_last_dout.get(), dim, last_cold.data()).ok());
+  ASSERT_TRUE(cache.AccumulateHot(1.0f).ok());
+  sums.clear();
+  ASSERT_TRUE(cache
+                  .ReduceAndApply([&](float*, size_t n) {
+                    sums.push_back(n);
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_EQ(sums, (std::vector<size_t>{50, static_cast<size_t>(dim)}));
+  std::vector<float> last_grads(size_t{3} * dim);
+  cpu_->PooledScatterGrad(last_dout.data(), dim, dim, last.bags.ids.data(),
+                          last.bags.offsets.data(), batch, PoolingMode::kSum, 3, last_grads.data());
+  cpu_->ApplySparseOptimizer(options.optimizer, hot.data(), stride, dim, last.hot_slots.data(),
+                             last_grads.data() + 2 * dim, 1);
+  ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
+  ExpectClose(read, hot, 1e-5, 1e-6, "rows after touching only the last one");
 }
 
 TEST_F(GpuHotCacheTest, BadInputIsAnErrorNamingTheValue) {
@@ -647,6 +728,15 @@ TEST_F(GpuHotCacheTest, BadInputIsAnErrorNamingTheValue) {
   // A failed Lookup leaves nothing to differentiate.
   EXPECT_EQ(cache.Backward(d_out.get(), 16, cold.data()).code(),
             absl::StatusCode::kFailedPrecondition);
+  // One worker's cache has no buffers for a sum over workers.
+  cuda::GpuHotCacheOptions single = Options(SparseOptimizerType::kSgd);
+  single.sum_over_workers = false;
+  auto one_worker = cuda::GpuHotCache::Create(single);
+  ASSERT_TRUE(one_worker.ok()) << one_worker.status();
+  const HotColdInputs good = RandomHotColdInputs(50, 16, 1, 3, 4, 9);
+  ASSERT_TRUE((*one_worker)->Lookup(good.Step(4, PoolingMode::kSum), d_out.get(), 16).ok());
+  ASSERT_TRUE((*one_worker)->Backward(d_out.get(), 16, cold.data()).ok());
+  EXPECT_EQ((*one_worker)->AccumulateHot(1.0f).code(), absl::StatusCode::kFailedPrecondition);
   cuda::GpuHotCacheOptions no_stream = Options(SparseOptimizerType::kSgd);
   no_stream.stream = nullptr;
   EXPECT_EQ(cuda::GpuHotCache::Create(no_stream).status().code(),
