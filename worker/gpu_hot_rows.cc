@@ -65,25 +65,18 @@ class CudaGpuHotRows : public GpuHotRows {
     }
     DLRM_RETURN_IF_ERROR(FuseHotColdBags(batch, cold_counts_, work.hot_slots, work.inverse,
                                          hot_bases_, &bags_, options_.pool));
+    // The cold rows of all tables, one after the other, as fetched.
+    cold_parts_.resize(num_tables());
     for (int t = 0; t < num_tables(); ++t) {
       const size_t floats = work.rows[t].values.size();
       if (floats != static_cast<size_t>(cold_counts_[t]) * dim()) {
         return absl::InvalidArgumentError(absl::StrCat("table ", t, ": ", floats, " floats for ",
                                                        cold_counts_[t], " rows of dim ", dim()));
       }
-    }
-    // The cold rows of all tables, one after the other (a copy unless there is one table).
-    const float* cold_rows = work.rows[0].values.data();
-    if (num_tables() > 1) {
-      cold_.resize(static_cast<size_t>(bags_.num_cold()) * dim());
-      for (int t = 0; t < num_tables(); ++t) {
-        const std::vector<float>& v = work.rows[t].values;
-        std::copy(v.begin(), v.end(), cold_.begin() + bags_.cold_bases[t] * dim());
-      }
-      cold_rows = cold_.data();
+      cold_parts_[t] = absl::MakeConstSpan(work.rows[t].values);
     }
     embedding::cuda::HotColdStep step;
-    step.cold_rows = cold_rows;
+    step.cold_parts = cold_parts_;
     step.num_cold = bags_.num_cold();
     step.hot_slots = bags_.hot_slots.data();
     step.num_hot = static_cast<int64_t>(bags_.hot_slots.size());
@@ -96,16 +89,19 @@ class CudaGpuHotRows : public GpuHotRows {
 
   absl::Status Backward(SparseWork* work, const float* device_demb, float cold_scale) override {
     DLRM_RETURN_IF_ERROR(EnsureCache());
-    cold_.resize(static_cast<size_t>(bags_.num_cold()) * dim());
-    DLRM_RETURN_IF_ERROR(cache_->Backward(device_demb, dim(), cold_.data()));
+    // The cold gradients land in the tables' push requests.
     work->grads.resize(num_tables());
+    grad_parts_.resize(num_tables());
     for (int t = 0; t < num_tables(); ++t) {
       embedding::TableRows& g = work->grads[t];
       g.table = t;
       g.ids = work->rows[t].ids;
-      const float* src = cold_.data() + bags_.cold_bases[t] * dim();
-      g.values.assign(src, src + (bags_.cold_bases[t + 1] - bags_.cold_bases[t]) * dim());
-      if (cold_scale != 1.0f) {
+      g.values.resize((bags_.cold_bases[t + 1] - bags_.cold_bases[t]) * dim());
+      grad_parts_[t] = absl::MakeSpan(g.values);
+    }
+    DLRM_RETURN_IF_ERROR(cache_->Backward(device_demb, dim(), grad_parts_));
+    if (cold_scale != 1.0f) {
+      for (embedding::TableRows& g : work->grads) {
         for (float& v : g.values) v *= cold_scale;
       }
     }
@@ -194,8 +190,9 @@ class CudaGpuHotRows : public GpuHotRows {
   std::unique_ptr<GpuHotCache> cache_;
   std::vector<int64_t> hot_bases_;  // first slot of each table's hot rows, then the set's size
   std::vector<int64_t> cold_counts_;
-  HotColdBags bags_;           // the last Lookup's bags
-  std::vector<float> cold_;    // the cold rows going up, their gradients coming back
+  HotColdBags bags_;                                 // the last Lookup's bags
+  std::vector<absl::Span<const float>> cold_parts_;  // the last Lookup's cold rows, per table
+  std::vector<absl::Span<float>> grad_parts_;        // where Backward puts the cold gradients
   std::vector<float> staged_;  // an allreduce's data on the host (no device reducer)
 };
 

@@ -221,9 +221,15 @@ absl::Status GpuHotCache::Check(const HotColdStep& step) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": ", step.num_hot, " hot rows in a step, more than the ", options_.rows, " held"));
   }
-  if ((step.num_cold > 0 && step.cold_rows == nullptr) ||
-      (step.num_hot > 0 && step.hot_slots == nullptr) || step.offsets == nullptr) {
+  if ((step.num_hot > 0 && step.hot_slots == nullptr) || step.offsets == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": missing step input"));
+  }
+  size_t cold_floats = 0;
+  for (absl::Span<const float> part : step.cold_parts) cold_floats += part.size();
+  if (cold_floats != static_cast<size_t>(step.num_cold) * options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", cold_floats,
+                                                   " floats of cold rows for ", step.num_cold,
+                                                   " rows of dim ", options_.dim));
   }
   if (step.offsets[0] != 0) {
     return absl::InvalidArgumentError(
@@ -299,7 +305,12 @@ absl::Status GpuHotCache::Lookup(const HotColdStep& step, float* device_out, int
   const size_t inputs_at = AlignUp(cold_bytes);
   DLRM_RETURN_IF_ERROR(s.staging.Reserve(inputs_at + input_bytes));
   char* host = s.staging.data();
-  if (cold_bytes > 0) std::memcpy(host, step.cold_rows, cold_bytes);
+  for (absl::Span<const float> part : step.cold_parts) {
+    if (part.empty()) continue;
+    std::memcpy(host, part.data(), part.size() * sizeof(float));
+    host += part.size() * sizeof(float);
+  }
+  host = s.staging.data();
   if (index_bytes > 0) std::memcpy(host + inputs_at, step.indices, index_bytes);
   std::memcpy(host + inputs_at + offsets_at, step.offsets, offset_bytes);
   if (slot_bytes > 0) std::memcpy(host + inputs_at + slots_at, step.hot_slots, slot_bytes);
@@ -333,7 +344,7 @@ absl::Status GpuHotCache::Lookup(const HotColdStep& step, float* device_out, int
 }
 
 absl::Status GpuHotCache::Backward(const float* device_dout, int64_t out_stride,
-                                   float* host_cold_grads) {
+                                   absl::Span<const absl::Span<float>> cold_grad_parts) {
   State& s = *state_;
   if (!s.has_step) {
     return absl::FailedPreconditionError(absl::StrCat(options_.name, ": Backward without Lookup"));
@@ -342,10 +353,17 @@ absl::Status GpuHotCache::Backward(const float* device_dout, int64_t out_stride,
     return absl::InvalidArgumentError(
         absl::StrCat(options_.name, ": out_stride ", out_stride, " < dim ", options_.dim));
   }
-  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   const int dim = options_.dim;
   const int64_t step_rows = s.num_cold + s.num_hot;
   const size_t cold_bytes = static_cast<size_t>(s.num_cold) * dim * sizeof(float);
+  size_t part_floats = 0;
+  for (absl::Span<float> part : cold_grad_parts) part_floats += part.size();
+  if (part_floats * sizeof(float) != cold_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(options_.name, ": ", part_floats,
+                                                   " floats for the gradients of ", s.num_cold,
+                                                   " cold rows of dim ", dim));
+  }
+  DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   DLRM_RETURN_IF_ERROR(s.step_grads.Reserve(
       std::max<size_t>(static_cast<size_t>(step_rows) * dim * sizeof(float), 16), s.stream));
   if (step_rows > 0) {
@@ -362,7 +380,12 @@ absl::Status GpuHotCache::Backward(const float* device_dout, int64_t out_stride,
                                               cudaMemcpyDeviceToHost, s.stream));
   }
   DLRM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream));
-  if (cold_bytes > 0) std::memcpy(host_cold_grads, s.cold_grads.ptr, cold_bytes);
+  const char* from = s.cold_grads.data();
+  for (absl::Span<float> part : cold_grad_parts) {
+    if (part.empty()) continue;
+    std::memcpy(part.data(), from, part.size() * sizeof(float));
+    from += part.size() * sizeof(float);
+  }
   s.hot_grads_ready = true;
   return absl::OkStatus();
 }

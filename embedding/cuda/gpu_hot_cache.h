@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "embedding/kernels.h"
 #include "embedding/sparse_optimizer_options.h"
 
@@ -52,7 +53,9 @@ struct GpuHotCacheOptions {
 
 // The host inputs of one step.
 struct HotColdStep {
-  const float* cold_rows = nullptr;  // num_cold x dim weights
+  // The cold rows' weights, num_cold x dim floats in all: the concatenation of the parts (e.g.
+  // one per table, straight from the fetched rows: no host copy before the staging one).
+  absl::Span<const absl::Span<const float>> cold_parts;
   int64_t num_cold = 0;
   const int64_t* hot_slots = nullptr;  // num_hot DISTINCT slots in [0, rows)
   int64_t num_hot = 0;
@@ -90,10 +93,13 @@ class GpuHotCache {
   // device_out[b * out_stride + 0..dim) = pool of bag b over the step's rows. INVALID_ARGUMENT
   // naming the value for malformed bags, an index or slot out of range, or a repeated slot.
   absl::Status Lookup(const HotColdStep& step, float* device_out, int64_t out_stride);
-  // Backward of the last Lookup (device_dout in its output layout): host_cold_grads (num_cold x
-  // dim) receives the cold rows' summed gradients; the hot rows' stay on the device for
-  // ApplyHot or AccumulateHot. Waits for the gradients. FAILED_PRECONDITION without a Lookup.
-  absl::Status Backward(const float* device_dout, int64_t out_stride, float* host_cold_grads);
+  // Backward of the last Lookup (device_dout in its output layout): the cold rows' summed
+  // gradients (num_cold x dim floats) go to host memory, split over `cold_grad_parts` as the cold
+  // rows were over the step's parts; the hot rows' stay on the device for ApplyHot or
+  // AccumulateHot. Waits for the gradients. FAILED_PRECONDITION without a Lookup,
+  // INVALID_ARGUMENT when the parts do not hold num_cold x dim floats.
+  absl::Status Backward(const float* device_dout, int64_t out_stride,
+                        absl::Span<const absl::Span<float>> cold_grad_parts);
   // One optimizer step on each hot row of the last Backward, with its gradient.
   absl::Status ApplyHot();
 
