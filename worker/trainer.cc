@@ -105,9 +105,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   if (threads > 1) trainer->pool_ = std::make_unique<embedding::ParallelPool>(threads - 1);
   const size_t emb_floats =
       static_cast<size_t>(spec.batch_size) * trainer->num_tables_ * trainer->dim_;
-  trainer->emb_host_.resize(emb_floats);
-  trainer->demb_host_.resize(emb_floats);
-  if (options.backend->device() != dense::Device::kCpu) {
+  if (options.backend->device() == dense::Device::kCpu) {
+    // The CPU backend reads and writes the embedding input in host memory; a CUDA trainer pools
+    // on the device (GPU tables or GPU hot rows) and never needs them.
+    if (options.device_allreducer != nullptr) {
+      return absl::InvalidArgumentError("a device allreducer needs a CUDA backend");
+    }
+    trainer->emb_host_.resize(emb_floats);
+    trainer->demb_host_.resize(emb_floats);
+  } else {
     dense::Backend* b = options.backend;
     trainer->dense_dev_ = b->Allocate(static_cast<size_t>(spec.batch_size) * spec.dense_features);
     trainer->emb_dev_ = b->Allocate(emb_floats);
@@ -117,8 +123,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
       trainer->grads_host_.resize(trainer->model_->num_params());
     }
     DLRM_RETURN_IF_ERROR(trainer->InitGpu());
-  } else if (options.device_allreducer != nullptr) {
-    return absl::InvalidArgumentError("a device allreducer needs a CUDA backend");
   }
   return trainer;
 }
@@ -465,8 +469,6 @@ absl::Status Trainer::AllReduceDenseGradients() {
 absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   DLRM_RETURN_IF_ERROR(CheckBatch(batch));
   if (batch_observer_) batch_observer_(batch);
-  dense::Backend* b = options_.backend;
-  const size_t emb_floats = static_cast<size_t>(batch.size) * num_tables_ * dim_;
   const float* dense_in = batch.dense.data();
   const float* labels = batch.labels.data();
   const float* emb = emb_host_.data();
@@ -477,7 +479,6 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     DLRM_RETURN_IF_ERROR(gpu_hot_->Lookup(batch, *work, emb_dev_));
   } else {
     Pool(batch, *work);
-    if (emb_dev_ != nullptr) b->CopyFromHost(emb_host_.data(), emb_dev_, emb_floats);
   }
   GpuInputStager::Staged staged;
   if (emb_dev_ != nullptr) {
@@ -491,9 +492,6 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   if (emb_dev_ != nullptr) {
     // TrainStep was the last reader of the staged inputs.
     DLRM_RETURN_IF_ERROR(input_stager_->Release(staged));
-    if (gpu_tables_ == nullptr && gpu_hot_ == nullptr) {
-      b->CopyToHost(demb_dev_, demb_host_.data(), emb_floats);
-    }
   }
   DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
   model_->ApplyOptimizer();
@@ -605,10 +603,6 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
     }
     if (emb_dev_ != nullptr) {
       b->CopyFromHost(batch.dense.data(), dense_dev_, batch.dense.size());
-      if (gpu_tables_ == nullptr && gpu_hot_ == nullptr) {
-        b->CopyFromHost(emb_host_.data(), emb_dev_,
-                        static_cast<size_t>(batch.size) * num_tables_ * dim_);
-      }
       model_->Predict(dense_dev_, emb_dev_, batch.size, probs_dev_);
       b->CopyToHost(probs_dev_, probs.data(), batch.size);
     } else {

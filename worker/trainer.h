@@ -189,7 +189,7 @@ class Trainer {
   std::unique_ptr<dense::DlrmDenseModel> model_;
   std::unique_ptr<embedding::EmbeddingKernels> kernels_;  // host-side pooling
 
-  // Host staging buffers (aliases of the device buffers on the CPU backend).
+  // The embedding input and its gradient, CPU backend only (a CUDA trainer pools on the device).
   std::vector<float> emb_host_;   // [max_batch x T x dim]
   std::vector<float> demb_host_;  // [max_batch x T x dim]
   // Backend buffers for the batch; null on the CPU backend, which reads host memory directly.
