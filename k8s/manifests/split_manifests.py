@@ -1,8 +1,9 @@
 """Splits `helm template` output (stdin) into plain manifests, one file per component.
 
-Drops the Helm-only labels (helm.sh/chart, app.kubernetes.io/managed-by: Helm), and turns the
-submit Job into a `generateName` Job in submit-job.yaml, meant for `kubectl create -f` (Jobs are
-immutable, so each submission is a new object) and left out of kustomization.yaml.
+Drops the Helm-only labels (helm.sh/chart, app.kubernetes.io/managed-by: Helm) and annotations
+(helm.sh/hook*, helm.sh/resource-policy), and turns the submit Job and the `helm test` Pod into
+`generateName` objects in submit-job.yaml and test-pod.yaml, meant for `kubectl create -f` (each
+submission is a new object) and left out of kustomization.yaml.
 """
 
 import sys
@@ -19,10 +20,19 @@ FILES = {
     "ConfigMap": "job-configmap.yaml",
     "PodDisruptionBudget": "poddisruptionbudgets.yaml",
     "Job": "submit-job.yaml",
+    "Pod": "test-pod.yaml",
+    "PersistentVolumeClaim": "checkpoints-pvc.yaml",
 }
 COMPONENT_FILES = {"coordinator": "coordinator.yaml", "ps": "ps.yaml", "worker": "worker.yaml"}
-KIND_ORDER = ["ServiceAccount", "ConfigMap", "Service", "StatefulSet", "Deployment",
-              "PodDisruptionBudget", "Job"]
+KIND_ORDER = ["ServiceAccount", "ConfigMap", "PersistentVolumeClaim", "Service", "StatefulSet",
+              "Deployment", "PodDisruptionBudget", "Job", "Pod"]
+CREATE_NOTES = {
+    "submit-job.yaml": "# Submit the example job (ConfigMap dlrm-job) once per `kubectl create`:\n"
+                       "#   kubectl -n dlrm create -f k8s/manifests/submit-job.yaml\n",
+    "test-pod.yaml": "# The chart's `helm test`: submits the tiny job of ConfigMap dlrm-test and\n"
+                     "# succeeds when it does (the workers generate its data at start-up).\n"
+                     "#   kubectl -n dlrm create -f k8s/manifests/test-pod.yaml\n",
+}
 
 
 def _str_representer(dumper, data):
@@ -34,18 +44,24 @@ def _str_representer(dumper, data):
 yaml.SafeDumper.add_representer(str, _str_representer)
 
 
-def strip_helm_labels(obj):
+def strip_helm_metadata(obj):
     if isinstance(obj, dict):
         labels = obj.get("labels")
         if isinstance(labels, dict):
             labels.pop("helm.sh/chart", None)
             if labels.get("app.kubernetes.io/managed-by") == "Helm":
                 labels["app.kubernetes.io/managed-by"] = "kubectl"
+        annotations = obj.get("annotations")
+        if isinstance(annotations, dict):
+            for key in [k for k in annotations if k.startswith("helm.sh/")]:
+                del annotations[key]
+            if not annotations:
+                del obj["annotations"]
         for value in obj.values():
-            strip_helm_labels(value)
+            strip_helm_metadata(value)
     elif isinstance(obj, list):
         for value in obj:
-            strip_helm_labels(value)
+            strip_helm_metadata(value)
 
 
 def main():
@@ -53,12 +69,15 @@ def main():
     docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
     files = {}
     for doc in docs:
-        strip_helm_labels(doc)
+        strip_helm_metadata(doc)
         kind = doc["kind"]
-        if kind == "Job":
+        if kind == "Job":  # <fullname>-submit-<revision> -> <fullname>-submit-<random>
             metadata = doc["metadata"]
             name = metadata.pop("name")
             doc["metadata"] = {"generateName": name.rsplit("-", 1)[0] + "-", **metadata}
+        elif kind == "Pod":  # <fullname>-test -> <fullname>-test-<random>
+            metadata = doc["metadata"]
+            doc["metadata"] = {"generateName": metadata.pop("name") + "-", **metadata}
         component = doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
         if kind in FILES:
             target = FILES[kind]
@@ -71,9 +90,7 @@ def main():
         group.sort(key=lambda d: KIND_ORDER.index(d["kind"]) if d["kind"] in KIND_ORDER else 99)
         with open(f"{out_dir}/{target}", "w") as f:
             f.write(HEADER)
-            if target == "submit-job.yaml":
-                f.write("# Submit the example job (ConfigMap dlrm-job) once per `kubectl create`:\n"
-                        "#   kubectl -n dlrm create -f k8s/manifests/submit-job.yaml\n")
+            f.write(CREATE_NOTES.get(target, ""))
             yaml.safe_dump_all(group, f, sort_keys=False, default_flow_style=False, width=100)
         print(f"wrote {target}: {', '.join(d['kind'] for d in group)}")
 

@@ -58,8 +58,67 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
+{{/*
+Image of a role: the role's image values over the global `image`, tag defaulting to appVersion.
+include "dlrm.image" (list . .Values.ps.image); (list . dict) gives the global image.
+*/}}
 {{- define "dlrm.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $root := index . 0 }}
+{{- $img := default dict (index . 1) }}
+{{- $repository := default $root.Values.image.repository $img.repository }}
+{{- $globalTag := default $root.Chart.AppVersion (toString (default "" $root.Values.image.tag)) }}
+{{- $tag := default $globalTag (toString (default "" $img.tag)) }}
+{{- printf "%s:%s" $repository $tag }}
+{{- end }}
+
+{{/* Pull policy of a role: include "dlrm.imagePullPolicy" (list . .Values.ps.image) */}}
+{{- define "dlrm.imagePullPolicy" -}}
+{{- $root := index . 0 }}
+{{- $img := default dict (index . 1) }}
+{{- default $root.Values.image.pullPolicy $img.pullPolicy }}
+{{- end }}
+
+{{/*
+The workers' image values: worker.gpu.image when GPUs are on, its empty repository meaning
+image.repository + "-cuda" (the image of deploy/Dockerfile.cuda); else worker.image.
+*/}}
+{{- define "dlrm.workerImageValues" -}}
+{{- $w := .Values.worker }}
+{{- if $w.gpu.enabled }}
+{{- $img := deepCopy (default dict $w.gpu.image) }}
+{{- if not $img.repository }}
+{{- $_ := set $img "repository" (printf "%s-cuda" .Values.image.repository) }}
+{{- end }}
+{{- toYaml $img }}
+{{- else }}
+{{- toYaml (default dict $w.image) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The checkpoint volume (checkpoints.enabled): hostPath, else existingClaim, else the chart's claim.
+*/}}
+{{- define "dlrm.checkpointVolume" -}}
+{{- $ck := .Values.checkpoints -}}
+- name: checkpoints
+{{- if $ck.hostPath }}
+  hostPath:
+    path: {{ $ck.hostPath | quote }}
+    type: Directory
+{{- else }}
+  persistentVolumeClaim:
+    claimName: {{ default (printf "%s-checkpoints" (include "dlrm.fullname" .)) $ck.existingClaim }}
+{{- end }}
+{{- end }}
+
+{{- define "dlrm.checkpointMount" -}}
+- name: checkpoints
+  mountPath: {{ .Values.checkpoints.mountPath }}
+{{- end }}
+
+{{/* Where the workers' init container writes the `helm test` job's data (tests.enabled). */}}
+{{- define "dlrm.selftestDir" -}}
+/var/lib/dlrm/selftest
 {{- end }}
 
 {{/* host:port of the coordinator's client Service, as dialled from inside the namespace. */}}
@@ -143,4 +202,41 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/*
+Init container that tries `dlrmctl list` until the coordinator answers, at most
+job.submit.waitForCoordinator.attempts times (dlrmctl itself fails at once when it cannot connect).
+include "dlrm.waitForCoordinator" (list . resources)
+*/}}
+{{- define "dlrm.waitForCoordinator" -}}
+{{- $root := index . 0 }}
+{{- $w := $root.Values.job.submit.waitForCoordinator -}}
+- name: wait-for-coordinator
+  image: {{ include "dlrm.image" (list $root dict) }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  command:
+    - /bin/sh
+    - -c
+    - |
+      tries=0
+      until /usr/local/bin/dlrmctl --coordinator="$COORDINATOR" --timeout=5 list >/dev/null; do
+        tries=$((tries + 1))
+        if [ "$tries" -ge "$ATTEMPTS" ]; then
+          echo "coordinator $COORDINATOR did not answer after $tries tries" >&2
+          exit 1
+        fi
+        sleep "$PERIOD"
+      done
+  env:
+    - name: COORDINATOR
+      value: {{ include "dlrm.coordinatorAddress" $root | quote }}
+    - name: ATTEMPTS
+      value: {{ $w.attempts | quote }}
+    - name: PERIOD
+      value: {{ $w.periodSeconds | quote }}
+  resources:
+    {{- toYaml (index . 1) | nindent 4 }}
+  securityContext:
+    {{- toYaml $root.Values.securityContext | nindent 4 }}
 {{- end }}
