@@ -1,28 +1,47 @@
 #!/usr/bin/env bash
-# Checks the deployment files with the tools that are present; says which checks it skipped.
-#   deploy/check.sh            (PROMTOOL=/path/to/promtool HELM=/path/to/helm to pick binaries)
+# Checks the deployment files with the tools that are present; says which checks it skipped and
+# exits 0 when nothing it ran failed (so with no helm and no promtool it passes, saying SKIP).
+#   deploy/check.sh     PROMTOOL=, HELM=, KUBECTL=/path/to/binary pick the binaries;
+#                       K8S_MODELS=/path/to/node_modules turns on the Kubernetes schema validation
 # promtool: Debian's `prometheus` package (`apt-get download prometheus; dpkg -x prometheus_*.deb
-# /tmp/prom` gives /tmp/prom/usr/bin/promtool without installing the server). helm: helm 3.
+# /tmp/prom` gives /tmp/prom/usr/bin/promtool without installing the server). helm: helm 3 or 4.
+# K8S_MODELS: `npm install --prefix /tmp/k8s-models kubernetes-models@5.1.0
+# @kubernetes-models/prometheus-operator` gives /tmp/k8s-models/node_modules (needs node); the
+# validators run offline. Without it, rendered manifests get the structural checks of
+# k8s/checks/check_rendered.py only. Run by ctest as deploy_check (tests/deploy/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 promtool="${PROMTOOL:-$(command -v promtool || true)}"
 helm="${HELM:-$(command -v helm || true)}"
+k8s_models="${K8S_MODELS:-}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 failed=0
 passed=0
+# run WHAT COMMAND...: PASS or FAIL (then the command's output). SHOW=1 prints the output on PASS.
 run() {
   local what="$1"; shift
-  if "$@" >/tmp/dlrm-deploy-check.log 2>&1; then
+  if "$@" >"$tmp/log" 2>&1; then
     echo "PASS  $what"; passed=$((passed + 1))
+    if [ "${SHOW:-0}" = 1 ]; then sed 's/^/      /' "$tmp/log"; fi
   else
-    echo "FAIL  $what"; cat /tmp/dlrm-deploy-check.log; failed=$((failed + 1))
+    echo "FAIL  $what"; sed 's/^/      /' "$tmp/log"; failed=$((failed + 1))
   fi
 }
 
-run "YAML/JSON parse (manifests, prometheus, values, dashboard)" python3 -c '
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  echo "SKIP  every check (python3 has no PyYAML: apt-get install python3-yaml)"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+
+run "YAML/JSON parse (manifests, prometheus, values, schema, dashboard)" python3 -c '
 import glob, json, sys, yaml
-for f in glob.glob("k8s/manifests/*.yaml") + glob.glob("deploy/prometheus/*.yml") + ["k8s/helm/dlrm/values.yaml", "k8s/helm/dlrm/Chart.yaml"]:
+for f in (glob.glob("k8s/manifests/*.yaml") + glob.glob("deploy/prometheus/*.yml")
+          + ["k8s/helm/dlrm/values.yaml", "k8s/helm/dlrm/Chart.yaml"]):
     list(yaml.safe_load_all(open(f)))
 json.load(open("deploy/grafana/dlrm-dashboard.json"))
+json.load(open("k8s/helm/dlrm/values.schema.json"))
 '
 if [ -n "$promtool" ]; then
   run "promtool check rules alerts.yml" "$promtool" check rules deploy/prometheus/alerts.yml
@@ -32,23 +51,139 @@ if [ -n "$promtool" ]; then
 else
   echo "SKIP  promtool checks (no promtool)"
 fi
-if [ -n "$helm" ]; then
-  run "helm lint --strict" "$helm" lint --strict k8s/helm/dlrm
-  run "helm template (defaults)" "$helm" template dlrm k8s/helm/dlrm
-  run "helm template (GPU, submit Job, ServiceMonitor, PDBs, no persistence)" \
-    "$helm" template dlrm k8s/helm/dlrm --set worker.gpu.enabled=true --set worker.device=cuda \
-    --set job.submit.enabled=true --set metrics.serviceMonitor.enabled=true \
-    --set coordinator.pdb.enabled=true --set coordinator.persistence.enabled=false \
-    --set ps.persistence.enabled=false
-  run "plain manifests match the chart" bash -c '
-    tmp=$(mktemp -d)
-    "$0" template dlrm k8s/helm/dlrm --namespace dlrm -f k8s/manifests/values-minimal.yaml \
-      | python3 k8s/manifests/split_manifests.py "$tmp" >/dev/null
-    for f in "$tmp"/*.yaml; do
-      diff -u "k8s/manifests/$(basename "$f")" "$f" || exit 1
-    done' "$helm"
+
+if [ -z "$helm" ]; then
+  echo "SKIP  helm checks (no helm on PATH and HELM unset)"
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+fi
+
+schema_validation=0
+if [ -n "$k8s_models" ] && command -v node >/dev/null \
+    && [ -d "$k8s_models/kubernetes-models" ]; then
+  schema_validation=1
 else
-  echo "SKIP  helm checks (no helm)"
+  echo "SKIP  Kubernetes schema validation (set K8S_MODELS to a node_modules folder with" \
+    "kubernetes-models; structural checks only)"
+fi
+
+# The functions below run inside `if` (in run), where `set -e` does not apply: every step that
+# can fail ends in `|| return 1`.
+# manifests_ok FILE...: structural checks, then the Kubernetes schemas when available.
+manifests_ok() {
+  python3 k8s/checks/check_rendered.py --json "$tmp/docs.json" "$@" || return 1
+  if [ "$schema_validation" = 1 ]; then
+    node k8s/checks/validate_schemas.mjs "$k8s_models" "$tmp/docs.json" || return 1
+  fi
+}
+# render_ok "HELM ARGS" [EXPECT ARGS...]: helm template with those values, the manifest checks,
+# and the chart expectations of k8s/checks/expect.py.
+render_ok() {
+  local -a values
+  read -r -d '' -a values <<<"$1" || true  # every word of every line
+  shift
+  "$helm" template dlrm k8s/helm/dlrm --namespace dlrm "${values[@]}" >"$tmp/render.yaml" \
+    || return 1
+  manifests_ok "$tmp/render.yaml" || return 1
+  if [ "$#" -gt 0 ]; then python3 k8s/checks/expect.py "$@" <"$tmp/render.yaml" || return 1; fi
+}
+# rejected REGEX HELM ARGS...: helm refuses these values with an error line matching REGEX (the
+# key; helm 3 writes `ps.replicas: Invalid type`, helm 4 `at '/ps/replicas': got string`).
+rejected() {
+  local key="$1"; shift
+  if "$helm" template dlrm k8s/helm/dlrm "$@" >"$tmp/out" 2>&1; then
+    echo "accepted: $*"; return 1
+  fi
+  grep -E -- "$key" "$tmp/out" || { cat "$tmp/out"; return 1; }
+}
+
+all_on="--set worker.gpu.enabled=true --set worker.device=cuda --set job.submit.enabled=true
+  --set metrics.serviceMonitor.enabled=true --set coordinator.pdb.enabled=true
+  --set coordinator.persistence.enabled=false --set ps.persistence.enabled=false
+  --set checkpoints.enabled=true"
+run "helm lint --strict (defaults)" "$helm" lint --strict k8s/helm/dlrm
+# shellcheck disable=SC2086  # word splitting of $all_on is intended
+run "helm lint --strict (every option on)" "$helm" lint --strict k8s/helm/dlrm $all_on
+run "helm lint --strict (values-minimal.yaml)" \
+  "$helm" lint --strict k8s/helm/dlrm -f k8s/manifests/values-minimal.yaml
+SHOW=1 run "schema rejects an unknown key (--set foo=bar)" rejected '\bfoo\b' --set foo=bar
+SHOW=1 run "schema rejects a wrong type (--set ps.replicas=abc)" \
+  rejected "ps[./]replicas" --set ps.replicas=abc
+SHOW=1 run "schema rejects a nested unknown key (--set worker.gpu.colour=red)" \
+  rejected '\bcolour\b' --set worker.gpu.colour=red
+SHOW=1 run "schema rejects a bad byte size (--set ps.memoryBudget=4gigs)" \
+  rejected "ps[./]memoryBudget" --set ps.memoryBudget=4gigs
+run "helm template (defaults): probes, helm test hook" \
+  render_ok "" --readiness --test-hook --no-pvc --image coordinator=dlrm:0.1.0 \
+  --image ps=dlrm:0.1.0 --image worker=dlrm:0.1.0
+run "helm template (GPU, submit Job, ServiceMonitor, PDBs, no persistence, checkpoints)" \
+  render_ok "$all_on" --readiness --test-hook --submit-job --image worker=dlrm-cuda:0.1.0
+run "helm template (an image per role)" render_ok \
+  "--set image.tag=1.2.3 --set coordinator.image.repository=reg.example/coord
+   --set ps.image.tag=ps-9 --set ps.image.pullPolicy=Always
+   --set worker.image.repository=reg.example/worker --set worker.image.tag=w-1" \
+  --image coordinator=reg.example/coord:1.2.3 --image ps=dlrm:ps-9 \
+  --image worker=reg.example/worker:w-1 --pull-policy coordinator=IfNotPresent \
+  --pull-policy ps=Always --pull-policy worker=IfNotPresent
+gpu_images() {
+  render_ok "--set worker.gpu.enabled=true" --image worker=dlrm-cuda:0.1.0 --image ps=dlrm:0.1.0 \
+    || return 1
+  render_ok "--set worker.gpu.enabled=true --set image.repository=reg.example/dlrm
+    --set image.tag=7" --image worker=reg.example/dlrm-cuda:7 --image ps=reg.example/dlrm:7 \
+    || return 1
+  render_ok "--set worker.gpu.enabled=true --set worker.image.repository=ignored/cpu
+    --set worker.gpu.image.repository=reg.example/gpu --set worker.gpu.image.tag=cu12
+    --set worker.gpu.image.pullPolicy=Always" --image worker=reg.example/gpu:cu12 \
+    --pull-policy worker=Always || return 1
+}
+run "helm template (GPU image: default, from image.repository, explicit)" gpu_images
+checkpoint_volumes() {
+  render_ok "--set checkpoints.enabled=true" --checkpoints claim:dlrm-checkpoints \
+    --pvc dlrm-checkpoints || return 1
+  render_ok "--set checkpoints.enabled=true --set checkpoints.existingClaim=shared-ck" \
+    --checkpoints claim:shared-ck --no-pvc || return 1
+  render_ok "--set checkpoints.enabled=true --set checkpoints.hostPath=/mnt/ck" \
+    --checkpoints hostPath:/mnt/ck --no-pvc || return 1
+  rejected "at most one of checkpoints.hostPath and checkpoints.existingClaim" \
+    --set checkpoints.enabled=true --set checkpoints.hostPath=/mnt/ck \
+    --set checkpoints.existingClaim=x
+}
+run "helm template (checkpoints: new PVC, existingClaim, hostPath; not both)" checkpoint_volumes
+plain_manifests_match() {
+  mkdir -p "$tmp/plain"
+  "$helm" template dlrm k8s/helm/dlrm --namespace dlrm -f k8s/manifests/values-minimal.yaml \
+    >"$tmp/minimal.yaml" || return 1
+  python3 k8s/manifests/split_manifests.py "$tmp/plain" <"$tmp/minimal.yaml" >/dev/null \
+    || return 1
+  local f
+  for f in "$tmp"/plain/*.yaml; do
+    diff -u "k8s/manifests/$(basename "$f")" "$f" || return 1
+  done
+  for f in k8s/manifests/*.yaml; do
+    case "$(basename "$f")" in
+      kustomization.yaml | values-minimal.yaml | namespace.yaml) continue ;;
+    esac
+    [ -f "$tmp/plain/$(basename "$f")" ] || { echo "$f is no longer rendered"; return 1; }
+  done
+}
+run "plain manifests match the chart" plain_manifests_match
+plain=()
+for f in k8s/manifests/*.yaml; do
+  case "$(basename "$f")" in kustomization.yaml | values-minimal.yaml) ;; *) plain+=("$f") ;; esac
+done
+what="plain manifests: structural checks"
+if [ "$schema_validation" = 1 ]; then what="$what and Kubernetes schemas"; fi
+run "$what" manifests_ok "${plain[@]}"
+kubectl="${KUBECTL:-$(command -v kubectl || true)}"
+if [ -n "$kubectl" ]; then
+  kustomized() {
+    "$kubectl" kustomize k8s/manifests >"$tmp/kustomized.yaml" || return 1
+    manifests_ok "$tmp/kustomized.yaml" || return 1
+  }
+  run "kubectl kustomize k8s/manifests, then the same checks" kustomized
+else
+  echo "SKIP  kubectl kustomize (no kubectl on PATH and KUBECTL unset)"
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

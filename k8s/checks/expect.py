@@ -1,0 +1,155 @@
+"""Asserts what the chart renders for a set of values (deploy/check.sh runs it on `helm template`).
+
+  helm template dlrm k8s/helm/dlrm --set ... | python3 k8s/checks/expect.py [checks...]
+
+  --image COMPONENT=IMAGE        the component's main container runs IMAGE (coordinator, ps, worker)
+  --pull-policy COMPONENT=POLICY and has that imagePullPolicy
+  --checkpoints SOURCE           coordinator, PS and worker pods mount volume `checkpoints` at
+                                 /checkpoints, from SOURCE: claim:NAME or hostPath:PATH
+  --pvc NAME | --no-pvc          the chart creates PersistentVolumeClaim NAME | creates none
+  --readiness                    every main container has a readiness probe: gRPC on the
+                                 coordinator and PS ports, HTTP /metrics on the workers
+  --test-hook                    a `helm test` Pod submits ConfigMap <name>-test with --wait, and
+                                 every worker generates its data in an init container
+  --submit-job                   the submit Job never retries and waits for the coordinator first
+Prints what it checked and exits 1 at the first mismatch.
+"""
+
+import argparse
+import sys
+
+import yaml
+
+
+def fail(message):
+    print(f"expect: {message}")
+    sys.exit(1)
+
+
+def component(doc):
+    return ((doc.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+
+
+def workload(docs, name):
+    for d in docs:
+        if d["kind"] in ("StatefulSet", "Deployment") and component(d) == name:
+            return d
+    fail(f"no workload for component {name}")
+
+
+def main_container(doc):
+    spec = doc["spec"]["template"]["spec"] if "template" in doc["spec"] else doc["spec"]
+    return spec, spec["containers"][0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image", action="append", default=[])
+    parser.add_argument("--pull-policy", action="append", default=[])
+    parser.add_argument("--checkpoints")
+    parser.add_argument("--pvc")
+    parser.add_argument("--no-pvc", action="store_true")
+    parser.add_argument("--readiness", action="store_true")
+    parser.add_argument("--test-hook", action="store_true")
+    parser.add_argument("--submit-job", action="store_true")
+    args = parser.parse_args()
+    docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+
+    for item in args.image:
+        name, image = item.split("=", 1)
+        got = main_container(workload(docs, name))[1]["image"]
+        if got != image:
+            fail(f"{name} image is {got}, want {image}")
+        print(f"ok: {name} image {got}")
+    for item in args.pull_policy:
+        name, policy = item.split("=", 1)
+        got = main_container(workload(docs, name))[1]["imagePullPolicy"]
+        if got != policy:
+            fail(f"{name} imagePullPolicy is {got}, want {policy}")
+        print(f"ok: {name} imagePullPolicy {got}")
+
+    if args.checkpoints:
+        kind, value = args.checkpoints.split(":", 1)
+        for name in ("coordinator", "ps", "worker"):
+            spec, container = main_container(workload(docs, name))
+            volumes = [v for v in spec.get("volumes") or [] if v["name"] == "checkpoints"]
+            volume = volumes[0] if volumes else None
+            if volume is None:
+                fail(f"{name} has no volume checkpoints")
+            if "persistentVolumeClaim" in volume:
+                got = ("claim", volume["persistentVolumeClaim"]["claimName"])
+            else:
+                got = ("hostPath", volume["hostPath"]["path"])
+            if got != (kind, value):
+                fail(f"{name} checkpoints volume is {got}, want {(kind, value)}")
+            mounts = [m for m in container.get("volumeMounts") or [] if m["name"] == "checkpoints"]
+            if [m["mountPath"] for m in mounts] != ["/checkpoints"] or mounts[0].get("readOnly"):
+                fail(f"{name} mounts checkpoints as {mounts}, want read-write at /checkpoints")
+        print(f"ok: coordinator, ps, worker mount checkpoints ({kind} {value}) at /checkpoints")
+    pvcs = [d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    if args.pvc:
+        pvc = next((d for d in docs if d["kind"] == "PersistentVolumeClaim"), None)
+        if pvcs != [args.pvc] or pvc["spec"]["accessModes"] != ["ReadWriteMany"]:
+            fail(f"PersistentVolumeClaims {pvcs}, want [{args.pvc}] ReadWriteMany")
+        print(f"ok: PersistentVolumeClaim {args.pvc} (ReadWriteMany)")
+    if args.no_pvc:
+        if pvcs:
+            fail(f"PersistentVolumeClaims {pvcs}, want none")
+        print("ok: no PersistentVolumeClaim")
+
+    if args.readiness:
+        for name, action, port in (("coordinator", "grpc", None), ("ps", "grpc", None),
+                                   ("worker", "httpGet", "metrics")):
+            _, container = main_container(workload(docs, name))
+            probe = container.get("readinessProbe") or {}
+            if action not in probe:
+                fail(f"{name} readinessProbe {probe} has no {action}")
+            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            want = ports["grpc"] if port is None else port
+            if probe[action]["port"] != want:
+                fail(f"{name} readinessProbe port {probe[action]['port']}, want {want}")
+            if action == "httpGet" and probe[action].get("path") != "/metrics":
+                fail(f"{name} readinessProbe path {probe[action].get('path')}, want /metrics")
+            print(f"ok: {name} readinessProbe {action} port {want}")
+
+    if args.test_hook:
+        pods = [d for d in docs if d["kind"] == "Pod"
+                and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+        if len(pods) != 1:
+            fail(f"{len(pods)} Pods with helm.sh/hook: test, want 1")
+        _, container = main_container(pods[0])
+        argv = container.get("args") or []
+        if "submit" not in argv or "--wait" not in argv or "-f" not in argv:
+            fail(f"test Pod runs {argv}, want dlrmctl submit -f ... --wait")
+        config_map = pods[0]["spec"]["volumes"][0]["configMap"]["name"]
+        spec_text = next((d["data"]["job.yaml"] for d in docs if d["kind"] == "ConfigMap"
+                          and d["metadata"]["name"] == config_map), None)
+        if spec_text is None:
+            fail(f"test Pod mounts ConfigMap {config_map}, which is not rendered")
+        spec = yaml.safe_load(spec_text)
+        data = spec["data"]["train"][0]
+        worker_spec, _ = main_container(workload(docs, "worker"))
+        init = [c for c in worker_spec.get("initContainers") or []
+                if c.get("args", [None])[0] == "gen-data"
+                and f"--out={data}" in c["args"]]
+        if not init:
+            fail(f"no worker init container writes {data} (dlrm gen-data)")
+        print(f"ok: helm test Pod {pods[0]['metadata']['name']} runs {' '.join(argv)}; "
+              f"workers generate {data}")
+
+    if args.submit_job:
+        jobs = [d for d in docs if d["kind"] == "Job"]
+        if len(jobs) != 1:
+            fail(f"{len(jobs)} Jobs, want 1")
+        job = jobs[0]
+        spec = job["spec"]["template"]["spec"]
+        if job["spec"].get("backoffLimit") != 0 or spec.get("restartPolicy") != "Never":
+            fail(f"submit Job backoffLimit {job['spec'].get('backoffLimit')} restartPolicy "
+                 f"{spec.get('restartPolicy')}, want 0 and Never")
+        if [c["name"] for c in spec.get("initContainers") or []] != ["wait-for-coordinator"]:
+            fail("submit Job has no wait-for-coordinator init container")
+        print("ok: submit Job backoffLimit 0, restartPolicy Never, waits for the coordinator")
+
+
+if __name__ == "__main__":
+    main()
