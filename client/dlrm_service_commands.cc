@@ -107,6 +107,8 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
       ->capture_default_str();
   cmd->add_option("--metrics-port", flags.options.metrics_port,
                   "Prometheus port (0: any free port, < 0: none)");
+  cmd->add_option("--metrics-listen", flags.options.metrics_host,
+                  "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file");
   cmd->callback([run] { *run = [] { return RunCoordinator(flags); }; });
 }
@@ -117,6 +119,7 @@ struct PsFlags {
   server::PsProcessOptions options;
   std::string memory_budget = "1GiB";
   int metrics_port = -1;
+  std::string metrics_listen;  // "" = the host of --listen
 };
 
 int RunPs(PsFlags& flags) {
@@ -124,7 +127,11 @@ int RunPs(PsFlags& flags) {
   auto budget = common::ParseByteSize(flags.memory_budget);
   if (!budget.ok()) return Fail(budget.status());
   flags.options.server.memory_budget_bytes = *budget;
-  auto metrics = common::MetricsRegistry::Create({.port = flags.metrics_port});
+  auto metrics = common::MetricsRegistry::Create(
+      {.port = flags.metrics_port,
+       .bind_address = flags.metrics_listen.empty()
+                           ? common::HostOfAddress(flags.options.server.listen_address)
+                           : flags.metrics_listen});
   if (!metrics.ok()) return Fail(metrics.status());
   flags.options.server.metrics = metrics->get();
   if ((*metrics)->port() > 0) {
@@ -162,6 +169,8 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--threads", flags.options.server.num_threads, "Work-pool threads (0: cores)");
   cmd->add_option("--metrics-port", flags.metrics_port,
                   "Prometheus port (0: any free port, < 0: none)");
+  cmd->add_option("--metrics-listen", flags.metrics_listen,
+                  "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
   cmd->callback([run] { *run = [] { return RunPs(flags); }; });
 }
@@ -171,13 +180,16 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
 struct WorkerFlags {
   worker::WorkerProcessOptions options;
   int metrics_port = -1;
+  // A worker serves no gRPC: its endpoint binds every interface unless told otherwise.
+  std::string metrics_listen = "0.0.0.0";
   bool no_pipeline = false;
   bool no_hot_rows = false;
 };
 
 int RunWorker(WorkerFlags& flags) {
   client::InstallTerminationHandlers();
-  auto metrics = common::MetricsRegistry::Create({.port = flags.metrics_port});
+  auto metrics = common::MetricsRegistry::Create(
+      {.port = flags.metrics_port, .bind_address = flags.metrics_listen});
   if (!metrics.ok()) return Fail(metrics.status());
   flags.options.metrics = metrics->get();
   flags.options.use_pipeline = !flags.no_pipeline;
@@ -207,6 +219,9 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
                   "Address the other workers reach this one at for collectives");
   cmd->add_option("--metrics-port", flags.metrics_port,
                   "Prometheus port (0: any free port, < 0: none)");
+  cmd->add_option("--metrics-listen", flags.metrics_listen,
+                  "Address the metrics endpoint binds (a worker has no --listen)")
+      ->capture_default_str();
   cmd->add_option("--threads", flags.options.threads, "CPU threads (0 = all cores)");
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
   cmd->add_flag("--no-pipeline", flags.no_pipeline,
@@ -253,6 +268,13 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->add_flag("--no-pipeline", flags.no_pipeline, "Workers run the plain Trainer::Step loop");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows, "Workers keep no hot rows (all on the PS)");
   cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
+  cmd->add_flag("--metrics", o.cluster.metrics,
+                "Every process serves Prometheus metrics on 127.0.0.1; prints the scrape targets");
+  cmd->add_option("--metrics-base-port", o.cluster.metrics_base_port,
+                  "First metrics port (coordinator; then parameter servers, workers); 0: free "
+                  "ports")
+      ->check(CLI::Range(0, 65000))
+      ->capture_default_str();
   cmd->callback([run] {
     *run = [] {
       auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);

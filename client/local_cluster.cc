@@ -1,8 +1,11 @@
 #include "client/local_cluster.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +49,23 @@ std::string DescribeExit(int wait_status) {
   if (WIFEXITED(wait_status)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
   if (WIFSIGNALED(wait_status)) return absl::StrCat("killed by signal ", WTERMSIG(wait_status));
   return "stopped";
+}
+
+// A port the kernel reports free on 127.0.0.1 now (another process may take it before the child
+// binds it; the child then fails to start and says so).
+absl::StatusOr<int> PickFreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  if (!ok) return absl::UnavailableError(absl::StrCat("no free port: ", strerror(errno)));
+  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 }  // namespace
@@ -160,15 +180,37 @@ absl::Status LocalCluster::WaitForPortFile(const std::string& path) {
                                                   absl::FormatDuration(options_.ready_timeout)));
 }
 
+absl::StatusOr<std::vector<std::string>> LocalCluster::MetricsArgs(const std::string& component) {
+  if (!options_.metrics) return std::vector<std::string>{};
+  int port = 0;
+  if (options_.metrics_base_port > 0) {
+    port = options_.metrics_base_port + static_cast<int>(metrics_targets_.size());
+  } else {
+    DLRM_ASSIGN_OR_RETURN(port, PickFreePort());
+  }
+  metrics_targets_.emplace_back(component, absl::StrCat("127.0.0.1:", port));
+  return std::vector<std::string>{"--metrics-port", absl::StrCat(port), "--metrics-listen",
+                                  "127.0.0.1"};
+}
+
 absl::Status LocalCluster::Launch() {
+  metrics_targets_.clear();
   const std::string port_file = absl::StrCat(data_dir_, "/coordinator.port");
   std::error_code ec;
   fs::remove(port_file, ec);
-  DLRM_RETURN_IF_ERROR(
-      Spawn("coordinator", {"coordinator", "--listen", "127.0.0.1:0", "--data-dir",
-                            absl::StrCat(data_dir_, "/coordinator"), "--lease-ttl",
-                            absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
-                            "--port-file", port_file}));
+  std::vector<std::string> coordinator_args = {
+      "coordinator",
+      "--listen",
+      "127.0.0.1:0",
+      "--data-dir",
+      absl::StrCat(data_dir_, "/coordinator"),
+      "--lease-ttl",
+      absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
+      "--port-file",
+      port_file};
+  DLRM_ASSIGN_OR_RETURN(std::vector<std::string> metrics_args, MetricsArgs("coordinator"));
+  coordinator_args.insert(coordinator_args.end(), metrics_args.begin(), metrics_args.end());
+  DLRM_RETURN_IF_ERROR(Spawn("coordinator", coordinator_args));
   DLRM_RETURN_IF_ERROR(WaitForPortFile(port_file));
 
   for (int i = 0; i < options_.num_ps; ++i) {
@@ -185,6 +227,8 @@ absl::Status LocalCluster::Launch() {
       args.push_back("--memory-budget");
       args.push_back(options_.memory_budget);
     }
+    DLRM_ASSIGN_OR_RETURN(metrics_args, MetricsArgs("ps"));
+    args.insert(args.end(), metrics_args.begin(), metrics_args.end());
     DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("ps-", i), args));
   }
   int threads = options_.worker_threads;
@@ -206,6 +250,8 @@ absl::Status LocalCluster::Launch() {
                                      absl::StrCat("worker-", i)};
     if (!options_.worker_pipeline) args.push_back("--no-pipeline");
     if (!options_.worker_hot_rows) args.push_back("--no-hot-rows");
+    DLRM_ASSIGN_OR_RETURN(metrics_args, MetricsArgs("worker"));
+    args.insert(args.end(), metrics_args.begin(), metrics_args.end());
     DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("worker-", i), args));
   }
   return WaitReady();

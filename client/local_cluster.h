@@ -38,6 +38,11 @@ struct LocalClusterOptions {
   bool worker_pipeline = true;  // false: workers run the plain Trainer::Step loop
   bool worker_hot_rows = true;  // false: workers keep no hot rows (every row on the PS)
   std::string log_level;        // children's --log-level ("" = theirs)
+  // Every child serves Prometheus metrics on 127.0.0.1: the coordinator on metrics_base_port,
+  // parameter server i on base + 1 + i, worker i after the parameter servers (9100.. matches the
+  // dlrm-local job of deploy/prometheus/prometheus.yml); base 0: free ports chosen at launch.
+  bool metrics = false;
+  int metrics_base_port = 9100;
   absl::Duration ready_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM -> SIGKILL
 };
@@ -59,6 +64,11 @@ class LocalCluster {
   std::vector<std::pair<std::string, std::string>> logs() const;
   // Keeps a temporary data_dir (and the logs in it) when the cluster stops, e.g. after a failure.
   void KeepDataDir();
+  // With options.metrics: the scrape targets, {component, "127.0.0.1:port"} per child, in the
+  // order coordinator, parameter servers, workers. Empty before Launch.
+  const std::vector<std::pair<std::string, std::string>>& metrics_targets() const {
+    return metrics_targets_;
+  }
   // Pids of the children still running.
   std::vector<pid_t> pids() const;
 
@@ -82,12 +92,16 @@ class LocalCluster {
   void SignalAndWait(const std::string& prefix, absl::Duration wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string LogTail(const std::string& name) const;
+  // The --metrics-port/--metrics-listen flags of the next child of `component` (none without
+  // options.metrics), recording its scrape target.
+  absl::StatusOr<std::vector<std::string>> MetricsArgs(const std::string& component);
 
   LocalClusterOptions options_;
   std::string binary_;
   std::string data_dir_;
   bool temp_dir_ = false;
   std::string coordinator_address_;
+  std::vector<std::pair<std::string, std::string>> metrics_targets_;
 
   mutable absl::Mutex mu_;
   std::vector<Child> children_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/coordinator_client.h"
 #include "client/local_cluster.h"
@@ -76,6 +77,21 @@ worker::TrainReport ReportFromJob(const dlrm::v1::Job& job) {
     r.hot_migrations = static_cast<int64_t>(it->second);
   }
   return r;
+}
+
+// The children's metrics endpoints, grouped as the dlrm-local job of
+// deploy/prometheus/prometheus.yml lists them (a static_configs block to paste).
+void PrintScrapeTargets(const LocalCluster& cluster) {
+  if (cluster.metrics_targets().empty()) return;
+  std::fprintf(stderr, "metrics: scrape targets (static_configs of a Prometheus job):\n");
+  for (const char* component : {"coordinator", "ps", "worker"}) {
+    std::vector<std::string> targets;
+    for (const auto& [c, target] : cluster.metrics_targets()) {
+      if (c == component) targets.push_back(absl::StrCat("\"", target, "\""));
+    }
+    std::fprintf(stderr, "  - targets: [%s]\n    labels: {component: %s}\n",
+                 absl::StrJoin(targets, ", ").c_str(), component);
+  }
 }
 
 // After a failure: keep the logs and say where they are.
@@ -200,6 +216,7 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     } else {
       std::fprintf(stderr, "local cluster up: coordinator %s, data in %s\n",
                    (*cluster)->coordinator_address().c_str(), (*cluster)->data_dir().c_str());
+      PrintScrapeTargets(**cluster);
       code = RunJob(options, spec_yaml, **cluster, signals);
       if (options.keep_running && code != kExitInterrupted) {
         std::printf("coordinator: %s\n", (*cluster)->coordinator_address().c_str());

@@ -6,39 +6,47 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/metrics_endpoint.h"
+#include "common/status.h"
 #include "prometheus/text_serializer.h"
 
 namespace dlrm::common {
+
+std::string HostOfAddress(const std::string& address) {
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    return close == std::string::npos ? address : address.substr(0, close + 1);
+  }
+  // One colon: host:port. None: a bare host. More: a bare IPv6 address.
+  const size_t colon = address.find(':');
+  if (colon == std::string::npos || address.find(':', colon + 1) != std::string::npos) {
+    return address;
+  }
+  return address.substr(0, colon);
+}
 
 std::string DlrmMetricName(const std::string& name) {
   return absl::StartsWith(name, "dlrm_") ? name : absl::StrCat("dlrm_", name);
 }
 
-MetricsRegistry::MetricsRegistry(std::shared_ptr<prometheus::Registry> registry,
-                                 std::unique_ptr<prometheus::Exposer> exposer, int port)
-    : registry_(std::move(registry)), exposer_(std::move(exposer)), port_(port) {}
+MetricsRegistry::MetricsRegistry(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)) {}
 
 MetricsRegistry::~MetricsRegistry() = default;
 
 absl::StatusOr<std::unique_ptr<MetricsRegistry>> MetricsRegistry::Create(
     const MetricsOptions& options) {
-  auto registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  int port = 0;
+  std::unique_ptr<MetricsRegistry> metrics(
+      new MetricsRegistry(std::make_shared<prometheus::Registry>()));
   if (options.port >= 0) {
-    const std::string address = absl::StrCat(options.bind_address, ":", options.port);
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("metrics endpoint cannot listen on ", address, ": ", e.what()));
-    }
-    exposer->RegisterCollectable(registry);
-    const std::vector<int> ports = exposer->GetListeningPorts();
-    port = ports.empty() ? 0 : ports.front();
+    MetricsRegistry* self = metrics.get();
+    DLRM_ASSIGN_OR_RETURN(
+        metrics->endpoint_,
+        MetricsEndpoint::Start({.host = options.bind_address, .port = options.port},
+                               [self] { return self->Serialize(); }));
+    metrics->port_ = metrics->endpoint_->port();
   }
-  return std::unique_ptr<MetricsRegistry>(
-      new MetricsRegistry(std::move(registry), std::move(exposer), port));
+  return metrics;
 }
 
 namespace {

@@ -2,7 +2,8 @@
 // at /metrics. No singletons: main creates one MetricsRegistry and passes it down; components
 // create their metric families on it.
 //
-//   DLRM_ASSIGN_OR_RETURN(auto metrics, MetricsRegistry::Create({.port = flags.metrics_port}));
+//   DLRM_ASSIGN_OR_RETURN(auto metrics, MetricsRegistry::Create({.port = flags.metrics_port,
+//                                                                .bind_address = "127.0.0.1"}));
 //   prometheus::Counter& samples = metrics->Counter("samples_trained_total", "Samples trained.");
 //   prometheus::Histogram& step = metrics->Histogram("step_seconds", "Training step time.",
 //                                                    MetricsRegistry::LatencyBuckets());
@@ -19,7 +20,6 @@
 
 #include "absl/status/statusor.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -29,10 +29,14 @@ namespace dlrm::common {
 struct MetricsOptions {
   // < 0: no HTTP endpoint (metrics are still collected); 0: any free port; > 0: this port.
   int port = -1;
-  std::string bind_address = "0.0.0.0";
+  // The address the endpoint binds (see MetricsEndpointOptions::host). Processes pass the host
+  // of their --listen address unless --metrics-listen says otherwise.
+  std::string bind_address = "127.0.0.1";
 };
 
 using MetricLabels = std::map<std::string, std::string>;
+
+class MetricsEndpoint;
 
 class MetricsRegistry {
  public:
@@ -65,13 +69,16 @@ class MetricsRegistry {
   prometheus::Registry& registry() { return *registry_; }
 
  private:
-  MetricsRegistry(std::shared_ptr<prometheus::Registry> registry,
-                  std::unique_ptr<prometheus::Exposer> exposer, int port);
+  explicit MetricsRegistry(std::shared_ptr<prometheus::Registry> registry);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;  // declared last: stops serving first
+  int port_ = 0;
 };
+
+// The host of a "host:port" listen address ("0.0.0.0:50051" -> "0.0.0.0", "[::1]:7" -> "[::1]",
+// "localhost" -> "localhost"): where a process's metrics endpoint binds by default.
+std::string HostOfAddress(const std::string& address);
 
 // Returns `name` with the "dlrm_" prefix.
 std::string DlrmMetricName(const std::string& name);

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libmicrohttpd-dev python3-yaml
   iproute2 procps
 )
 

@@ -28,7 +28,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   std::unique_ptr<Coordinator> c(new Coordinator(options));
   DLRM_ASSIGN_OR_RETURN(c->metrics_,
-                        common::MetricsRegistry::Create({.port = options.metrics_port}));
+                        common::MetricsRegistry::Create(
+                            {.port = options.metrics_port,
+                             .bind_address = options.metrics_host.empty()
+                                                 ? common::HostOfAddress(options.listen_address)
+                                                 : options.metrics_host}));
   DLRM_ASSIGN_OR_RETURN(c->store_, CoordinatorStore::Open(options.data_dir));
   CoordinatorStateOptions state_options;
   state_options.lease_ttl = options.lease_ttl;

@@ -39,7 +39,8 @@ struct CoordinatorOptions {
   absl::Duration lease_ttl = absl::Seconds(10);  // members heartbeat within this
   // How often leases are checked; 0: lease_ttl / 10, within [10 ms, 1 s].
   absl::Duration expiry_check_interval = absl::ZeroDuration();
-  int metrics_port = -1;  // < 0: no endpoint; 0: any free port
+  int metrics_port = -1;          // < 0: no endpoint; 0: any free port
+  std::string metrics_host = {};  // where the endpoint binds; "" = the host of listen_address
   common::TransportSecurity security = {};
 };
 

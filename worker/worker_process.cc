@@ -48,7 +48,40 @@ struct WorkerMetrics {
   prometheus::Histogram* step_seconds = nullptr;
   prometheus::Counter* jobs_succeeded = nullptr;
   prometheus::Counter* jobs_failed = nullptr;
+  prometheus::Counter* jobs_stopped = nullptr;
+  prometheus::Gauge* job_running = nullptr;
 };
+
+namespace {
+
+// Registered when the process starts, so that an idle worker exports its series too.
+WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
+  WorkerMetrics m;
+  if (registry == nullptr) return m;
+  m.samples =
+      &registry->Counter("samples_trained_total", "Training samples processed by this worker.");
+  m.steps = &registry->Counter("steps_trained_total", "Training steps taken by this worker.");
+  m.step_seconds = &registry->Histogram("step_seconds",
+                                        "Wall time of one training step (between completed steps).",
+                                        common::MetricsRegistry::LatencyBuckets());
+  m.hot_hit_ratio = &registry->Gauge(
+      "hot_hit_ratio", "Share of embedding id lookups served by the worker's hot rows.");
+  m.ps_bytes_per_sample = &registry->Gauge(
+      "ps_bytes_per_sample",
+      "Embedding payload bytes to and from the parameter servers per sample (computed from the "
+      "rows and ids sent, not counted on the wire).");
+  m.hot_migrations =
+      &registry->Counter("hot_migrations_total",
+                         "Embedding rows moved between the hot set and the parameter servers.");
+  const char* help = "Jobs this worker took part in, by how its part ended.";
+  m.jobs_succeeded = &registry->Counter("worker_jobs_total", help, {{"result", "succeeded"}});
+  m.jobs_failed = &registry->Counter("worker_jobs_total", help, {{"result", "failed"}});
+  m.jobs_stopped = &registry->Counter("worker_jobs_total", help, {{"result", "stopped"}});
+  m.job_running = &registry->Gauge("worker_job_running", "1 while this worker trains a job.");
+  return m;
+}
+
+}  // namespace
 
 WorkerProcess::WorkerProcess(const WorkerProcessOptions& options) : options_(options) {}
 
@@ -63,6 +96,7 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Create(
     return absl::InvalidArgumentError("worker: --coordinator is empty");
   }
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess(options));
+  RegisterWorkerMetrics(options.metrics);
   DLRM_ASSIGN_OR_RETURN(worker->client_,
                         client::CoordinatorClient::Create(
                             {.address = options.coordinator, .timeout = options.rpc_timeout}));
@@ -199,7 +233,17 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   DLRM_LOG(INFO) << "job " << job_id << ": rank " << assignment.rank() << " of "
                  << assignment.job().world_size() << ", " << assignment.job().ps_addresses_size()
                  << " parameter server(s)";
+  const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
+  if (metrics.job_running != nullptr) metrics.job_running->Set(1);
   absl::Status status = TrainJob(assignment);
+  if (metrics.job_running != nullptr) {
+    metrics.job_running->Set(0);
+    const bool stopped = cancel_job_.load() || status.code() == absl::StatusCode::kCancelled;
+    (status.ok() ? metrics.jobs_succeeded
+     : stopped   ? metrics.jobs_stopped
+                 : metrics.jobs_failed)
+        ->Increment();
+  }
   if (status.ok()) return;
   if (cancel_job_.load() || status.code() == absl::StatusCode::kCancelled) {
     DLRM_LOG(INFO) << "job " << job_id << " stopped on rank " << assignment.rank() << ": "
@@ -352,24 +396,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
                         SetUpHotRows(spec, job, rank, world, trainer.get(), reducer));
 
-  WorkerMetrics metrics;
-  if (options_.metrics != nullptr) {
-    metrics.samples = &options_.metrics->Counter("samples_trained_total",
-                                                 "Training samples processed by this worker.");
-    metrics.steps =
-        &options_.metrics->Counter("steps_trained_total", "Training steps taken by this worker.");
-    metrics.step_seconds = &options_.metrics->Histogram(
-        "step_seconds", "Wall time of one training step (between completed steps).",
-        common::MetricsRegistry::LatencyBuckets());
-    metrics.hot_hit_ratio = &options_.metrics->Gauge(
-        "hot_hit_ratio", "Share of embedding id lookups served by the worker's hot rows.");
-    metrics.ps_bytes_per_sample = &options_.metrics->Gauge(
-        "ps_bytes_per_sample",
-        "Embedding payload bytes to and from the parameter servers per sample.");
-    metrics.hot_migrations = &options_.metrics->Counter(
-        "hot_migrations_total",
-        "Embedding rows moved between the hot set and the parameter servers.");
-  }
+  const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
   int64_t migrations_reported = 0;
 
   // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
