@@ -2,6 +2,9 @@
 // options structs; every subcommand's work lives in its library.
 //
 //   dlrm train --config job.yaml [--metrics-out m.json] [--strict]   single-process trainer
+//              [--resume CHECKPOINT]
+//   dlrm eval --checkpoint DIR --data FILE... [--metrics-out m.json] AUC, logloss, accuracy
+//   dlrm predict --checkpoint DIR --data FILE --out scores.tsv       one probability per line
 //   dlrm gen-data --out train.tsv --rows N [--max-rows R] [--seed S]  synthetic Criteo TSV
 //   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
 //   dlrm bench --shape kaggle-shape|model1                            full step vs GEMM bound
@@ -36,10 +39,51 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)");
   cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)");
   cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");
+  cmd->add_option("--resume", options.run.resume_from,
+                  "Continue from a checkpoint, or from the newest one in a checkpoint folder");
   cmd->callback([run] {
     *run = [] {
       auto report = worker::RunTrainCommand(options);
       return report.ok() ? 0 : Fail(report.status());
+    };
+  });
+}
+
+void AddCheckpointModelOptions(CLI::App* cmd, worker::CheckpointModelOptions* options) {
+  cmd->add_option("--checkpoint", options->checkpoint,
+                  "A checkpoint, or a checkpoint folder (its newest committed checkpoint)")
+      ->required();
+  cmd->add_option("--device", options->device, "cpu | cuda | auto")->capture_default_str();
+  cmd->add_option("--threads", options->threads, "CPU threads (0 = all cores)");
+}
+
+void AddEval(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("eval", "AUC, logloss and accuracy of a checkpoint's model");
+  static worker::CheckpointModelOptions options;
+  static std::string metrics_out;
+  AddCheckpointModelOptions(cmd, &options);
+  cmd->add_option("--data", options.data, "Input files (Criteo TSV or binary)")->required();
+  cmd->add_option("--metrics-out", metrics_out, "Write the metrics as JSON (as dlrm train)");
+  cmd->callback([run] {
+    *run = [] {
+      auto m = worker::RunEvalCommand(options, metrics_out);
+      return m.ok() ? 0 : Fail(m.status());
+    };
+  });
+}
+
+void AddPredict(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand("predict",
+                                 "Click probability of every input line by a checkpoint's model");
+  static worker::CheckpointModelOptions options;
+  static std::string out;
+  AddCheckpointModelOptions(cmd, &options);
+  cmd->add_option("--data", options.data, "Input file(s), Criteo TSV or binary")->required();
+  cmd->add_option("-o,--out", out, "Scores, one per input line, in input order")->required();
+  cmd->callback([run] {
+    *run = [] {
+      absl::Status st = worker::RunPredictCommand(options, out);
+      return st.ok() ? 0 : Fail(st);
     };
   });
 }
@@ -131,6 +175,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug | info | warning | error");
   std::function<int()> run;
   dlrm::AddTrain(app, &run);
+  dlrm::AddEval(app, &run);
+  dlrm::AddPredict(app, &run);
   dlrm::AddGenData(app, &run);
   dlrm::AddConvert(app, &run);
   dlrm::AddBench(app, &run);

@@ -186,8 +186,8 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   JobSpec spec;
   spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
   spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
-  DLRM_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"name", "model", "tables", "optimizer", "training", "data"}));
+  DLRM_RETURN_IF_ERROR(CheckKeys(
+      root, "", {"name", "model", "tables", "optimizer", "training", "data", "checkpoint"}));
   DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
 
   YAML::Node model = root["model"];
@@ -294,6 +294,35 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
                    absl::StrCat("must be fp32, tf32 or bf16, got '", spec.math_mode, "'"));
   }
 
+  if (YAML::Node ck = root["checkpoint"]) {
+    DLRM_RETURN_IF_ERROR(CheckKeys(
+        ck, "checkpoint", {"dir", "every_steps", "every_seconds", "keep_last", "full_every"}));
+    CheckpointSpec& c = spec.checkpoint;
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "dir", &c.dir));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_steps", &c.every_steps));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_seconds", &c.every_seconds));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "keep_last", &c.keep_last));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "full_every", &c.full_every));
+    if (c.every_steps < 0) {
+      return Invalid("checkpoint.every_steps", absl::StrCat("must be >= 0, got ", c.every_steps));
+    }
+    if (!(c.every_seconds >= 0) || c.every_seconds > 1e9) {
+      return Invalid("checkpoint.every_seconds",
+                     absl::StrCat("must be in [0, 1e9], got ", c.every_seconds));
+    }
+    if (c.keep_last < 1 || c.keep_last > 1000) {
+      return Invalid("checkpoint.keep_last",
+                     absl::StrCat("must be in [1, 1000], got ", c.keep_last));
+    }
+    if (c.full_every < 1 || c.full_every > 1000) {
+      return Invalid("checkpoint.full_every",
+                     absl::StrCat("must be in [1, 1000], got ", c.full_every));
+    }
+    if (c.dir.empty() && (c.every_steps > 0 || c.every_seconds > 0)) {
+      return Invalid("checkpoint.dir", "required when every_steps or every_seconds is set");
+    }
+  }
+
   if (YAML::Node data = root["data"]) {
     DLRM_RETURN_IF_ERROR(
         CheckKeys(data, "data", {"train", "eval", "format", "eval_fraction", "strict"}));
@@ -356,6 +385,9 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   };
   resolve(&spec.train_paths);
   resolve(&spec.eval_paths);
+  std::vector<std::string> checkpoint_dir = {spec.checkpoint.dir};
+  resolve(&checkpoint_dir);
+  spec.checkpoint.dir = checkpoint_dir.front();
   return spec;
 }
 
@@ -415,6 +447,16 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "eval_fraction" << YAML::Value << spec.eval_fraction;
   out << YAML::Key << "strict" << YAML::Value << spec.strict;
   out << YAML::EndMap;
+  if (!spec.checkpoint.dir.empty()) {
+    const CheckpointSpec& c = spec.checkpoint;
+    out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "dir" << YAML::Value << c.dir;
+    out << YAML::Key << "every_steps" << YAML::Value << c.every_steps;
+    out << YAML::Key << "every_seconds" << YAML::Value << c.every_seconds;
+    out << YAML::Key << "keep_last" << YAML::Value << c.keep_last;
+    out << YAML::Key << "full_every" << YAML::Value << c.full_every;
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -15,6 +15,7 @@
 //     sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 //   training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: 64MiB}
 //   data: {train: [data/train.tsv], format: auto, eval_fraction: 0.1}
+//   checkpoint: {dir: /ckpt/criteo-small, every_steps: 1000, keep_last: 3, full_every: 4}
 //
 // Validation is strict: an unknown key, a negative or zero size, or mismatched dimensions is an
 // INVALID_ARGUMENT whose message names the key (e.g. "model.bottom_mlp: last width 32 must equal
@@ -43,6 +44,16 @@ struct OptimizerSpec {
 struct TableSpec {
   std::string name;
   int64_t rows = 0;
+};
+
+// When and where the trained state is written (docs/CHECKPOINTS.md). With a dir, a checkpoint
+// is always taken at the end of the job (the trained model).
+struct CheckpointSpec {
+  std::string dir;           // "" = no checkpoints
+  int64_t every_steps = 0;   // 0 = not by steps
+  double every_seconds = 0;  // 0 = not by time
+  int keep_last = 3;         // committed checkpoints kept (with the ones they build on); >= 1
+  int full_every = 1;        // every Nth checkpoint is full, the others incremental; >= 1
 };
 
 struct JobSpec {
@@ -81,6 +92,8 @@ struct JobSpec {
   std::string format = "auto";          // auto | tsv | binary
   double eval_fraction = 0.1;
   bool strict = false;  // stop at the first malformed line
+
+  CheckpointSpec checkpoint;
 
   // Width of the top MLP input: embedding_dim + (T+1)T/2.
   int TopInputWidth() const;

@@ -98,6 +98,7 @@ absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableR
     Table& t = *tables_[r.table];
     absl::MutexLock lock(&t.mu);
     t.table->ApplyGradientsUnchecked(r.ids, r.values.data());
+    t.MarkUpdated(r.ids);
   });
   return absl::OkStatus();
 }
@@ -138,8 +139,42 @@ absl::Status LocalEmbeddingStore::WriteStoredRows(absl::Span<const TableRows> ro
       std::memcpy(t.table->MutableRow(r.ids[i]), r.values.data() + i * stride,
                   stride * sizeof(float));
     }
+    t.MarkUpdated(r.ids);
   }
   return absl::OkStatus();
+}
+
+void LocalEmbeddingStore::Table::MarkUpdated(absl::Span<const int64_t> ids) {
+  if (flags.empty()) flags.assign(table->rows(), 0);
+  for (int64_t id : ids) {
+    uint8_t& f = flags[id];
+    if (f == 3) continue;
+    if ((f & 1) == 0) touched.push_back(id);
+    if ((f & 2) == 0) changed.push_back(id);
+    f = 3;
+  }
+}
+
+std::vector<int64_t> LocalEmbeddingStore::TouchedIds(int table) const {
+  const Table& t = *tables_[table];
+  absl::ReaderMutexLock lock(&t.mu);
+  std::vector<int64_t> ids = t.touched;
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<int64_t> LocalEmbeddingStore::TakeChangedIds(int table) {
+  Table& t = *tables_[table];
+  absl::MutexLock lock(&t.mu);
+  std::vector<int64_t> ids;
+  ids.swap(t.changed);
+  for (int64_t id : ids) t.flags[id] &= 1;
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void LocalEmbeddingStore::ClearChanged() {
+  for (int i = 0; i < static_cast<int>(tables_.size()); ++i) TakeChangedIds(i);
 }
 
 }  // namespace dlrm::embedding

@@ -59,6 +59,15 @@ class LocalEmbeddingStore : public EmbeddingStore {
   absl::Status ReadStoredRows(absl::Span<TableRows> requests) override;
   absl::Status WriteStoredRows(absl::Span<const TableRows> rows) override;
 
+  // Change tracking for checkpoints, kept by Push and WriteStoredRows at the cost of one flag test
+  // per updated row (no scan of a table): the ids of table `table` whose stored row was updated
+  // since the store was created (TouchedIds: every row not listed still holds its deterministic
+  // initialisation) or since the last TakeChangedIds / ClearChanged. Sorted ascending.
+  std::vector<int64_t> TouchedIds(int table) const;
+  std::vector<int64_t> TakeChangedIds(int table);
+  // Forgets the changes so far in every table (e.g. right after loading a checkpoint).
+  void ClearChanged();
+
   // Direct access for tests and checkpoints. REQUIRES: no concurrent Push.
   const EmbeddingTable& table(int index) const { return *tables_[index]->table; }
 
@@ -66,6 +75,11 @@ class LocalEmbeddingStore : public EmbeddingStore {
   struct Table {
     std::unique_ptr<EmbeddingTable> table;
     mutable absl::Mutex mu;  // shared for Lookup, exclusive for Push
+    // Per row: bit 0 touched since creation, bit 1 changed since the last TakeChangedIds.
+    std::vector<uint8_t> flags ABSL_GUARDED_BY(mu);
+    std::vector<int64_t> touched ABSL_GUARDED_BY(mu);
+    std::vector<int64_t> changed ABSL_GUARDED_BY(mu);
+    void MarkUpdated(absl::Span<const int64_t> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   };
 
   explicit LocalEmbeddingStore(const LocalStoreOptions& options);

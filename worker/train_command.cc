@@ -8,6 +8,8 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
+#include "worker/checkpoint.h"
+#include "worker/input/batch_reader.h"
 #include "worker/job_input.h"
 #include "worker/progress.h"
 #include "worker/trainer.h"
@@ -63,7 +65,38 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   trainer_options.store = store.get();
   trainer_options.threads = options.threads;
   trainer_options.gpu_table_budget_bytes = options.gpu_table_budget_bytes;
+  if (!options.resume_from.empty() && trainer_options.gpu_table_budget_bytes != 0 &&
+      backend->device() == dense::Device::kCuda) {
+    // GPU tables start from the deterministic initialisation and cannot be loaded yet.
+    DLRM_LOG(WARNING) << "resuming: the embedding tables stay in host memory (loading a "
+                         "checkpoint into GPU-resident tables is not built yet)";
+    trainer_options.gpu_table_budget_bytes = 0;
+  }
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
+
+  TrainPosition position;
+  std::string resumed_dir;
+  if (!options.resume_from.empty()) {
+    DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
+                          RestoreCheckpoint(options.resume_from, 0, trainer.get(), store.get()));
+    store->ClearChanged();
+    position = restored.position;
+    resumed_dir = restored.dir;
+    DLRM_LOG(INFO) << "resumed from " << restored.dir << ": step " << position.step << ", epoch "
+                   << position.epoch + 1 << ", " << position.batches << " batch(es) into it";
+  }
+  std::unique_ptr<TrainCheckpointer> checkpointer;
+  if (!spec.checkpoint.dir.empty()) {
+    DLRM_ASSIGN_OR_RETURN(checkpointer, TrainCheckpointer::Create(spec, resumed_dir));
+  }
+  auto write_checkpoint = [&]() -> absl::Status {
+    DLRM_ASSIGN_OR_RETURN(CheckpointWriteResult written,
+                          checkpointer->Write(*trainer, *store, position));
+    DLRM_LOG(INFO) << "checkpoint " << written.dir << ": step " << written.manifest.step << ", "
+                   << (written.manifest.incremental ? "incremental" : "full") << ", "
+                   << written.manifest.total_bytes() << " bytes in " << written.seconds << " s";
+    return absl::OkStatus();
+  };
 
   ProgressLine progress;
   TrainReport report;
@@ -73,19 +106,37 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   auto elapsed = [&start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  bool stop = false;
-  for (int epoch = 0; epoch < spec.epochs && !stop; ++epoch) {
-    if (epoch > 0) DLRM_RETURN_IF_ERROR(input.train->Rewind());
+  const int64_t first_epoch = position.epoch;
+  bool stop = spec.max_steps > 0 && position.step >= spec.max_steps;
+  for (int64_t epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
+    if (epoch > first_epoch) {
+      DLRM_RETURN_IF_ERROR(input.train->Rewind());
+      position.epoch = epoch;
+      position.batches = 0;
+    } else {
+      // Resuming mid-epoch: the batches trained before the checkpoint are read and dropped, so
+      // the next batch is the one the uninterrupted run would take.
+      for (int64_t b = 0; b < position.batches; ++b) {
+        DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
+        if (!more) break;
+      }
+    }
     while (true) {
       DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
       if (!more) break;
       DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
       report.train_samples += batch.size;
       report.steps = trainer->steps_done();
-      loss_avg = report.steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
+      position.step = report.steps;
+      position.samples += batch.size;
+      ++position.batches;
+      loss_avg = report.train_samples == batch.size ? loss : 0.98 * loss_avg + 0.02 * loss;
       if (options.show_progress) {
         progress.Update(absl::StrCat("epoch ", epoch + 1, "/", spec.epochs), report.steps,
                         report.train_samples, loss_avg, report.train_samples / elapsed());
+      }
+      if (checkpointer != nullptr && checkpointer->Due(position.step)) {
+        DLRM_RETURN_IF_ERROR(write_checkpoint());
       }
       if (spec.max_steps > 0 && report.steps >= spec.max_steps) {
         stop = true;
@@ -101,10 +152,15 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                     /*force=*/true);
     progress.Finish();
   }
+  report.steps = trainer->steps_done();
   if (report.steps == 0) {
     return absl::FailedPreconditionError(absl::StrCat("no training batches in ",
                                                       spec.train_paths.front(), " (",
                                                       spec.train_paths.size(), " file(s))"));
+  }
+  // The trained model is always kept when the spec names a checkpoint folder.
+  if (checkpointer != nullptr && checkpointer->last_step() < position.step) {
+    DLRM_RETURN_IF_ERROR(write_checkpoint());
   }
   report.skipped_lines = input.train->skipped();
   if (input.eval != nullptr) {
@@ -141,6 +197,100 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
     DLRM_RETURN_IF_ERROR(WriteTrainReport(options.metrics_out, report));
   }
   return report;
+}
+
+namespace {
+
+// The model of a checkpoint: its job spec, a store and a trainer with the checkpoint loaded.
+struct CheckpointModel {
+  common::JobSpec spec;
+  std::unique_ptr<dense::Backend> backend;
+  std::unique_ptr<embedding::LocalEmbeddingStore> store;
+  std::unique_ptr<Trainer> trainer;
+};
+
+absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions& options) {
+  DLRM_ASSIGN_OR_RETURN(std::string dir, embedding::ResolveCheckpoint(options.checkpoint));
+  DLRM_ASSIGN_OR_RETURN(embedding::CheckpointManifest manifest, embedding::ReadManifest(dir));
+  CheckpointModel m;
+  DLRM_ASSIGN_OR_RETURN(m.spec,
+                        common::ParseJobSpec(manifest.spec_yaml, absl::StrCat(dir, " (job spec)")));
+  DLRM_ASSIGN_OR_RETURN(m.backend,
+                        CreateBackendForDevice(options.device, m.spec.math_mode, options.threads));
+  embedding::LocalStoreOptions store_options;
+  store_options.tables = TableConfigsFromSpec(m.spec);
+  store_options.seed = m.spec.seed;
+  DLRM_ASSIGN_OR_RETURN(store_options.optimizer, SparseOptimizerFromSpec(m.spec));
+  if (options.threads > 0) store_options.num_threads = options.threads - 1;
+  DLRM_ASSIGN_OR_RETURN(m.store, embedding::LocalEmbeddingStore::Create(store_options));
+  TrainerOptions trainer_options;
+  trainer_options.spec = m.spec;
+  trainer_options.backend = m.backend.get();
+  trainer_options.store = m.store.get();
+  trainer_options.threads = options.threads;
+  DLRM_ASSIGN_OR_RETURN(m.trainer, Trainer::Create(trainer_options));
+  DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
+                        RestoreCheckpoint(dir, 0, m.trainer.get(), m.store.get()));
+  DLRM_LOG(INFO) << "model of " << restored.dir << " (job '" << m.spec.name << "', step "
+                 << restored.manifest.step << ")";
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<BatchReader>> OpenScoringInput(const CheckpointModel& model,
+                                                              const std::vector<std::string>& data,
+                                                              bool strict) {
+  if (data.empty()) return absl::InvalidArgumentError("--data: no input file");
+  BatchReaderOptions reader;
+  DLRM_ASSIGN_OR_RETURN(reader.format, ParseInputFormat(model.spec.format));
+  reader.paths = data;
+  reader.batch_size = model.spec.batch_size;
+  reader.strict = strict;
+  for (const auto& t : model.spec.tables) reader.table_rows.push_back(t.rows);
+  return BatchReader::Create(reader);
+}
+
+}  // namespace
+
+absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options,
+                                           const std::string& metrics_out) {
+  DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options));
+  DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*strict=*/false));
+  DLRM_ASSIGN_OR_RETURN(EvalMetrics m, model.trainer->Evaluate(reader.get()));
+  TrainReport report;
+  report.auc = m.auc;
+  report.logloss = m.logloss;
+  report.accuracy = m.accuracy;
+  report.eval_samples = m.samples;
+  report.steps = model.trainer->steps_done();
+  report.skipped_lines = reader->skipped();
+  std::printf("AUC %.4f  logloss %.4f  accuracy %.4f  (%lld samples, model of step %lld)\n", m.auc,
+              m.logloss, m.accuracy, static_cast<long long>(m.samples),
+              static_cast<long long>(report.steps));
+  std::fflush(stdout);
+  if (report.skipped_lines > 0) {
+    DLRM_LOG(WARNING) << report.skipped_lines << " malformed line(s) skipped";
+  }
+  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(WriteTrainReport(metrics_out, report));
+  return m;
+}
+
+absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std::string& out) {
+  DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options));
+  DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*strict=*/true));
+  std::vector<float> scores;
+  std::vector<float> labels;
+  DLRM_RETURN_IF_ERROR(model.trainer->Predict(reader.get(), &scores, &labels));
+  const std::string tmp = absl::StrCat(out, ".tmp");
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return absl::UnavailableError(absl::StrCat("--out: cannot write ", tmp));
+  for (float s : scores) std::fprintf(f, "%.9g\n", s);
+  const bool ok = std::fflush(f) == 0 && std::ferror(f) == 0;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), out.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("--out: cannot write ", out));
+  }
+  std::fprintf(stderr, "wrote %zu scores to %s\n", scores.size(), out.c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace dlrm::worker

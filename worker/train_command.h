@@ -12,6 +12,7 @@
 #include "dense/backend.h"
 #include "embedding/local_store.h"
 #include "worker/train_report.h"
+#include "worker/trainer.h"
 
 namespace dlrm::worker {
 
@@ -23,6 +24,9 @@ struct TrainRunOptions {
   // their optimizer state (TrainerOptions::gpu_table_budget_bytes; -1 = 80% of free device
   // memory, 0 = never).
   int64_t gpu_table_budget_bytes = -1;
+  // A checkpoint (or a folder of them: the newest committed) to continue from: model, optimizer
+  // state, step and input position (docs/CHECKPOINTS.md). "" = start fresh.
+  std::string resume_from;
 };
 
 // Creates the dense backend for `device` ("auto", "cpu", "cuda") and logs what "auto" chose, so
@@ -50,5 +54,19 @@ struct TrainCommandOptions {
 
 // Loads the spec, trains, prints the summary on stdout and writes --metrics-out.
 absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options);
+
+// `dlrm eval` and `dlrm predict`: the model of a checkpoint, built from the job spec it carries.
+struct CheckpointModelOptions {
+  std::string checkpoint;         // a checkpoint or a folder of them (the newest committed)
+  std::vector<std::string> data;  // input files (TSV or binary); every record is used
+  std::string device = "cpu";
+  int threads = 0;
+};
+// Prints AUC, logloss and accuracy over every record of the data (JSON to metrics_out if set).
+absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options,
+                                           const std::string& metrics_out);
+// Writes one click probability per input record to `out`, in input order (strict parsing: a
+// malformed line is an error naming it, since skipping it would shift every later score).
+absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std::string& out);
 
 }  // namespace dlrm::worker

@@ -584,6 +584,20 @@ absl::StatusOr<float> Trainer::Step(const Batch& batch) {
 absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
   std::vector<float> scores;
   std::vector<float> labels;
+  DLRM_RETURN_IF_ERROR(Predict(reader, &scores, &labels));
+  EvalMetrics m;
+  m.samples = static_cast<int64_t>(scores.size());
+  if (m.samples == 0) return absl::FailedPreconditionError("evaluation set is empty");
+  m.auc = dense::Auc(scores, labels);
+  m.logloss = dense::LogLoss(scores, labels);
+  m.accuracy = dense::Accuracy(scores, labels);
+  return m;
+}
+
+absl::Status Trainer::Predict(BatchReader* reader, std::vector<float>* scores_out,
+                              std::vector<float>* labels_out) {
+  std::vector<float>& scores = *scores_out;
+  std::vector<float>& labels = *labels_out;
   std::vector<float> probs(options_.spec.batch_size);
   Batch batch;
   SparseWork work;
@@ -611,13 +625,7 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
     scores.insert(scores.end(), probs.begin(), probs.begin() + batch.size);
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.begin() + batch.size);
   }
-  EvalMetrics m;
-  m.samples = static_cast<int64_t>(scores.size());
-  if (m.samples == 0) return absl::FailedPreconditionError("evaluation set is empty");
-  m.auc = dense::Auc(scores, labels);
-  m.logloss = dense::LogLoss(scores, labels);
-  m.accuracy = dense::Accuracy(scores, labels);
-  return m;
+  return absl::OkStatus();
 }
 
 }  // namespace dlrm::worker

@@ -128,6 +128,9 @@ class Trainer {
   // Runs the model without updating anything over every batch of `reader` (from its current
   // position) and returns AUC, logloss and accuracy.
   absl::StatusOr<EvalMetrics> Evaluate(BatchReader* reader);
+  // The click probability of every sample of every batch of `reader` (from its current position),
+  // in order, and their labels.
+  absl::Status Predict(BatchReader* reader, std::vector<float>* scores, std::vector<float>* labels);
 
   // Replicates the rows of `cache` on this worker from the next step on; their gradients are
   // summed over the workers (when there is an allreducer) and applied locally. Every worker of a
@@ -158,6 +161,9 @@ class Trainer {
   }
 
   int64_t steps_done() const { return steps_done_; }
+  // After loading a checkpoint: the steps it had taken. REQUIRES: no step in flight.
+  void set_steps_done(int64_t steps) { steps_done_ = steps; }
+  dense::Backend* backend() const { return options_.backend; }
   dense::DlrmDenseModel& model() { return *model_; }
   const common::JobSpec& spec() const { return options_.spec; }
 

@@ -1,0 +1,276 @@
+#include "embedding/checkpoint_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "rocksdb/file_checksum.h"
+
+namespace dlrm::embedding {
+namespace {
+
+constexpr char kRowMagic[8] = {'D', 'L', 'R', 'M', 'R', 'O', 'W', 'S'};
+constexpr char kRowEndMagic[8] = {'R', 'O', 'W', 'S', 'E', 'N', 'D', '!'};
+constexpr uint32_t kRowVersion = 1;
+constexpr size_t kWriteBufferBytes = 4 << 20;
+
+// The CRC32C of RocksDB's checksum generator: its public face is a generator that hashes bytes
+// and hands back the value as 4 big-endian bytes.
+class Crc32cState {
+ public:
+  Crc32cState()
+      : gen_(rocksdb::GetFileChecksumGenCrc32cFactory()->CreateFileChecksumGenerator(
+            rocksdb::FileChecksumGenContext{})) {}
+  void Update(const void* data, size_t n) { gen_->Update(static_cast<const char*>(data), n); }
+  uint32_t Finish() {
+    gen_->Finalize();
+    const std::string raw = gen_->GetChecksum();
+    uint32_t v = 0;
+    for (unsigned char c : raw) v = (v << 8) | c;
+    return v;
+  }
+
+ private:
+  std::unique_ptr<rocksdb::FileChecksumGenerator> gen_;
+};
+
+std::string Errno() { return std::strerror(errno); }
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t n) {
+  Crc32cState state;
+  state.Update(data, n);
+  return state.Finish();
+}
+
+absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": missing"));
+    return absl::DataLossError(absl::StrCat(path, ": cannot open: ", Errno()));
+  }
+  Crc32cState crc;
+  FileDigest d;
+  std::vector<char> buf(kWriteBufferBytes);
+  while (true) {
+    const ssize_t n = read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string err = Errno();
+      close(fd);
+      return absl::DataLossError(absl::StrCat(path, ": read error: ", err));
+    }
+    if (n == 0) break;
+    crc.Update(buf.data(), static_cast<size_t>(n));
+    d.bytes += n;
+  }
+  close(fd);
+  d.crc32c = crc.Finish();
+  return d;
+}
+
+absl::Status VerifyFile(const std::string& path, const FileDigest& expected) {
+  DLRM_ASSIGN_OR_RETURN(FileDigest got, DigestFile(path));
+  if (got.bytes != expected.bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", got.bytes, " bytes, the manifest says ",
+                                            expected.bytes, " (truncated or replaced)"));
+  }
+  if (got.crc32c != expected.crc32c) {
+    return absl::DataLossError(absl::StrFormat("%s: CRC32C %08x, the manifest says %08x (damaged)",
+                                               path, got.crc32c, expected.crc32c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat(dir, ": cannot open: ", Errno()));
+  const int rc = fsync(fd);
+  const std::string err = rc != 0 ? Errno() : "";
+  close(fd);
+  if (rc != 0) return absl::UnavailableError(absl::StrCat(dir, ": fsync: ", err));
+  return absl::OkStatus();
+}
+
+// --- ChecksummedWriter ---
+
+class ChecksummedWriter::Crc : public Crc32cState {};
+
+ChecksummedWriter::ChecksummedWriter(std::string path, int fd)
+    : path_(std::move(path)), fd_(fd), crc_(std::make_unique<Crc>()) {
+  buffer_.reserve(kWriteBufferBytes);
+}
+
+ChecksummedWriter::~ChecksummedWriter() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::StatusOr<std::unique_ptr<ChecksummedWriter>> ChecksummedWriter::Create(
+    const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat(path, ": cannot create: ", Errno()));
+  return std::unique_ptr<ChecksummedWriter>(new ChecksummedWriter(path, fd));
+}
+
+absl::Status ChecksummedWriter::FlushBuffer() {
+  crc_->Update(buffer_.data(), buffer_.size());
+  bytes_ += static_cast<int64_t>(buffer_.size());
+  size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t n = write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat(path_, ": write: ", Errno()));
+    }
+    done += static_cast<size_t>(n);
+  }
+  buffer_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status ChecksummedWriter::Append(const void* data, size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already closed"));
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const size_t take = std::min(n, kWriteBufferBytes - buffer_.size());
+    buffer_.insert(buffer_.end(), p, p + take);
+    p += take;
+    n -= take;
+    if (buffer_.size() == kWriteBufferBytes) DLRM_RETURN_IF_ERROR(FlushBuffer());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FileDigest> ChecksummedWriter::Close() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already closed"));
+  DLRM_RETURN_IF_ERROR(FlushBuffer());
+  if (fsync(fd_) != 0) return absl::UnavailableError(absl::StrCat(path_, ": fsync: ", Errno()));
+  close(fd_);
+  fd_ = -1;
+  return FileDigest{.bytes = bytes_, .crc32c = crc_->Finish()};
+}
+
+// --- row files ---
+
+absl::StatusOr<std::unique_ptr<RowFileWriter>> RowFileWriter::Create(const std::string& path,
+                                                                     int table, int row_floats) {
+  if (table < 0 || row_floats <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": bad table ", table, " or row width ", row_floats));
+  }
+  std::unique_ptr<RowFileWriter> w(new RowFileWriter());
+  w->path_ = path;
+  w->row_floats_ = row_floats;
+  DLRM_ASSIGN_OR_RETURN(w->out_, ChecksummedWriter::Create(path));
+  char header[kRowFileHeaderBytes] = {};
+  std::memcpy(header, kRowMagic, 8);
+  const uint32_t fields[4] = {kRowVersion, static_cast<uint32_t>(table),
+                              static_cast<uint32_t>(row_floats), 0};
+  std::memcpy(header + 8, fields, sizeof(fields));
+  DLRM_RETURN_IF_ERROR(w->out_->Append(header, sizeof(header)));
+  return w;
+}
+
+absl::Status RowFileWriter::Append(absl::Span<const int64_t> ids, const float* rows) {
+  const size_t row_bytes = sizeof(float) * row_floats_;
+  record_.resize(ids.size() * (8 + row_bytes));
+  char* p = record_.data();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(p, &ids[i], 8);
+    std::memcpy(p + 8, rows + i * row_floats_, row_bytes);
+    p += 8 + row_bytes;
+  }
+  rows_ += static_cast<int64_t>(ids.size());
+  return out_->Append(record_.data(), record_.size());
+}
+
+absl::StatusOr<FileDigest> RowFileWriter::Close() {
+  char trailer[kRowFileTrailerBytes];
+  const uint64_t rows = static_cast<uint64_t>(rows_);
+  std::memcpy(trailer, &rows, 8);
+  std::memcpy(trailer + 8, kRowEndMagic, 8);
+  DLRM_RETURN_IF_ERROR(out_->Append(trailer, sizeof(trailer)));
+  return out_->Close();
+}
+
+absl::Status ReadRowFile(
+    const std::string& path, int table, int row_floats,
+    const std::function<absl::Status(absl::Span<const int64_t> ids, const float* rows)>& apply,
+    int64_t chunk_rows) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", Errno()));
+  auto fail = [&](const std::string& what) {
+    std::fclose(f);
+    return absl::DataLossError(absl::StrCat(path, ": ", what));
+  };
+  char header[kRowFileHeaderBytes];
+  if (std::fread(header, 1, sizeof(header), f) != sizeof(header)) return fail("short header");
+  if (std::memcmp(header, kRowMagic, 8) != 0) return fail("not a row file (bad magic)");
+  uint32_t fields[4];
+  std::memcpy(fields, header + 8, sizeof(fields));
+  if (fields[0] != kRowVersion) {
+    return fail(absl::StrCat("row file version ", fields[0], ", this build reads ", kRowVersion));
+  }
+  if (fields[1] != static_cast<uint32_t>(table) || fields[2] != static_cast<uint32_t>(row_floats)) {
+    return fail(absl::StrCat("holds table ", fields[1], " with rows of ", fields[2],
+                             " floats; expected table ", table, " with ", row_floats));
+  }
+  // The record count follows from the size; the trailer must agree with it.
+  if (std::fseek(f, 0, SEEK_END) != 0) return fail("cannot seek");
+  const int64_t size = std::ftell(f);
+  const int64_t record_size = 8 + static_cast<int64_t>(sizeof(float)) * row_floats;
+  const int64_t body = size - kRowFileHeaderBytes - kRowFileTrailerBytes;
+  if (body < 0 || body % record_size != 0) {
+    return fail(absl::StrCat(size, " bytes is not a whole number of ", record_size, "-byte rows"));
+  }
+  char trailer[kRowFileTrailerBytes];
+  if (std::fseek(f, size - kRowFileTrailerBytes, SEEK_SET) != 0 ||
+      std::fread(trailer, 1, sizeof(trailer), f) != sizeof(trailer) ||
+      std::memcmp(trailer + 8, kRowEndMagic, 8) != 0) {
+    return fail("no end marker (unfinished file)");
+  }
+  uint64_t rows = 0;
+  std::memcpy(&rows, trailer, 8);
+  if (rows != static_cast<uint64_t>(body / record_size)) {
+    return fail(
+        absl::StrCat("trailer counts ", rows, " rows, the file holds ", body / record_size));
+  }
+  if (std::fseek(f, kRowFileHeaderBytes, SEEK_SET) != 0) return fail("cannot seek");
+  const size_t record_bytes = 8 + sizeof(float) * row_floats;
+  std::vector<char> buf;
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  uint64_t left = rows;
+  while (left > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk_rows));
+    buf.resize(n * record_bytes);
+    if (std::fread(buf.data(), 1, buf.size(), f) != buf.size()) {
+      return fail(absl::StrCat("ends after ", rows - left, " of ", rows, " rows"));
+    }
+    ids.resize(n);
+    values.resize(n * row_floats);
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(&ids[i], buf.data() + i * record_bytes, 8);
+      std::memcpy(values.data() + i * row_floats, buf.data() + i * record_bytes + 8,
+                  record_bytes - 8);
+    }
+    absl::Status st = apply(ids, values.data());
+    if (!st.ok()) {
+      std::fclose(f);
+      return Annotate(st, path);
+    }
+    left -= n;
+  }
+  std::fclose(f);
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,277 @@
+#include "embedding/checkpoint_manifest.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "embedding/checkpoint_io.h"
+#include "nlohmann/json.hpp"
+
+namespace dlrm::embedding {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kDirPrefix[] = "ckpt-";
+
+json ToJson(const CheckpointManifest& m) {
+  json files = json::array();
+  for (const CheckpointFileEntry& f : m.files) {
+    json e = {{"name", f.name},
+              {"kind", f.kind},
+              {"bytes", f.bytes},
+              {"crc32c", absl::StrFormat("%08x", f.crc32c)}};
+    if (f.kind == "rows") {
+      e["table"] = f.table;
+      e["part"] = f.part;
+      e["rows"] = f.rows;
+    }
+    files.push_back(e);
+  }
+  json ranks = json::array();
+  for (const RankPosition& r : m.ranks) {
+    ranks.push_back(
+        {{"rank", r.rank}, {"epoch", r.epoch}, {"batches", r.batches}, {"samples", r.samples}});
+  }
+  json tables = json::array();
+  for (const TableShape& t : m.tables) {
+    tables.push_back(
+        {{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}, {"row_floats", t.row_floats}});
+  }
+  return {{"format", "dlrm-checkpoint"},
+          {"version", m.version},
+          {"name", m.name},
+          {"job", {{"name", m.job_name}, {"id", m.job_id}, {"spec", m.spec_yaml}}},
+          {"step", m.step},
+          {"samples", m.samples},
+          {"created_unix", m.created_unix},
+          {"incremental", m.incremental},
+          {"parent", m.parent},
+          {"rng", {{"seed", m.seed}}},
+          {"input", {{"world_size", m.world_size}, {"ranks", ranks}}},
+          {"model",
+           {{"tables", tables},
+            {"dense_params", m.dense_params},
+            {"dense_optimizer", m.dense_optimizer},
+            {"sparse_optimizer", m.sparse_optimizer}}},
+          {"files", files}};
+}
+
+absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
+  CheckpointManifest m;
+  if (j.value("format", "") != "dlrm-checkpoint") return absl::DataLossError("not a manifest");
+  m.version = j.at("version").get<int>();
+  if (m.version != kCheckpointFormatVersion) {
+    return absl::DataLossError(absl::StrCat("format version ", m.version, "; this build reads ",
+                                            kCheckpointFormatVersion));
+  }
+  m.name = j.at("name").get<std::string>();
+  m.job_name = j.at("job").at("name").get<std::string>();
+  m.job_id = j.at("job").at("id").get<std::string>();
+  m.spec_yaml = j.at("job").at("spec").get<std::string>();
+  m.step = j.at("step").get<int64_t>();
+  m.samples = j.at("samples").get<int64_t>();
+  m.created_unix = j.at("created_unix").get<double>();
+  m.incremental = j.at("incremental").get<bool>();
+  m.parent = j.at("parent").get<std::string>();
+  m.seed = j.at("rng").at("seed").get<uint64_t>();
+  m.world_size = j.at("input").at("world_size").get<int>();
+  for (const json& r : j.at("input").at("ranks")) {
+    m.ranks.push_back({.rank = r.at("rank").get<int>(),
+                       .epoch = r.at("epoch").get<int64_t>(),
+                       .batches = r.at("batches").get<int64_t>(),
+                       .samples = r.at("samples").get<int64_t>()});
+  }
+  const json& model = j.at("model");
+  for (const json& t : model.at("tables")) {
+    m.tables.push_back({.name = t.at("name").get<std::string>(),
+                        .rows = t.at("rows").get<int64_t>(),
+                        .dim = t.at("dim").get<int>(),
+                        .row_floats = t.at("row_floats").get<int>()});
+  }
+  m.dense_params = model.at("dense_params").get<int64_t>();
+  m.dense_optimizer = model.at("dense_optimizer").get<std::string>();
+  m.sparse_optimizer = model.at("sparse_optimizer").get<std::string>();
+  for (const json& f : j.at("files")) {
+    CheckpointFileEntry e;
+    e.name = f.at("name").get<std::string>();
+    e.kind = f.at("kind").get<std::string>();
+    e.bytes = f.at("bytes").get<int64_t>();
+    e.crc32c = static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(), nullptr, 16));
+    if (e.kind == "rows") {
+      e.table = f.at("table").get<int>();
+      e.part = f.at("part").get<int>();
+      e.rows = f.at("rows").get<int64_t>();
+    }
+    // A name is a plain file in the checkpoint directory, never a path out of it.
+    if (e.name.empty() || absl::StrContains(e.name, "/") || e.name == "." || e.name == "..") {
+      return absl::DataLossError(absl::StrCat("file name '", e.name, "' is not a plain name"));
+    }
+    m.files.push_back(std::move(e));
+  }
+  return m;
+}
+
+bool IsCheckpointDirName(const std::string& name) {
+  return absl::StartsWith(name, kDirPrefix) && name.size() > sizeof(kDirPrefix) - 1;
+}
+
+}  // namespace
+
+int64_t CheckpointManifest::total_bytes() const {
+  int64_t total = 0;
+  for (const CheckpointFileEntry& f : files) total += f.bytes;
+  return total;
+}
+
+std::string CheckpointDirName(int64_t step) { return absl::StrFormat("%s%012d", kDirPrefix, step); }
+
+absl::Status CommitManifest(const std::string& dir, const CheckpointManifest& manifest) {
+  const std::string text = ToJson(manifest).dump(2) + "\n";
+  const std::string tmp = absl::StrCat(dir, "/", kManifestName, ".tmp");
+  DLRM_ASSIGN_OR_RETURN(auto out, ChecksummedWriter::Create(tmp));
+  DLRM_RETURN_IF_ERROR(out->Append(text.data(), text.size()));
+  DLRM_RETURN_IF_ERROR(out->Close().status());
+  std::error_code ec;
+  fs::rename(tmp, absl::StrCat(dir, "/", kManifestName), ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(tmp, ": rename: ", ec.message()));
+  DLRM_RETURN_IF_ERROR(SyncDirectory(dir));
+  const std::string parent = fs::path(dir).parent_path().string();
+  return SyncDirectory(parent.empty() ? "." : parent);
+}
+
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kManifestName);
+  std::ifstream in(path);
+  if (!in)
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": no committed checkpoint (no ", kManifestName, ")"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    absl::StatusOr<CheckpointManifest> m = FromJson(json::parse(ss.str()));
+    if (!m.ok()) return absl::DataLossError(absl::StrCat(path, ": ", m.status().message()));
+    return m;
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": damaged manifest: ", e.what()));
+  }
+}
+
+absl::Status VerifyCheckpointFiles(const std::string& dir, const CheckpointManifest& manifest) {
+  for (const CheckpointFileEntry& f : manifest.files) {
+    DLRM_RETURN_IF_ERROR(
+        VerifyFile(absl::StrCat(dir, "/", f.name), {.bytes = f.bytes, .crc32c = f.crc32c}));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(const std::string& root) {
+  std::vector<CheckpointManifest> out;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return out;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    if (!e.is_directory() || !IsCheckpointDirName(e.path().filename().string())) continue;
+    absl::StatusOr<CheckpointManifest> m = ReadManifest(e.path().string());
+    if (m.status().code() == absl::StatusCode::kNotFound) continue;  // not committed
+    if (!m.ok()) return m.status();
+    out.push_back(std::move(*m));
+  }
+  if (ec) return absl::UnavailableError(absl::StrCat(root, ": ", ec.message()));
+  std::sort(out.begin(), out.end(), [](const CheckpointManifest& a, const CheckpointManifest& b) {
+    return a.step < b.step;
+  });
+  return out;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / kManifestName, ec)) return path;
+  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, ListCheckpoints(path));
+  if (all.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+  }
+  return (fs::path(path) / all.back().name).string();
+}
+
+absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& dir) {
+  std::vector<CheckpointManifest> chain;
+  const fs::path root = fs::path(dir).parent_path();
+  std::string current = dir;
+  std::set<std::string> seen;
+  while (true) {
+    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(current));
+    DLRM_RETURN_IF_ERROR(VerifyCheckpointFiles(current, m));
+    const bool incremental = m.incremental;
+    const std::string parent = m.parent;
+    chain.push_back(std::move(m));
+    if (!incremental) break;
+    if (parent.empty() || !IsCheckpointDirName(parent) || !seen.insert(parent).second) {
+      return absl::DataLossError(
+          absl::StrCat(current, ": incremental checkpoint with a bad parent '", parent, "'"));
+    }
+    current = (root / parent).string();
+    if (!fs::exists(current)) {
+      return absl::NotFoundError(absl::StrCat(dir, " builds on ", current, ", which is gone"));
+    }
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+absl::StatusOr<int> RemoveUncommitted(const std::string& root) {
+  int removed = 0;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return 0;
+  std::vector<fs::path> doomed;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && IsCheckpointDirName(name) && !fs::exists(e.path() / kManifestName)) {
+      doomed.push_back(e.path());
+    }
+  }
+  for (const fs::path& p : doomed) {
+    fs::remove_all(p, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat(p.string(), ": ", ec.message()));
+    ++removed;
+  }
+  return removed;
+}
+
+absl::StatusOr<int> ApplyRetention(const std::string& root, int keep_last) {
+  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, ListCheckpoints(root));
+  if (keep_last < 1) keep_last = 1;
+  std::set<std::string> keep;
+  for (size_t i = all.size() > static_cast<size_t>(keep_last) ? all.size() - keep_last : 0;
+       i < all.size(); ++i) {
+    // A kept checkpoint keeps its whole chain.
+    const CheckpointManifest* m = &all[i];
+    while (m != nullptr && keep.insert(m->name).second && m->incremental) {
+      const std::string parent = m->parent;
+      m = nullptr;
+      for (const CheckpointManifest& c : all) {
+        if (c.name == parent) m = &c;
+      }
+    }
+  }
+  int removed = 0;
+  for (const CheckpointManifest& m : all) {
+    if (keep.contains(m.name)) continue;
+    std::error_code ec;
+    // The manifest goes first: a crash halfway leaves an uncommitted directory, not a broken one.
+    fs::remove(fs::path(root) / m.name / kManifestName, ec);
+    fs::remove_all(fs::path(root) / m.name, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat(m.name, ": ", ec.message()));
+    ++removed;
+  }
+  return removed;
+}
+
+}  // namespace dlrm::embedding

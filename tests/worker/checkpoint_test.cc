@@ -1,0 +1,291 @@
+// Checkpoints of `dlrm train` (worker/checkpoint.h over the format of
+// embedding/checkpoint_manifest.h): resume gives a bit-identical model, incremental chains load,
+// damaged or unfinished checkpoints are refused or removed, eval/predict use the saved model.
+#include "worker/checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "embedding/checkpoint_io.h"
+#include "embedding/checkpoint_manifest.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/worker/test_util.h"
+#include "worker/input/synthetic.h"
+#include "worker/train_command.h"
+
+namespace dlrm::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+common::JobSpec SmallJob(const std::string& train_path, const std::string& checkpoint_dir) {
+  common::JobSpec spec;
+  spec.name = "ckpt-test";
+  spec.dense_features = 13;
+  spec.bottom_mlp = {32, 8};
+  spec.top_mlp = {32, 1};
+  spec.embedding_dim = 8;
+  for (int64_t rows : CappedKaggleCardinalities(1000)) {
+    spec.tables.push_back({.name = "C", .rows = rows});
+  }
+  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.003};
+  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.1};
+  spec.batch_size = 256;
+  spec.epochs = 2;  // 47 steps per epoch on 12000 training samples
+  spec.seed = 5;
+  spec.train_paths = {train_path};
+  spec.eval_fraction = 0.2;
+  spec.device = "cpu";
+  spec.checkpoint.dir = checkpoint_dir;
+  return spec;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GenDataOptions gen;
+    gen.output = dir_.File("train.tsv");
+    gen.num_rows = 15000;
+    gen.seed = 3;
+    gen.cardinalities = CappedKaggleCardinalities(1000);
+    ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  }
+  TrainRunOptions Quiet(const std::string& resume = "") {
+    TrainRunOptions o;
+    o.show_progress = false;
+    o.threads = 1;
+    o.resume_from = resume;
+    return o;
+  }
+  std::string Ckpt(const std::string& name) { return dir_.File(name); }
+
+  // Every float of the dense model and of every stored row (weights and optimizer state) equal,
+  // bit for bit.
+  static void ExpectBitIdentical(const TrainArtifacts& a, const TrainArtifacts& b) {
+    ASSERT_EQ(a.dense_params.size(), b.dense_params.size());
+    EXPECT_EQ(std::memcmp(a.dense_params.data(), b.dense_params.data(),
+                          a.dense_params.size() * sizeof(float)),
+              0)
+        << "dense parameters differ";
+    ASSERT_EQ(a.store->tables().size(), b.store->tables().size());
+    for (size_t t = 0; t < a.store->tables().size(); ++t) {
+      const embedding::EmbeddingTable& x = a.store->table(static_cast<int>(t));
+      const embedding::EmbeddingTable& y = b.store->table(static_cast<int>(t));
+      ASSERT_EQ(x.rows(), y.rows());
+      const size_t floats = static_cast<size_t>(x.rows()) * x.row_stride();
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), floats * sizeof(float)), 0)
+          << "table " << t << " differs";
+    }
+  }
+
+  testing::TempDir dir_;
+};
+
+// 2N steps in one go, and N steps + checkpoint + resume + N steps: the same model, bit for bit.
+// N = 60 lies in the second epoch, so the resumed run must also skip the right batches there.
+// With checkpoints every 7 steps and a full one every 3, the resumed run loads a chain (full +
+// incrementals) and continues the chain.
+TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
+  common::JobSpec straight = SmallJob(dir_.File("train.tsv"), Ckpt("straight"));
+  straight.max_steps = 80;
+  TrainArtifacts reference;
+  ASSERT_TRUE(TrainInProcess(straight, Quiet(), &reference).ok());
+
+  common::JobSpec first = SmallJob(dir_.File("train.tsv"), Ckpt("split"));
+  first.max_steps = 60;
+  first.checkpoint.every_steps = 7;
+  first.checkpoint.full_every = 3;
+  first.checkpoint.keep_last = 2;
+  auto r1 = TrainInProcess(first, Quiet());
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  auto list = embedding::ListCheckpoints(Ckpt("split"));
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_FALSE(list->empty());
+  EXPECT_EQ(list->back().step, 60) << "the end of training is always checkpointed";
+  EXPECT_TRUE(list->back().incremental) << "step 60 is the 2nd after the full one at 56";
+
+  common::JobSpec second = first;
+  second.max_steps = 80;
+  TrainArtifacts resumed;
+  auto r2 = TrainInProcess(second, Quiet(Ckpt("split")), &resumed);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->steps, 80);
+  ExpectBitIdentical(reference, resumed);
+}
+
+TEST_F(CheckpointTest, FlippedByteIsRefusedNamingTheFileAndTheFolderFallsBackToThePrevious) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("c"));
+  spec.max_steps = 20;
+  spec.checkpoint.every_steps = 10;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  auto list = embedding::ListCheckpoints(Ckpt("c"));
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  const std::string newest = Ckpt("c/" + list->back().name);
+  const std::string victim = newest + "/rows-t3-p0.bin";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c ^= 0x10;
+    f.write(&c, 1);
+  }
+  TrainArtifacts unused;
+  common::JobSpec more = spec;
+  more.max_steps = 30;
+  more.checkpoint.dir = Ckpt("other");
+  // The damaged checkpoint named directly: refused, the file named.
+  auto direct = TrainInProcess(more, Quiet(newest));
+  ASSERT_FALSE(direct.ok());
+  EXPECT_EQ(direct.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(direct.status().message()), HasSubstr("rows-t3-p0.bin"));
+  // The folder: the previous checkpoint (step 10) is used.
+  auto fallback = TrainInProcess(more, Quiet(Ckpt("c")));
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->train_samples, 20 * 256) << "resumed at step 10, trained to 30";
+}
+
+TEST_F(CheckpointTest, AnUnfinishedCheckpointDoesNotExistAndIsRemoved) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("u"));
+  spec.max_steps = 10;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  // A write that died before its manifest: files, no MANIFEST.json.
+  fs::create_directories(Ckpt("u/ckpt-000000000015"));
+  testing::WriteFile(Ckpt("u/ckpt-000000000015/dense.bin"), "partial");
+  auto resolved = embedding::ResolveCheckpoint(Ckpt("u"));
+  ASSERT_TRUE(resolved.ok());
+  EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000010");
+  auto removed = embedding::RemoveUncommitted(Ckpt("u"));
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 1);
+  EXPECT_FALSE(fs::exists(Ckpt("u/ckpt-000000000015")));
+  EXPECT_TRUE(fs::exists(Ckpt("u/ckpt-000000000010/MANIFEST.json")));
+}
+
+TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("s"));
+  spec.max_steps = 5;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  common::JobSpec wider = spec;
+  wider.embedding_dim = 16;
+  wider.bottom_mlp = {32, 16};
+  wider.checkpoint.dir = "";
+  auto r = TrainInProcess(wider, Quiet(Ckpt("s")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 0"));
+}
+
+TEST_F(CheckpointTest, IncrementalCheckpointsHoldOnlyTheChangedRows) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("i"));
+  spec.max_steps = 12;
+  spec.checkpoint.every_steps = 6;
+  spec.checkpoint.full_every = 10;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  auto list = embedding::ListCheckpoints(Ckpt("i"));
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  const auto& full = list->front();
+  const auto& inc = list->back();
+  EXPECT_FALSE(full.incremental);
+  EXPECT_TRUE(inc.incremental);
+  EXPECT_EQ(inc.parent, full.name);
+  int64_t full_rows = 0, inc_rows = 0;
+  for (const auto& f : full.files) full_rows += f.rows;
+  for (const auto& f : inc.files) inc_rows += f.rows;
+  // 6 steps of 256 samples touch at most 6 * 256 ids per table; the full one holds every row
+  // touched so far, a superset.
+  EXPECT_GT(inc_rows, 0);
+  EXPECT_LE(inc_rows, 26 * 6 * 256);
+  EXPECT_LE(inc_rows, full_rows + 26 * 6 * 256);
+}
+
+TEST_F(CheckpointTest, PredictScoresEqualEvalsOnTheSameRows) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("p"));
+  spec.max_steps = 30;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  CheckpointModelOptions o;
+  o.checkpoint = Ckpt("p");
+  o.data = {dir_.File("train.tsv")};
+  o.threads = 1;
+  auto eval = RunEvalCommand(o, dir_.File("eval.json"));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  ASSERT_TRUE(RunPredictCommand(o, dir_.File("scores.tsv")).ok());
+  // Scores and labels from the files, AUC recomputed independently of the trainer.
+  std::ifstream scores_in(dir_.File("scores.tsv"));
+  std::vector<float> scores;
+  for (float s; scores_in >> s;) scores.push_back(s);
+  std::ifstream data_in(dir_.File("train.tsv"));
+  std::vector<float> labels;
+  for (std::string line; std::getline(data_in, line);) labels.push_back(line[0] == '1' ? 1 : 0);
+  ASSERT_EQ(scores.size(), labels.size()) << "one score per input line";
+  EXPECT_EQ(static_cast<int64_t>(scores.size()), eval->samples);
+  // Mann-Whitney AUC over the written scores.
+  std::vector<size_t> order(scores.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  double rank_sum = 0, pos = 0;
+  for (size_t r = 0; r < order.size();) {
+    size_t e = r;
+    while (e < order.size() && scores[order[e]] == scores[order[r]]) ++e;
+    const double mid = (r + e + 1) / 2.0;
+    for (size_t k = r; k < e; ++k) {
+      if (labels[order[k]] > 0.5f) {
+        rank_sum += mid;
+        ++pos;
+      }
+    }
+    r = e;
+  }
+  const double neg = scores.size() - pos;
+  const double auc = (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+  EXPECT_NEAR(auc, eval->auc, 1e-6);
+}
+
+TEST(CheckpointFilesTest, RowFileRoundTripsAndRejectsATruncatedFile) {
+  testing::TempDir dir;
+  const std::string path = dir.File("rows.bin");
+  auto w = embedding::RowFileWriter::Create(path, 2, 3);
+  ASSERT_TRUE(w.ok());
+  const std::vector<int64_t> ids = {5, 9};
+  const std::vector<float> rows = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE((*w)->Append(ids, rows.data()).ok());
+  auto digest = (*w)->Close();
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(digest->bytes,
+            embedding::kRowFileHeaderBytes + 2 * (8 + 12) + embedding::kRowFileTrailerBytes);
+  auto again = embedding::DigestFile(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->crc32c, digest->crc32c);
+  // CRC32C check value of the standard test vector.
+  EXPECT_EQ(embedding::Crc32c("123456789", 9), 0xe3069283u);
+  std::vector<int64_t> got_ids;
+  std::vector<float> got_rows;
+  ASSERT_TRUE(embedding::ReadRowFile(path, 2, 3, [&](absl::Span<const int64_t> i, const float* r) {
+                got_ids.insert(got_ids.end(), i.begin(), i.end());
+                got_rows.insert(got_rows.end(), r, r + i.size() * 3);
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(got_ids, ids);
+  EXPECT_EQ(got_rows, rows);
+  auto wrong_table = embedding::ReadRowFile(
+      path, 1, 3, [](absl::Span<const int64_t>, const float*) { return absl::OkStatus(); });
+  EXPECT_EQ(wrong_table.code(), absl::StatusCode::kDataLoss);
+  fs::resize_file(path, digest->bytes - 4);
+  auto cut = embedding::ReadRowFile(
+      path, 2, 3, [](absl::Span<const int64_t>, const float*) { return absl::OkStatus(); });
+  EXPECT_EQ(cut.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(cut.message()), HasSubstr("rows.bin"));
+  EXPECT_EQ(embedding::VerifyFile(path, *digest).code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace dlrm::worker

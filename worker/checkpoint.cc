@@ -1,0 +1,319 @@
+#include "worker/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "embedding/checkpoint_io.h"
+#include "embedding/sparse_optimizer_options.h"
+
+namespace dlrm::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using embedding::CheckpointFileEntry;
+using embedding::CheckpointManifest;
+
+// dense.bin: "DLRMDENS" | u32 version = 1 | u32 reserved | u64 params | u64 state floats |
+// i64 optimizer step | params x f32 | state x f32.
+constexpr char kDenseMagic[8] = {'D', 'L', 'R', 'M', 'D', 'E', 'N', 'S'};
+constexpr uint32_t kDenseVersion = 1;
+constexpr char kDenseFile[] = "dense.bin";
+constexpr int64_t kRowChunk = 65536;
+
+absl::StatusOr<CheckpointFileEntry> WriteDense(const std::string& dir, Trainer& trainer) {
+  dense::DlrmDenseModel& model = trainer.model();
+  std::vector<float> params(model.num_params());
+  trainer.backend()->CopyToHost(model.params(), params.data(), params.size());
+  const std::vector<float> state = model.optimizer().StateToHost();
+  char header[40] = {};
+  std::memcpy(header, kDenseMagic, 8);
+  const uint32_t version[2] = {kDenseVersion, 0};
+  std::memcpy(header + 8, version, 8);
+  const uint64_t counts[2] = {params.size(), state.size()};
+  std::memcpy(header + 16, counts, 16);
+  const int64_t step = model.optimizer().step();
+  std::memcpy(header + 32, &step, 8);
+  const std::string path = absl::StrCat(dir, "/", kDenseFile);
+  DLRM_ASSIGN_OR_RETURN(auto out, embedding::ChecksummedWriter::Create(path));
+  DLRM_RETURN_IF_ERROR(out->Append(header, sizeof(header)));
+  DLRM_RETURN_IF_ERROR(out->Append(params.data(), params.size() * sizeof(float)));
+  DLRM_RETURN_IF_ERROR(out->Append(state.data(), state.size() * sizeof(float)));
+  DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, out->Close());
+  return CheckpointFileEntry{
+      .name = kDenseFile, .kind = "dense", .bytes = d.bytes, .crc32c = d.crc32c};
+}
+
+absl::Status ReadDense(const std::string& path, Trainer& trainer) {
+  dense::DlrmDenseModel& model = trainer.model();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  char header[40];
+  in.read(header, sizeof(header));
+  if (!in || std::memcmp(header, kDenseMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": not a dense parameter file"));
+  }
+  uint32_t version[2];
+  uint64_t counts[2];
+  int64_t step = 0;
+  std::memcpy(version, header + 8, 8);
+  std::memcpy(counts, header + 16, 16);
+  std::memcpy(&step, header + 32, 8);
+  if (version[0] != kDenseVersion) {
+    return absl::DataLossError(absl::StrCat(path, ": version ", version[0]));
+  }
+  const size_t want_state = model.optimizer().state().size();
+  if (counts[0] != model.num_params() || counts[1] != want_state) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": holds ", counts[0], " dense parameters and ", counts[1],
+        " optimizer state floats; the model has ", model.num_params(), " and ", want_state));
+  }
+  std::vector<float> params(counts[0]);
+  std::vector<float> state(counts[1]);
+  in.read(reinterpret_cast<char*>(params.data()), params.size() * sizeof(float));
+  in.read(reinterpret_cast<char*>(state.data()), state.size() * sizeof(float));
+  if (!in || in.peek() != std::char_traits<char>::eof()) {
+    return absl::DataLossError(absl::StrCat(path, ": size does not match its header"));
+  }
+  trainer.backend()->CopyFromHost(params.data(), model.params(), params.size());
+  if (!state.empty()) model.optimizer().StateFromHost(state);
+  model.optimizer().set_step(step);
+  return absl::OkStatus();
+}
+
+std::string RowFileName(int table, int part) {
+  return absl::StrCat("rows-t", table, "-p", part, ".bin");
+}
+
+}  // namespace
+
+absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::JobSpec& spec) {
+  if (m.tables.size() != spec.tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, " has ", m.tables.size(),
+                                                   " tables, the job spec ", spec.tables.size()));
+  }
+  DLRM_ASSIGN_OR_RETURN(embedding::SparseOptimizerOptions sparse, SparseOptimizerFromSpec(spec));
+  const int row_floats =
+      spec.embedding_dim + embedding::SparseOptimizerStateFloats(sparse.type, spec.embedding_dim);
+  for (size_t t = 0; t < m.tables.size(); ++t) {
+    const auto& a = m.tables[t];
+    if (a.rows != spec.tables[t].rows || a.dim != spec.embedding_dim ||
+        a.row_floats != row_floats) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", m.name, ": table ", t, " (", a.name, ") is ", a.rows, " x ",
+                       a.dim, " with ", a.row_floats, " floats per stored row; the job spec's is ",
+                       spec.tables[t].rows, " x ", spec.embedding_dim, " with ", row_floats));
+    }
+  }
+  if (m.sparse_optimizer != embedding::SparseOptimizerTypeName(sparse.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": sparse optimizer ",
+                                                   m.sparse_optimizer, ", the job spec's ",
+                                                   spec.sparse_optimizer.type));
+  }
+  if (m.dense_optimizer != spec.dense_optimizer.type) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": dense optimizer ",
+                                                   m.dense_optimizer, ", the job spec's ",
+                                                   spec.dense_optimizer.type));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
+    const common::JobSpec& spec, const std::string& resumed_from) {
+  const std::string& root = spec.checkpoint.dir;
+  if (root.empty()) return absl::InvalidArgumentError("checkpoint.dir is empty");
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint.dir ", root, ": ", ec.message()));
+  DLRM_ASSIGN_OR_RETURN(int removed, embedding::RemoveUncommitted(root));
+  if (removed > 0) {
+    DLRM_LOG(WARNING) << "removed " << removed << " unfinished checkpoint(s) under " << root;
+  }
+  std::unique_ptr<TrainCheckpointer> c(new TrainCheckpointer(spec));
+  if (!resumed_from.empty() &&
+      fs::equivalent(fs::path(resumed_from).parent_path(), fs::path(root), ec)) {
+    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, embedding::ReadManifest(resumed_from));
+    c->parent_ = m.name;
+    c->last_step_ = m.step;
+    // The chain since its full base counts toward full_every.
+    DLRM_ASSIGN_OR_RETURN(auto chain, embedding::LoadChain(resumed_from));
+    c->since_full_ = static_cast<int>(chain.size());
+  }
+  return c;
+}
+
+bool TrainCheckpointer::Due(int64_t step) const {
+  const common::CheckpointSpec& c = spec_.checkpoint;
+  if (step <= last_step_) return false;
+  if (c.every_steps > 0 && step % c.every_steps == 0) return true;
+  if (c.every_seconds > 0) {
+    const double since =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_time_).count();
+    if (since >= c.every_seconds) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
+    Trainer& trainer, embedding::LocalEmbeddingStore& store, const TrainPosition& position) {
+  const auto start = std::chrono::steady_clock::now();
+  // GPU tables: the store holds the trained rows only after this copy.
+  DLRM_RETURN_IF_ERROR(trainer.CopyEmbeddingsToStore());
+  const common::JobSpec& spec = spec_;
+  CheckpointManifest m;
+  m.name = embedding::CheckpointDirName(position.step);
+  m.job_name = spec.name;
+  m.spec_yaml = common::JobSpecToYaml(spec);
+  m.step = position.step;
+  m.samples = position.samples;
+  m.created_unix = absl::ToUnixMicros(absl::Now()) / 1e6;
+  m.incremental = !parent_.empty() && since_full_ < spec.checkpoint.full_every &&
+                  spec.checkpoint.full_every > 1;
+  if (m.incremental) m.parent = parent_;
+  m.seed = spec.seed;
+  m.world_size = 1;
+  m.ranks.push_back({.rank = 0,
+                     .epoch = position.epoch,
+                     .batches = position.batches,
+                     .samples = position.samples});
+  DLRM_ASSIGN_OR_RETURN(embedding::SparseOptimizerOptions sparse, SparseOptimizerFromSpec(spec));
+  m.sparse_optimizer = embedding::SparseOptimizerTypeName(sparse.type);
+  m.dense_optimizer = spec.dense_optimizer.type;
+  m.dense_params = static_cast<int64_t>(trainer.model().num_params());
+  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
+    const embedding::EmbeddingTable& table = store.table(t);
+    m.tables.push_back({.name = table.config().name,
+                        .rows = table.rows(),
+                        .dim = table.dim(),
+                        .row_floats = table.row_stride()});
+  }
+
+  const std::string dir = (fs::path(spec.checkpoint.dir) / m.name).string();
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // a committed one at this step would have been skipped by Due
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(dir, ": ", ec.message()));
+
+  DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDense(dir, trainer));
+  m.files.push_back(dense_entry);
+  std::vector<float> chunk;
+  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
+    // Changed ids are taken in every checkpoint, so the next incremental one is relative to it.
+    std::vector<int64_t> changed = store.TakeChangedIds(t);
+    const std::vector<int64_t> ids = m.incremental ? std::move(changed) : store.TouchedIds(t);
+    const embedding::EmbeddingTable& table = store.table(t);
+    const int stride = table.row_stride();
+    const std::string name = RowFileName(t, 0);
+    DLRM_ASSIGN_OR_RETURN(
+        auto writer, embedding::RowFileWriter::Create(absl::StrCat(dir, "/", name), t, stride));
+    for (size_t begin = 0; begin < ids.size(); begin += kRowChunk) {
+      const size_t n = std::min<size_t>(kRowChunk, ids.size() - begin);
+      chunk.resize(n * stride);
+      for (size_t i = 0; i < n; ++i) {
+        std::memcpy(chunk.data() + i * stride, table.Row(ids[begin + i]), stride * sizeof(float));
+      }
+      DLRM_RETURN_IF_ERROR(
+          writer->Append(absl::MakeConstSpan(ids.data() + begin, n), chunk.data()));
+    }
+    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
+    m.files.push_back({.name = name,
+                       .kind = "rows",
+                       .table = t,
+                       .part = 0,
+                       .rows = static_cast<int64_t>(ids.size()),
+                       .bytes = d.bytes,
+                       .crc32c = d.crc32c});
+  }
+  DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
+  DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
+  parent_ = m.name;
+  since_full_ = m.incremental ? since_full_ + 1 : 1;
+  last_step_ = position.step;
+  last_time_ = std::chrono::steady_clock::now();
+  DLRM_ASSIGN_OR_RETURN(int removed,
+                        embedding::ApplyRetention(spec.checkpoint.dir, spec.checkpoint.keep_last));
+  (void)removed;
+  CheckpointWriteResult result;
+  result.dir = dir;
+  result.manifest = std::move(m);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path, int rank,
+                                                     Trainer* trainer,
+                                                     embedding::EmbeddingStore* store) {
+  // LoadChain verifies the size and CRC32C of every file of every link before anything is read.
+  std::string dir;
+  std::vector<CheckpointManifest> chain;
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / embedding::kManifestName, ec)) {
+    dir = path;
+    DLRM_ASSIGN_OR_RETURN(chain, embedding::LoadChain(dir));
+  } else {
+    // A folder: the newest checkpoint whose whole chain verifies; damaged ones are named.
+    DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, embedding::ListCheckpoints(path));
+    if (all.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+    }
+    absl::Status last_error;
+    for (auto it = all.rbegin(); it != all.rend() && chain.empty(); ++it) {
+      const std::string candidate = (fs::path(path) / it->name).string();
+      absl::StatusOr<std::vector<CheckpointManifest>> loaded = embedding::LoadChain(candidate);
+      if (loaded.ok()) {
+        dir = candidate;
+        chain = std::move(*loaded);
+      } else {
+        DLRM_LOG(ERROR) << "checkpoint " << candidate << " refused: " << loaded.status().message();
+        last_error = loaded.status();
+      }
+    }
+    if (chain.empty()) return last_error;
+  }
+  const CheckpointManifest& newest = chain.back();
+  DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(newest, trainer->spec()));
+  const fs::path root = fs::path(dir).parent_path();
+  for (const CheckpointManifest& link : chain) {
+    DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(link, trainer->spec()));
+    for (const CheckpointFileEntry& f : link.files) {
+      if (f.kind != "rows") continue;
+      if (f.table < 0 || f.table >= static_cast<int>(link.tables.size())) {
+        return absl::DataLossError(
+            absl::StrCat((root / link.name / f.name).string(), ": table ", f.table));
+      }
+      const int row_floats = link.tables[f.table].row_floats;
+      DLRM_RETURN_IF_ERROR(
+          embedding::ReadRowFile((root / link.name / f.name).string(), f.table, row_floats,
+                                 [&](absl::Span<const int64_t> ids, const float* rows) {
+                                   embedding::TableRows r;
+                                   r.table = f.table;
+                                   r.ids.assign(ids.begin(), ids.end());
+                                   r.values.assign(rows, rows + ids.size() * row_floats);
+                                   return store->WriteStoredRows({&r, 1});
+                                 }));
+    }
+  }
+  DLRM_RETURN_IF_ERROR(ReadDense((fs::path(dir) / kDenseFile).string(), *trainer));
+  trainer->set_steps_done(newest.step);
+  RestoredCheckpoint out;
+  out.dir = dir;
+  out.manifest = newest;
+  out.position.step = newest.step;
+  out.position.samples = newest.samples;
+  for (const embedding::RankPosition& r : newest.ranks) {
+    if (r.rank == rank) {
+      out.position.epoch = r.epoch;
+      out.position.batches = r.batches;
+      out.position.samples = r.samples;
+    }
+  }
+  return out;
+}
+
+}  // namespace dlrm::worker
