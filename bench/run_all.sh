@@ -15,4 +15,5 @@ run "$bin/ps_lookup_bench" --dedup 0   # the issue's request shape: 2048 x 26 id
 run "$bin/ps_lookup_bench"             # deduplicated, as the trainer sends them
 run "$bin/pipeline_bench"
 run "$bin/hot_traffic_bench"
+run "$bin/checkpoint_bench"
 run "$(dirname "$0")/local_vs_train.sh" "$build"

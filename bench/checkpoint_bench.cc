@@ -1,0 +1,167 @@
+// Checkpoint write speed (docs/BENCHMARKS.md "Checkpoints"), every figure a ratio within one run:
+//
+//   full_vs_sequential_write  a full checkpoint of kaggle-shape tables (capped at --max-rows,
+//                             every row changed, so every row is written) against writing the
+//                             same number of bytes with write()+fsync in 4 MiB blocks (dd-like),
+//                             timed in the same run: time(dd) / time(checkpoint).
+//   incremental_vs_full       after steps that changed --touched-fraction of the rows: the
+//                             incremental checkpoint's time and bytes over the full one's.
+//   stall_vs_full_write       how long training waits per checkpoint over the full write: in
+//                             `dlrm train` the write is synchronous, so the stall is the write.
+//
+//   build/bin/checkpoint_bench --dir /tmp/ckbench [--max-rows 1000000] [--touched-fraction 0.01]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "dense/backend_factory.h"
+#include "embedding/checkpoint_manifest.h"
+#include "nlohmann/json.hpp"
+#include "worker/checkpoint.h"
+#include "worker/input/synthetic.h"
+#include "worker/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Writes `bytes` to `path` in 4 MiB write() calls and fsyncs: the sequential-write baseline.
+double SequentialWrite(const std::string& path, int64_t bytes) {
+  std::vector<char> block(4 << 20, 'x');
+  const auto start = Clock::now();
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return -1;
+  for (int64_t left = bytes; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(left, block.size()));
+    if (write(fd, block.data(), n) != static_cast<ssize_t>(n)) return -1;
+    left -= static_cast<int64_t>(n);
+  }
+  fsync(fd);
+  close(fd);
+  return Since(start);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"checkpoint write speed against a sequential write of the same bytes"};
+  std::string dir = "/tmp/dlrm-checkpoint-bench";
+  int64_t max_rows = 1000000;
+  double touched_fraction = 0.01;
+  app.add_option("--dir", dir, "Scratch folder (removed at the end)");
+  app.add_option("--max-rows", max_rows, "Cap on each kaggle-shape table");
+  app.add_option("--touched-fraction", touched_fraction, "Rows changed before the incremental");
+  CLI11_PARSE(app, argc, argv);
+  using namespace dlrm;
+
+  common::JobSpec spec;
+  spec.name = "checkpoint-bench";
+  spec.embedding_dim = 16;
+  spec.bottom_mlp = {64, 16};
+  spec.top_mlp = {64, 1};
+  for (int64_t rows : worker::CappedKaggleCardinalities(max_rows)) {
+    spec.tables.push_back({.name = "C", .rows = rows});
+  }
+  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
+  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
+  spec.batch_size = 16;
+  spec.checkpoint.dir = dir + "/ckpt";
+  spec.checkpoint.full_every = 2;
+  spec.checkpoint.keep_last = 10;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  dense::BackendOptions backend_options;
+  backend_options.kind = dense::BackendOptions::Kind::kCpu;
+  auto backend = dense::CreateBackend(backend_options);
+  embedding::LocalStoreOptions store_options;
+  store_options.tables = worker::TableConfigsFromSpec(spec);
+  store_options.seed = 1;
+  store_options.optimizer = *worker::SparseOptimizerFromSpec(spec);
+  auto store = embedding::LocalEmbeddingStore::Create(store_options);
+  if (!backend.ok() || !store.ok()) {
+    std::fprintf(stderr, "setup failed\n");
+    return 1;
+  }
+  worker::TrainerOptions trainer_options;
+  trainer_options.spec = spec;
+  trainer_options.backend = backend->get();
+  trainer_options.store = store->get();
+  auto trainer = worker::Trainer::Create(trainer_options);
+  auto checkpointer = worker::TrainCheckpointer::Create(spec);
+  if (!trainer.ok() || !checkpointer.ok()) {
+    std::fprintf(stderr, "setup failed\n");
+    return 1;
+  }
+
+  // Every row changed (a gradient step on each), so the full checkpoint writes every row.
+  int64_t total_rows = 0;
+  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+    embedding::TableRows g;
+    g.table = t;
+    g.ids.resize(spec.tables[t].rows);
+    for (int64_t i = 0; i < spec.tables[t].rows; ++i) g.ids[i] = i;
+    g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
+    if (!(*store)->Push(0, {&g, 1}).ok()) return 1;
+    total_rows += spec.tables[t].rows;
+  }
+  auto full = (*checkpointer)->Write(**trainer, **store, {.step = 1});
+  if (!full.ok()) {
+    std::fprintf(stderr, "full checkpoint: %s\n", std::string(full.status().message()).c_str());
+    return 1;
+  }
+  const int64_t full_bytes = full->manifest.total_bytes();
+  const double dd_seconds = SequentialWrite(dir + "/sequential.bin", full_bytes);
+  fs::remove(dir + "/sequential.bin");
+
+  // Steps that changed a fraction of the rows (drawn uniformly per table), then an incremental.
+  std::mt19937_64 rng(7);
+  int64_t touched = 0;
+  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+    embedding::TableRows g;
+    g.table = t;
+    const int64_t rows = spec.tables[t].rows;
+    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rows * touched_fraction));
+    std::vector<int64_t> ids(rows);
+    for (int64_t i = 0; i < rows; ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    g.ids.assign(ids.begin(), ids.begin() + n);
+    g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
+    if (!(*store)->Push(1, {&g, 1}).ok()) return 1;
+    touched += n;
+  }
+  auto inc = (*checkpointer)->Write(**trainer, **store, {.step = 2});
+  if (!inc.ok() || !inc->manifest.incremental) {
+    std::fprintf(stderr, "incremental checkpoint failed\n");
+    return 1;
+  }
+  nlohmann::json out = {
+      {"rows", total_rows},
+      {"full_bytes", full_bytes},
+      {"full_seconds", full->seconds},
+      {"sequential_write_seconds", dd_seconds},
+      {"full_vs_sequential_write", dd_seconds / full->seconds},
+      {"touched_rows", touched},
+      {"incremental_bytes", inc->manifest.total_bytes()},
+      {"incremental_seconds", inc->seconds},
+      {"incremental_vs_full_bytes", static_cast<double>(inc->manifest.total_bytes()) / full_bytes},
+      {"incremental_vs_full_time", inc->seconds / full->seconds},
+      {"stall_vs_full_write", 1.0},
+      {"stall_note", "dlrm train writes synchronously: training waits for the whole write"}};
+  std::printf("%s\n", out.dump().c_str());
+  fs::remove_all(dir);
+  return 0;
+}
