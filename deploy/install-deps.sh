@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian (bookworm) packages the build and tests need. Idempotent: installs only
 # what is missing, and uses sudo when not root. Nothing else is downloaded.
+# prometheus (server and promtool) is for deploy/prometheus_check.sh and deploy/check.sh; without
+# recommends, so that prometheus-node-exporter (listening on 9100, dlrm's default metrics port)
+# is not installed. On a host with systemd the package also starts its own server on :9090.
 set -euo pipefail
 
 packages=(
@@ -10,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libmicrohttpd-dev python3-yaml
+  libmicrohttpd-dev python3-yaml prometheus
   iproute2 procps
 )
 
