@@ -25,12 +25,8 @@ namespace fs = std::filesystem;
 std::string JobYaml(const std::string& ckpt_dir) {
   return absl::StrCat(R"(name: crash
 model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
-tables:
-  cardinalities: [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
-                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
-                  142572]
-  max_rows: 1000
-optimizer:
+)",
+                      kCappedKaggleTablesYaml, R"(optimizer:
   dense: {type: adam, learning_rate: 0.003}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 training: {batch_size: 128, epochs: 2, seed: 9}

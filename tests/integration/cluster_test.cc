@@ -43,12 +43,8 @@ model:
   top_mlp: [16, 1]
   embedding_dim: 8
   pooling: sum
-tables:
-  cardinalities: [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
-                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
-                  142572]
-  max_rows: 1000
-optimizer:
+)",
+                      kCappedKaggleTablesYaml, R"(optimizer:
   dense: {type: adam, learning_rate: 0.003}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 training:

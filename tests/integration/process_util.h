@@ -61,4 +61,13 @@ std::string CommandLine(pid_t pid);
 
 std::string ReadFileOrEmpty(const std::string& path);
 
+// The `tables:` block of the integration tests' job specs: the 26 Criteo Kaggle tables capped at
+// 1000 rows (what `dlrm gen-data --max-rows 1000` draws ids for).
+inline constexpr char kCappedKaggleTablesYaml[] = R"(tables:
+  cardinalities: [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
+                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
+                  142572]
+  max_rows: 1000
+)";
+
 }  // namespace dlrm::testing

@@ -24,24 +24,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
+// 12000 training samples: 47 steps per epoch.
 common::JobSpec SmallJob(const std::string& train_path, const std::string& checkpoint_dir) {
-  common::JobSpec spec;
+  common::JobSpec spec = testing::SmallGeneratedJob(train_path, /*seed=*/5);
   spec.name = "ckpt-test";
-  spec.dense_features = 13;
-  spec.bottom_mlp = {32, 8};
-  spec.top_mlp = {32, 1};
-  spec.embedding_dim = 8;
-  for (int64_t rows : CappedKaggleCardinalities(1000)) {
-    spec.tables.push_back({.name = "C", .rows = rows});
-  }
-  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.003};
-  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.1};
-  spec.batch_size = 256;
-  spec.epochs = 2;  // 47 steps per epoch on 12000 training samples
-  spec.seed = 5;
-  spec.train_paths = {train_path};
-  spec.eval_fraction = 0.2;
-  spec.device = "cpu";
   spec.checkpoint.dir = checkpoint_dir;
   return spec;
 }

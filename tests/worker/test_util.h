@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "common/job_spec.h"
 #include "tests/common/temp_dir.h"
 
 namespace dlrm::worker::testing {
@@ -16,6 +17,11 @@ class TempDir : public ::dlrm::testing::ScopedTempDir {
 
 void WriteFile(const std::string& path, const std::string& content);
 std::string ReadFile(const std::string& path);
+
+// A small job on generated data (worker/input/synthetic.h with CappedKaggleCardinalities(1000)):
+// 26 tables capped at 1000 rows, dim 8, bottom 32-8, top 32-1, Adam and row-wise Adagrad, batch
+// 256, 2 epochs, 20% held out, on the CPU.
+common::JobSpec SmallGeneratedJob(const std::string& train_path, uint64_t seed);
 
 // tests/worker/data/criteo_sample.tsv: 200 real rows of the Criteo Kaggle data.
 std::string CriteoSamplePath();

@@ -16,26 +16,8 @@ using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::WriteFile;
 
-// A small job on generated data: 26 tables capped at 1000 rows, a narrow model.
 common::JobSpec SmallJob(const std::string& train_path, uint64_t seed) {
-  common::JobSpec spec;
-  spec.name = "test";
-  spec.dense_features = 13;
-  spec.bottom_mlp = {32, 8};
-  spec.top_mlp = {32, 1};
-  spec.embedding_dim = 8;
-  for (int64_t rows : CappedKaggleCardinalities(1000)) {
-    spec.tables.push_back({.name = "C", .rows = rows});
-  }
-  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.003};
-  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.1};
-  spec.batch_size = 256;
-  spec.epochs = 2;
-  spec.seed = seed;
-  spec.train_paths = {train_path};
-  spec.eval_fraction = 0.2;
-  spec.device = "cpu";
-  return spec;
+  return testing::SmallGeneratedJob(train_path, seed);
 }
 
 class TrainerTest : public ::testing::Test {
