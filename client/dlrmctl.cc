@@ -1,12 +1,16 @@
 #include "client/dlrmctl.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "client/job_format.h"
@@ -14,6 +18,23 @@
 
 namespace dlrm::client {
 namespace {
+
+constexpr const char* kCommands[] = {"submit", "status",  "watch",  "cancel",
+                                     "list",   "members", "version"};
+
+constexpr char kFooter[] = R"(Output (-o):
+  table, wide   for people (wide: more columns)
+  json, yaml    one document per call; watch and submit --wait print only the final job
+  jsonl         one line per document; watch and submit --wait print one JSON event per line
+
+Exit codes:
+  0  success (watch, submit --wait: the job SUCCEEDED)
+  1  the job FAILED or was CANCELLED, or an error without a code of its own
+  2  usage: unknown command, bad flag or value
+  3  not found: no such job
+  4  coordinator unavailable: unreachable, or no answer within --timeout
+  5  unauthenticated or permission denied
+)";
 
 struct Flags {
   std::string coordinator;
@@ -31,48 +52,14 @@ struct Flags {
   std::string state;
 };
 
-int ExitCodeOf(dlrm::v1::JobState state) {
-  switch (state) {
-    case dlrm::v1::JOB_STATE_SUCCEEDED:
-      return kExitOk;
-    case dlrm::v1::JOB_STATE_CANCELLED:
-      return kExitJobCancelled;
-    default:
-      return kExitJobFailed;
-  }
+bool NeedsExplaining(const dlrm::v1::Job& job) {
+  return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
 }
 
 class Command {
  public:
   Command(const Flags& flags, std::ostream& out, std::ostream& err)
-      : flags_(flags), out_(out), err_(err) {}
-
-  int Fail(const absl::Status& status) {
-    err_ << "dlrmctl: " << status.message() << " [" << absl::StatusCodeToString(status.code())
-         << "]\n";
-    return kExitError;
-  }
-
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect() {
-    CoordinatorClientOptions options;
-    options.address = flags_.coordinator;
-    options.timeout = absl::Seconds(flags_.timeout_s);
-    return CoordinatorClient::Create(options);
-  }
-
-  void PrintJob(const dlrm::v1::Job& job) {
-    out_ << (json() ? ToJson(job) + "\n" : JobDetail(job));
-  }
-
-  // Streams `job_id` until terminal; returns the exit code of its final state.
-  int WatchUntilDone(CoordinatorClient& client, const std::string& job_id) {
-    auto last = client.Watch(job_id, [this](const dlrm::v1::JobEvent& event) {
-      out_ << (json() ? ToJson(event) : JobEventLine(event.job())) << std::endl;
-      return true;
-    });
-    if (!last.ok()) return Fail(last.status());
-    return ExitCodeOf(last->state());
-  }
+      : flags_(flags), format_(*ParseOutputFormat(flags.output)), out_(out), err_(err) {}
 
   int Submit() {
     // Parsed here first: errors name the file, and relative data paths are resolved against
@@ -80,21 +67,23 @@ class Command {
     std::error_code ec;
     const std::string path = std::filesystem::absolute(flags_.file, ec).string();
     auto spec = common::LoadJobSpec(ec ? flags_.file : path);
-    if (!spec.ok()) return Fail(spec.status());
+    if (!spec.ok()) return Fail(spec.status(), kExitFailed);
     const std::string yaml = common::JobSpecToYaml(*spec);
     auto client = Connect();
     if (!client.ok()) return Fail(client.status());
     auto job = (*client)->Submit(yaml, {.workers = flags_.workers, .ps = flags_.ps});
     if (!job.ok()) return Fail(job.status());
     if (!flags_.wait) {
-      if (json()) {
-        out_ << ToJson(*job) << "\n";
+      if (IsDocumentFormat(format_)) {
+        out_ << ToDocument(*job, format_);
+      } else if (format_ == OutputFormat::kWide) {
+        PrintJob(**client, *job);
       } else {
-        out_ << job->job_id() << "\n";
+        out_ << job->job_id() << "\n";  // for JOB=$(dlrmctl submit -f job.yaml)
       }
       return kExitOk;
     }
-    if (!json()) out_ << "submitted " << job->job_id() << std::endl;
+    if (!IsDocumentFormat(format_)) out_ << "submitted " << job->job_id() << std::endl;
     return WatchUntilDone(**client, job->job_id());
   }
 
@@ -103,7 +92,7 @@ class Command {
     if (!client.ok()) return Fail(client.status());
     auto job = (*client)->Get(flags_.job_id);
     if (!job.ok()) return Fail(job.status());
-    PrintJob(*job);
+    PrintJob(**client, *job);
     return kExitOk;
   }
 
@@ -118,31 +107,41 @@ class Command {
     if (!client.ok()) return Fail(client.status());
     auto job = (*client)->Cancel(flags_.job_id, flags_.reason);
     if (!job.ok()) return Fail(job.status());
-    PrintJob(*job);
+    PrintJob(**client, *job);
     return kExitOk;
   }
 
   int List() {
     dlrm::v1::JobState filter = dlrm::v1::JOB_STATE_UNSPECIFIED;
     if (!flags_.state.empty()) {
-      const std::string name = absl::StrCat("JOB_STATE_", absl::AsciiStrToUpper(flags_.state));
-      if (!dlrm::v1::JobState_Parse(name, &filter)) {
-        return Fail(absl::InvalidArgumentError(
-            absl::StrCat("--state '", flags_.state,
-                         "' is not one of pending, running, succeeded, failed, cancelled")));
-      }
+      // The flag's values are checked by the parser.
+      (void)dlrm::v1::JobState_Parse(
+          absl::StrCat("JOB_STATE_", absl::AsciiStrToUpper(flags_.state)), &filter);
     }
     auto client = Connect();
     if (!client.ok()) return Fail(client.status());
     auto jobs = (*client)->List(filter);
     if (!jobs.ok()) return Fail(jobs.status());
-    if (json()) {
+    if (IsDocumentFormat(format_)) {
       dlrm::v1::ListJobsResponse response;
       for (auto& job : *jobs) *response.add_jobs() = job;
-      out_ << ToJson(response) << "\n";
-    } else {
-      out_ << JobTable(*jobs);
+      out_ << ToDocument(response, format_);
+      return kExitOk;
     }
+    // The list holds every pending job when it holds any (the filter is none or PENDING),
+    // oldest first: the order the coordinator starts them in.
+    std::optional<ClusterSnapshot> cluster;
+    if (std::any_of(jobs->begin(), jobs->end(), NeedsExplaining)) {
+      cluster.emplace();
+      if (auto view = (*client)->Members(); view.ok()) cluster->view = std::move(*view);
+      cluster->pending_job_ids.emplace();
+      for (const auto& job : *jobs) {
+        if (job.state() == dlrm::v1::JOB_STATE_PENDING) {
+          cluster->pending_job_ids->push_back(job.job_id());
+        }
+      }
+    }
+    out_ << JobTable(*jobs, wide(), cluster ? &*cluster : nullptr);
     return kExitOk;
   }
 
@@ -151,33 +150,161 @@ class Command {
     if (!client.ok()) return Fail(client.status());
     auto view = (*client)->Members();
     if (!view.ok()) return Fail(view.status());
-    out_ << (json() ? ToJson(*view) + "\n" : MemberTable(*view, absl::ToUnixMillis(absl::Now())));
+    if (IsDocumentFormat(format_)) {
+      out_ << ToDocument(*view, format_);
+    } else {
+      out_ << MemberTable(*view, absl::ToUnixMillis(absl::Now()), wide());
+    }
+    return kExitOk;
+  }
+
+  // The coordinator's API has no call that reports its version yet, so only the client's is
+  // known; nothing is dialled.
+  int Version() {
+    if (IsDocumentFormat(format_)) {
+      out_ << VersionDocument(kDlrmctlVersion, format_);
+    } else {
+      out_ << "client: " << kDlrmctlVersion << "\n"
+           << "server: unknown (the coordinator does not report a version yet)\n";
+    }
     return kExitOk;
   }
 
  private:
-  bool json() const { return flags_.output == "json"; }
+  bool wide() const { return format_ == OutputFormat::kWide; }
+
+  // Prints `status` and returns `code`, by default the one its status code maps to.
+  int Fail(const absl::Status& status, std::optional<int> code = std::nullopt) {
+    err_ << "dlrmctl: " << status.message() << " [" << absl::StatusCodeToString(status.code())
+         << "]\n";
+    const int exit_code = code.value_or(ExitCodeForStatus(status));
+    if (exit_code == kExitUnavailable) {
+      err_ << "dlrmctl: is a coordinator running at " << flags_.coordinator
+           << "? Pass --coordinator HOST:PORT or set $DLRM_COORDINATOR.\n";
+    }
+    return exit_code;
+  }
+
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect() {
+    CoordinatorClientOptions options;
+    options.address = flags_.coordinator;
+    options.timeout = absl::Seconds(flags_.timeout_s);
+    return CoordinatorClient::Create(options);
+  }
+
+  // What explains a pending job: the members and the pending jobs. Best effort: a call that
+  // fails leaves its part out.
+  static ClusterSnapshot ReadCluster(CoordinatorClient& client) {
+    ClusterSnapshot cluster;
+    if (auto view = client.Members(); view.ok()) cluster.view = std::move(*view);
+    if (auto pending = client.List(dlrm::v1::JOB_STATE_PENDING); pending.ok()) {
+      cluster.pending_job_ids.emplace();
+      for (const auto& job : *pending) cluster.pending_job_ids->push_back(job.job_id());
+    }
+    return cluster;
+  }
+
+  void PrintJob(CoordinatorClient& client, const dlrm::v1::Job& job) {
+    if (IsDocumentFormat(format_)) {
+      out_ << ToDocument(job, format_);
+      return;
+    }
+    std::optional<ClusterSnapshot> cluster;
+    if (NeedsExplaining(job)) cluster = ReadCluster(client);
+    out_ << JobDetail(job, wide(), cluster ? &*cluster : nullptr);
+  }
+
+  // Streams `job_id` until it ends: a line per change for people, a JSON event per line for
+  // jsonl, the final job alone for json and yaml. Returns the exit code of its final state.
+  int WatchUntilDone(CoordinatorClient& client, const std::string& job_id) {
+    auto last = client.Watch(job_id, [&](const dlrm::v1::JobEvent& event) {
+      if (format_ == OutputFormat::kJsonl) {
+        out_ << ToDocument(event, format_) << std::flush;
+      } else if (!IsDocumentFormat(format_)) {
+        std::optional<ClusterSnapshot> cluster;
+        if (NeedsExplaining(event.job())) cluster = ReadCluster(client);
+        out_ << JobEventLine(event.job(), cluster ? &*cluster : nullptr) << std::endl;
+      }
+      return true;
+    });
+    if (!last.ok()) return Fail(last.status());
+    if (format_ == OutputFormat::kJson || format_ == OutputFormat::kYaml) {
+      out_ << ToDocument(*last, format_);
+    }
+    return last->state() == dlrm::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+  }
 
   const Flags& flags_;
+  const OutputFormat format_;
   std::ostream& out_;
   std::ostream& err_;
 };
 
+// The first argument that is neither an option nor a global option's value: the command the
+// user meant to run.
+std::optional<std::string> CommandWord(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") return i + 1 < argc ? std::optional<std::string>(argv[i + 1]) : std::nullopt;
+    if (arg.empty() || arg.front() != '-') return std::string(arg);
+    if (arg == "--coordinator" || arg == "--timeout" || arg == "-o" || arg == "--output") ++i;
+  }
+  return std::nullopt;
+}
+
+// Usage errors exit kExitUsage. A missing or unknown command names the commands that exist
+// (CLI11 would only say that a subcommand is required).
+int UsageError(const CLI::ParseError& e, int argc, const char* const* argv, std::ostream& err) {
+  const std::string commands = absl::StrJoin(kCommands, ", ");
+  const std::optional<std::string> word = CommandWord(argc, argv);
+  const bool known = word.has_value() && std::find(std::begin(kCommands), std::end(kCommands),
+                                                   *word) != std::end(kCommands);
+  std::string help = "dlrmctl --help";
+  if (!word.has_value()) {
+    err << "dlrmctl: a command is required; commands: " << commands << "\n";
+  } else if (!known) {
+    err << "dlrmctl: unknown command \"" << *word << "\"; commands: " << commands << "\n";
+  } else {
+    err << "dlrmctl " << *word << ": " << e.what() << "\n";
+    help = absl::StrCat("dlrmctl ", *word, " --help");
+  }
+  err << "Run '" << help << "' for usage.\n";
+  return kExitUsage;
+}
+
 }  // namespace
+
+int ExitCodeForStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kNotFound:
+      return kExitNotFound;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnavailable;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitDenied;
+    default:
+      return kExitFailed;
+  }
+}
 
 int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coordinator,
                std::ostream& out, std::ostream& err) {
   Flags flags;
   flags.coordinator = default_coordinator;
-  CLI::App app{"dlrmctl: submit, watch and inspect DLRM training jobs on a coordinator"};
+  CLI::App app{"dlrmctl: submit, watch and inspect DLRM training jobs on a coordinator", "dlrmctl"};
   app.fallthrough();
   app.require_subcommand(1);
+  app.footer(kFooter);
   app.add_option("--coordinator", flags.coordinator,
                  "coordinator address host:port (default $DLRM_COORDINATOR or 127.0.0.1:50051)");
   app.add_option("--timeout", flags.timeout_s, "deadline of each call, seconds")
       ->check(CLI::PositiveNumber);
-  app.add_option("-o,--output", flags.output, "output format")
-      ->check(CLI::IsMember({"table", "json"}));
+  app.add_option("-o,--output", flags.output, "output format: table, wide, json, yaml, jsonl")
+      ->check(CLI::IsMember(OutputFormatNames()));
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
   submit->add_option("-f,--file", flags.file, "job spec YAML file")->required();
@@ -193,14 +320,22 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   cancel->add_option("job", flags.job_id, "job id")->required();
   cancel->add_option("--reason", flags.reason, "recorded in the job's message");
   CLI::App* list = app.add_subcommand("list", "list jobs, oldest first");
-  list->add_option("--state", flags.state, "only jobs in this state");
-  CLI::App* members = app.add_subcommand("members", "list cluster members and the shard map");
+  list->add_option("--state", flags.state,
+                   "only jobs in this state: pending, running, succeeded, failed, cancelled")
+      ->transform(CLI::IsMember({"pending", "running", "succeeded", "failed", "cancelled"},
+                                CLI::ignore_case));
+  CLI::App* members =
+      app.add_subcommand("members", "list cluster members (ids and names) and the shard map");
+  CLI::App* version = app.add_subcommand("version", "print the client's and server's versions");
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e, out, err);
-    return code == 0 ? kExitOk : kExitError;
+    return UsageError(e, argc, argv, err);
   }
   Command command(flags, out, err);
   if (submit->parsed()) return command.Submit();
@@ -209,7 +344,8 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   if (cancel->parsed()) return command.Cancel();
   if (list->parsed()) return command.List();
   if (members->parsed()) return command.Members();
-  return kExitError;
+  if (version->parsed()) return command.Version();
+  return kExitUsage;
 }
 
 }  // namespace dlrm::client

@@ -1,24 +1,44 @@
 // dlrmctl: the command-line client of the coordinator.
 //
-//   dlrmctl [--coordinator HOST:PORT] [--timeout SECONDS] [-o table|json] COMMAND
+//   dlrmctl [--coordinator HOST:PORT] [--timeout SECONDS] [-o FORMAT] COMMAND
 //     submit -f job.yaml [--workers N] [--ps N] [--wait]
 //     status JOB      watch JOB      cancel JOB [--reason TEXT]
-//     list [--state STATE]           members
+//     list [--state STATE]           members        version
 //
-// Exit codes: 0 success (for submit --wait and watch: the job SUCCEEDED); 1 an error (bad
-// arguments, bad spec, unknown job, coordinator unreachable); 2 the job FAILED; 3 it was
-// CANCELLED. Errors go to `err` with the server's message.
+// Output (-o): `table` (default) and `wide` for people; `json`, `yaml` and `jsonl` print ONE
+// document per call (client/job_format.h): the job (status, cancel, submit), the job list
+// ({"jobs": [...]}), the cluster view (members), the versions. Event streams (watch, submit
+// --wait) print a line per change for people, one JSON event per line under `jsonl`, and only
+// the final job under `json` and `yaml`.
+//
+// Exit codes (kExit*): 0 success; 1 the job FAILED or was CANCELLED (watch, submit --wait), or
+// any error without a code of its own; 2 usage (bad flag or value, unknown command); 3 not found
+// (unknown job); 4 coordinator unavailable (unreachable, or no answer within --timeout);
+// 5 unauthenticated or permission denied. Errors go to `err` with the server's message.
 #pragma once
 
 #include <ostream>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace dlrm::client {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;
-inline constexpr int kExitJobFailed = 2;
-inline constexpr int kExitJobCancelled = 3;
+inline constexpr int kExitFailed = 1;  // the job failed or was cancelled; any other error
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNotFound = 3;
+inline constexpr int kExitUnavailable = 4;
+inline constexpr int kExitDenied = 5;
+
+// The client's version. The build does not pass the project version to the sources, so it is
+// kept here, equal to project(VERSION) in CMakeLists.txt and the Helm chart's appVersion
+// (tests/client checks the first).
+inline constexpr char kDlrmctlVersion[] = "0.1.0";
+
+// The exit code of a failed call: NOT_FOUND 3; UNAVAILABLE and DEADLINE_EXCEEDED 4;
+// UNAUTHENTICATED and PERMISSION_DENIED 5; any other error 1; OK 0.
+int ExitCodeForStatus(const absl::Status& status);
 
 // Runs dlrmctl on argv. `default_coordinator` is used when --coordinator is not given (main
 // passes $DLRM_COORDINATOR or "127.0.0.1:50051").

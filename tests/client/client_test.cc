@@ -2,115 +2,18 @@
 // of the real dlrmctl binary. Workers are played by threads speaking the member-side RPCs.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/coordinator_client.h"
-#include "client/dlrmctl.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/coordinator.h"
-#include "tests/common/temp_dir.h"
-#include "tests/server/test_specs.h"
+#include "tests/client/client_fixture.h"
 
 namespace dlrm::client {
 namespace {
 
 using ::testing::HasSubstr;
-
-class ClientTest : public ::testing::Test {
- protected:
-  ::dlrm::testing::ScopedTempDir dir_{"client_test"};  // unique: tests run in parallel
-  void SetUp() override {
-    const std::string dir = dir_.Sub("coordinator");
-    server::CoordinatorOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.data_dir = dir;
-    options.lease_ttl = absl::Seconds(30);  // the test PS does not heartbeat
-    auto c = server::Coordinator::Create(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    CoordinatorClientOptions client_options;
-    client_options.address = coordinator_->address();
-    client_options.timeout = absl::Seconds(5);
-    auto client = CoordinatorClient::Create(client_options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
-    spec_path_ = dir_.Sub("job.yaml");
-    std::ofstream(spec_path_) << dlrm::testing::kTinySpec;
-    bad_spec_path_ = dir_.Sub("bad_job.yaml");
-    std::ofstream(bad_spec_path_) << dlrm::testing::kBadSpec;
-  }
-  void TearDown() override {
-    for (auto& t : workers_) t.join();
-    coordinator_->Shutdown();
-  }
-
-  // A worker: registers, waits for its assignment, reports a few steps, then finishes (or
-  // fails when `fail`).
-  void StartWorker(bool fail = false) {
-    workers_.emplace_back([this, fail] {
-      dlrm::v1::RegisterRequest r;
-      r.set_role(dlrm::v1::ROLE_WORKER);
-      auto reg = client_->Register(r);
-      ASSERT_TRUE(reg.ok()) << reg.status();
-      dlrm::v1::WorkerAssignment assignment;
-      for (int i = 0; i < 200 && !assignment.has_job(); ++i) {
-        auto hb = client_->Heartbeat(reg->member_id());
-        ASSERT_TRUE(hb.ok()) << hb.status();
-        if (hb->has_worker()) assignment = hb->worker();
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-      ASSERT_TRUE(assignment.has_job());
-      for (int step = 1; step <= 3; ++step) {
-        dlrm::v1::ReportProgressRequest p;
-        p.set_job_id(assignment.job().job_id());
-        p.set_rank(assignment.rank());
-        p.set_member_id(reg->member_id());
-        p.set_step(step);
-        p.set_samples(step * 64);
-        p.set_loss(0.69 / step);
-        p.set_done(step == 3 && !fail);
-        p.set_failed(step == 3 && fail);
-        if (fail) p.set_message("disk on fire");
-        if (step == 3) (*p.mutable_metrics())["auc"] = 0.71;
-        ASSERT_TRUE(client_->ReportProgress(p).ok());
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-      ASSERT_TRUE(client_->Leave(reg->member_id()).ok());
-    });
-  }
-
-  void RegisterPs() {
-    dlrm::v1::RegisterRequest r;
-    r.set_role(dlrm::v1::ROLE_PS);
-    r.set_address("127.0.0.1:7");
-    ASSERT_TRUE(client_->Register(r).ok());
-  }
-
-  int Ctl(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
-    args.insert(args.begin(), "dlrmctl");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream o, e;
-    const int code =
-        RunDlrmctl(static_cast<int>(argv.size()), argv.data(), coordinator_->address(), o, e);
-    *out = o.str();
-    if (err != nullptr) *err = e.str();
-    return code;
-  }
-
-  std::unique_ptr<server::Coordinator> coordinator_;
-  std::unique_ptr<CoordinatorClient> client_;
-  std::vector<std::thread> workers_;
-  std::string spec_path_;
-  std::string bad_spec_path_;
-};
 
 TEST_F(ClientTest, SubmitGetListCancel) {
   auto job = client_->Submit(dlrm::testing::kTinySpec, {.workers = 2, .ps = 1});
@@ -173,14 +76,12 @@ TEST_F(ClientTest, DeadCoordinatorFailsWithinTheDeadline) {
       << list.status();
   EXPECT_THAT(list.status().message(), HasSubstr(options.address));
   std::string out, err;
-  std::vector<std::string> args = {"dlrmctl", "--coordinator", options.address, "--timeout",
-                                   "1",       "list"};
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream o, e;
-  EXPECT_EQ(RunDlrmctl(static_cast<int>(argv.size()), argv.data(), "unused", o, e), kExitError);
-  EXPECT_THAT(e.str(), ::testing::AnyOf(HasSubstr("UNAVAILABLE"), HasSubstr("DEADLINE_EXCEEDED")));
-  EXPECT_THAT(e.str(), HasSubstr(options.address));
+  EXPECT_EQ(
+      RunCtl("unused", {"--coordinator", options.address, "--timeout", "1", "list"}, &out, &err),
+      kExitUnavailable);
+  EXPECT_THAT(err, ::testing::AnyOf(HasSubstr("UNAVAILABLE"), HasSubstr("DEADLINE_EXCEEDED")));
+  EXPECT_THAT(err, HasSubstr(options.address));
+  EXPECT_THAT(err, HasSubstr("is a coordinator running"));
 }
 
 TEST_F(ClientTest, DlrmctlCommandsAndExitCodes) {
@@ -200,18 +101,28 @@ TEST_F(ClientTest, DlrmctlCommandsAndExitCodes) {
 
   ASSERT_EQ(Ctl({"cancel", job_id, "--reason", "changed my mind"}, &out), kExitOk);
   EXPECT_THAT(out, HasSubstr("CANCELLED"));
-  EXPECT_EQ(Ctl({"watch", job_id}, &out), kExitJobCancelled);
+  EXPECT_EQ(Ctl({"watch", job_id}, &out), kExitFailed);
+  EXPECT_THAT(out, HasSubstr("cancelled: changed my mind"));
 
-  EXPECT_EQ(Ctl({"status", "job-99"}, &out, &err), kExitError);
+  // Each kind of error has its own exit code.
+  EXPECT_EQ(Ctl({"status", "job-99"}, &out, &err), kExitNotFound);
   EXPECT_THAT(err, HasSubstr("job-99"));
   EXPECT_THAT(err, HasSubstr("NOT_FOUND"));
-  EXPECT_EQ(Ctl({"submit", "-f", bad_spec_path_}, &out, &err), kExitError);
+  EXPECT_EQ(Ctl({"watch", "job-99"}, &out, &err), kExitNotFound);
+  EXPECT_EQ(Ctl({"cancel", "job-99"}, &out, &err), kExitNotFound);
+  EXPECT_EQ(Ctl({"cancel", job_id}, &out, &err), kExitFailed);  // already CANCELLED
+  EXPECT_THAT(err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_EQ(Ctl({"submit", "-f", bad_spec_path_}, &out, &err), kExitFailed);
   EXPECT_THAT(err, HasSubstr("model.bottom_mlp"));
-  EXPECT_EQ(Ctl({"submit", "-f", "/no/such/job.yaml"}, &out, &err), kExitError);
+  EXPECT_EQ(Ctl({"submit", "-f", "/no/such/job.yaml"}, &out, &err), kExitFailed);
   EXPECT_THAT(err, HasSubstr("/no/such/job.yaml"));
-  EXPECT_EQ(Ctl({"list", "--state", "sleeping"}, &out, &err), kExitError);
+  EXPECT_EQ(Ctl({"list", "--state", "sleeping"}, &out, &err), kExitUsage);
   EXPECT_THAT(err, HasSubstr("sleeping"));
-  EXPECT_NE(Ctl({"frobnicate"}, &out, &err), kExitOk);
+  EXPECT_EQ(Ctl({"list", "--state", "Cancelled"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr(job_id));
+  EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--workers", "0"}, &out, &err), kExitUsage);
+  EXPECT_EQ(Ctl({"list", "-o", "xml"}, &out, &err), kExitUsage);
+  EXPECT_THAT(err, HasSubstr("xml"));
 
   ASSERT_EQ(Ctl({"members", "-o", "json"}, &out), kExitOk);
   EXPECT_TRUE(nlohmann::json::parse(out).contains("epoch"));
@@ -229,7 +140,7 @@ TEST_F(ClientTest, SubmitWaitExitCodeIsTheJobsResult) {
   workers_.back().join();
   workers_.pop_back();
   StartWorker(/*fail=*/true);
-  EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--wait"}, &out, &err), kExitJobFailed);
+  EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--wait"}, &out, &err), kExitFailed);
   EXPECT_THAT(out, HasSubstr("disk on fire"));
 }
 
@@ -258,7 +169,7 @@ TEST_F(ClientTest, RealDlrmctlBinary) {
   EXPECT_EQ(nlohmann::json::parse(out)["name"], "tiny");
   EXPECT_EQ(run("status job-1", &out), 0) << out;
   EXPECT_THAT(out, HasSubstr("PENDING"));
-  EXPECT_EQ(run("status job-2", &out), kExitError);
+  EXPECT_EQ(run("status job-2", &out), kExitNotFound);
   EXPECT_THAT(out, HasSubstr("job-2"));
 }
 

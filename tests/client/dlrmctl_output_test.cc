@@ -1,0 +1,302 @@
+// What a dlrmctl user sees: one document per call under -o json|yaml|jsonl, member names, why a
+// job is pending, exit codes per kind of error, the command list on an unknown command, the
+// version. Against a real in-process coordinator (tests/client/client_fixture.h).
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/grpc_util.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/client/client_fixture.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dlrm::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class DlrmctlOutputTest : public ClientTest {};
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST_F(DlrmctlOutputTest, ListIsOneDocumentInEveryDocumentFormat) {
+  std::string out, err;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Ctl({"submit", "-f", spec_path_}, &out, &err), kExitOk) << err;
+  }
+
+  ASSERT_EQ(Ctl({"list", "-o", "json"}, &out, &err), kExitOk) << err;
+  const auto json = nlohmann::json::parse(out);  // throws unless the whole output is one value
+  ASSERT_EQ(json["jobs"].size(), 3u) << out;
+  EXPECT_EQ(json["jobs"][0]["job_id"], "job-1");
+  EXPECT_EQ(json["jobs"][2]["state"], "JOB_STATE_PENDING");
+
+  ASSERT_EQ(Ctl({"list", "-o", "yaml"}, &out, &err), kExitOk) << err;
+  const YAML::Node yaml = YAML::Load(out);
+  ASSERT_TRUE(yaml["jobs"].IsSequence()) << out;
+  ASSERT_EQ(yaml["jobs"].size(), 3u);
+  EXPECT_EQ(yaml["jobs"][1]["job_id"].as<std::string>(), "job-2");
+  EXPECT_EQ(yaml["jobs"][1]["name"].as<std::string>(), "tiny");
+  EXPECT_EQ(yaml["jobs"][1]["requested_workers"].as<int>(), 1);
+  // yaml holds what json holds.
+  EXPECT_EQ(yaml["jobs"][1]["created_ms"].as<std::string>(),
+            json["jobs"][1]["created_ms"].get<std::string>());
+
+  ASSERT_EQ(Ctl({"list", "-o", "jsonl"}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Lines(out).size(), 1u) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["jobs"].size(), 3u);
+
+  // Filtered to nothing: still one document.
+  ASSERT_EQ(Ctl({"list", "--state", "running", "-o", "json"}, &out, &err), kExitOk) << err;
+  EXPECT_TRUE(nlohmann::json::parse(out)["jobs"].empty()) << out;
+
+  ASSERT_EQ(Ctl({"list", "-o", "wide"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(Lines(out).front(), HasSubstr("CREATED"));
+  EXPECT_EQ(Lines(out).size(), 4u) << out;
+}
+
+TEST_F(DlrmctlOutputTest, StatusYamlKeepsTheSpecAndFieldOrder) {
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_, "-o", "yaml"}, &out, &err), kExitOk) << err;
+  const YAML::Node submitted = YAML::Load(out);
+  EXPECT_EQ(submitted["job_id"].as<std::string>(), "job-1");
+  EXPECT_EQ(out.rfind("job_id: job-1\n", 0), 0u) << "fields in proto order:\n" << out;
+
+  ASSERT_EQ(Ctl({"status", "job-1", "-o", "yaml"}, &out, &err), kExitOk) << err;
+  const YAML::Node yaml = YAML::Load(out);
+  auto job = client_->Get("job-1");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(yaml["spec_yaml"].as<std::string>(), job->spec_yaml());
+  EXPECT_EQ(yaml["state"].as<std::string>(), "JOB_STATE_PENDING");
+  // The spec, itself YAML, parses out of the document.
+  EXPECT_EQ(YAML::Load(yaml["spec_yaml"].as<std::string>())["name"].as<std::string>(), "tiny");
+}
+
+TEST_F(DlrmctlOutputTest, SubmitWaitJsonPrintsOnlyTheFinalJob) {
+  RegisterPs();
+  StartWorker();
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_, "--wait", "-o", "json"}, &out, &err), kExitOk) << err;
+  const auto json = nlohmann::json::parse(out);  // one document, however many events
+  EXPECT_EQ(json["state"], "JOB_STATE_SUCCEEDED") << out;
+  EXPECT_DOUBLE_EQ(json["final_metrics"]["auc"].get<double>(), 0.71);
+  EXPECT_THAT(out, Not(HasSubstr("submitted")));
+
+  // The job is over: watch sees its last event and prints it as one line of JSON.
+  ASSERT_EQ(Ctl({"watch", "job-1", "-o", "jsonl"}, &out, &err), kExitOk) << err;
+  const auto lines = Lines(out);
+  ASSERT_GE(lines.size(), 1u);
+  for (const auto& line : lines) {
+    const auto event = nlohmann::json::parse(line);
+    EXPECT_EQ(event["job"]["job_id"], "job-1");
+  }
+  EXPECT_EQ(nlohmann::json::parse(lines.back())["job"]["state"], "JOB_STATE_SUCCEEDED");
+
+  ASSERT_EQ(Ctl({"watch", "job-1", "-o", "yaml"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(YAML::Load(out)["state"].as<std::string>(), "JOB_STATE_SUCCEEDED");
+}
+
+TEST_F(DlrmctlOutputTest, SubmitWaitJsonlStreamsEventsAndFailureExitsOne) {
+  RegisterPs();
+  StartWorker(/*fail=*/true);
+  std::string out, err;
+  EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--wait", "-o", "jsonl"}, &out, &err), kExitFailed);
+  const auto lines = Lines(out);
+  ASSERT_GE(lines.size(), 2u) << out;  // at least PENDING or RUNNING, then FAILED
+  std::vector<std::string> states;
+  for (const auto& line : lines) {
+    states.push_back(nlohmann::json::parse(line)["job"]["state"].get<std::string>());
+  }
+  EXPECT_EQ(states.back(), "JOB_STATE_FAILED");
+  EXPECT_THAT(nlohmann::json::parse(lines.back())["job"]["message"].get<std::string>(),
+              HasSubstr("disk on fire"));
+}
+
+TEST_F(DlrmctlOutputTest, MembersShowNamesNextToIds) {
+  RegisterPs("ps-east-0");
+  const std::string worker = RegisterMember(dlrm::v1::ROLE_WORKER, "trainer-a");
+  const std::string unnamed = RegisterMember(dlrm::v1::ROLE_WORKER);
+  std::string out, err;
+  ASSERT_EQ(Ctl({"members"}, &out, &err), kExitOk) << err;
+  const auto lines = Lines(out);
+  EXPECT_THAT(lines.front(), HasSubstr("NAME"));
+  bool named_row = false;
+  for (const auto& line : lines) {
+    if (line.find(worker) != std::string::npos) {
+      named_row = true;
+      EXPECT_THAT(line, HasSubstr("trainer-a"));
+    }
+  }
+  EXPECT_TRUE(named_row) << out;
+  EXPECT_THAT(out, HasSubstr("ps-east-0"));
+  EXPECT_THAT(out, HasSubstr(unnamed));
+
+  ASSERT_EQ(Ctl({"members", "-o", "wide"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(Lines(out).front(), HasSubstr("CORES"));
+  EXPECT_THAT(out, HasSubstr("trainer-a"));
+
+  ASSERT_EQ(Ctl({"members", "-o", "yaml"}, &out, &err), kExitOk) << err;
+  const YAML::Node yaml = YAML::Load(out);
+  ASSERT_EQ(yaml["members"].size(), 3u) << out;
+  std::vector<std::string> names;
+  for (const auto& m : yaml["members"]) names.push_back(m["name"].as<std::string>());
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("ps-east-0", "trainer-a", ""));
+  EXPECT_EQ(yaml["shard_map"].size(), 1u);
+
+  ASSERT_EQ(Ctl({"members", "-o", "json"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["members"].size(), 3u);
+}
+
+TEST_F(DlrmctlOutputTest, PendingJobSaysWhatItWaitsFor) {
+  RegisterMember(dlrm::v1::ROLE_WORKER, "trainer-a");
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_, "--workers", "2", "--ps", "1"}, &out, &err), kExitOk)
+      << err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_}, &out, &err), kExitOk) << err;
+
+  ASSERT_EQ(Ctl({"status", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("waiting for 2 idle workers and 1 parameter server"));
+  EXPECT_THAT(out, HasSubstr("1 idle worker (trainer-a)"));
+  EXPECT_THAT(out, HasSubstr("0 parameter servers"));
+  EXPECT_THAT(out, Not(HasSubstr("queued behind")));
+
+  // job-2 needs what the cluster has, but job-1 starts first.
+  ASSERT_EQ(Ctl({"status", "job-2"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("waiting for 1 idle worker and at least 1 parameter server"));
+  EXPECT_THAT(out, HasSubstr("queued behind job-1"));
+
+  ASSERT_EQ(Ctl({"list"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("queued behind job-1"));
+  EXPECT_THAT(out, HasSubstr("1 idle worker (trainer-a)"));
+
+  // The document is the API object: no invented message.
+  ASSERT_EQ(Ctl({"status", "job-1", "-o", "json"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["message"], "");
+}
+
+TEST_F(DlrmctlOutputTest, UnknownCommandListsTheCommands) {
+  std::string out, err;
+  EXPECT_EQ(Ctl({"frobnicate"}, &out, &err), kExitUsage);
+  EXPECT_THAT(err, HasSubstr("unknown command \"frobnicate\""));
+  for (const char* verb : {"submit", "status", "watch", "cancel", "list", "members", "version"}) {
+    EXPECT_THAT(err, HasSubstr(verb));
+  }
+  // Global options before the command are skipped when naming it.
+  EXPECT_EQ(Ctl({"--timeout", "3", "-o", "json", "lsit"}, &out, &err), kExitUsage);
+  EXPECT_THAT(err, HasSubstr("unknown command \"lsit\""));
+  EXPECT_EQ(Ctl({}, &out, &err), kExitUsage);
+  EXPECT_THAT(err, HasSubstr("a command is required; commands: submit, status"));
+  EXPECT_EQ(Ctl({"status"}, &out, &err), kExitUsage);
+  EXPECT_THAT(err, HasSubstr("dlrmctl status --help"));
+}
+
+TEST_F(DlrmctlOutputTest, HelpDocumentsTheExitCodes) {
+  std::string out, err;
+  ASSERT_EQ(Ctl({"--help"}, &out, &err), kExitOk);
+  EXPECT_THAT(out, HasSubstr("Exit codes:"));
+  EXPECT_THAT(out, HasSubstr("2  usage"));
+  EXPECT_THAT(out, HasSubstr("3  not found"));
+  EXPECT_THAT(out, HasSubstr("4  coordinator unavailable"));
+  EXPECT_THAT(out, HasSubstr("5  unauthenticated or permission denied"));
+  EXPECT_THAT(out, HasSubstr("version"));
+}
+
+TEST_F(DlrmctlOutputTest, VersionPrintsTheClientsAndSaysTheServersIsUnknown) {
+  EXPECT_STREQ(kDlrmctlVersion, DLRM_PROJECT_VERSION);
+  std::string out, err;
+  // No coordinator is dialled: the API cannot tell its version.
+  ASSERT_EQ(RunCtl("127.0.0.1:1", {"version"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("client: ", kDlrmctlVersion)));
+  EXPECT_THAT(out, HasSubstr("server: unknown"));
+  ASSERT_EQ(RunCtl("127.0.0.1:1", {"version", "-o", "json"}, &out, &err), kExitOk) << err;
+  const auto json = nlohmann::json::parse(out);
+  EXPECT_EQ(json["client_version"], kDlrmctlVersion);
+  EXPECT_TRUE(json["server_version"].is_null());
+  EXPECT_LT(out.find("client_version"), out.find("server_version"));  // the same every call
+  ASSERT_EQ(RunCtl("127.0.0.1:1", {"version", "-o", "jsonl"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(out, absl::StrCat("{\"client_version\":\"", kDlrmctlVersion,
+                              "\",\"server_version\":null}\n"));
+  ASSERT_EQ(RunCtl("127.0.0.1:1", {"version", "-o", "yaml"}, &out, &err), kExitOk) << err;
+  const YAML::Node yaml = YAML::Load(out);
+  EXPECT_EQ(yaml["client_version"].as<std::string>(), kDlrmctlVersion);
+  EXPECT_TRUE(yaml["server_version"].IsNull());
+}
+
+TEST(DlrmctlExitCodes, MapStatusCodes) {
+  EXPECT_EQ(ExitCodeForStatus(absl::OkStatus()), kExitOk);
+  EXPECT_EQ(ExitCodeForStatus(absl::NotFoundError("job-9")), kExitNotFound);
+  EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError("down")), kExitUnavailable);
+  EXPECT_EQ(ExitCodeForStatus(absl::DeadlineExceededError("slow")), kExitUnavailable);
+  EXPECT_EQ(ExitCodeForStatus(absl::UnauthenticatedError("who")), kExitDenied);
+  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("no")), kExitDenied);
+  EXPECT_EQ(ExitCodeForStatus(absl::FailedPreconditionError("done")), kExitFailed);
+  EXPECT_EQ(ExitCodeForStatus(absl::InvalidArgumentError("spec")), kExitFailed);
+  EXPECT_EQ(ExitCodeForStatus(absl::InternalError("bug")), kExitFailed);
+  // The same through gRPC's codes, as the client receives them.
+  const std::pair<grpc::StatusCode, int> wire[] = {
+      {grpc::StatusCode::NOT_FOUND, kExitNotFound},
+      {grpc::StatusCode::UNAVAILABLE, kExitUnavailable},
+      {grpc::StatusCode::DEADLINE_EXCEEDED, kExitUnavailable},
+      {grpc::StatusCode::UNAUTHENTICATED, kExitDenied},
+      {grpc::StatusCode::PERMISSION_DENIED, kExitDenied},
+      {grpc::StatusCode::RESOURCE_EXHAUSTED, kExitFailed},
+  };
+  for (const auto& [code, exit_code] : wire) {
+    EXPECT_EQ(ExitCodeForStatus(common::FromGrpcStatus(grpc::Status(code, "x"))), exit_code)
+        << code;
+  }
+  // Distinct codes for distinct causes.
+  const std::vector<int> codes = {kExitOk,       kExitFailed,      kExitUsage,
+                                  kExitNotFound, kExitUnavailable, kExitDenied};
+  EXPECT_EQ(std::set<int>(codes.begin(), codes.end()).size(), codes.size());
+}
+
+// A Jobs service that refuses every caller, as the coordinator will once auth lands. A real
+// server on loopback, so the code crosses the wire.
+class RefusingJobs final : public dlrm::v1::Jobs::Service {
+ public:
+  explicit RefusingJobs(grpc::StatusCode code) : code_(code) {}
+  grpc::Status ListJobs(grpc::ServerContext*, const dlrm::v1::ListJobsRequest*,
+                        dlrm::v1::ListJobsResponse*) override {
+    return grpc::Status(code_, "a token is required");
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const dlrm::v1::GetJobRequest*,
+                      dlrm::v1::Job*) override {
+    return grpc::Status(code_, "a token is required");
+  }
+
+ private:
+  grpc::StatusCode code_;
+};
+
+TEST(DlrmctlExitCodes, RefusedCallerExitsFive) {
+  for (const grpc::StatusCode code :
+       {grpc::StatusCode::UNAUTHENTICATED, grpc::StatusCode::PERMISSION_DENIED}) {
+    RefusingJobs service(code);
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    std::string out, err;
+    EXPECT_EQ(RunCtl(absl::StrCat("127.0.0.1:", port), {"list"}, &out, &err), kExitDenied);
+    EXPECT_THAT(err, HasSubstr("a token is required"));
+    EXPECT_EQ(RunCtl(absl::StrCat("127.0.0.1:", port), {"status", "job-1"}, &out, &err),
+              kExitDenied);
+    server->Shutdown();
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::client
