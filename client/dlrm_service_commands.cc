@@ -255,6 +255,8 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
                   "Folder for the processes' data and logs (default: a temporary folder)");
   cmd->add_option("--metrics-out", o.metrics_out,
                   "Write the final metrics as JSON (as dlrm train)");
+  cmd->add_option("--resume-from", o.resume_from,
+                  "Continue the job from a checkpoint (or the newest in a checkpoint folder)");
   cmd->add_flag("--keep-running", o.keep_running,
                 "After the job, keep the cluster up (for dlrmctl) until Ctrl-C");
   cmd->add_option("--memory-budget", o.cluster.memory_budget,

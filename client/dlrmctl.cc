@@ -45,6 +45,7 @@ struct Flags {
   int workers = 1;
   int ps = 0;
   bool wait = false;
+  std::string resume_from;  // submit: checkpoint.resume_from of the submitted spec
   // status, watch, cancel
   std::string job_id;
   std::string reason;
@@ -68,6 +69,10 @@ class Command {
     const std::string path = std::filesystem::absolute(flags_.file, ec).string();
     auto spec = common::LoadJobSpec(ec ? flags_.file : path);
     if (!spec.ok()) return Fail(spec.status(), kExitFailed);
+    if (!flags_.resume_from.empty()) {
+      // Every worker reads it: an absolute path on the volume they share.
+      spec->checkpoint.resume_from = std::filesystem::absolute(flags_.resume_from, ec).string();
+    }
     const std::string yaml = common::JobSpecToYaml(*spec);
     auto client = Connect();
     if (!client.ok()) return Fail(client.status());
@@ -312,6 +317,9 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   submit->add_option("--ps", flags.ps, "parameter servers (0: every PS alive at start)")
       ->check(CLI::Range(0, 1024));
   submit->add_flag("--wait", flags.wait, "watch until the job ends; exit code tells the result");
+  submit->add_option("--resume-from", flags.resume_from,
+                     "continue from a checkpoint, or the newest in a checkpoint folder "
+                     "(docs/CHECKPOINTS.md)");
   CLI::App* status = app.add_subcommand("status", "show one job");
   status->add_option("job", flags.job_id, "job id")->required();
   CLI::App* watch = app.add_subcommand("watch", "stream a job's progress until it ends");

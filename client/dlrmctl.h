@@ -1,7 +1,7 @@
 // dlrmctl: the command-line client of the coordinator.
 //
 //   dlrmctl [--coordinator HOST:PORT] [--timeout SECONDS] [-o FORMAT] COMMAND
-//     submit -f job.yaml [--workers N] [--ps N] [--wait]
+//     submit -f job.yaml [--workers N] [--ps N] [--wait] [--resume-from CHECKPOINT]
 //     status JOB      watch JOB      cancel JOB [--reason TEXT]
 //     list [--state STATE]           members        version
 //

@@ -111,6 +111,7 @@ class LocalCluster {
 
 struct LocalCommandOptions {
   std::string config_path;
+  std::string resume_from;    // "" = a fresh job; else the spec's checkpoint.resume_from
   std::string metrics_out;    // "" = none
   bool keep_running = false;  // after the job, keep the cluster up until Ctrl-C
   bool show_progress = true;

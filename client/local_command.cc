@@ -180,6 +180,12 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     std::fprintf(stderr, "error: %s\n", std::string(spec.status().message()).c_str());
     return spec.status().code() == absl::StatusCode::kNotFound ? kExitFailed : kExitBadInput;
   }
+  if (!options.resume_from.empty()) {
+    spec->checkpoint.resume_from = std::filesystem::absolute(options.resume_from).string();
+  }
+  if (!spec->checkpoint.dir.empty()) {
+    spec->checkpoint.dir = std::filesystem::absolute(spec->checkpoint.dir).string();
+  }
   // LoadJobSpec resolved relative data paths against the spec's folder; the YAML we submit
   // carries them absolute, so workers find the data whatever their working directory.
   const std::string spec_yaml = common::JobSpecToYaml(*spec);

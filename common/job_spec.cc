@@ -296,13 +296,15 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
 
   if (YAML::Node ck = root["checkpoint"]) {
     DLRM_RETURN_IF_ERROR(CheckKeys(
-        ck, "checkpoint", {"dir", "every_steps", "every_seconds", "keep_last", "full_every"}));
+        ck, "checkpoint",
+        {"dir", "every_steps", "every_seconds", "keep_last", "full_every", "resume_from"}));
     CheckpointSpec& c = spec.checkpoint;
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "dir", &c.dir));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_steps", &c.every_steps));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_seconds", &c.every_seconds));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "keep_last", &c.keep_last));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "full_every", &c.full_every));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "resume_from", &c.resume_from));
     if (c.every_steps < 0) {
       return Invalid("checkpoint.every_steps", absl::StrCat("must be >= 0, got ", c.every_steps));
     }
@@ -385,9 +387,10 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   };
   resolve(&spec.train_paths);
   resolve(&spec.eval_paths);
-  std::vector<std::string> checkpoint_dir = {spec.checkpoint.dir};
-  resolve(&checkpoint_dir);
-  spec.checkpoint.dir = checkpoint_dir.front();
+  std::vector<std::string> checkpoint_dirs = {spec.checkpoint.dir, spec.checkpoint.resume_from};
+  resolve(&checkpoint_dirs);
+  spec.checkpoint.dir = checkpoint_dirs[0];
+  spec.checkpoint.resume_from = checkpoint_dirs[1];
   return spec;
 }
 
@@ -447,7 +450,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "eval_fraction" << YAML::Value << spec.eval_fraction;
   out << YAML::Key << "strict" << YAML::Value << spec.strict;
   out << YAML::EndMap;
-  if (!spec.checkpoint.dir.empty()) {
+  if (!spec.checkpoint.dir.empty() || !spec.checkpoint.resume_from.empty()) {
     const CheckpointSpec& c = spec.checkpoint;
     out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "dir" << YAML::Value << c.dir;
@@ -455,6 +458,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     out << YAML::Key << "every_seconds" << YAML::Value << c.every_seconds;
     out << YAML::Key << "keep_last" << YAML::Value << c.keep_last;
     out << YAML::Key << "full_every" << YAML::Value << c.full_every;
+    out << YAML::Key << "resume_from" << YAML::Value << c.resume_from;
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

@@ -54,6 +54,9 @@ struct CheckpointSpec {
   double every_seconds = 0;  // 0 = not by time
   int keep_last = 3;         // committed checkpoints kept (with the ones they build on); >= 1
   int full_every = 1;        // every Nth checkpoint is full, the others incremental; >= 1
+  // A checkpoint (or a folder of them: the newest that verifies) the job starts from; absolute
+  // for a cluster job. `dlrmctl submit --resume-from` sets it.
+  std::string resume_from;
 };
 
 struct JobSpec {

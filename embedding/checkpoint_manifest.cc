@@ -28,7 +28,7 @@ json ToJson(const CheckpointManifest& m) {
               {"kind", f.kind},
               {"bytes", f.bytes},
               {"crc32c", absl::StrFormat("%08x", f.crc32c)}};
-    if (f.kind == "rows") {
+    if (f.kind != "dense") {
       e["table"] = f.table;
       e["part"] = f.part;
       e["rows"] = f.rows;
@@ -105,7 +105,7 @@ absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
     e.kind = f.at("kind").get<std::string>();
     e.bytes = f.at("bytes").get<int64_t>();
     e.crc32c = static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(), nullptr, 16));
-    if (e.kind == "rows") {
+    if (e.kind != "dense") {
       e.table = f.at("table").get<int>();
       e.part = f.at("part").get<int>();
       e.rows = f.at("rows").get<int64_t>();
@@ -132,6 +132,10 @@ int64_t CheckpointManifest::total_bytes() const {
 }
 
 std::string CheckpointDirName(int64_t step) { return absl::StrFormat("%s%012d", kDirPrefix, step); }
+
+std::string RowFileName(int table, int part) {
+  return absl::StrCat("rows-t", table, "-p", part, ".bin");
+}
 
 absl::Status CommitManifest(const std::string& dir, const CheckpointManifest& manifest) {
   const std::string text = ToJson(manifest).dump(2) + "\n";

@@ -235,6 +235,48 @@ absl::StatusOr<int64_t> RocksDbTier::CountRows(int table) {
   return count;
 }
 
+absl::Status RocksDbTier::ForEachRow(
+    int table, const std::function<absl::Status(absl::Span<const int64_t>, const float*)>& fn,
+    int64_t chunk_rows) {
+  absl::Status status = impl_->CheckTable(table);
+  if (!status.ok()) return status;
+  const int width = impl_->options.row_floats[table];
+  const size_t value_bytes = sizeof(float) * width;
+  std::unique_ptr<rocksdb::Iterator> it(
+      impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->Cf(table)));
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  auto flush = [&]() -> absl::Status {
+    if (ids.empty()) return absl::OkStatus();
+    absl::Status st = fn(ids, rows.data());
+    ids.clear();
+    rows.clear();
+    return st;
+  };
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    const rocksdb::Slice value = it->value();
+    if (key.size() != 8 || value.size() != value_bytes) {
+      return absl::DataLossError(absl::StrCat(impl_->options.path, ": table ", table,
+                                              ": a record of ", key.size(), "+", value.size(),
+                                              " bytes, expected 8+", value_bytes));
+    }
+    uint64_t u = 0;
+    for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<unsigned char>(key.data()[i]);
+    ids.push_back(static_cast<int64_t>(u ^ (1ull << 63)));
+    const size_t at = rows.size();
+    rows.resize(at + width);
+    std::memcpy(rows.data() + at, value.data(), value_bytes);
+    if (static_cast<int64_t>(ids.size()) >= chunk_rows) {
+      status = flush();
+      if (!status.ok()) return status;
+    }
+  }
+  status = FromRocks(it->status(), impl_->options.path, absl::StrCat("scan table ", table));
+  if (!status.ok()) return status;
+  return flush();
+}
+
 int64_t RocksDbTier::BytesUsed() const {
   int64_t total = 0;
   for (size_t t = 0; t < impl_->options.row_floats.size(); ++t) {

@@ -14,6 +14,8 @@
 // Thread-safe (RocksDB is). No RocksDB header appears here: the implementation is private.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +55,11 @@ class RocksDbTier : public StorageTier {
   // Writes an openable copy of the database to `dir` (which must not exist), hard-linking files
   // where it can (rocksdb::Checkpoint). Open the copy with RocksDbTier::Open.
   absl::Status CreateCheckpoint(const std::string& dir);
+  // Calls fn(ids, rows) with every stored row of `table` in id order, in chunks of at most
+  // `chunk_rows` rows (rows: ids.size() * row_floats floats). Stops at fn's first error.
+  absl::Status ForEachRow(
+      int table, const std::function<absl::Status(absl::Span<const int64_t>, const float*)>& fn,
+      int64_t chunk_rows = 65536);
   // Flushes memtables to files (so BytesUsed and checkpoints reflect recent writes cheaply).
   absl::Status Flush();
 

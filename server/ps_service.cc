@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
+#include "embedding/checkpoint_snapshot.h"
 
 namespace dlrm::server {
 
@@ -509,28 +510,70 @@ grpc::ServerUnaryReactor* PsService::GetStats(grpc::CallbackServerContext* conte
   return reactor;
 }
 
+absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
+    const dlrm::v1::CheckpointRequest& request) {
+  DLRM_ASSIGN_OR_RETURN(std::shared_ptr<PsJob> job, FindJob(request.job_id()));
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
+  }
+  namespace fs = std::filesystem;
+  // The snapshot lives in this server's data folder, named by job and step only.
+  const fs::path snapshot = fs::path(options_.data_dir) / "snapshots" /
+                            absl::StrCat(job->shard_index(), "-", request.step());
+  std::error_code ec;
+  dlrm::v1::CheckpointResponse response;
+  if (request.phase() == dlrm::v1::CheckpointRequest::SNAPSHOT) {
+    fs::remove_all(snapshot, ec);
+    fs::create_directories(snapshot.parent_path(), ec);
+    if (ec) return absl::UnavailableError(absl::StrCat(snapshot.string(), ": ", ec.message()));
+    DLRM_RETURN_IF_ERROR(job->store().CreateCheckpoint(snapshot.string()));
+    response.set_directory(snapshot.string());
+    return response;
+  }
+  const fs::path out = request.directory();
+  if (!out.is_absolute() || out.lexically_normal() != out) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint directory '", request.directory(),
+                                                   "' must be an absolute, normal path"));
+  }
+  if (!fs::exists(snapshot)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(),
+                                                      ": no snapshot of step ", request.step(),
+                                                      " (SNAPSHOT first)"));
+  }
+  std::vector<int> row_floats;
+  for (int t = 0; t < static_cast<int>(job->store().tables().size()); ++t) {
+    row_floats.push_back(job->store().row_floats(t));
+  }
+  fs::create_directories(out, ec);
+  DLRM_ASSIGN_OR_RETURN(std::vector<embedding::CheckpointFileEntry> files,
+                        embedding::WriteRowFilesFromSnapshot(snapshot.string(), row_floats,
+                                                             out.string(), request.part()));
+  fs::remove_all(snapshot, ec);
+  int64_t rows = 0;
+  for (const embedding::CheckpointFileEntry& f : files) {
+    dlrm::v1::CheckpointFile* p = response.add_files();
+    p->set_name(f.name);
+    p->set_table(f.table);
+    p->set_part(f.part);
+    p->set_rows(f.rows);
+    p->set_bytes(f.bytes);
+    p->set_crc32c(f.crc32c);
+    rows += f.rows;
+  }
+  response.set_directory(out.string());
+  response.set_rows(rows);
+  return response;
+}
+
 grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* context,
                                                 const dlrm::v1::CheckpointRequest* request,
                                                 dlrm::v1::CheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, request, response, reactor] {
-    absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
-    if (!job.ok()) return Finish(reactor, job.status());
-    std::string dir = request->directory();
-    if (dir.empty()) {
-      dir = (std::filesystem::path(options_.data_dir) / request->job_id() / "checkpoints" /
-             absl::StrCat("step-", request->step()) / absl::StrCat("shard-", (*job)->shard_index()))
-                .string();
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
-    absl::Status status = (*job)->store().CreateCheckpoint(dir);
-    if (status.ok()) {
-      response->set_directory(dir);
-      response->set_rows((*job)->stats().memory_rows);
-    }
+    absl::StatusOr<dlrm::v1::CheckpointResponse> r = DoCheckpoint(*request);
+    if (r.ok()) *response = std::move(*r);
     UpdateStoreMetrics();
-    Finish(reactor, status);
+    Finish(reactor, r.status());
   });
   return reactor;
 }

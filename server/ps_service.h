@@ -92,6 +92,10 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
                                        const dlrm::v1::CheckpointRequest* request,
                                        dlrm::v1::CheckpointResponse* response) override;
 
+  // Checkpoint's core: SNAPSHOT or WRITE of this server's part (proto/ps.proto).
+  absl::StatusOr<dlrm::v1::CheckpointResponse> DoCheckpoint(
+      const dlrm::v1::CheckpointRequest& request);
+
   // The synchronous cores of LoadJob, UnloadJob and GetStats (also used in-process).
   // LoadJob: idempotent for the same parameters; FAILED_PRECONDITION for the same job id with
   // other parameters or an older epoch; a newer epoch keeps the rows and restarts staleness

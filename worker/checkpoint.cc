@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/sparse_optimizer_options.h"
+#include "worker/ps_client.h"
 
 namespace dlrm::worker {
 namespace {
@@ -86,8 +87,80 @@ absl::Status ReadDense(const std::string& path, Trainer& trainer) {
   return absl::OkStatus();
 }
 
-std::string RowFileName(int table, int part) {
-  return absl::StrCat("rows-t", table, "-p", part, ".bin");
+// The manifest of a checkpoint of `trainer` at `position` without its files; every one of
+// `world_size` ranks is at the same position (ranks of a cluster job step in lockstep over
+// equal shards of the input).
+absl::StatusOr<CheckpointManifest> BaseManifest(const common::JobSpec& spec, Trainer& trainer,
+                                                const TrainPosition& position, int world_size) {
+  CheckpointManifest m;
+  m.name = embedding::CheckpointDirName(position.step);
+  m.job_name = spec.name;
+  m.spec_yaml = common::JobSpecToYaml(spec);
+  m.step = position.step;
+  m.samples = position.samples;
+  m.created_unix = absl::ToUnixMicros(absl::Now()) / 1e6;
+  m.seed = spec.seed;
+  m.world_size = world_size;
+  for (int r = 0; r < world_size; ++r) {
+    m.ranks.push_back({.rank = r,
+                       .epoch = position.epoch,
+                       .batches = position.batches,
+                       .samples = position.samples / world_size});
+  }
+  DLRM_ASSIGN_OR_RETURN(embedding::SparseOptimizerOptions sparse, SparseOptimizerFromSpec(spec));
+  m.sparse_optimizer = embedding::SparseOptimizerTypeName(sparse.type);
+  m.dense_optimizer = spec.dense_optimizer.type;
+  m.dense_params = static_cast<int64_t>(trainer.model().num_params());
+  const int row_floats =
+      spec.embedding_dim + embedding::SparseOptimizerStateFloats(sparse.type, spec.embedding_dim);
+  for (const common::TableSpec& t : spec.tables) {
+    m.tables.push_back(
+        {.name = t.name, .rows = t.rows, .dim = spec.embedding_dim, .row_floats = row_floats});
+  }
+  return m;
+}
+
+// Creates (or empties) the directory of checkpoint `name` under `root`.
+absl::StatusOr<std::string> MakeCheckpointDir(const std::string& root, const std::string& name) {
+  const std::string dir = (fs::path(root) / name).string();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(dir, ": ", ec.message()));
+  return dir;
+}
+
+// Writes the worker's hot rows (weights and optimizer state, trained values) as part `part`.
+absl::Status WriteHotPart(const std::string& dir, Trainer& trainer, int part,
+                          std::vector<CheckpointFileEntry>* files) {
+  DLRM_RETURN_IF_ERROR(trainer.SyncHotRowsToHost());
+  const HotRowCache* hot = trainer.hot_rows();
+  if (hot == nullptr || hot->total_rows() == 0) return absl::OkStatus();
+  for (int t = 0; t < hot->num_tables(); ++t) {
+    const std::vector<int64_t>& ids = hot->ids(t);
+    if (ids.empty()) continue;
+    const int stride = hot->row_floats(t);
+    std::vector<int64_t> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<float> rows(sorted.size() * stride);
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      std::memcpy(rows.data() + i * stride, hot->StoredRow(t, hot->Find(t, sorted[i])),
+                  stride * sizeof(float));
+    }
+    const std::string name = embedding::RowFileName(t, part);
+    DLRM_ASSIGN_OR_RETURN(
+        auto writer, embedding::RowFileWriter::Create(absl::StrCat(dir, "/", name), t, stride));
+    DLRM_RETURN_IF_ERROR(writer->Append(sorted, rows.data()));
+    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
+    files->push_back({.name = name,
+                      .kind = "hot_rows",
+                      .table = t,
+                      .part = part,
+                      .rows = static_cast<int64_t>(sorted.size()),
+                      .bytes = d.bytes,
+                      .crc32c = d.crc32c});
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -165,39 +238,13 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
   // GPU tables: the store holds the trained rows only after this copy.
   DLRM_RETURN_IF_ERROR(trainer.CopyEmbeddingsToStore());
   const common::JobSpec& spec = spec_;
-  CheckpointManifest m;
-  m.name = embedding::CheckpointDirName(position.step);
-  m.job_name = spec.name;
-  m.spec_yaml = common::JobSpecToYaml(spec);
-  m.step = position.step;
-  m.samples = position.samples;
-  m.created_unix = absl::ToUnixMicros(absl::Now()) / 1e6;
+  DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, BaseManifest(spec, trainer, position, 1));
   m.incremental = !parent_.empty() && since_full_ < spec.checkpoint.full_every &&
                   spec.checkpoint.full_every > 1;
   if (m.incremental) m.parent = parent_;
-  m.seed = spec.seed;
-  m.world_size = 1;
-  m.ranks.push_back({.rank = 0,
-                     .epoch = position.epoch,
-                     .batches = position.batches,
-                     .samples = position.samples});
-  DLRM_ASSIGN_OR_RETURN(embedding::SparseOptimizerOptions sparse, SparseOptimizerFromSpec(spec));
-  m.sparse_optimizer = embedding::SparseOptimizerTypeName(sparse.type);
-  m.dense_optimizer = spec.dense_optimizer.type;
-  m.dense_params = static_cast<int64_t>(trainer.model().num_params());
-  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
-    const embedding::EmbeddingTable& table = store.table(t);
-    m.tables.push_back({.name = table.config().name,
-                        .rows = table.rows(),
-                        .dim = table.dim(),
-                        .row_floats = table.row_stride()});
-  }
 
-  const std::string dir = (fs::path(spec.checkpoint.dir) / m.name).string();
-  std::error_code ec;
-  fs::remove_all(dir, ec);  // a committed one at this step would have been skipped by Due
-  fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat(dir, ": ", ec.message()));
+  // A committed one at this step would have been skipped by Due.
+  DLRM_ASSIGN_OR_RETURN(const std::string dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
 
   DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDense(dir, trainer));
   m.files.push_back(dense_entry);
@@ -208,7 +255,7 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
     const std::vector<int64_t> ids = m.incremental ? std::move(changed) : store.TouchedIds(t);
     const embedding::EmbeddingTable& table = store.table(t);
     const int stride = table.row_stride();
-    const std::string name = RowFileName(t, 0);
+    const std::string name = embedding::RowFileName(t, 0);
     DLRM_ASSIGN_OR_RETURN(
         auto writer, embedding::RowFileWriter::Create(absl::StrCat(dir, "/", name), t, stride));
     for (size_t begin = 0; begin < ids.size(); begin += kRowChunk) {
@@ -245,9 +292,101 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
   return result;
 }
 
-absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path, int rank,
+// --- ClusterCheckpointer ---
+
+absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> ClusterCheckpointer::Create(
+    const Options& options) {
+  if (options.spec.checkpoint.dir.empty()) {
+    return absl::InvalidArgumentError("checkpoint.dir is empty");
+  }
+  if (!fs::path(options.spec.checkpoint.dir).is_absolute()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.dir '", options.spec.checkpoint.dir,
+                     "' must be absolute for a cluster job (every process writes there)"));
+  }
+  if (options.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(options.spec.checkpoint.dir, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("checkpoint.dir ", options.spec.checkpoint.dir, ": ", ec.message()));
+    }
+    DLRM_ASSIGN_OR_RETURN(int removed, embedding::RemoveUncommitted(options.spec.checkpoint.dir));
+    if (removed > 0) {
+      DLRM_LOG(WARNING) << "removed " << removed << " unfinished checkpoint(s) under "
+                        << options.spec.checkpoint.dir;
+    }
+  }
+  return std::unique_ptr<ClusterCheckpointer>(new ClusterCheckpointer(options));
+}
+
+ClusterCheckpointer::~ClusterCheckpointer() {
+  if (writer_.joinable()) writer_.join();
+}
+
+bool ClusterCheckpointer::Due(int64_t step) const {
+  const int64_t every = options_.spec.checkpoint.every_steps;
+  return step > last_step_ && every > 0 && (step - options_.base_step) % every == 0;
+}
+
+absl::Status ClusterCheckpointer::Finish() {
+  if (writer_.joinable()) writer_.join();
+  absl::Status status = write_status_;
+  write_status_ = absl::OkStatus();
+  return status;
+}
+
+absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& position) {
+  last_step_ = position.step;
+  if (options_.rank != 0) return absl::OkStatus();
+  DLRM_RETURN_IF_ERROR(Finish());  // one write in flight at a time
+  const auto start = std::chrono::steady_clock::now();
+  const common::JobSpec& spec = options_.spec;
+  DLRM_ASSIGN_OR_RETURN(CheckpointManifest m,
+                        BaseManifest(spec, trainer, position, options_.world_size));
+  m.job_id = options_.job_id;
+  if (embedding::ReadManifest((fs::path(spec.checkpoint.dir) / m.name).string()).ok()) {
+    // Committed already (the job resumed from it and trained no further): kept as it is.
+    return absl::OkStatus();
+  }
+  DLRM_ASSIGN_OR_RETURN(const std::string dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
+  // The cut: from here on the servers may take pushes of later steps.
+  DLRM_RETURN_IF_ERROR(options_.ps->CheckpointAll(position.step, /*write=*/false, "").status());
+  DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDense(dir, trainer));
+  // The hot rows are newer than the servers' copies: their part is listed after the servers'.
+  std::vector<CheckpointFileEntry> hot_files;
+  DLRM_RETURN_IF_ERROR(WriteHotPart(dir, trainer, options_.ps->shard_count(), &hot_files));
+  const double cut_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  writer_ = std::thread(
+      [this, m = std::move(m), dir, dense_entry, hot_files, cut_seconds, start]() mutable {
+        write_status_ = [&]() -> absl::Status {
+          DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointFileEntry> ps_files,
+                                options_.ps->CheckpointAll(m.step, /*write=*/true, dir));
+          m.files.push_back(dense_entry);
+          m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
+          m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
+          DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
+          DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
+          DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
+                                                         options_.spec.checkpoint.keep_last)
+                                   .status());
+          DLRM_LOG(INFO)
+              << "checkpoint " << dir << ": step " << m.step << ", " << m.total_bytes()
+              << " bytes; training waited " << cut_seconds << " s for the cut, the write took "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+              << " s";
+          return absl::OkStatus();
+        }();
+      });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
+                                                     const RestoreOptions& options,
                                                      Trainer* trainer,
                                                      embedding::EmbeddingStore* store) {
+  const int rank = options.rank;
   // LoadChain verifies the size and CRC32C of every file of every link before anything is read.
   std::string dir;
   std::vector<CheckpointManifest> chain;
@@ -279,10 +418,15 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path, in
   const CheckpointManifest& newest = chain.back();
   DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(newest, trainer->spec()));
   const fs::path root = fs::path(dir).parent_path();
+  RestoredCheckpoint out;
   for (const CheckpointManifest& link : chain) {
     DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(link, trainer->spec()));
     for (const CheckpointFileEntry& f : link.files) {
-      if (f.kind != "rows") continue;
+      if (f.kind == "dense") continue;
+      const bool hot = f.kind == "hot_rows";
+      const bool newest_link = &link == &chain.back();
+      if (hot && newest_link) out.hot_ids.resize(link.tables.size());
+      if (!options.load_rows && !(hot && newest_link)) continue;
       if (f.table < 0 || f.table >= static_cast<int>(link.tables.size())) {
         return absl::DataLossError(
             absl::StrCat((root / link.name / f.name).string(), ": table ", f.table));
@@ -291,6 +435,11 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path, in
       DLRM_RETURN_IF_ERROR(
           embedding::ReadRowFile((root / link.name / f.name).string(), f.table, row_floats,
                                  [&](absl::Span<const int64_t> ids, const float* rows) {
+                                   if (hot && newest_link) {
+                                     std::vector<int64_t>& h = out.hot_ids[f.table];
+                                     h.insert(h.end(), ids.begin(), ids.end());
+                                   }
+                                   if (!options.load_rows) return absl::OkStatus();
                                    embedding::TableRows r;
                                    r.table = f.table;
                                    r.ids.assign(ids.begin(), ids.end());
@@ -300,8 +449,7 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path, in
     }
   }
   DLRM_RETURN_IF_ERROR(ReadDense((fs::path(dir) / kDenseFile).string(), *trainer));
-  trainer->set_steps_done(newest.step);
-  RestoredCheckpoint out;
+  if (options.set_steps) trainer->set_steps_done(newest.step);
   out.dir = dir;
   out.manifest = newest;
   out.position.step = newest.step;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
@@ -67,19 +68,71 @@ class TrainCheckpointer {
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
 };
 
+class GrpcPsClient;
+
+// A cluster job's checkpoints (docs/CHECKPOINTS.md "Cluster jobs"). Every rank calls Due and,
+// at a pipeline-drained step boundary between two barriers, Cut; only rank 0's calls do work:
+//   Cut    waits for the previous checkpoint's write, asks every parameter server for a SNAPSHOT
+//          (the cut: each flushes its memory tier and takes a RocksDB checkpoint), and writes
+//          dense.bin and the hot rows' part itself. Then training may go on (second barrier).
+//   ...    a background thread asks every server to WRITE its rows from the snapshot, commits
+//          the manifest and applies keep_last, while training continues.
+//   Finish waits for the write in flight and returns its status (a failed write is reported at
+//          the next Cut or at Finish).
+// Cluster checkpoints are full (the snapshot holds all of a server's rows); every_seconds is
+// not used by cluster jobs (every rank must agree on the step).
+class ClusterCheckpointer {
+ public:
+  struct Options {
+    common::JobSpec spec;
+    std::string job_id;
+    int rank = 0;
+    int world_size = 1;
+    GrpcPsClient* ps = nullptr;  // not owned
+    int64_t base_step = 0;       // the job's step this run started at (a resumed job's)
+  };
+  static absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> Create(const Options& options);
+  ~ClusterCheckpointer();
+
+  // Steps are the job's (base_step + this run's): due every every_steps steps after base_step.
+  bool Due(int64_t step) const;
+  absl::Status Cut(Trainer& trainer, const TrainPosition& position);
+  absl::Status Finish();
+  int64_t last_step() const { return last_step_; }
+
+ private:
+  explicit ClusterCheckpointer(const Options& options) : options_(options) {}
+  Options options_;
+  int64_t last_step_ = -1;
+  std::thread writer_;
+  absl::Status write_status_;  // of the last write joined
+};
+
 struct RestoredCheckpoint {
   std::string dir;  // the checkpoint loaded (the newest of its chain)
   embedding::CheckpointManifest manifest;
   TrainPosition position;  // of `rank`
+  // The hot set of the worker that wrote it (its "hot_rows" files), per table; empty when the
+  // checkpoint has none (written by dlrm train, or without hot rows).
+  std::vector<std::vector<int64_t>> hot_ids;
 };
 
-// Loads the checkpoint at `path` (a checkpoint, or a folder whose newest committed one is taken)
-// into `trainer` (dense parameters, optimizer state, step count) and `store` (every row of every
-// link of its chain, oldest first, through WriteStoredRows). The checkpoint must fit the trainer's
-// spec: INVALID_ARGUMENT naming the first difference (a table's rows or dim, the optimizers, the
-// dense parameter count). DATA_LOSS naming the file when a checksum or a file's layout is wrong;
-// nothing is loaded then (the files are verified before anything is applied).
-absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path, int rank,
+struct RestoreOptions {
+  int rank = 0;           // whose input position to return
+  bool load_rows = true;  // false: dense state only (the other ranks of a cluster job)
+  bool set_steps = true;  // false: leave the trainer's step count (a cluster job numbers its
+                          // steps from 0 on the parameter servers after a resume)
+};
+
+// Loads the checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files
+// all verify) into `trainer` (dense parameters, optimizer state, step count) and `store` (every
+// row of every link of its chain, oldest first, files in manifest order, through
+// WriteStoredRows: a later file's row replaces an earlier one's). The checkpoint must fit the
+// trainer's spec: INVALID_ARGUMENT naming the first difference (a table's rows or dim, the
+// optimizers, the dense parameter count). DATA_LOSS naming the file when a checksum or a file's
+// layout is wrong; nothing is loaded then (the files are verified before anything is applied).
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
+                                                     const RestoreOptions& options,
                                                      Trainer* trainer,
                                                      embedding::EmbeddingStore* store);
 

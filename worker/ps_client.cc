@@ -592,6 +592,45 @@ absl::Status GrpcPsClient::UnloadJobOnAll() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::CheckpointAll(
+    int64_t step, bool write, const std::string& dir) {
+  using CheckpointCall = Call<dlrm::v1::CheckpointRequest, dlrm::v1::CheckpointResponse>;
+  std::vector<std::unique_ptr<CheckpointCall>> calls;
+  CallGroup group;
+  for (int s = 0; s < shard_count(); ++s) {
+    auto call = std::make_unique<CheckpointCall>();
+    call->shard = s;
+    call->request.set_job_id(options_.job_id);
+    call->request.set_step(step);
+    call->request.set_phase(write ? dlrm::v1::CheckpointRequest::WRITE
+                                  : dlrm::v1::CheckpointRequest::SNAPSHOT);
+    call->request.set_directory(dir);
+    call->request.set_part(s);
+    common::SetDeadline(&call->context, write ? absl::Hours(1) : options_.rpc_timeout * 6);
+    calls.push_back(std::move(call));
+  }
+  for (auto& call : calls) {
+    CheckpointCall* c = call.get();
+    stubs_[c->shard]->async()->Checkpoint(&c->context, &c->request, &c->response,
+                                          group.Track(&c->status));
+  }
+  group.Wait();
+  std::vector<embedding::CheckpointFileEntry> files;
+  for (auto& call : calls) {
+    if (!call->status.ok()) return ShardError(call->shard, call->status, "Checkpoint");
+    for (const dlrm::v1::CheckpointFile& f : call->response.files()) {
+      files.push_back({.name = f.name(),
+                       .kind = "rows",
+                       .table = f.table(),
+                       .part = f.part(),
+                       .rows = f.rows(),
+                       .bytes = f.bytes(),
+                       .crc32c = f.crc32c()});
+    }
+  }
+  return files;
+}
+
 absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> GrpcPsClient::GetStatsAll() {
   using StatsCall = Call<dlrm::v1::GetStatsRequest, dlrm::v1::GetStatsResponse>;
   std::vector<std::unique_ptr<StatsCall>> calls;

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/grpc_util.h"
+#include "embedding/checkpoint_manifest.h"
 #include "embedding/embedding_store.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -87,6 +88,12 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   absl::Status LoadJobOnAll(const PsJobParams& params);
   // Calls UnloadJob on every shard; NOT_FOUND from a shard is not an error.
   absl::Status UnloadJobOnAll();
+  // A checkpoint phase on every shard in parallel (proto/ps.proto CheckpointRequest): SNAPSHOT
+  // (the cut, quick) or WRITE of each shard's rows into `dir` as part = shard index (as long as
+  // the write takes, up to an hour). WRITE returns every file written, in shard order.
+  absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> CheckpointAll(int64_t step,
+                                                                            bool write,
+                                                                            const std::string& dir);
   // GetStats of this job from every shard, in shard order.
   absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> GetStatsAll();
 

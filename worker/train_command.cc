@@ -78,7 +78,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   std::string resumed_dir;
   if (!options.resume_from.empty()) {
     DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
-                          RestoreCheckpoint(options.resume_from, 0, trainer.get(), store.get()));
+                          RestoreCheckpoint(options.resume_from, {}, trainer.get(), store.get()));
     store->ClearChanged();
     position = restored.position;
     resumed_dir = restored.dir;
@@ -230,7 +230,7 @@ absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions
   trainer_options.threads = options.threads;
   DLRM_ASSIGN_OR_RETURN(m.trainer, Trainer::Create(trainer_options));
   DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
-                        RestoreCheckpoint(dir, 0, m.trainer.get(), m.store.get()));
+                        RestoreCheckpoint(dir, {}, m.trainer.get(), m.store.get()));
   DLRM_LOG(INFO) << "model of " << restored.dir << " (job '" << m.spec.name << "', step "
                  << restored.manifest.step << ")";
   return m;

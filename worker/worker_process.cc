@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
+#include "worker/checkpoint.h"
 #include "worker/gloo_allreducer.h"
 #include "worker/gpu_allreducer.h"
 #include "worker/hot_refresh.h"
@@ -37,6 +39,34 @@ bool LeaseLost(const absl::Status& status) {
 }
 
 }  // namespace
+
+// A reader that counts the batches of the epoch in progress and the rewinds, so a checkpoint
+// taken at a drained step boundary knows where the input stands (the pipeline reads ahead only
+// between boundaries).
+class CountingReader : public BatchReader {
+ public:
+  CountingReader(BatchReader* reader, int64_t already_read)
+      : reader_(reader), batches_(already_read) {}
+  absl::StatusOr<bool> Next(Batch* batch) override {
+    absl::StatusOr<bool> more = reader_->Next(batch);
+    if (more.ok() && *more) ++batches_;
+    return more;
+  }
+  absl::Status Rewind() override {
+    ++rewinds_;
+    batches_ = 0;
+    return reader_->Rewind();
+  }
+  int64_t records_read() const override { return reader_->records_read(); }
+  int64_t skipped() const override { return reader_->skipped(); }
+  int64_t rewinds() const { return rewinds_; }
+  int64_t batches_in_epoch() const { return batches_; }
+
+ private:
+  BatchReader* reader_;
+  int64_t batches_;
+  int64_t rewinds_ = 0;
+};
 
 // Process-wide training metrics; null members when no registry was given.
 struct WorkerMetrics {
@@ -263,7 +293,8 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
 
 absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
     const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
-    Trainer* trainer, DenseAllReducer* reducer) {
+    Trainer* trainer, DenseAllReducer* reducer, bool resumed,
+    std::vector<std::vector<int64_t>> resumed_hot_ids) {
   if (spec.hot_budget_bytes <= 0 || !options_.use_hot_rows) return nullptr;
   // Every rank samples the same records, the first batches of the whole training set, so all
   // choose the same hot set; their rows start from the deterministic initialisation, which is
@@ -282,10 +313,19 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
       embedding::SparseOptimizerStateFloats(cache_options.optimizer.type, spec.embedding_dim);
   DLRM_ASSIGN_OR_RETURN(auto hot_ids, SampleHotSet(cache_options.tables, state, reader.get(),
                                                    spec.hot_sample_batches, spec.hot_budget_bytes));
-  DLRM_ASSIGN_OR_RETURN(auto cache, HotRowCache::Create(cache_options, hot_ids));
-  DLRM_LOG(INFO) << "job " << job.job_id() << ": " << cache->total_rows() << " hot rows ("
-                 << cache->bytes() << " bytes) replicated on this worker";
-  DLRM_RETURN_IF_ERROR(trainer->SetHotRows(std::move(cache)));
+  if (resumed) {
+    // The trained rows are on the parameter servers (loaded from the checkpoint): read them, for
+    // the hot set the checkpoint was taken with when it has one.
+    if (!resumed_hot_ids.empty()) hot_ids = std::move(resumed_hot_ids);
+    DLRM_RETURN_IF_ERROR(trainer->MigrateHotSet(hot_ids, /*write_back=*/false));
+    DLRM_LOG(INFO) << "job " << job.job_id() << ": " << trainer->hot_rows()->total_rows()
+                   << " hot rows read from the parameter servers (resumed)";
+  } else {
+    DLRM_ASSIGN_OR_RETURN(auto cache, HotRowCache::Create(cache_options, hot_ids));
+    DLRM_LOG(INFO) << "job " << job.job_id() << ": " << cache->total_rows() << " hot rows ("
+                   << cache->bytes() << " bytes) replicated on this worker";
+    DLRM_RETURN_IF_ERROR(trainer->SetHotRows(std::move(cache)));
+  }
   if (spec.hot_refresh_steps <= 0) return nullptr;
 
   HotRefreshOptions refresh;
@@ -393,8 +433,44 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.device_allreducer = nccl.get();
   trainer_options.threads = options_.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
+
+  // Resuming: rank 0 loads every row onto the parameter servers (through the client, which
+  // places each row on its shard, whatever the number of servers that wrote it); every rank
+  // loads the dense state. Steps on the servers start again from 0; `base` is where this run
+  // starts in the job's numbering.
+  TrainPosition base;
+  std::vector<std::vector<int64_t>> resumed_hot_ids;
+  const bool resumed = !spec.checkpoint.resume_from.empty();
+  if (resumed) {
+    DLRM_ASSIGN_OR_RETURN(
+        RestoredCheckpoint restored,
+        RestoreCheckpoint(spec.checkpoint.resume_from,
+                          {.rank = rank, .load_rows = rank == 0, .set_steps = false}, trainer.get(),
+                          store.get()));
+    base = restored.position;
+    base.samples = restored.manifest.samples;
+    resumed_hot_ids = std::move(restored.hot_ids);
+    // With another number of workers, each rank skips the same share of its (new) shard.
+    if (restored.manifest.world_size != world) {
+      base.batches = base.batches * restored.manifest.world_size / world;
+    }
+    DLRM_RETURN_IF_ERROR(barrier());  // the rows are on the servers before anyone reads them
+    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank << ": resumed from " << restored.dir
+                   << " at step " << base.step << " (epoch " << base.epoch + 1 << ", "
+                   << base.batches << " batch(es) into it)";
+  }
   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
-                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer));
+                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer, resumed,
+                                     std::move(resumed_hot_ids)));
+  std::unique_ptr<ClusterCheckpointer> checkpointer;
+  if (!spec.checkpoint.dir.empty()) {
+    DLRM_ASSIGN_OR_RETURN(checkpointer, ClusterCheckpointer::Create({.spec = spec,
+                                                                     .job_id = job_id,
+                                                                     .rank = rank,
+                                                                     .world_size = world,
+                                                                     .ps = store.get(),
+                                                                     .base_step = base.step}));
+  }
 
   const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
   int64_t migrations_reported = 0;
@@ -417,8 +493,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     dlrm::v1::ReportProgressRequest request;
     request.set_job_id(job_id);
     request.set_rank(rank);
-    request.set_step(steps);
-    request.set_samples(samples);
+    // The job's totals: a resumed job's progress continues from its checkpoint.
+    request.set_step(base.step + steps);
+    request.set_samples(base.samples / world + samples);
     request.set_loss(loss_avg);
     (*request.mutable_metrics())["samples_per_sec"] = samples / std::max(SecondsSince(start), 1e-9);
     absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(request);
@@ -460,20 +537,57 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     return report_progress(false);
   };
 
-  if (options_.use_pipeline) {
+  // Where a resumed run starts: the batches of its epoch trained before the checkpoint are read
+  // and dropped; `train_reader` counts what this run reads, for the checkpoints' positions.
+  Batch skipped;
+  for (int64_t b = 0; b < base.batches; ++b) {
+    DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&skipped));
+    if (!more) break;
+  }
+  CountingReader train_reader(input.train.get(), base.batches);
+  const int epochs_left = static_cast<int>(spec.epochs - base.epoch);
+  const int64_t max_steps_left = spec.max_steps > 0 ? spec.max_steps - base.step : 0;
+  const bool nothing_left = epochs_left <= 0 || (spec.max_steps > 0 && max_steps_left <= 0);
+  auto position = [&](int64_t run_steps) {
+    return TrainPosition{.step = base.step + run_steps,
+                         .samples = base.samples + samples * world,
+                         .epoch = base.epoch + train_reader.rewinds(),
+                         .batches = train_reader.batches_in_epoch()};
+  };
+  // At a drained step boundary of every rank: all pushes of earlier steps are applied (first
+  // barrier); rank 0 takes the cut; nobody pushes a later step before it is taken (second).
+  auto cut = [&](int64_t run_steps) -> absl::Status {
+    DLRM_RETURN_IF_ERROR(barrier());
+    DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(run_steps)));
+    return barrier();
+  };
+  const int64_t checkpoint_every = checkpointer != nullptr ? spec.checkpoint.every_steps : 0;
+  const int64_t refresh_every = refresher != nullptr ? spec.hot_refresh_steps : 0;
+
+  if (nothing_left) {
+    DLRM_LOG(INFO) << "job " << job_id << ": the checkpoint is at the end of training already";
+  } else if (options_.use_pipeline) {
     PipelineOptions pipeline_options = PipelineOptionsFromSpec(spec);
+    pipeline_options.epochs = epochs_left;
+    pipeline_options.max_steps = max_steps_left;
     pipeline_options.trainer = trainer.get();
     pipeline_options.store = store.get();
-    pipeline_options.reader = input.train.get();
+    pipeline_options.reader = &train_reader;
     pipeline_options.metrics = options_.metrics;
     // The parameter servers hold a lookup for step t until every worker's pushes of steps
     // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
     pipeline_options.store_enforces_staleness = true;
     pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
-    if (refresher != nullptr) {
-      pipeline_options.boundary_every = spec.hot_refresh_steps;
-      pipeline_options.on_boundary = [&refresher](int64_t step) {
-        return refresher->Refresh(step);
+    if (refresh_every > 0 || checkpoint_every > 0) {
+      pipeline_options.boundary_every = std::gcd(refresh_every, checkpoint_every);
+      pipeline_options.on_boundary = [&](int64_t step) -> absl::Status {
+        if (refresh_every > 0 && step % refresh_every == 0) {
+          DLRM_RETURN_IF_ERROR(refresher->Refresh(step));
+        }
+        if (checkpoint_every > 0 && checkpointer->Due(base.step + step)) {
+          DLRM_RETURN_IF_ERROR(cut(step));
+        }
+        return absl::OkStatus();
       };
     }
     DLRM_ASSIGN_OR_RETURN(auto pipeline, TrainingPipeline::Create(pipeline_options));
@@ -499,17 +613,20 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     }
     Batch batch;
     bool stop = false;
-    for (int epoch = 0; epoch < spec.epochs && !stop; ++epoch) {
-      if (epoch > 0) DLRM_RETURN_IF_ERROR(input.train->Rewind());
+    for (int epoch = 0; epoch < epochs_left && !stop; ++epoch) {
+      if (epoch > 0) DLRM_RETURN_IF_ERROR(train_reader.Rewind());
       while (true) {
         if (refresher != nullptr && steps > 0 && steps % spec.hot_refresh_steps == 0) {
           DLRM_RETURN_IF_ERROR(refresher->Refresh(trainer->steps_done()));
         }
-        DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
+        if (checkpoint_every > 0 && steps > 0 && checkpointer->Due(base.step + steps)) {
+          DLRM_RETURN_IF_ERROR(cut(steps));
+        }
+        DLRM_ASSIGN_OR_RETURN(bool more, train_reader.Next(&batch));
         if (!more) break;
         DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
         DLRM_RETURN_IF_ERROR(on_step(batch.size, loss));
-        if (spec.max_steps > 0 && steps >= spec.max_steps) {
+        if (max_steps_left > 0 && steps >= max_steps_left) {
           stop = true;
           break;
         }
@@ -517,13 +634,20 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     }
   }
   const double train_seconds = SecondsSince(start);
-  if (steps == 0) {
+  if (steps == 0 && !nothing_left) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
                                                       ": no training batches in its slice of ",
                                                       spec.train_paths.front()));
   }
   // Every rank's pushes are applied before rank 0 reads the tables for evaluation.
   DLRM_RETURN_IF_ERROR(barrier());
+  if (checkpointer != nullptr) {
+    // The trained model: rank 0 takes the final checkpoint and waits for it to be committed.
+    if (checkpointer->last_step() < base.step + steps || nothing_left) {
+      DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(steps)));
+    }
+    DLRM_RETURN_IF_ERROR(checkpointer->Finish());
+  }
   DLRM_RETURN_IF_ERROR(report_progress(true));
 
   dlrm::v1::ReportProgressRequest done;
@@ -546,7 +670,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     m["logloss"] = eval.logloss;
     m["accuracy"] = eval.accuracy;
     m["eval_samples"] = static_cast<double>(eval.samples);
-    m["steps"] = static_cast<double>(steps);
+    m["steps"] = static_cast<double>(base.step + steps);
     m["samples"] = total_samples;
     m["train_seconds"] = train_seconds;
     m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;

@@ -89,11 +89,10 @@ class WorkerProcess {
   absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment);
   // Chooses and installs the job's hot rows (when its spec has a hot_budget) and returns the
   // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
-  absl::StatusOr<std::unique_ptr<HotSetRefresher>> SetUpHotRows(const common::JobSpec& spec,
-                                                                const dlrm::v1::JobAssignment& job,
-                                                                int rank, int world,
-                                                                Trainer* trainer,
-                                                                DenseAllReducer* reducer);
+  absl::StatusOr<std::unique_ptr<HotSetRefresher>> SetUpHotRows(
+      const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
+      Trainer* trainer, DenseAllReducer* reducer, bool resumed,
+      std::vector<std::vector<int64_t>> resumed_hot_ids);
   bool JobCancelled(const std::string& job_id);
 
   WorkerProcessOptions options_;

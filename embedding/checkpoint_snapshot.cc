@@ -1,0 +1,40 @@
+#include "embedding/checkpoint_snapshot.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "embedding/checkpoint_io.h"
+#include "embedding/rocksdb_tier.h"
+
+namespace dlrm::embedding {
+
+absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
+    const std::string& snapshot_dir, const std::vector<int>& row_floats,
+    const std::string& out_dir, int part) {
+  RocksDbTierOptions options;
+  options.path = snapshot_dir;
+  options.row_floats = row_floats;
+  options.block_cache_bytes = 8 << 20;  // one sequential scan: little is read twice
+  options.disable_wal = true;
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbTier> db, RocksDbTier::Open(options));
+  std::vector<CheckpointFileEntry> files;
+  for (int t = 0; t < static_cast<int>(row_floats.size()); ++t) {
+    const std::string name = RowFileName(t, part);
+    DLRM_ASSIGN_OR_RETURN(auto writer,
+                          RowFileWriter::Create(absl::StrCat(out_dir, "/", name), t, row_floats[t]));
+    DLRM_RETURN_IF_ERROR(db->ForEachRow(t, [&](absl::Span<const int64_t> ids, const float* rows) {
+      return writer->Append(ids, rows);
+    }));
+    const int64_t rows = writer->rows();
+    DLRM_ASSIGN_OR_RETURN(FileDigest d, writer->Close());
+    files.push_back({.name = name,
+                     .kind = "rows",
+                     .table = t,
+                     .part = part,
+                     .rows = rows,
+                     .bytes = d.bytes,
+                     .crc32c = d.crc32c});
+  }
+  return files;
+}
+
+}  // namespace dlrm::embedding

@@ -1,0 +1,228 @@
+// Checkpoints of cluster jobs (`dlrm local`: real coordinator, parameter servers and workers on
+// loopback): the parameter servers write their rows from a snapshot, rank 0 the dense state and
+// the hot rows. Resume gives the same model, the format is the one `dlrm train` reads and writes,
+// and rows are resharded when the number of parameter servers changes.
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "embedding/checkpoint_io.h"
+#include "embedding/checkpoint_manifest.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_util.h"
+#include "worker/train_report.h"
+
+namespace dlrm::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Every row of a checkpoint (its whole chain, files in manifest order, later rows replacing
+// earlier ones), as (table, id) -> stored floats.
+std::map<std::pair<int, int64_t>, std::vector<float>> AllRows(const std::string& dir) {
+  std::map<std::pair<int, int64_t>, std::vector<float>> rows;
+  auto chain = embedding::LoadChain(dir);
+  EXPECT_TRUE(chain.ok()) << chain.status();
+  if (!chain.ok()) return rows;
+  const fs::path root = fs::path(dir).parent_path();
+  for (const auto& link : *chain) {
+    for (const auto& f : link.files) {
+      if (f.kind == "dense") continue;  // "rows", then "hot_rows" replacing them
+      const int width = link.tables[f.table].row_floats;
+      absl::Status st = embedding::ReadRowFile(
+          (root / link.name / f.name).string(), f.table, width,
+          [&](absl::Span<const int64_t> ids, const float* values) {
+            for (size_t i = 0; i < ids.size(); ++i) {
+              rows[{f.table, ids[i]}].assign(values + i * width, values + (i + 1) * width);
+            }
+            return absl::OkStatus();
+          });
+      EXPECT_TRUE(st.ok()) << st;
+    }
+  }
+  return rows;
+}
+
+class ClusterCheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/dlrm-cluster-ckpt-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    ProcessResult gen = RunProcess({BinPath("dlrm"), "gen-data", "--out", *dir_ + "/train.tsv",
+                                    "--rows", "16000", "--max-rows", "1000", "--seed", "21"},
+                                   *dir_, "gen-data", absl::Seconds(60));
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (dir_ != nullptr) fs::remove_all(*dir_, ec);
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // A job spec file `name`.yaml: k = 0, checkpoints every 10 steps into `ckpt` (absolute).
+  static std::string Job(const std::string& name, int max_steps, const std::string& ckpt,
+                         const std::string& hot = "hot_budget: 0") {
+    const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
+    std::ofstream(path) << absl::StrCat("name: ", name, R"(
+model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
+)",
+                                        kCappedKaggleTablesYaml, R"(optimizer:
+  dense: {type: adam, learning_rate: 0.003}
+  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+training: {batch_size: 256, epochs: 1, seed: 11, staleness: 0, max_steps: )",
+                                        max_steps, ", ", hot, R"(}
+data: {train: [train.tsv], eval_fraction: 0.1}
+checkpoint: {dir: )",
+                                        *dir_, "/", ckpt, R"(, every_steps: 10, keep_last: 2}
+)");
+    return path;
+  }
+
+  static ProcessResult Local(const std::string& spec, std::vector<std::string> extra,
+                             const std::string& name) {
+    std::vector<std::string> argv = {BinPath("dlrm"),    "local", "-c", spec, "--no-progress",
+                                     "--worker-threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv, *dir_, name, absl::Seconds(180));
+  }
+
+  static std::string Newest(const std::string& ckpt) {
+    auto r = embedding::ResolveCheckpoint(*dir_ + "/" + ckpt);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : "";
+  }
+
+  static std::string* dir_;
+};
+
+std::string* ClusterCheckpointTest::dir_ = nullptr;
+
+// 1 PS + 1 worker, k = 0: 40 steps in one go and 20 + resume + 20 write byte-identical files,
+// and `dlrm train` on the same spec writes the same dense file and a model that evaluates the
+// same; `dlrm train` continues from the cluster's checkpoint.
+TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTrain) {
+  ProcessResult a = Local(Job("straight", 40, "straight"), {}, "straight");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ProcessResult b1 = Local(Job("split", 20, "split"), {}, "split-1");
+  ASSERT_EQ(b1.exit_code, 0) << b1.err;
+  ProcessResult b2 =
+      Local(Job("split", 40, "split"), {"--resume-from", *dir_ + "/split"}, "split-2");
+  ASSERT_EQ(b2.exit_code, 0) << b2.err;
+
+  const std::string ca = Newest("straight");
+  const std::string cb = Newest("split");
+  ASSERT_EQ(fs::path(ca).filename(), "ckpt-000000000040");
+  ASSERT_EQ(fs::path(cb).filename(), "ckpt-000000000040");
+  auto ma = embedding::ReadManifest(ca);
+  auto mb = embedding::ReadManifest(cb);
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  ASSERT_EQ(ma->files.size(), mb->files.size());
+  for (size_t i = 0; i < ma->files.size(); ++i) {
+    EXPECT_EQ(Slurp(ca + "/" + ma->files[i].name), Slurp(cb + "/" + mb->files[i].name))
+        << ma->files[i].name;
+  }
+
+  ProcessResult t = RunProcess({BinPath("dlrm"), "train", "-c", Job("single", 40, "single"),
+                                "--no-progress", "--threads", "1"},
+                               *dir_, "train", absl::Seconds(120));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::string ct = Newest("single");
+  EXPECT_EQ(Slurp(ct + "/dense.bin"), Slurp(ca + "/dense.bin"))
+      << "dlrm train and the cluster computed different dense models";
+  std::vector<std::string> evals;
+  for (const std::string& ckpt : {ca, ct}) {
+    const std::string out = absl::StrCat(*dir_, "/eval-", evals.size(), ".json");
+    ProcessResult e = RunProcess({BinPath("dlrm"), "eval", "--checkpoint", ckpt, "--data",
+                                  *dir_ + "/train.tsv", "--metrics-out", out, "--threads", "1"},
+                                 *dir_, "eval", absl::Seconds(60));
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    evals.push_back(ReadFileOrEmpty(out));
+  }
+  EXPECT_EQ(evals[0], evals[1]);
+
+  // The cluster's checkpoint continues in dlrm train.
+  ProcessResult more = RunProcess({BinPath("dlrm"), "train", "-c", Job("more", 50, "more"),
+                                   "--no-progress", "--threads", "1", "--resume", ca},
+                                  *dir_, "train-more", absl::Seconds(120));
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_EQ(fs::path(Newest("more")).filename(), "ckpt-000000000050");
+}
+
+// Written by 2 parameter servers and 2 workers (with hot rows), loaded by 3 servers and 1 worker:
+// every row and the dense state come back unchanged.
+TEST_F(ClusterCheckpointTest, ResumingOnThreeServersReadsBackEveryRowOfTwo) {
+  const std::string hot = "hot_budget: 64KiB, hot_refresh_steps: 10";
+  ProcessResult w = Local(Job("two", 20, "two", hot), {"--ps", "2", "--workers", "2"}, "two");
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const std::string written = Newest("two");
+  ProcessResult r = Local(Job("three", 20, "three", hot),
+                          {"--ps", "3", "--workers", "1", "--resume-from", written}, "three");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string reread = Newest("three");
+  ASSERT_EQ(fs::path(reread).filename(), fs::path(written).filename());
+  auto mw = embedding::ReadManifest(written);
+  auto mr = embedding::ReadManifest(reread);
+  ASSERT_TRUE(mw.ok() && mr.ok());
+  int parts_w = 0, parts_r = 0;
+  for (const auto& f : mw->files) parts_w = std::max(parts_w, f.part + 1);
+  for (const auto& f : mr->files) parts_r = std::max(parts_r, f.part + 1);
+  EXPECT_EQ(parts_w, 3) << "2 servers' parts and the hot rows' part";
+  EXPECT_EQ(parts_r, 4) << "3 servers' parts and the hot rows' part";
+  const auto rows_w = AllRows(written);
+  const auto rows_r = AllRows(reread);
+  ASSERT_GT(rows_w.size(), 1000u);
+  EXPECT_EQ(rows_w.size(), rows_r.size());
+  int64_t differ = 0;
+  for (const auto& [key, row] : rows_w) {
+    auto it = rows_r.find(key);
+    if (it == rows_r.end() || it->second != row) ++differ;
+  }
+  EXPECT_EQ(differ, 0) << "rows missing or changed after resharding";
+  EXPECT_EQ(Slurp(written + "/dense.bin"), Slurp(reread + "/dense.bin"));
+}
+
+// 2 parameter servers + 2 workers (28 steps make an epoch here): 24 steps in one go against
+// 12 + resume + 12. The hot set and
+// the Gloo sums make the two runs differ only by float rounding: AUC within 1e-3.
+TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
+  const std::string hot = "hot_budget: 64KiB, hot_refresh_steps: 10";
+  worker::TrainReport straight, resumed;
+  const std::vector<std::string> shape = {"--ps", "2", "--workers", "2"};
+  auto run = [&](const std::string& spec, std::vector<std::string> extra, const std::string& name,
+                 worker::TrainReport* report) {
+    extra.insert(extra.end(), shape.begin(), shape.end());
+    extra.push_back("--metrics-out");
+    extra.push_back(*dir_ + "/" + name + ".json");
+    ProcessResult p = Local(spec, extra, name);
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    if (report != nullptr) {
+      auto r = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/" + name + ".json"));
+      ASSERT_TRUE(r.ok()) << r.status();
+      *report = *r;
+    }
+  };
+  run(Job("s2", 24, "s2", hot), {}, "s2", &straight);
+  run(Job("r2", 12, "r2", hot), {}, "r2-1", nullptr);
+  run(Job("r2", 24, "r2", hot), {"--resume-from", *dir_ + "/r2"}, "r2-2", &resumed);
+  EXPECT_EQ(straight.steps, 24);
+  EXPECT_EQ(resumed.steps, 24);
+  EXPECT_NEAR(resumed.auc, straight.auc, 1e-3);
+  EXPECT_NEAR(resumed.logloss, straight.logloss, 1e-3);
+}
+
+}  // namespace
+}  // namespace dlrm::testing
