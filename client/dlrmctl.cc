@@ -10,17 +10,21 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "client/job_format.h"
 #include "common/job_spec.h"
+#include "embedding/checkpoint_manifest.h"
+#include "google/protobuf/struct.pb.h"
 
 namespace dlrm::client {
 namespace {
 
-constexpr const char* kCommands[] = {"submit", "status",  "watch",  "cancel",
-                                     "list",   "members", "version"};
+constexpr const char* kCommands[] = {"submit", "status",      "watch",   "cancel",
+                                     "list",   "checkpoints", "members", "version"};
 
 constexpr char kFooter[] = R"(Output (-o):
   table, wide   for people (wide: more columns)
@@ -113,6 +117,53 @@ class Command {
     auto job = (*client)->Cancel(flags_.job_id, flags_.reason);
     if (!job.ok()) return Fail(job.status());
     PrintJob(**client, *job);
+    return kExitOk;
+  }
+
+  // The committed checkpoints of a job, read from its checkpoint folder (the shared volume: this
+  // client must see the path the job's spec names).
+  int Checkpoints() {
+    auto client = Connect();
+    if (!client.ok()) return Fail(client.status());
+    auto job = (*client)->Get(flags_.job_id);
+    if (!job.ok()) return Fail(job.status());
+    auto spec = common::ParseJobSpec(job->spec_yaml(), absl::StrCat("job ", flags_.job_id));
+    if (!spec.ok()) return Fail(spec.status());
+    const std::string& root = spec->checkpoint.dir;
+    if (root.empty()) {
+      err_ << "job " << flags_.job_id << " takes no checkpoints (its spec has no checkpoint.dir)"
+           << std::endl;
+      return kExitFailed;
+    }
+    auto list = embedding::ListCheckpoints(root);
+    if (!list.ok()) return Fail(list.status());
+    if (IsDocumentFormat(format_)) {
+      google::protobuf::Struct doc;
+      (*doc.mutable_fields())["dir"].set_string_value(root);
+      google::protobuf::ListValue* items =
+          (*doc.mutable_fields())["checkpoints"].mutable_list_value();
+      for (const embedding::CheckpointManifest& m : *list) {
+        google::protobuf::Struct* c = items->add_values()->mutable_struct_value();
+        (*c->mutable_fields())["name"].set_string_value(m.name);
+        (*c->mutable_fields())["step"].set_number_value(static_cast<double>(m.step));
+        (*c->mutable_fields())["created_unix"].set_number_value(m.created_unix);
+        (*c->mutable_fields())["bytes"].set_number_value(static_cast<double>(m.total_bytes()));
+        (*c->mutable_fields())["kind"].set_string_value(m.incremental ? "incremental" : "full");
+        (*c->mutable_fields())["parent"].set_string_value(m.parent);
+      }
+      out_ << ToDocument(doc, format_);
+      return kExitOk;
+    }
+    out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %s\n", "NAME", "STEP", "CREATED", "BYTES",
+                            "KIND");
+    for (const embedding::CheckpointManifest& m : *list) {
+      out_ << absl::StrFormat(
+          "%-20s %10d  %-20s %14d  %s\n", m.name, m.step,
+          absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMicros(m.created_unix * 1e6),
+                           absl::UTCTimeZone()),
+          m.total_bytes(), m.incremental ? "incremental" : "full");
+    }
+    if (list->empty()) err_ << "no committed checkpoint in " << root << std::endl;
     return kExitOk;
   }
 
@@ -332,6 +383,9 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
                    "only jobs in this state: pending, running, succeeded, failed, cancelled")
       ->transform(CLI::IsMember({"pending", "running", "succeeded", "failed", "cancelled"},
                                 CLI::ignore_case));
+  CLI::App* checkpoints = app.add_subcommand(
+      "checkpoints", "list a job's committed checkpoints (reads its checkpoint folder)");
+  checkpoints->add_option("job", flags.job_id, "job id")->required();
   CLI::App* members =
       app.add_subcommand("members", "list cluster members (ids and names) and the shard map");
   CLI::App* version = app.add_subcommand("version", "print the client's and server's versions");
@@ -351,6 +405,7 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   if (watch->parsed()) return command.Watch();
   if (cancel->parsed()) return command.Cancel();
   if (list->parsed()) return command.List();
+  if (checkpoints->parsed()) return command.Checkpoints();
   if (members->parsed()) return command.Members();
   if (version->parsed()) return command.Version();
   return kExitUsage;

@@ -3,7 +3,7 @@
 //   dlrmctl [--coordinator HOST:PORT] [--timeout SECONDS] [-o FORMAT] COMMAND
 //     submit -f job.yaml [--workers N] [--ps N] [--wait] [--resume-from CHECKPOINT]
 //     status JOB      watch JOB      cancel JOB [--reason TEXT]
-//     list [--state STATE]           members        version
+//     list [--state STATE]           checkpoints JOB      members        version
 //
 // Output (-o): `table` (default) and `wide` for people; `json`, `yaml` and `jsonl` print ONE
 // document per call (client/job_format.h): the job (status, cancel, submit), the job list

@@ -530,15 +530,17 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
     response.set_directory(snapshot.string());
     return response;
   }
-  const fs::path out = request.directory();
-  if (!out.is_absolute() || out.lexically_normal() != out) {
+  const fs::path given = request.directory();
+  const fs::path out = given.lexically_normal();
+  const bool climbs =
+      std::any_of(given.begin(), given.end(), [](const fs::path& part) { return part == ".."; });
+  if (!out.is_absolute() || climbs) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint directory '", request.directory(),
-                                                   "' must be an absolute, normal path"));
+                                                   "' must be an absolute path without '..'"));
   }
   if (!fs::exists(snapshot)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(),
-                                                      ": no snapshot of step ", request.step(),
-                                                      " (SNAPSHOT first)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", request.job_id(), ": no snapshot of step ", request.step(), " (SNAPSHOT first)"));
   }
   std::vector<int> row_floats;
   for (int t = 0; t < static_cast<int>(job->store().tables().size()); ++t) {

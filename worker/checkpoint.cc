@@ -317,7 +317,25 @@ absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> ClusterCheckpointer::Create
                         << options.spec.checkpoint.dir;
     }
   }
-  return std::unique_ptr<ClusterCheckpointer>(new ClusterCheckpointer(options));
+  std::unique_ptr<ClusterCheckpointer> c(new ClusterCheckpointer(options));
+  if (options.rank == 0 && options.metrics != nullptr) {
+    common::MetricsRegistry& m = *options.metrics;
+    c->cut_seconds_ = &m.Histogram(
+        "checkpoint_cut_seconds",
+        "Time training waited for a checkpoint's cut (drain excluded): snapshots, dense, hot rows.",
+        common::MetricsRegistry::LatencyBuckets());
+    c->write_seconds_ = &m.Histogram("checkpoint_write_seconds",
+                                     "Time from a checkpoint's cut to its committed manifest.",
+                                     common::MetricsRegistry::LatencyBuckets());
+    c->bytes_ = &m.Gauge("checkpoint_bytes", "Bytes of the last committed checkpoint.");
+    c->last_committed_step_ =
+        &m.Gauge("checkpoint_last_step", "Step of the last committed checkpoint.");
+    c->committed_ = &m.Counter("checkpoints_total", "Checkpoints committed, by result.",
+                               {{"result", "committed"}});
+    c->failed_ = &m.Counter("checkpoints_total", "Checkpoints committed, by result.",
+                            {{"result", "failed"}});
+  }
+  return c;
 }
 
 ClusterCheckpointer::~ClusterCheckpointer() {
@@ -358,6 +376,7 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   DLRM_RETURN_IF_ERROR(WriteHotPart(dir, trainer, options_.ps->shard_count(), &hot_files));
   const double cut_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (cut_seconds_ != nullptr) cut_seconds_->Observe(cut_seconds);
   writer_ = std::thread(
       [this, m = std::move(m), dir, dense_entry, hot_files, cut_seconds, start]() mutable {
         write_status_ = [&]() -> absl::Status {
@@ -371,13 +390,23 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
           DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
                                                          options_.spec.checkpoint.keep_last)
                                    .status());
-          DLRM_LOG(INFO)
-              << "checkpoint " << dir << ": step " << m.step << ", " << m.total_bytes()
-              << " bytes; training waited " << cut_seconds << " s for the cut, the write took "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
-              << " s";
+          const double total =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (write_seconds_ != nullptr) {
+            write_seconds_->Observe(total);
+            bytes_->Set(static_cast<double>(m.total_bytes()));
+            last_committed_step_->Set(static_cast<double>(m.step));
+            committed_->Increment();
+          }
+          DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", " << m.total_bytes()
+                         << " bytes; training waited " << cut_seconds
+                         << " s for the cut, the write took " << total << " s";
           return absl::OkStatus();
         }();
+        if (!write_status_.ok()) {
+          if (failed_ != nullptr) failed_->Increment();
+          DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
+        }
       });
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "embedding/checkpoint_manifest.h"
 #include "embedding/embedding_store.h"
 #include "embedding/local_store.h"
@@ -90,6 +91,7 @@ class ClusterCheckpointer {
     int world_size = 1;
     GrpcPsClient* ps = nullptr;  // not owned
     int64_t base_step = 0;       // the job's step this run started at (a resumed job's)
+    common::MetricsRegistry* metrics = nullptr;  // rank 0's checkpoint metrics; may be null
   };
   static absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> Create(const Options& options);
   ~ClusterCheckpointer();
@@ -103,6 +105,13 @@ class ClusterCheckpointer {
  private:
   explicit ClusterCheckpointer(const Options& options) : options_(options) {}
   Options options_;
+  // Rank 0 with a registry: the dlrm_checkpoint_* series (null otherwise).
+  prometheus::Histogram* cut_seconds_ = nullptr;
+  prometheus::Histogram* write_seconds_ = nullptr;
+  prometheus::Gauge* bytes_ = nullptr;
+  prometheus::Gauge* last_committed_step_ = nullptr;
+  prometheus::Counter* committed_ = nullptr;
+  prometheus::Counter* failed_ = nullptr;
   int64_t last_step_ = -1;
   std::thread writer_;
   absl::Status write_status_;  // of the last write joined

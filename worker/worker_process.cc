@@ -469,7 +469,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                                                      .rank = rank,
                                                                      .world_size = world,
                                                                      .ps = store.get(),
-                                                                     .base_step = base.step}));
+                                                                     .base_step = base.step,
+                                                                     .metrics = options_.metrics}));
   }
 
   const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);

@@ -1,6 +1,8 @@
 #include "common/job_spec.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,6 +74,37 @@ TEST(JobSpec, NegativeSizeIsNamed) {
   spec = ParseJobSpec(Replace(kValid, "batch_size: 128", "batch_size: -1"));
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("training.batch_size"));
+}
+
+TEST(JobSpec, CheckpointSectionRoundTripsAndBadValuesAreNamed) {
+  const std::string with = std::string(kValid) +
+                           "checkpoint: {dir: /ckpt/small, every_steps: 100, keep_last: 2, "
+                           "full_every: 4, resume_from: /ckpt/old}\n";
+  auto spec = ParseJobSpec(with);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint.dir, "/ckpt/small");
+  EXPECT_EQ(spec->checkpoint.every_steps, 100);
+  EXPECT_EQ(spec->checkpoint.keep_last, 2);
+  EXPECT_EQ(spec->checkpoint.full_every, 4);
+  EXPECT_EQ(spec->checkpoint.resume_from, "/ckpt/old");
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->checkpoint.dir, "/ckpt/small");
+  EXPECT_EQ(again->checkpoint.resume_from, "/ckpt/old");
+  EXPECT_EQ(again->checkpoint.full_every, 4);
+
+  for (const auto& [bad, key] : std::vector<std::pair<std::string, std::string>>{
+           {"checkpoint: {dir: /c, keep_last: 0}", "checkpoint.keep_last"},
+           {"checkpoint: {dir: /c, full_every: 0}", "checkpoint.full_every"},
+           {"checkpoint: {dir: /c, every_steps: -1}", "checkpoint.every_steps"},
+           {"checkpoint: {dir: /c, every_seconds: .nan}", "checkpoint.every_seconds"},
+           {"checkpoint: {every_steps: 10}", "checkpoint.dir"},
+           {"checkpoint: {dir: /c, evry_steps: 10}", "checkpoint.evry_steps"}}) {
+    auto r = ParseJobSpec(std::string(kValid) + bad + "\n");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(key)) << bad;
+  }
 }
 
 TEST(JobSpec, MismatchedDimensionsAreNamed) {

@@ -2,6 +2,7 @@
 // loopback): the parameter servers write their rows from a snapshot, rank 0 the dense state and
 // the hot rows. Resume gives the same model, the format is the one `dlrm train` reads and writes,
 // and rows are resharded when the number of parameter servers changes.
+#include <signal.h>
 #include <stdlib.h>
 
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
 #include "gtest/gtest.h"
@@ -160,6 +162,35 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
                                   *dir_, "train-more", absl::Seconds(120));
   ASSERT_EQ(more.exit_code, 0) << more.err;
   EXPECT_EQ(fs::path(Newest("more")).filename(), "ckpt-000000000050");
+}
+
+// `dlrmctl checkpoints JOB` lists what the job committed (here: steps 20 and 30 of keep_last 2).
+TEST_F(ClusterCheckpointTest, DlrmctlListsAJobsCheckpoints) {
+  Process local({BinPath("dlrm"), "local", "-c", Job("listed", 30, "listed"), "--no-progress",
+                 "--worker-threads", "1", "--keep-running"},
+                *dir_, "listed");
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline && local.Running() &&
+         local.Stdout().find("coordinator: ") == std::string::npos) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string out = local.Stdout();
+  const size_t at = out.find("coordinator: ");
+  ASSERT_NE(at, std::string::npos) << local.Stderr();
+  const std::string address = out.substr(at + 13, out.find('\n', at) - at - 13);
+  ProcessResult list = RunProcess(
+      {BinPath("dlrmctl"), "--coordinator", address, "checkpoints", "job-1", "-o", "json"}, *dir_,
+      "dlrmctl-checkpoints", absl::Seconds(30));
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("\"ckpt-000000000020\""), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("\"ckpt-000000000030\""), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("\"full\""), std::string::npos) << list.out;
+  ProcessResult missing =
+      RunProcess({BinPath("dlrmctl"), "--coordinator", address, "checkpoints", "job-404"}, *dir_,
+                 "dlrmctl-missing", absl::Seconds(30));
+  EXPECT_EQ(missing.exit_code, 3) << "not found";
+  local.Signal(SIGINT);
+  local.Wait(absl::Seconds(30));
 }
 
 // Written by 2 parameter servers and 2 workers (with hot rows), loaded by 3 servers and 1 worker:

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sharding.h"
+#include "embedding/checkpoint_io.h"
 #include "embedding/local_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -329,6 +330,86 @@ TEST_F(PsServiceTest, WriteRowsThenReadRowsRoundTripUnderBudgetAndValidate) {
 
 // The server reuses Lookup messages from call to call: a smaller answer after a larger one has
 // exactly its own tables and rows, nothing left over.
+// Checkpoint: SNAPSHOT then WRITE gives one row file per table holding exactly the written rows;
+// bad calls get their codes and leave the job's rows as they were.
+TEST_F(PsServiceTest, CheckpointWritesTheSnapshotsRowsAndRefusesBadCalls) {
+  constexpr int kDim = 4;
+  constexpr int64_t kRows = 300;
+  StartPs();
+  dlrm::v1::LoadJobRequest job = TestJob("c", {{kRows, kDim}});
+  ASSERT_TRUE(Load(job).ok());
+  std::vector<int64_t> ids = {3, 7, 100, 299};
+  // Width as the server reports it.
+  dlrm::v1::ReadRowsRequest read;
+  read.set_job_id("c");
+  read.set_job_epoch(1);
+  read.add_tables()->set_table(0);
+  read.mutable_tables(0)->set_ids(PackIds(ids));
+  dlrm::v1::ReadRowsResponse before;
+  ASSERT_TRUE(stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &before).ok());
+  const int row_floats = before.tables(0).row_floats();
+  ASSERT_GE(row_floats, kDim);
+  std::vector<float> rows(ids.size() * row_floats);
+  for (size_t k = 0; k < rows.size(); ++k) rows[k] = 0.25f * static_cast<float>(k) - 1.0f;
+  dlrm::v1::WriteRowsRequest write;
+  write.set_job_id("c");
+  write.set_job_epoch(1);
+  dlrm::v1::TableIdsRows* w = write.add_tables();
+  w->set_table(0);
+  w->set_ids(PackIds(ids));
+  w->set_rows(PackFloats(rows));
+  dlrm::v1::WriteRowsResponse written;
+  ASSERT_TRUE(stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written).ok());
+
+  auto call = [&](dlrm::v1::CheckpointRequest::Phase phase, const std::string& dir,
+                  dlrm::v1::CheckpointResponse* response) {
+    dlrm::v1::CheckpointRequest r;
+    r.set_job_id("c");
+    r.set_step(5);
+    r.set_phase(phase);
+    r.set_directory(dir);
+    r.set_part(0);
+    return stub_->Checkpoint(common::MakeClientContext(kTimeout).get(), r, response);
+  };
+  dlrm::v1::CheckpointResponse response;
+  const std::string out = dir_.path() + "/ckpt-000000000005";
+  // WRITE before SNAPSHOT, a relative or unnormalised directory: refused.
+  EXPECT_EQ(call(dlrm::v1::CheckpointRequest::WRITE, out, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(call(dlrm::v1::CheckpointRequest::WRITE, "rel/dir", &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(
+      call(dlrm::v1::CheckpointRequest::WRITE, dir_.path() + "/a/../b", &response).error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+
+  ASSERT_TRUE(call(dlrm::v1::CheckpointRequest::SNAPSHOT, "", &response).ok());
+  // An update after the snapshot is not in the checkpoint.
+  std::vector<float> later(ids.size() * row_floats, 9.0f);
+  w->set_rows(PackFloats(later));
+  ASSERT_TRUE(stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written).ok());
+  grpc::Status s = call(dlrm::v1::CheckpointRequest::WRITE, out, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(response.files_size(), 1);
+  EXPECT_EQ(response.files(0).name(), "rows-t0-p0.bin");
+  EXPECT_EQ(response.files(0).rows(), static_cast<int64_t>(ids.size()));
+  std::vector<int64_t> got_ids;
+  std::vector<float> got_rows;
+  ASSERT_TRUE(embedding::ReadRowFile(out + "/rows-t0-p0.bin", 0, row_floats,
+                                     [&](absl::Span<const int64_t> i, const float* r) {
+                                       got_ids.insert(got_ids.end(), i.begin(), i.end());
+                                       got_rows.insert(got_rows.end(), r,
+                                                       r + i.size() * row_floats);
+                                       return absl::OkStatus();
+                                     })
+                  .ok());
+  EXPECT_EQ(got_ids, ids);
+  EXPECT_EQ(got_rows, rows) << "the file holds the rows at the snapshot, not the later ones";
+  auto digest = embedding::DigestFile(out + "/rows-t0-p0.bin");
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(digest->crc32c, response.files(0).crc32c());
+  EXPECT_EQ(digest->bytes, response.files(0).bytes());
+}
+
 TEST_F(PsServiceTest, ReusedLookupMessagesCarryNothingOver) {
   StartPs();
   ASSERT_TRUE(Load(TestJob("j", {{100, 4}, {50, 2}})).ok());
