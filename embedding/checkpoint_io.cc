@@ -179,17 +179,18 @@ absl::StatusOr<std::unique_ptr<RowFileWriter>> RowFileWriter::Create(const std::
   return w;
 }
 
+absl::Status RowFileWriter::AppendRow(int64_t id, const float* row) {
+  DLRM_RETURN_IF_ERROR(out_->Append(&id, sizeof(id)));
+  DLRM_RETURN_IF_ERROR(out_->Append(row, sizeof(float) * row_floats_));
+  ++rows_;
+  return absl::OkStatus();
+}
+
 absl::Status RowFileWriter::Append(absl::Span<const int64_t> ids, const float* rows) {
-  const size_t row_bytes = sizeof(float) * row_floats_;
-  record_.resize(ids.size() * (8 + row_bytes));
-  char* p = record_.data();
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(p, &ids[i], 8);
-    std::memcpy(p + 8, rows + i * row_floats_, row_bytes);
-    p += 8 + row_bytes;
+    DLRM_RETURN_IF_ERROR(AppendRow(ids[i], rows + i * row_floats_));
   }
-  rows_ += static_cast<int64_t>(ids.size());
-  return out_->Append(record_.data(), record_.size());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<FileDigest> RowFileWriter::Close() {

@@ -70,6 +70,8 @@ class RowFileWriter {
  public:
   static absl::StatusOr<std::unique_ptr<RowFileWriter>> Create(const std::string& path, int table,
                                                                int row_floats);
+  // Appends one row (row_floats floats), straight into the file's write buffer.
+  absl::Status AppendRow(int64_t id, const float* row);
   // Appends ids.size() rows (rows: ids.size() * row_floats floats).
   absl::Status Append(absl::Span<const int64_t> ids, const float* rows);
   // Writes the trailer, fsyncs and closes.
@@ -82,7 +84,6 @@ class RowFileWriter {
   std::unique_ptr<ChecksummedWriter> out_;
   int row_floats_ = 0;
   int64_t rows_ = 0;
-  std::vector<char> record_;
 };
 
 inline constexpr int64_t kRowFileHeaderBytes = 24;

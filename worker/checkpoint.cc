@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -25,7 +26,6 @@ using embedding::CheckpointManifest;
 constexpr char kDenseMagic[8] = {'D', 'L', 'R', 'M', 'D', 'E', 'N', 'S'};
 constexpr uint32_t kDenseVersion = 1;
 constexpr char kDenseFile[] = "dense.bin";
-constexpr int64_t kRowChunk = 65536;
 
 absl::StatusOr<CheckpointFileEntry> WriteDense(const std::string& dir, Trainer& trainer) {
   dense::DlrmDenseModel& model = trainer.model();
@@ -120,6 +120,18 @@ absl::StatusOr<CheckpointManifest> BaseManifest(const common::JobSpec& spec, Tra
   return m;
 }
 
+// Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
+absl::Status PrepareCheckpointRoot(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint.dir ", root, ": ", ec.message()));
+  DLRM_ASSIGN_OR_RETURN(int removed, embedding::RemoveUncommitted(root));
+  if (removed > 0) {
+    DLRM_LOG(WARNING) << "removed " << removed << " unfinished checkpoint(s) under " << root;
+  }
+  return absl::OkStatus();
+}
+
 // Creates (or empties) the directory of checkpoint `name` under `root`.
 absl::StatusOr<std::string> MakeCheckpointDir(const std::string& root, const std::string& name) {
   const std::string dir = (fs::path(root) / name).string();
@@ -130,6 +142,26 @@ absl::StatusOr<std::string> MakeCheckpointDir(const std::string& root, const std
   return dir;
 }
 
+// Writes the rows of `ids` (sorted here) of table `table` as file `name` in `dir`, each taken
+// from row_of(id) (row_floats floats), and returns the file's manifest entry.
+absl::StatusOr<CheckpointFileEntry> WriteRows(const std::string& dir, const std::string& name,
+                                              const std::string& kind, int table, int part,
+                                              int row_floats, std::vector<int64_t> ids,
+                                              const std::function<const float*(int64_t)>& row_of) {
+  if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
+  DLRM_ASSIGN_OR_RETURN(auto writer, embedding::RowFileWriter::Create(absl::StrCat(dir, "/", name),
+                                                                      table, row_floats));
+  for (int64_t id : ids) DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row_of(id)));
+  DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
+  return CheckpointFileEntry{.name = name,
+                             .kind = kind,
+                             .table = table,
+                             .part = part,
+                             .rows = static_cast<int64_t>(ids.size()),
+                             .bytes = d.bytes,
+                             .crc32c = d.crc32c};
+}
+
 // Writes the worker's hot rows (weights and optimizer state, trained values) as part `part`.
 absl::Status WriteHotPart(const std::string& dir, Trainer& trainer, int part,
                           std::vector<CheckpointFileEntry>* files) {
@@ -137,28 +169,12 @@ absl::Status WriteHotPart(const std::string& dir, Trainer& trainer, int part,
   const HotRowCache* hot = trainer.hot_rows();
   if (hot == nullptr || hot->total_rows() == 0) return absl::OkStatus();
   for (int t = 0; t < hot->num_tables(); ++t) {
-    const std::vector<int64_t>& ids = hot->ids(t);
-    if (ids.empty()) continue;
-    const int stride = hot->row_floats(t);
-    std::vector<int64_t> sorted = ids;
-    std::sort(sorted.begin(), sorted.end());
-    std::vector<float> rows(sorted.size() * stride);
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      std::memcpy(rows.data() + i * stride, hot->StoredRow(t, hot->Find(t, sorted[i])),
-                  stride * sizeof(float));
-    }
-    const std::string name = embedding::RowFileName(t, part);
+    if (hot->ids(t).empty()) continue;
     DLRM_ASSIGN_OR_RETURN(
-        auto writer, embedding::RowFileWriter::Create(absl::StrCat(dir, "/", name), t, stride));
-    DLRM_RETURN_IF_ERROR(writer->Append(sorted, rows.data()));
-    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
-    files->push_back({.name = name,
-                      .kind = "hot_rows",
-                      .table = t,
-                      .part = part,
-                      .rows = static_cast<int64_t>(sorted.size()),
-                      .bytes = d.bytes,
-                      .crc32c = d.crc32c});
+        CheckpointFileEntry entry,
+        WriteRows(dir, embedding::RowFileName(t, part), "hot_rows", t, part, hot->row_floats(t),
+                  hot->ids(t), [&](int64_t id) { return hot->StoredRow(t, hot->Find(t, id)); }));
+    files->push_back(std::move(entry));
   }
   return absl::OkStatus();
 }
@@ -200,13 +216,8 @@ absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
     const common::JobSpec& spec, const std::string& resumed_from) {
   const std::string& root = spec.checkpoint.dir;
   if (root.empty()) return absl::InvalidArgumentError("checkpoint.dir is empty");
+  DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(root));
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint.dir ", root, ": ", ec.message()));
-  DLRM_ASSIGN_OR_RETURN(int removed, embedding::RemoveUncommitted(root));
-  if (removed > 0) {
-    DLRM_LOG(WARNING) << "removed " << removed << " unfinished checkpoint(s) under " << root;
-  }
   std::unique_ptr<TrainCheckpointer> c(new TrainCheckpointer(spec));
   if (!resumed_from.empty() &&
       fs::equivalent(fs::path(resumed_from).parent_path(), fs::path(root), ec)) {
@@ -248,33 +259,16 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
 
   DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDense(dir, trainer));
   m.files.push_back(dense_entry);
-  std::vector<float> chunk;
   for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
     // Changed ids are taken in every checkpoint, so the next incremental one is relative to it.
     std::vector<int64_t> changed = store.TakeChangedIds(t);
-    const std::vector<int64_t> ids = m.incremental ? std::move(changed) : store.TouchedIds(t);
     const embedding::EmbeddingTable& table = store.table(t);
-    const int stride = table.row_stride();
-    const std::string name = embedding::RowFileName(t, 0);
     DLRM_ASSIGN_OR_RETURN(
-        auto writer, embedding::RowFileWriter::Create(absl::StrCat(dir, "/", name), t, stride));
-    for (size_t begin = 0; begin < ids.size(); begin += kRowChunk) {
-      const size_t n = std::min<size_t>(kRowChunk, ids.size() - begin);
-      chunk.resize(n * stride);
-      for (size_t i = 0; i < n; ++i) {
-        std::memcpy(chunk.data() + i * stride, table.Row(ids[begin + i]), stride * sizeof(float));
-      }
-      DLRM_RETURN_IF_ERROR(
-          writer->Append(absl::MakeConstSpan(ids.data() + begin, n), chunk.data()));
-    }
-    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
-    m.files.push_back({.name = name,
-                       .kind = "rows",
-                       .table = t,
-                       .part = 0,
-                       .rows = static_cast<int64_t>(ids.size()),
-                       .bytes = d.bytes,
-                       .crc32c = d.crc32c});
+        CheckpointFileEntry entry,
+        WriteRows(dir, embedding::RowFileName(t, 0), "rows", t, 0, table.row_stride(),
+                  m.incremental ? std::move(changed) : store.TouchedIds(t),
+                  [&table](int64_t id) { return table.Row(id); }));
+    m.files.push_back(std::move(entry));
   }
   DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
   DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
@@ -304,19 +298,7 @@ absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> ClusterCheckpointer::Create
         absl::StrCat("checkpoint.dir '", options.spec.checkpoint.dir,
                      "' must be absolute for a cluster job (every process writes there)"));
   }
-  if (options.rank == 0) {
-    std::error_code ec;
-    fs::create_directories(options.spec.checkpoint.dir, ec);
-    if (ec) {
-      return absl::UnavailableError(
-          absl::StrCat("checkpoint.dir ", options.spec.checkpoint.dir, ": ", ec.message()));
-    }
-    DLRM_ASSIGN_OR_RETURN(int removed, embedding::RemoveUncommitted(options.spec.checkpoint.dir));
-    if (removed > 0) {
-      DLRM_LOG(WARNING) << "removed " << removed << " unfinished checkpoint(s) under "
-                        << options.spec.checkpoint.dir;
-    }
-  }
+  if (options.rank == 0) DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(options.spec.checkpoint.dir));
   std::unique_ptr<ClusterCheckpointer> c(new ClusterCheckpointer(options));
   if (options.rank == 0 && options.metrics != nullptr) {
     common::MetricsRegistry& m = *options.metrics;
