@@ -16,18 +16,8 @@ helm="${HELM:-$(command -v helm || true)}"
 k8s_models="${K8S_MODELS:-}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-failed=0
-passed=0
-# run WHAT COMMAND...: PASS or FAIL (then the command's output). SHOW=1 prints the output on PASS.
-run() {
-  local what="$1"; shift
-  if "$@" >"$tmp/log" 2>&1; then
-    echo "PASS  $what"; passed=$((passed + 1))
-    if [ "${SHOW:-0}" = 1 ]; then sed 's/^/      /' "$tmp/log"; fi
-  else
-    echo "FAIL  $what"; sed 's/^/      /' "$tmp/log"; failed=$((failed + 1))
-  fi
-}
+# shellcheck source=deploy/check_lib.sh
+. deploy/check_lib.sh
 
 if ! python3 -c 'import yaml' 2>/dev/null; then
   echo "SKIP  every check (python3 has no PyYAML: apt-get install python3-yaml)"

@@ -65,18 +65,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-failed=0
-passed=0
-# run WHAT COMMAND...: PASS or FAIL (then the command's output). SHOW=1 prints the output on PASS.
-run() {
-  local what="$1"; shift
-  if "$@" >"$tmp/log" 2>&1; then
-    echo "PASS  $what"; passed=$((passed + 1))
-    if [ "${SHOW:-0}" = 1 ]; then sed 's/^/      /' "$tmp/log"; fi
-  else
-    echo "FAIL  $what"; sed 's/^/      /' "$tmp/log"; failed=$((failed + 1))
-  fi
-}
+# shellcheck source=deploy/check_lib.sh
+. deploy/check_lib.sh
 finish() {
   if [ "${lint_targets:-0}" -ne 0 ]; then
     echo "WARN  promtool check metrics found lint problems on $lint_targets target(s) (above)"

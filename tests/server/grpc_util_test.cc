@@ -3,14 +3,10 @@
 // and need gRPC.)
 #include "common/grpc_util.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/http_get.h"
 
 namespace dlrm::common {
 namespace {
@@ -61,28 +57,6 @@ TEST(GrpcUtilTest, RowsPerRequestStayUnderThePayloadBudget) {
   EXPECT_GE(MaxRowsPerRequest(16), 2048 * 26);
 }
 
-// Fetches http://127.0.0.1:port/metrics with a plain socket.
-std::string HttpGet(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request =
-      "GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-  close(fd);
-  return response;
-}
-
 TEST(MetricsTest, ServesPrefixedMetricsOnAnEphemeralPort) {
   auto metrics = MetricsRegistry::Create({.port = 0, .bind_address = "127.0.0.1"});
   ASSERT_TRUE(metrics.ok()) << metrics.status();
@@ -93,7 +67,10 @@ TEST(MetricsTest, ServesPrefixedMetricsOnAnEphemeralPort) {
   h.Observe(0.01);
   // Asking again returns the same metric.
   (*metrics)->Counter("dlrm_samples_trained_total", "Samples.").Increment(1);
-  const std::string body = HttpGet((*metrics)->port());
+  ::dlrm::testing::HttpReply reply;
+  ASSERT_TRUE(::dlrm::testing::HttpGet((*metrics)->port(), "/metrics", &reply));
+  EXPECT_EQ(reply.status, 200);
+  const std::string& body = reply.body;
   EXPECT_THAT(body, HasSubstr("dlrm_samples_trained_total 6"));
   EXPECT_THAT(body, HasSubstr("dlrm_members{role=\"ps\"} 2"));
   EXPECT_THAT(body, HasSubstr("dlrm_step_seconds_count 1"));

@@ -62,6 +62,24 @@ class PsServiceTest : public ::testing::Test {
     t->set_ids(PackIds(ids));
     return r;
   }
+  static dlrm::v1::WriteRowsRequest WriteRowsOf(const std::string& job, int table,
+                                                const std::vector<int64_t>& ids,
+                                                const std::vector<float>& rows) {
+    dlrm::v1::WriteRowsRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(1);
+    dlrm::v1::TableIdsRows* t = r.add_tables();
+    t->set_table(table);
+    t->set_ids(PackIds(ids));
+    t->set_rows(PackFloats(rows));
+    return r;
+  }
+  grpc::Status WriteRows(const dlrm::v1::WriteRowsRequest& r,
+                         dlrm::v1::WriteRowsResponse* resp = nullptr) {
+    dlrm::v1::WriteRowsResponse unused;
+    return stub_->WriteRows(common::MakeClientContext(kTimeout).get(), r,
+                            resp != nullptr ? resp : &unused);
+  }
   static dlrm::v1::PushGradientsRequest PushOf(const std::string& job, int table,
                                                const std::vector<int64_t>& ids,
                                                const std::vector<float>& grads) {
@@ -237,15 +255,9 @@ TEST_F(PsServiceTest, WriteRowsThenReadRowsRoundTripUnderBudgetAndValidate) {
   for (size_t k = 0; k < rows.size(); ++k) rows[k] = static_cast<float>(k) * 0.37f - 11.0f;
   rows[3] = -0.0f;
   rows[4] = 1e-42f;
-  dlrm::v1::WriteRowsRequest write;
-  write.set_job_id("j");
-  write.set_job_epoch(1);
-  dlrm::v1::TableIdsRows* w = write.add_tables();
-  w->set_table(0);
-  w->set_ids(PackIds(ids));
-  w->set_rows(PackFloats(rows));
+  const dlrm::v1::WriteRowsRequest write = WriteRowsOf("j", 0, ids, rows);
   dlrm::v1::WriteRowsResponse written;
-  grpc::Status s = stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written);
+  grpc::Status s = WriteRows(write, &written);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(written.rows_written(), kRows);
 
@@ -351,15 +363,7 @@ TEST_F(PsServiceTest, CheckpointWritesTheSnapshotsRowsAndRefusesBadCalls) {
   ASSERT_GE(row_floats, kDim);
   std::vector<float> rows(ids.size() * row_floats);
   for (size_t k = 0; k < rows.size(); ++k) rows[k] = 0.25f * static_cast<float>(k) - 1.0f;
-  dlrm::v1::WriteRowsRequest write;
-  write.set_job_id("c");
-  write.set_job_epoch(1);
-  dlrm::v1::TableIdsRows* w = write.add_tables();
-  w->set_table(0);
-  w->set_ids(PackIds(ids));
-  w->set_rows(PackFloats(rows));
-  dlrm::v1::WriteRowsResponse written;
-  ASSERT_TRUE(stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written).ok());
+  ASSERT_TRUE(WriteRows(WriteRowsOf("c", 0, ids, rows)).ok());
 
   auto call = [&](dlrm::v1::CheckpointRequest::Phase phase, const std::string& dir,
                   dlrm::v1::CheckpointResponse* response) {
@@ -384,9 +388,8 @@ TEST_F(PsServiceTest, CheckpointWritesTheSnapshotsRowsAndRefusesBadCalls) {
 
   ASSERT_TRUE(call(dlrm::v1::CheckpointRequest::SNAPSHOT, "", &response).ok());
   // An update after the snapshot is not in the checkpoint.
-  std::vector<float> later(ids.size() * row_floats, 9.0f);
-  w->set_rows(PackFloats(later));
-  ASSERT_TRUE(stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written).ok());
+  ASSERT_TRUE(
+      WriteRows(WriteRowsOf("c", 0, ids, std::vector<float>(ids.size() * row_floats, 9.0f))).ok());
   grpc::Status s = call(dlrm::v1::CheckpointRequest::WRITE, out, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(response.files_size(), 1);
@@ -439,15 +442,8 @@ TEST_F(PsServiceTest, RowCallsRejectIdsOwnedByAnotherShard) {
   ASSERT_TRUE(Load(TestJob("j", {{1000, 4}}, /*shard=*/0, /*shards=*/2)).ok());
   int64_t foreign = 0;
   while (common::ShardOf(0, foreign, 2) == 0) ++foreign;
-  dlrm::v1::WriteRowsRequest write;
-  write.set_job_id("j");
-  write.set_job_epoch(1);
-  dlrm::v1::TableIdsRows* w = write.add_tables();
-  w->set_table(0);
-  w->set_ids(PackIds({foreign}));
-  w->set_rows(PackFloats(std::vector<float>(4, 1.0f)));  // SGD: row_floats = dim
-  dlrm::v1::WriteRowsResponse written;
-  grpc::Status s = stub_->WriteRows(common::MakeClientContext(kTimeout).get(), write, &written);
+  // SGD: row_floats = dim.
+  grpc::Status s = WriteRows(WriteRowsOf("j", 0, {foreign}, std::vector<float>(4, 1.0f)));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("id ", foreign, " belongs to shard 1")));
   dlrm::v1::ReadRowsRequest read;
