@@ -64,6 +64,10 @@ struct WorkerProcessOptions {
   common::MetricsRegistry* metrics = nullptr;  // not owned; may be null
 };
 
+// A lease that is gone: the coordinator forgot us (NOT_FOUND) or our lease ran out
+// (FAILED_PRECONDITION). Either way the worker registers again.
+bool LeaseLost(const absl::Status& status);
+
 class WorkerProcess {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Create(const WorkerProcessOptions& options);

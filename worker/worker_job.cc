@@ -1,0 +1,490 @@
+// WorkerProcess's training of one job (worker_process.h): collectives, the trainer over the
+// parameter servers, hot rows, checkpoints and resume, the pipelined or plain step loop, progress
+// reports and the final evaluation. Membership and the job loop are in worker_process.cc.
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/checkpoint.h"
+#include "worker/gloo_allreducer.h"
+#include "worker/gpu_allreducer.h"
+#include "worker/hot_refresh.h"
+#include "worker/job_input.h"
+#include "worker/pipeline.h"
+#include "worker/ps_client.h"
+#include "worker/train_command.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+#include "worker/worker_process.h"
+
+namespace dlrm::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A reader that counts the batches of the epoch in progress and the rewinds, so a checkpoint
+// taken at a drained step boundary knows where the input stands (the pipeline reads ahead only
+// between boundaries).
+class CountingReader : public BatchReader {
+ public:
+  CountingReader(BatchReader* reader, int64_t already_read)
+      : reader_(reader), batches_(already_read) {}
+  absl::StatusOr<bool> Next(Batch* batch) override {
+    absl::StatusOr<bool> more = reader_->Next(batch);
+    if (more.ok() && *more) ++batches_;
+    return more;
+  }
+  absl::Status Rewind() override {
+    ++rewinds_;
+    batches_ = 0;
+    return reader_->Rewind();
+  }
+  int64_t records_read() const override { return reader_->records_read(); }
+  int64_t skipped() const override { return reader_->skipped(); }
+  int64_t rewinds() const { return rewinds_; }
+  int64_t batches_in_epoch() const { return batches_; }
+
+ private:
+  BatchReader* reader_;
+  int64_t batches_;
+  int64_t rewinds_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
+    const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
+    Trainer* trainer, DenseAllReducer* reducer, bool resumed,
+    std::vector<std::vector<int64_t>> resumed_hot_ids) {
+  if (spec.hot_budget_bytes <= 0 || !options_.use_hot_rows) return nullptr;
+  // Every rank samples the same records, the first batches of the whole training set, so all
+  // choose the same hot set; their rows start from the deterministic initialisation, which is
+  // what the parameter servers would create (the job's tables are new).
+  BatchReaderOptions sample;
+  DLRM_ASSIGN_OR_RETURN(sample.format, ParseInputFormat(spec.format));
+  sample.paths = spec.train_paths;
+  sample.batch_size = spec.batch_size;
+  for (const auto& t : spec.tables) sample.table_rows.push_back(t.rows);
+  DLRM_ASSIGN_OR_RETURN(auto reader, BatchReader::Create(sample));
+  HotRowCacheOptions cache_options;
+  cache_options.tables = TableConfigsFromSpec(spec);
+  DLRM_ASSIGN_OR_RETURN(cache_options.optimizer, SparseOptimizerFromSpec(spec));
+  cache_options.seed = spec.seed;
+  const int state =
+      embedding::SparseOptimizerStateFloats(cache_options.optimizer.type, spec.embedding_dim);
+  DLRM_ASSIGN_OR_RETURN(auto hot_ids, SampleHotSet(cache_options.tables, state, reader.get(),
+                                                   spec.hot_sample_batches, spec.hot_budget_bytes));
+  if (resumed) {
+    // The trained rows are on the parameter servers (loaded from the checkpoint): read them, for
+    // the hot set the checkpoint was taken with when it has one.
+    if (!resumed_hot_ids.empty()) hot_ids = std::move(resumed_hot_ids);
+    DLRM_RETURN_IF_ERROR(trainer->MigrateHotSet(hot_ids, /*write_back=*/false));
+    DLRM_LOG(INFO) << "job " << job.job_id() << ": " << trainer->hot_rows()->total_rows()
+                   << " hot rows read from the parameter servers (resumed)";
+  } else {
+    DLRM_ASSIGN_OR_RETURN(auto cache, HotRowCache::Create(cache_options, hot_ids));
+    DLRM_LOG(INFO) << "job " << job.job_id() << ": " << cache->total_rows() << " hot rows ("
+                   << cache->bytes() << " bytes) replicated on this worker";
+    DLRM_RETURN_IF_ERROR(trainer->SetHotRows(std::move(cache)));
+  }
+  if (spec.hot_refresh_steps <= 0) return nullptr;
+
+  HotRefreshOptions refresh;
+  refresh.budget_bytes = spec.hot_budget_bytes;
+  refresh.rank = rank;
+  refresh.barrier = reducer;
+  if (world > 1) {
+    const std::string prefix = absl::StrCat("job/", job.job_id(), "/", job.job_epoch(), "/hot/");
+    refresh.agree = [this, prefix, rank](
+                        int64_t step, const std::string& proposal) -> absl::StatusOr<std::string> {
+      const std::string key = absl::StrCat(prefix, step);
+      if (rank == 0) {
+        DLRM_RETURN_IF_ERROR(client_->KvSet(key, proposal));
+        return proposal;
+      }
+      return client_->KvGet(key, options_.collective_timeout);
+    };
+  }
+  return std::make_unique<HotSetRefresher>(trainer, refresh);
+}
+
+absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment) {
+  const dlrm::v1::JobAssignment& job = assignment.job();
+  const std::string& job_id = job.job_id();
+  const int rank = assignment.rank();
+  const int world = job.world_size();
+  DLRM_ASSIGN_OR_RETURN(common::JobSpec spec,
+                        common::ParseJobSpec(job.job_spec_yaml(), absl::StrCat("job ", job_id)));
+  if (job.ps_addresses_size() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, ": no parameter-server addresses"));
+  }
+
+  DLRM_ASSIGN_OR_RETURN(
+      auto backend,
+      CreateBackendForDevice(
+          options_.device.empty() || options_.device == "auto" ? spec.device : options_.device,
+          spec.math_mode, options_.threads));
+
+  // The embedding tables live on the parameter servers.
+  PsClientOptions ps_options;
+  ps_options.ps_addresses.assign(job.ps_addresses().begin(), job.ps_addresses().end());
+  ps_options.job_id = job_id;
+  ps_options.job_epoch = job.job_epoch();
+  ps_options.worker_rank = rank;
+  ps_options.tables = TableConfigsFromSpec(spec);
+  PsJobParams ps_params;
+  DLRM_ASSIGN_OR_RETURN(ps_params.optimizer, SparseOptimizerFromSpec(spec));
+  ps_params.seed = spec.seed;
+  ps_params.staleness = spec.staleness;
+  ps_params.num_workers = world;
+  DLRM_ASSIGN_OR_RETURN(auto store, GrpcPsClient::Create(ps_options));
+  DLRM_RETURN_IF_ERROR(store->LoadJobOnAll(ps_params));
+
+  // Collectives: NCCL between GPU workers (dense gradients summed in device memory; hot-row
+  // gradients and barriers staged through it), Gloo between CPU workers. Both rendezvous through
+  // the coordinator's key-value store under a job-scoped prefix.
+  std::unique_ptr<GlooAllReducer> gloo;
+  std::unique_ptr<NcclAllReducer> nccl;
+  DenseAllReducer* reducer = nullptr;
+  if (world > 1 && backend->device() == dense::Device::kCuda && NcclAllReducer::Available()) {
+    DLRM_ASSIGN_OR_RETURN(
+        nccl,
+        NcclAllReducer::Create(
+            {.backend = backend.get(),
+             .rank = rank,
+             .world_size = world,
+             .key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/nccl/unique_id"),
+             .publish = [this](const std::string& key,
+                               const std::string& value) { return client_->KvSet(key, value); },
+             .fetch =
+                 [this](const std::string& key) {
+                   return client_->KvGet(key, options_.collective_timeout);
+                 },
+             .init_timeout = options_.collective_timeout}));
+    reducer = nccl.get();
+    DLRM_LOG(INFO) << "job " << job_id << ": NCCL allreduce, rank " << rank << " of " << world;
+  } else if (world > 1) {
+    DLRM_ASSIGN_OR_RETURN(
+        gloo, GlooAllReducer::Create(
+                  {.client = client_.get(),
+                   .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo/"),
+                   .rank = rank,
+                   .world_size = world,
+                   .hostname = options_.advertise_host,
+                   .rendezvous_timeout = options_.collective_timeout,
+                   .op_timeout = options_.collective_timeout,
+                   .cancelled = [this] { return cancel_job_.load(); }}));
+    reducer = gloo.get();
+  }
+  auto barrier = [&]() -> absl::Status {
+    if (gloo != nullptr) return gloo->Barrier();
+    float token = 0;  // a blocking allreduce of one float
+    if (nccl != nullptr) return nccl->AllReduceSum(&token, 1);
+    return absl::OkStatus();
+  };
+
+  DLRM_ASSIGN_OR_RETURN(
+      JobInput input, OpenJobInput(spec, {.rank = rank, .world_size = world, .even_shards = true}));
+  TrainerOptions trainer_options;
+  trainer_options.spec = spec;
+  trainer_options.backend = backend.get();
+  trainer_options.store = store.get();
+  trainer_options.allreducer = reducer;
+  trainer_options.device_allreducer = nccl.get();
+  trainer_options.threads = options_.threads;
+  DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
+
+  // Resuming: rank 0 loads every row onto the parameter servers (through the client, which
+  // places each row on its shard, whatever the number of servers that wrote it); every rank
+  // loads the dense state. Steps on the servers start again from 0; `base` is where this run
+  // starts in the job's numbering.
+  TrainPosition base;
+  std::vector<std::vector<int64_t>> resumed_hot_ids;
+  const bool resumed = !spec.checkpoint.resume_from.empty();
+  if (resumed) {
+    DLRM_ASSIGN_OR_RETURN(
+        RestoredCheckpoint restored,
+        RestoreCheckpoint(spec.checkpoint.resume_from,
+                          {.rank = rank, .load_rows = rank == 0, .set_steps = false}, trainer.get(),
+                          store.get()));
+    base = restored.position;
+    base.samples = restored.manifest.samples;
+    resumed_hot_ids = std::move(restored.hot_ids);
+    // With another number of workers, each rank skips the same share of its (new) shard.
+    if (restored.manifest.world_size != world) {
+      base.batches = base.batches * restored.manifest.world_size / world;
+    }
+    DLRM_RETURN_IF_ERROR(barrier());  // the rows are on the servers before anyone reads them
+    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank << ": resumed from " << restored.dir
+                   << " at step " << base.step << " (epoch " << base.epoch + 1 << ", "
+                   << base.batches << " batch(es) into it)";
+  }
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
+                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer, resumed,
+                                     std::move(resumed_hot_ids)));
+  std::unique_ptr<ClusterCheckpointer> checkpointer;
+  if (!spec.checkpoint.dir.empty()) {
+    DLRM_ASSIGN_OR_RETURN(checkpointer, ClusterCheckpointer::Create({.spec = spec,
+                                                                     .job_id = job_id,
+                                                                     .rank = rank,
+                                                                     .world_size = world,
+                                                                     .ps = store.get(),
+                                                                     .base_step = base.step,
+                                                                     .metrics = options_.metrics}));
+  }
+
+  const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
+  int64_t migrations_reported = 0;
+
+  // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
+  // runs.
+  const auto start = Clock::now();
+  auto last_report = Clock::now();
+  auto last_step = Clock::now();
+  int64_t samples = 0;
+  int64_t steps = 0;
+  double loss_avg = 0;
+  auto report_progress = [&](bool force) -> absl::Status {
+    if (cancel_job_.load()) return absl::CancelledError(absl::StrCat("job ", job_id, " stopped"));
+    const auto now = Clock::now();
+    if (!force && now - last_report < absl::ToChronoMilliseconds(options_.progress_interval)) {
+      return absl::OkStatus();
+    }
+    last_report = now;
+    dlrm::v1::ReportProgressRequest request;
+    request.set_job_id(job_id);
+    request.set_rank(rank);
+    // The job's totals: a resumed job's progress continues from its checkpoint.
+    request.set_step(base.step + steps);
+    request.set_samples(base.samples / world + samples);
+    request.set_loss(loss_avg);
+    (*request.mutable_metrics())["samples_per_sec"] = samples / std::max(SecondsSince(start), 1e-9);
+    absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(request);
+    if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
+      return absl::CancelledError(absl::StrCat("job ", job_id, " is no longer running"));
+    }
+    if (!state.ok()) {
+      if (LeaseLost(state.status())) {
+        return absl::CancelledError(absl::StrCat("job ", job_id, ": ", state.status().message()));
+      }
+      DLRM_LOG(WARNING) << "progress report: " << state.status().message();
+    }
+    return absl::OkStatus();
+  };
+  auto on_step = [&](int64_t batch_size, float loss) -> absl::Status {
+    const auto now = Clock::now();
+    if (metrics.step_seconds != nullptr) {
+      metrics.step_seconds->Observe(std::chrono::duration<double>(now - last_step).count());
+      metrics.samples->Increment(static_cast<double>(batch_size));
+      metrics.steps->Increment();
+    }
+    if (metrics.hot_hit_ratio != nullptr) {
+      const TrainerCounters c = trainer->counters();
+      if (c.ids > 0) metrics.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
+      if (c.samples > 0) {
+        metrics.ps_bytes_per_sample->Set(static_cast<double>(c.store_bytes) / c.samples);
+      }
+      if (refresher != nullptr) {
+        const HotRefreshStats hs = refresher->stats();
+        const int64_t moved = hs.rows_joined + hs.rows_left;
+        metrics.hot_migrations->Increment(static_cast<double>(moved - migrations_reported));
+        migrations_reported = moved;
+      }
+    }
+    last_step = now;
+    samples += batch_size;
+    ++steps;
+    loss_avg = steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
+    return report_progress(false);
+  };
+
+  // Where a resumed run starts: the batches of its epoch trained before the checkpoint are read
+  // and dropped; `train_reader` counts what this run reads, for the checkpoints' positions.
+  Batch skipped;
+  for (int64_t b = 0; b < base.batches; ++b) {
+    DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&skipped));
+    if (!more) break;
+  }
+  CountingReader train_reader(input.train.get(), base.batches);
+  const int epochs_left = static_cast<int>(spec.epochs - base.epoch);
+  const int64_t max_steps_left = spec.max_steps > 0 ? spec.max_steps - base.step : 0;
+  const bool nothing_left = epochs_left <= 0 || (spec.max_steps > 0 && max_steps_left <= 0);
+  auto position = [&](int64_t run_steps) {
+    return TrainPosition{.step = base.step + run_steps,
+                         .samples = base.samples + samples * world,
+                         .epoch = base.epoch + train_reader.rewinds(),
+                         .batches = train_reader.batches_in_epoch()};
+  };
+  // At a drained step boundary of every rank: all pushes of earlier steps are applied (first
+  // barrier); rank 0 takes the cut; nobody pushes a later step before it is taken (second).
+  auto cut = [&](int64_t run_steps) -> absl::Status {
+    DLRM_RETURN_IF_ERROR(barrier());
+    DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(run_steps)));
+    return barrier();
+  };
+  const int64_t checkpoint_every = checkpointer != nullptr ? spec.checkpoint.every_steps : 0;
+  const int64_t refresh_every = refresher != nullptr ? spec.hot_refresh_steps : 0;
+
+  if (nothing_left) {
+    DLRM_LOG(INFO) << "job " << job_id << ": the checkpoint is at the end of training already";
+  } else if (options_.use_pipeline) {
+    PipelineOptions pipeline_options = PipelineOptionsFromSpec(spec);
+    pipeline_options.epochs = epochs_left;
+    pipeline_options.max_steps = max_steps_left;
+    pipeline_options.trainer = trainer.get();
+    pipeline_options.store = store.get();
+    pipeline_options.reader = &train_reader;
+    pipeline_options.metrics = options_.metrics;
+    // The parameter servers hold a lookup for step t until every worker's pushes of steps
+    // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
+    pipeline_options.store_enforces_staleness = true;
+    pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
+    if (refresh_every > 0 || checkpoint_every > 0) {
+      pipeline_options.boundary_every = std::gcd(refresh_every, checkpoint_every);
+      pipeline_options.on_boundary = [&](int64_t step) -> absl::Status {
+        if (refresh_every > 0 && step % refresh_every == 0) {
+          DLRM_RETURN_IF_ERROR(refresher->Refresh(step));
+        }
+        if (checkpoint_every > 0 && checkpointer->Due(base.step + step)) {
+          DLRM_RETURN_IF_ERROR(cut(step));
+        }
+        return absl::OkStatus();
+      };
+    }
+    DLRM_ASSIGN_OR_RETURN(auto pipeline, TrainingPipeline::Create(pipeline_options));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("worker shutting down");
+      cancel_hook_ = [this, p = pipeline.get()] {
+        cancel_job_.store(true);
+        p->Cancel();
+      };
+    }
+    absl::Status status = pipeline->Run();
+    {
+      absl::MutexLock lock(&mu_);
+      cancel_hook_ = [this] { cancel_job_.store(true); };
+    }
+    DLRM_RETURN_IF_ERROR(status);
+  } else {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("worker shutting down");
+      cancel_hook_ = [this] { cancel_job_.store(true); };
+    }
+    Batch batch;
+    bool stop = false;
+    for (int epoch = 0; epoch < epochs_left && !stop; ++epoch) {
+      if (epoch > 0) DLRM_RETURN_IF_ERROR(train_reader.Rewind());
+      while (true) {
+        if (refresher != nullptr && steps > 0 && steps % spec.hot_refresh_steps == 0) {
+          DLRM_RETURN_IF_ERROR(refresher->Refresh(trainer->steps_done()));
+        }
+        if (checkpoint_every > 0 && steps > 0 && checkpointer->Due(base.step + steps)) {
+          DLRM_RETURN_IF_ERROR(cut(steps));
+        }
+        DLRM_ASSIGN_OR_RETURN(bool more, train_reader.Next(&batch));
+        if (!more) break;
+        DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
+        DLRM_RETURN_IF_ERROR(on_step(batch.size, loss));
+        if (max_steps_left > 0 && steps >= max_steps_left) {
+          stop = true;
+          break;
+        }
+      }
+    }
+  }
+  const double train_seconds = SecondsSince(start);
+  if (steps == 0 && !nothing_left) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
+                                                      ": no training batches in its slice of ",
+                                                      spec.train_paths.front()));
+  }
+  // Every rank's pushes are applied before rank 0 reads the tables for evaluation.
+  DLRM_RETURN_IF_ERROR(barrier());
+  if (checkpointer != nullptr) {
+    // The trained model: rank 0 takes the final checkpoint and waits for it to be committed.
+    if (checkpointer->last_step() < base.step + steps || nothing_left) {
+      DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(steps)));
+    }
+    DLRM_RETURN_IF_ERROR(checkpointer->Finish());
+  }
+  DLRM_RETURN_IF_ERROR(report_progress(true));
+
+  dlrm::v1::ReportProgressRequest done;
+  done.set_job_id(job_id);
+  done.set_rank(rank);
+  done.set_step(steps);
+  done.set_samples(samples);
+  done.set_loss(loss_avg);
+  done.set_done(true);
+  if (rank == 0) {
+    EvalMetrics eval;
+    if (input.eval != nullptr) {
+      DLRM_ASSIGN_OR_RETURN(eval, trainer->Evaluate(input.eval.get()));
+    }
+    // Ranks take the same number of steps in lockstep, so the job's throughput is world times
+    // this rank's.
+    const double total_samples = static_cast<double>(samples) * world;
+    auto& m = *done.mutable_metrics();
+    m["auc"] = eval.auc;
+    m["logloss"] = eval.logloss;
+    m["accuracy"] = eval.accuracy;
+    m["eval_samples"] = static_cast<double>(eval.samples);
+    m["steps"] = static_cast<double>(base.step + steps);
+    m["samples"] = total_samples;
+    m["train_seconds"] = train_seconds;
+    m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
+    m["skipped_lines"] = static_cast<double>(input.train->skipped());
+    const TrainerCounters c = trainer->counters();
+    m["ps_bytes_per_sample"] = c.samples > 0 ? static_cast<double>(c.store_bytes) / c.samples : 0;
+    m["hot_hit_rate"] = c.ids > 0 ? static_cast<double>(c.hot_ids) / c.ids : 0;
+    m["hot_rows"] =
+        trainer->hot_rows() ? static_cast<double>(trainer->hot_rows()->total_rows()) : 0;
+    if (refresher != nullptr) {
+      m["hot_migrations"] =
+          static_cast<double>(refresher->stats().rows_joined + refresher->stats().rows_left);
+    }
+    // Where the job's rows live now, summed over the shards (shown by dlrm local).
+    absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> stats = store->GetStatsAll();
+    if (stats.ok()) {
+      double memory_rows = 0, reads = 0, writes = 0;
+      for (const dlrm::v1::GetStatsResponse& s : *stats) {
+        memory_rows += static_cast<double>(s.memory_rows());
+        reads += static_cast<double>(s.rocksdb_reads());
+        writes += static_cast<double>(s.rocksdb_writes());
+      }
+      m["ps_memory_rows"] = memory_rows;
+      m["ps_rocksdb_reads"] = reads;
+      m["ps_rocksdb_writes"] = writes;
+    } else {
+      DLRM_LOG(WARNING) << "parameter-server stats: " << stats.status().message();
+    }
+    DLRM_LOG(INFO) << "job " << job_id << ": AUC " << eval.auc << ", logloss " << eval.logloss
+                   << ", " << steps << " steps, " << m["samples_per_sec"] << " samples/s";
+  }
+  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(done);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("final report: ", state.status().message()));
+  }
+  if (rank == 0) {
+    // Every rank has pushed its last step (the barrier) and the job is over: free its shards
+    // for the next job.
+    absl::Status unloaded = store->UnloadJobOnAll();
+    if (!unloaded.ok()) DLRM_LOG(WARNING) << "unloading job " << job_id << ": " << unloaded;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::worker

@@ -1,0 +1,31 @@
+#include "worker/worker_metrics.h"
+
+namespace dlrm::worker {
+
+WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
+  WorkerMetrics m;
+  if (registry == nullptr) return m;
+  m.samples =
+      &registry->Counter("samples_trained_total", "Training samples processed by this worker.");
+  m.steps = &registry->Counter("steps_trained_total", "Training steps taken by this worker.");
+  m.step_seconds = &registry->Histogram("step_seconds",
+                                        "Wall time of one training step (between completed steps).",
+                                        common::MetricsRegistry::LatencyBuckets());
+  m.hot_hit_ratio = &registry->Gauge(
+      "hot_hit_ratio", "Share of embedding id lookups served by the worker's hot rows.");
+  m.ps_bytes_per_sample = &registry->Gauge(
+      "ps_bytes_per_sample",
+      "Embedding payload bytes to and from the parameter servers per sample (computed from the "
+      "rows and ids sent, not counted on the wire).");
+  m.hot_migrations =
+      &registry->Counter("hot_migrations_total",
+                         "Embedding rows moved between the hot set and the parameter servers.");
+  const char* help = "Jobs this worker took part in, by how its part ended.";
+  m.jobs_succeeded = &registry->Counter("worker_jobs_total", help, {{"result", "succeeded"}});
+  m.jobs_failed = &registry->Counter("worker_jobs_total", help, {{"result", "failed"}});
+  m.jobs_stopped = &registry->Counter("worker_jobs_total", help, {{"result", "stopped"}});
+  m.job_running = &registry->Gauge("worker_job_running", "1 while this worker trains a job.");
+  return m;
+}
+
+}  // namespace dlrm::worker
