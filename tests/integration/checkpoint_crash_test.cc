@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "embedding/checkpoint_manifest.h"
@@ -41,6 +43,20 @@ std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// The highest step of any checkpoint directory under `root`, committed or still being written.
+int64_t NewestStepStarted(const std::string& root) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    int64_t step = 0;
+    if (name.rfind("ckpt-", 0) == 0 && absl::SimpleAtoi(name.substr(5), &step)) {
+      newest = std::max(newest, step);
+    }
+  }
+  return newest;
+}
+
 TEST(CheckpointCrashTest, KilledDuringCheckpointsResumesToTheSameModel) {
   char tmpl[] = "/tmp/dlrm-crash-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -56,7 +72,6 @@ TEST(CheckpointCrashTest, KilledDuringCheckpointsResumesToTheSameModel) {
       {BinPath("dlrm"), "train", "-c", dir + "/ref.yaml", "--no-progress", "--threads", "1"}, dir,
       "ref", absl::Seconds(120));
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
-  const double full_run = ref.seconds;
 
   std::mt19937 rng(20261201);
   int64_t last_step = 0;
@@ -69,9 +84,16 @@ TEST(CheckpointCrashTest, KilledDuringCheckpointsResumesToTheSameModel) {
       argv.push_back(dir + "/crash");
     }
     Process p(argv, dir, absl::StrCat("crash-", round));
-    // A moment within the first part of the run, where a checkpoint is written every step.
-    const double at = std::uniform_real_distribution<double>(0.05, 0.25)(rng) * full_run + 0.05;
-    absl::SleepFor(absl::Seconds(at));
+    // The moment: once the checkpoint of a seeded step 1-5 steps ahead has begun (its directory
+    // exists, its manifest may not), plus a seeded 0-10 ms, so the kill lands in or near a write
+    // whatever the machine's speed.
+    const int64_t target = last_step + std::uniform_int_distribution<int>(1, 5)(rng);
+    const auto extra = absl::Microseconds(std::uniform_int_distribution<int>(0, 10000)(rng));
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (p.Running() && absl::Now() < deadline && NewestStepStarted(dir + "/crash") < target) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    absl::SleepFor(extra);
     if (p.Running()) {
       p.Signal(SIGKILL);
       ++kills;

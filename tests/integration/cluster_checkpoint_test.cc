@@ -227,8 +227,12 @@ TEST_F(ClusterCheckpointTest, ResumingOnThreeServersReadsBackEveryRowOfTwo) {
 }
 
 // 2 parameter servers + 2 workers (28 steps make an epoch here): 24 steps in one go against
-// 12 + resume + 12. The hot set and
-// the Gloo sums make the two runs differ only by float rounding: AUC within 1e-3.
+// 12 + resume + 12. The servers apply the two workers' pushes in arrival order, and the resumed
+// run's hot-set re-check counts ids from the resume on, so the runs differ by more than rounding:
+// 0.0015-0.0017 in AUC was seen on a loaded 2-core machine. The tolerance is the one the issue
+// sets for a job that recovered from a lost process.
+constexpr double kResumeTolerance = 0.003;
+
 TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
   const std::string hot = "hot_budget: 64KiB, hot_refresh_steps: 10";
   worker::TrainReport straight, resumed;
@@ -251,8 +255,8 @@ TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
   run(Job("r2", 24, "r2", hot), {"--resume-from", *dir_ + "/r2"}, "r2-2", &resumed);
   EXPECT_EQ(straight.steps, 24);
   EXPECT_EQ(resumed.steps, 24);
-  EXPECT_NEAR(resumed.auc, straight.auc, 1e-3);
-  EXPECT_NEAR(resumed.logloss, straight.logloss, 1e-3);
+  EXPECT_NEAR(resumed.auc, straight.auc, kResumeTolerance);
+  EXPECT_NEAR(resumed.logloss, straight.logloss, kResumeTolerance);
 }
 
 }  // namespace
