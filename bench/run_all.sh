@@ -16,4 +16,5 @@ run "$bin/ps_lookup_bench"             # deduplicated, as the trainer sends them
 run "$bin/pipeline_bench"
 run "$bin/hot_traffic_bench"
 run "$bin/checkpoint_bench"
+run "$(dirname "$0")/recovery_bench.sh" "$build"
 run "$(dirname "$0")/local_vs_train.sh" "$build"

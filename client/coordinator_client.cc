@@ -11,6 +11,9 @@ namespace dlrm::client {
 
 using common::MakeClientContext;
 
+// How long Watch keeps reconnecting to a coordinator that does not answer.
+constexpr absl::Duration kWatchReconnectFor = absl::Seconds(60);
+
 bool IsTerminalJobState(dlrm::v1::JobState state) {
   return state == dlrm::v1::JOB_STATE_SUCCEEDED || state == dlrm::v1::JOB_STATE_FAILED ||
          state == dlrm::v1::JOB_STATE_CANCELLED;
@@ -84,36 +87,63 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Cancel(const std::string& job_i
   return job;
 }
 
+absl::StatusOr<dlrm::v1::Job> CoordinatorClient::RequestCheckpoint(const std::string& job_id) {
+  dlrm::v1::CheckpointJobRequest request;
+  request.set_job_id(job_id);
+  dlrm::v1::Job job;
+  auto context = MakeClientContext(options_.timeout);
+  DLRM_RETURN_IF_ERROR(Check(jobs_->CheckpointJob(context.get(), request, &job), "CheckpointJob"));
+  return job;
+}
+
 absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id,
                                                        const EventCallback& on_event,
-                                                       absl::Duration timeout) {
+                                                       absl::Duration timeout,
+                                                       const std::function<bool()>& reconnect) {
   dlrm::v1::WatchJobRequest request;
   request.set_job_id(job_id);
-  auto context = MakeClientContext(timeout);
-  std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader =
-      jobs_->WatchJob(context.get(), request);
-  dlrm::v1::JobEvent event;
+  const absl::Time deadline = absl::Now() + timeout;
   dlrm::v1::Job last;
   bool seen = false;
-  bool stopped = false;
-  while (reader->Read(&event)) {
-    last = event.job();
-    seen = true;
-    if (on_event && !on_event(event)) {
-      stopped = true;
-      context->TryCancel();
-      break;
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  while (true) {
+    auto context = MakeClientContext(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader =
+        jobs_->WatchJob(context.get(), request);
+    dlrm::v1::JobEvent event;
+    bool stopped = false;
+    while (reader->Read(&event)) {
+      last = event.job();
+      seen = true;
+      unreachable_since = absl::InfiniteFuture();
+      if (on_event && !on_event(event)) {
+        stopped = true;
+        context->TryCancel();
+        break;
+      }
     }
+    grpc::Status status = reader->Finish();
+    if (stopped) return last;
+    // A coordinator that restarts (its jobs are in its store) ends the stream with UNAVAILABLE:
+    // watch again until it is back, for up to kWatchReconnectFor.
+    const bool terminal = seen && IsTerminalJobState(last.state());
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !terminal &&
+        absl::Now() < deadline && (!reconnect || reconnect())) {
+      const absl::Time now = absl::Now();
+      if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
+      if (now - unreachable_since < kWatchReconnectFor) {
+        absl::SleepFor(absl::Milliseconds(500));
+        continue;
+      }
+    }
+    DLRM_RETURN_IF_ERROR(Check(status, "WatchJob"));
+    if (!seen) {
+      return absl::InternalError(absl::StrCat("coordinator ", options_.address,
+                                              " WatchJob: stream for job ", job_id,
+                                              " ended without an event"));
+    }
+    return last;
   }
-  grpc::Status status = reader->Finish();
-  if (stopped) return last;
-  DLRM_RETURN_IF_ERROR(Check(status, "WatchJob"));
-  if (!seen) {
-    return absl::InternalError(absl::StrCat("coordinator ", options_.address,
-                                            " WatchJob: stream for job ", job_id,
-                                            " ended without an event"));
-  }
-  return last;
 }
 
 absl::StatusOr<dlrm::v1::GetClusterViewResponse> CoordinatorClient::Members() {

@@ -55,10 +55,15 @@ class CoordinatorClient {
   absl::StatusOr<std::vector<dlrm::v1::Job>> List(
       dlrm::v1::JobState filter = dlrm::v1::JOB_STATE_UNSPECIFIED);
   absl::StatusOr<dlrm::v1::Job> Cancel(const std::string& job_id, const std::string& reason = "");
+  // Asks a running job for a checkpoint now (Jobs.CheckpointJob).
+  absl::StatusOr<dlrm::v1::Job> RequestCheckpoint(const std::string& job_id);
   // Streams the job's events to `on_event` until it reaches a terminal state, `on_event`
-  // returns false, or `timeout` passes (DEADLINE_EXCEEDED). Returns the last job seen.
+  // returns false, or `timeout` passes (DEADLINE_EXCEEDED). Returns the last job seen. When the
+  // coordinator goes away (UNAVAILABLE: restarting) it watches again, for up to 60 s and while
+  // `reconnect` (when given) returns true.
   absl::StatusOr<dlrm::v1::Job> Watch(const std::string& job_id, const EventCallback& on_event,
-                                      absl::Duration timeout = absl::Hours(24 * 7));
+                                      absl::Duration timeout = absl::Hours(24 * 7),
+                                      const std::function<bool()>& reconnect = nullptr);
 
   // --- cluster ---
   absl::StatusOr<dlrm::v1::GetClusterViewResponse> Members();

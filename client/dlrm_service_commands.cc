@@ -64,7 +64,7 @@ std::string HostName() {
 
 struct CoordinatorFlags {
   server::CoordinatorOptions options;
-  std::string lease_ttl = "10s";
+  std::string lease_ttl = "14s";
   std::string port_file;
 };
 
@@ -235,7 +235,7 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
 
 struct LocalFlags {
   client::LocalCommandOptions options;
-  std::string lease_ttl = "10s";
+  std::string lease_ttl = "14s";
   bool no_pipeline = false;
   bool no_hot_rows = false;
   bool no_progress = false;

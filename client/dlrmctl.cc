@@ -23,8 +23,8 @@
 namespace dlrm::client {
 namespace {
 
-constexpr const char* kCommands[] = {"submit", "status",      "watch",   "cancel",
-                                     "list",   "checkpoints", "members", "version"};
+constexpr const char* kCommands[] = {"submit",     "status",      "watch",   "cancel", "list",
+                                     "checkpoint", "checkpoints", "members", "version"};
 
 constexpr char kFooter[] = R"(Output (-o):
   table, wide   for people (wide: more columns)
@@ -49,7 +49,8 @@ struct Flags {
   int workers = 1;
   int ps = 0;
   bool wait = false;
-  std::string resume_from;  // submit: checkpoint.resume_from of the submitted spec
+  double wait_timeout_s = 600;  // checkpoint --wait
+  std::string resume_from;      // submit: checkpoint.resume_from of the submitted spec
   // status, watch, cancel
   std::string job_id;
   std::string reason;
@@ -118,6 +119,48 @@ class Command {
     if (!job.ok()) return Fail(job.status());
     PrintJob(**client, *job);
     return kExitOk;
+  }
+
+  // Asks a running job for a checkpoint; with --wait, waits until a checkpoint newer than the
+  // newest one before the request is committed in its folder (this client must see the folder).
+  int Checkpoint() {
+    auto client = Connect();
+    if (!client.ok()) return Fail(client.status());
+    auto before = (*client)->Get(flags_.job_id);
+    if (!before.ok()) return Fail(before.status());
+    auto spec = common::ParseJobSpec(before->spec_yaml(), absl::StrCat("job ", flags_.job_id));
+    if (!spec.ok()) return Fail(spec.status());
+    int64_t newest_step = -1;
+    if (flags_.wait && !spec->checkpoint.dir.empty()) {
+      auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
+      if (!list.ok()) return Fail(list.status());
+      if (!list->empty()) newest_step = list->back().step;
+    }
+    auto job = (*client)->RequestCheckpoint(flags_.job_id);
+    if (!job.ok()) return Fail(job.status());
+    err_ << "job " << flags_.job_id << ": checkpoint requested (request "
+         << job->checkpoint_requests() << "); its workers take it within "
+         << "50 steps" << std::endl;
+    if (!flags_.wait) return kExitOk;
+    const absl::Time give_up = absl::Now() + absl::Seconds(flags_.wait_timeout_s);
+    while (absl::Now() < give_up) {
+      auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
+      if (list.ok() && !list->empty() && list->back().step > newest_step) {
+        const embedding::CheckpointManifest& m = list->back();
+        out_ << absl::StrCat(spec->checkpoint.dir, "/", m.name) << "\n";
+        return kExitOk;
+      }
+      auto now = (*client)->Get(flags_.job_id);
+      if (now.ok() && IsTerminalJobState(now->state())) {
+        err_ << "job " << flags_.job_id << " ended (" << StateName(now->state())
+             << ") before a new checkpoint was committed" << std::endl;
+        return kExitFailed;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    err_ << "no new checkpoint of job " << flags_.job_id << " within " << flags_.wait_timeout_s
+         << " s" << std::endl;
+    return kExitFailed;
   }
 
   // The committed checkpoints of a job, read from its checkpoint folder (the shared volume: this
@@ -383,6 +426,14 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
                    "only jobs in this state: pending, running, succeeded, failed, cancelled")
       ->transform(CLI::IsMember({"pending", "running", "succeeded", "failed", "cancelled"},
                                 CLI::ignore_case));
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint", "ask a running job for a checkpoint now (taken within 50 steps)");
+  checkpoint->add_option("job", flags.job_id, "job id")->required();
+  checkpoint->add_flag("--wait", flags.wait,
+                       "wait until it is committed, then print its path (reads the job's "
+                       "checkpoint folder)");
+  checkpoint->add_option("--wait-timeout", flags.wait_timeout_s, "seconds --wait waits")
+      ->check(CLI::PositiveNumber);
   CLI::App* checkpoints = app.add_subcommand(
       "checkpoints", "list a job's committed checkpoints (reads its checkpoint folder)");
   checkpoints->add_option("job", flags.job_id, "job id")->required();
@@ -405,6 +456,7 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   if (watch->parsed()) return command.Watch();
   if (cancel->parsed()) return command.Cancel();
   if (list->parsed()) return command.List();
+  if (checkpoint->parsed()) return command.Checkpoint();
   if (checkpoints->parsed()) return command.Checkpoints();
   if (members->parsed()) return command.Members();
   if (version->parsed()) return command.Version();

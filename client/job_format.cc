@@ -454,6 +454,22 @@ std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot
     rows.push_back({"samples/s:", absl::StrFormat("%.1f", m.samples_per_sec())});
     rows.push_back({"steps:", absl::StrCat(m.steps())});
   }
+  if (job.recoveries() > 0 || job.state() == dlrm::v1::JOB_STATE_RECOVERING) {
+    rows.push_back({"recoveries:", absl::StrCat(job.recoveries(), " of ", job.max_recoveries())});
+    for (int i = 0; wide && i < job.recovery_history_size(); ++i) {
+      const dlrm::v1::JobRecovery& r = job.recovery_history(i);
+      rows.push_back(
+          {absl::StrCat("recovery ", i + 1, ":"),
+           absl::StrCat(
+               UtcTime(r.started_ms()), " at step ", r.step_at_loss(), ", ",
+               r.resumed_ms() > 0
+                   ? absl::StrCat(
+                         "running again after ",
+                         absl::StrFormat("%.1f s", (r.resumed_ms() - r.started_ms()) / 1000.0))
+                   : std::string("not running again"),
+               ": ", r.reason())});
+    }
+  }
   if (wide) {
     rows.push_back({"created:", UtcTime(job.created_ms())});
     rows.push_back({"started:", UtcTime(job.started_ms())});
@@ -494,7 +510,7 @@ std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
 
 std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
   std::string line = absl::StrCat(job.job_id(), " ", StateName(job.state()));
-  if (job.state() == dlrm::v1::JOB_STATE_RUNNING ||
+  if (job.state() == dlrm::v1::JOB_STATE_RUNNING || job.state() == dlrm::v1::JOB_STATE_RECOVERING ||
       (IsTerminalJobState(job.state()) && job.started_ms() > 0)) {
     absl::StrAppend(&line, " step ", job.progress().step(), " samples ", job.total_samples(),
                     absl::StrFormat(" loss %.4f", job.progress().loss()));

@@ -106,23 +106,41 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   return cluster;
 }
 
-LocalCluster::~LocalCluster() { Stop(); }
+LocalCluster::~LocalCluster() {
+  Stop();
+  JoinSupervisor();
+}
+
+void LocalCluster::JoinSupervisor() {
+  absl::MutexLock lock(&join_mu_);
+  if (supervisor_.joinable()) supervisor_.join();
+}
 
 absl::Status LocalCluster::Spawn(const std::string& name, const std::vector<std::string>& args) {
-  const std::string log_path = absl::StrCat(data_dir_, "/logs/", name, ".log");
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::CancelledError("local cluster is stopping");
+  Child child;
+  child.name = name;
+  child.args = args;
+  children_.push_back(std::move(child));
+  return StartChildLocked(&children_.back(), /*append_log=*/false);
+}
+
+absl::Status LocalCluster::StartChildLocked(Child* child, bool append_log) {
+  const std::string log_path = absl::StrCat(data_dir_, "/logs/", child->name, ".log");
   std::vector<std::string> argv_storage = {binary_};
   if (!options_.log_level.empty()) {
     argv_storage.push_back("--log-level");
     argv_storage.push_back(options_.log_level);
   }
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  argv_storage.insert(argv_storage.end(), child->args.begin(), child->args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  absl::MutexLock lock(&mu_);
-  if (stopped_) return absl::CancelledError("local cluster is stopping");
-  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A restarted child appends to its log, so the dead one's last words stay.
+  const int log_fd = open(log_path.c_str(),
+                          O_WRONLY | O_CREAT | O_CLOEXEC | (append_log ? O_APPEND : O_TRUNC), 0644);
   if (log_fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
   }
@@ -130,7 +148,8 @@ absl::Status LocalCluster::Spawn(const std::string& name, const std::vector<std:
   const pid_t pid = fork();
   if (pid < 0) {
     close(log_fd);
-    return absl::ResourceExhaustedError(absl::StrCat("fork for ", name, ": ", strerror(errno)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("fork for ", child->name, ": ", strerror(errno)));
   }
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec.
@@ -148,10 +167,55 @@ absl::Status LocalCluster::Spawn(const std::string& name, const std::vector<std:
     _exit(127);
   }
   close(log_fd);
-  children_.push_back({name, log_path, pid});
-  DLRM_LOG(DEBUG) << "started " << name << " (pid " << pid
+  child->log_path = log_path;
+  child->pid = pid;
+  child->started = absl::Now();
+  DLRM_LOG(DEBUG) << "started " << child->name << " (pid " << pid
                   << "): " << absl::StrJoin(argv_storage, " ");
   return absl::OkStatus();
+}
+
+void LocalCluster::Supervise() {
+  absl::MutexLock lock(&mu_);
+  while (!stopped_) {
+    const absl::Time now = absl::Now();
+    for (Child& c : children_) {
+      if (c.pid > 0) {
+        int wait_status = 0;
+        if (!Reaped(c.pid, &wait_status)) continue;
+        // A child that dies soon after it started waits longer before the next try.
+        const absl::Duration lived = now - c.started;
+        c.backoff =
+            lived > absl::Seconds(10)
+                ? absl::Milliseconds(200)
+                : std::min(std::max(c.backoff * 2, absl::Milliseconds(200)), absl::Seconds(10));
+        c.restart_at = now + c.backoff;
+        c.pid = -1;
+        DLRM_LOG(WARNING) << c.name << " " << DescribeExit(wait_status) << "; restarting it in "
+                          << c.backoff << " (see " << c.log_path << ")";
+      } else if (c.restart_at != absl::InfiniteFuture() && now >= c.restart_at) {
+        c.restart_at = absl::InfiniteFuture();
+        absl::Status started = StartChildLocked(&c, /*append_log=*/true);
+        if (started.ok()) {
+          ++c.restarts;
+          DLRM_LOG(WARNING) << "restarted " << c.name << " (pid " << c.pid << ", restart "
+                            << c.restarts << ")";
+        } else {
+          DLRM_LOG(ERROR) << "restarting " << c.name << ": " << started;
+          c.restart_at = now + absl::Seconds(1);
+        }
+      }
+    }
+    mu_.AwaitWithTimeout(absl::Condition(&stopped_), absl::Milliseconds(100));
+  }
+}
+
+int LocalCluster::restarts(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  for (const Child& c : children_) {
+    if (c.name == name) return c.restarts;
+  }
+  return 0;
 }
 
 absl::Status LocalCluster::WaitForPortFile(const std::string& path) {
@@ -212,6 +276,16 @@ absl::Status LocalCluster::Launch() {
   coordinator_args.insert(coordinator_args.end(), metrics_args.begin(), metrics_args.end());
   DLRM_RETURN_IF_ERROR(Spawn("coordinator", coordinator_args));
   DLRM_RETURN_IF_ERROR(WaitForPortFile(port_file));
+  {
+    // A restarted coordinator must come back where the others look for it: its bound port.
+    absl::MutexLock lock(&mu_);
+    for (Child& c : children_) {
+      if (c.name != "coordinator") continue;
+      for (size_t i = 0; i + 1 < c.args.size(); ++i) {
+        if (c.args[i] == "--listen") c.args[i + 1] = coordinator_address_;
+      }
+    }
+  }
 
   for (int i = 0; i < options_.num_ps; ++i) {
     std::vector<std::string> args = {"ps",
@@ -254,7 +328,9 @@ absl::Status LocalCluster::Launch() {
     args.insert(args.end(), metrics_args.begin(), metrics_args.end());
     DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("worker-", i), args));
   }
-  return WaitReady();
+  DLRM_RETURN_IF_ERROR(WaitReady());
+  if (options_.restart_children) supervisor_ = std::thread([this] { Supervise(); });
+  return absl::OkStatus();
 }
 
 absl::Status LocalCluster::WaitReady() {
@@ -349,9 +425,13 @@ void LocalCluster::SignalAndWait(const std::string& prefix, absl::Duration wait)
 }
 
 void LocalCluster::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;  // the supervisor restarts nothing from now on
+  }
+  JoinSupervisor();
   absl::MutexLock lock(&mu_);
-  if (stopped_) return;
-  stopped_ = true;
   // Workers first, so they can leave the cluster while the coordinator still answers; then
   // everyone (a worker stuck in a lookup is released when its parameter server stops).
   SignalAndWait("worker-", std::min(options_.stop_grace, absl::Seconds(2)));

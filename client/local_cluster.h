@@ -3,7 +3,11 @@
 // ports (the coordinator binds port 0 and writes the bound port to a file; parameter servers and
 // workers bind port 0 and register with it), with their data directories and logs under one
 // folder, and stops them again: SIGTERM, a grace period, then SIGKILL. Children die with the
-// parent (PR_SET_PDEATHSIG), so even a SIGKILLed `dlrm local` leaves no orphans.
+// parent (PR_SET_PDEATHSIG), so even a SIGKILLed `dlrm local` leaves no orphans. Once the
+// cluster is up, a child that dies is started again with the same flags (the coordinator on the
+// port it had, with the same data folder, so it resumes its jobs; a parameter server or worker
+// registers as a new member and replaces the dead one), as Kubernetes restarts a pod: after
+// 200 ms, doubling up to 10 s while a child keeps dying within 10 s of its start.
 //
 // RunLocalCommand submits a job spec to such a cluster through the client library, shows its
 // progress, prints the final metrics as `dlrm train` does (and writes --metrics-out with the same
@@ -17,6 +21,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,7 +37,7 @@ struct LocalClusterOptions {
   int num_workers = 1;        // >= 1
   std::string data_dir;       // "" = a fresh temporary folder, removed by Stop()
   std::string memory_budget;  // each parameter server's --memory-budget ("" = its default)
-  absl::Duration lease_ttl = absl::Seconds(10);
+  absl::Duration lease_ttl = absl::Seconds(14);
   std::string device = "auto";  // workers' --device
   int worker_threads = 0;       // workers' --threads; 0 = cores / workers (at least 1)
   bool worker_pipeline = true;  // false: workers run the plain Trainer::Step loop
@@ -45,6 +50,7 @@ struct LocalClusterOptions {
   int metrics_base_port = 9100;
   absl::Duration ready_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM -> SIGKILL
+  bool restart_children = true;  // start a child that dies again (see the file comment)
 };
 
 class LocalCluster {
@@ -71,6 +77,8 @@ class LocalCluster {
   }
   // Pids of the children still running.
   std::vector<pid_t> pids() const;
+  // Times the child `name` ("coordinator", "ps-0", "worker-1") was restarted.
+  int restarts(const std::string& name) const;
 
   // SIGTERMs the workers (up to 2 s to leave), then every child; SIGKILLs what is left after
   // options.stop_grace; reaps all. Removes a temporary data_dir. Idempotent, any thread.
@@ -79,12 +87,22 @@ class LocalCluster {
  private:
   struct Child {
     std::string name;
+    std::vector<std::string> args;  // after the binary (and --log-level)
     std::string log_path;
     pid_t pid = -1;
+    absl::Time started;
+    absl::Time restart_at = absl::InfiniteFuture();  // when dead: when to start it again
+    absl::Duration backoff;
+    int restarts = 0;
   };
 
   explicit LocalCluster(const LocalClusterOptions& options) : options_(options) {}
   absl::Status Spawn(const std::string& name, const std::vector<std::string>& args);
+  // Forks and execs `child` (its log truncated, or appended to for a restart).
+  absl::Status StartChildLocked(Child* child, bool append_log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The supervisor thread: reaps dead children and starts them again until Stop().
+  void Supervise();
+  void JoinSupervisor();
   absl::Status WaitReady();
   // Polls for the coordinator's port file.
   absl::Status WaitForPortFile(const std::string& path);
@@ -107,6 +125,8 @@ class LocalCluster {
   std::vector<Child> children_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool keep_data_dir_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex join_mu_;  // serialises joining the supervisor (Stop and the destructor)
+  std::thread supervisor_;
 };
 
 struct LocalCommandOptions {

@@ -123,16 +123,21 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
                options.cluster.num_workers);
   worker::ProgressLine progress;
   const absl::Time start = absl::Now();
-  job = (*client)->Watch(job_id, [&](const dlrm::v1::JobEvent& event) {
-    const dlrm::v1::Job& j = event.job();
-    if (options.show_progress && j.state() == dlrm::v1::JOB_STATE_RUNNING &&
-        j.total_samples() > 0) {
-      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-      progress.Update(absl::StrCat("job ", job_id), j.progress().step(), j.total_samples(),
-                      j.progress().loss(), seconds > 0 ? j.total_samples() / seconds : 0);
-    }
-    return true;
-  });
+  job = (*client)->Watch(
+      job_id,
+      [&](const dlrm::v1::JobEvent& event) {
+        const dlrm::v1::Job& j = event.job();
+        if (options.show_progress && j.state() == dlrm::v1::JOB_STATE_RUNNING &&
+            j.total_samples() > 0) {
+          const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+          progress.Update(absl::StrCat("job ", job_id), j.progress().step(), j.total_samples(),
+                          j.progress().loss(), seconds > 0 ? j.total_samples() / seconds : 0);
+        }
+        return true;
+      },
+      absl::Hours(24 * 7),
+      // A coordinator that restarts (a dead child) is watched again; a stopping cluster is not.
+      [&] { return !signals.interrupted(); });
   if (options.show_progress) progress.Finish();
   if (signals.interrupted()) return kExitInterrupted;
   if (!job.ok()) {

@@ -239,10 +239,10 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   }
 
   if (YAML::Node tr = root["training"]) {
-    DLRM_RETURN_IF_ERROR(CheckKeys(
-        tr, "training",
-        {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
-         "hot_sample_batches", "hot_refresh_steps", "device", "math_mode", "eval_every_steps"}));
+    DLRM_RETURN_IF_ERROR(CheckKeys(tr, "training",
+                                   {"batch_size", "epochs", "seed", "max_steps", "staleness",
+                                    "hot_budget", "hot_sample_batches", "hot_refresh_steps",
+                                    "device", "math_mode", "eval_every_steps", "max_recoveries"}));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
@@ -253,6 +253,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "device", &spec.device));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "math_mode", &spec.math_mode));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "eval_every_steps", &spec.eval_every_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_recoveries", &spec.max_recoveries));
     std::string hot_budget;
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
     if (!hot_budget.empty()) {
@@ -280,6 +281,10 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   if (spec.hot_refresh_steps < 0) {
     return Invalid("training.hot_refresh_steps",
                    absl::StrCat("must be >= 0, got ", spec.hot_refresh_steps));
+  }
+  if (spec.max_recoveries < 0) {
+    return Invalid("training.max_recoveries",
+                   absl::StrCat("must be >= 0, got ", spec.max_recoveries));
   }
   if (spec.eval_every_steps < 0) {
     return Invalid("training.eval_every_steps",
@@ -442,6 +447,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "device" << YAML::Value << spec.device;
   out << YAML::Key << "math_mode" << YAML::Value << spec.math_mode;
   out << YAML::Key << "eval_every_steps" << YAML::Value << spec.eval_every_steps;
+  out << YAML::Key << "max_recoveries" << YAML::Value << spec.max_recoveries;
   out << YAML::EndMap;
   out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "train" << YAML::Value << YAML::Flow << spec.train_paths;

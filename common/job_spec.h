@@ -13,7 +13,8 @@
 //   optimizer:
 //     dense: {type: adam, learning_rate: 0.001}
 //     sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-//   training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: 64MiB}
+//   training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: 64MiB,
+//              max_recoveries: 3}
 //   data: {train: [data/train.tsv], format: auto, eval_fraction: 0.1}
 //   checkpoint: {dir: /ckpt/criteo-small, every_steps: 1000, keep_last: 3, full_every: 4}
 //
@@ -88,6 +89,9 @@ struct JobSpec {
   std::string device = "auto";     // auto | cpu | cuda
   std::string math_mode = "fp32";  // fp32 | tf32 | bf16 (CUDA GEMMs)
   int64_t eval_every_steps = 0;    // 0 = only at the end
+  // A cluster job that loses a member recovers (rolls back to its last checkpoint) at most this
+  // many times; the next loss fails it.
+  int max_recoveries = 3;
 
   // data
   std::vector<std::string> train_paths;

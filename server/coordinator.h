@@ -36,7 +36,7 @@ class TimerQueue;
 struct CoordinatorOptions {
   std::string listen_address = "0.0.0.0:50051";  // port 0: any free port (see port())
   std::string data_dir;                          // required: RocksDB lives here
-  absl::Duration lease_ttl = absl::Seconds(10);  // members heartbeat within this
+  absl::Duration lease_ttl = absl::Seconds(14);  // members heartbeat within this
   // How often leases are checked; 0: lease_ttl / 10, within [10 ms, 1 s].
   absl::Duration expiry_check_interval = absl::ZeroDuration();
   int metrics_port = -1;          // < 0: no endpoint; 0: any free port

@@ -69,6 +69,7 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
     job.set_spec_yaml(request.spec_yaml());
     job.set_requested_workers(request.workers() == 0 ? 1 : request.workers());
     job.set_requested_ps(request.ps());
+    job.set_max_recoveries(spec->max_recoveries);
     job.set_created_ms(absl::ToUnixMillis(now));
     changes.counters = true;
     Job& stored = jobs_[job.job_id()] = std::move(job);
@@ -127,6 +128,39 @@ absl::StatusOr<Job> CoordinatorState::Cancel(const std::string& job_id, const st
   return result;
 }
 
+absl::StatusOr<Job> CoordinatorState::RequestCheckpoint(const std::string& job_id, absl::Time now) {
+  (void)now;
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  Changes changes;
+  Job result;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+    }
+    Job& job = it->second;
+    if (job.state() != dlrm::v1::JOB_STATE_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ",
+                                                        JobStateName(job.state()),
+                                                        "; only a RUNNING job takes a checkpoint"));
+    }
+    absl::StatusOr<common::JobSpec> spec = common::ParseJobSpec(job.spec_yaml(), job_id);
+    if (!spec.ok() || spec->checkpoint.dir.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " takes no checkpoints: its spec has no checkpoint.dir"));
+    }
+    job.set_checkpoint_requests(job.checkpoint_requests() + 1);
+    TouchJob(&job, &changes);
+    result = job;
+    status = Finalize(changes);
+  }
+  Notify(changes);
+  if (!status.ok()) return status;
+  return result;
+}
+
 absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
     const dlrm::v1::ReportProgressRequest& request, absl::Time now) {
   if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
@@ -145,6 +179,12 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
       return absl::NotFoundError(absl::StrCat("job '", request.job_id(), "' not found"));
     }
     Job& job = it->second;
+    if (request.job_epoch() > 0 && request.job_epoch() != job.job_epoch()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.job_id(), ": report from job epoch ", request.job_epoch(),
+                       ", which a recovery replaced (the job is at epoch ", job.job_epoch(), ", ",
+                       JobStateName(job.state()), ")"));
+    }
     if (job.state() != dlrm::v1::JOB_STATE_RUNNING) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job.job_id(), " is ", JobStateName(job.state()),
@@ -161,19 +201,14 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
           absl::StrCat("member ", request.member_id(), " does not hold rank ", request.rank(),
                        " of job ", job.job_id(), " (", holder, " does)"));
     }
-    dlrm::v1::JobProgress* progress = job.mutable_progress();
-    progress->set_rank(request.rank());
-    progress->set_step(request.step());
-    progress->set_samples(request.samples());
-    progress->set_loss(request.loss());
-    *progress->mutable_metrics() = request.metrics();
-    progress->set_time_ms(absl::ToUnixMillis(now));
-    while (job.rank_samples_size() < job.worker_ids_size()) job.add_rank_samples(0);
-    job.set_rank_samples(request.rank(), request.samples());
-    int64_t total = 0;
-    for (int64_t s : job.rank_samples()) total += s;
-    job.set_total_samples(total);
-    if (request.failed()) {
+    // A failure report carries no progress: keep what the rank reported last.
+    if (!request.failed()) UpdateProgress(request, now, &job);
+    if (request.failed() && request.peer_unreachable()) {
+      BeginRecovery(
+          &job,
+          absl::StrCat("rank ", request.rank(), " (", holder, ") lost a peer: ", request.message()),
+          now, &changes);
+    } else if (request.failed()) {
       status = FinishJob(
           &job, dlrm::v1::JOB_STATE_FAILED,
           absl::StrCat("rank ", request.rank(), " (", holder, ") failed: ", request.message()), now,
@@ -187,7 +222,8 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
       fm->set_samples_per_sec(MetricOr(m, "samples_per_sec", 0));
       fm->set_steps(
           static_cast<int64_t>(MetricOr(m, "steps", static_cast<double>(request.step()))));
-      fm->set_samples(static_cast<int64_t>(MetricOr(m, "samples", static_cast<double>(total))));
+      fm->set_samples(
+          static_cast<int64_t>(MetricOr(m, "samples", static_cast<double>(job.total_samples()))));
       fm->set_train_seconds(MetricOr(m, "train_seconds", 0));
       status = FinishJob(&job, dlrm::v1::JOB_STATE_SUCCEEDED, request.message(), now, &changes);
     } else {
@@ -201,6 +237,22 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
   Notify(changes);
   if (!status.ok()) return status;
   return state;
+}
+
+void CoordinatorState::UpdateProgress(const dlrm::v1::ReportProgressRequest& request,
+                                      absl::Time now, Job* job) {
+  dlrm::v1::JobProgress* progress = job->mutable_progress();
+  progress->set_rank(request.rank());
+  progress->set_step(request.step());
+  progress->set_samples(request.samples());
+  progress->set_loss(request.loss());
+  *progress->mutable_metrics() = request.metrics();
+  progress->set_time_ms(absl::ToUnixMillis(now));
+  while (job->rank_samples_size() < job->worker_ids_size()) job->add_rank_samples(0);
+  job->set_rank_samples(request.rank(), request.samples());
+  int64_t total = 0;
+  for (int64_t s : job->rank_samples()) total += s;
+  job->set_total_samples(total);
 }
 
 absl::Status CoordinatorState::FinishJob(Job* job, dlrm::v1::JobState to,
@@ -227,31 +279,89 @@ absl::Status CoordinatorState::FinishJob(Job* job, dlrm::v1::JobState to,
   return absl::OkStatus();
 }
 
+void CoordinatorState::BeginRecovery(Job* job, const std::string& reason, absl::Time now,
+                                     Changes* changes) {
+  if (job->recoveries() >= job->max_recoveries()) {
+    std::string message = absl::StrCat(reason, "; no recovery left (", job->recoveries(),
+                                       " of max_recoveries ", job->max_recoveries(), " used)");
+    for (int i = 0; i < job->recovery_history_size(); ++i) {
+      absl::StrAppend(&message, "; recovery ", i + 1, ": ", job->recovery_history(i).reason());
+    }
+    (void)FinishJob(job, dlrm::v1::JOB_STATE_FAILED, message, now, changes);
+    return;
+  }
+  DLRM_CHECK(CheckJobTransition(job->job_id(), job->state(), dlrm::v1::JOB_STATE_RECOVERING).ok());
+  for (const std::string& id : job->worker_ids()) {
+    auto it = members_.find(id);
+    if (it == members_.end() || it->second.info.job_id() != job->job_id()) continue;
+    it->second.info.clear_job_id();
+    it->second.info.set_rank(-1);
+    TouchMember(it->second.info, changes);
+  }
+  BumpEpoch(changes);
+  job->set_state(dlrm::v1::JOB_STATE_RECOVERING);
+  job->set_recoveries(job->recoveries() + 1);
+  dlrm::v1::JobRecovery* r = job->add_recovery_history();
+  r->set_started_ms(absl::ToUnixMillis(now));
+  r->set_reason(reason);
+  r->set_step_at_loss(job->progress().step());
+  job->set_message(absl::StrCat("recovering (", job->recoveries(), " of ", job->max_recoveries(),
+                                "): ", reason));
+  TouchJob(job, changes);
+  CountRecovery();
+  DLRM_LOG(WARNING) << "job " << job->job_id() << " -> RECOVERING: " << job->message();
+}
+
 void CoordinatorState::TryStartJobs(absl::Time now, Changes* changes) {
-  std::vector<std::string> pending;
-  for (const Job* job : SortedJobs(jobs_)) {
-    if (job->state() == dlrm::v1::JOB_STATE_PENDING) pending.push_back(job->job_id());
+  // Recovering jobs first (they were running), then pending ones; each in submission order.
+  std::vector<std::string> order;
+  for (auto state : {dlrm::v1::JOB_STATE_RECOVERING, dlrm::v1::JOB_STATE_PENDING}) {
+    for (const Job* job : SortedJobs(jobs_)) {
+      if (job->state() == state) order.push_back(job->job_id());
+    }
   }
   // FIFO: a job that cannot start holds back the ones behind it, so none starves.
-  for (const std::string& id : pending) {
+  for (const std::string& id : order) {
     if (!TryStart(&jobs_[id], now, changes)) break;
   }
 }
 
 bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
+  const bool recovering = job->state() == dlrm::v1::JOB_STATE_RECOVERING;
+  // After a loss, only members that showed they are alive since then.
+  const int64_t alive_since_ms =
+      recovering ? job->recovery_history(job->recovery_history_size() - 1).started_ms() : -1;
+  auto usable = [&](const Member& m) {
+    return m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.last_heartbeat_ms() > alive_since_ms;
+  };
   std::vector<MemberEntry*> idle;
   for (auto& [id, e] : members_) {
-    if (e.info.role() == dlrm::v1::ROLE_WORKER && e.info.state() == dlrm::v1::MEMBER_STATE_ALIVE &&
-        e.info.job_id().empty()) {
+    if (e.info.role() == dlrm::v1::ROLE_WORKER && e.info.job_id().empty() && usable(e.info)) {
       idle.push_back(&e);
     }
   }
   if (static_cast<int>(idle.size()) < job->requested_workers()) return false;
-  const int ps_count = job->requested_ps() > 0 ? job->requested_ps() : AlivePsCount();
-  if (ps_count == 0 || static_cast<int>(ps_slots_.size()) < ps_count) return false;
-  for (int i = 0; i < ps_count; ++i) {
-    if (ps_slots_[i].empty()) return false;
+  // PS: slots 0..P-1 for a new job; for a recovering one the same count, lowest slots first
+  // among the usable ones (a replacement may hold a higher slot than the member it replaces).
+  std::vector<const MemberEntry*> ps;
+  if (recovering) {
+    for (const std::string& id : ps_slots_) {
+      if (id.empty()) continue;
+      const MemberEntry& e = members_.at(id);
+      if (usable(e.info) && static_cast<int>(ps.size()) < job->ps_member_ids_size()) {
+        ps.push_back(&e);
+      }
+    }
+    if (ps.empty() || static_cast<int>(ps.size()) < job->ps_member_ids_size()) return false;
+  } else {
+    const int ps_count = job->requested_ps() > 0 ? job->requested_ps() : AlivePsCount();
+    if (ps_count == 0 || static_cast<int>(ps_slots_.size()) < ps_count) return false;
+    for (int i = 0; i < ps_count; ++i) {
+      if (ps_slots_[i].empty()) return false;
+      ps.push_back(&members_.at(ps_slots_[i]));
+    }
   }
+  const int ps_count = static_cast<int>(ps.size());
   std::sort(idle.begin(), idle.end(), [](const MemberEntry* a, const MemberEntry* b) {
     return a->info.sequence() < b->info.sequence();
   });
@@ -259,27 +369,37 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
   job->clear_worker_ids();
   job->clear_ps_member_ids();
   job->clear_ps_addresses();
-  job->clear_rank_samples();
+  // A recovering job keeps its last reported progress until the ranks report again (from the
+  // checkpoint they roll back to), so what `dlrmctl status` shows does not drop to zero.
+  if (!recovering) job->clear_rank_samples();
   for (int rank = 0; rank < job->requested_workers(); ++rank) {
     Member& w = idle[rank]->info;
     w.set_job_id(job->job_id());
     w.set_rank(rank);
     TouchMember(w, changes);
     job->add_worker_ids(w.member_id());
-    job->add_rank_samples(0);
+    if (job->rank_samples_size() <= rank) job->add_rank_samples(0);
   }
-  for (int shard = 0; shard < ps_count; ++shard) {
-    const MemberEntry& ps = members_.at(ps_slots_[shard]);
-    job->add_ps_member_ids(ps.info.member_id());
-    job->add_ps_addresses(ps.info.address());
+  for (const MemberEntry* p : ps) {
+    job->add_ps_member_ids(p->info.member_id());
+    job->add_ps_addresses(p->info.address());
   }
   BumpEpoch(changes);
   job->set_state(dlrm::v1::JOB_STATE_RUNNING);
   job->set_job_epoch(epoch_);
-  job->set_started_ms(absl::ToUnixMillis(now));
+  if (recovering) {
+    dlrm::v1::JobRecovery* r = job->mutable_recovery_history(job->recovery_history_size() - 1);
+    r->set_resumed_ms(absl::ToUnixMillis(now));
+    r->set_job_epoch(epoch_);
+    job->set_message(absl::StrCat("recovered (", job->recoveries(), " of ", job->max_recoveries(),
+                                  "): ", r->reason()));
+  } else {
+    job->set_started_ms(absl::ToUnixMillis(now));
+  }
   TouchJob(job, changes);
-  DLRM_LOG(INFO) << "job " << job->job_id() << " RUNNING on " << job->worker_ids_size()
-                 << " workers and " << ps_count << " PS, epoch " << epoch_;
+  DLRM_LOG(INFO) << "job " << job->job_id() << (recovering ? " RUNNING again" : " RUNNING")
+                 << " on " << job->worker_ids_size() << " workers and " << ps_count << " PS, epoch "
+                 << epoch_;
   return true;
 }
 

@@ -169,6 +169,14 @@ grpc::ServerUnaryReactor* JobsServiceImpl::CancelJob(grpc::CallbackServerContext
   return Reply(context, "CancelJob", result.status());
 }
 
+grpc::ServerUnaryReactor* JobsServiceImpl::CheckpointJob(
+    grpc::CallbackServerContext* context, const dlrm::v1::CheckpointJobRequest* request,
+    dlrm::v1::Job* response) {
+  auto result = state_->RequestCheckpoint(request->job_id(), absl::Now());
+  if (result.ok()) *response = std::move(*result);
+  return Reply(context, "CheckpointJob", result.status());
+}
+
 grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobsServiceImpl::WatchJob(
     grpc::CallbackServerContext* /*context*/, const dlrm::v1::WatchJobRequest* request) {
   rpcs_->Record("WatchJob", grpc::Status::OK);

@@ -83,6 +83,9 @@ class JobsServiceImpl final : public dlrm::v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const dlrm::v1::CancelJobRequest* request,
                                       dlrm::v1::Job* response) override;
+  grpc::ServerUnaryReactor* CheckpointJob(grpc::CallbackServerContext* context,
+                                          const dlrm::v1::CheckpointJobRequest* request,
+                                          dlrm::v1::Job* response) override;
   grpc::ServerWriteReactor<dlrm::v1::JobEvent>* WatchJob(
       grpc::CallbackServerContext* context, const dlrm::v1::WatchJobRequest* request) override;
 

@@ -41,7 +41,11 @@ absl::Status CheckJobTransition(const std::string& job_id, dlrm::v1::JobState fr
       legal = to == dlrm::v1::JOB_STATE_RUNNING || to == dlrm::v1::JOB_STATE_CANCELLED;
       break;
     case dlrm::v1::JOB_STATE_RUNNING:
-      legal = IsTerminal(to);
+      legal = IsTerminal(to) || to == dlrm::v1::JOB_STATE_RECOVERING;
+      break;
+    case dlrm::v1::JOB_STATE_RECOVERING:
+      legal = to == dlrm::v1::JOB_STATE_RUNNING || to == dlrm::v1::JOB_STATE_FAILED ||
+              to == dlrm::v1::JOB_STATE_CANCELLED;
       break;
     default:
       legal = false;
@@ -61,7 +65,7 @@ class CoordinatorState::Metrics {
       members[role] =
           &registry->Gauge("members", "Members holding a lease, by role.", {{"role", label}});
     }
-    for (int s = dlrm::v1::JOB_STATE_PENDING; s <= dlrm::v1::JOB_STATE_CANCELLED; ++s) {
+    for (int s = dlrm::v1::JOB_STATE_PENDING; s <= dlrm::v1::JOB_STATE_RECOVERING; ++s) {
       std::string label = JobStateName(static_cast<dlrm::v1::JobState>(s));
       for (char& c : label) c = static_cast<char>(std::tolower(c));
       jobs[s] =
@@ -69,11 +73,14 @@ class CoordinatorState::Metrics {
     }
     epoch = &registry->Gauge("cluster_epoch", "Cluster epoch (bumped on every membership change).");
     expired = &registry->Counter("lease_expirations_total", "Member leases that expired.");
+    recoveries = &registry->Counter("job_recoveries_total",
+                                    "Times a running job lost a member and went RECOVERING.");
   }
   std::map<int, prometheus::Gauge*> members;
   std::map<int, prometheus::Gauge*> jobs;
   prometheus::Gauge* epoch;
   prometheus::Counter* expired;
+  prometheus::Counter* recoveries;
 };
 
 CoordinatorState::CoordinatorState(const CoordinatorStateOptions& options, CoordinatorStore* store,
@@ -193,6 +200,10 @@ void CoordinatorState::UpdateGauges() {
   metrics_->epoch->Set(static_cast<double>(epoch_));
 }
 
+void CoordinatorState::CountRecovery() {
+  if (metrics_ != nullptr) metrics_->recoveries->Increment();
+}
+
 int CoordinatorState::AlivePsCount() const {
   int n = 0;
   for (const std::string& id : ps_slots_) n += id.empty() ? 0 : 1;
@@ -257,7 +268,7 @@ absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorState::Register(
     TryStartJobs(now, &changes);
     response.set_member_id(info.member_id());
     response.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
-    response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.lease_ttl / 4));
+    response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(HeartbeatInterval()));
     response.set_epoch(epoch_);
     DLRM_LOG(INFO) << "registered " << info.member_id() << " at '" << info.address() << "', epoch "
                    << epoch_;
@@ -275,15 +286,34 @@ dlrm::v1::JobAssignment CoordinatorState::AssignmentOf(const Job& job) const {
   a.set_world_size(job.worker_ids_size());
   *a.mutable_ps_addresses() = job.ps_addresses();
   a.set_job_epoch(job.job_epoch());
+  a.set_recovery(job.recoveries());
+  a.set_checkpoint_requests(job.checkpoint_requests());
   return a;
 }
 
 absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorState::Heartbeat(
     const std::string& member_id, absl::Time now) {
+  Changes changes;
+  absl::StatusOr<dlrm::v1::HeartbeatResponse> response =
+      HeartbeatAndRestart(member_id, now, &changes);
+  Notify(changes);
+  return response;
+}
+
+absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorState::HeartbeatAndRestart(
+    const std::string& member_id, absl::Time now, Changes* changes) {
   absl::MutexLock lock(&mu_);
   DLRM_ASSIGN_OR_RETURN(MemberEntry * entry, FindLiveMember(member_id));
   entry->lease_deadline = now + options_.lease_ttl;
   entry->info.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+  // A recovering job runs again once enough members have shown they are alive since the loss.
+  const bool recovering = std::any_of(jobs_.begin(), jobs_.end(), [](const auto& j) {
+    return j.second.state() == dlrm::v1::JOB_STATE_RECOVERING;
+  });
+  if (recovering) {
+    TryStartJobs(now, changes);
+    if (!changes->jobs.empty()) DLRM_RETURN_IF_ERROR(Finalize(*changes));
+  }
   dlrm::v1::HeartbeatResponse response;
   response.set_epoch(epoch_);
   response.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
@@ -320,7 +350,7 @@ void CoordinatorState::DropMember(MemberEntry* entry, dlrm::v1::MemberState stat
     while (!ps_slots_.empty() && ps_slots_.back().empty()) ps_slots_.pop_back();
   }
   BumpEpoch(changes);
-  // A job that loses a member cannot go on (until checkpoint recovery exists).
+  // A job that loses a member recovers (or fails when it has no recoveries left).
   for (auto& [id, job] : jobs_) {
     if (job.state() != dlrm::v1::JOB_STATE_RUNNING) continue;
     const auto& workers = job.worker_ids();
@@ -333,7 +363,7 @@ void CoordinatorState::DropMember(MemberEntry* entry, dlrm::v1::MemberState stat
     if (in_ps) absl::StrAppend(&what, " shard ", info.shard_index());
     if (!info.address().empty()) absl::StrAppend(&what, " at ", info.address());
     absl::StrAppend(&what, ") ", why);
-    (void)FinishJob(&job, dlrm::v1::JOB_STATE_FAILED, what, now, changes);
+    BeginRecovery(&job, what, now, changes);
   }
   info.clear_job_id();
   info.set_rank(-1);

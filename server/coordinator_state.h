@@ -2,10 +2,9 @@
 // epoch, parameter-server shard slots, worker ranks, and the job state machine
 //
 //   PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED,   PENDING -> CANCELLED
+//   RUNNING -> RECOVERING -> RUNNING | FAILED | CANCELLED
 //
-// Any other transition is FAILED_PRECONDITION naming both states. (A RECOVERING state that
-// resumes from a committed checkpoint after a member is lost is future work; today the job
-// FAILS naming the member.)
+// Any other transition is FAILED_PRECONDITION naming both states.
 //
 // Rules:
 //  - Every membership or assignment change bumps the epoch.
@@ -14,8 +13,16 @@
 //  - A PENDING job starts (FIFO) when `requested_workers` idle workers are alive and PS slots
 //    0..P-1 are held, P = requested_ps or, when 0, every PS alive (at least one). Its workers
 //    get ranks in registration order and learn the job through Heartbeat.
-//  - Rank 0's `done` report ends the job SUCCEEDED with its final metrics; any `failed` report
-//    ends it FAILED; a member of a RUNNING job whose lease expires or who leaves ends it FAILED.
+//  - Rank 0's `done` report ends the job SUCCEEDED with its final metrics; a `failed` report
+//    ends it FAILED, unless it says a peer was unreachable (peer_unreachable).
+//  - Recovery: a member of a RUNNING job whose lease expires or who leaves, or a peer_unreachable
+//    report, moves the job to RECOVERING (recoveries + 1, a JobRecovery entry with the reason)
+//    and frees its workers; after max_recoveries the next loss FAILS it with the history. A
+//    RECOVERING job starts again before any PENDING one, on the same numbers of workers and PS,
+//    choosing only members that registered or heartbeated after the loss (so a dead member whose
+//    lease has not run out yet is not picked again); PS are taken lowest slot first. It starts
+//    at a new job_epoch with JobAssignment.recovery > 0: members roll back to the last checkpoint.
+//    Reports carrying an older job_epoch are refused.
 //
 // Every change is written to the CoordinatorStore (when given) before the call returns.
 // Time is passed in (`now`) so tests control it. Thread-safe.
@@ -40,7 +47,9 @@
 namespace dlrm::server {
 
 struct CoordinatorStateOptions {
-  absl::Duration lease_ttl = absl::Seconds(10);
+  // A dead member is noticed within lease_ttl (plus the expiry check's period); members
+  // heartbeat every lease_ttl / 8, so a process stalled for 10 s keeps its lease.
+  absl::Duration lease_ttl = absl::Seconds(14);
   // Expired or departed members kept for the cluster view before they are forgotten.
   int max_dead_members = 256;
   // Largest worker or PS count a job may ask for.
@@ -96,6 +105,9 @@ class CoordinatorState {
   std::vector<dlrm::v1::Job> ListJobs(dlrm::v1::JobState filter) const;
   absl::StatusOr<dlrm::v1::Job> Cancel(const std::string& job_id, const std::string& reason,
                                        absl::Time now);
+  // Counts a request for a checkpoint of a RUNNING job (FAILED_PRECONDITION naming the state
+  // otherwise, or when its spec has no checkpoint.dir); its workers learn it by heartbeat.
+  absl::StatusOr<dlrm::v1::Job> RequestCheckpoint(const std::string& job_id, absl::Time now);
   // Returns the job's state after the report.
   absl::StatusOr<dlrm::v1::JobState> ReportProgress(const dlrm::v1::ReportProgressRequest& request,
                                                     absl::Time now);
@@ -126,12 +138,24 @@ class CoordinatorState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Persist(const Changes& changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's latest progress and per-rank samples from a (non-failure) report.
+  void UpdateProgress(const dlrm::v1::ReportProgressRequest& request, absl::Time now,
+                      dlrm::v1::Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountRecovery() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int AlivePsCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TryStartJobs(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool TryStart(dlrm::v1::Job* job, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FinishJob(dlrm::v1::Job* job, dlrm::v1::JobState to, const std::string& message,
                          absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat's work under mu_: renews the lease, restarts RECOVERING jobs that can run.
+  absl::StatusOr<dlrm::v1::HeartbeatResponse> HeartbeatAndRestart(const std::string& member_id,
+                                                                  absl::Time now, Changes* changes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Duration HeartbeatInterval() const { return options_.lease_ttl / 8; }
+  // RUNNING -> RECOVERING (or FAILED when no recovery is left), freeing the job's workers.
+  void BeginRecovery(dlrm::v1::Job* job, const std::string& reason, absl::Time now,
+                     Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropMember(MemberEntry* entry, dlrm::v1::MemberState state, const std::string& why,
                   absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneDeadMembers(Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

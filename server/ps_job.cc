@@ -1,5 +1,6 @@
 #include "server/ps_job.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -102,11 +103,77 @@ absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& r) {
   return absl::OkStatus();
 }
 
+PushDedupe::PushDedupe(int num_workers) : ranks_(static_cast<size_t>(std::max(1, num_workers))) {}
+
+absl::StatusOr<PushDedupe::Claim> PushDedupe::Begin(int64_t epoch, int rank, uint64_t sequence) {
+  const std::pair<int, uint64_t> key(rank, sequence);
+  absl::MutexLock lock(&mu_);
+  // A copy of a push still being applied waits for it: its answer must mean "applied".
+  while (applying_.contains(key)) applied_.Wait(&mu_);
+  if (epoch < epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat("push ", sequence, " of worker ", rank,
+                                                      " is from epoch ", epoch, ", after epoch ",
+                                                      epoch_));
+  }
+  if (epoch > epoch_) {
+    epoch_ = epoch;
+    for (RankWindow& r : ranks_) r = RankWindow();
+    partly_applied_.clear();
+  }
+  if (partly_applied_.contains(key)) {
+    return absl::AbortedError(absl::StrCat("push ", sequence, " of worker ", rank,
+                                           " failed part way on this parameter server: it can "
+                                           "be neither applied again nor answered OK"));
+  }
+  RankWindow& r = ranks_[rank];
+  if (r.bits.empty()) r.bits.assign(kWindow / 64, 0);
+  auto word = [&r](uint64_t s) -> uint64_t& { return r.bits[(s % kWindow) / 64]; };
+  auto mask = [](uint64_t s) { return uint64_t{1} << (s % 64); };
+  if (sequence > r.high) {
+    // The bits of the numbers up to this one held the window's far end: clear them.
+    if (sequence - r.high >= kWindow) {
+      std::fill(r.bits.begin(), r.bits.end(), 0);
+    } else {
+      for (uint64_t s = r.high + 1; s < sequence; ++s) word(s) &= ~mask(s);
+    }
+    r.high = sequence;
+  } else if (r.high - sequence >= kWindow) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("push ", sequence, " of worker ", rank, " is older than the last ", kWindow,
+                     " pushes remembered (the newest is ", r.high,
+                     "): it cannot be told from a retry of a push applied already"));
+  } else if (word(sequence) & mask(sequence)) {
+    return Claim::kDuplicate;
+  }
+  word(sequence) |= mask(sequence);
+  applying_.insert(key);
+  return Claim::kApply;
+}
+
+void PushDedupe::End(int64_t epoch, int rank, uint64_t sequence, Outcome outcome) {
+  absl::MutexLock lock(&mu_);
+  applying_.erase({rank, sequence});
+  applied_.SignalAll();
+  if (outcome == Outcome::kApplied || epoch != epoch_) return;
+  RankWindow& r = ranks_[rank];
+  if (r.high - sequence >= kWindow) return;
+  if (outcome == Outcome::kNotApplied) {
+    r.bits[(sequence % kWindow) / 64] &= ~(uint64_t{1} << (sequence % 64));
+    return;
+  }
+  // Forget the ones that left their window (a copy of those is refused as too old anyway).
+  absl::erase_if(partly_applied_, [this](const std::pair<int, uint64_t>& p) {
+    return ranks_[p.first].high - p.second >= kWindow;
+  });
+  partly_applied_.insert({rank, sequence});
+}
+
 PsJob::PsJob(const PsJobOptions& options, std::string path)
     : spec_(options.spec),
       path_(std::move(path)),
       memory_budget_bytes_(options.memory_budget_bytes),
       timers_(options.timers),
+      push_dedupe_(options.spec.num_workers()),
       epoch_(options.spec.job_epoch()),
       gate_(
           StepGate::Create(options.spec.num_workers(), options.spec.staleness(), options.timers)) {
@@ -396,19 +463,43 @@ absl::StatusOr<int> PsJob::LookupTablesResident(const dlrm::v1::LookupRequest& r
   return end;
 }
 
-absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& request) {
+absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& request,
+                                    bool* duplicate) {
+  if (duplicate != nullptr) *duplicate = false;
+  const int rank = request.worker_rank();
+  const bool numbered = request.sequence() != 0 && rank >= 0 && rank < spec_.num_workers();
+  if (numbered) {
+    absl::StatusOr<PushDedupe::Claim> claim =
+        push_dedupe_.Begin(request.job_epoch(), rank, request.sequence());
+    if (!claim.ok()) return Annotate(claim.status(), absl::StrCat("job ", job_id()));
+    if (*claim == PushDedupe::Claim::kDuplicate) {
+      if (duplicate != nullptr) *duplicate = true;
+      return 0;
+    }
+  }
   int64_t rows = 0;
   std::vector<int64_t> ids;
   std::vector<float> aligned;
+  absl::Status status;
   for (const dlrm::v1::TableGradients& t : request.tables()) {
     UnpackIds(t.ids(), &ids);
     if (ids.empty()) continue;
-    DLRM_RETURN_IF_ERROR(store_->ApplyGradients(t.table(), ids, FloatsOf(t.grads(), &aligned)));
+    status = store_->ApplyGradients(t.table(), ids, FloatsOf(t.grads(), &aligned));
+    if (!status.ok()) break;
     rows += static_cast<int64_t>(ids.size());
   }
-  if (request.step() >= 0 && !request.more_chunks()) {
-    gate()->Complete(request.worker_rank(), request.step());
+  if (status.ok() && request.step() >= 0 && !request.more_chunks()) {
+    gate()->Complete(rank, request.step());
   }
+  // A push that failed before any row was applied may be applied by a retry; one that failed
+  // part way may not (its rows would be applied twice), nor be answered OK.
+  if (numbered) {
+    push_dedupe_.End(request.job_epoch(), rank, request.sequence(),
+                     status.ok() ? PushDedupe::Outcome::kApplied
+                     : rows == 0 ? PushDedupe::Outcome::kNotApplied
+                                 : PushDedupe::Outcome::kPartly);
+  }
+  if (!status.ok()) return status;
   return rows;
 }
 

@@ -12,6 +12,9 @@
 //   - worker rank outside [0, num_workers) for a step >= 0: INVALID_ARGUMENT
 //   - PushGradients: a repeated id within a table, or a table given twice: INVALID_ARGUMENT
 //     (clients deduplicate and sum gradients before pushing).
+//   - PushGradients with a sequence number: one applied already (a retry) is answered OK and not
+//     applied again (PushDedupe); a copy of one that failed part way is ABORTED; one older than
+//     PushDedupe's window is FAILED_PRECONDITION.
 //   - ReadRows / WriteRows (full stored rows, no staleness wait): as Lookup / PushGradients, the
 //     WriteRows payload being ids x row_floats x 4 bytes (row_floats = dim + optimizer state).
 //
@@ -23,9 +26,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -49,6 +54,52 @@ struct PsJobOptions {
 // 0 <= shard_index < shard_count, tables numbered 0..n-1 in order with rows >= 1 and dim >= 1, a
 // known optimizer, staleness >= 0, num_workers >= 1. INVALID_ARGUMENT naming the field.
 absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& request);
+
+// Which numbered pushes (PushGradientsRequest.sequence) of each worker rank a job has applied in
+// its current epoch, so that a push sent again after a lost answer is applied once. Per rank it
+// keeps the highest number seen and a bitmap of the kWindow numbers up to it (a client's numbers
+// run over every shard, so each shard sees them with gaps; a retry comes within one Push call,
+// a handful of numbers later), plus the numbers being applied right now. Memory: kWindow / 8
+// bytes per rank that pushed. Thread-safe.
+class PushDedupe {
+ public:
+  static constexpr uint64_t kWindow = uint64_t{1} << 14;
+  enum class Claim { kApply, kDuplicate };
+
+  // What a claimed push came to.
+  enum class Outcome {
+    kApplied,     // a copy is a duplicate
+    kNotApplied,  // failed before any row was applied: a copy may apply it
+    kPartly,      // failed part way: a copy is refused (ABORTED), it can be neither applied again
+                  // nor answered OK
+  };
+
+  explicit PushDedupe(int num_workers);
+
+  // Claims push `sequence` (> 0) of `rank` (in [0, num_workers)) at `epoch`. kApply: apply it,
+  // then call End. kDuplicate: applied already, answer OK. While the same number is being
+  // applied by another call this waits for that call's End, so that OK always means applied. A
+  // newer epoch forgets every number seen (clients number from 1 per epoch). FAILED_PRECONDITION
+  // for an epoch older than one seen or a number below the window; ABORTED for a copy of a push
+  // that failed part way.
+  absl::StatusOr<Claim> Begin(int64_t epoch, int rank, uint64_t sequence);
+  // Ends a kApply claim.
+  void End(int64_t epoch, int rank, uint64_t sequence, Outcome outcome);
+
+ private:
+  struct RankWindow {
+    uint64_t high = 0;           // highest number seen; 0: none
+    std::vector<uint64_t> bits;  // bit s % kWindow: s applied or being applied (s > high - kWindow)
+  };
+
+  absl::Mutex mu_;
+  absl::CondVar applied_;  // signalled when a claim ends
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  std::vector<RankWindow> ranks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::pair<int, uint64_t>> applying_ ABSL_GUARDED_BY(mu_);
+  // Pushes that failed part way (rare), while in their rank's window.
+  absl::flat_hash_set<std::pair<int, uint64_t>> partly_applied_ ABSL_GUARDED_BY(mu_);
+};
 
 class PsJob {
  public:
@@ -94,8 +145,11 @@ class PsJob {
   absl::StatusOr<int> LookupTablesResident(const dlrm::v1::LookupRequest& request, int begin,
                                            int end, proto::LookupAnswer* answer, int64_t* rows);
   // Applies the gradients with the job's sparse optimizer, then (unless more_chunks) marks the
-  // worker's step complete in the gate. Returns the rows updated. REQUIRES: ValidatePush passed.
-  absl::StatusOr<int64_t> Push(const dlrm::v1::PushGradientsRequest& request);
+  // worker's step complete in the gate. Returns the rows updated. A numbered push (sequence > 0,
+  // rank in [0, num_workers)) applied already is neither applied nor counted again: it returns
+  // 0 rows and sets *duplicate (when given). REQUIRES: ValidatePush passed.
+  absl::StatusOr<int64_t> Push(const dlrm::v1::PushGradientsRequest& request,
+                               bool* duplicate = nullptr);
 
   // Full stored rows of every table of `request` (response in request order). REQUIRES:
   // ValidateReadRows passed.
@@ -138,6 +192,7 @@ class PsJob {
   std::vector<embedding::TableConfig> tables_;
   std::unique_ptr<embedding::TieredStore> store_;
   std::atomic<bool> counting_claimed_{false};
+  PushDedupe push_dedupe_;
 
   mutable absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_);

@@ -57,12 +57,14 @@ absl::Status PsProcess::RegisterLocked() {
   return absl::OkStatus();
 }
 
-void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment) {
+void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch) {
   std::set<std::string> now;
   for (const dlrm::v1::JobAssignment& job : assignment.jobs()) now.insert(job.job_id());
   for (const std::string& job_id : assigned_jobs_) {
     if (now.contains(job_id)) continue;
-    absl::Status s = server_->service().DoUnloadJob(job_id);
+    // Not a job (re)started after this answer was made: a recovery may have started it again
+    // (newer epoch) while the answer travelled.
+    absl::Status s = server_->service().DoUnloadJob(job_id, epoch);
     if (s.ok()) DLRM_LOG(INFO) << "job " << job_id << " is no longer running; unloaded it";
   }
   assigned_jobs_ = std::move(now);
@@ -95,7 +97,7 @@ absl::Status PsProcess::Run() {
       interval = heartbeat_interval_;
     }
     absl::StatusOr<dlrm::v1::HeartbeatResponse> response = client_->Heartbeat(member_id);
-    if (response.ok() && response->has_ps()) SyncJobs(response->ps());
+    if (response.ok() && response->has_ps()) SyncJobs(response->ps(), response->epoch());
     absl::MutexLock lock(&mu_);
     if (stopping_) break;
     if (!response.ok()) {

@@ -64,7 +64,7 @@ class PsProcess {
   explicit PsProcess(const PsProcessOptions& options);
   absl::Status RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unloads jobs that an earlier heartbeat listed and this one does not.
-  void SyncJobs(const dlrm::v1::PsAssignment& assignment);
+  void SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch);
 
   PsProcessOptions options_;
   std::string advertise_address_;

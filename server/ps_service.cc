@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <limits>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "embedding/checkpoint_snapshot.h"
 
@@ -140,6 +142,16 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
     for (const auto& [id, job] : jobs_) reserved += job->memory_budget_bytes();
   }
   dlrm::v1::LoadJobResponse response;
+  if (existing != nullptr && request.restart() && request.job_epoch() > existing->epoch()) {
+    // A recovery: the job starts over from its checkpoint, so the older epoch's rows go.
+    DLRM_LOG(INFO) << "job " << request.job_id() << " restarts at epoch " << request.job_epoch()
+                   << " (loaded at " << existing->epoch() << "); its tables are created anew";
+    existing.reset();
+    DLRM_RETURN_IF_ERROR(UnloadLocked(request.job_id(), std::numeric_limits<int64_t>::max()));
+    absl::MutexLock lock(&mu_);
+    reserved = 0;
+    for (const auto& [id, job] : jobs_) reserved += job->memory_budget_bytes();
+  }
   if (existing != nullptr) {
     if (!existing->SameParameters(request)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -172,8 +184,12 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
   return response;
 }
 
-absl::Status PsService::DoUnloadJob(const std::string& job_id) {
+absl::Status PsService::DoUnloadJob(const std::string& job_id, int64_t max_epoch) {
   absl::MutexLock load_lock(&load_mu_);
+  return UnloadLocked(job_id, max_epoch);
+}
+
+absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoch) {
   std::shared_ptr<PsJob> job;
   {
     absl::MutexLock lock(&mu_);
@@ -181,6 +197,11 @@ absl::Status PsService::DoUnloadJob(const std::string& job_id) {
     if (it == jobs_.end()) {
       return absl::NotFoundError(
           absl::StrCat("job '", job_id, "' is not loaded on this parameter server"));
+    }
+    if (it->second->epoch() > max_epoch) {
+      return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' is loaded at epoch ",
+                                                        it->second->epoch(), ", newer than ",
+                                                        max_epoch, "; kept"));
     }
     job = std::move(it->second);
     jobs_.erase(it);
@@ -416,9 +437,15 @@ void PsService::RunPush(grpc::CallbackServerContext* /*context*/,
   if (!valid.ok()) return Finish(reactor, valid);
   const absl::Time start = absl::Now();
   if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
-  absl::StatusOr<int64_t> rows = (*job)->Push(*request);
+  bool duplicate = false;
+  absl::StatusOr<int64_t> rows = (*job)->Push(*request, &duplicate);
   metrics_->push_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  if (rows.ok()) {
+  if (duplicate) {
+    // A retry whose first copy was applied (its answer was lost): OK, counted once.
+    DLRM_LOG(INFO) << "job " << request->job_id() << ": push " << request->sequence()
+                   << " of worker " << request->worker_rank() << " (step " << request->step()
+                   << ") was applied already; not applied again";
+  } else if (rows.ok()) {
     response->set_rows_updated(*rows);
     pushes_.fetch_add(1, std::memory_order_relaxed);
     rows_pushed_.fetch_add(*rows, std::memory_order_relaxed);

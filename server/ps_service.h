@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,11 +100,15 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   // The synchronous cores of LoadJob, UnloadJob and GetStats (also used in-process).
   // LoadJob: idempotent for the same parameters; FAILED_PRECONDITION for the same job id with
   // other parameters or an older epoch; a newer epoch keeps the rows and restarts staleness
-  // tracking.
+  // tracking, unless request.restart: then the older epoch's tables are dropped and created
+  // anew (a recovery rolling back to a checkpoint), whatever its parameters were.
   absl::StatusOr<dlrm::v1::LoadJobResponse> DoLoadJob(const dlrm::v1::LoadJobRequest& request);
   // NOT_FOUND naming the job when it is not loaded. Parked lookups of the job fail (ABORTED)
   // and its folder is removed once calls in flight are done.
-  absl::Status DoUnloadJob(const std::string& job_id);
+  // Unloads the job when it is loaded at an epoch <= max_epoch (FAILED_PRECONDITION, keeping
+  // it, when newer: a heartbeat answer older than the job's restart must not unload it).
+  absl::Status DoUnloadJob(const std::string& job_id,
+                           int64_t max_epoch = std::numeric_limits<int64_t>::max());
   absl::StatusOr<dlrm::v1::GetStatsResponse> DoGetStats(const std::string& job_id) const;
 
   std::vector<std::string> job_ids() const;
@@ -112,6 +117,9 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   void FailParkedLookups(const absl::Status& status);
 
  private:
+  // DoUnloadJob's work. REQUIRES: load_mu_ held.
+  absl::Status UnloadLocked(const std::string& job_id, int64_t max_epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   struct Metrics;
   absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
   struct LookupCall;

@@ -336,8 +336,16 @@ absl::Status ClusterCheckpointer::Finish() {
   return status;
 }
 
+bool ClusterCheckpointer::DueByTime() const {
+  const double every = options_.spec.checkpoint.every_seconds;
+  return every > 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_cut_time_).count() >=
+             every;
+}
+
 absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& position) {
   last_step_ = position.step;
+  last_cut_time_ = std::chrono::steady_clock::now();
   if (options_.rank != 0) return absl::OkStatus();
   DLRM_RETURN_IF_ERROR(Finish());  // one write in flight at a time
   const auto start = std::chrono::steady_clock::now();
@@ -393,39 +401,45 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   return absl::OkStatus();
 }
 
+absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path) {
+  // LoadChain verifies the size and CRC32C of every file of every link.
+  ValidCheckpoint out;
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / embedding::kManifestName, ec)) {
+    out.dir = path;
+    DLRM_ASSIGN_OR_RETURN(out.chain, embedding::LoadChain(path));
+    return out;
+  }
+  // A folder: the newest checkpoint whose whole chain verifies; damaged ones are named.
+  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, embedding::ListCheckpoints(path));
+  if (all.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+  }
+  absl::Status last_error;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const std::string candidate = (fs::path(path) / it->name).string();
+    absl::StatusOr<std::vector<CheckpointManifest>> loaded = embedding::LoadChain(candidate);
+    if (loaded.ok()) {
+      out.dir = candidate;
+      out.chain = std::move(*loaded);
+      return out;
+    }
+    DLRM_LOG(ERROR) << "checkpoint " << candidate << " refused: " << loaded.status().message();
+    last_error = loaded.status();
+  }
+  return last_error;
+}
+
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
                                                      const RestoreOptions& options,
                                                      Trainer* trainer,
                                                      embedding::EmbeddingStore* store) {
   const int rank = options.rank;
-  // LoadChain verifies the size and CRC32C of every file of every link before anything is read.
-  std::string dir;
-  std::vector<CheckpointManifest> chain;
-  std::error_code ec;
-  if (fs::exists(fs::path(path) / embedding::kManifestName, ec)) {
-    dir = path;
-    DLRM_ASSIGN_OR_RETURN(chain, embedding::LoadChain(dir));
-  } else {
-    // A folder: the newest checkpoint whose whole chain verifies; damaged ones are named.
-    DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, embedding::ListCheckpoints(path));
-    if (all.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
-    }
-    absl::Status last_error;
-    for (auto it = all.rbegin(); it != all.rend() && chain.empty(); ++it) {
-      const std::string candidate = (fs::path(path) / it->name).string();
-      absl::StatusOr<std::vector<CheckpointManifest>> loaded = embedding::LoadChain(candidate);
-      if (loaded.ok()) {
-        dir = candidate;
-        chain = std::move(*loaded);
-      } else {
-        DLRM_LOG(ERROR) << "checkpoint " << candidate << " refused: " << loaded.status().message();
-        last_error = loaded.status();
-      }
-    }
-    if (chain.empty()) return last_error;
-  }
+  // Every file of every link is verified before anything is read.
+  DLRM_ASSIGN_OR_RETURN(ValidCheckpoint valid, FindValidCheckpoint(path));
+  const std::string& dir = valid.dir;
+  const std::vector<CheckpointManifest>& chain = valid.chain;
   const CheckpointManifest& newest = chain.back();
   DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(newest, trainer->spec()));
   const fs::path root = fs::path(dir).parent_path();

@@ -80,8 +80,9 @@ class GrpcPsClient;
 //          the manifest and applies keep_last, while training continues.
 //   Finish waits for the write in flight and returns its status (a failed write is reported at
 //          the next Cut or at Finish).
-// Cluster checkpoints are full (the snapshot holds all of a server's rows); every_seconds is
-// not used by cluster jobs (every rank must agree on the step).
+// Cluster checkpoints are full (the snapshot holds all of a server's rows). every_steps is the
+// same on every rank; every_seconds and `dlrmctl checkpoint` are rank 0's to decide (DueByTime,
+// the job's checkpoint requests), and the ranks agree at a decision boundary (worker_job.cc).
 class ClusterCheckpointer {
  public:
   struct Options {
@@ -98,6 +99,8 @@ class ClusterCheckpointer {
 
   // Steps are the job's (base_step + this run's): due every every_steps steps after base_step.
   bool Due(int64_t step) const;
+  // every_seconds have passed since the last cut (or since Create).
+  bool DueByTime() const;
   absl::Status Cut(Trainer& trainer, const TrainPosition& position);
   absl::Status Finish();
   int64_t last_step() const { return last_step_; }
@@ -113,6 +116,7 @@ class ClusterCheckpointer {
   prometheus::Counter* committed_ = nullptr;
   prometheus::Counter* failed_ = nullptr;
   int64_t last_step_ = -1;
+  std::chrono::steady_clock::time_point last_cut_time_ = std::chrono::steady_clock::now();
   std::thread writer_;
   absl::Status write_status_;  // of the last write joined
 };
@@ -132,6 +136,16 @@ struct RestoreOptions {
   bool set_steps = true;  // false: leave the trainer's step count (a cluster job numbers its
                           // steps from 0 on the parameter servers after a resume)
 };
+
+struct ValidCheckpoint {
+  std::string dir;                                   // the checkpoint
+  std::vector<embedding::CheckpointManifest> chain;  // its full parent .. itself, verified
+};
+// The checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files all
+// verify, the damaged ones logged by name). NOT_FOUND when the folder holds no committed one;
+// DATA_LOSS naming the file when `path` is a checkpoint that does not verify, or when no
+// checkpoint of the folder does.
+absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path);
 
 // Loads the checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files
 // all verify) into `trainer` (dense parameters, optimizer state, step count) and `store` (every

@@ -2,14 +2,16 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <memory>
+#include <optional>
+#include <random>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -17,49 +19,87 @@
 namespace dlrm::worker {
 namespace {
 
-// Waits for a batch of callback-API calls started together. The completion callbacks share the
-// state, so a callback still unlocking after Wait returned never touches freed memory.
-class CallGroup {
- public:
-  CallGroup() : state_(std::make_shared<State>()) {}
+// Backoff between the attempts of a request that failed with UNAVAILABLE: the n-th wait is
+// kFirstBackoff * 2^(n-1) capped at kMaxBackoff, jittered into [half, all] of that so that the
+// workers of a job do not hammer a restarting PS in step.
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+// How often a thread waiting out a backoff looks whether the client was cancelled.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+constexpr char kCancelledMessage[] = "ps client cancelled";
 
-  // A completion callback for one call that stores its status in *out. Call before starting it.
-  std::function<void(grpc::Status)> Track(grpc::Status* out) {
-    {
-      absl::MutexLock lock(&state_->mu);
-      ++state_->pending;
-    }
-    return [state = state_, out](grpc::Status status) {
-      absl::MutexLock lock(&state->mu);
-      *out = std::move(status);
-      --state->pending;
-    };
-  }
-  // Returns when every tracked call has completed (each has its own deadline, so this ends).
-  void Wait() {
-    absl::MutexLock lock(&state_->mu);
-    state_->mu.Await(absl::Condition(
-        +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->pending == 0; }, state_.get()));
-  }
+absl::Duration Backoff(int attempts, std::minstd_rand& rng) {
+  absl::Duration wait = kFirstBackoff;
+  for (int i = 1; i < attempts && wait < kMaxBackoff; ++i) wait *= 2;
+  wait = std::min(wait, kMaxBackoff);
+  return wait / 2 + wait / 2 * std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
 
- private:
-  struct State {
-    absl::Mutex mu;
-    int pending ABSL_GUARDED_BY(mu) = 0;
-  };
-  std::shared_ptr<State> state_;
-};
+// Time since `start`, to the millisecond, for messages.
+std::string Elapsed(absl::Time start) {
+  return absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
+}
 
-template <typename Request, typename Response>
-struct Call {
-  grpc::ClientContext context;
-  Request request;
-  Response response;
-  grpc::Status status;
-  int shard = 0;
-};
+// Whether an attempt that failed so may be sent again. UNAVAILABLE: the PS or the connection
+// was not there (the request may or may not have been applied; pushes carry a sequence number
+// for that). CANCELLED but not by Cancel: the server cancelled the call while shutting
+// down. DEADLINE_EXCEEDED is final: the deadline is the budget.
+bool Retryable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::CANCELLED;
+}
 
 }  // namespace
+
+// One request to one shard and its attempts. An attempt completes on the completion queue it
+// was started on with the tag `this` (as ShardCall*), its status in `status`.
+struct GrpcPsClient::ShardCall {
+  virtual ~ShardCall() = default;
+  // Starts an attempt under `context` (made by StartAttempt for it).
+  virtual void Start(grpc::CompletionQueue* cq) = 0;
+  // Drops what the last attempt left (its reader lives on the call's arena, so it must go
+  // before the context that owns the call).
+  virtual void EndAttempt() = 0;
+  void* tag() { return this; }
+
+  int shard = 0;
+  absl::Duration budget;  // from the first attempt until the last one must have answered
+  grpc::Status status;    // of the last attempt, or CANCELLED by Cancel
+  grpc::Status last_error;
+  int attempts = 0;
+  absl::Time started;
+  absl::Time deadline;                           // started + budget: the deadline of every attempt
+  absl::Time retry_until;                        // no attempt starts after it
+  absl::Time retry_at;                           // while waiting out a backoff
+  std::unique_ptr<grpc::ClientContext> context;  // of the attempt in flight or the last one
+};
+
+// A unary call through the generated stub's PrepareAsync<Method>.
+template <typename Request, typename Response>
+struct GrpcPsClient::UnaryCall final : GrpcPsClient::ShardCall {
+  using Stub = dlrm::v1::ParameterServer::Stub;
+  using Method = std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> (Stub::*)(
+      grpc::ClientContext*, const Request&, grpc::CompletionQueue*);
+  UnaryCall(int shard_in, Stub* stub_in, Method method_in, absl::Duration budget_in)
+      : stub(stub_in), method(method_in) {
+    shard = shard_in;
+    budget = budget_in;
+  }
+  ~UnaryCall() override { reader.reset(); }
+  void Start(grpc::CompletionQueue* cq) override {
+    response.Clear();
+    reader = (stub->*method)(context.get(), request, cq);
+    reader->StartCall();
+    reader->Finish(&response, &status, tag());
+  }
+  void EndAttempt() override { reader.reset(); }
+
+  Stub* const stub;
+  const Method method;
+  Request request;
+  Response response;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> reader;
+};
 
 // Where each id of a Lookup/Push goes: per shard and request, the ids and their positions in
 // the request; then the chunks (one request each), consecutive per shard.
@@ -81,20 +121,28 @@ struct GrpcPsClient::Plan {
   std::vector<Chunk> chunks;
 };
 
-// One Lookup call on one shard; its request goes back to the client's pool when it is destroyed.
-struct GrpcPsClient::LookupCall {
+// One Lookup call on one shard, decoding the answer's rows into the targets as it arrives; its
+// request goes back to the client's pool when it is destroyed.
+struct GrpcPsClient::LookupCall final : GrpcPsClient::ShardCall {
   LookupCall(GrpcPsClient* owner_in, std::unique_ptr<dlrm::v1::LookupRequest> request_in)
       : owner(owner_in), request(std::move(request_in)) {}
-  ~LookupCall() { owner->lookup_requests_.Return(std::move(request)); }
+  ~LookupCall() override {
+    reader.reset();
+    owner->lookup_requests_.Return(std::move(request));
+  }
+  void Start(grpc::CompletionQueue* cq) override {
+    reader = owner->lookup_stubs_[shard]->PrepareUnaryCall(context.get(), proto::kLookupMethod,
+                                                           *request, cq);
+    reader->StartCall();
+    reader->Finish(&sink, &status, tag());
+  }
+  void EndAttempt() override { reader.reset(); }
 
   GrpcPsClient* const owner;
   std::unique_ptr<dlrm::v1::LookupRequest> request;
   std::vector<proto::LookupRowsTarget> targets;  // where each answered table's rows go
   proto::LookupRowsSink sink;
   std::unique_ptr<grpc::ClientAsyncResponseReader<proto::LookupRowsSink>> reader;
-  grpc::ClientContext context;
-  grpc::Status status;
-  int shard = 0;
 };
 
 GrpcPsClient::GrpcPsClient(const PsClientOptions& options) : options_(options) {}
@@ -137,11 +185,117 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClien
   return client;
 }
 
-absl::Status GrpcPsClient::ShardError(int shard, const grpc::Status& status,
-                                      const char* method) const {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(method, " on ps shard ", shard, " (",
-                                   options_.ps_addresses[shard], "): ", status.error_message()));
+absl::Status GrpcPsClient::ShardError(const ShardCall& call, const char* method) const {
+  std::string message =
+      absl::StrCat(method, " on ps shard ", call.shard, " (", options_.ps_addresses[call.shard],
+                   "): ", call.status.error_message());
+  if (call.attempts > 1 || call.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    absl::StrAppend(&message, " (", call.attempts, call.attempts == 1 ? " attempt" : " attempts",
+                    " in ", Elapsed(call.started), ")");
+  }
+  return absl::Status(static_cast<absl::StatusCode>(call.status.error_code()), message);
+}
+
+void GrpcPsClient::Cancel() {
+  absl::MutexLock lock(&cancel_mu_);
+  if (cancelled_.exchange(true, std::memory_order_acq_rel)) return;
+  // The attempts in flight end with CANCELLED on their completion queues; attempts not started
+  // yet see cancelled_ (StartAttempt reads it under this lock).
+  for (grpc::ClientContext* context : live_contexts_) context->TryCancel();
+}
+
+bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
+  call->EndAttempt();
+  call->context = std::make_unique<grpc::ClientContext>();
+  call->context->set_deadline(absl::ToChronoTime(call->deadline));
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    if (cancelled_.load(std::memory_order_relaxed)) {
+      call->status = grpc::Status(grpc::StatusCode::CANCELLED, kCancelledMessage);
+      return false;
+    }
+    live_contexts_.insert(call->context.get());
+  }
+  ++call->attempts;
+  call->Start(cq);
+  return true;
+}
+
+void GrpcPsClient::RunCalls(absl::Span<ShardCall* const> calls, const char* method) {
+  grpc::CompletionQueue cq;
+  const absl::Time start = absl::Now();
+  int in_flight = 0;
+  for (ShardCall* call : calls) {
+    call->started = start;
+    call->deadline = start + call->budget;
+    // A checkpoint phase's deadline is longer (a write takes as long as it takes), but its
+    // retries stay within rpc_timeout: a PS gone for longer has lost the snapshot, and an
+    // UNAVAILABLE that lasts (a file that cannot be written) is no transient fault.
+    call->retry_until = start + std::min(call->budget, options_.rpc_timeout);
+    if (StartAttempt(call, &cq)) ++in_flight;
+  }
+  std::vector<ShardCall*> waiting;  // failed with UNAVAILABLE, waiting out their backoff
+  std::optional<std::minstd_rand> rng;
+  while (in_flight > 0 || !waiting.empty()) {
+    void* tag = nullptr;
+    bool ok = false;
+    grpc::CompletionQueue::NextStatus next;
+    if (waiting.empty()) {
+      // Each attempt has a deadline (and Cancel cancels them), so a tag comes back.
+      next =
+          cq.Next(&tag, &ok) ? grpc::CompletionQueue::GOT_EVENT : grpc::CompletionQueue::SHUTDOWN;
+    } else {
+      absl::Time wake = absl::Now() + kCancelPoll;
+      for (const ShardCall* call : waiting) wake = std::min(wake, call->retry_at);
+      next = cq.AsyncNext(&tag, &ok, absl::ToChronoTime(wake));
+    }
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::GOT_EVENT) {
+      ShardCall* call = static_cast<ShardCall*>(tag);
+      --in_flight;
+      {
+        absl::MutexLock lock(&cancel_mu_);
+        live_contexts_.erase(call->context.get());
+      }
+      if (!call->status.ok()) call->last_error = call->status;
+      if (cancelled() && (call->status.error_code() == grpc::StatusCode::CANCELLED ||
+                          call->status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+        call->status = grpc::Status(grpc::StatusCode::CANCELLED, kCancelledMessage);
+      } else if (!call->status.ok() && Retryable(call->status)) {
+        if (!rng.has_value()) rng.emplace(static_cast<uint32_t>(absl::ToUnixNanos(start)));
+        const absl::Time now = absl::Now();
+        call->retry_at = now + Backoff(call->attempts, *rng);
+        // No time for another attempt: the last error stands.
+        if (call->retry_at < call->retry_until) waiting.push_back(call);
+      }
+    }
+    // Start the retries that are due; once cancelled, end every waiting call.
+    const absl::Time now = absl::Now();
+    const bool stop = cancelled();
+    for (size_t i = 0; i < waiting.size();) {
+      ShardCall* call = waiting[i];
+      if (!stop && call->retry_at > now) {
+        ++i;
+        continue;
+      }
+      waiting[i] = waiting.back();
+      waiting.pop_back();
+      if (StartAttempt(call, &cq)) ++in_flight;
+    }
+  }
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
+  for (ShardCall* call : calls) {
+    if (call->attempts <= 1 || call->status.error_code() == grpc::StatusCode::CANCELLED) continue;
+    DLRM_LOG(WARNING) << "ps client: " << method << " on ps shard " << call->shard << " ("
+                      << options_.ps_addresses[call->shard] << ") took " << call->attempts
+                      << " attempts in " << Elapsed(call->started)
+                      << (call->status.ok() ? " and succeeded" : " and failed")
+                      << "; last error: " << common::FromGrpcStatus(call->last_error);
+  }
 }
 
 absl::Status GrpcPsClient::CheckRequests(absl::Span<const embedding::TableRows> requests,
@@ -230,11 +384,12 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
   Plan plan;
   BuildPlan(requests, &plan);
   std::vector<std::unique_ptr<LookupCall>> calls;
+  std::vector<ShardCall*> pointers;
   for (const Plan::Chunk& chunk : plan.chunks) {
     if (chunk.entries.empty()) continue;
     auto call = std::make_unique<LookupCall>(this, lookup_requests_.Take());
     call->shard = chunk.shard;
-    common::SetDeadline(&call->context, options_.rpc_timeout);
+    call->budget = options_.rpc_timeout;
     dlrm::v1::LookupRequest& req = *call->request;
     req.set_job_id(options_.job_id);
     req.set_job_epoch(options_.job_epoch);
@@ -260,32 +415,15 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
       call->targets.push_back(target);
     }
     call->sink.targets = call->targets;
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
   // Every call completes on this thread, which decodes each answer's rows straight into
   // `requests` as it arrives (proto/lookup_wire.h): no hand-off to a gRPC thread, no copy of the
-  // rows into a message first.
-  grpc::CompletionQueue cq;
+  // rows into a message first. A retry decodes into the same places.
+  RunCalls(pointers, "Lookup");
   for (auto& call : calls) {
-    LookupCall* c = call.get();
-    c->reader = lookup_stubs_[c->shard]->PrepareUnaryCall(&c->context, proto::kLookupMethod,
-                                                          *c->request, &cq);
-    c->reader->StartCall();
-    c->reader->Finish(&c->sink, &c->status, c);
-  }
-  for (size_t done = 0; done < calls.size(); ++done) {
-    void* tag = nullptr;
-    bool ok = false;
-    // Each call has a deadline, so every tag comes back.
-    if (!cq.Next(&tag, &ok)) break;
-  }
-  cq.Shutdown();
-  void* tag = nullptr;
-  bool ok = false;
-  while (cq.Next(&tag, &ok)) {
-  }
-  for (auto& call : calls) {
-    if (!call->status.ok()) return ShardError(call->shard, call->status, "Lookup");
+    if (!call->status.ok()) return ShardError(*call, "Lookup");
   }
   return absl::OkStatus();
 }
@@ -294,11 +432,13 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableR
   DLRM_RETURN_IF_ERROR(CheckRequests(grads, /*with_values=*/true));
   Plan plan;
   BuildPlan(grads, &plan);
-  using PushCall = Call<dlrm::v1::PushGradientsRequest, dlrm::v1::PushGradientsResponse>;
-  std::vector<std::unique_ptr<PushCall>> first_round, last_round;
+  using PushCall = UnaryCall<dlrm::v1::PushGradientsRequest, dlrm::v1::PushGradientsResponse>;
+  std::vector<std::unique_ptr<PushCall>> calls;
+  std::vector<ShardCall*> first_round, last_round;
   for (const Plan::Chunk& chunk : plan.chunks) {
-    auto call = std::make_unique<PushCall>();
-    call->shard = chunk.shard;
+    auto call = std::make_unique<PushCall>(chunk.shard, stubs_[chunk.shard].get(),
+                                           &PushCall::Stub::PrepareAsyncPushGradients,
+                                           options_.rpc_timeout);
     dlrm::v1::PushGradientsRequest& req = call->request;
     req.set_job_id(options_.job_id);
     req.set_job_epoch(options_.job_epoch);
@@ -326,58 +466,37 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableR
         }
       }
     }
-    (chunk.last_of_shard ? last_round : first_round).push_back(std::move(call));
+    (chunk.last_of_shard ? last_round : first_round).push_back(call.get());
+    calls.push_back(std::move(call));
   }
-  for (auto* round : {&first_round, &last_round}) {
-    if (round->size() == 1) {
-      PushCall* c = (*round)[0].get();
-      common::SetDeadline(&c->context, options_.rpc_timeout);
-      c->status = stubs_[c->shard]->PushGradients(&c->context, c->request, &c->response);
-    } else {
-      CallGroup group;
-      for (auto& call : *round) {
-        PushCall* c = call.get();
-        common::SetDeadline(&c->context, options_.rpc_timeout);
-        stubs_[c->shard]->async()->PushGradients(&c->context, &c->request, &c->response,
-                                                 group.Track(&c->status));
-      }
-      group.Wait();
+  for (const std::vector<ShardCall*>* round : {&first_round, &last_round}) {
+    if (round->empty()) continue;
+    // Numbered as they are sent; a retry resends the same number, so the PS applies it once.
+    for (ShardCall* call : *round) {
+      static_cast<PushCall*>(call)->request.set_sequence(
+          push_sequence_.fetch_add(1, std::memory_order_relaxed) + 1);
     }
-    for (auto& call : *round) {
-      if (!call->status.ok()) return ShardError(call->shard, call->status, "PushGradients");
+    RunCalls(*round, "PushGradients");
+    for (const ShardCall* call : *round) {
+      if (!call->status.ok()) return ShardError(*call, "PushGradients");
     }
   }
   return absl::OkStatus();
 }
 
-namespace {
-
-// Starts every call of `calls` (a lone one blocking on this thread) and waits for them all.
-template <typename CallT, typename Start, typename StartAsync>
-void RunCalls(std::vector<std::unique_ptr<CallT>>& calls, Start start, StartAsync start_async) {
-  if (calls.size() == 1) {
-    start(calls[0].get());
-    return;
-  }
-  CallGroup group;
-  for (auto& call : calls) start_async(call.get(), group.Track(&call->status));
-  group.Wait();
-}
-
-}  // namespace
-
 absl::Status GrpcPsClient::ReadStoredRows(absl::Span<embedding::TableRows> requests) {
   DLRM_RETURN_IF_ERROR(CheckRequests(requests, /*with_values=*/false));
   Plan plan;
   BuildPlan(requests, max_stored_rows_per_request_, &plan);
-  using ReadCall = Call<dlrm::v1::ReadRowsRequest, dlrm::v1::ReadRowsResponse>;
+  using ReadCall = UnaryCall<dlrm::v1::ReadRowsRequest, dlrm::v1::ReadRowsResponse>;
   std::vector<std::unique_ptr<ReadCall>> calls;
+  std::vector<ShardCall*> pointers;
   std::vector<const Plan::Chunk*> call_chunks;
   for (const Plan::Chunk& chunk : plan.chunks) {
     if (chunk.entries.empty()) continue;
-    auto call = std::make_unique<ReadCall>();
-    call->shard = chunk.shard;
-    common::SetDeadline(&call->context, options_.rpc_timeout);
+    auto call =
+        std::make_unique<ReadCall>(chunk.shard, stubs_[chunk.shard].get(),
+                                   &ReadCall::Stub::PrepareAsyncReadRows, options_.rpc_timeout);
     call->request.set_job_id(options_.job_id);
     call->request.set_job_epoch(options_.job_epoch);
     for (const Plan::Entry& e : chunk.entries) {
@@ -386,20 +505,13 @@ absl::Status GrpcPsClient::ReadStoredRows(absl::Span<embedding::TableRows> reque
       t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
                  static_cast<size_t>(e.count) * sizeof(int64_t));
     }
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
     call_chunks.push_back(&chunk);
   }
-  RunCalls(
-      calls,
-      [this](ReadCall* c) {
-        c->status = stubs_[c->shard]->ReadRows(&c->context, c->request, &c->response);
-      },
-      [this](ReadCall* c, std::function<void(grpc::Status)> done) {
-        stubs_[c->shard]->async()->ReadRows(&c->context, &c->request, &c->response,
-                                            std::move(done));
-      });
+  RunCalls(pointers, "ReadRows");
   for (auto& call : calls) {
-    if (!call->status.ok()) return ShardError(call->shard, call->status, "ReadRows");
+    if (!call->status.ok()) return ShardError(*call, "ReadRows");
   }
   // Row widths as the shards report them; every answer for a table must agree.
   std::vector<int> width(requests.size(), 0);
@@ -469,13 +581,14 @@ absl::Status GrpcPsClient::WriteStoredRows(absl::Span<const embedding::TableRows
   }
   Plan plan;
   BuildPlan(rows, max_stored_rows_per_request_, &plan);
-  using WriteCall = Call<dlrm::v1::WriteRowsRequest, dlrm::v1::WriteRowsResponse>;
+  using WriteCall = UnaryCall<dlrm::v1::WriteRowsRequest, dlrm::v1::WriteRowsResponse>;
   std::vector<std::unique_ptr<WriteCall>> calls;
+  std::vector<ShardCall*> pointers;
   for (const Plan::Chunk& chunk : plan.chunks) {
     if (chunk.entries.empty()) continue;
-    auto call = std::make_unique<WriteCall>();
-    call->shard = chunk.shard;
-    common::SetDeadline(&call->context, options_.rpc_timeout);
+    auto call =
+        std::make_unique<WriteCall>(chunk.shard, stubs_[chunk.shard].get(),
+                                    &WriteCall::Stub::PrepareAsyncWriteRows, options_.rpc_timeout);
     call->request.set_job_id(options_.job_id);
     call->request.set_job_epoch(options_.job_epoch);
     for (const Plan::Entry& e : chunk.entries) {
@@ -493,19 +606,13 @@ absl::Status GrpcPsClient::WriteStoredRows(absl::Span<const embedding::TableRows
                     row_bytes);
       }
     }
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  RunCalls(
-      calls,
-      [this](WriteCall* c) {
-        c->status = stubs_[c->shard]->WriteRows(&c->context, c->request, &c->response);
-      },
-      [this](WriteCall* c, std::function<void(grpc::Status)> done) {
-        stubs_[c->shard]->async()->WriteRows(&c->context, &c->request, &c->response,
-                                             std::move(done));
-      });
+  // Overwrites: a retried write writes the same rows again.
+  RunCalls(pointers, "WriteRows");
   for (auto& call : calls) {
-    if (!call->status.ok()) return ShardError(call->shard, call->status, "WriteRows");
+    if (!call->status.ok()) return ShardError(*call, "WriteRows");
   }
   return absl::OkStatus();
 }
@@ -539,54 +646,45 @@ dlrm::v1::LoadJobRequest MakeLoadJobRequest(const PsClientOptions& options,
   }
   *r.mutable_optimizer() = SparseOptimizerToProto(params.optimizer);
   r.set_seed(params.seed);
+  r.set_restart(params.restart);
   r.set_staleness(params.staleness);
   r.set_num_workers(params.num_workers);
   return r;
 }
 
 absl::Status GrpcPsClient::LoadJobOnAll(const PsJobParams& params) {
-  using LoadCall = Call<dlrm::v1::LoadJobRequest, dlrm::v1::LoadJobResponse>;
+  using LoadCall = UnaryCall<dlrm::v1::LoadJobRequest, dlrm::v1::LoadJobResponse>;
   std::vector<std::unique_ptr<LoadCall>> calls;
-  CallGroup group;
+  std::vector<ShardCall*> pointers;
   for (int s = 0; s < shard_count(); ++s) {
-    auto call = std::make_unique<LoadCall>();
-    call->shard = s;
+    auto call = std::make_unique<LoadCall>(s, stubs_[s].get(), &LoadCall::Stub::PrepareAsyncLoadJob,
+                                           options_.rpc_timeout);
     call->request = MakeLoadJobRequest(options_, params, s, shard_count());
-    common::SetDeadline(&call->context, options_.rpc_timeout);
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
+  RunCalls(pointers, "LoadJob");  // idempotent per epoch, so retried as it is
   for (auto& call : calls) {
-    LoadCall* c = call.get();
-    stubs_[c->shard]->async()->LoadJob(&c->context, &c->request, &c->response,
-                                       group.Track(&c->status));
-  }
-  group.Wait();
-  for (auto& call : calls) {
-    if (!call->status.ok()) return ShardError(call->shard, call->status, "LoadJob");
+    if (!call->status.ok()) return ShardError(*call, "LoadJob");
   }
   return absl::OkStatus();
 }
 
 absl::Status GrpcPsClient::UnloadJobOnAll() {
-  using UnloadCall = Call<dlrm::v1::UnloadJobRequest, dlrm::v1::UnloadJobResponse>;
+  using UnloadCall = UnaryCall<dlrm::v1::UnloadJobRequest, dlrm::v1::UnloadJobResponse>;
   std::vector<std::unique_ptr<UnloadCall>> calls;
-  CallGroup group;
+  std::vector<ShardCall*> pointers;
   for (int s = 0; s < shard_count(); ++s) {
-    auto call = std::make_unique<UnloadCall>();
-    call->shard = s;
+    auto call = std::make_unique<UnloadCall>(
+        s, stubs_[s].get(), &UnloadCall::Stub::PrepareAsyncUnloadJob, options_.rpc_timeout);
     call->request.set_job_id(options_.job_id);
-    common::SetDeadline(&call->context, options_.rpc_timeout);
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  for (auto& call : calls) {
-    UnloadCall* c = call.get();
-    stubs_[c->shard]->async()->UnloadJob(&c->context, &c->request, &c->response,
-                                         group.Track(&c->status));
-  }
-  group.Wait();
+  RunCalls(pointers, "UnloadJob");
   for (auto& call : calls) {
     if (!call->status.ok() && call->status.error_code() != grpc::StatusCode::NOT_FOUND) {
-      return ShardError(call->shard, call->status, "UnloadJob");
+      return ShardError(*call, "UnloadJob");
     }
   }
   return absl::OkStatus();
@@ -594,30 +692,26 @@ absl::Status GrpcPsClient::UnloadJobOnAll() {
 
 absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::CheckpointAll(
     int64_t step, bool write, const std::string& dir) {
-  using CheckpointCall = Call<dlrm::v1::CheckpointRequest, dlrm::v1::CheckpointResponse>;
+  using CheckpointCall = UnaryCall<dlrm::v1::CheckpointRequest, dlrm::v1::CheckpointResponse>;
   std::vector<std::unique_ptr<CheckpointCall>> calls;
-  CallGroup group;
+  std::vector<ShardCall*> pointers;
   for (int s = 0; s < shard_count(); ++s) {
-    auto call = std::make_unique<CheckpointCall>();
-    call->shard = s;
+    auto call = std::make_unique<CheckpointCall>(s, stubs_[s].get(),
+                                                 &CheckpointCall::Stub::PrepareAsyncCheckpoint,
+                                                 write ? absl::Hours(1) : options_.rpc_timeout * 6);
     call->request.set_job_id(options_.job_id);
     call->request.set_step(step);
     call->request.set_phase(write ? dlrm::v1::CheckpointRequest::WRITE
                                   : dlrm::v1::CheckpointRequest::SNAPSHOT);
     call->request.set_directory(dir);
     call->request.set_part(s);
-    common::SetDeadline(&call->context, write ? absl::Hours(1) : options_.rpc_timeout * 6);
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  for (auto& call : calls) {
-    CheckpointCall* c = call.get();
-    stubs_[c->shard]->async()->Checkpoint(&c->context, &c->request, &c->response,
-                                          group.Track(&c->status));
-  }
-  group.Wait();
+  RunCalls(pointers, "Checkpoint");
   std::vector<embedding::CheckpointFileEntry> files;
   for (auto& call : calls) {
-    if (!call->status.ok()) return ShardError(call->shard, call->status, "Checkpoint");
+    if (!call->status.ok()) return ShardError(*call, "Checkpoint");
     for (const dlrm::v1::CheckpointFile& f : call->response.files()) {
       files.push_back({.name = f.name(),
                        .kind = "rows",
@@ -632,25 +726,20 @@ absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::Checkp
 }
 
 absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> GrpcPsClient::GetStatsAll() {
-  using StatsCall = Call<dlrm::v1::GetStatsRequest, dlrm::v1::GetStatsResponse>;
+  using StatsCall = UnaryCall<dlrm::v1::GetStatsRequest, dlrm::v1::GetStatsResponse>;
   std::vector<std::unique_ptr<StatsCall>> calls;
-  CallGroup group;
+  std::vector<ShardCall*> pointers;
   for (int s = 0; s < shard_count(); ++s) {
-    auto call = std::make_unique<StatsCall>();
-    call->shard = s;
+    auto call = std::make_unique<StatsCall>(
+        s, stubs_[s].get(), &StatsCall::Stub::PrepareAsyncGetStats, options_.rpc_timeout);
     call->request.set_job_id(options_.job_id);
-    common::SetDeadline(&call->context, options_.rpc_timeout);
+    pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  for (auto& call : calls) {
-    StatsCall* c = call.get();
-    stubs_[c->shard]->async()->GetStats(&c->context, &c->request, &c->response,
-                                        group.Track(&c->status));
-  }
-  group.Wait();
+  RunCalls(pointers, "GetStats");
   std::vector<dlrm::v1::GetStatsResponse> out;
   for (auto& call : calls) {
-    if (!call->status.ok()) return ShardError(call->shard, call->status, "GetStats");
+    if (!call->status.ok()) return ShardError(*call, "GetStats");
     out.push_back(std::move(call->response));
   }
   return out;

@@ -3,28 +3,36 @@
 //
 // Lookup / Push group the (already deduplicated) ids of every table by owning shard
 // (common/sharding.h ShardOf), send ONE batched request per shard (split into chunks of at most
-// max_rows_per_request ids when larger), all shards in parallel. A Lookup's calls complete on
-// the calling thread, which decodes each answer's rows from gRPC's buffers straight into request
-// order (proto/lookup_wire.h); Push uses gRPC's callback client API (no thread per call).
-// into request order. Every call carries the deadline `rpc_timeout`; a shard that is gone fails
-// the whole Lookup/Push with UNAVAILABLE or DEADLINE_EXCEEDED within it, the message naming the
-// shard and its address.
+// max_rows_per_request ids when larger), all shards in parallel. Every call completes on the
+// calling thread (a completion queue of its own, no thread per call); a Lookup decodes each
+// answer's rows from gRPC's buffers straight into request order (proto/lookup_wire.h).
+//
+// Transient faults: a request that fails with UNAVAILABLE (connection refused or reset, a PS
+// restarting) is sent again after a backoff (20 ms doubling to 1 s, jittered) until its budget,
+// `rpc_timeout` from its first attempt, is spent; a stalled PS just makes it wait within that
+// budget. DEADLINE_EXCEEDED and every other code are final. A failed call's error names the
+// shard, its address and the attempts made; a call that needed retries logs one WARNING. Pushes
+// are numbered (PushGradientsRequest.sequence, from 1 per client) and a retry resends the same
+// number, so a PS applies a retried push once. Hence one client per (job, epoch, rank): a second
+// one would number from 1 again and have its pushes taken for copies. Cancel() ends it all.
 //
 // Push sends a request to every shard every step, even with no rows for it, because a shard
 // counts a worker's step as complete (the staleness bound, server/ps_step_gate.h) when its push
 // arrives. When a shard's push is split, the chunks but the last go first with more_chunks set,
-// and the last one after they succeeded.
+// and the last one after they succeeded (with their retries).
 //
 // Thread-safe: Lookup and Push may run concurrently (a pipelined worker looks up batch i+1 while
-// pushing batch i).
+// pushing batch i); Cancel may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -46,8 +54,9 @@ struct PsClientOptions {
   std::string job_id;
   int64_t job_epoch = 0;
   int worker_rank = 0;
-  std::vector<embedding::TableConfig> tables;      // the job's tables, in table-index order
-  absl::Duration rpc_timeout = absl::Seconds(30);  // deadline of every call
+  std::vector<embedding::TableConfig> tables;  // the job's tables, in table-index order
+  // Budget of every request to a shard, retries included (checkpoint writes get longer).
+  absl::Duration rpc_timeout = absl::Seconds(30);
   // Most ids in one request (all tables together); 0: common::MaxRowsPerRequest(largest dim).
   int64_t max_rows_per_request = 0;
   common::TransportSecurity security;
@@ -59,6 +68,8 @@ struct PsJobParams {
   uint64_t seed = 0;
   int staleness = 0;
   int num_workers = 1;
+  // The job starts over at this epoch (a recovery): shards drop tables of an older epoch.
+  bool restart = false;
 };
 
 class GrpcPsClient : public embedding::EmbeddingStore {
@@ -90,19 +101,30 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   absl::Status UnloadJobOnAll();
   // A checkpoint phase on every shard in parallel (proto/ps.proto CheckpointRequest): SNAPSHOT
   // (the cut, quick) or WRITE of each shard's rows into `dir` as part = shard index (as long as
-  // the write takes, up to an hour). WRITE returns every file written, in shard order.
+  // the write takes, up to an hour; retried on UNAVAILABLE only within rpc_timeout of the start).
+  // WRITE returns every file written, in shard order.
   absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> CheckpointAll(int64_t step,
                                                                             bool write,
                                                                             const std::string& dir);
   // GetStats of this job from every shard, in shard order.
   absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> GetStatsAll();
 
+  // Stops the client for good (the worker's job was taken away): no attempt starts after it,
+  // backoff waits end, calls in flight are cancelled, and every call, running or later, returns
+  // CANCELLED ("ps client cancelled") within about 100 ms. Thread-safe and idempotent.
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+
  private:
   struct Plan;
+  struct ShardCall;
+  template <typename Request, typename Response>
+  struct UnaryCall;
   struct LookupCall;
   using LookupStub = grpc::TemplatedGenericStub<dlrm::v1::LookupRequest, proto::LookupRowsSink>;
   explicit GrpcPsClient(const PsClientOptions& options);
-  // A cleared request/response pair from the pool (or a new one); back to the pool when done.
+  // INVALID_ARGUMENT for an unknown table, an id out of range or (with_values) a values size
+  // that is not ids x dim.
   absl::Status CheckRequests(absl::Span<const embedding::TableRows> requests,
                              bool with_values) const;
   // Groups ids by shard and splits them into chunks.
@@ -110,7 +132,15 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // As BuildPlan, with at most `max_rows` ids per chunk.
   void BuildPlan(absl::Span<const embedding::TableRows> requests, int64_t max_rows,
                  Plan* plan) const;
-  absl::Status ShardError(int shard, const grpc::Status& status, const char* method) const;
+  // Runs every call concurrently on this thread, each retried while it fails with UNAVAILABLE
+  // until its budget is spent (or the client is cancelled); returns when all are final, each
+  // call's status set. `method` is for the log.
+  void RunCalls(absl::Span<ShardCall* const> calls, const char* method);
+  // Starts the next attempt of `call` on `cq`: false (and the call CANCELLED) once cancelled.
+  bool StartAttempt(ShardCall* call, grpc::CompletionQueue* cq);
+  // The failed call's status as "<method> on ps shard <i> (<address>): <message>", with the
+  // attempts made when it was retried or UNAVAILABLE.
+  absl::Status ShardError(const ShardCall& call, const char* method) const;
 
   PsClientOptions options_;
   int64_t max_rows_per_request_ = 0;
@@ -119,6 +149,14 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   std::vector<std::unique_ptr<LookupStub>> lookup_stubs_;  // Lookup, decoding rows in place
   // Lookup requests reused from call to call, so that their id buffers keep their capacity.
   proto::MessagePool<dlrm::v1::LookupRequest> lookup_requests_;
+  // Numbers of the push requests sent (PushGradientsRequest.sequence): the last one given out.
+  std::atomic<uint64_t> push_sequence_{0};
+
+  // Cancel: set once under cancel_mu_, read without it; the contexts of the attempts in flight,
+  // which Cancel cancels.
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
+  absl::flat_hash_set<grpc::ClientContext*> live_contexts_ ABSL_GUARDED_BY(cancel_mu_);
 };
 
 // The LoadJob message for shard `shard_index` of `shard_count`.

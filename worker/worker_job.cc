@@ -6,7 +6,9 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -26,6 +28,10 @@ namespace dlrm::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Steps between two decision boundaries of a job with checkpoints (worker_job.cc TrainJob): the
+// most a checkpoint asked for by time or by `dlrmctl checkpoint` waits, in steps.
+constexpr int64_t kCheckpointDecisionSteps = 50;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -147,7 +153,25 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   ps_params.seed = spec.seed;
   ps_params.staleness = spec.staleness;
   ps_params.num_workers = world;
+  // After a recovery the job starts over from its checkpoint: the servers drop what an older
+  // epoch left in its tables.
+  ps_params.restart = job.recovery() > 0;
   DLRM_ASSIGN_OR_RETURN(auto store, GrpcPsClient::Create(ps_options));
+  // From here on, stopping the run also cancels the store's calls (a retry against a server that
+  // is gone, a checkpoint write), so that a recovery does not wait for their deadlines.
+  auto store_hook = [this, s = store.get()] {
+    cancel_job_.store(true);
+    s->Cancel();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || cancel_job_.load()) return absl::CancelledError("job stopped");
+    cancel_hook_ = store_hook;
+  }
+  absl::Cleanup restore_hook = [this] {
+    absl::MutexLock lock(&mu_);
+    cancel_hook_ = [this] { cancel_job_.store(true); };
+  };
   DLRM_RETURN_IF_ERROR(store->LoadJobOnAll(ps_params));
 
   // Collectives: NCCL between GPU workers (dense gradients summed in device memory; hot-row
@@ -204,19 +228,41 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.threads = options_.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
 
+  // Where this run starts: the spec's resume_from, or after a recovery the newest checkpoint of
+  // the job's folder that verifies. Rank 0 chooses; the others take its choice, so every rank
+  // loads the same one even while a checkpoint is being committed.
+  std::string resume_from = spec.checkpoint.resume_from;
+  if (job.recovery() > 0 && !spec.checkpoint.dir.empty()) {
+    const std::string key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/resume_from");
+    if (rank == 0) {
+      absl::StatusOr<ValidCheckpoint> newest = FindValidCheckpoint(spec.checkpoint.dir);
+      if (newest.ok()) {
+        resume_from = newest->dir;
+      } else if (!absl::IsNotFound(newest.status())) {
+        return newest.status();
+      }
+      if (world > 1) DLRM_RETURN_IF_ERROR(client_->KvSet(key, "path:" + resume_from));
+    } else {
+      DLRM_ASSIGN_OR_RETURN(std::string chosen, client_->KvGet(key, options_.collective_timeout));
+      resume_from = std::string(absl::StripPrefix(chosen, "path:"));
+    }
+    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank << ": recovery " << job.recovery()
+                   << " rolls back to "
+                   << (resume_from.empty() ? std::string("the start") : resume_from);
+  }
+
   // Resuming: rank 0 loads every row onto the parameter servers (through the client, which
   // places each row on its shard, whatever the number of servers that wrote it); every rank
   // loads the dense state. Steps on the servers start again from 0; `base` is where this run
   // starts in the job's numbering.
   TrainPosition base;
   std::vector<std::vector<int64_t>> resumed_hot_ids;
-  const bool resumed = !spec.checkpoint.resume_from.empty();
+  const bool resumed = !resume_from.empty();
   if (resumed) {
     DLRM_ASSIGN_OR_RETURN(
         RestoredCheckpoint restored,
-        RestoreCheckpoint(spec.checkpoint.resume_from,
-                          {.rank = rank, .load_rows = rank == 0, .set_steps = false}, trainer.get(),
-                          store.get()));
+        RestoreCheckpoint(resume_from, {.rank = rank, .load_rows = rank == 0, .set_steps = false},
+                          trainer.get(), store.get()));
     base = restored.position;
     base.samples = restored.manifest.samples;
     resumed_hot_ids = std::move(restored.hot_ids);
@@ -264,6 +310,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     dlrm::v1::ReportProgressRequest request;
     request.set_job_id(job_id);
     request.set_rank(rank);
+    request.set_job_epoch(job.job_epoch());
     // The job's totals: a resumed job's progress continues from its checkpoint.
     request.set_step(base.step + steps);
     request.set_samples(base.samples / world + samples);
@@ -334,6 +381,32 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   };
   const int64_t checkpoint_every = checkpointer != nullptr ? spec.checkpoint.every_steps : 0;
   const int64_t refresh_every = refresher != nullptr ? spec.hot_refresh_steps : 0;
+  // Checkpoints that rank 0 alone can want (every_seconds, `dlrmctl checkpoint`) are agreed on at
+  // a decision boundary every decide_every steps: rank 0's wish reaches the others in a one-float
+  // allreduce, so every rank cuts at the same step.
+  const int64_t decide_every =
+      checkpointer == nullptr ? 0
+      : checkpoint_every > 0 && checkpoint_every <= kCheckpointDecisionSteps
+          ? checkpoint_every
+          : kCheckpointDecisionSteps;
+  // A first run serves every request made since the job started RUNNING; a run after a recovery
+  // only the ones that come later (the earlier ones were served or lost with the rollback).
+  int64_t requests_served = job.recovery() > 0 ? job.checkpoint_requests() : 0;
+  auto checkpoint_due = [&](int64_t run_steps) -> absl::StatusOr<bool> {
+    if (checkpointer == nullptr) return false;
+    const int64_t step = base.step + run_steps;
+    if (checkpoint_every > 0 && checkpointer->Due(step)) return true;
+    if (run_steps % decide_every != 0 || step <= checkpointer->last_step()) return false;
+    const int64_t requests = checkpoint_requests_.load();
+    const bool requested = requests > requests_served;
+    float wish = rank == 0 && (requested || checkpointer->DueByTime()) ? 1.0f : 0.0f;
+    if (reducer != nullptr) DLRM_RETURN_IF_ERROR(reducer->AllReduceSum(&wish, 1));
+    if (rank == 0 && requested) {
+      requests_served = requests;
+      DLRM_LOG(INFO) << "job " << job_id << ": checkpoint at step " << step << " on request";
+    }
+    return wish > 0;
+  };
 
   if (nothing_left) {
     DLRM_LOG(INFO) << "job " << job_id << ": the checkpoint is at the end of training already";
@@ -349,15 +422,14 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
     pipeline_options.store_enforces_staleness = true;
     pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
-    if (refresh_every > 0 || checkpoint_every > 0) {
-      pipeline_options.boundary_every = std::gcd(refresh_every, checkpoint_every);
+    if (refresh_every > 0 || decide_every > 0) {
+      pipeline_options.boundary_every = std::gcd(refresh_every, decide_every);
       pipeline_options.on_boundary = [&](int64_t step) -> absl::Status {
         if (refresh_every > 0 && step % refresh_every == 0) {
           DLRM_RETURN_IF_ERROR(refresher->Refresh(step));
         }
-        if (checkpoint_every > 0 && checkpointer->Due(base.step + step)) {
-          DLRM_RETURN_IF_ERROR(cut(step));
-        }
+        DLRM_ASSIGN_OR_RETURN(bool due, checkpoint_due(step));
+        if (due) DLRM_RETURN_IF_ERROR(cut(step));
         return absl::OkStatus();
       };
     }
@@ -365,23 +437,18 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::CancelledError("worker shutting down");
-      cancel_hook_ = [this, p = pipeline.get()] {
-        cancel_job_.store(true);
+      cancel_hook_ = [store_hook, p = pipeline.get()] {
+        store_hook();
         p->Cancel();
       };
     }
     absl::Status status = pipeline->Run();
     {
       absl::MutexLock lock(&mu_);
-      cancel_hook_ = [this] { cancel_job_.store(true); };
+      cancel_hook_ = store_hook;
     }
     DLRM_RETURN_IF_ERROR(status);
   } else {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return absl::CancelledError("worker shutting down");
-      cancel_hook_ = [this] { cancel_job_.store(true); };
-    }
     Batch batch;
     bool stop = false;
     for (int epoch = 0; epoch < epochs_left && !stop; ++epoch) {
@@ -390,8 +457,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
         if (refresher != nullptr && steps > 0 && steps % spec.hot_refresh_steps == 0) {
           DLRM_RETURN_IF_ERROR(refresher->Refresh(trainer->steps_done()));
         }
-        if (checkpoint_every > 0 && steps > 0 && checkpointer->Due(base.step + steps)) {
-          DLRM_RETURN_IF_ERROR(cut(steps));
+        if (checkpointer != nullptr && steps > 0) {
+          DLRM_ASSIGN_OR_RETURN(bool due, checkpoint_due(steps));
+          if (due) DLRM_RETURN_IF_ERROR(cut(steps));
         }
         DLRM_ASSIGN_OR_RETURN(bool more, train_reader.Next(&batch));
         if (!more) break;
@@ -424,8 +492,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   dlrm::v1::ReportProgressRequest done;
   done.set_job_id(job_id);
   done.set_rank(rank);
-  done.set_step(steps);
-  done.set_samples(samples);
+  done.set_job_epoch(job.job_epoch());
+  done.set_step(base.step + steps);
+  done.set_samples(base.samples / world + samples);
   done.set_loss(loss_avg);
   done.set_done(true);
   if (rank == 0) {
@@ -473,7 +542,14 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     DLRM_LOG(INFO) << "job " << job_id << ": AUC " << eval.auc << ", logloss " << eval.logloss
                    << ", " << steps << " steps, " << m["samples_per_sec"] << " samples/s";
   }
+  // The coordinator may be restarting: the result is worth waiting for.
   absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(done);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(60);
+       !state.ok() && absl::IsUnavailable(state.status()) && absl::Now() < give_up &&
+       !cancel_job_.load();) {
+    absl::SleepFor(absl::Milliseconds(500));
+    state = client_->ReportProgress(done);
+  }
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrCat("final report: ", state.status().message()));

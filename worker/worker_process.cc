@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -16,7 +17,26 @@ using Clock = std::chrono::steady_clock;
 
 constexpr absl::Duration kIdlePollInterval = absl::Milliseconds(200);
 
+// One run of a job: a recovery runs the same job again at a new job epoch.
+std::string RunKey(const dlrm::v1::JobAssignment& job) {
+  return absl::StrCat(job.job_id(), "@", job.job_epoch());
+}
+
 }  // namespace
+
+bool PeerLost(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+      return true;
+    case absl::StatusCode::kNotFound:
+      // A parameter server that restarted in place no longer has the job.
+      return absl::StrContains(status.message(), "is not loaded on this parameter server");
+    default:
+      return false;
+  }
+}
 
 bool LeaseLost(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound ||
@@ -86,7 +106,11 @@ void WorkerProcess::HeartbeatLoop() {
                  !response->worker().job().job_id().empty()) {
         assignment_ = response->worker();
         has_assignment_ = true;
-        if (!running_job_.empty() && assignment_.job().job_id() != running_job_ && cancel_hook_) {
+        checkpoint_requests_.store(assignment_.job().checkpoint_requests());
+        // Another job, or the same one run again after a recovery: the run in progress is over.
+        if (!running_job_.empty() && RunKey(assignment_.job()) != running_job_ && cancel_hook_) {
+          DLRM_LOG(INFO) << "run " << running_job_ << " is replaced by "
+                         << RunKey(assignment_.job()) << "; stopping it";
           cancel_hook_();
         }
       } else {
@@ -129,12 +153,12 @@ absl::Status WorkerProcess::Run() {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ ||
-               (has_assignment_ && !finished_jobs_.contains(assignment_.job().job_id()));
+               (has_assignment_ && !finished_jobs_.contains(RunKey(assignment_.job())));
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) break;
       assignment = assignment_;
-      running_job_ = assignment.job().job_id();
+      running_job_ = RunKey(assignment.job());
       // Until training starts, a cancellation only raises the flag (checked between phases).
       cancel_job_.store(false);
       cancel_hook_ = [this] { cancel_job_.store(true); };
@@ -142,7 +166,7 @@ absl::Status WorkerProcess::Run() {
     RunJob(assignment);
     {
       absl::MutexLock lock(&mu_);
-      finished_jobs_.insert(assignment.job().job_id());
+      finished_jobs_.insert(RunKey(assignment.job()));
       running_job_.clear();
       cancel_hook_ = nullptr;
       poll_now_ = true;  // ask for the next job now, not at the end of a long interval
@@ -190,12 +214,16 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
                    << status.message();
     return;
   }
-  DLRM_LOG(ERROR) << "job " << job_id << " failed on rank " << assignment.rank() << ": "
+  const bool peer_lost = PeerLost(status);
+  DLRM_LOG(ERROR) << "job " << job_id << " failed on rank " << assignment.rank()
+                  << (peer_lost ? " (a peer was lost; the job recovers): " : ": ")
                   << status.ToString();
   dlrm::v1::ReportProgressRequest report;
   report.set_job_id(job_id);
   report.set_rank(assignment.rank());
+  report.set_job_epoch(assignment.job().job_epoch());
   report.set_failed(true);
+  report.set_peer_unreachable(peer_lost);
   report.set_message(status.ToString());
   absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
   if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();

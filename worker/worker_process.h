@@ -13,10 +13,15 @@
 //   5. reports progress (ReportProgress every progress_interval) and, after a barrier, rank 0
 //      evaluates on the eval split and reports the final metrics with done = true.
 //
-// A failure is reported as failed with its message. When the job disappears from the heartbeat
-// answer (cancelled, failed elsewhere) or ReportProgress answers a state other than RUNNING, the
-// worker stops training promptly (a store call in flight finishes first) and waits for the next
-// job.
+// A failure is reported as failed with its message; one caused by a lost peer (PeerLost) says so,
+// and the coordinator then recovers the job instead of failing it. When the job disappears from
+// the heartbeat answer (cancelled, failed, RECOVERING), comes back at another job epoch (run
+// again after a recovery), or ReportProgress answers a state other than RUNNING, the worker
+// stops the run promptly (the parameter-server client's calls are cancelled) and takes the next
+// assignment. A run after a recovery (JobAssignment.recovery > 0) asks the servers for fresh
+// tables (LoadJob restart) and rolls back to the newest valid checkpoint in the spec's
+// checkpoint.dir (rank 0 picks it and tells the others through the rendezvous store), or to the
+// job's start when there is none.
 //
 //   DLRM_ASSIGN_OR_RETURN(auto worker, WorkerProcess::Create({.coordinator = "10.0.0.2:50051"}));
 //   std::thread stopper([&] { WaitForSignal(); worker->Shutdown(); });
@@ -67,6 +72,9 @@ struct WorkerProcessOptions {
 // A lease that is gone: the coordinator forgot us (NOT_FOUND) or our lease ran out
 // (FAILED_PRECONDITION). Either way the worker registers again.
 bool LeaseLost(const absl::Status& status);
+// A failure caused by a peer that is gone or cannot be reached (a parameter server or another
+// rank): UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, or a server that no longer has the job.
+bool PeerLost(const absl::Status& status);
 
 class WorkerProcess {
  public:
@@ -104,6 +112,8 @@ class WorkerProcess {
   std::thread heartbeat_thread_;
   std::atomic<int64_t> jobs_done_{0};
   std::atomic<bool> cancel_job_{false};
+  // JobAssignment.checkpoint_requests of the latest heartbeat (`dlrmctl checkpoint` calls).
+  std::atomic<int64_t> checkpoint_requests_{0};
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -112,9 +122,9 @@ class WorkerProcess {
   // The latest assignment a heartbeat carried; cleared when a heartbeat carries none.
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
   dlrm::v1::WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
-  std::string running_job_ ABSL_GUARDED_BY(mu_);  // job being trained, "" when idle
+  std::string running_job_ ABSL_GUARDED_BY(mu_);  // "job@epoch" being trained, "" when idle
   bool poll_now_ ABSL_GUARDED_BY(mu_) = false;    // wakes the heartbeat thread early
-  std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mu_);  // "job@epoch" runs done
   // Called (under mu_) to stop the training in progress; set by TrainJob.
   std::function<void()> cancel_hook_ ABSL_GUARDED_BY(mu_);
 };

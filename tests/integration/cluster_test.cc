@@ -75,6 +75,9 @@ class ClusterTest : public ::testing::Test {
     WriteFile(*dir_ + "/job3.yaml",
               JobYaml(3, 1, "it-job3", "hot_budget: 64KiB\n  hot_refresh_steps: 20"));
     WriteFile(*dir_ + "/long.yaml", JobYaml(200, 1, "it-long"));
+    // A job that may not recover: the first lost member fails it.
+    WriteFile(*dir_ + "/long-no-recovery.yaml",
+              JobYaml(200, 1, "it-long", "hot_budget: 0\n  max_recoveries: 0"));
     ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
                                       "--metrics-out", *dir_ + "/reference.json", "--no-progress"},
                                      *dir_, "train", absl::Seconds(120));
@@ -256,9 +259,11 @@ TEST_F(ClusterTest, DlrmctlSubmitsASecondJobToAKeepRunningCluster) {
   for (pid_t pid : children) EXPECT_FALSE(ProcessAlive(pid)) << CommandLine(pid);
 }
 
-TEST_F(ClusterTest, KillingAWorkerFailsTheJobAndDlrmLocalExitsPromptly) {
-  Process local({BinPath("dlrm"), "local", "--config", Dir() + "/long.yaml", "--ps", "1",
-                 "--workers", "2", "--lease-ttl", "1s", "--no-progress"},
+// A job with max_recoveries 0 fails at its first lost member (tests/integration/recovery_test.cc
+// has the jobs that recover).
+TEST_F(ClusterTest, KillingAWorkerOfAJobWithoutRecoveriesFailsItPromptly) {
+  Process local({BinPath("dlrm"), "local", "--config", Dir() + "/long-no-recovery.yaml", "--ps",
+                 "1", "--workers", "2", "--lease-ttl", "1s", "--no-progress"},
                 Dir(), "local-kill");
   ASSERT_TRUE(WaitForOutput(local, "submitted job", absl::Seconds(120))) << local.Stderr();
   absl::SleepFor(absl::Seconds(2));  // let the job start training
@@ -270,6 +275,7 @@ TEST_F(ClusterTest, KillingAWorkerFailsTheJobAndDlrmLocalExitsPromptly) {
   EXPECT_FALSE(r.timed_out) << "dlrm local hung after a worker died";
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(r.err, "FAILED")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "no recovery left")) << r.err;
   for (pid_t pid : children) EXPECT_FALSE(ProcessAlive(pid)) << CommandLine(pid);
 }
 

@@ -203,6 +203,9 @@ TEST_F(MetricsTest, EveryRoleOfTheShippedBinaryServesParsableMetrics) {
       << "coordinator did not serve metrics:\n"
       << coordinator.Stderr();
   ExpectValidExposition(reply, "dlrm_members", "coordinator");
+  // The series the DlrmJobRecoveringTooLong alert and the recovery panels read.
+  EXPECT_NE(reply.body.find("dlrm_jobs{state=\"recovering\"} 0"), std::string::npos) << reply.body;
+  EXPECT_NE(reply.body.find("dlrm_job_recoveries_total 0"), std::string::npos) << reply.body;
   // Default bind address: the host of --listen, not every interface.
   EXPECT_EQ(ListeningAddress(coordinator_metrics), "127.0.0.1");
 

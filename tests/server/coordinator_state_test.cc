@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/temp_dir.h"
@@ -167,7 +168,7 @@ TEST_F(CoordinatorStateTest, IllegalTransitionsNameBothStates) {
       "job j: illegal transition FAILED -> RUNNING");
 }
 
-TEST_F(CoordinatorStateTest, FailureReportAndLostMemberFailTheJob) {
+TEST_F(CoordinatorStateTest, FailureReportFailsAndLostMemberRecoversTheJob) {
   const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
   const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
   dlrm::v1::Job a = Submit(*state_, 1);
@@ -181,10 +182,156 @@ TEST_F(CoordinatorStateTest, FailureReportAndLostMemberFailTheJob) {
   ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
   now_ += kTtl / 2 + absl::Seconds(1);
   EXPECT_EQ(state_->ExpireLeases(now_), 1);
-  auto failed = state_->GetJob(b.job_id());
-  EXPECT_EQ(failed->state(), dlrm::v1::JOB_STATE_FAILED);
-  EXPECT_THAT(failed->message(), HasSubstr(w0));
-  EXPECT_THAT(failed->message(), HasSubstr("lease expired"));
+  auto recovering = state_->GetJob(b.job_id());
+  EXPECT_EQ(recovering->state(), dlrm::v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(recovering->recoveries(), 1);
+  EXPECT_THAT(recovering->message(), HasSubstr(w0));
+  EXPECT_THAT(recovering->message(), HasSubstr("lease expired"));
+}
+
+// A spec with training.max_recoveries set.
+std::string SpecWithMaxRecoveries(int n) {
+  return absl::StrCat(dlrm::testing::kTinySpec, "training: {max_recoveries: ", n, "}\n");
+}
+
+TEST_F(CoordinatorStateTest, LostWorkerRecoversOntoReplacementKeepingProgress) {
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  const std::string w1 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::Job job = Submit(*state_, 2);
+  ASSERT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  const int64_t first_epoch = state_->GetJob(job.job_id())->job_epoch();
+  ASSERT_TRUE(Report(job.job_id(), 0, false).ok());
+  ASSERT_TRUE(Report(job.job_id(), 1, false).ok());
+  EXPECT_EQ(state_->GetJob(job.job_id())->total_samples(), 3000);
+
+  // w1 dies: the others keep heartbeating.
+  now_ += kTtl / 2;
+  ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
+  ASSERT_TRUE(state_->Heartbeat(w0, now_).ok());
+  now_ += kTtl / 2 + absl::Milliseconds(1);
+  EXPECT_EQ(state_->ExpireLeases(now_), 1);
+  dlrm::v1::Job recovering = *state_->GetJob(job.job_id());
+  ASSERT_EQ(recovering.state(), dlrm::v1::JOB_STATE_RECOVERING);
+  ASSERT_EQ(recovering.recovery_history_size(), 1);
+  EXPECT_THAT(recovering.recovery_history(0).reason(), HasSubstr(w1));
+  EXPECT_EQ(recovering.recovery_history(0).step_at_loss(), 100);
+  EXPECT_EQ(recovering.total_samples(), 3000) << "progress kept while recovering";
+  // Its workers are free, and nobody is told to run it.
+  auto hb = state_->Heartbeat(w0, now_);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_FALSE(hb->has_worker() && hb->worker().has_job());
+  auto ps_hb = state_->Heartbeat(ps, now_);
+  EXPECT_EQ(ps_hb->ps().jobs_size(), 0) << "the PS drops the job's tables";
+
+  // A replacement registers; w0 shows it is alive after the loss: the job runs again.
+  now_ += absl::Seconds(1);
+  const std::string w2 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  EXPECT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RECOVERING)
+      << "w0 and the PS have not heartbeated since the loss";
+  ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
+  hb = state_->Heartbeat(w0, now_);
+  ASSERT_TRUE(hb.ok());
+  dlrm::v1::Job running = *state_->GetJob(job.job_id());
+  ASSERT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running.worker_ids(), ::testing::ElementsAre(w0, w2));
+  EXPECT_GT(running.job_epoch(), first_epoch);
+  EXPECT_EQ(running.total_samples(), 3000) << "until the ranks report from their checkpoint";
+  EXPECT_GT(running.recovery_history(0).resumed_ms(), 0);
+  EXPECT_EQ(running.recovery_history(0).job_epoch(), running.job_epoch());
+  ASSERT_TRUE(hb->worker().has_job());
+  EXPECT_EQ(hb->worker().job().recovery(), 1);
+  EXPECT_EQ(hb->worker().job().job_epoch(), running.job_epoch());
+
+  // A report from the replaced run is refused and cannot fail the new one.
+  dlrm::v1::ReportProgressRequest stale;
+  stale.set_job_id(job.job_id());
+  stale.set_rank(0);
+  stale.set_job_epoch(first_epoch);
+  stale.set_failed(true);
+  stale.set_message("gloo: connection reset");
+  auto refused = state_->ReportProgress(stale, now_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("recovery replaced"));
+  EXPECT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(*Report(job.job_id(), 0, true), dlrm::v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(CoordinatorStateTest, PeerReportRecoversWithoutPickingTheSilentMember) {
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::Job job = Submit(*state_, 1);
+  dlrm::v1::ReportProgressRequest lost;
+  lost.set_job_id(job.job_id());
+  lost.set_rank(0);
+  lost.set_failed(true);
+  lost.set_peer_unreachable(true);
+  lost.set_message("UNAVAILABLE: parameter server shard 0 at h:1: connection refused");
+  ASSERT_EQ(*state_->ReportProgress(lost, now_), dlrm::v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(state_->GetJob(job.job_id())->message(), HasSubstr("lost a peer"));
+
+  // The PS is dead but its lease has not run out; its replacement takes slot 1. The job must
+  // not go back to the silent one.
+  now_ += absl::Seconds(1);
+  const std::string ps2 = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:2");
+  ASSERT_TRUE(state_->Heartbeat(w0, now_).ok());
+  dlrm::v1::Job running = *state_->GetJob(job.job_id());
+  ASSERT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running.ps_addresses(), ::testing::ElementsAre("h:2"));
+  EXPECT_THAT(running.ps_member_ids(), ::testing::ElementsAre(ps2));
+}
+
+TEST_F(CoordinatorStateTest, LossAfterMaxRecoveriesFailsWithTheHistory) {
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::SubmitJobRequest r;
+  r.set_spec_yaml(SpecWithMaxRecoveries(1));
+  auto job = state_->Submit(r, now_);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->max_recoveries(), 1);
+  auto lose_worker = [&] {
+    dlrm::v1::ReportProgressRequest lost;
+    lost.set_job_id(job->job_id());
+    lost.set_rank(0);
+    lost.set_failed(true);
+    lost.set_peer_unreachable(true);
+    lost.set_message(absl::StrCat("peer gone at ", absl::FormatTime(now_)));
+    return state_->ReportProgress(lost, now_);
+  };
+  ASSERT_EQ(*lose_worker(), dlrm::v1::JOB_STATE_RECOVERING);
+  now_ += absl::Seconds(1);
+  ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
+  const std::string w = state_->GetJob(job->job_id())->worker_ids(0);
+  ASSERT_TRUE(state_->Heartbeat(w, now_).ok());
+  ASSERT_EQ(state_->GetJob(job->job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  now_ += absl::Seconds(1);
+  ASSERT_EQ(*lose_worker(), dlrm::v1::JOB_STATE_FAILED);
+  const dlrm::v1::Job failed = *state_->GetJob(job->job_id());
+  EXPECT_THAT(failed.message(), HasSubstr("no recovery left (1 of max_recoveries 1 used)"));
+  EXPECT_THAT(failed.message(), HasSubstr("recovery 1: rank 0"));
+}
+
+TEST_F(CoordinatorStateTest, RecoveringJobCanBeCancelledAndHoldsBackPendingOnes) {
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  const std::string w1 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  dlrm::v1::Job a = Submit(*state_, 2);
+  dlrm::v1::Job b = Submit(*state_, 1);
+  ASSERT_TRUE(state_->Leave(w1, now_).ok());
+  EXPECT_EQ(state_->GetJob(a.job_id())->state(), dlrm::v1::JOB_STATE_RECOVERING);
+  // The recovering job comes first: b may not take w0 while a waits for a second worker.
+  now_ += absl::Seconds(1);
+  ASSERT_TRUE(state_->Heartbeat(w0, now_).ok());
+  EXPECT_EQ(state_->GetJob(b.job_id())->state(), dlrm::v1::JOB_STATE_PENDING);
+  auto cancelled = state_->Cancel(a.job_id(), "give up", now_);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), dlrm::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(state_->GetJob(b.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(
+      CheckJobTransition("j", dlrm::v1::JOB_STATE_RUNNING, dlrm::v1::JOB_STATE_RECOVERING).ok());
+  EXPECT_EQ(CheckJobTransition("j", dlrm::v1::JOB_STATE_RECOVERING, dlrm::v1::JOB_STATE_SUCCEEDED)
+                .message(),
+            "job j: illegal transition RECOVERING -> SUCCEEDED");
 }
 
 TEST_F(CoordinatorStateTest, PendingJobsStartInOrderAsWorkersFreeUp) {

@@ -1,7 +1,9 @@
 // The parameter-server service through gRPC on loopback: LoadJob semantics, validation of every
-// request (codes and messages), the memory budget through the service, metrics, shutdown.
+// request (codes and messages), the memory budget through the service, metrics, shutdown,
+// numbered pushes applied once (PushDedupe).
 // (Staleness: ps_staleness_test.cc; the sharded client: tests/worker/ps_client_test.cc.)
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "server/ps_job.h"
 #include "server/ps_server.h"
 #include "tests/server/ps_test_util.h"
 
@@ -596,6 +599,145 @@ TEST_F(PsServiceTest, InlineLookupsMatchThePoolPathAndStillWaitForTheBound) {
   grpc::Status g =
       stub_->Lookup(common::MakeClientContext(absl::Milliseconds(300)).get(), gated, &gated_resp);
   EXPECT_EQ(g.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+// A push sent twice with the same (worker, sequence), as a client does when the answer to the
+// first copy was lost, changes the rows once and completes its step once; unnumbered pushes are
+// applied every time; a newer epoch numbers from 1 again.
+TEST_F(PsServiceTest, NumberedPushIsAppliedOnce) {
+  StartPs();
+  for (const char* job : {"once", "twice", "plain"}) {
+    ASSERT_TRUE(Load(TestJob(job, {{100, 4}}, 0, 1, /*staleness=*/1)).ok());
+  }
+  auto push = [](const std::string& job, int64_t step, uint64_t sequence) {
+    dlrm::v1::PushGradientsRequest r = PushOf(job, 0, {1, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+    r.set_step(step);
+    r.set_worker_rank(0);
+    r.set_sequence(sequence);
+    return r;
+  };
+  auto rows = [&](const std::string& job) {
+    dlrm::v1::LookupResponse resp;
+    EXPECT_TRUE(Lookup(LookupOf(job, 0, {1, 2}), &resp).ok());
+    return UnpackFloats(resp.tables(0).rows());
+  };
+  auto stats = [&](const std::string& job) {
+    dlrm::v1::GetStatsRequest req;
+    req.set_job_id(job);
+    dlrm::v1::GetStatsResponse resp;
+    EXPECT_TRUE(stub_->GetStats(common::MakeClientContext(kTimeout).get(), req, &resp).ok());
+    return resp;
+  };
+  // Whether a lookup of `step` by worker 0 passes the staleness bound within 300 ms.
+  auto passes = [&](const std::string& job, int64_t step) {
+    dlrm::v1::LookupRequest r = LookupOf(job, 0, {1});
+    r.set_step(step);
+    r.set_worker_rank(0);
+    dlrm::v1::LookupResponse resp;
+    grpc::Status s =
+        stub_->Lookup(common::MakeClientContext(absl::Milliseconds(300)).get(), r, &resp);
+    EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+        << s.error_message();
+    return s.ok();
+  };
+  const std::vector<float> initial = rows("once");
+
+  ASSERT_TRUE(Push(push("once", 0, 1)).ok());
+  ASSERT_TRUE(Push(push("twice", 0, 1)).ok());
+  dlrm::v1::PushGradientsResponse again;
+  ASSERT_TRUE(
+      stub_->PushGradients(common::MakeClientContext(kTimeout).get(), push("twice", 0, 1), &again)
+          .ok())
+      << "a copy is answered OK";
+  EXPECT_EQ(again.rows_updated(), 0);
+  ASSERT_TRUE(Push(push("plain", 0, 0)).ok());
+  ASSERT_TRUE(Push(push("plain", 0, 0)).ok());
+  const std::vector<float> once = rows("once");
+  EXPECT_NE(once, initial);
+  EXPECT_EQ(rows("twice"), once) << "the copy was applied again";
+  EXPECT_NE(rows("plain"), once) << "unnumbered pushes are applied every time";
+  // The counters are the server's: once 1, twice 1, plain 2; the copy is not counted.
+  EXPECT_EQ(stats("twice").pushes(), 4);
+  EXPECT_EQ(stats("twice").rows_pushed(), 8);
+  // Staleness 1: step 2 needs step 0 (pushed), step 3 needs step 1, which the copy is not.
+  EXPECT_TRUE(passes("twice", 2));
+  EXPECT_FALSE(passes("twice", 3));
+
+  // A new number is a new push (and completes step 1).
+  ASSERT_TRUE(Push(push("twice", 1, 2)).ok());
+  EXPECT_NE(rows("twice"), once);
+  EXPECT_TRUE(passes("twice", 3));
+
+  // Epoch 2 (a recovery): the client numbers from 1 again, and its pushes are applied.
+  auto newer = TestJob("once", {{100, 4}}, 0, 1, /*staleness=*/1);
+  newer.set_job_epoch(2);
+  ASSERT_TRUE(Load(newer).ok());
+  dlrm::v1::PushGradientsRequest first = push("once", 0, 1);
+  first.set_job_epoch(2);
+  ASSERT_TRUE(Push(first).ok());
+  dlrm::v1::LookupResponse at2;
+  ASSERT_TRUE(Lookup(LookupOf("once", 0, {1, 2}, /*epoch=*/2), &at2).ok());
+  EXPECT_NE(UnpackFloats(at2.tables(0).rows()), once);
+}
+
+// PushDedupe's window: per worker, out of order, released when nothing was applied, refused
+// when applied part way, a number below the window refused, a newer epoch starting afresh, an
+// older one refused.
+TEST(PushDedupeTest, RemembersTheLastWindowOfEachWorkerPerEpoch) {
+  using Claim = PushDedupe::Claim;
+  using Outcome = PushDedupe::Outcome;
+  PushDedupe dedupe(/*num_workers=*/2);
+  auto claim = [&](int64_t epoch, int rank, uint64_t sequence) -> absl::StatusOr<Claim> {
+    absl::StatusOr<Claim> c = dedupe.Begin(epoch, rank, sequence);
+    if (c.ok() && *c == Claim::kApply) dedupe.End(epoch, rank, sequence, Outcome::kApplied);
+    return c;
+  };
+  EXPECT_EQ(*claim(1, 0, 5), Claim::kApply);
+  EXPECT_EQ(*claim(1, 0, 3), Claim::kApply) << "numbers arrive with gaps and out of order";
+  EXPECT_EQ(*claim(1, 0, 5), Claim::kDuplicate);
+  EXPECT_EQ(*claim(1, 0, 3), Claim::kDuplicate);
+  EXPECT_EQ(*claim(1, 1, 5), Claim::kApply) << "every worker numbers on its own";
+
+  // Nothing applied (the store failed before the first row): a copy may apply it.
+  ASSERT_EQ(*dedupe.Begin(1, 0, 4), Claim::kApply);
+  dedupe.End(1, 0, 4, Outcome::kNotApplied);
+  EXPECT_EQ(*claim(1, 0, 4), Claim::kApply);
+  EXPECT_EQ(*claim(1, 0, 4), Claim::kDuplicate);
+  // Failed part way: a copy is refused, neither applied nor answered OK.
+  ASSERT_EQ(*dedupe.Begin(1, 0, 2), Claim::kApply);
+  dedupe.End(1, 0, 2, Outcome::kPartly);
+  EXPECT_EQ(claim(1, 0, 2).status().code(), absl::StatusCode::kAborted);
+
+  // The window moves: 5 + kWindow reuses 5's bit, 6 is new, 5 is too old to tell.
+  const uint64_t far = 5 + PushDedupe::kWindow;
+  EXPECT_EQ(*claim(1, 0, far), Claim::kApply);
+  EXPECT_EQ(*claim(1, 0, 6), Claim::kApply);
+  absl::StatusOr<Claim> old = claim(1, 0, 5);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(old.status().message(), HasSubstr("push 5 of worker 0 is older than the last"));
+
+  EXPECT_EQ(*claim(2, 0, 5), Claim::kApply) << "a newer epoch numbers from 1 again";
+  EXPECT_EQ(*claim(2, 1, 5), Claim::kApply);
+  EXPECT_EQ(claim(1, 0, 7).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A copy that arrives while the first is being applied waits for it, so that its OK means
+// "applied".
+TEST(PushDedupeTest, CopyOfAPushBeingAppliedWaitsForIt) {
+  PushDedupe dedupe(/*num_workers=*/1);
+  ASSERT_EQ(*dedupe.Begin(1, 0, 9), PushDedupe::Claim::kApply);
+  std::atomic<bool> answered{false};
+  absl::StatusOr<PushDedupe::Claim> copy;
+  std::thread other([&] {
+    copy = dedupe.Begin(1, 0, 9);
+    answered = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(answered.load());
+  dedupe.End(1, 0, 9, PushDedupe::Outcome::kApplied);
+  other.join();
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(*copy, PushDedupe::Claim::kDuplicate);
 }
 
 }  // namespace

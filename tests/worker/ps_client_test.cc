@@ -1,6 +1,8 @@
 // GrpcPsClient against real parameter servers on loopback: bit-for-bit agreement with the
 // in-process store over two shards (with and without request splitting), the staleness bound
-// across two clients, client-side validation, and peers that are gone or too slow.
+// across two clients, client-side validation, peers that are gone or too slow, and transient
+// faults (through tests/worker/tcp_proxy.h): retried within the budget, a retried push applied
+// once, Cancel.
 #include "worker/ps_client.h"
 
 #include <atomic>
@@ -14,14 +16,18 @@
 #include "gtest/gtest.h"
 #include "server/ps_server.h"
 #include "tests/server/ps_test_util.h"
+#include "tests/worker/tcp_proxy.h"
 #include "worker/input/zipf_sampler.h"
 
 namespace dlrm::worker {
 namespace {
 
+using ::dlrm::testing::FreeLoopbackPort;
+using ::dlrm::testing::TcpProxy;
 using server::ParameterServer;
 using server::testing::PsTempDir;
 using server::testing::TestPsOptions;
+using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -334,6 +340,265 @@ TEST_F(PsClientTest, SlowServerFailsWithDeadlineExceeded) {
   absl::Status s = impatient->Lookup(-1, absl::MakeSpan(rows));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+// ---- Transient faults ----
+
+// A local store with the job's tables, seed and optimizer: what the PS rows must be.
+std::unique_ptr<embedding::LocalEmbeddingStore> Reference(uint64_t seed) {
+  embedding::LocalStoreOptions o;
+  o.tables = kTables;
+  o.seed = seed;
+  o.optimizer = Optimizer();
+  o.num_threads = -1;
+  auto local = embedding::LocalEmbeddingStore::Create(o);
+  EXPECT_TRUE(local.ok()) << local.status();
+  return local.ok() ? std::move(*local) : nullptr;
+}
+
+// Rows 0..99 of every table through `store` (no staleness wait).
+std::vector<embedding::TableRows> FirstRows(embedding::EmbeddingStore& store) {
+  std::vector<embedding::TableRows> rows;
+  for (int t = 0; t < static_cast<int>(kTables.size()); ++t) {
+    embedding::TableRows r;
+    r.table = t;
+    for (int64_t id = 0; id < std::min<int64_t>(100, kTables[t].rows); ++id) r.ids.push_back(id);
+    rows.push_back(std::move(r));
+  }
+  EXPECT_TRUE(store.Lookup(-1, absl::MakeSpan(rows)).ok());
+  return rows;
+}
+
+std::vector<embedding::TableRows> SomeGradients() {
+  return {{0, {1, 5, 7}, std::vector<float>(3 * 8, 0.25f)},
+          {2, {3, 99}, std::vector<float>(2 * 16, -0.5f)}};
+}
+
+// How many pushes the PS at `address` has applied for job-1.
+int64_t PushesApplied(const std::string& address) {
+  auto stub = server::testing::PsStub(address);
+  dlrm::v1::GetStatsRequest request;
+  request.set_job_id("job-1");
+  dlrm::v1::GetStatsResponse response;
+  grpc::Status s =
+      stub->GetStats(common::MakeClientContext(absl::Seconds(10)).get(), request, &response);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return response.pushes();
+}
+
+// A PS that is not there yet when LoadJob starts, and comes up on its address a second later.
+TEST_F(PsClientTest, ParameterServerThatComesUpLateIsWaitedFor) {
+  addresses_ = {absl::StrCat("127.0.0.1:", FreeLoopbackPort())};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(20);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  dirs_.push_back(std::make_unique<PsTempDir>());
+  std::unique_ptr<ParameterServer> late;
+  std::thread starter([&] {
+    absl::SleepFor(absl::Seconds(1));
+    server::PsOptions ps_options = TestPsOptions(dirs_.back()->path());
+    ps_options.listen_address = addresses_[0];
+    auto ps = ParameterServer::Start(ps_options);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    late = std::move(*ps);
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = client->LoadJobOnAll({Optimizer(), 5, 0, 1});
+  const absl::Duration took = absl::Now() - start;
+  starter.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Seconds(15));
+  std::vector<embedding::TableRows> grads = SomeGradients();
+  EXPECT_TRUE(client->Push(0, grads).ok());
+  auto reference = Reference(5);
+  ASSERT_TRUE(reference->Push(0, grads).ok());
+  EXPECT_EQ(FirstRows(*client)[0].values, FirstRows(*reference)[0].values);
+}
+
+// The network to a PS is down when a Lookup / Push starts and comes back a second later: both
+// succeed, and the push is applied once.
+TEST_F(PsClientTest, LookupAndPushWaitForANetworkThatComesBack) {
+  StartShards(1);
+  TcpProxy proxy(servers_[0]->port());
+  proxy.Up();
+  addresses_ = {proxy.address()};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(20);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
+  auto reference = Reference(5);
+
+  for (bool push : {false, true}) {
+    proxy.Down();
+    std::thread up([&] {
+      absl::SleepFor(absl::Seconds(1));
+      proxy.Up();
+    });
+    const absl::Time start = absl::Now();
+    std::vector<embedding::TableRows> rows = SomeGradients();
+    absl::Status s = push ? client->Push(0, rows) : client->Lookup(0, absl::MakeSpan(rows));
+    const absl::Duration took = absl::Now() - start;
+    up.join();
+    ASSERT_TRUE(s.ok()) << (push ? "Push: " : "Lookup: ") << s;
+    EXPECT_GE(took, absl::Milliseconds(900));
+    EXPECT_LT(took, absl::Seconds(15));
+    if (push) {
+      ASSERT_TRUE(reference->Push(0, SomeGradients()).ok());
+    }
+  }
+  const std::vector<embedding::TableRows> got = FirstRows(*client);
+  const std::vector<embedding::TableRows> want = FirstRows(*reference);
+  for (size_t t = 0; t < got.size(); ++t) EXPECT_EQ(got[t].values, want[t].values) << t;
+  EXPECT_EQ(PushesApplied(servers_[0]->address()), 1);
+}
+
+// Nobody ever listens: UNAVAILABLE once the budget is spent (not at the first refusal), naming
+// the shard's address and the attempts.
+TEST_F(PsClientTest, ParameterServerThatNeverComesFailsWithinTheBudget) {
+  addresses_ = {absl::StrCat("127.0.0.1:", FreeLoopbackPort())};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(2);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  for (bool push : {false, true}) {
+    std::vector<embedding::TableRows> rows = SomeGradients();
+    const absl::Time start = absl::Now();
+    absl::Status s = push ? client->Push(0, rows) : client->Lookup(0, absl::MakeSpan(rows));
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_THAT(s.message(),
+                AllOf(HasSubstr(push ? "PushGradients on ps shard 0 (" : "Lookup on ps shard 0 ("),
+                      HasSubstr(addresses_[0]), HasSubstr(" attempts in ")));
+    EXPECT_GE(took, absl::Seconds(1)) << "retried, not failed at the first refusal";
+    EXPECT_LT(took, options.rpc_timeout + absl::Seconds(3));
+  }
+}
+
+// The answer to a push is lost (the connection drops after the PS applied it): the client sends
+// it again with the same sequence number, the PS answers OK without applying it twice.
+TEST_F(PsClientTest, PushWhoseAnswerWasLostIsAppliedOnce) {
+  StartShards(1);
+  TcpProxy proxy(servers_[0]->port());
+  proxy.Up();
+  addresses_ = {proxy.address()};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(20);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
+  FirstRows(*client);  // the connection is up
+
+  proxy.HoldReplies();
+  absl::Status pushed;
+  std::thread push([&] { pushed = client->Push(0, SomeGradients()); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (PushesApplied(servers_[0]->address()) == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(PushesApplied(servers_[0]->address()), 1);
+  proxy.Down();  // the answer never arrives; the client sees the connection reset
+  absl::SleepFor(absl::Milliseconds(300));
+  proxy.Resume();
+  proxy.Up();
+  push.join();
+  ASSERT_TRUE(pushed.ok()) << pushed;
+  EXPECT_GE(proxy.connections(), 2) << "the push was sent again on a new connection";
+  EXPECT_EQ(PushesApplied(servers_[0]->address()), 1) << "the copy is not counted";
+  auto reference = Reference(5);
+  ASSERT_TRUE(reference->Push(0, SomeGradients()).ok());
+  const std::vector<embedding::TableRows> got = FirstRows(*client);
+  const std::vector<embedding::TableRows> want = FirstRows(*reference);
+  for (size_t t = 0; t < got.size(); ++t) EXPECT_EQ(got[t].values, want[t].values) << t;
+}
+
+// A PS that stalls for 3 s (its peer stopped, the kernel still holding the connection) costs the
+// calls 3 s, not an error.
+TEST_F(PsClientTest, StalledParameterServerCostsItsStallOnly) {
+  StartShards(1);
+  TcpProxy proxy(servers_[0]->port());
+  proxy.Up();
+  addresses_ = {proxy.address()};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(20);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
+  FirstRows(*client);
+
+  proxy.Stall();
+  std::thread resume([&] {
+    absl::SleepFor(absl::Seconds(3));
+    proxy.Resume();
+  });
+  const absl::Time start = absl::Now();
+  std::vector<embedding::TableRows> rows = SomeGradients();
+  absl::Status lookup = client->Lookup(0, absl::MakeSpan(rows));
+  absl::Status push = client->Push(0, SomeGradients());
+  const absl::Duration took = absl::Now() - start;
+  resume.join();
+  EXPECT_TRUE(lookup.ok()) << lookup;
+  EXPECT_TRUE(push.ok()) << push;
+  EXPECT_GE(took, absl::Milliseconds(2500));
+  EXPECT_LT(took, absl::Seconds(15));
+}
+
+// Cancel ends a call that is retrying a dead PS (budget 30 s) at once, and every later call.
+TEST_F(PsClientTest, CancelEndsACallRetryingADeadParameterServer) {
+  addresses_ = {absl::StrCat("127.0.0.1:", FreeLoopbackPort())};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(30);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    client->Cancel();
+  });
+  std::vector<embedding::TableRows> rows = SomeGradients();
+  const absl::Time start = absl::Now();
+  absl::Status s = client->Lookup(0, absl::MakeSpan(rows));
+  const absl::Duration took = absl::Now() - start;
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_THAT(s.message(), HasSubstr("ps client cancelled"));
+  EXPECT_LT(took, absl::Seconds(5));
+
+  client->Cancel();  // idempotent
+  const absl::Time later = absl::Now();
+  s = client->Push(0, SomeGradients());
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(client->LoadJobOnAll({}).code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - later, absl::Seconds(1));
+}
+
+// Cancel ends a call in flight to a stalled PS.
+TEST_F(PsClientTest, CancelEndsACallInFlight) {
+  StartShards(1);
+  TcpProxy proxy(servers_[0]->port());
+  proxy.Up();
+  addresses_ = {proxy.address()};
+  PsClientOptions options = ClientOptions();
+  options.rpc_timeout = absl::Seconds(30);
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
+  FirstRows(*client);
+
+  proxy.Stall();
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    client->Cancel();
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = client->Push(0, SomeGradients());
+  const absl::Duration took = absl::Now() - start;
+  canceller.join();
+  proxy.Resume();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_THAT(s.message(), HasSubstr("ps client cancelled"));
+  EXPECT_LT(took, absl::Seconds(5));
 }
 
 }  // namespace
