@@ -183,10 +183,11 @@ void LocalCluster::Supervise() {
       if (c.pid > 0) {
         int wait_status = 0;
         if (!Reaped(c.pid, &wait_status)) continue;
-        // A child that dies soon after it started waits longer before the next try.
+        // A child that exits on its own soon after it started (a crash loop: a bad flag, a port
+        // in use) waits longer before the next try; one killed from outside does not.
         const absl::Duration lived = now - c.started;
         c.backoff =
-            lived > absl::Seconds(10)
+            lived > absl::Seconds(10) || WIFSIGNALED(wait_status)
                 ? absl::Milliseconds(200)
                 : std::min(std::max(c.backoff * 2, absl::Milliseconds(200)), absl::Seconds(10));
         c.restart_at = now + c.backoff;

@@ -7,7 +7,7 @@
 // cluster is up, a child that dies is started again with the same flags (the coordinator on the
 // port it had, with the same data folder, so it resumes its jobs; a parameter server or worker
 // registers as a new member and replaces the dead one), as Kubernetes restarts a pod: after
-// 200 ms, doubling up to 10 s while a child keeps dying within 10 s of its start.
+// 200 ms, doubling up to 10 s while a child keeps exiting on its own within 10 s of its start.
 //
 // RunLocalCommand submits a job spec to such a cluster through the client library, shows its
 // progress, prints the final metrics as `dlrm train` does (and writes --metrics-out with the same

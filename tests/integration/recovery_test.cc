@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "embedding/checkpoint_manifest.h"
@@ -64,7 +67,8 @@ class RecoveryTest : public ::testing::Test {
   // A 2-epoch job (226 steps) with checkpoints into <dir>/<name>-ckpt, every 20 steps unless
   // `when` says otherwise.
   static std::string Spec(const std::string& name,
-                          const std::string& when = "every_steps: 20, keep_last: 2") {
+                          const std::string& when = "every_steps: 20, keep_last: 2",
+                          const std::string& training = "") {
     const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
     std::ofstream(path) << absl::StrCat("name: ", name, R"(
 model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
@@ -72,7 +76,8 @@ model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim
                                         kCappedKaggleTablesYaml, R"(optimizer:
   dense: {type: adam, learning_rate: 0.003}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 256, epochs: 2, seed: 11, staleness: 0, hot_budget: 0}
+training: {batch_size: 256, epochs: 2, seed: 11, staleness: 0, hot_budget: 0)",
+                                        training, R"(}
 data: {train: [train.tsv], eval_fraction: 0.1}
 checkpoint: {dir: )",
                                         *dir_, "/", name, "-ckpt, ", when, "}\n");
@@ -80,11 +85,12 @@ checkpoint: {dir: )",
   }
 
   static std::vector<std::string> LocalArgs(
-      const std::string& name, const std::string& when = "every_steps: 20, keep_last: 2") {
+      const std::string& name, const std::string& when = "every_steps: 20, keep_last: 2",
+      const std::string& training = "") {
     return {BinPath("dlrm"),
             "local",
             "-c",
-            Spec(name, when),
+            Spec(name, when, training),
             "--ps",
             "2",
             "--workers",
@@ -302,6 +308,131 @@ TEST_F(RecoveryTest, TimedCheckpointsOfAClusterJob) {
   for (size_t i = 0; i + 1 < all->size(); ++i) {
     EXPECT_EQ((*all)[i].step % 50, 0) << "timed checkpoints are cut at decision boundaries";
   }
+}
+
+// Every committed checkpoint under `root` loads (its whole chain verifies): a checkpoint is the
+// previous state or the new one, never a mix. Returns how many there are.
+int ExpectEveryCommittedCheckpointLoads(const std::string& root) {
+  auto all = embedding::ListCheckpoints(root);
+  EXPECT_TRUE(all.ok()) << all.status();
+  if (!all.ok()) return 0;
+  for (const auto& m : *all) {
+    auto chain = embedding::LoadChain(root + "/" + m.name);
+    EXPECT_TRUE(chain.ok()) << m.name << ": " << chain.status();
+  }
+  return static_cast<int>(all->size());
+}
+
+// A parameter server killed at 20 seeded points of checkpoint writes (a checkpoint folder exists
+// without its manifest: the servers are writing their rows): no killed write is ever committed,
+// every committed checkpoint loads, each loss is recovered from the previous checkpoint, and the
+// job ends SUCCEEDED. A short lease keeps the 20 recoveries quick.
+TEST_F(RecoveryTest, ParameterServerKilledDuringCheckpointWritesNeverLeavesAMix) {
+  std::vector<std::string> args =
+      LocalArgs("crash-writes", "every_steps: 10, keep_last: 3", ", max_recoveries: 40");
+  args.insert(args.end(), {"--lease-ttl", "3s"});
+  Process local(args, *dir_, "crash-writes");
+  const std::string ckpt = *dir_ + "/crash-writes-ckpt";
+  std::mt19937 rng(20261201);
+  std::uniform_int_distribution<int> delay_ms(0, 300);
+  std::set<std::string> killed_during;
+  const absl::Time give_up = absl::Now() + absl::Seconds(300);
+  while (killed_during.size() < 20 && local.Running() && absl::Now() < give_up) {
+    std::string writing;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(ckpt, ec)) {
+      const std::string name = e.path().filename().string();
+      if (absl::StartsWith(name, "ckpt-") && !fs::exists(e.path() / "MANIFEST.json") &&
+          !killed_during.contains(name)) {
+        writing = name;
+      }
+    }
+    if (writing.empty()) {
+      absl::SleepFor(absl::Milliseconds(5));
+      continue;
+    }
+    absl::SleepFor(absl::Milliseconds(delay_ms(rng)));
+    const pid_t ps = ChildWith(local.pid(), " ps ");
+    ASSERT_GT(ps, 0);
+    ASSERT_EQ(kill(ps, SIGKILL), 0);
+    killed_during.insert(writing);
+    ExpectEveryCommittedCheckpointLoads(ckpt);
+  }
+  EXPECT_EQ(killed_during.size(), 20u) << "the job ended first";
+  ProcessResult result = local.Wait(absl::Seconds(300));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_GE(ExpectEveryCommittedCheckpointLoads(ckpt), 1);
+  auto newest = embedding::ResolveCheckpoint(ckpt);
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ(fs::path(*newest).filename(), "ckpt-000000000226") << "the trained model";
+}
+
+// The newest checkpoint damaged (one flipped byte) when a member is lost: the rollback refuses it,
+// naming the file, and uses the one before.
+TEST_F(RecoveryTest, RecoveryRefusesADamagedCheckpointAndUsesThePreviousOne) {
+  std::vector<std::string> args = LocalArgs("damaged", "every_steps: 20, keep_last: 5");
+  args.insert(args.end(), {"--lease-ttl", "3s"});
+  Process local(args, *dir_, "damaged");
+  const std::string ckpt = *dir_ + "/damaged-ckpt";
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  while (ExpectEveryCommittedCheckpointLoads(ckpt) < 2 && local.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  // Stop a worker first so no newer checkpoint is committed while the byte is flipped.
+  const pid_t worker = ChildWith(local.pid(), " worker ");
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  // Training stops at the next allreduce; a checkpoint already cut is still being written by the
+  // others: wait for its commit.
+  auto writing = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(ckpt, ec)) {
+      if (!fs::exists(e.path() / "MANIFEST.json")) return true;
+    }
+    return false;
+  };
+  absl::SleepFor(absl::Milliseconds(500));
+  for (int i = 0; i < 50 && writing(); ++i) absl::SleepFor(absl::Milliseconds(100));
+  auto all = embedding::ListCheckpoints(ckpt);
+  ASSERT_TRUE(all.ok());
+  ASSERT_GE(all->size(), 2u);
+  const embedding::CheckpointManifest newest = all->back();
+  const embedding::CheckpointManifest previous = (*all)[all->size() - 2];
+  std::string damaged_file;
+  for (const auto& f : newest.files) {
+    if (f.kind == "rows" && f.bytes > 64) damaged_file = ckpt + "/" + newest.name + "/" + f.name;
+  }
+  ASSERT_FALSE(damaged_file.empty());
+  {
+    std::fstream f(damaged_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(40);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(40);
+    f.write(&c, 1);
+  }
+  ASSERT_EQ(kill(worker, SIGKILL), 0);  // the loss; dlrm local starts it again
+  ProcessResult result = local.Wait(absl::Seconds(240));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::string logs;
+  for (const char* w : {"worker-0", "worker-1"}) {
+    logs += ReadFileOrEmpty(absl::StrCat(*dir_, "/damaged-cluster/logs/", w, ".log"));
+  }
+  std::string relevant;  // the lines that tell what the rollback did, for a failure message
+  for (absl::string_view line : absl::StrSplit(logs, '\n')) {
+    if (absl::StrContains(line, "refused") || absl::StrContains(line, "resumed from") ||
+        absl::StrContains(line, "rolls back")) {
+      absl::StrAppend(&relevant, line, "\n");
+    }
+  }
+  EXPECT_TRUE(absl::StrContains(logs, fs::path(damaged_file).filename().string()))
+      << "the refusal names the damaged file " << damaged_file << ":\n"
+      << relevant;
+  EXPECT_TRUE(absl::StrContains(logs, absl::StrCat("resumed from ", ckpt, "/", previous.name)))
+      << "rolled back to " << previous.name << ":\n"
+      << relevant;
 }
 
 }  // namespace
