@@ -1,13 +1,16 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "yaml-cpp/yaml.h"
 
@@ -16,6 +19,31 @@ namespace {
 
 absl::Status Invalid(const std::string& key, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
+}
+
+// INVALID_ARGUMENT naming `key`, the value and the limit when value > limit.
+absl::Status AtMost(const std::string& key, int64_t value, int64_t limit, const char* limit_name) {
+  if (value <= limit) return absl::OkStatus();
+  return Invalid(key, absl::StrCat(value, " is over the limit of ", limit, " (", limit_name,
+                                   " in common/limits.h)"));
+}
+
+// A byte length (a name, a path) of at most `limit`.
+absl::Status LengthAtMost(const std::string& key, const std::string& text, int64_t limit,
+                          const char* limit_name) {
+  if (static_cast<int64_t>(text.size()) <= limit) return absl::OkStatus();
+  return Invalid(key, absl::StrCat("length ", text.size(), " bytes is over the limit of ", limit,
+                                   " (", limit_name, " in common/limits.h)"));
+}
+
+// A finite floating-point value in (0, kMaxOptimizerValue], or [0, kMaxOptimizerValue] when
+// `zero_ok`. NaN and infinities are refused (they would poison every weight they touch).
+absl::Status CheckOptimizerValue(const std::string& key, double value, bool zero_ok) {
+  const bool low_ok = zero_ok ? value >= 0 : value > 0;
+  if (low_ok && value <= kMaxOptimizerValue) return absl::OkStatus();
+  return Invalid(key, absl::StrCat("must be a finite number in ", zero_ok ? "[0, " : "(0, ",
+                                   static_cast<int64_t>(kMaxOptimizerValue),
+                                   "] (kMaxOptimizerValue in common/limits.h), got ", value));
 }
 
 // Refuses keys of `node` that are not in `allowed`, naming the full dotted key.
@@ -59,6 +87,8 @@ absl::Status ReadIntList(const YAML::Node& parent, const std::string& prefix,
   YAML::Node node = parent[key];
   if (!node) return absl::OkStatus();
   if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a list of integers");
+  DLRM_RETURN_IF_ERROR(AtMost(absl::StrCat(Join(prefix, key), " (layers)"),
+                              static_cast<int64_t>(node.size()), kMaxMlpLayers, "kMaxMlpLayers"));
   out->clear();
   for (size_t i = 0; i < node.size(); ++i) {
     int v = 0;
@@ -72,6 +102,8 @@ absl::Status ReadIntList(const YAML::Node& parent, const std::string& prefix,
       return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
                      absl::StrCat("width must be > 0, got ", v));
     }
+    DLRM_RETURN_IF_ERROR(
+        AtMost(absl::StrCat(Join(prefix, key), "[", i, "]"), v, kMaxMlpWidth, "kMaxMlpWidth"));
     out->push_back(v);
   }
   return absl::OkStatus();
@@ -84,10 +116,14 @@ absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, cons
   out->clear();
   if (node.IsScalar()) {
     out->push_back(node.as<std::string>());
-    return absl::OkStatus();
+    return LengthAtMost(Join(prefix, key), out->back(), kMaxPathBytes, "kMaxPathBytes");
   }
   if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a path or a list of paths");
-  for (const auto& item : node) out->push_back(item.as<std::string>());
+  for (const auto& item : node) {
+    out->push_back(item.as<std::string>());
+    DLRM_RETURN_IF_ERROR(LengthAtMost(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"),
+                                      out->back(), kMaxPathBytes, "kMaxPathBytes"));
+  }
   return absl::OkStatus();
 }
 
@@ -116,27 +152,19 @@ absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bo
                    absl::StrCat("unknown optimizer '", out->type, "' (one of ",
                                 absl::StrJoin(types, ", "), ")"));
   }
-  if (!(out->learning_rate > 0)) {
-    return Invalid(Join(prefix, "learning_rate"),
-                   absl::StrCat("must be > 0, got ", out->learning_rate));
-  }
-  if (!(out->epsilon > 0)) {
-    return Invalid(Join(prefix, "epsilon"), absl::StrCat("must be > 0, got ", out->epsilon));
-  }
+  DLRM_RETURN_IF_ERROR(
+      CheckOptimizerValue(Join(prefix, "learning_rate"), out->learning_rate, /*zero_ok=*/false));
+  DLRM_RETURN_IF_ERROR(CheckOptimizerValue(Join(prefix, "epsilon"), out->epsilon, false));
   if (!(out->beta1 >= 0 && out->beta1 < 1)) {
     return Invalid(Join(prefix, "beta1"), absl::StrCat("must be in [0, 1), got ", out->beta1));
   }
   if (!(out->beta2 >= 0 && out->beta2 < 1)) {
     return Invalid(Join(prefix, "beta2"), absl::StrCat("must be in [0, 1), got ", out->beta2));
   }
-  if (out->weight_decay < 0) {
-    return Invalid(Join(prefix, "weight_decay"),
-                   absl::StrCat("must be >= 0, got ", out->weight_decay));
-  }
-  if (out->initial_accumulator < 0) {
-    return Invalid(Join(prefix, "initial_accumulator"),
-                   absl::StrCat("must be >= 0, got ", out->initial_accumulator));
-  }
+  DLRM_RETURN_IF_ERROR(
+      CheckOptimizerValue(Join(prefix, "weight_decay"), out->weight_decay, /*zero_ok=*/true));
+  DLRM_RETURN_IF_ERROR(CheckOptimizerValue(Join(prefix, "initial_accumulator"),
+                                           out->initial_accumulator, /*zero_ok=*/true));
   return absl::OkStatus();
 }
 
@@ -144,6 +172,8 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
   out->clear();
   if (!node) return Invalid("tables", "missing (a list of {name, rows} or {cardinalities: [...]})");
   if (node.IsSequence()) {
+    DLRM_RETURN_IF_ERROR(
+        AtMost("tables (count)", static_cast<int64_t>(node.size()), kMaxTables, "kMaxTables"));
     for (size_t i = 0; i < node.size(); ++i) {
       std::string prefix = absl::StrCat("tables[", i, "]");
       DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows"}));
@@ -153,12 +183,17 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "rows", &t.rows));
       if (t.rows <= 0)
         return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
+      DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, "rows"), t.rows, kMaxTableRows, "kMaxTableRows"));
+      DLRM_RETURN_IF_ERROR(
+          LengthAtMost(Join(prefix, "name"), t.name, kMaxNameBytes, "kMaxNameBytes"));
       out->push_back(t);
     }
   } else {
     DLRM_RETURN_IF_ERROR(CheckKeys(node, "tables", {"cardinalities", "max_rows"}));
     YAML::Node cards = node["cardinalities"];
     if (!cards || !cards.IsSequence()) return Invalid("tables.cardinalities", "must be a list");
+    DLRM_RETURN_IF_ERROR(AtMost("tables.cardinalities (count)", static_cast<int64_t>(cards.size()),
+                                kMaxTables, "kMaxTables"));
     int64_t max_rows = 0;
     DLRM_RETURN_IF_ERROR(Read(node, "tables", "max_rows", &max_rows));
     if (max_rows < 0) {
@@ -175,10 +210,44 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       }
       if (t.rows <= 0) return Invalid(key, absl::StrCat("must be > 0, got ", t.rows));
       if (max_rows > 0 && t.rows > max_rows) t.rows = max_rows;
+      DLRM_RETURN_IF_ERROR(AtMost(key, t.rows, kMaxTableRows, "kMaxTableRows"));
       out->push_back(t);
     }
   }
   if (out->empty()) return Invalid("tables", "at least one table is required");
+  return absl::OkStatus();
+}
+
+// What the model costs a worker, in int64 so that no product overflows (every factor is limited
+// already): the dense parameters, and the largest activation of one batch.
+absl::Status CheckModelSize(const JobSpec& spec) {
+  int64_t params = 0;
+  int64_t widest = spec.dense_features;
+  auto mlp = [&params, &widest](int64_t in, const std::vector<int>& widths) {
+    for (int w : widths) {
+      params += in * w + w;
+      widest = std::max<int64_t>(widest, w);
+      in = w;
+    }
+  };
+  const int64_t tables = static_cast<int64_t>(spec.tables.size());
+  const int64_t top_input = spec.embedding_dim + (tables + 1) * tables / 2;
+  mlp(spec.dense_features, spec.bottom_mlp);
+  mlp(top_input, spec.top_mlp);
+  widest = std::max({widest, top_input, (tables + 1) * spec.embedding_dim});
+  if (params > kMaxDenseParameters) {
+    return Invalid("model",
+                   absl::StrCat("the MLPs have ", params, " parameters, over the limit of ",
+                                kMaxDenseParameters, " (kMaxDenseParameters in common/limits.h)"));
+  }
+  const int64_t activation = widest * spec.batch_size;
+  if (activation > kMaxActivationElements) {
+    return Invalid(
+        "training.batch_size",
+        absl::StrCat("batch_size ", spec.batch_size, " x the widest layer ", widest, " = ",
+                     activation, " floats per activation, over the limit of ",
+                     kMaxActivationElements, " (kMaxActivationElements in common/limits.h)"));
+  }
   return absl::OkStatus();
 }
 
@@ -189,6 +258,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   DLRM_RETURN_IF_ERROR(CheckKeys(
       root, "", {"name", "model", "tables", "optimizer", "training", "data", "checkpoint"}));
   DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
+  DLRM_RETURN_IF_ERROR(LengthAtMost("name", spec.name, kMaxNameBytes, "kMaxNameBytes"));
 
   YAML::Node model = root["model"];
   if (!model) return Invalid("model", "missing");
@@ -209,9 +279,13 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   if (spec.dense_features <= 0) {
     return Invalid("model.dense_features", absl::StrCat("must be > 0, got ", spec.dense_features));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.dense_features", spec.dense_features, kMaxDenseFeatures, "kMaxDenseFeatures"));
   if (spec.embedding_dim <= 0) {
     return Invalid("model.embedding_dim", absl::StrCat("must be > 0, got ", spec.embedding_dim));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.embedding_dim", spec.embedding_dim, kMaxEmbeddingDim, "kMaxEmbeddingDim"));
   if (spec.pooling != "sum" && spec.pooling != "mean") {
     return Invalid("model.pooling", absl::StrCat("must be sum or mean, got '", spec.pooling, "'"));
   }
@@ -265,19 +339,26 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   if (spec.batch_size <= 0) {
     return Invalid("training.batch_size", absl::StrCat("must be > 0, got ", spec.batch_size));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("training.batch_size", spec.batch_size, kMaxBatchSize, "kMaxBatchSize"));
   if (spec.epochs <= 0) {
     return Invalid("training.epochs", absl::StrCat("must be > 0, got ", spec.epochs));
   }
+  DLRM_RETURN_IF_ERROR(AtMost("training.epochs", spec.epochs, kMaxEpochs, "kMaxEpochs"));
   if (spec.max_steps < 0) {
     return Invalid("training.max_steps", absl::StrCat("must be >= 0, got ", spec.max_steps));
   }
   if (spec.staleness < 0) {
     return Invalid("training.staleness", absl::StrCat("must be >= 0, got ", spec.staleness));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("training.staleness", spec.staleness, kMaxStaleness, "kMaxStaleness"));
   if (spec.hot_sample_batches <= 0) {
     return Invalid("training.hot_sample_batches",
                    absl::StrCat("must be > 0, got ", spec.hot_sample_batches));
   }
+  DLRM_RETURN_IF_ERROR(AtMost("training.hot_sample_batches", spec.hot_sample_batches,
+                              kMaxHotSampleBatches, "kMaxHotSampleBatches"));
   if (spec.hot_refresh_steps < 0) {
     return Invalid("training.hot_refresh_steps",
                    absl::StrCat("must be >= 0, got ", spec.hot_refresh_steps));
@@ -286,6 +367,9 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     return Invalid("training.max_recoveries",
                    absl::StrCat("must be >= 0, got ", spec.max_recoveries));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("training.max_recoveries", spec.max_recoveries, kMaxRecoveries, "kMaxRecoveries"));
+  DLRM_RETURN_IF_ERROR(CheckModelSize(spec));
   if (spec.eval_every_steps < 0) {
     return Invalid("training.eval_every_steps",
                    absl::StrCat("must be >= 0, got ", spec.eval_every_steps));
@@ -310,6 +394,9 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "keep_last", &c.keep_last));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "full_every", &c.full_every));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "resume_from", &c.resume_from));
+    DLRM_RETURN_IF_ERROR(LengthAtMost("checkpoint.dir", c.dir, kMaxPathBytes, "kMaxPathBytes"));
+    DLRM_RETURN_IF_ERROR(
+        LengthAtMost("checkpoint.resume_from", c.resume_from, kMaxPathBytes, "kMaxPathBytes"));
     if (c.every_steps < 0) {
       return Invalid("checkpoint.every_steps", absl::StrCat("must be >= 0, got ", c.every_steps));
     }
@@ -358,6 +445,11 @@ int JobSpec::TopInputWidth() const {
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source) {
+  if (static_cast<int64_t>(yaml_text.size()) > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": job spec of ", yaml_text.size(),
+                                                   " bytes is over the limit of ", kMaxSpecBytes,
+                                                   " bytes (kMaxSpecBytes in common/limits.h)"));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -379,10 +471,18 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read job spec '", path, "'"));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // Read at most one byte past the limit, so that a huge file (or a device that never ends) is
+  // never read whole.
+  std::string text(static_cast<size_t>(kMaxSpecBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading job spec '", path, "'"));
-  DLRM_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(ss.str(), path));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<int64_t>(text.size()) > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec '", path, "' is over the limit of ",
+                                                   kMaxSpecBytes,
+                                                   " bytes (kMaxSpecBytes in common/limits.h)"));
+  }
+  DLRM_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(text, path));
   // Relative data paths are relative to the spec file, so a spec travels with its data.
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   auto resolve = [&dir](std::vector<std::string>* paths) {
@@ -482,7 +582,9 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
   }
   double value = 0;
   try {
-    value = std::stod(text.substr(0, pos));
+    size_t used = 0;
+    value = std::stod(text.substr(0, pos), &used);
+    if (used != pos) throw std::invalid_argument("trailing characters");
   } catch (...) {
     return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", text, "'"));
   }
@@ -507,7 +609,14 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
     return absl::InvalidArgumentError(absl::StrCat("unknown unit '", unit, "' in byte size '", text,
                                                    "' (B, KiB, MiB, GiB, KB, MB, GB)"));
   }
-  return static_cast<int64_t>(value * mult);
+  // Compared as a double, before the conversion: a value past int64 would be undefined.
+  const double bytes = value * mult;
+  if (!std::isfinite(bytes) || bytes > static_cast<double>(kMaxByteSize)) {
+    return absl::InvalidArgumentError(absl::StrCat("byte size '", text, "' is over the limit of ",
+                                                   kMaxByteSize,
+                                                   " bytes (kMaxByteSize in common/limits.h)"));
+  }
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace dlrm::common

@@ -20,8 +20,11 @@
 //
 // Validation is strict: an unknown key, a negative or zero size, or mismatched dimensions is an
 // INVALID_ARGUMENT whose message names the key (e.g. "model.bottom_mlp: last width 32 must equal
-// model.embedding_dim 16"). The library returns plain structs; dense/ and embedding/ options are
-// built from them at the edge.
+// model.embedding_dim 16"). Every size, count, length and rate has an upper limit too
+// (common/limits.h: kMaxSpecBytes, kMaxBatchSize, kMaxTables, kMaxTableRows, ...), checked before
+// anything is allocated for it; past one the message names the value and the limit. Floats are
+// finite (a NaN or infinite learning rate is refused). The library returns plain structs; dense/
+// and embedding/ options are built from them at the edge.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +110,7 @@ struct JobSpec {
 };
 
 // Parses and validates a job spec. `source` names the text in messages (a path or "<submitted>").
+// A text over kMaxSpecBytes is refused before it is parsed.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text,
                                      const std::string& source = "<job spec>");
 // Reads and parses a file; a missing or unreadable file is NOT_FOUND naming the path. Relative
@@ -115,7 +119,8 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
 // Emits a spec back to YAML that ParseJobSpec reads to an equal spec.
 std::string JobSpecToYaml(const JobSpec& spec);
 
-// Parses "64MiB", "2GB", "1048576" into bytes; INVALID_ARGUMENT naming the text otherwise.
+// Parses "64MiB", "2GB", "1048576" into bytes; INVALID_ARGUMENT naming the text otherwise, or
+// naming the text and the limit past kMaxByteSize (common/limits.h).
 absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
 
 }  // namespace dlrm::common

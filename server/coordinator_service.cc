@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/limits.h"
 
 namespace dlrm::server {
 namespace {
@@ -21,6 +22,50 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, RpcCou
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(s);
   return reactor;
+}
+
+// INVALID_ARGUMENT naming the field, its length and the limit when `text` is longer than
+// `limit` bytes. Checked at the RPC edge, before the state stores anything.
+absl::Status CheckLength(const char* field, const std::string& text, int64_t limit,
+                         const char* limit_name) {
+  if (static_cast<int64_t>(text.size()) <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " of ", text.size(),
+                                                 " bytes is over the limit of ", limit, " (",
+                                                 limit_name, " in common/limits.h)"));
+}
+
+absl::Status CheckRegister(const dlrm::v1::RegisterRequest& r) {
+  for (absl::Status s : {
+           CheckLength("Register: name", r.name(), common::kMaxNameBytes, "kMaxNameBytes"),
+           CheckLength("Register: address", r.address(), common::kMaxAddressBytes,
+                       "kMaxAddressBytes"),
+           CheckLength("Register: metrics_address", r.metrics_address(), common::kMaxAddressBytes,
+                       "kMaxAddressBytes"),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReport(const dlrm::v1::ReportProgressRequest& r) {
+  if (absl::Status s = CheckLength("ReportProgress: message", r.message(), common::kMaxMessageBytes,
+                                   "kMaxMessageBytes");
+      !s.ok()) {
+    return s;
+  }
+  if (r.metrics_size() > common::kMaxReportMetrics) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReportProgress: ", r.metrics_size(), " metrics is over the limit of ",
+                     common::kMaxReportMetrics, " (kMaxReportMetrics in common/limits.h)"));
+  }
+  for (const auto& [name, value] : r.metrics()) {
+    if (absl::Status s = CheckLength("ReportProgress: a metric name", name, common::kMaxNameBytes,
+                                     "kMaxNameBytes");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -44,6 +89,7 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::Reply(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::Register(grpc::CallbackServerContext* context,
                                                            const dlrm::v1::RegisterRequest* request,
                                                            dlrm::v1::RegisterResponse* response) {
+  if (absl::Status s = CheckRegister(*request); !s.ok()) return Reply(context, "Register", s);
   auto result = state_->Register(*request, absl::Now());
   if (result.ok()) *response = std::move(*result);
   return Reply(context, "Register", result.status());
@@ -107,6 +153,11 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvDelete(grpc::CallbackServerC
   if (request->key().empty() && !request->prefix()) {
     return Reply(context, "KvDelete", absl::InvalidArgumentError("rendezvous key is empty"));
   }
+  if (absl::Status s =
+          CheckLength("KvDelete: key", request->key(), common::kMaxKvKeyBytes, "kMaxKvKeyBytes");
+      !s.ok()) {
+    return Reply(context, "KvDelete", s);
+  }
   response->set_deleted(kv_->Delete(request->key(), request->prefix()));
   return Reply(context, "KvDelete", absl::OkStatus());
 }
@@ -122,6 +173,7 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvAdd(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::ReportProgress(
     grpc::CallbackServerContext* context, const dlrm::v1::ReportProgressRequest* request,
     dlrm::v1::ReportProgressResponse* response) {
+  if (absl::Status s = CheckReport(*request); !s.ok()) return Reply(context, "ReportProgress", s);
   auto result = state_->ReportProgress(*request, absl::Now());
   if (result.ok()) response->set_state(*result);
   return Reply(context, "ReportProgress", result.status());
@@ -135,6 +187,12 @@ grpc::ServerUnaryReactor* JobsServiceImpl::Reply(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobsServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                      const dlrm::v1::SubmitJobRequest* request,
                                                      dlrm::v1::SubmitJobResponse* response) {
+  // Before parsing: a huge spec costs the parser far more than its bytes.
+  if (absl::Status s = CheckLength("SubmitJob: spec_yaml", request->spec_yaml(),
+                                   common::kMaxSpecBytes, "kMaxSpecBytes");
+      !s.ok()) {
+    return Reply(context, "SubmitJob", s);
+  }
   auto result = state_->Submit(*request, absl::Now());
   if (result.ok()) *response->mutable_job() = std::move(*result);
   return Reply(context, "SubmitJob", result.status());
@@ -164,6 +222,11 @@ grpc::ServerUnaryReactor* JobsServiceImpl::ListJobs(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobsServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                      const dlrm::v1::CancelJobRequest* request,
                                                      dlrm::v1::Job* response) {
+  if (absl::Status s = CheckLength("CancelJob: reason", request->reason(), common::kMaxMessageBytes,
+                                   "kMaxMessageBytes");
+      !s.ok()) {
+    return Reply(context, "CancelJob", s);
+  }
   auto result = state_->Cancel(request->job_id(), request->reason(), absl::Now());
   if (result.ok()) *response = std::move(*result);
   return Reply(context, "CancelJob", result.status());

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/limits.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -61,10 +62,35 @@ absl::Span<const int64_t> IdSpan(const std::string& bytes, std::vector<int64_t>*
   return *scratch;
 }
 
+// INVALID_ARGUMENT naming the field, the value and the limit when value > limit.
+absl::Status AtMost(const std::string& where, const char* field, int64_t value, int64_t limit,
+                    const char* limit_name) {
+  if (value <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(where, field, " ", value, " is over the limit of ",
+                                                 limit, " (", limit_name, " in common/limits.h)"));
+}
+
+// An optimizer parameter: in [0, kMaxOptimizerValue], or (0, ...] when !zero_ok. NaN and the
+// infinities fail both comparisons.
+absl::Status CheckOptimizerValue(const std::string& where, const char* field, float value,
+                                 bool zero_ok) {
+  const bool low_ok = zero_ok ? value >= 0 : value > 0;
+  if (low_ok && value <= common::kMaxOptimizerValue) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, "optimizer.", field, " ", value, " must be a finite number in ",
+                   zero_ok ? "[0, " : "(0, ", static_cast<int64_t>(common::kMaxOptimizerValue),
+                   "] (kMaxOptimizerValue in common/limits.h)"));
+}
+
 }  // namespace
 
 absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& r) {
   if (r.job_id().empty()) return absl::InvalidArgumentError("LoadJob: empty job_id");
+  if (static_cast<int64_t>(r.job_id().size()) > common::kMaxNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadJob: job_id of ", r.job_id().size(), " bytes is over the limit of ",
+                     common::kMaxNameBytes, " (kMaxNameBytes in common/limits.h)"));
+  }
   for (char c : r.job_id()) {
     if (!ValidJobIdChar(c) || r.job_id() == "." || r.job_id() == "..") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -79,27 +105,53 @@ absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, "shard_index ", r.shard_index(), " not in [0, shard_count ", r.shard_count(), ")"));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost(where, "shard_count", r.shard_count(), common::kMaxJobWorkers, "kMaxJobWorkers"));
   if (r.tables_size() == 0) return absl::InvalidArgumentError(absl::StrCat(where, "no tables"));
+  DLRM_RETURN_IF_ERROR(
+      AtMost(where, "tables (count)", r.tables_size(), common::kMaxTables, "kMaxTables"));
   for (int i = 0; i < r.tables_size(); ++i) {
     const dlrm::v1::TableDef& t = r.tables(i);
     if (t.table() != i) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "tables[", i, "] has table index ", t.table(), ", expected ", i));
     }
+    const std::string table = absl::StrCat("table ", i, " ");
+    DLRM_RETURN_IF_ERROR(AtMost(where + table, "name bytes", static_cast<int64_t>(t.name().size()),
+                                common::kMaxNameBytes, "kMaxNameBytes"));
     if (t.rows() < 1 || t.dim() < 1) {
       return absl::InvalidArgumentError(absl::StrCat(where, "table ", i, " (", t.name(), "): rows ",
                                                      t.rows(), " and dim ", t.dim(),
                                                      " must be >= 1"));
     }
+    DLRM_RETURN_IF_ERROR(
+        AtMost(where + table, "rows", t.rows(), common::kMaxTableRows, "kMaxTableRows"));
+    DLRM_RETURN_IF_ERROR(
+        AtMost(where + table, "dim", t.dim(), common::kMaxEmbeddingDim, "kMaxEmbeddingDim"));
   }
   auto type = embedding::ParseSparseOptimizerType(r.optimizer().type());
   if (!type.ok()) return Annotate(type.status(), where + "optimizer");
+  const dlrm::v1::SparseOptimizerConfig& o = r.optimizer();
+  DLRM_RETURN_IF_ERROR(CheckOptimizerValue(where, "learning_rate", o.learning_rate(), false));
+  DLRM_RETURN_IF_ERROR(CheckOptimizerValue(where, "epsilon", o.epsilon(), true));
+  DLRM_RETURN_IF_ERROR(
+      CheckOptimizerValue(where, "initial_accumulator", o.initial_accumulator(), true));
+  for (const auto& [field, beta] : {std::pair{"beta1", o.beta1()}, std::pair{"beta2", o.beta2()}}) {
+    if (!(beta >= 0 && beta < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "optimizer.", field, " ", beta, " must be in [0, 1)"));
+    }
+  }
   if (r.staleness() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, "staleness ", r.staleness(), " < 0"));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost(where, "staleness", r.staleness(), common::kMaxStaleness, "kMaxStaleness"));
   if (r.num_workers() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(where, "num_workers ", r.num_workers(), " < 1"));
   }
+  DLRM_RETURN_IF_ERROR(
+      AtMost(where, "num_workers", r.num_workers(), common::kMaxJobWorkers, "kMaxJobWorkers"));
   return absl::OkStatus();
 }
 

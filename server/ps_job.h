@@ -50,9 +50,14 @@ struct PsJobOptions {
   TimerQueue* timers = nullptr;  // not owned; for staleness deadlines
 };
 
-// Checks a LoadJob request: a job id of [A-Za-z0-9._-] (it names a folder), epoch >= 0,
-// 0 <= shard_index < shard_count, tables numbered 0..n-1 in order with rows >= 1 and dim >= 1, a
-// known optimizer, staleness >= 0, num_workers >= 1. INVALID_ARGUMENT naming the field.
+// Checks a LoadJob request before anything is allocated for it: a job id of [A-Za-z0-9._-] (it
+// names a folder) of at most kMaxNameBytes, epoch >= 0, 0 <= shard_index < shard_count <=
+// kMaxJobWorkers, 1..kMaxTables tables numbered 0..n-1 in order with 1 <= rows <= kMaxTableRows,
+// 1 <= dim <= kMaxEmbeddingDim and names of at most kMaxNameBytes, a known optimizer whose
+// learning rate is finite in (0, kMaxOptimizerValue], epsilon and initial accumulator finite in
+// [0, kMaxOptimizerValue], betas in [0, 1), 0 <= staleness <= kMaxStaleness,
+// 1 <= num_workers <= kMaxJobWorkers (limits: common/limits.h). INVALID_ARGUMENT naming the field,
+// the value and the limit.
 absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& request);
 
 // Which numbered pushes (PushGradientsRequest.sequence) of each worker rank a job has applied in

@@ -1,10 +1,12 @@
 #include "server/rendezvous_store.h"
 
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 
 namespace dlrm::server {
 namespace {
@@ -13,7 +15,57 @@ absl::Status ShutDownError() {
   return absl::UnavailableError("coordinator is shutting down: rendezvous store closed");
 }
 
+// The first bytes of a key or value, for a message.
+std::string Shown(const std::string& text) {
+  constexpr size_t kShown = 64;
+  if (text.size() <= kShown) return text;
+  return absl::StrCat(text.substr(0, kShown), "... (", text.size(), " bytes)");
+}
+
+int64_t EntryBytes(const std::string& key, const std::string& value) {
+  return static_cast<int64_t>(key.size() + value.size());
+}
+
 }  // namespace
+
+absl::Status RendezvousStore::CheckKey(const std::string& key) {
+  if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
+  if (static_cast<int64_t>(key.size()) > common::kMaxKvKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rendezvous key '", Shown(key), "' of ", key.size(), " bytes is over the limit of ",
+        common::kMaxKvKeyBytes, " (kMaxKvKeyBytes in common/limits.h)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::CheckValue(const std::string& key, const std::string& value) {
+  if (static_cast<int64_t>(value.size()) > common::kMaxKvValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous key '", Shown(key), "': value of ",
+                                                   value.size(), " bytes is over the limit of ",
+                                                   common::kMaxKvValueBytes,
+                                                   " (kMaxKvValueBytes in common/limits.h)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::PutLocked(const std::string& key, std::string value) {
+  auto it = values_.find(key);
+  const int64_t old_bytes = it == values_.end() ? 0 : EntryBytes(key, it->second);
+  const int64_t new_bytes = EntryBytes(key, value);
+  if (new_bytes > old_bytes && bytes_ - old_bytes + new_bytes > common::kMaxKvStoreBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous store: setting key '", Shown(key), "' (", new_bytes, " bytes) would hold ",
+        bytes_ - old_bytes + new_bytes, " bytes, over the limit of ", common::kMaxKvStoreBytes,
+        " (kMaxKvStoreBytes in common/limits.h); delete keys first"));
+  }
+  bytes_ += new_bytes - old_bytes;
+  if (it == values_.end()) {
+    values_.emplace(key, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return absl::OkStatus();
+}
 
 RendezvousStore::RendezvousStore(TimerQueue* timers) : timers_(timers) {}
 
@@ -30,12 +82,13 @@ std::list<RendezvousStore::Waiter> RendezvousStore::TakeWaiters(const std::strin
 }
 
 absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
-  if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  if (absl::Status s = CheckValue(key, value); !s.ok()) return s;
   std::list<Waiter> woken;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return ShutDownError();
-    values_[key] = value;
+    if (absl::Status s = PutLocked(key, value); !s.ok()) return s;
     woken = TakeWaiters(key);
   }
   for (Waiter& w : woken) w.done(value);
@@ -43,8 +96,8 @@ absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
 }
 
 void RendezvousStore::Get(const std::string& key, absl::Duration wait, GetCallback done) {
-  if (key.empty()) {
-    done(absl::InvalidArgumentError("rendezvous key is empty"));
+  if (absl::Status s = CheckKey(key); !s.ok()) {
+    done(std::move(s));
     return;
   }
   if (wait < absl::ZeroDuration() || wait > kMaxWait) {
@@ -97,10 +150,17 @@ void RendezvousStore::Expire(const std::string& key, int64_t waiter_id, absl::Du
 
 int64_t RendezvousStore::Delete(const std::string& key, bool prefix) {
   absl::MutexLock lock(&mu_);
-  if (!prefix) return static_cast<int64_t>(values_.erase(key));
+  if (!prefix) {
+    auto it = values_.find(key);
+    if (it == values_.end()) return 0;
+    bytes_ -= EntryBytes(it->first, it->second);
+    values_.erase(it);
+    return 1;
+  }
   int64_t deleted = 0;
   for (auto it = values_.lower_bound(key);
        it != values_.end() && it->first.compare(0, key.size(), key) == 0;) {
+    bytes_ -= EntryBytes(it->first, it->second);
     it = values_.erase(it);
     ++deleted;
   }
@@ -108,7 +168,7 @@ int64_t RendezvousStore::Delete(const std::string& key, bool prefix) {
 }
 
 absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
-  if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
   int64_t sum = 0;
   std::string text;
   std::list<Waiter> woken;
@@ -118,13 +178,18 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& key, int64_t del
     int64_t current = 0;
     if (auto it = values_.find(key); it != values_.end()) {
       if (!absl::SimpleAtoi(it->second, &current)) {
-        return absl::InvalidArgumentError(absl::StrCat("rendezvous key '", key, "' holds '",
-                                                       it->second, "', not a decimal integer"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rendezvous key '", key, "' holds '", Shown(it->second), "', not a decimal integer"));
       }
     }
-    sum = current + delta;
+    if (__builtin_add_overflow(current, delta, &sum)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rendezvous key '", key, "': adding ", delta, " to ", current,
+          " leaves the counter's int64 range [", std::numeric_limits<int64_t>::min(), ", ",
+          std::numeric_limits<int64_t>::max(), "]; the counter keeps ", current));
+    }
     text = absl::StrCat(sum);
-    values_[key] = text;
+    if (absl::Status s = PutLocked(key, text); !s.ok()) return s;
     woken = TakeWaiters(key);
   }
   for (Waiter& w : woken) w.done(text);

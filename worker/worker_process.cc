@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <new>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -199,7 +201,19 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
                  << " parameter server(s)";
   const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
   if (metrics.job_running != nullptr) metrics.job_running->Set(1);
-  absl::Status status = TrainJob(assignment);
+  absl::Status status;
+  try {
+    status = TrainJob(assignment);
+  } catch (const std::bad_alloc& e) {
+    // The spec's limits (common/limits.h) keep a job's allocations sane, but a job can still be
+    // too big for this machine: it fails with the reason at once, and the worker lives on.
+    status = absl::ResourceExhaustedError(absl::StrCat("job ", job_id, " rank ", assignment.rank(),
+                                                       ": out of memory on this worker (", e.what(),
+                                                       ")"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("job ", job_id, " rank ", assignment.rank(),
+                                              ": exception in training: ", e.what()));
+  }
   if (metrics.job_running != nullptr) {
     metrics.job_running->Set(0);
     const bool stopped = cancel_job_.load() || status.code() == absl::StatusCode::kCancelled;
@@ -224,7 +238,10 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   report.set_job_epoch(assignment.job().job_epoch());
   report.set_failed(true);
   report.set_peer_unreachable(peer_lost);
-  report.set_message(status.ToString());
+  // The coordinator refuses messages over common::kMaxMessageBytes: keep the start of a long one.
+  std::string message = status.ToString();
+  if (message.size() > 4096) message = absl::StrCat(message.substr(0, 4096), "... (truncated)");
+  report.set_message(message);
   absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
   if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
 }

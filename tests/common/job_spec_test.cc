@@ -1,15 +1,21 @@
 #include "common/job_spec.h"
 
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
 
 namespace dlrm::common {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kValid[] = R"(
@@ -143,6 +149,169 @@ TEST(ByteSize, ParsesUnits) {
   EXPECT_EQ(*ParseByteSize("1048576"), 1048576);
   EXPECT_FALSE(ParseByteSize("12 parsecs").ok());
   EXPECT_FALSE(ParseByteSize("MiB").ok());
+}
+
+// A list of `n` copies of `item`, as YAML flow text.
+std::string FlowList(int n, const std::string& item) {
+  return absl::StrCat("[", absl::StrJoin(std::vector<std::string>(n, item), ", "), "]");
+}
+
+// Every limit of common/limits.h that the spec reaches: the key, the value and the limit's name
+// are in the message, and the code is INVALID_ARGUMENT.
+TEST(JobSpecLimits, EveryLimitNamesTheKeyTheValueAndTheLimit) {
+  struct Case {
+    std::string from, to;  // the replacement in kValid
+    std::string key, value, limit;
+  };
+  const std::vector<Case> cases = {
+      {"batch_size: 128", "batch_size: 2000000000", "training.batch_size", "2000000000",
+       "kMaxBatchSize"},
+      {"epochs: 2", "epochs: 100001", "training.epochs", "100001", "kMaxEpochs"},
+      {"seed: 7", "seed: 7, staleness: 1001", "training.staleness", "1001", "kMaxStaleness"},
+      {"seed: 7", "seed: 7, max_recoveries: 1001", "training.max_recoveries", "1001",
+       "kMaxRecoveries"},
+      {"seed: 7", "seed: 7, hot_sample_batches: 100001", "training.hot_sample_batches", "100001",
+       "kMaxHotSampleBatches"},
+      {"hot_budget: 1MiB", "hot_budget: 99999999999999999999GiB", "training.hot_budget",
+       "99999999999999999999GiB", "kMaxByteSize"},
+      {"[100, 2000, 30]", FlowList(1025, "10"), "tables.cardinalities (count)", "1025",
+       "kMaxTables"},
+      {"[100, 2000, 30]", "[100, 9999999999, 30]", "tables.cardinalities[1]", "9999999999",
+       "kMaxTableRows"},
+      {"dense_features: 13", "dense_features: 4097", "model.dense_features", "4097",
+       "kMaxDenseFeatures"},
+      {"embedding_dim: 16", "embedding_dim: 8192", "model.embedding_dim", "8192",
+       "kMaxEmbeddingDim"},
+      {"bottom_mlp: [64, 16]", "bottom_mlp: [100000, 16]", "model.bottom_mlp[0]", "100000",
+       "kMaxMlpWidth"},
+      {"top_mlp: [32, 1]", absl::StrCat("top_mlp: ", FlowList(65, "1")), "model.top_mlp (layers)",
+       "65", "kMaxMlpLayers"},
+      {"bottom_mlp: [64, 16]", "bottom_mlp: [65536, 65536, 16]", "model", "4296999697",
+       "kMaxDenseParameters"},
+      {"top_mlp: [32, 1]", "top_mlp: [4096, 1]", "training.batch_size", "4294967296",
+       "kMaxActivationElements"},
+      {"name: small", absl::StrCat("name: ", std::string(257, 'n')), "name", "257",
+       "kMaxNameBytes"},
+      {"train: [a.tsv, b.tsv]", absl::StrCat("train: [a.tsv, ", std::string(4097, 'p'), "]"),
+       "data.train[1]", "4097", "kMaxPathBytes"},
+  };
+  for (const Case& c : cases) {
+    std::string text = Replace(kValid, c.from, c.to);
+    if (c.limit == "kMaxActivationElements") {
+      text = Replace(text, "batch_size: 128", "batch_size: 1048576");
+    }
+    auto spec = ParseJobSpec(text);
+    ASSERT_FALSE(spec.ok()) << c.key;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(std::string(spec.status().message()),
+                AllOf(HasSubstr(c.key + ": "), HasSubstr(c.value), HasSubstr(c.limit)))
+        << c.key;
+  }
+}
+
+TEST(JobSpecLimits, LearningRatesAndOptimizerValuesAreFinite) {
+  for (const std::string& bad :
+       std::vector<std::string>{".nan", ".inf", "-.inf", "-0.1", "0", "1e300"}) {
+    auto spec = ParseJobSpec(Replace(kValid, "learning_rate: 0.002", "learning_rate: " + bad));
+    ASSERT_FALSE(spec.ok()) << bad;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(spec.status().message()),
+                AllOf(HasSubstr("optimizer.dense.learning_rate"), HasSubstr("finite"),
+                      HasSubstr("kMaxOptimizerValue")))
+        << bad;
+    spec = ParseJobSpec(Replace(kValid, "learning_rate: 0.1", "learning_rate: " + bad));
+    ASSERT_FALSE(spec.ok()) << bad;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("optimizer.sparse.learning_rate"))
+        << bad;
+  }
+  for (const auto& [field, key] : std::vector<std::pair<std::string, std::string>>{
+           {"epsilon: .nan", "optimizer.dense.epsilon"},
+           {"weight_decay: .inf", "optimizer.dense.weight_decay"},
+           {"beta1: .nan", "optimizer.dense.beta1"},
+           {"beta2: 1", "optimizer.dense.beta2"}}) {
+    auto spec =
+        ParseJobSpec(Replace(kValid, "learning_rate: 0.002", "learning_rate: 0.002, " + field));
+    ASSERT_FALSE(spec.ok()) << field;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(key)) << field;
+  }
+  auto spec = ParseJobSpec(
+      Replace(kValid, "learning_rate: 0.1", "learning_rate: 0.1, initial_accumulator: .nan"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("optimizer.sparse.initial_accumulator"));
+}
+
+TEST(JobSpecLimits, OversizedSpecIsRefusedBeforeParsing) {
+  // Valid YAML past the limit (a comment): refused for its size, not parsed.
+  const std::string big =
+      std::string(kValid) + "# " + std::string(static_cast<size_t>(kMaxSpecBytes), 'x') + "\n";
+  auto spec = ParseJobSpec(big, "<submitted>");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              AllOf(HasSubstr("<submitted>"), HasSubstr(absl::StrCat(big.size(), " bytes")),
+                    HasSubstr(absl::StrCat(kMaxSpecBytes)), HasSubstr("kMaxSpecBytes")));
+
+  dlrm::testing::ScopedTempDir dir;
+  const std::string path = dir.Sub("big.yaml");
+  std::ofstream(path) << big;
+  spec = LoadJobSpec(path);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              AllOf(HasSubstr(path), HasSubstr("kMaxSpecBytes")));
+
+  // Just under the limit still parses.
+  const std::string fits =
+      std::string(kValid) + "# " + std::string(kMaxSpecBytes - sizeof(kValid) - 8, 'x') + "\n";
+  ASSERT_LE(static_cast<int64_t>(fits.size()), kMaxSpecBytes);
+  EXPECT_TRUE(ParseJobSpec(fits).ok());
+}
+
+TEST(JobSpecLimits, RealJobsAreInsideTheLimits) {
+  // Criteo Kaggle shape at its largest: 26 tables of up to 10M rows, batch 65536,
+  // embedding_dim 512, MLP widths 4096.
+  const std::string kaggle = absl::StrCat(R"(
+name: criteo-kaggle
+model:
+  dense_features: 13
+  bottom_mlp: [4096, 1024, 512]
+  top_mlp: [4096, 4096, 1024, 1]
+  embedding_dim: 512
+tables:
+  cardinalities: )",
+                                          FlowList(26, "10000000"), R"(
+optimizer:
+  dense: {type: adam, learning_rate: 0.001}
+  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+training: {batch_size: 65536, epochs: 10, staleness: 8, hot_budget: 64GiB}
+data: {train: [day_0.bin, day_1.bin]}
+)");
+  auto spec = ParseJobSpec(kaggle);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->tables.size(), 26u);
+  EXPECT_EQ(spec->hot_budget_bytes, int64_t{64} << 30);
+  // Criteo Terabyte, tables hashed to 40M rows, a smaller dim.
+  auto terabyte = ParseJobSpec(
+      Replace(Replace(Replace(kaggle, FlowList(26, "10000000"), FlowList(26, "40000000")),
+                      "embedding_dim: 512", "embedding_dim: 128"),
+              "bottom_mlp: [4096, 1024, 512]", "bottom_mlp: [512, 128]"));
+  ASSERT_TRUE(terabyte.ok()) << terabyte.status();
+}
+
+TEST(ByteSize, OverflowIsRefusedNamingTheLimit) {
+  for (const std::string& text : std::vector<std::string>{
+           "99999999999999999999GiB", "9999999999999999999", "1048577GiB", "8589934592GB"}) {
+    auto bytes = ParseByteSize(text);
+    ASSERT_FALSE(bytes.ok()) << text;
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(
+        std::string(bytes.status().message()),
+        AllOf(HasSubstr(text), HasSubstr(absl::StrCat(kMaxByteSize)), HasSubstr("kMaxByteSize")));
+  }
+  EXPECT_EQ(*ParseByteSize("1048576GiB"), kMaxByteSize);
+  EXPECT_FALSE(ParseByteSize("1.5.3MiB").ok());
+  EXPECT_FALSE(ParseByteSize(std::string(400, '9')).ok());
 }
 
 }  // namespace

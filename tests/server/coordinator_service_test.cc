@@ -2,10 +2,14 @@
 // restart with the same data dir, health, metrics, and calls to a coordinator that is gone.
 #include <atomic>
 #include <filesystem>
+#include <limits>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_util.h"
+#include "common/limits.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -324,6 +328,116 @@ TEST(DeadCoordinatorTest, CallFailsWithinItsDeadline) {
   EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
       << s.error_code() << " " << s.error_message();
+}
+
+// Every caller-controlled size past its limit (common/limits.h) is refused at the RPC edge with
+// INVALID_ARGUMENT naming the value and the limit, and the coordinator's members, jobs and
+// rendezvous values read the same before and after.
+TEST_F(CoordinatorServiceTest, InputsPastTheirLimitsAreRefusedAndChangeNothing) {
+  coordinator_->Shutdown();
+  StartCoordinator(dir_.Sub("limits"), absl::Seconds(60));  // no lease runs out meanwhile
+  Register(dlrm::v1::ROLE_PS);
+  const std::string job_id = Submit(1);  // no worker: it stays PENDING
+  ASSERT_TRUE(KvSet("k", "v").ok());
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto add = [this](const std::string& key, int64_t delta) {
+    dlrm::v1::KvAddRequest request;
+    request.set_key(key);
+    request.set_delta(delta);
+    dlrm::v1::KvAddResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    return stub_->KvAdd(ctx.get(), request, &response);
+  };
+  ASSERT_TRUE(add("counter", kMax).ok());
+
+  auto snapshot = [this] {
+    std::string out;
+    dlrm::v1::GetClusterViewResponse view;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    EXPECT_TRUE(stub_->GetClusterView(ctx.get(), dlrm::v1::GetClusterViewRequest(), &view).ok());
+    out += view.SerializeAsString();
+    dlrm::v1::ListJobsResponse jobs;
+    ctx = common::MakeClientContext(absl::Seconds(5));
+    EXPECT_TRUE(jobs_->ListJobs(ctx.get(), dlrm::v1::ListJobsRequest(), &jobs).ok());
+    out += jobs.SerializeAsString();
+    for (const char* key : {"k", "counter"}) {
+      std::string value;
+      EXPECT_TRUE(KvGet(key, absl::ZeroDuration(), &value).ok()) << key;
+      out += value + "|";
+    }
+    return out;
+  };
+  const std::string before = snapshot();
+
+  auto expect = [](const grpc::Status& s, const std::string& what,
+                   const std::vector<std::string>& texts) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << what << ": " << s.error_message();
+    for (const std::string& text : texts) EXPECT_THAT(s.error_message(), HasSubstr(text)) << what;
+    EXPECT_LT(s.error_message().size(), 1000u) << what << ": the message quotes no payload";
+  };
+  const std::string mib(1 << 20, 'x');
+  for (int field = 0; field < 3; ++field) {
+    dlrm::v1::RegisterRequest request;
+    request.set_role(dlrm::v1::ROLE_WORKER);
+    if (field == 0) request.set_name(mib);
+    if (field == 1) request.set_address(mib);
+    if (field == 2) request.set_metrics_address(mib);
+    dlrm::v1::RegisterResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    expect(stub_->Register(ctx.get(), request, &response), absl::StrCat("register ", field),
+           {"Register: ", "1048576 bytes", field == 0 ? "kMaxNameBytes" : "kMaxAddressBytes"});
+  }
+
+  auto submit = [this](const std::string& spec) {
+    dlrm::v1::SubmitJobRequest request;
+    request.set_spec_yaml(spec);
+    dlrm::v1::SubmitJobResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(10));
+    return jobs_->SubmitJob(ctx.get(), request, &response);
+  };
+  const std::string tiny = dlrm::testing::kTinySpec;
+  expect(submit(tiny + "# " + std::string(30 << 20, 'x') + "\n"), "30 MB spec",
+         {"spec_yaml of 31457", absl::StrCat(common::kMaxSpecBytes), "kMaxSpecBytes"});
+  expect(submit(tiny + "training: {batch_size: 2000000000}\n"), "batch size",
+         {"training.batch_size", "2000000000", "kMaxBatchSize"});
+  expect(submit(tiny + "optimizer: {dense: {type: sgd, learning_rate: .nan}}\n"), "nan rate",
+         {"optimizer.dense.learning_rate", "nan"});
+  expect(submit(tiny + "training: {hot_budget: 99999999999999999999GiB}\n"), "hot budget",
+         {"training.hot_budget", "kMaxByteSize"});
+
+  expect(KvSet("big", std::string(common::kMaxKvValueBytes + 1, 'v')), "kv value",
+         {"'big'", absl::StrCat(common::kMaxKvValueBytes + 1), "kMaxKvValueBytes"});
+  expect(KvSet(std::string(common::kMaxKvKeyBytes + 1, 'k'), "v"), "kv key", {"kMaxKvKeyBytes"});
+  expect(add("counter", 1), "kv add", {"'counter'", absl::StrCat(kMax), "int64"});
+  {
+    dlrm::v1::KvDeleteRequest request;
+    request.set_key(std::string(common::kMaxKvKeyBytes + 1, 'k'));
+    dlrm::v1::KvDeleteResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    expect(stub_->KvDelete(ctx.get(), request, &response), "kv delete", {"kMaxKvKeyBytes"});
+  }
+  {
+    dlrm::v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    request.set_reason(mib);
+    dlrm::v1::Job response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    expect(jobs_->CancelJob(ctx.get(), request, &response), "cancel reason",
+           {"CancelJob: reason of 1048576 bytes", "kMaxMessageBytes"});
+  }
+  {
+    dlrm::v1::ReportProgressRequest request;
+    request.set_job_id(job_id);
+    request.set_rank(0);
+    request.set_failed(true);
+    request.set_message(mib);
+    dlrm::v1::ReportProgressResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    expect(stub_->ReportProgress(ctx.get(), request, &response), "report message",
+           {"ReportProgress: message of 1048576 bytes", "kMaxMessageBytes"});
+  }
+  EXPECT_EQ(snapshot(), before);
 }
 
 }  // namespace

@@ -6,10 +6,15 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/limits.h"
 #include "common/sharding.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/local_store.h"
@@ -738,6 +743,132 @@ TEST(PushDedupeTest, CopyOfAPushBeingAppliedWaitsForIt) {
   other.join();
   ASSERT_TRUE(copy.ok()) << copy.status();
   EXPECT_EQ(*copy, PushDedupe::Claim::kDuplicate);
+}
+
+// LoadJob requests past a limit of common/limits.h are refused before anything is allocated
+// (num_workers 1e9 once grew a PS to 8 GB; 10,000 tables wedged its pool), naming the field, the
+// value and the limit; the job loaded before keeps its rows and nothing else is loaded.
+TEST_F(PsServiceTest, LoadJobPastALimitIsRefusedAndTheServerIsUnchanged) {
+  StartPs();
+  const auto job = TestJob("j", {{100, 4}});
+  ASSERT_TRUE(Load(job).ok());
+  ASSERT_TRUE(Push(PushOf("j", 0, {1, 2}, std::vector<float>(8, 0.5f))).ok());
+  dlrm::v1::LookupResponse before;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2, 3}), &before).ok());
+
+  struct Case {
+    std::string what;
+    std::function<void(dlrm::v1::LoadJobRequest*)> edit;
+    std::vector<std::string> texts;  // all in the message
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<Case> cases = {
+      {"num_workers",
+       [](auto* r) { r->set_num_workers(1000000000); },
+       {"num_workers 1000000000", absl::StrCat(common::kMaxJobWorkers), "kMaxJobWorkers"}},
+      {"tables",
+       [](auto* r) {
+         *r = TestJob("big", std::vector<std::pair<int64_t, int>>(10000, {10, 4}));
+       },
+       {"tables (count) 10000", absl::StrCat(common::kMaxTables), "kMaxTables"}},
+      {"rows",
+       [](auto* r) { r->mutable_tables(0)->set_rows(int64_t{1} << 40); },
+       {"table 0 rows 1099511627776", absl::StrCat(common::kMaxTableRows), "kMaxTableRows"}},
+      {"dim",
+       [](auto* r) { r->mutable_tables(0)->set_dim(1 << 20); },
+       {"table 0 dim 1048576", absl::StrCat(common::kMaxEmbeddingDim), "kMaxEmbeddingDim"}},
+      {"staleness",
+       [](auto* r) { r->set_staleness(2000000000); },
+       {"staleness 2000000000", absl::StrCat(common::kMaxStaleness), "kMaxStaleness"}},
+      {"shard_count",
+       [](auto* r) {
+         r->set_shard_count(1 << 30);
+         r->set_shard_index(0);
+       },
+       {"shard_count 1073741824", absl::StrCat(common::kMaxJobWorkers), "kMaxJobWorkers"}},
+      {"nan learning rate",
+       [nan](auto* r) { r->mutable_optimizer()->set_learning_rate(nan); },
+       {"optimizer.learning_rate nan", "finite", "kMaxOptimizerValue"}},
+      {"negative learning rate",
+       [](auto* r) { r->mutable_optimizer()->set_learning_rate(-1); },
+       {"optimizer.learning_rate -1", "finite"}},
+      {"inf epsilon",
+       [inf](auto* r) { r->mutable_optimizer()->set_epsilon(inf); },
+       {"optimizer.epsilon inf", "finite"}},
+      {"beta",
+       [](auto* r) { r->mutable_optimizer()->set_beta2(1); },
+       {"optimizer.beta2 1", "[0, 1)"}},
+      {"job id",
+       [](auto* r) { r->set_job_id(std::string(1 << 20, 'j')); },
+       {"job_id of 1048576 bytes", absl::StrCat(common::kMaxNameBytes), "kMaxNameBytes"}},
+      {"table name",
+       [](auto* r) { r->mutable_tables(0)->set_name(std::string(1 << 20, 'n')); },
+       {"name bytes 1048576", absl::StrCat(common::kMaxNameBytes), "kMaxNameBytes"}},
+  };
+  for (const Case& c : cases) {
+    dlrm::v1::LoadJobRequest bad = TestJob("k", {{100, 4}});
+    c.edit(&bad);
+    const absl::Time start = absl::Now();
+    grpc::Status s = Load(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+    for (const std::string& text : c.texts) {
+      EXPECT_THAT(s.error_message(), HasSubstr(text)) << c.what;
+    }
+    EXPECT_LT(s.error_message().size(), 1000u) << c.what << ": the message quotes no payload";
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << c.what;
+    EXPECT_TRUE(ValidateLoadRequest(bad).code() == absl::StatusCode::kInvalidArgument) << c.what;
+  }
+  EXPECT_EQ(ps_->service().job_ids(), std::vector<std::string>{"j"});
+  dlrm::v1::LookupResponse after;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2, 3}), &after).ok());
+  EXPECT_EQ(after.tables(0).rows(), before.tables(0).rows());
+  // The pool is not wedged: the next job loads and serves at once.
+  ASSERT_TRUE(Load(TestJob("k", {{100, 4}})).ok());
+  ASSERT_TRUE(Lookup(LookupOf("k", 0, {5}), &after).ok());
+}
+
+// Bytes that are no PushGradientsRequest: PushGradients is a generated (not raw) callback
+// method, so gRPC itself answers the undecodable request (UNIMPLEMENTED in gRPC 1.51) before
+// the service sees it; Lookup parses its own request and answers INVALID_ARGUMENT. Either way
+// nothing is applied and the server serves on.
+TEST_F(PsServiceTest, GarbageBytesChangeNothing) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  dlrm::v1::LookupResponse before;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &before).ok());
+  grpc::GenericStub generic(common::MakeChannel({.target = ps_->address()}).value());
+  auto call = [&generic](const std::string& method, const std::string& bytes) {
+    grpc::Slice slice(bytes.data(), bytes.size());
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    common::SetDeadline(&ctx, kTimeout);
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      status = s;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
+  // A malformed varint, a length past the end, a truncated field.
+  for (const std::string& junk :
+       {std::string(1 << 16, '\xff'), std::string("\x0a\xff\xff\xff\x0f"), std::string("\x08")}) {
+    grpc::Status push = call("/dlrm.v1.ParameterServer/PushGradients", junk);
+    EXPECT_TRUE(push.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                push.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+        << push.error_code() << " " << push.error_message();
+    grpc::Status lookup = call("/dlrm.v1.ParameterServer/Lookup", junk);
+    EXPECT_EQ(lookup.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << lookup.error_message();
+    EXPECT_THAT(lookup.error_message(), HasSubstr("malformed LookupRequest"));
+  }
+  dlrm::v1::LookupResponse after;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &after).ok());
+  EXPECT_EQ(after.tables(0).rows(), before.tables(0).rows());
+  ASSERT_TRUE(Push(PushOf("j", 0, {1}, std::vector<float>(4, 1.0f))).ok());
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &after).ok());
+  EXPECT_NE(after.tables(0).rows(), before.tables(0).rows()) << "a real push still applies";
 }
 
 }  // namespace

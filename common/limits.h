@@ -1,0 +1,86 @@
+// Limits on everything a caller controls: the job spec, the messages of the coordinator and the
+// parameter servers, the rendezvous store. Every check of such a value uses these constants, and
+// docs/SECURITY.md ("Limits") lists them, so this file is the one place to read or change them.
+//
+// Each limit is checked before anything is allocated for the value. Past a limit the answer is
+// INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a budget that fills up over many calls) whose
+// message names the value and the limit, and the process and its data stay as they were.
+//
+// The limits are generous for real jobs: Criteo Terabyte (26 tables of up to ~40M rows after
+// hashing, batch 65536, embedding_dim up to 512, MLP widths up to 4096) is well inside all of
+// them. gRPC message sizes are in common/grpc_util.h (kMaxGrpcMessageBytes, kMaxRpcPayloadBytes,
+// kMaxIdsPerRequest).
+#pragma once
+
+#include <cstdint>
+
+namespace dlrm::common {
+
+// ---- the job spec (common/job_spec.cc) ----
+
+// Bytes of one job spec's YAML: a file given to `dlrm train` / `dlrmctl submit` and
+// SubmitJobRequest.spec_yaml (checked before parsing).
+inline constexpr int64_t kMaxSpecBytes = int64_t{1} << 20;  // 1 MiB
+// Bytes of a name: the job name, a table name, a member's name.
+inline constexpr int64_t kMaxNameBytes = 256;
+// Bytes of one path in the spec (data files, checkpoint folders).
+inline constexpr int64_t kMaxPathBytes = 4096;
+// Samples in one batch (training.batch_size).
+inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;  // 1,048,576
+// Embedding tables of one job (spec `tables`, LoadJobRequest.tables): each is a RocksDB column
+// family on every parameter server.
+inline constexpr int64_t kMaxTables = 1024;
+// Rows of one embedding table.
+inline constexpr int64_t kMaxTableRows = int64_t{1} << 33;  // 8,589,934,592
+// Floats of one embedding row (model.embedding_dim, TableDef.dim).
+inline constexpr int64_t kMaxEmbeddingDim = 4096;
+// Dense input features (model.dense_features).
+inline constexpr int64_t kMaxDenseFeatures = 4096;
+// Layers of one MLP (model.bottom_mlp, model.top_mlp).
+inline constexpr int64_t kMaxMlpLayers = 64;
+// Width of one MLP layer.
+inline constexpr int64_t kMaxMlpWidth = 65536;
+// Weights and biases of the dense model (both MLPs together); each worker holds them and their
+// optimizer state.
+inline constexpr int64_t kMaxDenseParameters = int64_t{1} << 30;  // 1,073,741,824 (4 GiB fp32)
+// Floats of the largest activation of one batch: batch_size x the widest layer, where the
+// layers are the MLP widths, the top MLP input (embedding_dim + T(T+1)/2) and the stacked
+// embeddings of the interaction ((T+1) x embedding_dim). Keeps every activation under 4 GiB and
+// its element count in an int.
+inline constexpr int64_t kMaxActivationElements = int64_t{1} << 30;
+// training.epochs.
+inline constexpr int64_t kMaxEpochs = 100000;
+// training.staleness (LoadJobRequest.staleness).
+inline constexpr int64_t kMaxStaleness = 1000;
+// training.hot_budget, and any byte size the spec gives (ParseByteSize).
+inline constexpr int64_t kMaxByteSize = int64_t{1} << 50;  // 1 PiB
+// training.hot_sample_batches.
+inline constexpr int64_t kMaxHotSampleBatches = 100000;
+// training.max_recoveries.
+inline constexpr int64_t kMaxRecoveries = 1000;
+// Learning rates, epsilons, weight decay, initial accumulators: finite, and at most this.
+inline constexpr double kMaxOptimizerValue = 1e6;
+
+// ---- the coordinator (server/coordinator_service.cc) ----
+
+// Workers, and parameter servers, of one job (LoadJobRequest.num_workers, shard_count).
+inline constexpr int64_t kMaxJobWorkers = 4096;
+// Bytes of a member's address or metrics address (host:port) in Register.
+inline constexpr int64_t kMaxAddressBytes = 512;
+// Bytes of a free-text message a caller leaves in the coordinator's state: a cancel reason, a
+// failure report's message.
+inline constexpr int64_t kMaxMessageBytes = 64 << 10;  // 64 KiB
+// Metrics in one progress report.
+inline constexpr int64_t kMaxReportMetrics = 256;
+
+// ---- the rendezvous store (server/rendezvous_store.cc) ----
+
+// Bytes of one rendezvous key.
+inline constexpr int64_t kMaxKvKeyBytes = 1024;
+// Bytes of one rendezvous value (Gloo and NCCL publish addresses of a few hundred bytes per rank).
+inline constexpr int64_t kMaxKvValueBytes = int64_t{1} << 20;  // 1 MiB
+// Bytes of every key and value in the store together: past it KvSet / KvAdd of a new or larger
+// value are RESOURCE_EXHAUSTED (delete keys to make room).
+inline constexpr int64_t kMaxKvStoreBytes = int64_t{256} << 20;  // 256 MiB
+
+}  // namespace dlrm::common
