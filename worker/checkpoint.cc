@@ -1,6 +1,9 @@
 #include "worker/checkpoint.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +30,26 @@ constexpr char kDenseMagic[8] = {'D', 'L', 'R', 'M', 'D', 'E', 'N', 'S'};
 constexpr uint32_t kDenseVersion = 1;
 constexpr char kDenseFile[] = "dense.bin";
 
-absl::StatusOr<CheckpointFileEntry> WriteDense(const std::string& dir, Trainer& trainer) {
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using SnapshotBuffer = std::unique_ptr<float[], FreeDeleter>;
+
+// `floats` uninitialised floats for a checkpoint snapshot. Large buffers are 2 MiB aligned and
+// asked for transparent huge pages: copying a few hundred MB into fresh 4 KiB pages spends most
+// of its time in page faults, which training would wait for.
+SnapshotBuffer AllocateSnapshotBuffer(size_t floats) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = std::max<size_t>(floats * sizeof(float), 1);
+  if (bytes < kHugePage) return SnapshotBuffer(static_cast<float*>(std::malloc(bytes)));
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p != nullptr) (void)madvise(p, rounded, MADV_HUGEPAGE);
+  return SnapshotBuffer(static_cast<float*>(p));
+}
+
+// The bytes of dense.bin for the trainer's dense parameters and optimizer state now.
+std::string DenseBytes(Trainer& trainer) {
   dense::DlrmDenseModel& model = trainer.model();
   std::vector<float> params(model.num_params());
   trainer.backend()->CopyToHost(model.params(), params.data(), params.size());
@@ -40,14 +62,24 @@ absl::StatusOr<CheckpointFileEntry> WriteDense(const std::string& dir, Trainer& 
   std::memcpy(header + 16, counts, 16);
   const int64_t step = model.optimizer().step();
   std::memcpy(header + 32, &step, 8);
-  const std::string path = absl::StrCat(dir, "/", kDenseFile);
-  DLRM_ASSIGN_OR_RETURN(auto out, embedding::ChecksummedWriter::Create(path));
-  DLRM_RETURN_IF_ERROR(out->Append(header, sizeof(header)));
-  DLRM_RETURN_IF_ERROR(out->Append(params.data(), params.size() * sizeof(float)));
-  DLRM_RETURN_IF_ERROR(out->Append(state.data(), state.size() * sizeof(float)));
+  std::string bytes(header, sizeof(header));
+  bytes.append(reinterpret_cast<const char*>(params.data()), params.size() * sizeof(float));
+  bytes.append(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
+  return bytes;
+}
+
+absl::StatusOr<CheckpointFileEntry> WriteDenseBytes(const std::string& dir,
+                                                    const std::string& bytes) {
+  DLRM_ASSIGN_OR_RETURN(auto out,
+                        embedding::ChecksummedWriter::Create(absl::StrCat(dir, "/", kDenseFile)));
+  DLRM_RETURN_IF_ERROR(out->Append(bytes.data(), bytes.size()));
   DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, out->Close());
   return CheckpointFileEntry{
       .name = kDenseFile, .kind = "dense", .bytes = d.bytes, .crc32c = d.crc32c};
+}
+
+absl::StatusOr<CheckpointFileEntry> WriteDense(const std::string& dir, Trainer& trainer) {
+  return WriteDenseBytes(dir, DenseBytes(trainer));
 }
 
 absl::Status ReadDense(const std::string& path, Trainer& trainer) {
@@ -245,45 +277,148 @@ bool TrainCheckpointer::Due(int64_t step) const {
 
 absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
     Trainer& trainer, embedding::LocalEmbeddingStore& store, const TrainPosition& position) {
+  DLRM_ASSIGN_OR_RETURN(double stall, Start(trainer, store, position));
+  (void)stall;
+  return Finish();
+}
+
+// What a checkpoint of `dlrm train` writes, copied at the step it is taken (the snapshot).
+struct TrainCheckpointer::Snapshot {
+  struct Table {
+    int table = 0;
+    int row_floats = 0;
+    std::vector<int64_t> ids;  // sorted
+    SnapshotBuffer rows;       // ids.size() x row_floats, in id order
+    size_t capacity = 0;       // floats allocated in `rows`
+  };
+  CheckpointManifest manifest;
+  std::string dir;
+  std::string dense;  // dense.bin's bytes
+  std::vector<Table> tables;
+  std::chrono::steady_clock::time_point start;
+};
+
+absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
+                                                embedding::LocalEmbeddingStore& store,
+                                                const TrainPosition& position) {
+  // One write at a time: the previous one's outcome is reported here.
+  if (writer_.joinable()) {
+    absl::StatusOr<CheckpointWriteResult> previous = Finish();
+    if (!previous.ok()) return previous.status();
+  }
   const auto start = std::chrono::steady_clock::now();
   // GPU tables: the store holds the trained rows only after this copy.
   DLRM_RETURN_IF_ERROR(trainer.CopyEmbeddingsToStore());
   const common::JobSpec& spec = spec_;
-  DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, BaseManifest(spec, trainer, position, 1));
+  auto snapshot = std::make_shared<Snapshot>();
+  snapshot->start = start;
+  DLRM_ASSIGN_OR_RETURN(snapshot->manifest, BaseManifest(spec, trainer, position, 1));
+  CheckpointManifest& m = snapshot->manifest;
   m.incremental = !parent_.empty() && since_full_ < spec.checkpoint.full_every &&
                   spec.checkpoint.full_every > 1;
   if (m.incremental) m.parent = parent_;
 
   // A committed one at this step would have been skipped by Due.
-  DLRM_ASSIGN_OR_RETURN(const std::string dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
-
-  DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDense(dir, trainer));
-  m.files.push_back(dense_entry);
+  DLRM_ASSIGN_OR_RETURN(snapshot->dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
+  snapshot->dense = DenseBytes(trainer);
   for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
     // Changed ids are taken in every checkpoint, so the next incremental one is relative to it.
     std::vector<int64_t> changed = store.TakeChangedIds(t);
     const embedding::EmbeddingTable& table = store.table(t);
-    DLRM_ASSIGN_OR_RETURN(
-        CheckpointFileEntry entry,
-        WriteRows(dir, embedding::RowFileName(t, 0), "rows", t, 0, table.row_stride(),
-                  m.incremental ? std::move(changed) : store.TouchedIds(t),
-                  [&table](int64_t id) { return table.Row(id); }));
-    m.files.push_back(std::move(entry));
+    Snapshot::Table& rows = snapshot->tables.emplace_back();
+    rows.table = t;
+    rows.row_floats = table.row_stride();
+    rows.ids = m.incremental ? std::move(changed) : store.TouchedIds(t);  // sorted
+    // Uninitialised (no zero fill to pay for), and runs of consecutive ids copied in one go: a
+    // full checkpoint of a table whose rows were all touched is one memcpy.
+    // The previous snapshot's buffer when it is large enough: its pages are already mapped.
+    const size_t floats = rows.ids.size() * rows.row_floats;
+    if (last_snapshot_ != nullptr && t < static_cast<int>(last_snapshot_->tables.size()) &&
+        last_snapshot_->tables[t].capacity >= floats) {
+      rows.rows = std::move(last_snapshot_->tables[t].rows);
+      rows.capacity = last_snapshot_->tables[t].capacity;
+    } else {
+      rows.rows = AllocateSnapshotBuffer(floats);
+      rows.capacity = floats;
+    }
+    if (rows.rows == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("checkpoint snapshot of table ", t,
+                                                       ": cannot allocate ", floats * sizeof(float),
+                                                       " bytes"));
+    }
+    const size_t row_bytes = rows.row_floats * sizeof(float);
+    for (size_t i = 0; i < rows.ids.size();) {
+      size_t end = i + 1;
+      while (end < rows.ids.size() && rows.ids[end] == rows.ids[end - 1] + 1) ++end;
+      std::memcpy(rows.rows.get() + i * rows.row_floats, table.Row(rows.ids[i]),
+                  (end - i) * row_bytes);
+      i = end;
+    }
   }
-  DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
-  DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
+  // Training may go on: the files are written from the snapshot.
   parent_ = m.name;
   since_full_ = m.incremental ? since_full_ + 1 : 1;
   last_step_ = position.step;
   last_time_ = std::chrono::steady_clock::now();
+  const double stall = std::chrono::duration<double>(last_time_ - start).count();
+  last_snapshot_ = snapshot;  // its buffers are reused by the next one once written
+  pending_ = std::make_shared<absl::StatusOr<CheckpointWriteResult>>(
+      absl::UnknownError("checkpoint write did not finish"));
+  writer_ = std::thread([this, snapshot, out = pending_] { *out = WriteSnapshot(*snapshot); });
+  return stall;
+}
+
+absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot& snapshot) {
+  const common::JobSpec& spec = spec_;
+  CheckpointManifest& m = snapshot.manifest;
+  DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry,
+                        WriteDenseBytes(snapshot.dir, snapshot.dense));
+  m.files.push_back(dense_entry);
+  for (const Snapshot::Table& rows : snapshot.tables) {
+    const std::string name = embedding::RowFileName(rows.table, 0);
+    DLRM_ASSIGN_OR_RETURN(auto writer,
+                          embedding::RowFileWriter::Create(absl::StrCat(snapshot.dir, "/", name),
+                                                           rows.table, rows.row_floats));
+    for (size_t i = 0; i < rows.ids.size(); ++i) {
+      DLRM_RETURN_IF_ERROR(writer->AppendRow(rows.ids[i], rows.rows.get() + i * rows.row_floats));
+    }
+    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
+    m.files.push_back(CheckpointFileEntry{.name = name,
+                                          .kind = "rows",
+                                          .table = rows.table,
+                                          .part = 0,
+                                          .rows = static_cast<int64_t>(rows.ids.size()),
+                                          .bytes = d.bytes,
+                                          .crc32c = d.crc32c});
+  }
+  DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(snapshot.dir));
+  DLRM_RETURN_IF_ERROR(embedding::CommitManifest(snapshot.dir, m));
   DLRM_ASSIGN_OR_RETURN(int removed,
                         embedding::ApplyRetention(spec.checkpoint.dir, spec.checkpoint.keep_last));
   (void)removed;
   CheckpointWriteResult result;
-  result.dir = dir;
-  result.manifest = std::move(m);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.dir = snapshot.dir;
+  result.manifest = m;
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - snapshot.start).count();
+  DLRM_LOG(INFO) << "checkpoint " << result.dir << ": step " << m.step << ", "
+                 << (m.incremental ? "incremental" : "full") << ", " << m.total_bytes()
+                 << " bytes in " << result.seconds << " s";
   return result;
+}
+
+absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Finish() {
+  if (!writer_.joinable()) {
+    return absl::FailedPreconditionError("no checkpoint write in flight");
+  }
+  writer_.join();
+  absl::StatusOr<CheckpointWriteResult> result = std::move(*pending_);
+  pending_.reset();
+  return result;
+}
+
+TrainCheckpointer::~TrainCheckpointer() {
+  if (writer_.joinable()) writer_.join();
 }
 
 // --- ClusterCheckpointer ---

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
@@ -50,23 +51,42 @@ class TrainCheckpointer {
   static absl::StatusOr<std::unique_ptr<TrainCheckpointer>> Create(
       const common::JobSpec& spec, const std::string& resumed_from = "");
 
+  ~TrainCheckpointer();  // waits for a write in flight
+
   // True when every_steps or every_seconds says a checkpoint is due after `step` steps.
   bool Due(int64_t step) const;
-  // Writes a checkpoint of `trainer` and `store` at `position` (full or incremental by
-  // full_every), commits its manifest, then applies keep_last.
+  // Takes a checkpoint of `trainer` and `store` at `position` (full or incremental by
+  // full_every): copies the dense state and the rows to write into memory (the snapshot; for a
+  // full checkpoint that is every row the store holds, so memory for one more copy is needed),
+  // then writes the files, commits the manifest and applies keep_last on a background thread
+  // while training goes on. Returns the seconds training waited (the snapshot). It first waits
+  // for the previous write and returns its error if it failed.
+  absl::StatusOr<double> Start(Trainer& trainer, embedding::LocalEmbeddingStore& store,
+                               const TrainPosition& position);
+  // Waits for the write Start began; its result (FAILED_PRECONDITION when none is in flight).
+  absl::StatusOr<CheckpointWriteResult> Finish();
+  // Start, then Finish.
   absl::StatusOr<CheckpointWriteResult> Write(Trainer& trainer,
                                               embedding::LocalEmbeddingStore& store,
                                               const TrainPosition& position);
   int64_t last_step() const { return last_step_; }
+  bool writing() const { return writer_.joinable(); }
 
  private:
+  struct Snapshot;
   explicit TrainCheckpointer(const common::JobSpec& spec) : spec_(spec) {}
+  absl::StatusOr<CheckpointWriteResult> WriteSnapshot(Snapshot& snapshot);
 
   common::JobSpec spec_;
   std::string parent_;  // name of the newest checkpoint of this chain, "" before the first
   int since_full_ = 0;  // checkpoints written since the last full one
   int64_t last_step_ = -1;
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
+  std::thread writer_;
+  std::shared_ptr<absl::StatusOr<CheckpointWriteResult>> pending_;  // the writer's result
+  // The newest snapshot: once its write is done, the next Start reuses its row buffers, so
+  // checkpoints after the first copy into memory that is already mapped.
+  std::shared_ptr<Snapshot> last_snapshot_;
 };
 
 class GrpcPsClient;

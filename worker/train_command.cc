@@ -89,12 +89,12 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   if (!spec.checkpoint.dir.empty()) {
     DLRM_ASSIGN_OR_RETURN(checkpointer, TrainCheckpointer::Create(spec, resumed_dir));
   }
-  auto write_checkpoint = [&]() -> absl::Status {
-    DLRM_ASSIGN_OR_RETURN(CheckpointWriteResult written,
-                          checkpointer->Write(*trainer, *store, position));
-    DLRM_LOG(INFO) << "checkpoint " << written.dir << ": step " << written.manifest.step << ", "
-                   << (written.manifest.incremental ? "incremental" : "full") << ", "
-                   << written.manifest.total_bytes() << " bytes in " << written.seconds << " s";
+  // Training waits only for the snapshot; the files are written in the background (the next
+  // checkpoint, or the end of training, waits for them).
+  auto start_checkpoint = [&]() -> absl::Status {
+    DLRM_ASSIGN_OR_RETURN(double stall, checkpointer->Start(*trainer, *store, position));
+    DLRM_LOG(DEBUG) << "checkpoint at step " << position.step << ": training waited " << stall
+                    << " s for the snapshot";
     return absl::OkStatus();
   };
 
@@ -136,7 +136,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                         report.train_samples, loss_avg, report.train_samples / elapsed());
       }
       if (checkpointer != nullptr && checkpointer->Due(position.step)) {
-        DLRM_RETURN_IF_ERROR(write_checkpoint());
+        DLRM_RETURN_IF_ERROR(start_checkpoint());
       }
       if (spec.max_steps > 0 && report.steps >= spec.max_steps) {
         stop = true;
@@ -160,7 +160,11 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   }
   // The trained model is always kept when the spec names a checkpoint folder.
   if (checkpointer != nullptr && checkpointer->last_step() < position.step) {
-    DLRM_RETURN_IF_ERROR(write_checkpoint());
+    DLRM_RETURN_IF_ERROR(start_checkpoint());
+  }
+  if (checkpointer != nullptr && checkpointer->writing()) {
+    DLRM_ASSIGN_OR_RETURN(CheckpointWriteResult last, checkpointer->Finish());
+    (void)last;
   }
   report.skipped_lines = input.train->skipped();
   if (input.eval != nullptr) {
@@ -184,6 +188,10 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
 absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) {
   DLRM_ASSIGN_OR_RETURN(common::JobSpec spec, common::LoadJobSpec(options.config_path));
   if (options.strict) spec.strict = true;
+  if (spec.train_paths.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.config_path, ": data.train: missing; `dlrm train` needs training files"));
+  }
   DLRM_LOG(INFO) << "job '" << spec.name << "': " << spec.tables.size() << " tables, batch "
                  << spec.batch_size << ", " << spec.epochs << " epoch(s), data "
                  << spec.train_paths.front();
