@@ -3,6 +3,7 @@
 // reports and the final evaluation. Membership and the job loop are in worker_process.cc.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -300,6 +301,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   int64_t samples = 0;
   int64_t steps = 0;
   double loss_avg = 0;
+  const CountingReader* counting_reader = nullptr;  // set once the training input is open
+  std::map<std::string, double> last_eval;          // rank 0's latest periodic evaluation
   auto report_progress = [&](bool force) -> absl::Status {
     if (cancel_job_.load()) return absl::CancelledError(absl::StrCat("job ", job_id, " stopped"));
     const auto now = Clock::now();
@@ -316,6 +319,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     request.set_samples(base.samples / world + samples);
     request.set_loss(loss_avg);
     (*request.mutable_metrics())["samples_per_sec"] = samples / std::max(SecondsSince(start), 1e-9);
+    for (const auto& [key, value] : last_eval) (*request.mutable_metrics())[key] = value;
     absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(request);
     if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
       return absl::CancelledError(absl::StrCat("job ", job_id, " is no longer running"));
@@ -352,6 +356,11 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     samples += batch_size;
     ++steps;
     loss_avg = steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
+    if (metrics.train_loss != nullptr) {
+      metrics.train_loss->Set(loss_avg);
+      const int64_t rewinds = counting_reader != nullptr ? counting_reader->rewinds() : 0;
+      metrics.epoch->Set(static_cast<double>(base.epoch + rewinds + 1));
+    }
     return report_progress(false);
   };
 
@@ -363,6 +372,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     if (!more) break;
   }
   CountingReader train_reader(input.train.get(), base.batches);
+  counting_reader = &train_reader;
   const int epochs_left = static_cast<int>(spec.epochs - base.epoch);
   const int64_t max_steps_left = spec.max_steps > 0 ? spec.max_steps - base.step : 0;
   const bool nothing_left = epochs_left <= 0 || (spec.max_steps > 0 && max_steps_left <= 0);
@@ -381,6 +391,33 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   };
   const int64_t checkpoint_every = checkpointer != nullptr ? spec.checkpoint.every_steps : 0;
   const int64_t refresh_every = refresher != nullptr ? spec.hot_refresh_steps : 0;
+  // training.eval_every_steps: at a drained boundary, rank 0 evaluates on the eval split while
+  // the others wait (two barriers: every earlier push is applied, nobody pushes meanwhile).
+  const int64_t eval_every = spec.eval_every_steps;
+  bool evaluated = false;
+  auto evaluate = [&](int64_t run_steps) -> absl::Status {
+    DLRM_RETURN_IF_ERROR(barrier());
+    if (rank == 0 && input.eval != nullptr) {
+      DLRM_RETURN_IF_ERROR(input.eval->Rewind());
+      const auto eval_start = Clock::now();
+      DLRM_ASSIGN_OR_RETURN(EvalMetrics e, trainer->Evaluate(input.eval.get()));
+      evaluated = true;
+      const int64_t step = base.step + run_steps;
+      last_eval = {{"eval_auc", e.auc},
+                   {"eval_logloss", e.logloss},
+                   {"eval_step", static_cast<double>(step)}};
+      if (metrics.eval_auc != nullptr) {
+        metrics.eval_auc->Set(e.auc);
+        metrics.eval_logloss->Set(e.logloss);
+        metrics.eval_step->Set(static_cast<double>(step));
+      }
+      DLRM_LOG(INFO) << "job " << job_id << " step " << step << ": eval AUC " << e.auc
+                     << ", logloss " << e.logloss << " (" << e.samples << " samples, "
+                     << SecondsSince(eval_start) << " s)";
+      DLRM_RETURN_IF_ERROR(report_progress(true));
+    }
+    return barrier();
+  };
   // Checkpoints that rank 0 alone can want (every_seconds, `dlrmctl checkpoint`) are agreed on at
   // a decision boundary every decide_every steps: rank 0's wish reaches the others in a one-float
   // allreduce, so every rank cuts at the same step.
@@ -422,14 +459,15 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
     pipeline_options.store_enforces_staleness = true;
     pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
-    if (refresh_every > 0 || decide_every > 0) {
-      pipeline_options.boundary_every = std::gcd(refresh_every, decide_every);
+    if (refresh_every > 0 || decide_every > 0 || eval_every > 0) {
+      pipeline_options.boundary_every = std::gcd(std::gcd(refresh_every, decide_every), eval_every);
       pipeline_options.on_boundary = [&](int64_t step) -> absl::Status {
         if (refresh_every > 0 && step % refresh_every == 0) {
           DLRM_RETURN_IF_ERROR(refresher->Refresh(step));
         }
         DLRM_ASSIGN_OR_RETURN(bool due, checkpoint_due(step));
         if (due) DLRM_RETURN_IF_ERROR(cut(step));
+        if (eval_every > 0 && step % eval_every == 0) DLRM_RETURN_IF_ERROR(evaluate(step));
         return absl::OkStatus();
       };
     }
@@ -460,6 +498,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
         if (checkpointer != nullptr && steps > 0) {
           DLRM_ASSIGN_OR_RETURN(bool due, checkpoint_due(steps));
           if (due) DLRM_RETURN_IF_ERROR(cut(steps));
+        }
+        if (eval_every > 0 && steps > 0 && steps % eval_every == 0) {
+          DLRM_RETURN_IF_ERROR(evaluate(steps));
         }
         DLRM_ASSIGN_OR_RETURN(bool more, train_reader.Next(&batch));
         if (!more) break;
@@ -500,7 +541,13 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   if (rank == 0) {
     EvalMetrics eval;
     if (input.eval != nullptr) {
+      if (evaluated) DLRM_RETURN_IF_ERROR(input.eval->Rewind());
       DLRM_ASSIGN_OR_RETURN(eval, trainer->Evaluate(input.eval.get()));
+      if (metrics.eval_auc != nullptr) {
+        metrics.eval_auc->Set(eval.auc);
+        metrics.eval_logloss->Set(eval.logloss);
+        metrics.eval_step->Set(static_cast<double>(base.step + steps));
+      }
     }
     // Ranks take the same number of steps in lockstep, so the job's throughput is world times
     // this rank's.

@@ -25,6 +25,15 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
   m.jobs_failed = &registry->Counter("worker_jobs_total", help, {{"result", "failed"}});
   m.jobs_stopped = &registry->Counter("worker_jobs_total", help, {{"result", "stopped"}});
   m.job_running = &registry->Gauge("worker_job_running", "1 while this worker trains a job.");
+  m.train_loss = &registry->Gauge(
+      "train_loss", "Training log loss of this worker's recent steps (moving average, 1/50).");
+  m.epoch =
+      &registry->Gauge("train_epoch", "Epoch in progress of the job this worker trains, 1-based.");
+  m.eval_auc = &registry->Gauge(
+      "eval_auc", "AUC on the job's eval split at the latest evaluation (rank 0 only).");
+  m.eval_logloss = &registry->Gauge(
+      "eval_logloss", "Log loss on the job's eval split at the latest evaluation (rank 0 only).");
+  m.eval_step = &registry->Gauge("eval_step", "Job step of the latest evaluation (rank 0 only).");
   return m;
 }
 

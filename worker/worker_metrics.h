@@ -19,6 +19,13 @@ struct WorkerMetrics {
   prometheus::Counter* jobs_failed = nullptr;
   prometheus::Counter* jobs_stopped = nullptr;
   prometheus::Gauge* job_running = nullptr;
+  // Learning curve of the job in progress: the training loss (moving average), the epoch, and
+  // rank 0's latest evaluation (training.eval_every_steps, and the final one).
+  prometheus::Gauge* train_loss = nullptr;
+  prometheus::Gauge* epoch = nullptr;
+  prometheus::Gauge* eval_auc = nullptr;
+  prometheus::Gauge* eval_logloss = nullptr;
+  prometheus::Gauge* eval_step = nullptr;
 };
 
 // Registered when the process starts, so that an idle worker exports its series too.

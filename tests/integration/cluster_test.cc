@@ -71,6 +71,9 @@ class ClusterTest : public ::testing::Test {
                                    *dir_, "gen-data", absl::Seconds(60));
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
     WriteFile(*dir_ + "/job.yaml", JobYaml(1, 0, "it-job"));
+    // The same job, evaluated every 10 steps while it trains.
+    WriteFile(*dir_ + "/job-eval.yaml",
+              JobYaml(1, 0, "it-job", "hot_budget: 0\n  eval_every_steps: 10"));
     // Two workers replicate the hottest rows (about a tenth) and re-check them every 20 steps.
     WriteFile(*dir_ + "/job3.yaml",
               JobYaml(3, 1, "it-job3", "hot_budget: 64KiB\n  hot_refresh_steps: 20"));
@@ -162,6 +165,28 @@ TEST_F(ClusterTest, OnePsOneWorkerTrainsTheSameModelAsDlrmTrain) {
   EXPECT_NEAR(report.accuracy, Reference().accuracy, kSameModelTolerance);
   // The same summary line as dlrm train.
   EXPECT_TRUE(absl::StrContains(r.out, "AUC ")) << r.out;
+}
+
+// training.eval_every_steps: rank 0 evaluates at every 10th step boundary (logged, reported with
+// its progress, exported as dlrm_eval_auc), and evaluating changes nothing in the model: the
+// final metrics are those of dlrm train on the same spec.
+TEST_F(ClusterTest, PeriodicEvaluationIsReportedAndLeavesTheModelAlone) {
+  worker::TrainReport report;
+  const std::string data_dir = Dir() + "/eval-cluster";
+  ProcessResult r = RunLocal("local-eval", {"--ps", "1", "--workers", "1", "--data-dir", data_dir},
+                             &report, "job-eval.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(report.steps, Reference().steps);
+  EXPECT_NEAR(report.auc, Reference().auc, kSameModelTolerance);
+  EXPECT_NEAR(report.logloss, Reference().logloss, kSameModelTolerance);
+  const std::string log = ReadFileOrEmpty(data_dir + "/logs/worker-0.log");
+  int evaluations = 0;
+  for (size_t at = log.find("eval AUC"); at != std::string::npos;
+       at = log.find("eval AUC", at + 1)) {
+    ++evaluations;
+  }
+  EXPECT_EQ(evaluations, static_cast<int>(Reference().steps / 10)) << log;
+  EXPECT_TRUE(absl::StrContains(log, "step 10: eval AUC")) << log;
 }
 
 TEST_F(ClusterTest, TwoPsTwoWorkersReachTheAucOfDlrmTrain) {
