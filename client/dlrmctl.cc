@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -23,8 +24,9 @@
 namespace dlrm::client {
 namespace {
 
-constexpr const char* kCommands[] = {"submit",     "status",      "watch",   "cancel", "list",
-                                     "checkpoint", "checkpoints", "members", "version"};
+constexpr const char* kCommands[] = {"submit",      "status",  "describe", "logs",
+                                     "watch",       "cancel",  "list",     "checkpoint",
+                                     "checkpoints", "members", "version"};
 
 constexpr char kFooter[] = R"(Output (-o):
   table, wide   for people (wide: more columns)
@@ -49,6 +51,7 @@ struct Flags {
   int workers = 1;
   int ps = 0;
   bool wait = false;
+  bool follow = false;          // logs -f
   double wait_timeout_s = 600;  // checkpoint --wait
   std::string resume_from;      // submit: checkpoint.resume_from of the submitted spec
   // status, watch, cancel
@@ -259,14 +262,91 @@ class Command {
 
   // The coordinator's API has no call that reports its version yet, so only the client's is
   // known; nothing is dialled.
+  // The client's version, and the coordinator's when it answers (null / "unknown" otherwise:
+  // this command works without a cluster).
   int Version() {
+    std::optional<std::string> server;
+    std::string why;
+    auto client = Connect();
+    if (client.ok()) {
+      auto view = (*client)->Members();
+      if (view.ok()) {
+        server = view->server_version().empty() ? std::string("unknown (older than 0.1.0)")
+                                                : view->server_version();
+      } else {
+        why = std::string(view.status().message());
+      }
+    } else {
+      why = std::string(client.status().message());
+    }
     if (IsDocumentFormat(format_)) {
-      out_ << VersionDocument(kDlrmctlVersion, format_);
+      out_ << VersionDocument(kDlrmctlVersion, server, format_);
     } else {
       out_ << "client: " << kDlrmctlVersion << "\n"
-           << "server: unknown (the coordinator does not report a version yet)\n";
+           << "server: " << (server ? *server : absl::StrCat("unknown (", why, ")")) << "\n";
     }
     return kExitOk;
+  }
+
+  // The job in detail: members, state history with reasons and times, checkpoints, spec.
+  int Describe() {
+    auto client = Connect();
+    if (!client.ok()) return Fail(client.status());
+    auto job = (*client)->Get(flags_.job_id);
+    if (!job.ok()) return Fail(job.status());
+    if (IsDocumentFormat(format_)) {
+      out_ << ToDocument(*job, format_);
+      return kExitOk;
+    }
+    std::vector<std::string> checkpoints;
+    auto spec = common::ParseJobSpec(job->spec_yaml(), absl::StrCat("job ", flags_.job_id));
+    if (spec.ok() && !spec->checkpoint.dir.empty()) {
+      auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
+      if (list.ok()) {
+        for (const embedding::CheckpointManifest& m : *list) {
+          checkpoints.push_back(absl::StrFormat("%s  step %d  %d bytes  %s", m.name, m.step,
+                                                m.total_bytes(),
+                                                m.incremental ? "incremental" : "full"));
+        }
+      } else {
+        checkpoints.push_back(absl::StrCat("(", spec->checkpoint.dir,
+                                           " cannot be read here: ", list.status().message(), ")"));
+      }
+    }
+    std::optional<ClusterSnapshot> cluster;
+    if (NeedsExplaining(*job)) cluster = ReadCluster(**client);
+    out_ << JobDescription(*job, cluster ? &*cluster : nullptr, checkpoints);
+    return kExitOk;
+  }
+
+  // The job's event log: every state change with its reason; with -f, new ones as they come
+  // until the job ends (exit code as for watch).
+  int Logs() {
+    auto client = Connect();
+    if (!client.ok()) return Fail(client.status());
+    auto job = (*client)->Get(flags_.job_id);
+    if (!job.ok()) return Fail(job.status());
+    std::set<std::string> printed;
+    auto print_new = [&](const dlrm::v1::Job& j) {
+      for (const dlrm::v1::JobStateChange& change : j.history()) {
+        const std::string key = change.SerializeAsString();
+        if (!printed.insert(key).second) continue;
+        if (format_ == OutputFormat::kJsonl || format_ == OutputFormat::kJson) {
+          out_ << ToDocument(change, OutputFormat::kJsonl);
+        } else {
+          out_ << HistoryLine(change) << "\n";
+        }
+      }
+      out_ << std::flush;
+    };
+    print_new(*job);
+    if (!flags_.follow || IsTerminalJobState(job->state())) return kExitOk;
+    auto last = (*client)->Watch(flags_.job_id, [&](const dlrm::v1::JobEvent& event) {
+      print_new(event.job());
+      return true;
+    });
+    if (!last.ok()) return Fail(last.status());
+    return last->state() == dlrm::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
   }
 
  private:
@@ -416,6 +496,12 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
                      "(docs/CHECKPOINTS.md)");
   CLI::App* status = app.add_subcommand("status", "show one job");
   status->add_option("job", flags.job_id, "job id")->required();
+  CLI::App* describe = app.add_subcommand(
+      "describe", "show a job in detail: members, state history, checkpoints, spec");
+  describe->add_option("job", flags.job_id, "job id")->required();
+  CLI::App* logs = app.add_subcommand("logs", "print a job's state changes with their reasons");
+  logs->add_option("job", flags.job_id, "job id")->required();
+  logs->add_flag("-f,--follow", flags.follow, "keep printing new ones until the job ends");
   CLI::App* watch = app.add_subcommand("watch", "stream a job's progress until it ends");
   watch->add_option("job", flags.job_id, "job id")->required();
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a pending or running job");
@@ -453,6 +539,8 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   Command command(flags, out, err);
   if (submit->parsed()) return command.Submit();
   if (status->parsed()) return command.Status();
+  if (describe->parsed()) return command.Describe();
+  if (logs->parsed()) return command.Logs();
   if (watch->parsed()) return command.Watch();
   if (cancel->parsed()) return command.Cancel();
   if (list->parsed()) return command.List();

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/version.h"
 
 namespace dlrm::client {
 
@@ -31,10 +32,8 @@ inline constexpr int kExitNotFound = 3;
 inline constexpr int kExitUnavailable = 4;
 inline constexpr int kExitDenied = 5;
 
-// The client's version. The build does not pass the project version to the sources, so it is
-// kept here, equal to project(VERSION) in CMakeLists.txt and the Helm chart's appVersion
-// (tests/client checks the first).
-inline constexpr char kDlrmctlVersion[] = "0.1.0";
+// The client's version: the build's (common/version.h).
+inline constexpr const char* kDlrmctlVersion = common::kVersion;
 
 // The exit code of a failed call: NOT_FOUND 3; UNAVAILABLE and DEADLINE_EXCEEDED 4;
 // UNAUTHENTICATED and PERMISSION_DENIED 5; any other error 1; OK 0.

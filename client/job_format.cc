@@ -389,21 +389,52 @@ std::string ToDocument(const google::protobuf::Message& message, OutputFormat fo
   }
 }
 
-std::string VersionDocument(const std::string& client_version, OutputFormat format) {
+std::string VersionDocument(const std::string& client_version,
+                            const std::optional<std::string>& server_version, OutputFormat format) {
+  Value client;
+  client.set_string_value(client_version);
+  Value server;
+  if (server_version.has_value()) {
+    server.set_string_value(*server_version);
+  } else {
+    server.set_null_value({});
+  }
   if (format == OutputFormat::kYaml) {
     google::protobuf::Struct versions;
-    (*versions.mutable_fields())["client_version"].set_string_value(client_version);
-    (*versions.mutable_fields())["server_version"].set_null_value({});
+    (*versions.mutable_fields())["client_version"] = client;
+    (*versions.mutable_fields())["server_version"] = server;
     return ToYaml(versions);  // keys sorted
   }
   // Written out, not printed from a Struct: a Struct's keys come in no fixed order.
-  Value version;
-  version.set_string_value(client_version);
   if (format == OutputFormat::kJson) {
-    return absl::StrCat("{\n \"client_version\": ", ToJson(version),
-                        ",\n \"server_version\": null\n}\n");
+    return absl::StrCat("{\n \"client_version\": ", ToJson(client),
+                        ",\n \"server_version\": ", ToJson(server), "\n}\n");
   }
-  return absl::StrCat("{\"client_version\":", ToJson(version), ",\"server_version\":null}\n");
+  return absl::StrCat("{\"client_version\":", ToJson(client),
+                      ",\"server_version\":", ToJson(server), "}\n");
+}
+
+std::string HistoryLine(const dlrm::v1::JobStateChange& change) {
+  return absl::StrFormat("%-20s  %-10s  %s", UtcTime(change.time_ms()), StateName(change.state()),
+                         change.message());
+}
+
+std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
+                           const std::vector<std::string>& checkpoints) {
+  std::string out = JobDetail(job, /*wide=*/true, cluster);
+  absl::StrAppend(&out, "\nhistory:\n");
+  for (const dlrm::v1::JobStateChange& change : job.history()) {
+    absl::StrAppend(&out, "  ", HistoryLine(change), "\n");
+  }
+  if (!checkpoints.empty()) {
+    absl::StrAppend(&out, "\ncheckpoints (newest last):\n");
+    for (const std::string& c : checkpoints) absl::StrAppend(&out, "  ", c, "\n");
+  }
+  absl::StrAppend(&out, "\nspec:\n");
+  for (absl::string_view line : absl::StrSplit(job.spec_yaml(), '\n')) {
+    if (!line.empty()) absl::StrAppend(&out, "  ", line, "\n");
+  }
+  return out;
 }
 
 std::string MemberLabel(const dlrm::v1::Member& member) {

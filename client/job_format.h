@@ -42,9 +42,11 @@ std::string ToYaml(const google::protobuf::Message& message);
 // block style, kJsonl one line. Precondition: IsDocumentFormat(format).
 std::string ToDocument(const google::protobuf::Message& message, OutputFormat format);
 
-// The versions document: {"client_version": ..., "server_version": null}; the server's is null
-// until the coordinator's API reports one. Precondition: IsDocumentFormat(format).
-std::string VersionDocument(const std::string& client_version, OutputFormat format);
+// The versions document: {"client_version": ..., "server_version": ...}; the server's is null
+// when the coordinator could not be asked. Precondition: IsDocumentFormat(format).
+std::string VersionDocument(const std::string& client_version,
+                            const std::optional<std::string>& server_version, OutputFormat format);
+
 
 // What the client read from the coordinator to explain why PENDING jobs wait. Either part may
 // be missing when the call that reads it failed; explanations then say less.
@@ -61,6 +63,13 @@ struct ClusterSnapshot {
 // then "; queued behind job-1" when older pending jobs start first. FAILED and CANCELLED: that no
 // reason was recorded. Empty for RUNNING and SUCCEEDED. `cluster` may be null.
 std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster);
+
+// One line per state change: "2026-12-01T17:00:00Z  RUNNING     started on ...".
+std::string HistoryLine(const dlrm::v1::JobStateChange& change);
+// `dlrmctl describe`: the job in detail (as -o wide), its state history, the newest committed
+// checkpoints (`checkpoints`, may be empty) and its spec.
+std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
+                           const std::vector<std::string>& checkpoints);
 
 // One job in detail, "key: value" lines; `wide` adds member ids, addresses, per-rank samples
 // and times.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -30,6 +31,20 @@ std::vector<const Job*> SortedJobs(const std::map<std::string, Job>& jobs) {
   std::sort(sorted.begin(), sorted.end(),
             [](const Job* a, const Job* b) { return JobSeq(a->job_id()) < JobSeq(b->job_id()); });
   return sorted;
+}
+
+// Keeps the newest kMaxHistory state changes of a job.
+constexpr int kMaxHistory = 100;
+
+void RecordState(Job* job, absl::Time now, const std::string& message) {
+  dlrm::v1::JobStateChange* change = job->add_history();
+  change->set_state(job->state());
+  change->set_time_ms(absl::ToUnixMillis(now));
+  change->set_message(message);
+  if (job->state() == dlrm::v1::JOB_STATE_RUNNING) change->set_job_epoch(job->job_epoch());
+  if (job->history_size() > kMaxHistory) {
+    job->mutable_history()->DeleteSubrange(0, job->history_size() - kMaxHistory);
+  }
 }
 
 double MetricOr(const google::protobuf::Map<std::string, double>& m, const char* key,
@@ -71,6 +86,10 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
     job.set_requested_ps(request.ps());
     job.set_max_recoveries(spec->max_recoveries);
     job.set_created_ms(absl::ToUnixMillis(now));
+    RecordState(&job, now,
+                absl::StrCat("queued for ", job.requested_workers(), " worker(s) and ",
+                             request.ps() == 0 ? std::string("every PS alive at start")
+                                               : absl::StrCat(request.ps(), " PS")));
     changes.counters = true;
     Job& stored = jobs_[job.job_id()] = std::move(job);
     TouchJob(&stored, &changes);
@@ -100,6 +119,7 @@ std::vector<Job> CoordinatorState::ListJobs(dlrm::v1::JobState filter) const {
     if (filter != dlrm::v1::JOB_STATE_UNSPECIFIED && job->state() != filter) continue;
     jobs.push_back(*job);
     jobs.back().clear_spec_yaml();
+    jobs.back().clear_history();
   }
   return jobs;
 }
@@ -263,6 +283,7 @@ absl::Status CoordinatorState::FinishJob(Job* job, dlrm::v1::JobState to,
   job->set_state(to);
   job->set_message(message);
   job->set_finished_ms(absl::ToUnixMillis(now));
+  RecordState(job, now, message);
   if (was_running) {
     for (const std::string& id : job->worker_ids()) {
       auto it = members_.find(id);
@@ -307,6 +328,7 @@ void CoordinatorState::BeginRecovery(Job* job, const std::string& reason, absl::
   r->set_step_at_loss(job->progress().step());
   job->set_message(absl::StrCat("recovering (", job->recoveries(), " of ", job->max_recoveries(),
                                 "): ", reason));
+  RecordState(job, now, reason);
   TouchJob(job, changes);
   CountRecovery();
   DLRM_LOG(WARNING) << "job " << job->job_id() << " -> RECOVERING: " << job->message();
@@ -396,6 +418,12 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
   } else {
     job->set_started_ms(absl::ToUnixMillis(now));
   }
+  RecordState(
+      job, now,
+      absl::StrCat(recovering ? absl::StrCat("running again (recovery ", job->recoveries(), ")")
+                              : std::string("started"),
+                   " on workers ", absl::StrJoin(job->worker_ids(), ","), "; PS ",
+                   absl::StrJoin(job->ps_member_ids(), ","), "; job epoch ", epoch_));
   TouchJob(job, changes);
   DLRM_LOG(INFO) << "job " << job->job_id() << (recovering ? " RUNNING again" : " RUNNING")
                  << " on " << job->worker_ids_size() << " workers and " << ps_count << " PS, epoch "

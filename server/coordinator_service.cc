@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/limits.h"
+#include "common/version.h"
 
 namespace dlrm::server {
 namespace {
@@ -107,6 +108,7 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetClusterView(
     grpc::CallbackServerContext* context, const dlrm::v1::GetClusterViewRequest* /*request*/,
     dlrm::v1::GetClusterViewResponse* response) {
   *response = state_->ClusterView();
+  response->set_server_version(common::kVersion);
   return Reply(context, "GetClusterView", absl::OkStatus());
 }
 

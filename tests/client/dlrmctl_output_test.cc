@@ -122,6 +122,42 @@ TEST_F(DlrmctlOutputTest, SubmitWaitJsonlStreamsEventsAndFailureExitsOne) {
               HasSubstr("disk on fire"));
 }
 
+// describe and logs tell the state history with reasons; logs -f follows a job to its end.
+TEST_F(DlrmctlOutputTest, DescribeAndLogsTellTheStateHistory) {
+  RegisterPs();
+  StartWorker(/*fail=*/true);
+  std::string out, err;
+  EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--wait"}, &out, &err), kExitFailed);
+  ASSERT_EQ(Ctl({"logs", "job-1"}, &out, &err), kExitOk) << err;
+  const auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), 3u) << out;
+  EXPECT_THAT(lines[0], HasSubstr("PENDING"));
+  EXPECT_THAT(lines[0], HasSubstr("queued for 1 worker(s)"));
+  EXPECT_THAT(lines[1], HasSubstr("RUNNING"));
+  EXPECT_THAT(lines[1], HasSubstr("started on workers worker-"));
+  EXPECT_THAT(lines[2], HasSubstr("FAILED"));
+  EXPECT_THAT(lines[2], HasSubstr("disk on fire"));
+  ASSERT_EQ(Ctl({"logs", "job-1", "-o", "jsonl"}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Lines(out).size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(Lines(out)[2])["state"], "JOB_STATE_FAILED");
+  // -f on a job that is over prints the same and returns.
+  ASSERT_EQ(Ctl({"logs", "job-1", "-f"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(Lines(out).size(), 3u);
+
+  ASSERT_EQ(Ctl({"describe", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("history:"));
+  EXPECT_THAT(out, HasSubstr("disk on fire"));
+  EXPECT_THAT(out, HasSubstr("spec:"));
+  EXPECT_THAT(out, HasSubstr("name: tiny"));
+  ASSERT_EQ(Ctl({"describe", "job-1", "-o", "json"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["history"].size(), 3u);
+  EXPECT_EQ(Ctl({"describe", "job-404"}, &out, &err), kExitNotFound);
+
+  // The coordinator reports its version.
+  ASSERT_EQ(Ctl({"version", "-o", "json"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["server_version"], kDlrmctlVersion);
+}
+
 TEST_F(DlrmctlOutputTest, MembersShowNamesNextToIds) {
   RegisterPs("ps-east-0");
   const std::string worker = RegisterMember(dlrm::v1::ROLE_WORKER, "trainer-a");
