@@ -543,7 +543,20 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
   std::string line = absl::StrCat(job.job_id(), " ", StateName(job.state()));
   if (job.state() == dlrm::v1::JOB_STATE_RUNNING || job.state() == dlrm::v1::JOB_STATE_RECOVERING ||
       (IsTerminalJobState(job.state()) && job.started_ms() > 0)) {
-    absl::StrAppend(&line, " step ", job.progress().step(), " samples ", job.total_samples(),
+    absl::StrAppend(&line, " step ", job.progress().step());
+    const auto& metrics = job.progress().metrics();
+    const auto total = metrics.find("total_steps");
+    if (total != metrics.end() && total->second > 0) {
+      const double t = total->second;
+      const double step = static_cast<double>(job.progress().step());
+      absl::StrAppend(&line, absl::StrFormat("/%.0f (%.0f%%)", t, 100 * std::min(1.0, step / t)));
+      const double seconds = (job.progress().time_ms() - job.started_ms()) / 1000.0;
+      if (job.state() == dlrm::v1::JOB_STATE_RUNNING && step > 0 && seconds > 0) {
+        absl::StrAppend(&line,
+                        absl::StrFormat(" ETA %.0fs", std::max(0.0, t - step) * seconds / step));
+      }
+    }
+    absl::StrAppend(&line, " samples ", job.total_samples(),
                     absl::StrFormat(" loss %.4f", job.progress().loss()));
   }
   if (job.state() == dlrm::v1::JOB_STATE_SUCCEEDED) {

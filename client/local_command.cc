@@ -130,8 +130,12 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
         if (options.show_progress && j.state() == dlrm::v1::JOB_STATE_RUNNING &&
             j.total_samples() > 0) {
           const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-          progress.Update(absl::StrCat("job ", job_id), j.progress().step(), j.total_samples(),
-                          j.progress().loss(), seconds > 0 ? j.total_samples() / seconds : 0);
+          const auto total = j.progress().metrics().find("total_steps");
+          progress.Update(
+              absl::StrCat("job ", job_id), j.progress().step(), j.total_samples(),
+              j.progress().loss(), seconds > 0 ? j.total_samples() / seconds : 0,
+              /*force=*/false,
+              total == j.progress().metrics().end() ? -1 : static_cast<int64_t>(total->second));
         }
         return true;
       },

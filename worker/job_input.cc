@@ -1,5 +1,7 @@
 #include "worker/job_input.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -52,11 +54,24 @@ absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInpu
     eval.paths = spec.eval_paths;
   }
   JobInput input;
+  if (spec.eval_paths.empty() && train.end >= train.begin) {
+    const int64_t records = train.end - train.begin;
+    const int64_t world = std::max(1, options.world_size);
+    input.train_records = options.even_shards ? records / world : (records + world - 1) / world;
+  }
   DLRM_ASSIGN_OR_RETURN(input.train, BatchReader::Create(train));
   if (has_eval) {
     DLRM_ASSIGN_OR_RETURN(input.eval, BatchReader::Create(eval));
   }
   return input;
+}
+
+int64_t TotalSteps(const common::JobSpec& spec, int64_t train_records) {
+  if (train_records < 0 || spec.batch_size <= 0) return -1;
+  const int64_t per_epoch = (train_records + spec.batch_size - 1) / spec.batch_size;
+  int64_t total = per_epoch * spec.epochs;
+  if (spec.max_steps > 0) total = std::min(total, spec.max_steps);
+  return total;
 }
 
 }  // namespace dlrm::worker

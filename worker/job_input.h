@@ -14,7 +14,14 @@ namespace dlrm::worker {
 struct JobInput {
   std::unique_ptr<BatchReader> train;
   std::unique_ptr<BatchReader> eval;  // null when the job has no eval data
+  // Training records of this rank per epoch, when known without an extra pass over the data
+  // (the eval split is held out of the training files); -1 otherwise.
+  int64_t train_records = -1;
 };
+
+// Steps a job takes: epochs x ceil(train_records / batch_size), at most max_steps; -1 when
+// train_records is unknown.
+int64_t TotalSteps(const common::JobSpec& spec, int64_t train_records);
 
 struct JobInputOptions {
   int rank = 0;

@@ -99,6 +99,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   };
 
   ProgressLine progress;
+  const int64_t total_steps = TotalSteps(spec, input.train_records);
   TrainReport report;
   Batch batch;
   double loss_avg = 0;
@@ -133,7 +134,8 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       loss_avg = report.train_samples == batch.size ? loss : 0.98 * loss_avg + 0.02 * loss;
       if (options.show_progress) {
         progress.Update(absl::StrCat("epoch ", epoch + 1, "/", spec.epochs), report.steps,
-                        report.train_samples, loss_avg, report.train_samples / elapsed());
+                        report.train_samples, loss_avg, report.train_samples / elapsed(),
+                        /*force=*/false, total_steps);
       }
       if (checkpointer != nullptr && checkpointer->Due(position.step)) {
         DLRM_RETURN_IF_ERROR(start_checkpoint());

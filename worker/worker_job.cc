@@ -302,7 +302,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   int64_t steps = 0;
   double loss_avg = 0;
   const CountingReader* counting_reader = nullptr;  // set once the training input is open
-  std::map<std::string, double> last_eval;          // rank 0's latest periodic evaluation
+  // The job's steps (every rank takes the same number), -1 when unknown.
+  const int64_t total_steps = TotalSteps(spec, input.train_records);
+  std::map<std::string, double> last_eval;  // rank 0's latest periodic evaluation
   auto report_progress = [&](bool force) -> absl::Status {
     if (cancel_job_.load()) return absl::CancelledError(absl::StrCat("job ", job_id, " stopped"));
     const auto now = Clock::now();
@@ -320,6 +322,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     request.set_loss(loss_avg);
     (*request.mutable_metrics())["samples_per_sec"] = samples / std::max(SecondsSince(start), 1e-9);
     for (const auto& [key, value] : last_eval) (*request.mutable_metrics())[key] = value;
+    if (total_steps > 0) (*request.mutable_metrics())["total_steps"] = total_steps;
     absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(request);
     if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
       return absl::CancelledError(absl::StrCat("job ", job_id, " is no longer running"));

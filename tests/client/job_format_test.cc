@@ -255,6 +255,20 @@ TEST(JobFormatMessage, OtherStates) {
               HasSubstr("PENDING (waiting for 1 idle worker and at least 1 parameter server)"));
 }
 
+TEST(JobFormatEventLine, ShowsPercentAndEtaWhenTheTotalIsKnown) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-7");
+  job.set_state(dlrm::v1::JOB_STATE_RUNNING);
+  job.set_started_ms(1'000'000);
+  job.mutable_progress()->set_step(50);
+  job.mutable_progress()->set_time_ms(1'010'000);  // 50 steps in 10 s
+  (*job.mutable_progress()->mutable_metrics())["total_steps"] = 200;
+  // 150 steps left at 5 steps/s.
+  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("step 50/200 (25%) ETA 30s"));
+  job.mutable_progress()->mutable_metrics()->erase("total_steps");
+  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("step 50 samples"));
+}
+
 TEST(JobFormatMembers, TableShowsNamesAndDashesForNone) {
   dlrm::v1::GetClusterViewResponse view;
   *view.add_members() = Worker("m-1", "trainer-a", "job-1");
