@@ -60,13 +60,8 @@ std::map<std::pair<int, int64_t>, std::vector<float>> AllRows(const std::string&
 class ClusterCheckpointTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/dlrm-cluster-ckpt-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
-    ProcessResult gen = RunProcess({BinPath("dlrm"), "gen-data", "--out", *dir_ + "/train.tsv",
-                                    "--rows", "16000", "--max-rows", "1000", "--seed", "21"},
-                                   *dir_, "gen-data", absl::Seconds(60));
-    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    dir_ = new std::string(MakeGeneratedDataDir("dlrm-cluster-ckpt", 16000, 1000, 21));
+    ASSERT_FALSE(dir_->empty());
   }
   static void TearDownTestSuite() {
     std::error_code ec;

@@ -63,13 +63,8 @@ data:
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/dlrm-integration-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
-    ProcessResult gen = RunProcess({BinPath("dlrm"), "gen-data", "--out", *dir_ + "/train.tsv",
-                                    "--rows", "20000", "--max-rows", "1000", "--seed", "7"},
-                                   *dir_, "gen-data", absl::Seconds(60));
-    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    dir_ = new std::string(MakeGeneratedDataDir("dlrm-integration", 20000, 1000, 7));
+    ASSERT_FALSE(dir_->empty());
     WriteFile(*dir_ + "/job.yaml", JobYaml(1, 0, "it-job"));
     // The same job, evaluated every 10 steps while it trains.
     WriteFile(*dir_ + "/job-eval.yaml",

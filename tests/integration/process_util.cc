@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 
 namespace dlrm::testing {
 
@@ -130,6 +133,24 @@ std::string CommandLine(pid_t pid) {
     if (c == '\0') c = ' ';
   }
   return cmd;
+}
+
+std::string MakeGeneratedDataDir(const std::string& prefix, int64_t rows, int64_t max_rows,
+                                 int seed) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << tmpl << ": " << strerror(errno);
+    return "";
+  }
+  ProcessResult gen = RunProcess(
+      {BinPath("dlrm"), "gen-data", "--out", tmpl + "/train.tsv", "--rows", std::to_string(rows),
+       "--max-rows", std::to_string(max_rows), "--seed", std::to_string(seed)},
+      tmpl, "gen-data", absl::Seconds(120));
+  if (gen.exit_code != 0) {
+    ADD_FAILURE() << "dlrm gen-data: " << gen.err;
+    return "";
+  }
+  return tmpl;
 }
 
 }  // namespace dlrm::testing

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ bool ProcessAlive(pid_t pid);
 std::string CommandLine(pid_t pid);
 
 std::string ReadFileOrEmpty(const std::string& path);
+
+// A new folder /tmp/<prefix>-XXXXXX holding train.tsv from `dlrm gen-data --rows rows --max-rows
+// max_rows --seed seed` (the integration suites' data). Returns the folder; on failure records
+// a test failure naming the problem and returns "".
+std::string MakeGeneratedDataDir(const std::string& prefix, int64_t rows, int64_t max_rows,
+                                 int seed);
 
 // The `tables:` block of the integration tests' job specs: the 26 Criteo Kaggle tables capped at
 // 1000 rows (what `dlrm gen-data --max-rows 1000` draws ids for).

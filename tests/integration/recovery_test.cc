@@ -49,13 +49,8 @@ struct Observed {
 class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/dlrm-recovery-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
-    ProcessResult gen = RunProcess({BinPath("dlrm"), "gen-data", "--out", *dir_ + "/train.tsv",
-                                    "--rows", "64000", "--max-rows", "1000", "--seed", "21"},
-                                   *dir_, "gen-data", absl::Seconds(120));
-    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    dir_ = new std::string(MakeGeneratedDataDir("dlrm-recovery", 64000, 1000, 21));
+    ASSERT_FALSE(dir_->empty());
   }
   static void TearDownTestSuite() {
     std::error_code ec;

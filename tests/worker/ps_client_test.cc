@@ -61,6 +61,8 @@ std::vector<embedding::TableRows> RandomIds(Xoshiro256& rng, int per_table) {
   return out;
 }
 
+std::vector<embedding::TableRows> FirstRows(embedding::EmbeddingStore& store);
+
 class PsClientTest : public ::testing::Test {
  protected:
   void StartShards(int n, absl::Duration delay = absl::ZeroDuration(), int64_t budget = 1 << 20) {
@@ -84,6 +86,24 @@ class PsClientTest : public ::testing::Test {
     o.rpc_timeout = absl::Seconds(10);
     return o;
   }
+  // One shard behind a TcpProxy (proxy_, up) and a client through it with `rpc_timeout`, which
+  // has loaded the job and made its connection (null on failure, with the failure recorded).
+  std::unique_ptr<GrpcPsClient> ClientBehindProxy(absl::Duration rpc_timeout) {
+    StartShards(1);
+    proxy_ = std::make_unique<TcpProxy>(servers_[0]->port());
+    proxy_->Up();
+    addresses_ = {proxy_->address()};
+    PsClientOptions options = ClientOptions();
+    options.rpc_timeout = rpc_timeout;
+    auto client = Client(options);
+    if (client == nullptr) return nullptr;
+    absl::Status loaded = client->LoadJobOnAll({Optimizer(), 5, 0, 1});
+    EXPECT_TRUE(loaded.ok()) << loaded;
+    if (!loaded.ok()) return nullptr;
+    FirstRows(*client);  // the connection is up
+    return client;
+  }
+
   std::unique_ptr<GrpcPsClient> Client(const PsClientOptions& options) {
     auto client = GrpcPsClient::Create(options);
     EXPECT_TRUE(client.ok()) << client.status();
@@ -93,6 +113,7 @@ class PsClientTest : public ::testing::Test {
   std::vector<std::unique_ptr<PsTempDir>> dirs_;
   std::vector<std::unique_ptr<ParameterServer>> servers_;
   std::vector<std::string> addresses_;
+  std::unique_ptr<TcpProxy> proxy_;  // ClientBehindProxy's
 };
 
 class PsClientMatchTest : public PsClientTest, public ::testing::WithParamInterface<int> {};
@@ -480,16 +501,9 @@ TEST_F(PsClientTest, ParameterServerThatNeverComesFailsWithinTheBudget) {
 // The answer to a push is lost (the connection drops after the PS applied it): the client sends
 // it again with the same sequence number, the PS answers OK without applying it twice.
 TEST_F(PsClientTest, PushWhoseAnswerWasLostIsAppliedOnce) {
-  StartShards(1);
-  TcpProxy proxy(servers_[0]->port());
-  proxy.Up();
-  addresses_ = {proxy.address()};
-  PsClientOptions options = ClientOptions();
-  options.rpc_timeout = absl::Seconds(20);
-  auto client = Client(options);
+  auto client = ClientBehindProxy(absl::Seconds(20));
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
-  FirstRows(*client);  // the connection is up
+  TcpProxy& proxy = *proxy_;
 
   proxy.HoldReplies();
   absl::Status pushed;
@@ -517,16 +531,9 @@ TEST_F(PsClientTest, PushWhoseAnswerWasLostIsAppliedOnce) {
 // A PS that stalls for 3 s (its peer stopped, the kernel still holding the connection) costs the
 // calls 3 s, not an error.
 TEST_F(PsClientTest, StalledParameterServerCostsItsStallOnly) {
-  StartShards(1);
-  TcpProxy proxy(servers_[0]->port());
-  proxy.Up();
-  addresses_ = {proxy.address()};
-  PsClientOptions options = ClientOptions();
-  options.rpc_timeout = absl::Seconds(20);
-  auto client = Client(options);
+  auto client = ClientBehindProxy(absl::Seconds(20));
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
-  FirstRows(*client);
+  TcpProxy& proxy = *proxy_;
 
   proxy.Stall();
   std::thread resume([&] {
@@ -575,16 +582,9 @@ TEST_F(PsClientTest, CancelEndsACallRetryingADeadParameterServer) {
 
 // Cancel ends a call in flight to a stalled PS.
 TEST_F(PsClientTest, CancelEndsACallInFlight) {
-  StartShards(1);
-  TcpProxy proxy(servers_[0]->port());
-  proxy.Up();
-  addresses_ = {proxy.address()};
-  PsClientOptions options = ClientOptions();
-  options.rpc_timeout = absl::Seconds(30);
-  auto client = Client(options);
+  auto client = ClientBehindProxy(absl::Seconds(30));
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 5, 0, 1}).ok());
-  FirstRows(*client);
+  TcpProxy& proxy = *proxy_;
 
   proxy.Stall();
   std::thread canceller([&] {
