@@ -10,7 +10,7 @@ endif
 JOBS ?= $(shell nproc)
 DEMO_DIR ?= $(BUILD_DIR)/demo
 
-.PHONY: all deps configure build test demo bench format clean
+.PHONY: all deps configure build test demo bench fuzz format clean
 
 all: build
 
@@ -31,6 +31,11 @@ demo: build
 
 bench: build
 	@./bench/run_all.sh $(BUILD_DIR)
+
+# Coverage-guided fuzzing (clang-14 libFuzzer, ASan + UBSan): make fuzz FUZZ_SECONDS=600
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	@./tests/fuzz/run_fuzzers.sh $(FUZZ_SECONDS)
 
 format:
 	@git ls-files '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i
