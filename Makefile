@@ -10,7 +10,7 @@ endif
 JOBS ?= $(shell nproc)
 DEMO_DIR ?= $(BUILD_DIR)/demo
 
-.PHONY: all deps configure build test demo bench fuzz format clean
+.PHONY: all deps configure build test demo bench netem fuzz format clean
 
 all: build
 
@@ -31,6 +31,11 @@ demo: build
 
 bench: build
 	@./bench/run_all.sh $(BUILD_DIR)
+
+# The cluster on an emulated network (root): make netem NETEM_ARGS="--hot-rows both --pipeline both"
+NETEM_ARGS ?=
+netem: build
+	@./bench/netem_cluster.sh $(BUILD_DIR) $(NETEM_ARGS)
 
 # Coverage-guided fuzzing (clang-14 libFuzzer, ASan + UBSan): make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 600

@@ -1,0 +1,528 @@
+#!/usr/bin/env bash
+# A dlrm cluster on an emulated network (docs/BENCHMARKS.md, "Emulated network"): the
+# coordinator, each parameter server and each worker in its own network namespace, linked by a
+# veth pair each to one bridge (in a namespace of its own), every link shaped by tc
+# (bench/netem_lib.sh: --rate per direction, --delay one way between two processes). Each process
+# binds and advertises its namespace's address (10.213.X.0/24, which exists only inside these
+# namespaces). For each requested
+# combination of hot rows on/off and pipeline on/off it starts a fresh cluster with the flags
+# `dlrm local` uses, submits the job with dlrmctl from the coordinator's namespace, waits for it
+# and prints one JSON object:
+#   samples_per_sec, auc, ps_bytes_per_sample, hot_hit_rate, train_seconds   the job's own final
+#                           metrics (dlrmctl status; ps_bytes_per_sample is rank 0's payload)
+#   wire_bytes_per_sample   bytes sent into the bridge by every namespace (tx of each eth0: each
+#                           byte counted once, where it is sent; IP packets with their headers, a
+#                           GSO packet's headers once) between submit and the job's end, over the
+#                           samples trained; includes the job's start (LoadJob, hot-set sampling),
+#                           the collectives, heartbeats and the final evaluation
+#   wire_bytes_per_sample_by_role       the same by the role that sent them
+#   received_bytes_per_sample_by_role   bytes delivered to each role (rx of each eth0): the PS's
+#                           is what workers sent it; the workers' minus what the PS sent is about
+#                           what the workers sent each other (the allreduces)
+#   job_seconds             submit to the job's end, as dlrmctl saw it
+#   cpu_seconds_by_role, cpu_busy   CPU (user + system) of each process over the job; all of it
+#                           over job_seconds x cores
+#   machine_cpu_busy, other_cpu_seconds   the whole machine's busy share over the job, and the CPU
+#                           seconds that were not this cluster's (other work, and the kernel's
+#                           softirq time for the links); a busy machine makes samples/s noise
+#   shaper_drops, shaper_overlimits packets the shapers dropped / held back to keep to the rate
+# and, when both sides of a comparison ran, one summary line with the ratios.
+#
+#   bench/netem_cluster.sh [BUILD_DIR] [flags]           (root; make netem NETEM_ARGS="...")
+#     --build DIR          build folder holding bin/dlrm and bin/dlrmctl (default: build)
+#     --rate R             rate of each link, each direction, tc syntax (default 1gbit)
+#     --delay D            one-way delay between two processes (default 1ms; 0: none)
+#     --ps N --workers N   cluster size (default 2 and 2)
+#     --config job.yaml    the job (default: generated, below); hot rows on uses its hot_budget
+#     --rows N             samples to generate (default 400000; --smoke: 80000)
+#     --max-rows R         cap of each kaggle-shape table, generated data and job (default 1000000)
+#     --zipf S             Zipf exponent of the generated ids (default: dlrm gen-data's, 1.1)
+#     --hot-budget B       hot_budget of the generated job (default 16MiB, the service's default)
+#     --hot-rows on|off|both    --pipeline on|off|both    (default on, on)
+#     --rounds N           run every combination N times, alternating (default 1); the summary
+#                          compares medians (the byte counts repeat exactly; samples/s on a shared
+#                          machine does not)
+#     --smoke              two namespaces (coordinator and PS in one, a worker in the other) and
+#                          the switch's; a tiny model, about 300 steps; checks the job and bytes
+#     --keep               keep the work folder (data, job, logs) and print where it is
+#     --job-timeout S      give up on a job after S seconds (default 900)
+#     --skip-if-not-root   not root: say skipped and exit 77 instead of refusing (for ctest)
+#
+# Exit codes: 0 done; 1 a job or a check failed; 2 usage, or not root; 77 skipped: network
+# namespaces cannot be created here (no CAP_NET_ADMIN, or no veth/bridge/tc support).
+# Everything it creates (processes, namespaces, links, the bridge, the work folder) is removed on
+# exit, also on Ctrl-C, SIGTERM or failure; a SIGKILLed run leaves namespaces dlrm-<pid>-*, which
+# `ip netns del` removes. Kernels without sch_netem get rate shaping only (tbf); every JSON line
+# then says "delay_emulated": false.
+# shellcheck disable=SC2317  # cleanup runs via trap
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=bench/netem_lib.sh
+. "$here/netem_lib.sh"
+
+usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "$0" | cut -c3-; }
+die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
+
+build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
+zipf="" hot_budget=16MiB hot_mode=on pipe_mode=on rounds=1 smoke=0 keep=0 job_timeout=900
+skip_not_root=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build | --rate | --delay | --ps | --workers | --config | --rows | --max-rows | --zipf | \
+      --hot-budget | --hot-rows | --pipeline | --rounds | --job-timeout)
+      [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
+  esac
+  case "$1" in
+    --build) build="$2"; shift ;;
+    --rate) rate="$2"; shift ;;
+    --delay) delay="$2"; shift ;;
+    --ps) num_ps="$2"; shift ;;
+    --workers) num_workers="$2"; shift ;;
+    --config) config="$2"; shift ;;
+    --rows) rows="$2"; shift ;;
+    --max-rows) max_rows="$2"; shift ;;
+    --zipf) zipf="$2"; shift ;;
+    --hot-budget) hot_budget="$2"; shift ;;
+    --hot-rows) hot_mode="$2"; shift ;;
+    --pipeline) pipe_mode="$2"; shift ;;
+    --rounds) rounds="$2"; shift ;;
+    --smoke) smoke=1 ;;
+    --keep) keep=1 ;;
+    --job-timeout) job_timeout="$2"; shift ;;
+    --skip-if-not-root) skip_not_root=1 ;;
+    -h | --help) usage; exit 0 ;;
+    -*) die_usage "unknown flag $1" ;;
+    *) build="$1" ;;
+  esac
+  shift
+done
+
+positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die_usage "$1 $2: must be a positive integer"; }
+positive --ps "$num_ps"
+positive --workers "$num_workers"
+positive --max-rows "$max_rows"
+positive --job-timeout "$job_timeout"
+positive --rounds "$rounds"
+[ -z "$rows" ] || positive --rows "$rows"
+case "$hot_mode" in on | off | both) ;; *) die_usage "--hot-rows $hot_mode: on, off or both" ;; esac
+case "$pipe_mode" in
+  on | off | both) ;;
+  *) die_usage "--pipeline $pipe_mode: on, off or both" ;;
+esac
+rate_bits=$(netem_rate_bits "$rate") || die_usage "--rate $rate: e.g. 1gbit, 100mbit, 10gbit"
+delay_us=$(netem_delay_us "$delay") || die_usage "--delay $delay: e.g. 1ms, 100us, 0"
+[ "$rate_bits" -gt 0 ] || die_usage "--rate $rate: must be > 0"
+if [ "$smoke" = 1 ]; then num_ps=1 num_workers=1; fi
+if [ -n "$config" ]; then
+  [ -f "$config" ] || die_usage "--config $config: no such file"
+  config="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
+fi
+case "$build" in /*) ;; *) build="$(pwd)/$build" ;; esac
+dlrm="$build/bin/dlrm"
+dlrmctl="$build/bin/dlrmctl"
+
+if [ "$(id -u)" -ne 0 ]; then
+  if [ "$skip_not_root" = 1 ]; then echo "skipped: netem_cluster needs root"; exit 77; fi
+  echo "netem_cluster: must run as root (it creates network namespaces and tc qdiscs)" >&2
+  exit 2
+fi
+for tool in ip tc python3; do
+  command -v "$tool" >/dev/null ||
+    { echo "skipped: no $tool (apt-get install iproute2 python3)"; exit 77; }
+done
+if [ ! -x "$dlrm" ] || [ ! -x "$dlrmctl" ]; then
+  echo "netem_cluster: no $dlrm or $dlrmctl (make build)" >&2
+  exit 2
+fi
+if ! netem_shaper=$(netem_probe); then
+  echo "skipped: network namespaces are not available here: $netem_shaper"
+  exit 77
+fi
+delay_emulated=true
+if [ "$netem_shaper" != netem ]; then
+  [ "$delay_us" = 0 ] || echo "netem_cluster: WARNING: this kernel has no sch_netem: links are" \
+    "rate-shaped with tbf, and the ${delay} delay is NOT emulated" >&2
+  [ "$delay_us" = 0 ] || delay_emulated=false
+fi
+
+cores=$(nproc)
+clk_tck=$(getconf CLK_TCK)
+work="$(mktemp -d /tmp/dlrm-netem-XXXXXX)"
+proc_pids=() proc_names=() proc_roles=()
+ctl_pid="" gen_pid=""
+
+# nap SECONDS: a sleep that a signal to this script cuts short. Bash runs an INT trap only after
+# the foreground command ends, and not at all when that command did not itself die of SIGINT (a
+# `kill -INT` of the script alone); the wait builtin returns at once instead.
+nap() {
+  sleep "$1" &
+  wait $! || true
+}
+
+# stop_processes: workers first, then parameter servers (both leave while the coordinator
+# answers), then the coordinator; SIGTERM, then SIGKILL after 5 s.
+stop_processes() {
+  local i pid deadline pass
+  for pass in worker ps ""; do
+    for i in "${!proc_pids[@]}"; do
+      [[ "${proc_roles[$i]}" != "$pass"* ]] || kill -TERM "${proc_pids[$i]}" 2>/dev/null || true
+    done
+    deadline=$((SECONDS + 5))
+    for i in "${!proc_pids[@]}"; do
+      [[ "${proc_roles[$i]}" == "$pass"* ]] || continue
+      pid="${proc_pids[$i]}"
+      while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.05; done
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    done
+  done
+  proc_pids=() proc_names=() proc_roles=()
+  return 0
+}
+
+cleanup() {
+  local rc=$?
+  set +e
+  trap '' INT TERM
+  local pid
+  for pid in $ctl_pid $gen_pid; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+  stop_processes
+  local made=${#netem_namespaces[@]}
+  netem_teardown || rc=1
+  if ip netns list | grep -q "^dlrm-$$-"; then
+    echo "netem_cluster: namespaces left behind: $(ip netns list | grep "^dlrm-$$-")" >&2
+    rc=1
+  elif [ "$made" -gt 0 ]; then
+    echo "netem_cluster: removed $made namespace(s) and their links" >&2
+  fi
+  if [ "$keep" = 1 ]; then
+    echo "netem_cluster: kept $work" >&2
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Every run uses copies of the binaries taken now (a rebuild meanwhile changes nothing).
+mkdir "$work/bin"
+cp "$dlrm" "$dlrmctl" "$work/bin/"
+dlrm="$work/bin/dlrm" dlrmctl="$work/bin/dlrmctl"
+
+# A /24 from the pid; a clash is impossible (it exists only inside our namespaces), but one the
+# host also uses would confuse whoever reads `ip route`, so it is skipped.
+subnet_x=$(($$ % 250 + 1))
+while ip -4 route show | grep -q "10\.213\.$subnet_x\."; do subnet_x=$((subnet_x % 250 + 1)); done
+subnet="10.213.$subnet_x"
+half_delay_us=$((delay_us / 2))
+
+# The processes' namespaces: name, address and the roles inside.
+netem_add_switch "dlrm-$$-switch"
+ns_names=() ns_addrs=() ns_roles=()
+add_ns() {
+  local tag="$1" roles="$2" addr="$subnet.$((${#ns_names[@]} + 1))"
+  ns_names+=("dlrm-$$-$tag") ns_addrs+=("$addr") ns_roles+=("$roles")
+  netem_add_namespace "dlrm-$$-$tag" "$addr" "$rate_bits" "$half_delay_us"
+}
+if [ "$smoke" = 1 ]; then
+  add_ns coord coordinator,ps
+  add_ns w0 worker
+  coord_ns=0 ps_ns=(0) worker_ns=(1)
+else
+  add_ns coord coordinator
+  coord_ns=0 ps_ns=() worker_ns=()
+  for ((i = 0; i < num_ps; i++)); do ps_ns+=(${#ns_names[@]}); add_ns "ps$i" ps; done
+  for ((i = 0; i < num_workers; i++)); do worker_ns+=(${#ns_names[@]}); add_ns "w$i" worker; done
+fi
+coord_addr="${ns_addrs[$coord_ns]}:50051"
+echo "netem_cluster: ${#ns_names[@]} namespaces and a switch on $subnet.0/24," \
+  "shaper $netem_shaper," \
+  "rate $rate, one-way delay $delay (per egress ${half_delay_us}us)" >&2
+
+# The data and the job.
+if [ -n "$config" ]; then
+  job="$config"
+else
+  [ -n "$rows" ] || { if [ "$smoke" = 1 ]; then rows=80000; else rows=400000; fi; }
+  gen=(gen-data --out "$work/train.bin" --format binary --rows "$rows" --seed 7)
+  if [ "$smoke" = 1 ]; then gen+=(--max-rows 1000); else gen+=(--max-rows "$max_rows"); fi
+  [ -z "$zipf" ] || gen+=(--zipf "$zipf")
+  echo "netem_cluster: generating $rows samples" >&2
+  "$dlrm" "${gen[@]}" >"$work/gen.log" 2>&1 &
+  gen_pid=$!
+  wait "$gen_pid" || { cat "$work/gen.log" >&2; exit 1; }
+  gen_pid=""
+  job="$work/job.yaml"
+  cards="[1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27,
+                  14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]"
+  if [ "$smoke" = 1 ]; then
+    cat >"$job" <<EOF
+name: netem-smoke
+model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
+tables:
+  cardinalities: $cards
+  max_rows: 1000
+training: {batch_size: 256, epochs: 1, seed: 11, staleness: 1, hot_budget: 64KiB,
+           hot_refresh_steps: 100}
+data: {train: [$work/train.bin], eval_fraction: 0.1}
+EOF
+  else
+    cat >"$job" <<EOF
+name: netem-kaggle-shape
+model: {dense_features: 13, bottom_mlp: [512, 256, 64, 16], top_mlp: [512, 256, 1],
+        embedding_dim: 16, pooling: sum}
+tables:
+  cardinalities: $cards
+  max_rows: $max_rows
+optimizer:
+  dense: {type: adam, learning_rate: 0.001}
+  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget}
+data: {train: [$work/train.bin], eval_fraction: 0.05}
+EOF
+  fi
+fi
+
+# spawn NAME ROLE NS_INDEX ARGS...: runs dlrm ARGS in the namespace, logging to the run folder.
+spawn() {
+  local name="$1" role="$2" ns="${ns_names[$3]}"
+  shift 3
+  ip netns exec "$ns" "$dlrm" "$@" >"$run_dir/logs/$name.log" 2>&1 &
+  proc_pids+=($!) proc_names+=("$name") proc_roles+=("$role")
+}
+ctl() { ip netns exec "${ns_names[$coord_ns]}" "$dlrmctl" --coordinator "$coord_addr" "$@"; }
+# fail WHAT: the run failed; print the logs' tails and exit 1.
+fail() {
+  local f
+  echo "netem_cluster: $1" >&2
+  for f in "$run_dir"/logs/*.log "$run_dir"/submit.err; do
+    [ -s "$f" ] && { echo "-- $f" >&2; tail -n 15 "$f" >&2; }
+  done
+  exit 1
+}
+all_alive() {
+  local pid
+  for pid in "${proc_pids[@]}"; do kill -0 "$pid" 2>/dev/null || return 1; done
+}
+# cpu_seconds PID: user + system CPU seconds of the process (all its threads).
+cpu_seconds() {
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+  rest="${stat##*) }"
+  # shellcheck disable=SC2086  # split into the fields after "pid (comm)"
+  set -- $rest
+  awk -v u="${12}" -v s="${13}" -v t="$clk_tck" 'BEGIN { printf "%.2f\n", (u + s) / t }'
+}
+snapshot() {  # snapshot FILE: one line per namespace (tx bytes) and per process (CPU seconds)
+  local i
+  local drops overlimits tx rx
+  for i in "${!ns_names[@]}"; do
+    read -r tx rx < <(netem_link_bytes "${ns_names[$i]}")
+    echo "ns ${ns_roles[$i]} $tx ${ns_names[$i]}"
+    echo "rx ${ns_roles[$i]} $rx ${ns_names[$i]}"
+    read -r drops overlimits < <(netem_qdisc_counters "${ns_names[$i]}")
+    echo "drops - $drops ${ns_names[$i]}"
+    echo "overlimits - $overlimits ${ns_names[$i]}"
+  done >"$1"
+  for i in "${!proc_pids[@]}"; do
+    echo "proc ${proc_roles[$i]} $(cpu_seconds "${proc_pids[$i]}") ${proc_names[$i]}"
+  done >>"$1"
+  # The whole machine's busy and total CPU seconds (all cores), to see what else ran meanwhile.
+  awk -v t="$clk_tck" '/^cpu / { total = $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9
+    printf "machine - %.2f busy\nmachine - %.2f total\n", (total - $5 - $6) / t, total / t }' \
+    /proc/stat >>"$1"
+}
+
+run_one() {  # run_one HOT PIPELINE ROUND (on|off, on|off, 1..)
+  local hot="$1" pipe="$2" round="$3" i worker_args=()
+  run_dir="$work/run-hot-$hot-pipeline-$pipe-$round"
+  mkdir -p "$run_dir/logs"
+  echo "netem_cluster: run hot_rows=$hot pipeline=$pipe round $round/$rounds" >&2
+  spawn coordinator coordinator "$coord_ns" coordinator --listen "$coord_addr" \
+    --data-dir "$run_dir/coordinator" --lease-ttl 14s --port-file "$run_dir/coordinator.port"
+  for ((i = 0; i < 300; i++)); do
+    [ ! -s "$run_dir/coordinator.port" ] || break
+    all_alive || fail "the coordinator exited at start-up"
+    nap 0.1
+  done
+  [ -s "$run_dir/coordinator.port" ] || fail "the coordinator did not start within 30 s"
+  for i in "${!ps_ns[@]}"; do
+    local addr="${ns_addrs[${ps_ns[$i]}]}:50061"
+    spawn "ps-$i" ps "${ps_ns[$i]}" ps --coordinator "$coord_addr" --listen "$addr" \
+      --advertise "$addr" --data-dir "$run_dir/ps-$i" --name "ps-$i"
+  done
+  [ "$hot" = on ] || worker_args+=(--no-hot-rows)
+  [ "$pipe" = on ] || worker_args+=(--no-pipeline)
+  local threads=$((cores / num_workers))
+  [ "$threads" -ge 1 ] || threads=1
+  for i in "${!worker_ns[@]}"; do
+    spawn "worker-$i" worker "${worker_ns[$i]}" worker --coordinator "$coord_addr" \
+      --device auto --advertise-host "${ns_addrs[${worker_ns[$i]}]}" --threads "$threads" \
+      --name "worker-$i" "${worker_args[@]}"
+  done
+  local ready=""
+  for ((i = 0; i < 600; i++)); do
+    all_alive || fail "a process exited at start-up"
+    ready=$(ctl --timeout 2 members -o json 2>/dev/null | python3 -c '
+import json, sys
+members = json.load(sys.stdin).get("members", [])
+roles = [m.get("role") for m in members if m.get("state") == "MEMBER_STATE_ALIVE"]
+print(roles.count("ROLE_PS"), roles.count("ROLE_WORKER"))
+' 2>/dev/null) || true
+    [ "$ready" = "${#ps_ns[@]} ${#worker_ns[@]}" ] && break
+    nap 0.1
+  done
+  [ "$ready" = "${#ps_ns[@]} ${#worker_ns[@]}" ] ||
+    fail "the cluster was not ready within 60 s (ps, workers alive: ${ready:-none})"
+
+  snapshot "$run_dir/before"
+  local t0 t1 rc=0
+  t0=$(date +%s.%N)
+  # Not through ctl(): a function in the background is a subshell, and $! would be its pid.
+  ip netns exec "${ns_names[$coord_ns]}" "$dlrmctl" --coordinator "$coord_addr" submit -f "$job" \
+    --workers "${#worker_ns[@]}" --ps "${#ps_ns[@]}" --wait -o json \
+    >"$run_dir/final.json" 2>"$run_dir/submit.err" &
+  ctl_pid=$!
+  local deadline=$((SECONDS + job_timeout))
+  while kill -0 "$ctl_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do nap 0.1; done
+  if kill -0 "$ctl_pid" 2>/dev/null; then fail "the job did not end within $job_timeout s"; fi
+  wait "$ctl_pid" || rc=$?
+  ctl_pid=""
+  t1=$(date +%s.%N)
+  snapshot "$run_dir/after"
+  local job_id
+  job_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' \
+    "$run_dir/final.json" 2>/dev/null) || fail "dlrmctl submit failed (exit $rc)"
+  ctl status "$job_id" -o json >"$run_dir/status.json" || fail "dlrmctl status $job_id failed"
+  if [ "$rc" != 0 ]; then
+    fail "job $job_id did not succeed (dlrmctl exit $rc): $(python3 -c '
+import json, sys
+job = json.load(open(sys.argv[1]))
+print(job["state"], job.get("message", ""))' "$run_dir/status.json")"
+  fi
+  stop_processes
+  python3 - "$run_dir" "$t0" "$t1" "$cores" <<EOF | tee -a "$work/results.jsonl"
+import json, sys
+run_dir, t0, t1, cores = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+job = json.load(open(run_dir + "/status.json"))
+fm, pm = job.get("final_metrics", {}), job.get("progress", {}).get("metrics", {})
+def read(name):
+    out = {}
+    for line in open(f"{run_dir}/{name}"):
+        kind, role, value, who = line.split()
+        out[(kind, who)] = (role.replace(",", "+"), float(value))
+    return out
+before, after = read("before"), read("after")
+samples = int(job.get("total_samples", 0)) or int(fm.get("samples", 0))
+wire, received, cpu, qdisc, machine = {}, {}, {}, {}, {}
+for key, (role, value) in after.items():
+    delta = value - before.get(key, (role, 0.0))[1]
+    into = {"ns": wire, "rx": received, "proc": cpu, "machine": machine}.get(key[0], qdisc)
+    role = role if key[0] in ("ns", "rx", "proc") else key[1] if key[0] == "machine" else key[0]
+    into[role] = into.get(role, 0) + delta
+wire_total = sum(wire.values())
+def per_sample(by_role):
+    return {r: round(b / samples, 1) for r, b in sorted(by_role.items())} if samples else {}
+seconds = t1 - t0
+print(json.dumps({
+    "bench": "netem_cluster", "smoke": $smoke == 1,
+    "rate": "$rate", "delay": "$delay", "delay_emulated": "$delay_emulated" == "true",
+    "shaper": "$netem_shaper", "ps": ${#ps_ns[@]}, "workers": ${#worker_ns[@]},
+    "hot_rows": "$hot", "pipeline": "$pipe", "round": $round, "samples": samples,
+    "steps": int(fm.get("steps", 0)),
+    "samples_per_sec": round(fm.get("samples_per_sec", 0), 1),
+    "auc": round(fm.get("auc", 0), 5),
+    "ps_bytes_per_sample": round(pm.get("ps_bytes_per_sample", 0), 1),
+    "hot_hit_rate": round(pm.get("hot_hit_rate", 0), 4),
+    "wire_bytes": int(wire_total),
+    "wire_bytes_per_sample": round(wire_total / samples, 1) if samples else None,
+    "wire_bytes_per_sample_by_role": per_sample(wire),
+    "received_bytes_per_sample_by_role": per_sample(received),
+    "job_seconds": round(seconds, 2), "train_seconds": round(fm.get("train_seconds", 0), 2),
+    "cpu_seconds_by_role": {r: round(c, 2) for r, c in sorted(cpu.items())},
+    "cpu_busy": round(sum(cpu.values()) / (seconds * cores), 3), "cores": cores,
+    "machine_cpu_busy":
+        round(machine["busy"] / machine["total"], 3) if machine.get("total") else None,
+    "other_cpu_seconds": round(max(0.0, machine.get("busy", 0) - sum(cpu.values())), 2),
+    "shaper_drops": int(qdisc.get("drops", 0)),
+    "shaper_overlimits": int(qdisc.get("overlimits", 0)),
+}))
+EOF
+}
+
+hots=(on off) pipes=(on off)
+[ "$hot_mode" = both ] || hots=("$hot_mode")
+[ "$pipe_mode" = both ] || pipes=("$pipe_mode")
+for ((round = 1; round <= rounds; round++)); do
+  for hot in "${hots[@]}"; do
+    for pipe in "${pipes[@]}"; do run_one "$hot" "$pipe" "$round"; done
+  done
+done
+
+if [ "$smoke" = 1 ]; then
+  # The PS is in the coordinator's namespace, the worker in the other: the worker's lookups and
+  # pushes must have crossed the link, so the bytes counted there are at least that payload.
+  python3 - "$work/results.jsonl" <<'EOF' || exit 1
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    by = r["wire_bytes_per_sample_by_role"]
+    got, sent = r["received_bytes_per_sample_by_role"].get("coordinator+ps", 0), by.get("worker", 0)
+    checks = {
+        "job trained": r["samples"] > 0 and r["steps"] > 0,
+        "AUC > 0.6 (planted signal learned)": r["auc"] > 0.6,
+        "both namespaces sent bytes": all(by.get(k, 0) > 0 for k in ("coordinator+ps", "worker")),
+        # Two namespaces: what one sent, the other received, through the bridge (nothing bypassed
+        # the links). 1 %: ARP and IPv6 neighbour traffic the bridge floods or drops.
+        "received == sent across the link (%.1f, %.1f per sample)" % (got, sent):
+            abs(got - sent) <= 0.01 * sent,
+        "wire bytes >= PS payload (%.1f >= %.1f per sample)" % (r["wire_bytes_per_sample"],
+                                                             r["ps_bytes_per_sample"]):
+            r["wire_bytes_per_sample"] >= r["ps_bytes_per_sample"],
+    }
+    for what, ok in checks.items():
+        print(("PASS  " if ok else "FAIL  ") + what, file=sys.stderr)
+    if not all(checks.values()):
+        sys.exit(1)
+EOF
+fi
+
+python3 - "$work/results.jsonl" <<'EOF'
+import json, statistics, sys
+groups = {}
+for r in map(json.loads, open(sys.argv[1])):
+    groups.setdefault((r["hot_rows"], r["pipeline"]), []).append(r)
+keys = ("wire_bytes_per_sample", "ps_bytes_per_sample", "samples_per_sec", "auc")
+runs = {k: {key: statistics.median(r[key] for r in rs) for key in keys} for k, rs in groups.items()}
+summary = {}
+for pipe in ("on", "off"):
+    on, off = runs.get(("on", pipe)), runs.get(("off", pipe))
+    if on and off and on["wire_bytes_per_sample"] and off["wire_bytes_per_sample"]:
+        summary[f"hot_rows_pipeline_{pipe}"] = {
+            "wire_bytes_ratio_off_over_on":
+                round(off["wire_bytes_per_sample"] / on["wire_bytes_per_sample"], 3),
+            "ps_bytes_ratio_off_over_on":
+                round(off["ps_bytes_per_sample"] / on["ps_bytes_per_sample"], 3)
+                if on["ps_bytes_per_sample"] else None,
+            "samples_per_sec_ratio_on_over_off":
+                round(on["samples_per_sec"] / off["samples_per_sec"], 3),
+            "auc_on_minus_off": round(on["auc"] - off["auc"], 5),
+        }
+for hot in ("on", "off"):
+    on, off = runs.get((hot, "on")), runs.get((hot, "off"))
+    if on and off:
+        summary[f"pipeline_hot_rows_{hot}"] = {
+            "samples_per_sec_ratio_on_over_off":
+                round(on["samples_per_sec"] / off["samples_per_sec"], 3),
+        }
+if summary:
+    first = next(iter(groups.values()))[0]
+    print(json.dumps({
+        "bench": "netem_cluster_summary", "rate": first["rate"], "delay": first["delay"],
+        "delay_emulated": first["delay_emulated"], "rounds": max(map(len, groups.values())),
+        "median_samples_per_sec": {f"hot_{h}_pipeline_{p}": v["samples_per_sec"]
+                                   for (h, p), v in sorted(runs.items())},
+        **summary}))
+EOF
