@@ -188,4 +188,42 @@ void HotRowCache::Rebuild(const std::vector<std::vector<int64_t>>& hot_ids,
   Index();
 }
 
+int TouchMarkDigits(int world_size) {
+  const int64_t base = int64_t{world_size} + 1;
+  constexpr int64_t kExactInts = int64_t{1} << 24;
+  int digits = 0;
+  for (int64_t cap = base; cap <= kExactInts; cap *= base) ++digits;
+  return digits;
+}
+
+void PackTouchMarks(const float* touched, int64_t rows, int world_size,
+                    std::vector<float>* packed) {
+  const int64_t base = int64_t{world_size} + 1;
+  const int digits = std::max(1, TouchMarkDigits(world_size));
+  const int64_t words = (rows + digits - 1) / digits;
+  packed->assign(words, 0.0f);
+  for (int64_t w = 0; w < words; ++w) {
+    int64_t value = 0;
+    for (int d = digits - 1; d >= 0; --d) {
+      const int64_t r = w * digits + d;
+      value = value * base + (r < rows && touched[r] > 0 ? 1 : 0);
+    }
+    (*packed)[w] = static_cast<float>(value);
+  }
+}
+
+void UnpackTouchMarks(const std::vector<float>& packed, int64_t rows, int world_size,
+                      float* touched) {
+  const int64_t base = int64_t{world_size} + 1;
+  const int digits = std::max(1, TouchMarkDigits(world_size));
+  for (size_t w = 0; w < packed.size(); ++w) {
+    int64_t value = static_cast<int64_t>(packed[w]);
+    for (int d = 0; d < digits; ++d) {
+      const int64_t r = static_cast<int64_t>(w) * digits + d;
+      if (r < rows) touched[r] = static_cast<float>(value % base);
+      value /= base;
+    }
+  }
+}
+
 }  // namespace dlrm::worker

@@ -123,4 +123,15 @@ class HotRowCache {
   int64_t total_rows_ = 0;
 };
 
+// The hot rows' touch marks on the wire. A float holds the integers up to 2^24 exactly, so one
+// float carries TouchMarkDigits(world) rows as digits in base world + 1: summing packed floats
+// over the workers sums each digit (the number of workers that touched the row) without a carry
+// into the next one, and every partial sum stays an exact integer. 2 workers: 15 rows per float.
+int TouchMarkDigits(int world_size);
+// packed = ceil(rows / digits) floats; a row counts as touched when touched[r] > 0.
+void PackTouchMarks(const float* touched, int64_t rows, int world_size, std::vector<float>* packed);
+// The inverse after the sum: touched[r] = how many workers touched row r.
+void UnpackTouchMarks(const std::vector<float>& packed, int64_t rows, int world_size,
+                      float* touched);
+
 }  // namespace dlrm::worker

@@ -316,6 +316,15 @@ void Trainer::Pool(const Batch& batch, const SparseWork& work) {
   });
 }
 
+absl::Status Trainer::AllReduceTouchMarks(float* touched, int64_t rows) {
+  const int world = options_.allreducer->world_size();
+  if (TouchMarkDigits(world) <= 1) return options_.allreducer->AllReduceSum(touched, rows);
+  PackTouchMarks(touched, rows, world, &hot_marks_);
+  DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(hot_marks_.data(), hot_marks_.size()));
+  UnpackTouchMarks(hot_marks_, rows, world, touched);
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::ApplyHotGradients() {
   if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
   const int64_t grad_floats = hot_->grad_floats();
@@ -325,7 +334,7 @@ absl::Status Trainer::ApplyHotGradients() {
   if (options_.allreducer != nullptr) {
     // Only the rows some worker touched this step travel: first the union of the touch marks,
     // then the packed gradients of those rows (a fraction of the whole hot set per step).
-    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(touched, rows));
+    DLRM_RETURN_IF_ERROR(AllReduceTouchMarks(touched, rows));
     hot_packed_.clear();
     for (int64_t r = 0; r < rows; ++r) {
       if (touched[r] > 0)

@@ -177,6 +177,9 @@ class Trainer {
   void ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const;
   // Sums the hot rows' gradients over the workers and applies them.
   absl::Status ApplyHotGradients();
+  // Sums the workers' touch marks of the `rows` hot rows in place (touched[r] becomes the number
+  // of workers that touched row r), packing many rows into each float on the wire.
+  absl::Status AllReduceTouchMarks(float* touched, int64_t rows);
   // Averages the dense gradients over the workers (no-op for a single worker).
   absl::Status AllReduceDenseGradients();
   // Sets up input staging and GPU tables when the budget allows, else GPU hot rows (CUDA
@@ -216,6 +219,7 @@ class Trainer {
   static constexpr int64_t kParallelMinIds = 16384;
   std::unique_ptr<embedding::ParallelPool> pool_;
   std::vector<float> hot_packed_;  // gradients of the touched hot rows (allreduce)
+  std::vector<float> hot_marks_;   // the touch marks, packed (AllReduceTouchMarks)
   std::vector<float> hot_grads_;   // [hot rows x dim] flat, then a touch count per row
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
