@@ -231,7 +231,9 @@ void GrpcPsClient::RunCalls(absl::Span<ShardCall* const> calls, const char* meth
     // A checkpoint phase's deadline is longer (a write takes as long as it takes), but its
     // retries stay within rpc_timeout: a PS gone for longer has lost the snapshot, and an
     // UNAVAILABLE that lasts (a file that cannot be written) is no transient fault.
-    call->retry_until = start + std::min(call->budget, options_.rpc_timeout);
+    const absl::Duration retry_for =
+        options_.retry_budget > absl::ZeroDuration() ? options_.retry_budget : options_.rpc_timeout;
+    call->retry_until = start + std::min(call->budget, retry_for);
     if (StartAttempt(call, &cq)) ++in_flight;
   }
   std::vector<ShardCall*> waiting;  // failed with UNAVAILABLE, waiting out their backoff

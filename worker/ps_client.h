@@ -57,6 +57,11 @@ struct PsClientOptions {
   std::vector<embedding::TableConfig> tables;  // the job's tables, in table-index order
   // Budget of every request to a shard, retries included (checkpoint writes get longer).
   absl::Duration rpc_timeout = absl::Seconds(30);
+  // How long a shard that cannot be reached (UNAVAILABLE: refused, reset) is tried again before
+  // the call fails; zero: rpc_timeout. A shard that is reachable but slow (a stalled process)
+  // is waited for up to rpc_timeout either way. Workers use a few seconds, so that a dead
+  // parameter server is reported (and its job recovered) long before its lease runs out.
+  absl::Duration retry_budget = absl::ZeroDuration();
   // Most ids in one request (all tables together); 0: common::MaxRowsPerRequest(largest dim).
   int64_t max_rows_per_request = 0;
   common::TransportSecurity security;

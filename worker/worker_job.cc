@@ -34,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 // most a checkpoint asked for by time or by `dlrmctl checkpoint` waits, in steps.
 constexpr int64_t kCheckpointDecisionSteps = 50;
 
+// How long a worker's calls retry a parameter server that cannot be reached (PsClientOptions).
+constexpr absl::Duration kPsRetryBudget = absl::Seconds(5);
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -148,6 +151,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   ps_options.job_id = job_id;
   ps_options.job_epoch = job.job_epoch();
   ps_options.worker_rank = rank;
+  // A parameter server refusing connections for this long is gone: the run fails with the peer
+  // lost and the job recovers at once, not when the server's lease runs out (14 s).
+  ps_options.retry_budget = kPsRetryBudget;
   ps_options.tables = TableConfigsFromSpec(spec);
   PsJobParams ps_params;
   DLRM_ASSIGN_OR_RETURN(ps_params.optimizer, SparseOptimizerFromSpec(spec));
