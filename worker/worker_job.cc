@@ -1,9 +1,12 @@
-// WorkerProcess's training of one job (worker_process.h): collectives, the trainer over the
-// parameter servers, hot rows, checkpoints and resume, the pipelined or plain step loop, progress
-// reports and the final evaluation. Membership and the job loop are in worker_process.cc.
+// WorkerProcess's run of one job (worker_process.h): collectives, the trainer over the parameter
+// servers, hot rows, checkpoints and resume, the pipelined or plain step loop, progress reports,
+// the final evaluation and the report of a failure. Membership and the job loop are in
+// worker_process.cc.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <map>
+#include <new>
 #include <numeric>
 #include <utility>
 
@@ -127,7 +130,71 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   return std::make_unique<HotSetRefresher>(trainer, refresh);
 }
 
-absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment) {
+// What a run holds open for its peers: RunJob owns it, so that it outlives TrainJob until the
+// outcome is reported.
+struct WorkerProcess::JobResources {
+  std::unique_ptr<dense::Backend> backend;
+  std::unique_ptr<GlooAllReducer> gloo;  // declared after the backend: destroyed before it
+  std::unique_ptr<NcclAllReducer> nccl;
+};
+
+void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
+  const std::string& job_id = assignment.job().job_id();
+  DLRM_LOG(INFO) << "job " << job_id << ": rank " << assignment.rank() << " of "
+                 << assignment.job().world_size() << ", " << assignment.job().ps_addresses_size()
+                 << " parameter server(s)";
+  const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
+  if (metrics.job_running != nullptr) metrics.job_running->Set(1);
+  // Declared before the try: a failure is reported to the coordinator while the collectives are
+  // still open, so the peers see this rank go only after the coordinator has the cause.
+  JobResources resources;
+  absl::Status status;
+  try {
+    status = TrainJob(assignment, &resources);
+  } catch (const std::bad_alloc& e) {
+    // The spec's limits (common/limits.h) keep a job's allocations sane, but a job can still be
+    // too big for this machine: it fails with the reason at once, and the worker lives on.
+    status = absl::ResourceExhaustedError(absl::StrCat("job ", job_id, " rank ", assignment.rank(),
+                                                       ": out of memory on this worker (", e.what(),
+                                                       ")"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("job ", job_id, " rank ", assignment.rank(),
+                                              ": exception in training: ", e.what()));
+  }
+  if (metrics.job_running != nullptr) {
+    metrics.job_running->Set(0);
+    const bool stopped = cancel_job_.load() || status.code() == absl::StatusCode::kCancelled;
+    (status.ok() ? metrics.jobs_succeeded
+     : stopped   ? metrics.jobs_stopped
+                 : metrics.jobs_failed)
+        ->Increment();
+  }
+  if (status.ok()) return;
+  if (cancel_job_.load() || status.code() == absl::StatusCode::kCancelled) {
+    DLRM_LOG(INFO) << "job " << job_id << " stopped on rank " << assignment.rank() << ": "
+                   << status.message();
+    return;
+  }
+  const bool peer_lost = PeerLost(status);
+  DLRM_LOG(ERROR) << "job " << job_id << " failed on rank " << assignment.rank()
+                  << (peer_lost ? " (a peer was lost; the job recovers): " : ": ")
+                  << status.ToString();
+  dlrm::v1::ReportProgressRequest report;
+  report.set_job_id(job_id);
+  report.set_rank(assignment.rank());
+  report.set_job_epoch(assignment.job().job_epoch());
+  report.set_failed(true);
+  report.set_peer_unreachable(peer_lost);
+  // The coordinator refuses messages over common::kMaxMessageBytes: keep the start of a long one.
+  std::string message = status.ToString();
+  if (message.size() > 4096) message = absl::StrCat(message.substr(0, 4096), "... (truncated)");
+  report.set_message(message);
+  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
+  if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
+}
+
+absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment,
+                                     JobResources* resources) {
   const dlrm::v1::JobAssignment& job = assignment.job();
   const std::string& job_id = job.job_id();
   const int rank = assignment.rank();
@@ -140,10 +207,11 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   }
 
   DLRM_ASSIGN_OR_RETURN(
-      auto backend,
+      resources->backend,
       CreateBackendForDevice(
           options_.device.empty() || options_.device == "auto" ? spec.device : options_.device,
           spec.math_mode, options_.threads));
+  dense::Backend* backend = resources->backend.get();
 
   // The embedding tables live on the parameter servers.
   PsClientOptions ps_options;
@@ -184,14 +252,14 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // Collectives: NCCL between GPU workers (dense gradients summed in device memory; hot-row
   // gradients and barriers staged through it), Gloo between CPU workers. Both rendezvous through
   // the coordinator's key-value store under a job-scoped prefix.
-  std::unique_ptr<GlooAllReducer> gloo;
-  std::unique_ptr<NcclAllReducer> nccl;
+  std::unique_ptr<GlooAllReducer>& gloo = resources->gloo;
+  std::unique_ptr<NcclAllReducer>& nccl = resources->nccl;
   DenseAllReducer* reducer = nullptr;
   if (world > 1 && backend->device() == dense::Device::kCuda && NcclAllReducer::Available()) {
     DLRM_ASSIGN_OR_RETURN(
         nccl,
         NcclAllReducer::Create(
-            {.backend = backend.get(),
+            {.backend = backend,
              .rank = rank,
              .world_size = world,
              .key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/nccl/unique_id"),
@@ -228,7 +296,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       JobInput input, OpenJobInput(spec, {.rank = rank, .world_size = world, .even_shards = true}));
   TrainerOptions trainer_options;
   trainer_options.spec = spec;
-  trainer_options.backend = backend.get();
+  trainer_options.backend = backend;
   trainer_options.store = store.get();
   trainer_options.allreducer = reducer;
   trainer_options.device_allreducer = nccl.get();

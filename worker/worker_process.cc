@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
-#include <new>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -192,58 +190,6 @@ void WorkerProcess::Shutdown() {
   if (stopping_) return;
   stopping_ = true;
   if (cancel_hook_) cancel_hook_();
-}
-
-void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
-  const std::string& job_id = assignment.job().job_id();
-  DLRM_LOG(INFO) << "job " << job_id << ": rank " << assignment.rank() << " of "
-                 << assignment.job().world_size() << ", " << assignment.job().ps_addresses_size()
-                 << " parameter server(s)";
-  const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
-  if (metrics.job_running != nullptr) metrics.job_running->Set(1);
-  absl::Status status;
-  try {
-    status = TrainJob(assignment);
-  } catch (const std::bad_alloc& e) {
-    // The spec's limits (common/limits.h) keep a job's allocations sane, but a job can still be
-    // too big for this machine: it fails with the reason at once, and the worker lives on.
-    status = absl::ResourceExhaustedError(absl::StrCat("job ", job_id, " rank ", assignment.rank(),
-                                                       ": out of memory on this worker (", e.what(),
-                                                       ")"));
-  } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("job ", job_id, " rank ", assignment.rank(),
-                                              ": exception in training: ", e.what()));
-  }
-  if (metrics.job_running != nullptr) {
-    metrics.job_running->Set(0);
-    const bool stopped = cancel_job_.load() || status.code() == absl::StatusCode::kCancelled;
-    (status.ok() ? metrics.jobs_succeeded
-     : stopped   ? metrics.jobs_stopped
-                 : metrics.jobs_failed)
-        ->Increment();
-  }
-  if (status.ok()) return;
-  if (cancel_job_.load() || status.code() == absl::StatusCode::kCancelled) {
-    DLRM_LOG(INFO) << "job " << job_id << " stopped on rank " << assignment.rank() << ": "
-                   << status.message();
-    return;
-  }
-  const bool peer_lost = PeerLost(status);
-  DLRM_LOG(ERROR) << "job " << job_id << " failed on rank " << assignment.rank()
-                  << (peer_lost ? " (a peer was lost; the job recovers): " : ": ")
-                  << status.ToString();
-  dlrm::v1::ReportProgressRequest report;
-  report.set_job_id(job_id);
-  report.set_rank(assignment.rank());
-  report.set_job_epoch(assignment.job().job_epoch());
-  report.set_failed(true);
-  report.set_peer_unreachable(peer_lost);
-  // The coordinator refuses messages over common::kMaxMessageBytes: keep the start of a long one.
-  std::string message = status.ToString();
-  if (message.size() > 4096) message = absl::StrCat(message.substr(0, 4096), "... (truncated)");
-  report.set_message(message);
-  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
-  if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
 }
 
 }  // namespace dlrm::worker

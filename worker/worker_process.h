@@ -91,14 +91,14 @@ class WorkerProcess {
   int64_t jobs_done() const { return jobs_done_.load(); }
 
  private:
-  struct JobOutcome;
+  struct JobResources;  // the backend and collectives of one run (worker_job.cc)
   explicit WorkerProcess(const WorkerProcessOptions& options);
 
   absl::Status RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
   // Trains one assignment to the end; reports its outcome to the coordinator.
   void RunJob(const dlrm::v1::WorkerAssignment& assignment);
-  absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment);
+  absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment, JobResources* resources);
   // Chooses and installs the job's hot rows (when its spec has a hot_budget) and returns the
   // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
   absl::StatusOr<std::unique_ptr<HotSetRefresher>> SetUpHotRows(
