@@ -2,7 +2,7 @@
 // options structs; every subcommand's work lives in its library.
 //
 //   dlrm train --config job.yaml [--metrics-out m.json] [--strict]   single-process trainer
-//              [--resume CHECKPOINT]
+//              [--resume CHECKPOINT] [--report run.html]
 //   dlrm eval --checkpoint DIR --data FILE... [--metrics-out m.json] AUC, logloss, accuracy
 //   dlrm predict --checkpoint DIR --data FILE --out scores.tsv       one probability per line
 //   dlrm gen-data --out train.tsv --rows N [--max-rows R] [--seed S]  synthetic Criteo TSV
@@ -36,6 +36,9 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--metrics-out", options.metrics_out,
                   "Write auc, logloss, accuracy, samples_per_sec, steps as one JSON object");
   cmd->add_flag("--strict", options.strict, "Stop at the first malformed input line");
+  cmd->add_option("--report", options.report,
+                  "Write a self-contained HTML page with the loss, eval AUC and logloss, and "
+                  "throughput curves (also when training fails)");
   cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)");
   cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)");
   cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");

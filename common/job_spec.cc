@@ -468,6 +468,18 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
   }
 }
 
+absl::StatusOr<int> WorkerBatchSize(const JobSpec& spec, int workers) {
+  if (workers <= 0) return absl::InvalidArgumentError(absl::StrCat("workers ", workers, " <= 0"));
+  if (spec.batch_size % workers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.batch_size ", spec.batch_size, " is not a multiple of the ", workers,
+                     " workers: the global batch is split evenly across them (",
+                     spec.batch_size / workers * workers, " or ",
+                     (spec.batch_size / workers + 1) * workers, " would do)"));
+  }
+  return spec.batch_size / workers;
+}
+
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read job spec '", path, "'"));

@@ -14,7 +14,7 @@
 //     dense: {type: adam, learning_rate: 0.001}
 //     sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 //   training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: 64MiB,
-//              max_recoveries: 3}
+//              max_recoveries: 3}            # batch_size: global, split across the workers
 //   data: {train: [data/train.tsv], format: auto, eval_fraction: 0.1}
 //   checkpoint: {dir: /ckpt/criteo-small, every_steps: 1000, keep_last: 3, full_every: 4}
 //
@@ -118,6 +118,12 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text,
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
 // Emits a spec back to YAML that ParseJobSpec reads to an equal spec.
 std::string JobSpecToYaml(const JobSpec& spec);
+
+// `training.batch_size` is the global batch: each of `workers` workers trains on an equal share
+// of it per step (the dense and sparse gradients are averaged over the workers), so N workers
+// train the model one process trains with the same spec. Returns the share, or INVALID_ARGUMENT
+// naming both numbers when batch_size is not a multiple of workers.
+absl::StatusOr<int> WorkerBatchSize(const JobSpec& spec, int workers);
 
 // Parses "64MiB", "2GB", "1048576" into bytes; INVALID_ARGUMENT naming the text otherwise, or
 // naming the text and the limit past kMaxByteSize (common/limits.h).

@@ -67,6 +67,10 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
                                                    " must be in [0, ", options_.max_job_members,
                                                    "] (0 means 1)"));
   }
+  if (absl::StatusOr<int> share = common::WorkerBatchSize(*spec, std::max(1, request.workers()));
+      !share.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", share.status().message()));
+  }
   if (request.ps() < 0 || request.ps() > options_.max_job_members) {
     return absl::InvalidArgumentError(absl::StrCat("ps ", request.ps(), " must be in [0, ",
                                                    options_.max_job_members,

@@ -34,6 +34,7 @@ absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInpu
   train.rank = options.rank;
   train.world_size = options.world_size;
   train.even_shards = options.even_shards;
+  train.interleave_block = options.world_size > 1 ? spec.batch_size : 0;
 
   BatchReaderOptions eval = train;
   eval.rank = 0;

@@ -29,6 +29,9 @@ struct JobInputOptions {
   // Every rank gets the same number of training records (the remainder is dropped), so that
   // synchronous workers take the same number of steps.
   bool even_shards = false;
+  // With world_size > 1 each rank's training records are interleaved in blocks of the spec's
+  // batch_size (its share of the global batch, RecordReaderOptions::interleave_block): step k of
+  // every rank together trains on the records step k of a single process trains on.
   ParseIssueSink on_issue = nullptr;
 };
 

@@ -107,6 +107,22 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   auto elapsed = [&start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  RunRecorder* recorder = options.recorder;
+  if (recorder != nullptr) recorder->Start(0, position.step, position.samples);
+  // training.eval_every_steps: the model is evaluated on the eval split while training waits.
+  double eval_seconds = 0;      // spent in periodic evaluations: not training time
+  int64_t evaluated_step = -1;  // the model of this step was evaluated last
+  EvalMetrics last_eval;
+  auto evaluate = [&]() -> absl::StatusOr<EvalMetrics> {
+    if (evaluated_step == trainer->steps_done()) return last_eval;
+    if (evaluated_step >= 0) DLRM_RETURN_IF_ERROR(input.eval->Rewind());
+    DLRM_ASSIGN_OR_RETURN(last_eval, trainer->Evaluate(input.eval.get()));
+    evaluated_step = trainer->steps_done();
+    if (recorder != nullptr) {
+      recorder->RecordEval(elapsed(), evaluated_step, last_eval.auc, last_eval.logloss);
+    }
+    return last_eval;
+  };
   const int64_t first_epoch = position.epoch;
   bool stop = spec.max_steps > 0 && position.step >= spec.max_steps;
   for (int64_t epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
@@ -134,8 +150,21 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       loss_avg = report.train_samples == batch.size ? loss : 0.98 * loss_avg + 0.02 * loss;
       if (options.show_progress) {
         progress.Update(absl::StrCat("epoch ", epoch + 1, "/", spec.epochs), report.steps,
-                        report.train_samples, loss_avg, report.train_samples / elapsed(),
+                        report.train_samples, loss_avg,
+                        report.train_samples / (elapsed() - eval_seconds),
                         /*force=*/false, total_steps);
+      }
+      if (recorder != nullptr) recorder->Record(elapsed(), report.steps, position.samples, loss);
+      if (spec.eval_every_steps > 0 && input.eval != nullptr &&
+          report.steps % spec.eval_every_steps == 0) {
+        const double eval_start = elapsed();
+        DLRM_ASSIGN_OR_RETURN(EvalMetrics m, evaluate());
+        const double eval_took = elapsed() - eval_start;
+        eval_seconds += eval_took;
+        if (recorder != nullptr) recorder->Pause(eval_took);
+        if (options.show_progress) progress.Finish();
+        DLRM_LOG(INFO) << "step " << report.steps << ": eval AUC " << m.auc << ", logloss "
+                       << m.logloss << " (" << m.samples << " samples, " << eval_took << " s)";
       }
       if (checkpointer != nullptr && checkpointer->Due(position.step)) {
         DLRM_RETURN_IF_ERROR(start_checkpoint());
@@ -146,7 +175,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       }
     }
   }
-  report.train_seconds = elapsed();
+  report.train_seconds = elapsed() - eval_seconds;
   report.samples_per_sec =
       report.train_seconds > 0 ? report.train_samples / report.train_seconds : 0;
   if (options.show_progress) {
@@ -170,7 +199,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   }
   report.skipped_lines = input.train->skipped();
   if (input.eval != nullptr) {
-    DLRM_ASSIGN_OR_RETURN(EvalMetrics m, trainer->Evaluate(input.eval.get()));
+    DLRM_ASSIGN_OR_RETURN(EvalMetrics m, evaluate());
     report.auc = m.auc;
     report.logloss = m.logloss;
     report.accuracy = m.accuracy;
@@ -187,6 +216,30 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   return report;
 }
 
+namespace {
+
+// The page of --report: the summary of the run (of what it trained, when it failed) and its curves.
+absl::Status WriteTrainRunReport(const TrainCommandOptions& options, const common::JobSpec& spec,
+                                 const absl::StatusOr<TrainReport>& trained,
+                                 const RunRecorder& recorder) {
+  TrainReport partial;
+  partial.steps = recorder.last_step();
+  partial.train_samples = recorder.last_samples();
+  partial.train_seconds = recorder.last_seconds();
+  partial.samples_per_sec =
+      partial.train_seconds > 0 ? partial.train_samples / partial.train_seconds : 0;
+  HtmlReportOptions page;
+  page.title = absl::StrCat("dlrm train: ", spec.name);
+  page.summary = RunSummary(spec.name, trained.ok() ? *trained : partial,
+                            trained.ok() ? "" : std::string(trained.status().message()));
+  page.summary.insert(page.summary.begin() + 1, {"config", options.config_path});
+  DLRM_RETURN_IF_ERROR(WriteHtmlReport(options.report, page, recorder));
+  DLRM_LOG(INFO) << "wrote the run report to " << options.report;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) {
   DLRM_ASSIGN_OR_RETURN(common::JobSpec spec, common::LoadJobSpec(options.config_path));
   if (options.strict) spec.strict = true;
@@ -197,7 +250,20 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
   DLRM_LOG(INFO) << "job '" << spec.name << "': " << spec.tables.size() << " tables, batch "
                  << spec.batch_size << ", " << spec.epochs << " epoch(s), data "
                  << spec.train_paths.front();
-  DLRM_ASSIGN_OR_RETURN(TrainReport report, TrainInProcess(spec, options.run));
+  if (!options.report.empty()) DLRM_RETURN_IF_ERROR(CheckReportPath(options.report));
+  RunRecorder recorder;
+  TrainRunOptions run = options.run;
+  if (!options.report.empty()) run.recorder = &recorder;
+  absl::StatusOr<TrainReport> trained = TrainInProcess(spec, run);
+  if (!trained.ok()) {
+    // The page of a run that failed shows how far it got.
+    if (!options.report.empty() && !recorder.training().empty()) {
+      absl::Status written = WriteTrainRunReport(options, spec, trained, recorder);
+      if (!written.ok()) DLRM_LOG(WARNING) << written.message();
+    }
+    return trained.status();
+  }
+  const TrainReport& report = *trained;
   std::printf("%s\n", TrainReportSummary(report).c_str());
   std::fflush(stdout);
   if (report.skipped_lines > 0) {
@@ -205,6 +271,9 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
   }
   if (!options.metrics_out.empty()) {
     DLRM_RETURN_IF_ERROR(WriteTrainReport(options.metrics_out, report));
+  }
+  if (!options.report.empty()) {
+    DLRM_RETURN_IF_ERROR(WriteTrainRunReport(options, spec, trained, recorder));
   }
   return report;
 }

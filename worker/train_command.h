@@ -1,5 +1,6 @@
 // `dlrm train`: the single-process trainer. The job spec's model trains on its data with an
-// in-process embedding store, then is evaluated on the eval split. Also the reference that the
+// in-process embedding store, then is evaluated on the eval split (also every
+// training.eval_every_steps steps when the spec asks). Also the reference that the
 // distributed service is compared against.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include "common/job_spec.h"
 #include "dense/backend.h"
 #include "embedding/local_store.h"
+#include "worker/run_report.h"
 #include "worker/train_report.h"
 #include "worker/trainer.h"
 
@@ -27,6 +29,9 @@ struct TrainRunOptions {
   // A checkpoint (or a folder of them: the newest committed) to continue from: model, optimizer
   // state, step and input position (docs/CHECKPOINTS.md). "" = start fresh.
   std::string resume_from;
+  // When set, receives the progress (every step) and the evaluations (training.eval_every_steps
+  // and the final one), for the run report. Not owned.
+  RunRecorder* recorder = nullptr;
 };
 
 // Creates the dense backend for `device` ("auto", "cpu", "cuda") and logs what "auto" chose, so
@@ -49,10 +54,12 @@ struct TrainCommandOptions {
   std::string config_path;
   std::string metrics_out;  // "" = none
   bool strict = false;      // --strict: stop at the first malformed line
+  std::string report;       // --report: the HTML run report (worker/run_report.h); "" = none
   TrainRunOptions run;
 };
 
-// Loads the spec, trains, prints the summary on stdout and writes --metrics-out.
+// Loads the spec, trains, prints the summary on stdout and writes --metrics-out and --report (the
+// report also when training fails after its first step).
 absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options);
 
 // `dlrm eval` and `dlrm predict`: the model of a checkpoint, built from the job spec it carries.

@@ -49,6 +49,19 @@ TEST(JobSpec, ParsesValidSpec) {
   EXPECT_EQ(spec->TopInputWidth(), 16 + 4 * 3 / 2);
 }
 
+TEST(JobSpec, WorkerBatchSizeSplitsTheGlobalBatchEvenly) {
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(*WorkerBatchSize(*spec, 1), 128);
+  EXPECT_EQ(*WorkerBatchSize(*spec, 4), 32);
+  auto uneven = WorkerBatchSize(*spec, 3);
+  EXPECT_EQ(uneven.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(uneven.status().message()),
+              HasSubstr("training.batch_size 128 is not a multiple of the 3 workers"));
+  EXPECT_THAT(std::string(uneven.status().message()), HasSubstr("126 or 129"));
+  EXPECT_EQ(WorkerBatchSize(*spec, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobSpec, RoundTripsThroughYaml) {
   auto spec = ParseJobSpec(kValid);
   ASSERT_TRUE(spec.ok());

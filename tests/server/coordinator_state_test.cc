@@ -362,6 +362,15 @@ TEST_F(CoordinatorStateTest, BadInputsNameTheValue) {
   negative.set_workers(-3);
   EXPECT_THAT(state_->Submit(negative, now_).status().message(), HasSubstr("workers -3"));
 
+  // The global batch (2048 by default) is split evenly across the workers.
+  dlrm::v1::SubmitJobRequest uneven;
+  uneven.set_spec_yaml(dlrm::testing::kTinySpec);
+  uneven.set_workers(3);
+  auto split = state_->Submit(uneven, now_);
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(split.status().message(), HasSubstr("training.batch_size 2048"));
+  EXPECT_THAT(split.status().message(), HasSubstr("3 workers"));
+
   auto missing = state_->GetJob("job-42");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("job-42"));
@@ -396,7 +405,7 @@ TEST_F(CoordinatorStateTest, RestartKeepsJobsMembersAndCounters) {
     worker = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
     done_id = Submit(*state_, 1).job_id();
     ASSERT_EQ(*Report(done_id, 0, true), dlrm::v1::JOB_STATE_SUCCEEDED);
-    pending_id = Submit(*state_, 3).job_id();
+    pending_id = Submit(*state_, 4).job_id();
     epoch = state_->epoch();
     state_.reset();
   }

@@ -1,9 +1,11 @@
 #include "worker/input/batch_reader.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
@@ -168,6 +170,86 @@ TEST(RecordReader, ShardsCoverEveryRecordExactlyOnceAcrossFilesAndFormats) {
     joined.insert(joined.end(), shard.begin(), shard.end());
   }
   EXPECT_EQ(joined, std::vector<CriteoRecord>(all.begin() + 190, all.begin() + 229));
+}
+
+// Interleaved shards (a global batch split across workers): batch k of every rank, taken in rank
+// order, is batch k of one reader of the whole range, across files and formats (binary seeks,
+// TSV reads and drops), with and without a record range, and again after a rewind.
+TEST(RecordReader, InterleavedShardsSplitEveryGlobalBatch) {
+  TempDir dir;
+  GenDataOptions gen;
+  gen.output = dir.File("gen.bin");
+  gen.format = InputFormat::kBinary;
+  gen.num_rows = 57;
+  gen.cardinalities = SmallRows();
+  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  // TSV, binary, TSV again: batches straddle both kinds of file boundary.
+  const std::vector<std::string> paths = {testing::CriteoSamplePath(), gen.output,
+                                          testing::CriteoSamplePath()};
+  struct Case {
+    int world;
+    int64_t block;
+    int64_t begin, end;
+    bool even;
+  };
+  for (const Case& c :
+       {Case{2, 16, 0, -1, true}, Case{3, 7, 0, -1, false}, Case{4, 25, 0, -1, true},
+        Case{3, 10, 190, 430, true}, Case{2, 64, 5, 60, true}}) {
+    SCOPED_TRACE(absl::StrCat("world ", c.world, " block ", c.block, " range [", c.begin, ", ",
+                              c.end, ") even ", c.even));
+    const std::vector<CriteoRecord> all =
+        ShardRecords({.paths = paths, .begin = c.begin, .end = c.end});
+    std::vector<std::vector<CriteoRecord>> shards;
+    for (int rank = 0; rank < c.world; ++rank) {
+      auto reader = RecordReader::Create({.paths = paths,
+                                          .begin = c.begin,
+                                          .end = c.end,
+                                          .rank = rank,
+                                          .world_size = c.world,
+                                          .even_shards = c.even,
+                                          .interleave_block = c.block});
+      ASSERT_TRUE(reader.ok()) << reader.status();
+      for (int pass = 0; pass < 2; ++pass) {  // the second pass after a rewind
+        std::vector<CriteoRecord> shard;
+        CriteoRecord record;
+        while (true) {
+          absl::StatusOr<bool> more = (*reader)->Next(&record);
+          ASSERT_TRUE(more.ok()) << more.status();
+          if (!*more) break;
+          shard.push_back(record);
+        }
+        EXPECT_EQ(static_cast<int64_t>(shard.size()), (*reader)->shard_size());
+        if (pass == 0) {
+          shards.push_back(shard);
+        } else {
+          EXPECT_EQ(shard, shards.back()) << "rank " << rank << " after a rewind";
+        }
+        ASSERT_TRUE((*reader)->Rewind().ok());
+      }
+    }
+    // Full rounds: rank r's k-th block is records [k*B + r*b, k*B + (r+1)*b) of the range.
+    const int64_t global = c.block * c.world;
+    const int64_t rounds = static_cast<int64_t>(all.size()) / global;
+    std::vector<CriteoRecord> joined;
+    for (int64_t k = 0; k <= rounds; ++k) {
+      for (int rank = 0; rank < c.world; ++rank) {
+        const auto& shard = shards[rank];
+        const int64_t from = std::min<int64_t>(k * c.block, shard.size());
+        const int64_t to = k < rounds ? from + c.block : static_cast<int64_t>(shard.size());
+        joined.insert(joined.end(), shard.begin() + from, shard.begin() + to);
+      }
+    }
+    // Every record once, in the order of one reader; even shards drop less than `world` records
+    // at the end (all ranks the same size).
+    ASSERT_LE(joined.size(), all.size());
+    EXPECT_GT(joined.size() + c.world, all.size());
+    EXPECT_EQ(joined, std::vector<CriteoRecord>(all.begin(), all.begin() + joined.size()));
+    if (c.even) {
+      for (const auto& shard : shards) EXPECT_EQ(shard.size(), shards[0].size());
+    } else {
+      EXPECT_EQ(joined.size(), all.size());
+    }
+  }
 }
 
 TEST(RecordReader, TsvShardIndicesCountOnlyValidRecords) {

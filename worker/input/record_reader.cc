@@ -94,12 +94,12 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
   int64_t hi = options.end;
   if (all_counted || options.world_size > 1) {
     int64_t total = 0;
-    for (const InputFile& file : files) {
+    for (InputFile& file : files) {
       if (file.count >= 0) {
         total += file.count;
       } else {
-        DLRM_ASSIGN_OR_RETURN(int64_t n, CountTsv(file.path, options.strict));
-        total += n;
+        DLRM_ASSIGN_OR_RETURN(file.count, CountTsv(file.path, options.strict));
+        total += file.count;
       }
     }
     hi = hi == -1 ? total : std::min(hi, total);
@@ -109,17 +109,31 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
   auto reader = std::unique_ptr<RecordReader>(new RecordReader(options, std::move(files)));
   if (hi < 0) {
     reader->shard_begin_ = lo;
-    reader->shard_end_ = -1;
+    reader->shard_size_ = -1;
   } else {
-    const int64_t n = hi - lo;
     const int64_t r = options.rank;
     const int64_t w = options.world_size;
-    if (options.even_shards) {
-      reader->shard_begin_ = lo + (n / w) * r;
-      reader->shard_end_ = reader->shard_begin_ + n / w;
+    // Rank r's contiguous part of n records starting at `from`.
+    auto contiguous = [&](int64_t from, int64_t n, int64_t* begin, int64_t* size) {
+      if (options.even_shards) {
+        *begin = from + (n / w) * r;
+        *size = n / w;
+      } else {
+        *begin = from + n * r / w;
+        *size = from + n * (r + 1) / w - *begin;
+      }
+    };
+    if (options.interleave_block > 0 && w > 1) {
+      const int64_t b = options.interleave_block;
+      reader->block_ = b;
+      reader->rounds_ = (hi - lo) / (b * w);
+      const int64_t tail_from = lo + reader->rounds_ * b * w;
+      int64_t tail_size = 0;
+      contiguous(tail_from, hi - tail_from, &reader->tail_begin_, &tail_size);
+      reader->shard_begin_ = reader->rounds_ > 0 ? lo + r * b : reader->tail_begin_;
+      reader->shard_size_ = reader->rounds_ * b + tail_size;
     } else {
-      reader->shard_begin_ = lo + n * r / w;
-      reader->shard_end_ = lo + n * (r + 1) / w;
+      contiguous(lo, hi - lo, &reader->shard_begin_, &reader->shard_size_);
     }
   }
   DLRM_RETURN_IF_ERROR(reader->Rewind());
@@ -172,6 +186,7 @@ absl::Status RecordReader::SkipTo(int64_t global_index) {
       continue;
     }
     DLRM_RETURN_IF_ERROR(OpenFile(i));
+    cursor_ = global_index;
     if (binary_ != nullptr) return binary_->Seek(remaining);
     while (remaining > 0) {
       DLRM_ASSIGN_OR_RETURN(bool more, tsv_->Next(&discard));
@@ -180,22 +195,63 @@ absl::Status RecordReader::SkipTo(int64_t global_index) {
     }
     if (remaining == 0) return absl::OkStatus();
   }
+  cursor_ = global_index;
   return OpenFile(files_.size());  // the start is past the data: an empty shard
 }
 
-absl::StatusOr<bool> RecordReader::Next(CriteoRecord* record) {
-  if (shard_end_ >= 0 && shard_begin_ + records_read_ >= shard_end_) return false;
+absl::Status RecordReader::MoveTo(int64_t global_index) {
+  // The open file's first global index, when every file before it is counted.
+  int64_t file_start = 0;
+  for (size_t i = 0; i < file_index_ && file_start >= 0; ++i) {
+    file_start = files_[i].count >= 0 ? file_start + files_[i].count : -1;
+  }
+  if (file_index_ < files_.size() && file_start >= 0) {
+    const int64_t count = files_[file_index_].count;
+    const bool in_this_file = count < 0 || global_index < file_start + count;
+    if (!in_this_file) return SkipTo(global_index);
+    if (binary_ != nullptr) {
+      cursor_ = global_index;
+      return binary_->Seek(global_index - file_start);
+    }
+  }
+  CriteoRecord discard;
+  while (cursor_ < global_index) {
+    DLRM_ASSIGN_OR_RETURN(bool more, ReadNext(&discard));
+    if (!more) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> RecordReader::ReadNext(CriteoRecord* record) {
   while (file_index_ < files_.size()) {
     if (tsv_ == nullptr && binary_ == nullptr) DLRM_RETURN_IF_ERROR(OpenFile(file_index_));
     absl::StatusOr<bool> more = binary_ != nullptr ? binary_->Next(record) : tsv_->Next(record);
     if (!more.ok()) return more.status();
     if (*more) {
-      ++records_read_;
+      ++cursor_;
       return true;
     }
     DLRM_RETURN_IF_ERROR(OpenFile(file_index_ + 1));
   }
   return false;
+}
+
+int64_t RecordReader::ShardRecord(int64_t j) const {
+  if (block_ == 0) return shard_begin_ + j;
+  if (j < rounds_ * block_) {
+    return options_.begin + (j / block_) * block_ * options_.world_size + options_.rank * block_ +
+           j % block_;
+  }
+  return tail_begin_ + (j - rounds_ * block_);
+}
+
+absl::StatusOr<bool> RecordReader::Next(CriteoRecord* record) {
+  if (shard_size_ >= 0 && records_read_ >= shard_size_) return false;
+  const int64_t target = ShardRecord(records_read_);
+  if (target != cursor_) DLRM_RETURN_IF_ERROR(MoveTo(target));
+  DLRM_ASSIGN_OR_RETURN(bool more, ReadNext(record));
+  if (more) ++records_read_;
+  return more;
 }
 
 absl::StatusOr<int64_t> CountRecords(const std::vector<std::string>& paths, InputFormat format,

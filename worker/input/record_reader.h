@@ -6,7 +6,12 @@
 //   range  = [begin, end)              (end = -1: to the end of the data; larger ends are clamped)
 //   shard  = rank's contiguous part of the range: [lo + n*rank/world, lo + n*(rank+1)/world)
 //            with n = |range| (even_shards: every rank gets floor(n/world), the tail is dropped, so
-//            all ranks run the same number of steps).
+//            all ranks run the same number of steps);
+//   or, with interleave_block = b > 0, rank's blocks of the range: round k gives rank r the records
+//            [lo + k*b*world + r*b, ... + b), and the last partial round of t records is split like
+//            a contiguous range of t. Batches of b records of every rank, taken together, are
+//            then the batches of b*world records one reader of the whole range makes: N workers
+//            with a share of the global batch each train on the batches one process trains on.
 // Binary files seek straight to a record; TSV files are read and discarded up to the start, and a
 // counting pre-pass is made when the shard needs the total (world_size > 1 with end = -1).
 #pragma once
@@ -40,6 +45,7 @@ struct RecordReaderOptions {
   int rank = 0;                             // shard of the range read by this reader
   int world_size = 1;
   bool even_shards = false;
+  int64_t interleave_block = 0;  // > 0: the shard is interleaved in blocks of this many records
 };
 
 struct InputFile;  // defined in record_reader.cc
@@ -59,19 +65,32 @@ class RecordReader {
 
   int64_t shard_begin() const { return shard_begin_; }  // global index of the first record
   // Records in the shard, or -1 when not known without a pass over TSV input.
-  int64_t shard_size() const { return shard_end_ < 0 ? -1 : shard_end_ - shard_begin_; }
+  int64_t shard_size() const { return shard_size_; }
   int64_t records_read() const { return records_read_; }  // since Create/Rewind
   int64_t skipped() const;  // malformed TSV lines skipped since Create/Rewind
 
  private:
   RecordReader(const RecordReaderOptions& options, std::vector<InputFile> files);
   absl::Status OpenFile(size_t index);
+  // Opens the data at `global_index` (from the first file, skipping counted files whole).
   absl::Status SkipTo(int64_t global_index);
+  // Moves forward to `global_index` (>= cursor_): a seek within a binary file, else records read
+  // and dropped, or SkipTo when it lies in a later counted file.
+  absl::Status MoveTo(int64_t global_index);
+  // The next record of the data, wherever it is; false at the end of the last file.
+  absl::StatusOr<bool> ReadNext(CriteoRecord* record);
+  // Global index of the shard's j-th record.
+  int64_t ShardRecord(int64_t j) const;
 
   RecordReaderOptions options_;
   std::vector<InputFile> files_;
   int64_t shard_begin_ = 0;
-  int64_t shard_end_ = -1;  // -1: until the data ends
+  int64_t shard_size_ = -1;  // -1: until the data ends
+  // Interleaved shards: full rounds of block * world records, then this rank's part of the tail.
+  int64_t block_ = 0;
+  int64_t rounds_ = 0;
+  int64_t tail_begin_ = 0;  // global index of this rank's first record in the last partial round
+  int64_t cursor_ = 0;      // global index of the record the open file gives next
   size_t file_index_ = 0;
   std::unique_ptr<CriteoTsvReader> tsv_;
   std::unique_ptr<BinaryReader> binary_;
