@@ -237,6 +237,12 @@ else
   for ((i = 0; i < num_workers; i++)); do worker_ns+=(${#ns_names[@]}); add_ns "w$i" worker; done
 fi
 coord_addr="${ns_addrs[$coord_ns]}:50051"
+# Mutual TLS as a deployment runs it (plaintext off loopback is refused): one CA, certificates
+# naming every namespace's address. The wire bytes counted below include TLS's framing.
+tls="$work/tls"
+tls_hosts=()
+for addr in "${ns_addrs[@]}"; do tls_hosts+=(--host "$addr"); done
+"$dlrm" certs --out "$tls" "${tls_hosts[@]}" >/dev/null
 echo "netem_cluster: ${#ns_names[@]} namespaces and a switch on $subnet.0/24," \
   "shaper $netem_shaper," \
   "rate $rate, one-way delay $delay (per egress ${half_delay_us}us)" >&2
@@ -289,10 +295,13 @@ fi
 spawn() {
   local name="$1" role="$2" ns="${ns_names[$3]}"
   shift 3
-  ip netns exec "$ns" "$dlrm" "$@" >"$run_dir/logs/$name.log" 2>&1 &
+  ip netns exec "$ns" "$dlrm" "$@" --tls-dir "$tls/$role" >"$run_dir/logs/$name.log" 2>&1 &
   proc_pids+=($!) proc_names+=("$name") proc_roles+=("$role")
 }
-ctl() { ip netns exec "${ns_names[$coord_ns]}" "$dlrmctl" --coordinator "$coord_addr" "$@"; }
+ctl() {
+  ip netns exec "${ns_names[$coord_ns]}" "$dlrmctl" --coordinator "$coord_addr" \
+    --tls-dir "$tls/admin" "$@"
+}
 # fail WHAT: the run failed; print the logs' tails and exit 1.
 fail() {
   local f
@@ -381,7 +390,8 @@ print(roles.count("ROLE_PS"), roles.count("ROLE_WORKER"))
   local t0 t1 rc=0
   t0=$(date +%s.%N)
   # Not through ctl(): a function in the background is a subshell, and $! would be its pid.
-  ip netns exec "${ns_names[$coord_ns]}" "$dlrmctl" --coordinator "$coord_addr" submit -f "$job" \
+  ip netns exec "${ns_names[$coord_ns]}" "$dlrmctl" --coordinator "$coord_addr" \
+    --tls-dir "$tls/admin" submit -f "$job" \
     --workers "${#worker_ns[@]}" --ps "${#ps_ns[@]}" --wait -o json \
     >"$run_dir/final.json" 2>"$run_dir/submit.err" &
   ctl_pid=$!

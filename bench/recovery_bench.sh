@@ -60,7 +60,8 @@ address="127.0.0.1:$(cat "$work/killed-cluster/coordinator.port")"
 job_json="$work/job.json"
 # Poll the job until dlrm local ends; keep the last answer (the recovery record stays in it).
 while kill -0 "$local_pid" 2>/dev/null; do
-  "$bin/dlrmctl" --coordinator "$address" status job-1 -o json >"$job_json.tmp" 2>/dev/null &&
+  "$bin/dlrmctl" --coordinator "$address" --tls-dir "$work/killed-cluster/tls/admin" \
+    status job-1 -o json >"$job_json.tmp" 2>/dev/null &&
     mv "$job_json.tmp" "$job_json"
   sleep 0.5
 done

@@ -106,10 +106,15 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id
   dlrm::v1::Job last;
   bool seen = false;
   absl::Time unreachable_since = absl::InfiniteFuture();
+  // After the coordinator went away, each attempt dials on a channel of its own: the shared one
+  // can stay stuck in failing TLS handshakes to a coordinator restarted by this very process
+  // (`dlrm local`), while a new channel connects at once.
+  std::unique_ptr<dlrm::v1::Jobs::Stub> fresh_stub;
+  dlrm::v1::Jobs::Stub* stub = jobs_.get();
   while (true) {
     auto context = MakeClientContext(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader =
-        jobs_->WatchJob(context.get(), request);
+        stub->WatchJob(context.get(), request);
     dlrm::v1::JobEvent event;
     bool stopped = false;
     while (reader->Read(&event)) {
@@ -133,6 +138,16 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id
       if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
       if (now - unreachable_since < kWatchReconnectFor) {
         absl::SleepFor(absl::Milliseconds(500));
+        common::ChannelOptions channel_options;
+        channel_options.target = options_.address;
+        channel_options.security = options_.security;
+        channel_options.private_connections = true;
+        absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+            common::MakeChannel(channel_options);
+        if (channel.ok()) {
+          fresh_stub = dlrm::v1::Jobs::NewStub(*channel);
+          stub = fresh_stub.get();
+        }
         continue;
       }
     }

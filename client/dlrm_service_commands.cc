@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -15,6 +16,8 @@
 #include "client/dlrm_commands.h"
 #include "client/local_cluster.h"
 #include "client/termination_signals.h"
+#include "client/tls_flags.h"
+#include "common/certs.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -64,6 +67,7 @@ std::string HostName() {
 
 struct CoordinatorFlags {
   server::CoordinatorOptions options;
+  client::TlsFlags tls;
   std::string lease_ttl = "14s";
   std::string port_file;
 };
@@ -73,12 +77,16 @@ int RunCoordinator(CoordinatorFlags& flags) {
   auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
   if (!ttl.ok()) return Fail(ttl.status());
   flags.options.lease_ttl = *ttl;
+  auto security = client::ResolveTls(flags.tls, flags.options.listen_address, "dlrm coordinator");
+  if (!security.ok()) return Fail(security.status());
+  flags.options.security = *security;
   auto coordinator = server::Coordinator::Create(flags.options);
   if (!coordinator.ok()) return Fail(coordinator.status());
   absl::Status started = (*coordinator)->Start();
   if (!started.ok()) return Fail(started);
   DLRM_LOG(INFO) << "coordinator listening on " << (*coordinator)->address() << ", data in "
                  << flags.options.data_dir << ", lease " << flags.options.lease_ttl
+                 << (flags.options.security.tls() ? ", mutual TLS" : ", plaintext")
                  << ((*coordinator)->metrics_port() > 0
                          ? absl::StrCat(", metrics on :", (*coordinator)->metrics_port())
                          : std::string());
@@ -110,6 +118,7 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--metrics-listen", flags.options.metrics_host,
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file");
+  client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunCoordinator(flags); }; });
 }
 
@@ -117,6 +126,7 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
 
 struct PsFlags {
   server::PsProcessOptions options;
+  client::TlsFlags tls;
   std::string memory_budget = "1GiB";
   int metrics_port = -1;
   std::string metrics_listen;  // "" = the host of --listen
@@ -127,6 +137,9 @@ int RunPs(PsFlags& flags) {
   auto budget = common::ParseByteSize(flags.memory_budget);
   if (!budget.ok()) return Fail(budget.status());
   flags.options.server.memory_budget_bytes = *budget;
+  auto security = client::ResolveTls(flags.tls, flags.options.server.listen_address, "dlrm ps");
+  if (!security.ok()) return Fail(security.status());
+  flags.options.server.security = *security;
   auto metrics = common::MetricsRegistry::Create(
       {.port = flags.metrics_port,
        .bind_address = flags.metrics_listen.empty()
@@ -144,7 +157,8 @@ int RunPs(PsFlags& flags) {
   if (!ps.ok()) return Fail(ps.status());
   DLRM_LOG(INFO) << "parameter server listening on " << (*ps)->server().address()
                  << " (advertised as " << (*ps)->advertise_address() << "), memory budget "
-                 << flags.memory_budget << ", data in " << flags.options.server.data_dir;
+                 << flags.memory_budget << ", data in " << flags.options.server.data_dir
+                 << (flags.options.server.security.tls() ? ", mutual TLS" : ", plaintext");
   client::TerminationSignals signals([&](int) { (*ps)->Shutdown(); });
   absl::Status status = (*ps)->Run();
   return status.ok() ? 0 : Fail(status);
@@ -172,6 +186,7 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--metrics-listen", flags.metrics_listen,
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
+  client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunPs(flags); }; });
 }
 
@@ -179,6 +194,7 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
 
 struct WorkerFlags {
   worker::WorkerProcessOptions options;
+  client::TlsFlags tls;
   int metrics_port = -1;
   // A worker serves no gRPC: its endpoint binds every interface unless told otherwise.
   std::string metrics_listen = "0.0.0.0";
@@ -188,6 +204,10 @@ struct WorkerFlags {
 
 int RunWorker(WorkerFlags& flags) {
   client::InstallTerminationHandlers();
+  // A worker serves no gRPC: the flags only choose how it dials out.
+  auto security = client::ResolveTls(flags.tls, "", "dlrm worker");
+  if (!security.ok()) return Fail(security.status());
+  flags.options.security = *security;
   auto metrics = common::MetricsRegistry::Create(
       {.port = flags.metrics_port, .bind_address = flags.metrics_listen});
   if (!metrics.ok()) return Fail(metrics.status());
@@ -228,6 +248,7 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
                 "Run the plain Trainer::Step loop instead of the pipelined trainer");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows,
                 "Keep no hot rows here, whatever the job's hot_budget (every row on the PS)");
+  client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunWorker(flags); }; });
 }
 
@@ -239,6 +260,7 @@ struct LocalFlags {
   bool no_pipeline = false;
   bool no_hot_rows = false;
   bool no_progress = false;
+  bool insecure = false;
 };
 
 void AddLocal(CLI::App& app, std::function<int()>* run) {
@@ -255,6 +277,9 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
                   "Folder for the processes' data and logs (default: a temporary folder)");
   cmd->add_option("--metrics-out", o.metrics_out,
                   "Write the final metrics as JSON (as dlrm train)");
+  cmd->add_option("--report", o.report,
+                  "Write a self-contained HTML page with the job's loss, eval AUC and logloss, "
+                  "and throughput curves (also when the job fails)");
   cmd->add_option("--resume-from", o.resume_from,
                   "Continue the job from a checkpoint (or the newest in a checkpoint folder)");
   cmd->add_flag("--keep-running", o.keep_running,
@@ -270,6 +295,9 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->add_flag("--no-pipeline", flags.no_pipeline, "Workers run the plain Trainer::Step loop");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows, "Workers keep no hot rows (all on the PS)");
   cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
+  cmd->add_flag("--insecure", flags.insecure,
+                "Plaintext gRPC between the processes (default: mutual TLS with certificates "
+                "made for this cluster in DATA_DIR/tls)");
   cmd->add_flag("--metrics", o.cluster.metrics,
                 "Every process serves Prometheus metrics on 127.0.0.1; prints the scrape targets");
   cmd->add_option("--metrics-base-port", o.cluster.metrics_base_port,
@@ -285,6 +313,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       flags.options.cluster.worker_pipeline = !flags.no_pipeline;
       flags.options.cluster.worker_hot_rows = !flags.no_hot_rows;
       flags.options.show_progress = !flags.no_progress;
+      flags.options.cluster.tls = !flags.insecure;
       if (!flags.options.cluster.memory_budget.empty()) {
         auto budget = common::ParseByteSize(flags.options.cluster.memory_budget);
         if (!budget.ok()) return Fail(budget.status());
@@ -296,9 +325,38 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   });
 }
 
+// --- dlrm certs ------------------------------------------------------------------------------
+
+void AddCerts(CLI::App& app, std::function<int()>* run) {
+  auto* cmd = app.add_subcommand(
+      "certs",
+      "Make a CA and mutual-TLS certificates for a cluster: OUT/ca.crt and, for coordinator, ps, "
+      "worker and admin (dlrmctl), OUT/<identity>/{tls.crt,tls.key,ca.crt}");
+  static common::ClusterCertOptions options;
+  static std::vector<std::string> hosts;
+  cmd->add_option("--out", options.out_dir, "Folder to write them to")->required();
+  cmd->add_option("--host", hosts,
+                  "Name or IP address the servers are dialled at (repeat; default localhost and "
+                  "127.0.0.1)");
+  cmd->add_option("--days", options.valid_days, "Days the certificates are valid")
+      ->capture_default_str();
+  cmd->callback([run] {
+    *run = [] {
+      if (!hosts.empty()) options.hosts = hosts;
+      absl::Status written = common::WriteClusterCertificates(options);
+      if (!written.ok()) return Fail(written);
+      std::printf("certificates in %s: ca.crt (ca.key: keep it off the cluster), and %s\n",
+                  options.out_dir.c_str(),
+                  "coordinator/ ps/ worker/ admin/ (tls.crt, tls.key, ca.crt)");
+      return 0;
+    };
+  });
+}
+
 }  // namespace
 
 void AddServiceCommands(CLI::App& app, std::function<int()>* run) {
+  AddCerts(app, run);
   AddCoordinator(app, run);
   AddPs(app, run);
   AddWorker(app, run);

@@ -17,7 +17,9 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "client/job_format.h"
+#include "client/tls_flags.h"
 #include "common/job_spec.h"
+#include "common/status.h"
 #include "embedding/checkpoint_manifest.h"
 #include "google/protobuf/struct.pb.h"
 
@@ -44,6 +46,7 @@ Exit codes:
 
 struct Flags {
   std::string coordinator;
+  TlsFlags tls;  // --tls-dir (or DLRM_TLS_DIR): the admin identity of `dlrm certs`
   double timeout_s = 10;
   std::string output = "table";
   // submit
@@ -368,6 +371,7 @@ class Command {
     CoordinatorClientOptions options;
     options.address = flags_.coordinator;
     options.timeout = absl::Seconds(flags_.timeout_s);
+    DLRM_ASSIGN_OR_RETURN(options.security, ResolveTls(flags_.tls, "", "dlrmctl"));
     return CoordinatorClient::Create(options);
   }
 
@@ -426,7 +430,11 @@ std::optional<std::string> CommandWord(int argc, const char* const* argv) {
     const std::string_view arg = argv[i];
     if (arg == "--") return i + 1 < argc ? std::optional<std::string>(argv[i + 1]) : std::nullopt;
     if (arg.empty() || arg.front() != '-') return std::string(arg);
-    if (arg == "--coordinator" || arg == "--timeout" || arg == "-o" || arg == "--output") ++i;
+    if (arg == "--coordinator" || arg == "--timeout" || arg == "-o" || arg == "--output" ||
+        arg == "--tls-dir" || arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-ca" ||
+        arg == "--tls-server-name") {
+      ++i;
+    }
   }
   return std::nullopt;
 }
@@ -484,6 +492,7 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
       ->check(CLI::PositiveNumber);
   app.add_option("-o,--output", flags.output, "output format: table, wide, json, yaml, jsonl")
       ->check(CLI::IsMember(OutputFormatNames()));
+  AddTlsFlags(&app, &flags.tls);
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
   submit->add_option("-f,--file", flags.file, "job spec YAML file")->required();

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
+#include "common/certs.h"
 #include "common/logging.h"
 #include "common/status.h"
 
@@ -258,8 +259,26 @@ absl::StatusOr<std::vector<std::string>> LocalCluster::MetricsArgs(const std::st
                                   "127.0.0.1"};
 }
 
+common::TransportSecurity LocalCluster::client_security() const {
+  return options_.tls ? common::TransportSecurity::FromDir(admin_tls_dir())
+                      : common::TransportSecurity{};
+}
+
+std::string LocalCluster::admin_tls_dir() const {
+  return options_.tls ? absl::StrCat(data_dir_, "/tls/admin") : std::string();
+}
+
+std::vector<std::string> LocalCluster::TlsArgs(const std::string& identity) const {
+  if (!options_.tls) return {};
+  return {"--tls-dir", absl::StrCat(data_dir_, "/tls/", identity)};
+}
+
 absl::Status LocalCluster::Launch() {
   metrics_targets_.clear();
+  if (options_.tls) {
+    DLRM_RETURN_IF_ERROR(
+        common::WriteClusterCertificates({.out_dir = absl::StrCat(data_dir_, "/tls")}));
+  }
   const std::string port_file = absl::StrCat(data_dir_, "/coordinator.port");
   std::error_code ec;
   fs::remove(port_file, ec);
@@ -275,6 +294,8 @@ absl::Status LocalCluster::Launch() {
       port_file};
   DLRM_ASSIGN_OR_RETURN(std::vector<std::string> metrics_args, MetricsArgs("coordinator"));
   coordinator_args.insert(coordinator_args.end(), metrics_args.begin(), metrics_args.end());
+  std::vector<std::string> tls_args = TlsArgs("coordinator");
+  coordinator_args.insert(coordinator_args.end(), tls_args.begin(), tls_args.end());
   DLRM_RETURN_IF_ERROR(Spawn("coordinator", coordinator_args));
   DLRM_RETURN_IF_ERROR(WaitForPortFile(port_file));
   {
@@ -304,6 +325,8 @@ absl::Status LocalCluster::Launch() {
     }
     DLRM_ASSIGN_OR_RETURN(metrics_args, MetricsArgs("ps"));
     args.insert(args.end(), metrics_args.begin(), metrics_args.end());
+    tls_args = TlsArgs("ps");
+    args.insert(args.end(), tls_args.begin(), tls_args.end());
     DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("ps-", i), args));
   }
   int threads = options_.worker_threads;
@@ -327,6 +350,8 @@ absl::Status LocalCluster::Launch() {
     if (!options_.worker_hot_rows) args.push_back("--no-hot-rows");
     DLRM_ASSIGN_OR_RETURN(metrics_args, MetricsArgs("worker"));
     args.insert(args.end(), metrics_args.begin(), metrics_args.end());
+    tls_args = TlsArgs("worker");
+    args.insert(args.end(), tls_args.begin(), tls_args.end());
     DLRM_RETURN_IF_ERROR(Spawn(absl::StrCat("worker-", i), args));
   }
   DLRM_RETURN_IF_ERROR(WaitReady());
@@ -336,7 +361,8 @@ absl::Status LocalCluster::Launch() {
 
 absl::Status LocalCluster::WaitReady() {
   DLRM_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Create({.address = coordinator_address_,
-                                                                .timeout = absl::Seconds(2)}));
+                                                                .timeout = absl::Seconds(2),
+                                                                .security = client_security()}));
   const absl::Time deadline = absl::Now() + options_.ready_timeout;
   std::string last;
   while (absl::Now() < deadline) {

@@ -11,8 +11,9 @@
 //
 // RunLocalCommand submits a job spec to such a cluster through the client library, shows its
 // progress, prints the final metrics as `dlrm train` does (and writes --metrics-out with the same
-// JSON), and returns the job's result as an exit code: 0 SUCCEEDED, 1 FAILED or CANCELLED, 2 bad
-// arguments or spec, 130 interrupted (SIGINT/SIGTERM, forwarded to the children).
+// JSON, and --report: the HTML run report of worker/run_report.h, also for a job that fails or is
+// interrupted), and returns the job's result as an exit code: 0 SUCCEEDED, 1 FAILED or
+// CANCELLED, 2 bad arguments or spec, 130 interrupted (SIGINT/SIGTERM, forwarded to the children).
 //
 // Threading: LocalCluster::Stop may be called from any thread, more than once.
 #pragma once
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_util.h"
 
 namespace dlrm::client {
 
@@ -51,6 +53,10 @@ struct LocalClusterOptions {
   absl::Duration ready_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM -> SIGKILL
   bool restart_children = true;  // start a child that dies again (see the file comment)
+  // Mutual TLS between the children (and this process's calls), with a CA and certificates made
+  // for this cluster at launch in data_dir/tls (the layout of `dlrm certs`; dlrmctl takes
+  // --tls-dir data_dir/tls/admin). false: plaintext gRPC on loopback.
+  bool tls = true;
 };
 
 class LocalCluster {
@@ -65,6 +71,10 @@ class LocalCluster {
   absl::Status Launch();
 
   const std::string& coordinator_address() const { return coordinator_address_; }
+  // How this process's own calls to the cluster are secured (the admin identity under TLS).
+  common::TransportSecurity client_security() const;
+  // --tls-dir for dlrmctl, "" without TLS.
+  std::string admin_tls_dir() const;
   const std::string& data_dir() const { return data_dir_; }
   // Log file of each child, e.g. {"coordinator", ".../logs/coordinator.log"}.
   std::vector<std::pair<std::string, std::string>> logs() const;
@@ -113,6 +123,8 @@ class LocalCluster {
   // The --metrics-port/--metrics-listen flags of the next child of `component` (none without
   // options.metrics), recording its scrape target.
   absl::StatusOr<std::vector<std::string>> MetricsArgs(const std::string& component);
+  // --tls-dir of `identity` (coordinator, ps, worker) under TLS, nothing otherwise.
+  std::vector<std::string> TlsArgs(const std::string& identity) const;
 
   LocalClusterOptions options_;
   std::string binary_;
@@ -133,6 +145,7 @@ struct LocalCommandOptions {
   std::string config_path;
   std::string resume_from;    // "" = a fresh job; else the spec's checkpoint.resume_from
   std::string metrics_out;    // "" = none
+  std::string report;         // --report: the HTML run report (worker/run_report.h); "" = none
   bool keep_running = false;  // after the job, keep the cluster up until Ctrl-C
   bool show_progress = true;
   LocalClusterOptions cluster;

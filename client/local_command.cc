@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/progress.h"
+#include "worker/run_report.h"
 #include "worker/train_report.h"
 
 namespace dlrm::client {
@@ -102,10 +103,59 @@ void PrintLogTails(LocalCluster& cluster) {
   }
 }
 
+// The progress and evaluations of a watched job, for --report: the latest step and loss of any
+// rank with the samples of all, and the eval_* metrics rank 0 reports after each periodic
+// evaluation (training.eval_every_steps).
+void RecordJobProgress(const dlrm::v1::Job& job, double seconds, worker::RunRecorder* recorder) {
+  const auto& m = job.progress().metrics();
+  if (job.progress().step() > 0) {
+    recorder->Record(seconds, job.progress().step(), job.total_samples(), job.progress().loss());
+  }
+  const auto step = m.find("eval_step");
+  const auto auc = m.find("eval_auc");
+  const auto logloss = m.find("eval_logloss");
+  if (step != m.end() && auc != m.end() && logloss != m.end() &&
+      (recorder->eval().empty() ||
+       recorder->eval().back().step != static_cast<int64_t>(step->second))) {
+    recorder->RecordEval(seconds, static_cast<int64_t>(step->second), auc->second, logloss->second);
+  }
+}
+
+// Writes --report; `failure` is "" for a job that succeeded. Returns false (having said why) when
+// the page could not be written.
+bool WriteJobReport(const LocalCommandOptions& options, const std::string& job_id,
+                    const std::string& job_name, const worker::TrainReport& report,
+                    const std::string& failure, const worker::RunRecorder& recorder) {
+  worker::HtmlReportOptions page;
+  page.title = absl::StrCat("dlrm local: ", job_name, " (", job_id, ")");
+  page.summary = worker::RunSummary(job_name, report, failure);
+  page.summary.insert(page.summary.begin() + 1,
+                      {{"config", options.config_path},
+                       {"cluster", absl::StrCat(options.cluster.num_ps, " parameter server(s), ",
+                                                options.cluster.num_workers, " worker(s)")}});
+  absl::Status st = worker::WriteHtmlReport(options.report, page, recorder);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return false;
+  }
+  std::fprintf(stderr, "wrote the run report to %s\n", options.report.c_str());
+  return true;
+}
+
+// What a job that did not finish got through, from what was watched.
+worker::TrainReport PartialReport(const worker::RunRecorder& recorder) {
+  worker::TrainReport r;
+  r.steps = recorder.last_step();
+  r.train_samples = recorder.last_samples();
+  r.train_seconds = recorder.last_seconds();
+  return r;
+}
+
 // Submits the job, follows it to its end and reports; returns the exit code.
 int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, LocalCluster& cluster,
            const SignalWatcher& signals) {
-  auto client = CoordinatorClient::Create({.address = cluster.coordinator_address()});
+  auto client = CoordinatorClient::Create(
+      {.address = cluster.coordinator_address(), .security = cluster.client_security()});
   if (!client.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(client.status().message()).c_str());
     return kExitFailed;
@@ -122,11 +172,18 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
                job_id.c_str(), cluster.coordinator_address().c_str(), options.cluster.num_ps,
                options.cluster.num_workers);
   worker::ProgressLine progress;
+  // Progress reports reach the coordinator from every worker at their own times: intervals of
+  // at least half a second keep the throughput curve from spiking.
+  worker::RunRecorder recorder({.min_interval_seconds = 0.5});
+  const std::string job_name = job->name();
   const absl::Time start = absl::Now();
   job = (*client)->Watch(
       job_id,
       [&](const dlrm::v1::JobEvent& event) {
         const dlrm::v1::Job& j = event.job();
+        if (!options.report.empty()) {
+          RecordJobProgress(j, absl::ToDoubleSeconds(absl::Now() - start), &recorder);
+        }
         if (options.show_progress && j.state() == dlrm::v1::JOB_STATE_RUNNING &&
             j.total_samples() > 0) {
           const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -143,17 +200,30 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
       // A coordinator that restarts (a dead child) is watched again; a stopping cluster is not.
       [&] { return !signals.interrupted(); });
   if (options.show_progress) progress.Finish();
-  if (signals.interrupted()) return kExitInterrupted;
+  const bool write_report = !options.report.empty();
+  if (signals.interrupted()) {
+    if (write_report) {
+      WriteJobReport(options, job_id, job_name, PartialReport(recorder), "interrupted", recorder);
+    }
+    return kExitInterrupted;
+  }
   if (!job.ok()) {
     std::fprintf(stderr, "error: watching job %s: %s\n", job_id.c_str(),
                  std::string(job.status().message()).c_str());
+    if (write_report) {
+      WriteJobReport(options, job_id, job_name, PartialReport(recorder),
+                     absl::StrCat("watching the job: ", job.status().message()), recorder);
+    }
     PrintLogTails(cluster);
     return kExitFailed;
   }
   if (job->state() != dlrm::v1::JOB_STATE_SUCCEEDED) {
-    std::fprintf(stderr, "job %s %s: %s\n", job_id.c_str(),
-                 job->state() == dlrm::v1::JOB_STATE_CANCELLED ? "CANCELLED" : "FAILED",
-                 job->message().c_str());
+    const char* state = job->state() == dlrm::v1::JOB_STATE_CANCELLED ? "CANCELLED" : "FAILED";
+    std::fprintf(stderr, "job %s %s: %s\n", job_id.c_str(), state, job->message().c_str());
+    if (write_report) {
+      WriteJobReport(options, job_id, job_name, PartialReport(recorder),
+                     absl::StrCat(state, ": ", job->message()), recorder);
+    }
     PrintLogTails(cluster);
     return kExitFailed;
   }
@@ -175,7 +245,12 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
       return kExitFailed;
     }
   }
-  return 0;
+  if (options.report.empty()) return 0;
+  if (report.eval_samples > 0) {
+    recorder.RecordEval(absl::ToDoubleSeconds(absl::Now() - start), report.steps, report.auc,
+                        report.logloss);
+  }
+  return WriteJobReport(options, job_id, job_name, report, "", recorder) ? 0 : kExitFailed;
 }
 
 }  // namespace
@@ -210,6 +285,14 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     }
   }
 
+  if (!options.report.empty()) {
+    absl::Status st = worker::CheckReportPath(options.report);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+      return kExitBadInput;
+    }
+  }
+
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(options.cluster);
   if (!cluster.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(cluster.status().message()).c_str());
@@ -235,11 +318,16 @@ int RunLocalCommand(const LocalCommandOptions& options) {
       code = RunJob(options, spec_yaml, **cluster, signals);
       if (options.keep_running && code != kExitInterrupted) {
         std::printf("coordinator: %s\n", (*cluster)->coordinator_address().c_str());
+        if (!(*cluster)->admin_tls_dir().empty()) {
+          std::printf("tls-dir: %s\n", (*cluster)->admin_tls_dir().c_str());
+        }
         std::fflush(stdout);
+        const std::string tls_dir = (*cluster)->admin_tls_dir();
         std::fprintf(stderr,
-                     "the cluster keeps running: dlrmctl --coordinator %s submit -f JOB.yaml "
+                     "the cluster keeps running: dlrmctl --coordinator %s%s submit -f JOB.yaml "
                      "--wait; Ctrl-C to stop\n",
-                     (*cluster)->coordinator_address().c_str());
+                     (*cluster)->coordinator_address().c_str(),
+                     tls_dir.empty() ? "" : absl::StrCat(" --tls-dir ", tls_dir).c_str());
         signals.WaitForSignal();
       }
     }

@@ -1,10 +1,13 @@
 #include "common/grpc_util.h"
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -19,19 +22,65 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+struct PemSet {
+  std::string ca, cert, key;
+};
+
+absl::StatusOr<PemSet> ReadPems(const TransportSecurity& security) {
+  PemSet pems;
+  DLRM_ASSIGN_OR_RETURN(pems.ca, ReadPemFile(security.root_certs_path, "TLS CA (--tls-ca)"));
+  DLRM_ASSIGN_OR_RETURN(pems.cert,
+                        ReadPemFile(security.cert_chain_path, "TLS certificate (--tls-cert)"));
+  DLRM_ASSIGN_OR_RETURN(pems.key, ReadPemFile(security.private_key_path, "TLS key (--tls-key)"));
+  return pems;
+}
+
 }  // namespace
+
+TransportSecurity TransportSecurity::FromDir(const std::string& dir) {
+  TransportSecurity s;
+  s.mode = Mode::kTls;
+  s.root_certs_path = dir + "/ca.crt";
+  s.cert_chain_path = dir + "/tls.crt";
+  s.private_key_path = dir + "/tls.key";
+  return s;
+}
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const std::string& what) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no file given"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, ": cannot read '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is over 1 MiB"));
+  }
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' holds no PEM block"));
+  }
+  return text.str();
+}
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options) {
   if (options.target.empty()) {
     return absl::InvalidArgumentError("channel target is empty");
   }
-  if (options.security.mode != TransportSecurity::Mode::kInsecure) {
-    return absl::UnimplementedError(
-        absl::StrCat("TLS channels are not implemented yet (target ", options.target, ")"));
-  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   grpc::ChannelArguments args;
+  if (options.security.tls()) {
+    DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security));
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pems.ca;
+    ssl.pem_cert_chain = pems.cert;
+    ssl.pem_private_key = pems.key;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.security.server_name.empty()) {
+      args.SetSslTargetNameOverride(options.security.server_name);
+    }
+  }
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.private_connections) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ToMillis(options.keepalive_time));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ToMillis(options.keepalive_timeout));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
@@ -40,7 +89,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions&
               std::min(1000, ToMillis(options.max_reconnect_backoff)));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               std::min(1000, ToMillis(options.max_reconnect_backoff)));
-  return grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(options.target, credentials, args);
 }
 
 std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::Duration timeout) {
@@ -70,10 +119,6 @@ GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const ServerOptions& options, const std::vector<grpc::Service*>& services) {
-  if (options.security.mode != TransportSecurity::Mode::kInsecure) {
-    return absl::UnimplementedError(
-        absl::StrCat("TLS servers are not implemented yet (listen ", options.listen_address, ")"));
-  }
   if (options.listen_address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", options.listen_address, "' is not host:port"));
@@ -82,9 +127,19 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   grpc::EnableDefaultHealthCheckService(options.enable_health_service);
   if (options.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options.security.tls()) {
+    DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security));
+    // Mutual TLS: a client without a certificate the CA signed fails the handshake.
+    grpc::SslServerCredentialsOptions ssl(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = pems.ca;
+    ssl.pem_key_cert_pairs.push_back({pems.key, pems.cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen_address, credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // A second server on a port in use must fail, not silently share it (gRPC's default).

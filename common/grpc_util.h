@@ -1,5 +1,5 @@
-// gRPC plumbing built in ONE place: every channel and server of the project is made here, so
-// TLS and authentication can be added later (TransportSecurity) without touching call sites.
+// gRPC plumbing built in ONE place: every channel and server of the project is made here, with
+// the transport security of its process (TransportSecurity: plaintext or mutual TLS).
 //
 //   DLRM_ASSIGN_OR_RETURN(auto channel, MakeChannel({.target = "127.0.0.1:50051"}));
 //   auto stub = dlrm::v1::Coordinator::NewStub(channel);
@@ -43,15 +43,28 @@ inline int64_t MaxRowsPerRequest(int dim) {
   return rows < kMaxIdsPerRequest ? rows : kMaxIdsPerRequest;
 }
 
-// How a connection is secured. Only kInsecure is implemented; kTls is the hook for later
-// (certificates by path), and MakeChannel / GrpcServer::Start answer UNIMPLEMENTED for it.
+// How a connection is secured. kTls is mutual TLS: both sides present a certificate signed by
+// the CA of `root_certs_path` and check the other's (a server refuses a client without one, or
+// with one the CA did not sign, at the handshake). Files are PEM; cert-manager's Secret layout is
+// tls.crt / tls.key / ca.crt (TransportSecurity::FromDir). common/certs.h makes a test CA.
 struct TransportSecurity {
   enum class Mode { kInsecure, kTls };
   Mode mode = Mode::kInsecure;
   std::string root_certs_path;   // TLS: CA bundle to verify the peer
-  std::string cert_chain_path;   // TLS: own certificate (servers; clients for mTLS)
+  std::string cert_chain_path;   // TLS: own certificate
   std::string private_key_path;  // TLS: own key
+  // Channels: the name the server's certificate must carry, when it is not the target's host
+  // (e.g. every PS certificate names "ps.dlrm" while workers dial pod addresses).
+  std::string server_name;
+
+  // kTls with dir/tls.crt, dir/tls.key and dir/ca.crt.
+  static TransportSecurity FromDir(const std::string& dir);
+  bool tls() const { return mode == Mode::kTls; }
 };
+
+// Reads a PEM file of a TransportSecurity; NOT_FOUND naming `what` and the path when it cannot be
+// read, INVALID_ARGUMENT when it holds no PEM block.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const std::string& what);
 
 struct ChannelOptions {
   std::string target;  // "host:port" or any gRPC target URI
@@ -61,11 +74,15 @@ struct ChannelOptions {
   // Cap on the reconnect backoff, so a peer that comes back is found again quickly.
   absl::Duration max_reconnect_backoff = absl::Seconds(2);
   TransportSecurity security = {};
+  // Connections of its own instead of the process-wide pool gRPC shares between channels with the
+  // same target and arguments: a fresh start after a peer restarted.
+  bool private_connections = false;
 };
 
 // Builds a channel. Connection happens lazily; a call to a peer that is gone fails with
-// UNAVAILABLE (or DEADLINE_EXCEEDED) within that call's deadline. INVALID_ARGUMENT for an empty
-// target, UNIMPLEMENTED for TLS.
+// UNAVAILABLE (or DEADLINE_EXCEEDED) within that call's deadline, and so does a call to a server
+// whose certificate does not verify. INVALID_ARGUMENT for an empty target; for TLS, the errors of
+// ReadPemFile.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options);
 
 // A ClientContext whose deadline is `timeout` from now. Every client call must have one.

@@ -104,11 +104,26 @@ SHOW=1 run "schema rejects a nested unknown key (--set worker.gpu.colour=red)" \
   rejected '\bcolour\b' --set worker.gpu.colour=red
 SHOW=1 run "schema rejects a bad byte size (--set ps.memoryBudget=4gigs)" \
   rejected "ps[./]memoryBudget" --set ps.memoryBudget=4gigs
-run "helm template (defaults): probes, helm test hook" \
+SHOW=1 run "schema rejects a non-boolean tls.enabled (--set tls.enabled=maybe)" \
+  rejected "tls[./]enabled" --set tls.enabled=maybe
+SHOW=1 run "schema rejects an unknown key under tls (--set tls.insecure=true)" \
+  rejected '\binsecure\b' --set tls.insecure=true
+run "helm template (defaults): probes, helm test hook, TLS on every dlrm container" \
   render_ok "" --readiness --test-hook --no-pvc --image coordinator=dlrm:0.1.0 \
-  --image ps=dlrm:0.1.0 --image worker=dlrm:0.1.0
+  --image ps=dlrm:0.1.0 --image worker=dlrm:0.1.0 --tls dlrm-tls-
 run "helm template (GPU, submit Job, ServiceMonitor, PDBs, no persistence, checkpoints)" \
-  render_ok "$all_on" --readiness --test-hook --submit-job --image worker=dlrm-cuda:0.1.0
+  render_ok "$all_on" --readiness --test-hook --submit-job --image worker=dlrm-cuda:0.1.0 \
+  --tls dlrm-tls-
+tls_variants() {
+  render_ok "--set tls.enabled=false" --readiness --test-hook --insecure || return 1
+  render_ok "$all_on --set tls.enabled=false" --readiness --submit-job --insecure || return 1
+  render_ok "$all_on --set fullnameOverride=train --set tls.serverName=dlrm.cluster
+    --set tls.secrets.ps=ps-cert --set tls.secrets.admin=ops-cert" --readiness \
+    --tls train-tls- --tls-secret ps=ps-cert --tls-secret admin=ops-cert \
+    --tls-server-name dlrm.cluster || return 1
+}
+run "helm template (tls.enabled=false: --insecure, no Secret; serverName, own Secret names)" \
+  tls_variants
 run "helm template (an image per role)" render_ok \
   "--set image.tag=1.2.3 --set coordinator.image.repository=reg.example/coord
    --set ps.image.tag=ps-9 --set ps.image.pullPolicy=Always

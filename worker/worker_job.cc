@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   BatchReaderOptions sample;
   DLRM_ASSIGN_OR_RETURN(sample.format, ParseInputFormat(spec.format));
   sample.paths = spec.train_paths;
-  sample.batch_size = spec.batch_size;
+  sample.batch_size = spec.batch_size * world;  // the global batch: every rank samples the same
   for (const auto& t : spec.tables) sample.table_rows.push_back(t.rows);
   DLRM_ASSIGN_OR_RETURN(auto reader, BatchReader::Create(sample));
   HotRowCacheOptions cache_options;
@@ -199,8 +199,13 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   const std::string& job_id = job.job_id();
   const int rank = assignment.rank();
   const int world = job.world_size();
-  DLRM_ASSIGN_OR_RETURN(common::JobSpec spec,
+  DLRM_ASSIGN_OR_RETURN(const common::JobSpec submitted,
                         common::ParseJobSpec(job.job_spec_yaml(), absl::StrCat("job ", job_id)));
+  // training.batch_size is the job's global batch: this rank trains on its share of every step,
+  // and the gradients are averaged over the ranks (Trainer), so the model is the one a single
+  // process trains. Everything below reads its batch size from `spec`.
+  common::JobSpec spec = submitted;
+  DLRM_ASSIGN_OR_RETURN(spec.batch_size, common::WorkerBatchSize(submitted, world));
   if (job.ps_addresses_size() == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, ": no parameter-server addresses"));
@@ -217,6 +222,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   PsClientOptions ps_options;
   ps_options.ps_addresses.assign(job.ps_addresses().begin(), job.ps_addresses().end());
   ps_options.job_id = job_id;
+  ps_options.security = options_.security;
   ps_options.job_epoch = job.job_epoch();
   ps_options.worker_rank = rank;
   // A parameter server refusing connections for this long is gone: the run fails with the peer
@@ -341,10 +347,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     base = restored.position;
     base.samples = restored.manifest.samples;
     resumed_hot_ids = std::move(restored.hot_ids);
-    // With another number of workers, each rank skips the same share of its (new) shard.
-    if (restored.manifest.world_size != world) {
-      base.batches = base.batches * restored.manifest.world_size / world;
-    }
+    // A step is a global batch whatever the number of workers: with another number, each rank
+    // skips the same number of (smaller or larger) batches of its new shard, the same share.
     DLRM_RETURN_IF_ERROR(barrier());  // the rows are on the servers before anyone reads them
     DLRM_LOG(INFO) << "job " << job_id << " rank " << rank << ": resumed from " << restored.dir
                    << " at step " << base.step << " (epoch " << base.epoch + 1 << ", "
@@ -355,7 +359,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                      std::move(resumed_hot_ids)));
   std::unique_ptr<ClusterCheckpointer> checkpointer;
   if (!spec.checkpoint.dir.empty()) {
-    DLRM_ASSIGN_OR_RETURN(checkpointer, ClusterCheckpointer::Create({.spec = spec,
+    DLRM_ASSIGN_OR_RETURN(checkpointer, ClusterCheckpointer::Create({.spec = submitted,
                                                                      .job_id = job_id,
                                                                      .rank = rank,
                                                                      .world_size = world,

@@ -58,8 +58,9 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Create(
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess(options));
   RegisterWorkerMetrics(options.metrics);
   DLRM_ASSIGN_OR_RETURN(worker->client_,
-                        client::CoordinatorClient::Create(
-                            {.address = options.coordinator, .timeout = options.rpc_timeout}));
+                        client::CoordinatorClient::Create({.address = options.coordinator,
+                                                           .timeout = options.rpc_timeout,
+                                                           .security = options.security}));
   return worker;
 }
 

@@ -53,6 +53,8 @@ namespace dlrm::worker {
 
 struct WorkerProcessOptions {
   std::string coordinator = "127.0.0.1:50051";
+  // Of the calls to the coordinator and the parameter servers (mutual TLS or plaintext).
+  common::TransportSecurity security;
   std::string device = "auto";  // auto | cpu | cuda: overrides the spec's training.device
   // Address Gloo binds and advertises to the other ranks; "" = resolve this host's name.
   std::string advertise_host;

@@ -7,11 +7,21 @@
   --checkpoints SOURCE           coordinator, PS and worker pods mount volume `checkpoints` at
                                  /checkpoints, from SOURCE: claim:NAME or hostPath:PATH
   --pvc NAME | --no-pvc          the chart creates PersistentVolumeClaim NAME | creates none
-  --readiness                    every main container has a readiness probe: gRPC on the
-                                 coordinator and PS ports, HTTP /metrics on the workers
+  --readiness                    every main container has a readiness probe on the coordinator
+                                 and PS gRPC ports (gRPC health with --insecure, else a TCP
+                                 connect: Kubernetes' gRPC probes cannot do TLS), HTTP /metrics on
+                                 the workers
   --test-hook                    a `helm test` Pod submits ConfigMap <name>-test with --wait, and
                                  every worker generates its data in an init container
   --submit-job                   the submit Job never retries and waits for the coordinator first
+  --tls PREFIX                   every container that runs a dlrm process or dlrmctl (coordinator,
+                                 ps, worker, and dlrmctl as admin) has --tls-dir=/etc/dlrm/tls and
+                                 mounts volume tls there read-only, from Secret PREFIX<identity>;
+                                 no gRPC probe on them
+  --tls-secret IDENTITY=NAME     with --tls: that identity's Secret is NAME instead
+  --tls-server-name NAME         with --tls: each of them also has --tls-server-name=NAME (without
+                                 it: none has)
+  --insecure                     each of them has --insecure, no --tls-* flag and no tls volume
 Prints what it checked and exits 1 at the first mismatch.
 """
 
@@ -42,6 +52,72 @@ def main_container(doc):
     return spec, spec["containers"][0]
 
 
+ROLES = ("coordinator", "ps", "worker")
+TLS_DIR = "/etc/dlrm/tls"
+
+
+def dlrm_containers(docs):
+    """(where, pod spec, container, identity) of every container that runs a dlrm process
+    (args[0] is its role) or dlrmctl (named in its command; identity admin)."""
+    found = []
+    for d in docs:
+        if d["kind"] not in ("Pod", "StatefulSet", "Deployment", "Job"):
+            continue
+        spec, _ = main_container(d)
+        for c in (spec.get("initContainers") or []) + spec["containers"]:
+            args = c.get("args") or []
+            if args and args[0] in ROLES:
+                identity = args[0]
+            elif "dlrmctl" in " ".join(c.get("command") or []):
+                identity = "admin"
+            else:
+                continue
+            where = f"{d['kind']} {d['metadata']['name']} container {c['name']}"
+            found.append((where, spec, c, identity))
+    identities = {f[3] for f in found}
+    if not set(ROLES) <= identities:
+        fail(f"dlrm containers found for {sorted(identities)}, want at least {list(ROLES)}")
+    return found
+
+
+def check_tls(docs, prefix, secrets, server_name):
+    counts = {}
+    for where, spec, c, identity in dlrm_containers(docs):
+        args = c.get("args") or []
+        want = [f"--tls-dir={TLS_DIR}"] + ([f"--tls-server-name={server_name}"]
+                                           if server_name else [])
+        got = [a for a in args if a.startswith("--tls-") or a == "--insecure"]
+        if got != want:
+            fail(f"{where}: TLS flags {got}, want {want}")
+        mounts = [m for m in c.get("volumeMounts") or [] if m["name"] == "tls"]
+        if len(mounts) != 1 or mounts[0]["mountPath"] != TLS_DIR or not mounts[0].get("readOnly"):
+            fail(f"{where}: mounts tls as {mounts}, want read-only at {TLS_DIR}")
+        volumes = [v for v in spec.get("volumes") or [] if v["name"] == "tls"]
+        secret = secrets.get(identity, prefix + identity)
+        if len(volumes) != 1 or (volumes[0].get("secret") or {}).get("secretName") != secret:
+            fail(f"{where}: volume tls is {volumes}, want Secret {secret}")
+        for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if "grpc" in (c.get(probe_name) or {}):
+                fail(f"{where}: {probe_name} is a gRPC probe, which cannot do TLS")
+        counts[(identity, secret)] = counts.get((identity, secret), 0) + 1
+    print("ok: --tls-dir=" + TLS_DIR + (f" --tls-server-name={server_name}" if server_name else "")
+          + ", Secret mounted read-only, no gRPC probe: "
+          + ", ".join(f"{n} {identity} ({secret})" for (identity, secret), n in counts.items()))
+
+
+def check_insecure(docs):
+    found = dlrm_containers(docs)
+    for where, spec, c, _ in found:
+        args = c.get("args") or []
+        if "--insecure" not in args or any(a.startswith("--tls-") for a in args):
+            fail(f"{where}: args {args}, want --insecure and no --tls-* flag")
+        if any(m["name"] == "tls" for m in c.get("volumeMounts") or []):
+            fail(f"{where}: mounts volume tls without TLS")
+        if any(v["name"] == "tls" or "secret" in v for v in spec.get("volumes") or []):
+            fail(f"{where}: its pod has a tls or Secret volume without TLS")
+    print(f"ok: --insecure and no tls volume on all {len(found)} dlrm and dlrmctl containers")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", action="append", default=[])
@@ -52,6 +128,10 @@ def main():
     parser.add_argument("--readiness", action="store_true")
     parser.add_argument("--test-hook", action="store_true")
     parser.add_argument("--submit-job", action="store_true")
+    parser.add_argument("--tls")
+    parser.add_argument("--tls-secret", action="append", default=[])
+    parser.add_argument("--tls-server-name")
+    parser.add_argument("--insecure", action="store_true")
     args = parser.parse_args()
     docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
 
@@ -101,6 +181,8 @@ def main():
         for name, action, port in (("coordinator", "grpc", None), ("ps", "grpc", None),
                                    ("worker", "httpGet", "metrics")):
             _, container = main_container(workload(docs, name))
+            if action == "grpc" and "--insecure" not in (container.get("args") or []):
+                action = "tcpSocket"
             probe = container.get("readinessProbe") or {}
             if action not in probe:
                 fail(f"{name} readinessProbe {probe} has no {action}")
@@ -149,6 +231,12 @@ def main():
         if [c["name"] for c in spec.get("initContainers") or []] != ["wait-for-coordinator"]:
             fail("submit Job has no wait-for-coordinator init container")
         print("ok: submit Job backoffLimit 0, restartPolicy Never, waits for the coordinator")
+
+    if args.tls is not None:
+        check_tls(docs, args.tls, dict(s.split("=", 1) for s in args.tls_secret),
+                  args.tls_server_name)
+    if args.insecure:
+        check_insecure(docs)
 
 
 if __name__ == "__main__":

@@ -173,16 +173,19 @@ TEST_F(ClusterCheckpointTest, DlrmctlListsAJobsCheckpoints) {
   const size_t at = out.find("coordinator: ");
   ASSERT_NE(at, std::string::npos) << local.Stderr();
   const std::string address = out.substr(at + 13, out.find('\n', at) - at - 13);
-  ProcessResult list = RunProcess(
-      {BinPath("dlrmctl"), "--coordinator", address, "checkpoints", "job-1", "-o", "json"}, *dir_,
-      "dlrmctl-checkpoints", absl::Seconds(30));
+  const size_t tls_at = out.find("tls-dir: ");  // dlrm local runs mutual TLS
+  ASSERT_NE(tls_at, std::string::npos) << out;
+  const std::string tls_dir = out.substr(tls_at + 9, out.find('\n', tls_at) - tls_at - 9);
+  ProcessResult list = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
+                                   tls_dir, "checkpoints", "job-1", "-o", "json"},
+                                  *dir_, "dlrmctl-checkpoints", absl::Seconds(30));
   ASSERT_EQ(list.exit_code, 0) << list.err;
   EXPECT_NE(list.out.find("\"ckpt-000000000020\""), std::string::npos) << list.out;
   EXPECT_NE(list.out.find("\"ckpt-000000000030\""), std::string::npos) << list.out;
   EXPECT_NE(list.out.find("\"full\""), std::string::npos) << list.out;
-  ProcessResult missing =
-      RunProcess({BinPath("dlrmctl"), "--coordinator", address, "checkpoints", "job-404"}, *dir_,
-                 "dlrmctl-missing", absl::Seconds(30));
+  ProcessResult missing = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
+                                      tls_dir, "checkpoints", "job-404"},
+                                     *dir_, "dlrmctl-missing", absl::Seconds(30));
   EXPECT_EQ(missing.exit_code, 3) << "not found";
   local.Signal(SIGINT);
   local.Wait(absl::Seconds(30));

@@ -5,8 +5,9 @@
 // Tolerances: with 1 parameter server and 1 worker and staleness 0 the distributed run computes
 // the same floating-point operations in the same order as `dlrm train` (the optimizer runs on the
 // server with the same kernels, the dense model is seeded the same), so AUC and logloss must agree
-// to 1e-5 (they are printed to 1e-4; in practice they are bitwise equal). With 2 workers the data
-// is split and dense gradients are allreduced, so only the quality is compared: AUC within 0.01.
+// to 1e-5 (they are printed to 1e-4; in practice they are bitwise equal). With 2 workers each takes
+// half of every global batch and the gradients are averaged: the same model up to the order of
+// sums, stale reads and hot rows, so AUC within 0.003.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -31,11 +32,16 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kSameModelTolerance = 1e-5;
-constexpr double kAucTolerance = 0.01;
+// Two workers train on the batches of dlrm train (issue 12: within 0.003).
+constexpr double kSameBatchesAucTolerance = 0.003;
 
 // hot_budget 0: every row on the parameter servers (what the exact-match tests compare).
 std::string JobYaml(int epochs, int staleness, const std::string& name,
-                    const std::string& hot = "hot_budget: 0") {
+                    const std::string& hot = "hot_budget: 0",
+                    const std::string& optimizer =
+                        "dense: {type: adam, learning_rate: 0.003}\n"
+                        "  sparse: {type: rowwise_adagrad, "
+                        "learning_rate: 0.05}") {
   return absl::StrCat(R"(name: )", name, R"(
 model:
   dense_features: 13
@@ -44,9 +50,7 @@ model:
   embedding_dim: 8
   pooling: sum
 )",
-                      kCappedKaggleTablesYaml, R"(optimizer:
-  dense: {type: adam, learning_rate: 0.003}
-  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+                      kCappedKaggleTablesYaml, "optimizer:\n  ", optimizer, R"(
 training:
   batch_size: 256
   epochs: )",
@@ -72,6 +76,9 @@ class ClusterTest : public ::testing::Test {
     // Two workers replicate the hottest rows (about a tenth) and re-check them every 20 steps.
     WriteFile(*dir_ + "/job3.yaml",
               JobYaml(3, 1, "it-job3", "hot_budget: 64KiB\n  hot_refresh_steps: 20"));
+    WriteFile(*dir_ + "/job3-sgd.yaml", JobYaml(3, 0, "it-job3-sgd", "hot_budget: 0",
+                                                "dense: {type: sgd, learning_rate: 0.5}\n"
+                                                "  sparse: {type: sgd, learning_rate: 2}"));
     WriteFile(*dir_ + "/long.yaml", JobYaml(200, 1, "it-long"));
     // A job that may not recover: the first lost member fails it.
     WriteFile(*dir_ + "/long-no-recovery.yaml",
@@ -184,26 +191,47 @@ TEST_F(ClusterTest, PeriodicEvaluationIsReportedAndLeavesTheModelAlone) {
   EXPECT_TRUE(absl::StrContains(log, "step 10: eval AUC")) << log;
 }
 
-TEST_F(ClusterTest, TwoPsTwoWorkersReachTheAucOfDlrmTrain) {
-  // Three epochs, so that both runs are near convergence: with half the steps per epoch, two
-  // workers lag one process early in training by more than the tolerance.
-  ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job3.yaml",
-                                    "--metrics-out", Dir() + "/reference3.json", "--no-progress"},
-                                   Dir(), "train3", absl::Seconds(120));
+// training.batch_size is the global batch: two workers take a half of every batch of dlrm train
+// (interleaved shards) and average their gradients, so they train the model one process trains.
+// With the default optimizers the job runs as users run it: reads up to one step stale (when they
+// are exactly one step stale depends on timing) and hot rows (64 KiB, re-chosen every 20 steps,
+// read fresh, unlike dlrm train's rows). With plain SGD, where a per-worker batch shows at once (it
+// doubled the effective batch: AUC 0.762 -> 0.715 on the demo data before the change), staleness
+// 0 and no hot rows make it the same computation up to the order of float sums (1e-6 apart here).
+void ExpectTwoWorkersMatchDlrmTrain(const std::string& dir, const std::string& config,
+                                    const std::string& name) {
+  const std::string reference_json = absl::StrCat(dir, "/", name, "-reference.json");
+  ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", dir + "/" + config,
+                                    "--metrics-out", reference_json, "--no-progress"},
+                                   dir, name + "-train", absl::Seconds(120));
   ASSERT_EQ(train.exit_code, 0) << train.err;
-  auto reference = worker::TrainReportFromJson(ReadFileOrEmpty(Dir() + "/reference3.json"));
+  auto reference = worker::TrainReportFromJson(ReadFileOrEmpty(reference_json));
   ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_GT(reference->auc, 0.7) << "the reference did not learn; the comparison would be weak";
 
-  worker::TrainReport report;
-  ProcessResult r = RunLocal("local-2x2", {"--ps", "2", "--workers", "2"}, &report, "job3.yaml");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NEAR(report.auc, reference->auc, kAucTolerance)
-      << "dlrm train " << reference->auc << ", 2 PS + 2 workers " << report.auc;
-  // Each worker trains on its half of the training samples (even shards), so the job takes
-  // about half the steps of one process and sees (almost) every sample.
-  EXPECT_EQ(report.train_samples % 2, 0);
-  EXPECT_GE(report.train_samples, reference->train_samples - 3 * 2 * 256);
-  EXPECT_LE(report.steps, reference->steps / 2 + 3);
+  const std::string local_json = absl::StrCat(dir, "/", name, "-2x2.json");
+  ProcessResult local =
+      RunProcess({BinPath("dlrm"), "local", "--config", dir + "/" + config, "--metrics-out",
+                  local_json, "--no-progress", "--ps", "2", "--workers", "2"},
+                 dir, name + "-2x2", absl::Seconds(120));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  auto report = worker::TrainReportFromJson(ReadFileOrEmpty(local_json));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_NEAR(report->auc, reference->auc, kSameBatchesAucTolerance)
+      << "dlrm train " << reference->auc << ", 2 PS + 2 workers " << report->auc;
+  // The same steps of the same global batch (each rank's shard drops at most one record per
+  // epoch so that both take the same number of steps).
+  EXPECT_EQ(report->steps, reference->steps);
+  EXPECT_GE(report->train_samples, reference->train_samples - 3);
+  EXPECT_LE(report->train_samples, reference->train_samples);
+}
+
+TEST_F(ClusterTest, TwoWorkersTrainTheModelOfDlrmTrain) {
+  ExpectTwoWorkersMatchDlrmTrain(Dir(), "job3.yaml", "default-optimizers");
+}
+
+TEST_F(ClusterTest, TwoWorkersTrainTheModelOfDlrmTrainWithSgd) {
+  ExpectTwoWorkersMatchDlrmTrain(Dir(), "job3-sgd.yaml", "sgd");
 }
 
 // The parameter servers' tier counters that dlrm local prints after a job.
@@ -260,16 +288,19 @@ TEST_F(ClusterTest, DlrmctlSubmitsASecondJobToAKeepRunningCluster) {
                 Dir(), "local-keep");
   ASSERT_TRUE(WaitForOutput(local, "coordinator: ", absl::Seconds(120))) << local.Stderr();
   std::string address;
+  std::string tls_dir;  // dlrm local runs mutual TLS: the admin certificate for dlrmctl
   for (absl::string_view line : absl::StrSplit(local.Stdout(), '\n')) {
     if (absl::ConsumePrefix(&line, "coordinator: ")) address = std::string(line);
+    if (absl::ConsumePrefix(&line, "tls-dir: ")) tls_dir = std::string(line);
   }
   ASSERT_FALSE(address.empty()) << local.Stdout();
+  ASSERT_FALSE(tls_dir.empty()) << local.Stdout();
   const std::vector<pid_t> children = ChildrenOf(local.pid());
   EXPECT_EQ(children.size(), 3u);  // coordinator, ps-0, worker-0
 
-  ProcessResult second = RunProcess(
-      {BinPath("dlrmctl"), "--coordinator", address, "submit", "-f", Dir() + "/job.yaml", "--wait"},
-      Dir(), "dlrmctl-submit", absl::Seconds(120));
+  ProcessResult second = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
+                                     tls_dir, "submit", "-f", Dir() + "/job.yaml", "--wait"},
+                                    Dir(), "dlrmctl-submit", absl::Seconds(120));
   EXPECT_EQ(second.exit_code, 0) << second.out << second.err;
 
   local.Signal(SIGINT);

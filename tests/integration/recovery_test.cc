@@ -59,8 +59,8 @@ class RecoveryTest : public ::testing::Test {
     dir_ = nullptr;
   }
 
-  // A 2-epoch job (226 steps) with checkpoints into <dir>/<name>-ckpt, every 20 steps unless
-  // `when` says otherwise.
+  // A 2-epoch job (226 steps of a global batch of 512: 256 per worker) with checkpoints into
+  // <dir>/<name>-ckpt, every 20 steps unless `when` says otherwise.
   static std::string Spec(const std::string& name,
                           const std::string& when = "every_steps: 20, keep_last: 2",
                           const std::string& training = "") {
@@ -71,7 +71,7 @@ model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim
                                         kCappedKaggleTablesYaml, R"(optimizer:
   dense: {type: adam, learning_rate: 0.003}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 256, epochs: 2, seed: 11, staleness: 0, hot_budget: 0)",
+training: {batch_size: 512, epochs: 2, seed: 11, staleness: 0, hot_budget: 0)",
                                         training, R"(}
 data: {train: [train.tsv], eval_fraction: 0.1}
 checkpoint: {dir: )",
@@ -152,8 +152,11 @@ checkpoint: {dir: )",
     int port = 0;
     EXPECT_TRUE(absl::SimpleAtoi(ReadFileOrEmpty(port_file), &port)) << port_file;
     const std::string address = absl::StrCat("127.0.0.1:", port);
-    auto client =
-        client::CoordinatorClient::Create({.address = address, .timeout = absl::Seconds(2)});
+    const std::string tls_dir = absl::StrCat(*dir_, "/", name, "-cluster/tls/admin");
+    auto client = client::CoordinatorClient::Create(
+        {.address = address,
+         .timeout = absl::Seconds(2),
+         .security = common::TransportSecurity::FromDir(tls_dir)});
     EXPECT_TRUE(client.ok()) << client.status();
     bool had_progress = false;
     while (local.Running() && client.ok()) {
@@ -166,10 +169,10 @@ checkpoint: {dir: )",
         if (had_progress && job->total_samples() == 0) seen.progress_went_to_zero = true;
         if (job->state() == dlrm::v1::JOB_STATE_RECOVERING &&
             seen.status_while_recovering.empty()) {
-          seen.status_while_recovering =
-              RunProcess({BinPath("dlrmctl"), "--coordinator", address, "status", "job-1"}, *dir_,
-                         name + "-dlrmctl", absl::Seconds(20))
-                  .out;
+          seen.status_while_recovering = RunProcess({BinPath("dlrmctl"), "--coordinator", address,
+                                                     "--tls-dir", tls_dir, "status", "job-1"},
+                                                    *dir_, name + "-dlrmctl", absl::Seconds(20))
+                                             .out;
         }
         seen.last = *job;
       }
@@ -261,7 +264,9 @@ TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
   }
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  auto client = client::CoordinatorClient::Create({.address = address});
+  const std::string tls_dir = *dir_ + "/on-request-cluster/tls/admin";
+  auto client = client::CoordinatorClient::Create(
+      {.address = address, .security = common::TransportSecurity::FromDir(tls_dir)});
   ASSERT_TRUE(client.ok());
   // As soon as the job runs (a request before its workers start is served by them too).
   for (int i = 0; i < 600; ++i) {
@@ -269,9 +274,10 @@ TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
     if (job.ok() && job->state() == dlrm::v1::JOB_STATE_RUNNING) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ProcessResult asked = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "checkpoint",
-                                    "job-1", "--wait", "--wait-timeout", "120"},
-                                   *dir_, "dlrmctl-checkpoint", absl::Seconds(150));
+  ProcessResult asked =
+      RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir", tls_dir, "checkpoint",
+                  "job-1", "--wait", "--wait-timeout", "120"},
+                 *dir_, "dlrmctl-checkpoint", absl::Seconds(150));
   ASSERT_EQ(asked.exit_code, 0) << asked.err;
   const std::string path(absl::StripAsciiWhitespace(asked.out));
   auto taken = embedding::ReadManifest(path);
@@ -286,9 +292,9 @@ TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
   EXPECT_EQ(all->back().step, 226);
 
   // Asking a job that is over is refused, naming its state.
-  ProcessResult late =
-      RunProcess({BinPath("dlrmctl"), "--coordinator", address, "checkpoint", "job-1"}, *dir_,
-                 "dlrmctl-checkpoint-late", absl::Seconds(30));
+  ProcessResult late = RunProcess(
+      {BinPath("dlrmctl"), "--coordinator", address, "--tls-dir", tls_dir, "checkpoint", "job-1"},
+      *dir_, "dlrmctl-checkpoint-late", absl::Seconds(30));
   EXPECT_NE(late.exit_code, 0);
 }
 

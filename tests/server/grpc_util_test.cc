@@ -3,6 +3,13 @@
 // and need gRPC.)
 #include "common/grpc_util.h"
 
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/certs.h"
 #include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -41,9 +48,60 @@ TEST(GrpcUtilTest, ServerReportsBoundPortAndRejectsBadOptions) {
   EXPECT_EQ(GrpcServer::Start({.listen_address = "nonsense"}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   ServerOptions tls;
-  tls.security.mode = TransportSecurity::Mode::kTls;
-  EXPECT_EQ(GrpcServer::Start(tls, {}).status().code(), absl::StatusCode::kUnimplemented);
+  tls.security = TransportSecurity::FromDir("/nonexistent/tls");
+  auto no_files = GrpcServer::Start(tls, {});
+  EXPECT_EQ(no_files.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(no_files.status().message(), HasSubstr("/nonexistent/tls/ca.crt"));
   EXPECT_EQ(MakeChannel({}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Whether a channel completes its (TLS) handshake with the server.
+bool Connects(const std::string& target, const TransportSecurity& security) {
+  auto channel = MakeChannel({.target = target, .security = security});
+  EXPECT_TRUE(channel.ok()) << channel.status();
+  if (!channel.ok()) return false;
+  return (*channel)->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+}
+
+// Mutual TLS with certificates of common/certs.h: the cluster's own identities connect; a client
+// with a certificate of another CA, a plaintext client and a client expecting another server
+// name do not.
+TEST(GrpcUtilTest, MutualTlsAcceptsTheClusterCaOnly) {
+  char tmpl[] = "/tmp/dlrm-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(WriteClusterCertificates({.out_dir = dir + "/ours"}).ok());
+  ASSERT_TRUE(WriteClusterCertificates({.out_dir = dir + "/theirs"}).ok());
+  struct stat key_stat {};
+  ASSERT_EQ(stat((dir + "/ours/ps/tls.key").c_str(), &key_stat), 0);
+  EXPECT_EQ(key_stat.st_mode & 0777, 0600u) << "keys are readable by their owner only";
+
+  auto server = GrpcServer::Start(
+      {.listen_address = "127.0.0.1:0", .security = TransportSecurity::FromDir(dir + "/ours/ps")},
+      {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = (*server)->address();
+  EXPECT_TRUE(Connects(target, TransportSecurity::FromDir(dir + "/ours/worker")));
+  EXPECT_TRUE(Connects(absl::StrCat("localhost:", (*server)->port()),
+                       TransportSecurity::FromDir(dir + "/ours/admin")));
+  EXPECT_FALSE(Connects(target, TransportSecurity::FromDir(dir + "/theirs/worker")))
+      << "a certificate another CA signed";
+  EXPECT_FALSE(Connects(target, TransportSecurity{})) << "plaintext";
+  TransportSecurity other_name = TransportSecurity::FromDir(dir + "/ours/worker");
+  other_name.server_name = "ps.example.com";
+  EXPECT_FALSE(Connects(target, other_name)) << "a name the server's certificate does not carry";
+  // A client that trusts another CA refuses our server too.
+  TransportSecurity mixed = TransportSecurity::FromDir(dir + "/ours/worker");
+  mixed.root_certs_path = dir + "/theirs/ca.crt";
+  EXPECT_FALSE(Connects(target, mixed));
+  (*server)->Shutdown();
+
+  EXPECT_EQ(WriteClusterCertificates({.out_dir = ""}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteClusterCertificates({.out_dir = dir + "/x", .hosts = {}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteClusterCertificates({.out_dir = dir + "/x", .valid_days = 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GrpcUtilTest, RowsPerRequestStayUnderThePayloadBudget) {

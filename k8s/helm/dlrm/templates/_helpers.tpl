@@ -146,18 +146,75 @@ podAnnotations and the component's. include "dlrm.podAnnotations" (list . .Value
 
 {{/*
 A probe from values, with the component's gRPC port filled in when a `grpc:` probe names none.
-include "dlrm.probe" (list .Values.ps.readinessProbe .Values.ps.port)
+With tls.enabled a `grpc:` probe becomes a tcpSocket probe on the same port: Kubernetes' gRPC
+probes speak plaintext only, and the TLS server would fail their handshake. A TCP connect shows
+that the server listens, not its grpc.health.v1 status.
+include "dlrm.probe" (list . .Values.ps.readinessProbe .Values.ps.port)
 */}}
 {{- define "dlrm.probe" -}}
-{{- $probe := deepCopy (index . 0) }}
+{{- $root := index . 0 }}
+{{- $probe := deepCopy (index . 1) }}
 {{- if hasKey $probe "grpc" }}
 {{- $grpc := default dict $probe.grpc }}
 {{- if not (hasKey $grpc "port") }}
-{{- $_ := set $grpc "port" (int (index . 1)) }}
+{{- $_ := set $grpc "port" (int (index . 2)) }}
 {{- end }}
+{{- if $root.Values.tls.enabled }}
+{{- $_ := unset $probe "grpc" }}
+{{- $_ := set $probe "tcpSocket" (dict "port" (int $grpc.port)) }}
+{{- else }}
 {{- $_ := set $probe "grpc" $grpc }}
 {{- end }}
+{{- end }}
 {{- toYaml $probe }}
+{{- end }}
+
+{{/*
+TLS (values `tls`). Every container that runs a dlrm process or dlrmctl gets "dlrm.tlsArgs" in its
+args and, with tls.enabled, "dlrm.tlsMount" in its volumeMounts and "dlrm.tlsVolume" (the Secret
+of its identity: coordinator, ps, worker, admin) in its pod. Without tls.enabled: --insecure.
+*/}}
+{{- define "dlrm.tlsDir" -}}
+/etc/dlrm/tls
+{{- end }}
+
+{{/* Name of an identity's Secret: include "dlrm.tlsSecretName" (list . "ps") */}}
+{{- define "dlrm.tlsSecretName" -}}
+{{- $root := index . 0 }}
+{{- $identity := index . 1 }}
+{{- $name := index (default dict $root.Values.tls.secrets) $identity }}
+{{- default (printf "%s-tls-%s" (include "dlrm.fullname" $root) $identity) $name }}
+{{- end }}
+
+{{/* The TLS flags, as args list items: --tls-dir (and --tls-server-name), or --insecure. */}}
+{{- define "dlrm.tlsArgs" -}}
+{{- if .Values.tls.enabled -}}
+- --tls-dir={{ include "dlrm.tlsDir" . }}
+{{- with .Values.tls.serverName }}
+- --tls-server-name={{ . }}
+{{- end }}
+{{- else -}}
+- --insecure
+{{- end }}
+{{- end }}
+
+{{/* The volumeMount of the TLS Secret (with tls.enabled). */}}
+{{- define "dlrm.tlsMount" -}}
+- name: tls
+  mountPath: {{ include "dlrm.tlsDir" . }}
+  readOnly: true
+{{- end }}
+
+{{/*
+The pod volume of an identity's TLS Secret (with tls.enabled). Mode 0440: the files are readable
+by the pod's fsGroup (podSecurityContext.fsGroup, the image's group 10001), not by other users.
+include "dlrm.tlsVolume" (list . "ps")
+*/}}
+{{- define "dlrm.tlsVolume" -}}
+- name: tls
+  secret:
+    secretName: {{ include "dlrm.tlsSecretName" . }}
+    defaultMode: 288  # 0440
 {{- end }}
 
 {{/* Environment every dlrm container gets: its pod's name, namespace and IP. */}}
@@ -207,6 +264,8 @@ affinity:
 {{/*
 Init container that tries `dlrmctl list` until the coordinator answers, at most
 job.submit.waitForCoordinator.attempts times (dlrmctl itself fails at once when it cannot connect).
+Its args are dlrmctl's TLS flags ("$@" of the script, after $0 = wait-for-coordinator); with
+tls.enabled the pod needs the "dlrm.tlsVolume" of identity admin.
 include "dlrm.waitForCoordinator" (list . resources)
 */}}
 {{- define "dlrm.waitForCoordinator" -}}
@@ -220,7 +279,7 @@ include "dlrm.waitForCoordinator" (list . resources)
     - -c
     - |
       tries=0
-      until /usr/local/bin/dlrmctl --coordinator="$COORDINATOR" --timeout=5 list >/dev/null; do
+      until /usr/local/bin/dlrmctl --coordinator="$COORDINATOR" --timeout=5 "$@" list >/dev/null; do
         tries=$((tries + 1))
         if [ "$tries" -ge "$ATTEMPTS" ]; then
           echo "coordinator $COORDINATOR did not answer after $tries tries" >&2
@@ -228,6 +287,9 @@ include "dlrm.waitForCoordinator" (list . resources)
         fi
         sleep "$PERIOD"
       done
+    - wait-for-coordinator
+  args:
+    {{- include "dlrm.tlsArgs" $root | nindent 4 }}
   env:
     - name: COORDINATOR
       value: {{ include "dlrm.coordinatorAddress" $root | quote }}
@@ -239,4 +301,8 @@ include "dlrm.waitForCoordinator" (list . resources)
     {{- toYaml (index . 1) | nindent 4 }}
   securityContext:
     {{- toYaml $root.Values.securityContext | nindent 4 }}
+  {{- if $root.Values.tls.enabled }}
+  volumeMounts:
+    {{- include "dlrm.tlsMount" $root | nindent 4 }}
+  {{- end }}
 {{- end }}

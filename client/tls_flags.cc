@@ -1,0 +1,97 @@
+#include "client/tls_flags.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace dlrm::client {
+
+void AddTlsFlags(CLI::App* cmd, TlsFlags* flags) {
+  cmd->add_option("--tls-dir", flags->dir,
+                  "Folder with tls.crt, tls.key and ca.crt (mutual TLS; env DLRM_TLS_DIR)");
+  cmd->add_option("--tls-cert", flags->cert, "This process's certificate (PEM)");
+  cmd->add_option("--tls-key", flags->key, "This process's private key (PEM)");
+  cmd->add_option("--tls-ca", flags->ca, "CA certificate that signs every peer (PEM)");
+  cmd->add_option("--tls-server-name", flags->server_name,
+                  "Name the servers' certificates carry, when not the host dialled");
+  cmd->add_flag("--insecure", flags->insecure,
+                "Plaintext gRPC, also on non-loopback addresses (no TLS, no peer check)");
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  std::string host = address;
+  if (absl::StartsWith(host, "[")) {  // [::1]:port
+    host = host.substr(1, host.find(']') == std::string::npos ? host.npos : host.find(']') - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
+                                                     const std::string& listen_address,
+                                                     const std::string& who) {
+  common::TransportSecurity security;
+  const bool files = !flags.cert.empty() || !flags.key.empty() || !flags.ca.empty();
+  std::string dir = flags.dir;
+  if (dir.empty() && !files) {
+    const char* env = getenv("DLRM_TLS_DIR");
+    if (env != nullptr) dir = env;
+  }
+  if (!dir.empty() && files) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": give --tls-dir or --tls-cert/--tls-key/--tls-ca, not both"));
+  }
+  if (!dir.empty()) {
+    security = common::TransportSecurity::FromDir(dir);
+  } else if (files) {
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--tls-cert", flags.cert},
+          {"--tls-key", flags.key},
+          {"--tls-ca", flags.ca}}) {
+      if (value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            who, ": ", flag, " is missing (TLS needs --tls-cert, --tls-key and --tls-ca)"));
+      }
+    }
+    security.mode = common::TransportSecurity::Mode::kTls;
+    security.cert_chain_path = flags.cert;
+    security.private_key_path = flags.key;
+    security.root_certs_path = flags.ca;
+  }
+  if (security.tls()) {
+    if (flags.insecure) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": --insecure together with TLS certificates; choose one"));
+    }
+    security.server_name = flags.server_name;
+    DLRM_RETURN_IF_ERROR(
+        common::ReadPemFile(security.root_certs_path, "TLS CA (--tls-ca)").status());
+    DLRM_RETURN_IF_ERROR(
+        common::ReadPemFile(security.cert_chain_path, "TLS certificate (--tls-cert)").status());
+    DLRM_RETURN_IF_ERROR(
+        common::ReadPemFile(security.private_key_path, "TLS key (--tls-key)").status());
+    return security;
+  }
+  if (flags.insecure) {
+    DLRM_LOG(WARNING) << who << ": --insecure: plaintext gRPC"
+                      << (listen_address.empty() ? "" : absl::StrCat(" on ", listen_address))
+                      << "; anyone who can reach it can submit, cancel and corrupt jobs";
+    return security;
+  }
+  if (!listen_address.empty() && !IsLoopbackAddress(listen_address)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, ": refusing to serve plaintext gRPC on ", listen_address,
+        " (not loopback): give --tls-dir (or --tls-cert, --tls-key, --tls-ca; `dlrm certs` makes "
+        "them), or --insecure to accept that anyone who reaches the port controls the cluster"));
+  }
+  return security;
+}
+
+}  // namespace dlrm::client

@@ -1,0 +1,212 @@
+#include "common/certs.h"
+
+#include <arpa/inet.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace dlrm::common {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PkeyFree {
+  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+};
+struct X509Free {
+  void operator()(X509* p) const { X509_free(p); }
+};
+struct BioFree {
+  void operator()(BIO* p) const { BIO_free(p); }
+};
+using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using Cert = std::unique_ptr<X509, X509Free>;
+
+// OpenSSL's queued errors, oldest first, as one message.
+absl::Status OpenSslError(const std::string& what) {
+  std::string detail;
+  for (unsigned long e = ERR_get_error(); e != 0; e = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(e, buffer, sizeof(buffer));
+    absl::StrAppend(&detail, detail.empty() ? "" : "; ", buffer);
+  }
+  return absl::InternalError(
+      absl::StrCat("certificates: ", what, " failed", detail.empty() ? "" : ": ", detail));
+}
+
+bool IsIpAddress(const std::string& host) {
+  unsigned char buffer[16];
+  return inet_pton(AF_INET, host.c_str(), buffer) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), buffer) == 1;
+}
+
+absl::Status AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+  if (ext == nullptr) return OpenSslError(absl::StrCat("extension ", OBJ_nid2sn(nid)));
+  const int added = X509_add_ext(cert, ext, -1);
+  X509_EXTENSION_free(ext);
+  if (added != 1) return OpenSslError(absl::StrCat("adding extension ", OBJ_nid2sn(nid)));
+  return absl::OkStatus();
+}
+
+// A certificate for `common_name` with `key`, signed by `issuer_key` (and named after `issuer`;
+// self-signed when issuer is null).
+absl::StatusOr<Cert> MakeCertificate(const std::string& common_name, EVP_PKEY* key, X509* issuer,
+                                     EVP_PKEY* issuer_key, const ClusterCertOptions& options) {
+  Cert cert(X509_new());
+  if (cert == nullptr) return OpenSslError("X509_new");
+  X509_set_version(cert.get(), 2);  // v3
+  BIGNUM* serial = BN_new();
+  if (serial == nullptr || BN_rand(serial, 120, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
+      BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(cert.get())) == nullptr) {
+    BN_free(serial);
+    return OpenSslError("serial number");
+  }
+  BN_free(serial);
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), static_cast<long>(options.valid_days) * 86400);
+  if (X509_set_pubkey(cert.get(), key) != 1) return OpenSslError("X509_set_pubkey");
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  const auto* o = reinterpret_cast<const unsigned char*>("dlrm");
+  const auto* cn = reinterpret_cast<const unsigned char*>(common_name.c_str());
+  if (X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, o, -1, -1, 0) != 1 ||
+      X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, cn, -1, -1, 0) != 1) {
+    return OpenSslError("subject name");
+  }
+  X509* signer = issuer != nullptr ? issuer : cert.get();
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(signer)) != 1) {
+    return OpenSslError("issuer name");
+  }
+  if (issuer == nullptr) {
+    DLRM_RETURN_IF_ERROR(
+        AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE"));
+    DLRM_RETURN_IF_ERROR(
+        AddExtension(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign"));
+    DLRM_RETURN_IF_ERROR(AddExtension(cert.get(), signer, NID_subject_key_identifier, "hash"));
+  } else {
+    std::vector<std::string> names;
+    for (const std::string& host : options.hosts) {
+      names.push_back(absl::StrCat(IsIpAddress(host) ? "IP:" : "DNS:", host));
+    }
+    DLRM_RETURN_IF_ERROR(
+        AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:FALSE"));
+    DLRM_RETURN_IF_ERROR(
+        AddExtension(cert.get(), signer, NID_key_usage, "critical,digitalSignature"));
+    DLRM_RETURN_IF_ERROR(
+        AddExtension(cert.get(), signer, NID_ext_key_usage, "serverAuth,clientAuth"));
+    DLRM_RETURN_IF_ERROR(
+        AddExtension(cert.get(), signer, NID_subject_alt_name, absl::StrJoin(names, ",")));
+    DLRM_RETURN_IF_ERROR(AddExtension(cert.get(), signer, NID_authority_key_identifier, "keyid"));
+  }
+  if (X509_sign(cert.get(), issuer_key, EVP_sha256()) == 0) return OpenSslError("X509_sign");
+  return cert;
+}
+
+absl::Status WriteText(const fs::path& path, const std::string& text, bool secret) {
+  std::error_code ec;
+  fs::remove(path, ec);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out)
+      return absl::PermissionDeniedError(absl::StrCat("cannot write '", path.string(), "'"));
+    if (secret) ::chmod(path.c_str(), 0600);  // before the key is in it
+    out << text;
+    if (!out.flush()) {
+      return absl::DataLossError(absl::StrCat("writing '", path.string(), "' failed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ToPem(X509* cert) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr || PEM_write_bio_X509(bio.get(), cert) != 1) {
+    return OpenSslError("PEM_write_bio_X509");
+  }
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(size));
+}
+
+absl::StatusOr<std::string> ToPem(EVP_PKEY* key) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr ||
+      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+    return OpenSslError("PEM_write_bio_PrivateKey");
+  }
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(size));
+}
+
+absl::StatusOr<Pkey> NewKey() {
+  Pkey key(EVP_EC_gen("P-256"));
+  if (key == nullptr) return OpenSslError("EC P-256 key generation");
+  return key;
+}
+
+}  // namespace
+
+absl::Status WriteClusterCertificates(const ClusterCertOptions& options) {
+  if (options.out_dir.empty()) return absl::InvalidArgumentError("certificates: no --out folder");
+  if (options.hosts.empty()) {
+    return absl::InvalidArgumentError("certificates: no host names (--host) to put in them");
+  }
+  for (const std::string& host : options.hosts) {
+    if (host.empty() || host.size() > 253 || host.find_first_of(", \t\n") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("certificates: bad host name '", host, "'"));
+    }
+  }
+  if (options.valid_days < 1 || options.valid_days > 3650) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("certificates: valid_days ", options.valid_days, " is outside [1, 3650]"));
+  }
+  const fs::path out(options.out_dir);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create '", out.string(), "': ", ec.message()));
+  }
+  DLRM_ASSIGN_OR_RETURN(Pkey ca_key, NewKey());
+  DLRM_ASSIGN_OR_RETURN(Cert ca,
+                        MakeCertificate("dlrm-ca", ca_key.get(), nullptr, ca_key.get(), options));
+  DLRM_ASSIGN_OR_RETURN(std::string ca_pem, ToPem(ca.get()));
+  DLRM_ASSIGN_OR_RETURN(std::string ca_key_pem, ToPem(ca_key.get()));
+  DLRM_RETURN_IF_ERROR(WriteText(out / "ca.crt", ca_pem, false));
+  DLRM_RETURN_IF_ERROR(WriteText(out / "ca.key", ca_key_pem, true));
+  for (const char* identity : kCertIdentities) {
+    const fs::path dir = out / identity;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create '", dir.string(), "': ", ec.message()));
+    }
+    DLRM_ASSIGN_OR_RETURN(Pkey key, NewKey());
+    DLRM_ASSIGN_OR_RETURN(Cert cert,
+                          MakeCertificate(identity, key.get(), ca.get(), ca_key.get(), options));
+    DLRM_ASSIGN_OR_RETURN(std::string cert_pem, ToPem(cert.get()));
+    DLRM_ASSIGN_OR_RETURN(std::string key_pem, ToPem(key.get()));
+    DLRM_RETURN_IF_ERROR(WriteText(dir / "tls.crt", cert_pem, false));
+    DLRM_RETURN_IF_ERROR(WriteText(dir / "tls.key", key_pem, true));
+    DLRM_RETURN_IF_ERROR(WriteText(dir / "ca.crt", ca_pem, false));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::common

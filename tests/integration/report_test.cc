@@ -1,0 +1,142 @@
+// `--report FILE.html` end to end: `dlrm train` and `dlrm local` on generated data write one
+// self-contained page with the loss, eval AUC, eval logloss and throughput charts, whose final
+// AUC is the one the run printed to --metrics-out; a path that cannot be written is refused before
+// training starts.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_util.h"
+#include "worker/train_report.h"
+
+namespace dlrm::testing {
+namespace {
+
+constexpr int kEvalEvery = 5;
+
+// 3600 training samples in batches of 256: 15 steps, evaluated at steps 5, 10 and 15.
+std::string JobYaml() {
+  return absl::StrCat(R"(name: report-job
+model:
+  dense_features: 13
+  bottom_mlp: [16, 8]
+  top_mlp: [16, 1]
+  embedding_dim: 8
+  pooling: sum
+)",
+                      kCappedKaggleTablesYaml, R"(optimizer:
+  dense: {type: adam, learning_rate: 0.003}
+  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+training:
+  batch_size: 256
+  epochs: 1
+  seed: 3
+  eval_every_steps: )",
+                      kEvalEvery, R"(
+data:
+  train: [train.tsv]
+  eval_fraction: 0.1
+)");
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string Figure(const std::string& html, const std::string& id) {
+  const size_t begin = html.find(absl::StrCat("<figure class=\"chart\" id=\"", id, "\">"));
+  if (begin == std::string::npos) return "";
+  return html.substr(begin, html.find("</figure>", begin) - begin);
+}
+
+class ReportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(MakeGeneratedDataDir("dlrm-report", 4000, 1000, 5));
+    ASSERT_FALSE(dir_->empty());
+    std::ofstream(*dir_ + "/job.yaml") << JobYaml();
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (dir_ != nullptr && !dir_->empty()) std::filesystem::remove_all(*dir_, ec);
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // The page has every chart drawn and the final AUC of the run's --metrics-out JSON.
+  static void ExpectPageOfRun(const std::string& html, const std::string& metrics_json) {
+    auto report = worker::TrainReportFromJson(metrics_json);
+    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_GT(report->eval_samples, 0);
+    for (const char* id : {"chart-loss", "chart-throughput", "chart-auc", "chart-logloss"}) {
+      const std::string figure = Figure(html, id);
+      EXPECT_TRUE(absl::StrContains(figure, "<svg")) << id << ":\n" << figure;
+      EXPECT_TRUE(absl::StrContains(figure, "class=\"series\"")) << id;
+    }
+    EXPECT_TRUE(
+        absl::StrContains(html, absl::StrFormat("<dt>final AUC</dt><dd>%.4f</dd>", report->auc)))
+        << "auc " << report->auc;
+    EXPECT_TRUE(
+        absl::StrContains(html, absl::StrFormat("<dt>steps</dt><dd>%d</dd>", report->steps)));
+    EXPECT_TRUE(absl::StrContains(html, "<dt>outcome</dt><dd>succeeded</dd>"));
+    EXPECT_FALSE(absl::StrContains(html, "http://"));
+    EXPECT_FALSE(absl::StrContains(html, "https://"));
+    EXPECT_FALSE(absl::StrContains(html, "<script"));
+  }
+
+  static std::string* dir_;
+};
+
+std::string* ReportTest::dir_ = nullptr;
+
+TEST_F(ReportTest, TrainWritesThePageWithItsEvaluations) {
+  const std::string html_path = *dir_ + "/train.html";
+  ProcessResult r =
+      RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml", "--metrics-out",
+                  *dir_ + "/train.json", "--report", html_path, "--no-progress", "--threads", "1"},
+                 *dir_, "train", absl::Seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = ReadFileOrEmpty(html_path);
+  const std::string json = ReadFileOrEmpty(*dir_ + "/train.json");
+  ExpectPageOfRun(html, json);
+  // Periodic evaluations at steps 5, 10 and 15 (the last one is also the final evaluation).
+  auto report = worker::TrainReportFromJson(json);
+  ASSERT_TRUE(report.ok());
+  const int evaluations =
+      static_cast<int>((report->steps + kEvalEvery - 1) / kEvalEvery);  // and the final one
+  EXPECT_EQ(Count(Figure(html, "chart-auc"), "<circle"), evaluations);
+  EXPECT_TRUE(absl::StrContains(r.err, "step 5: eval AUC")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "wrote the run report to " + html_path)) << r.err;
+}
+
+TEST_F(ReportTest, LocalWritesThePageOfTheJob) {
+  const std::string html_path = *dir_ + "/local.html";
+  ProcessResult r = RunProcess(
+      {BinPath("dlrm"), "local", "--config", *dir_ + "/job.yaml", "--ps", "1", "--workers", "1",
+       "--metrics-out", *dir_ + "/local.json", "--report", html_path, "--no-progress"},
+      *dir_, "local", absl::Seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = ReadFileOrEmpty(html_path);
+  ExpectPageOfRun(html, ReadFileOrEmpty(*dir_ + "/local.json"));
+  EXPECT_GE(Count(Figure(html, "chart-auc"), "<circle"), 1);
+}
+
+TEST_F(ReportTest, AnUnwritablePathIsRefusedBeforeTraining) {
+  const std::string bad = *dir_ + "/no/such/folder/report.html";
+  ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+                                "--report", bad, "--no-progress", "--threads", "1"},
+                               *dir_, "train-bad", absl::Seconds(60));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, bad)) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.out, "AUC")) << r.out;
+}
+
+}  // namespace
+}  // namespace dlrm::testing

@@ -1,0 +1,157 @@
+// Mutual TLS and the secure-by-default rule with the shipped binaries (issue 11): certificates
+// from `dlrm certs`, a `dlrm coordinator` started as the Helm chart starts it (TLS folder, all
+// interfaces), `dlrmctl` and `dlrm ps` as clients. The cluster's own identities get in; a client
+// with a certificate of another CA, a plaintext client, and a parameter server with a foreign
+// certificate do not; plaintext on a non-loopback address is refused unless --insecure.
+// (A whole job over TLS runs in every `dlrm local` test: TLS is its default.)
+#include <signal.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_util.h"
+
+namespace dlrm::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dlrm-tls-it-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    for (const char* ca : {"ours", "theirs"}) {
+      ProcessResult certs = RunProcess({BinPath("dlrm"), "certs", "--out", dir_ + "/" + ca}, dir_,
+                                       absl::StrCat("certs-", ca), absl::Seconds(30));
+      ASSERT_EQ(certs.exit_code, 0) << certs.err;
+    }
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Starts a coordinator with `extra` flags; returns its port (0 when it did not come up).
+  int StartCoordinator(std::unique_ptr<Process>* process, const std::vector<std::string>& extra) {
+    const std::string port_file = dir_ + "/coordinator.port";
+    std::error_code ec;
+    fs::remove(port_file, ec);  // of the coordinator before
+    std::vector<std::string> argv = {BinPath("dlrm"), "coordinator", "--data-dir",
+                                     dir_ + "/coord", "--port-file", port_file};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    *process = std::make_unique<Process>(argv, dir_, "coordinator");
+    int port = 0;
+    for (int i = 0; i < 300 && !absl::SimpleAtoi(ReadFileOrEmpty(port_file), &port); ++i) {
+      if (!(*process)->Running()) return 0;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return port;
+  }
+
+  ProcessResult Dlrmctl(int port, const std::vector<std::string>& tls, const std::string& name) {
+    std::vector<std::string> argv = {BinPath("dlrmctl"), "--coordinator",
+                                     absl::StrCat("127.0.0.1:", port), "--timeout", "3"};
+    argv.insert(argv.end(), tls.begin(), tls.end());
+    argv.insert(argv.end(), {"members", "-o", "json"});
+    return RunProcess(argv, dir_, name, absl::Seconds(30));
+  }
+
+  std::string dir_;
+};
+
+TEST_F(TlsTest, OnlyTheClusterCaGetsIn) {
+  // As the chart starts it: every interface, certificates from a folder.
+  std::unique_ptr<Process> coordinator;
+  const int port = StartCoordinator(
+      &coordinator,
+      {"--listen", "0.0.0.0:0", "--tls-dir", dir_ + "/ours/coordinator", "--lease-ttl", "3s"});
+  ASSERT_GT(port, 0) << coordinator->Stderr();
+  EXPECT_TRUE(absl::StrContains(coordinator->Stderr(), "mutual TLS")) << coordinator->Stderr();
+
+  ProcessResult admin = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "admin");
+  EXPECT_EQ(admin.exit_code, 0) << admin.err;
+
+  // The same files one by one.
+  ProcessResult by_file = Dlrmctl(port,
+                                  {"--tls-cert", dir_ + "/ours/admin/tls.crt", "--tls-key",
+                                   dir_ + "/ours/admin/tls.key", "--tls-ca", dir_ + "/ours/ca.crt"},
+                                  "admin-files");
+  EXPECT_EQ(by_file.exit_code, 0) << by_file.err;
+
+  // Another CA's certificate, and no certificate at all: the handshake fails, so the call is
+  // UNAVAILABLE (exit 4), and nothing reached the coordinator.
+  ProcessResult foreign = Dlrmctl(port, {"--tls-dir", dir_ + "/theirs/admin"}, "foreign");
+  EXPECT_EQ(foreign.exit_code, 4) << foreign.out << foreign.err;
+  ProcessResult plaintext = Dlrmctl(port, {}, "plaintext");
+  EXPECT_EQ(plaintext.exit_code, 4) << plaintext.out << plaintext.err;
+  ProcessResult partial =
+      Dlrmctl(port, {"--tls-cert", dir_ + "/ours/admin/tls.crt"}, "partial-flags");
+  EXPECT_NE(partial.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(partial.err, "--tls-key is missing")) << partial.err;
+
+  // A parameter server with a foreign certificate never becomes a member; one with ours does.
+  Process intruder({BinPath("dlrm"), "ps", "--coordinator", absl::StrCat("127.0.0.1:", port),
+                    "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/ps-intruder", "--tls-dir",
+                    dir_ + "/theirs/ps", "--name", "intruder"},
+                   dir_, "ps-intruder");
+  Process member({BinPath("dlrm"), "ps", "--coordinator", absl::StrCat("127.0.0.1:", port),
+                  "--listen", "127.0.0.1:0", "--data-dir", dir_ + "/ps-member", "--tls-dir",
+                  dir_ + "/ours/ps", "--name", "member"},
+                 dir_, "ps-member");
+  std::string members;
+  for (int i = 0; i < 100; ++i) {
+    members = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "members").out;
+    if (absl::StrContains(members, "\"member\"")) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(absl::StrContains(members, "\"member\"")) << members;
+  absl::SleepFor(absl::Seconds(1));  // the intruder has retried meanwhile
+  members = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "members-again").out;
+  EXPECT_FALSE(absl::StrContains(members, "intruder")) << members;
+  intruder.Signal(SIGTERM);
+  member.Signal(SIGTERM);
+  intruder.Wait(absl::Seconds(10));
+  member.Wait(absl::Seconds(10));
+  coordinator->Signal(SIGTERM);
+  EXPECT_EQ(coordinator->Wait(absl::Seconds(10)).exit_code, 0);
+}
+
+TEST_F(TlsTest, PlaintextOffLoopbackNeedsInsecure) {
+  std::unique_ptr<Process> refused;
+  EXPECT_EQ(StartCoordinator(&refused, {"--listen", "0.0.0.0:0"}), 0);
+  ProcessResult result = refused->Wait(absl::Seconds(10));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(result.err, "refusing to serve plaintext gRPC on 0.0.0.0:0"))
+      << result.err;
+  ProcessResult ps = RunProcess({BinPath("dlrm"), "ps", "--data-dir", dir_ + "/ps"}, dir_,
+                                "ps-default-listen", absl::Seconds(10));
+  EXPECT_NE(ps.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(ps.err, "0.0.0.0:50061")) << ps.err;
+
+  // --insecure accepts it, loudly.
+  std::unique_ptr<Process> insecure;
+  const int port = StartCoordinator(&insecure, {"--listen", "0.0.0.0:0", "--insecure"});
+  ASSERT_GT(port, 0) << insecure->Stderr();
+  EXPECT_TRUE(absl::StrContains(insecure->Stderr(), "--insecure: plaintext gRPC"))
+      << insecure->Stderr();
+  ProcessResult plaintext = Dlrmctl(port, {}, "plaintext-ok");
+  EXPECT_EQ(plaintext.exit_code, 0) << plaintext.err;
+  insecure->Signal(SIGTERM);
+  insecure->Wait(absl::Seconds(10));
+
+  // TLS together with --insecure is a usage error.
+  std::unique_ptr<Process> both;
+  EXPECT_EQ(StartCoordinator(&both, {"--insecure", "--tls-dir", dir_ + "/ours/coordinator"}), 0);
+  EXPECT_TRUE(absl::StrContains(both->Wait(absl::Seconds(10)).err, "choose one"));
+}
+
+}  // namespace
+}  // namespace dlrm::testing
