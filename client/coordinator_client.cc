@@ -260,6 +260,11 @@ dlrm::v1::RegisterRequest MakeRegisterRequest(dlrm::v1::Role role, const std::st
   return request;
 }
 
+bool RegisterRefused(const absl::Status& status) {
+  return absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status) ||
+         absl::IsInvalidArgument(status);
+}
+
 absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response) {
   const int64_t ms = response.heartbeat_interval_ms() > 0
                          ? response.heartbeat_interval_ms()

@@ -105,5 +105,9 @@ dlrm::v1::RegisterRequest MakeRegisterRequest(dlrm::v1::Role role, const std::st
 // How often a registered member heartbeats: the coordinator's suggestion, else a third of the
 // lease (at least 10 ms).
 absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response);
+// A Register that trying again cannot fix: the coordinator refused the caller's identity
+// (UNAUTHENTICATED, PERMISSION_DENIED) or the request (INVALID_ARGUMENT). Members stop at once
+// with it instead of retrying until their register timeout.
+bool RegisterRefused(const absl::Status& status);
 
 }  // namespace dlrm::client

@@ -362,7 +362,9 @@ class Command {
     const int exit_code = code.value_or(ExitCodeForStatus(status));
     if (exit_code == kExitUnavailable) {
       err_ << "dlrmctl: is a coordinator running at " << flags_.coordinator
-           << "? Pass --coordinator HOST:PORT or set $DLRM_COORDINATOR.\n";
+           << "? Pass --coordinator HOST:PORT or set $DLRM_COORDINATOR. A coordinator with mutual "
+              "TLS also needs --tls-dir (the admin certificate of its CA) and, when its "
+              "certificate does not name that host, --tls-server-name.\n";
     }
     return exit_code;
   }

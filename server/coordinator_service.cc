@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/authz.h"
 #include "common/grpc_util.h"
 #include "common/limits.h"
 #include "common/version.h"
@@ -90,7 +91,15 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::Reply(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::Register(grpc::CallbackServerContext* context,
                                                            const dlrm::v1::RegisterRequest* request,
                                                            dlrm::v1::RegisterResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.Register"); !denied.ok()) {
+    return Reply(context, "Register", denied);
+  }
   if (absl::Status s = CheckRegister(*request); !s.ok()) return Reply(context, "Register", s);
+  // A certificate of one role cannot register a member of another (a worker posing as a PS).
+  const char* role = request->role() == dlrm::v1::ROLE_PS ? "ps" : "worker";
+  if (absl::Status denied = common::AuthorizeRole(*context, role); !denied.ok()) {
+    return Reply(context, "Register", denied);
+  }
   auto result = state_->Register(*request, absl::Now());
   if (result.ok()) *response = std::move(*result);
   return Reply(context, "Register", result.status());
@@ -99,6 +108,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::Register(grpc::CallbackServerC
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::Heartbeat(
     grpc::CallbackServerContext* context, const dlrm::v1::HeartbeatRequest* request,
     dlrm::v1::HeartbeatResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.Heartbeat"); !denied.ok()) {
+    return Reply(context, "Heartbeat", denied);
+  }
   auto result = state_->Heartbeat(request->member_id(), absl::Now());
   if (result.ok()) *response = std::move(*result);
   return Reply(context, "Heartbeat", result.status());
@@ -107,6 +119,10 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetClusterView(
     grpc::CallbackServerContext* context, const dlrm::v1::GetClusterViewRequest* /*request*/,
     dlrm::v1::GetClusterViewResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.GetClusterView");
+      !denied.ok()) {
+    return Reply(context, "GetClusterView", denied);
+  }
   *response = state_->ClusterView();
   response->set_server_version(common::kVersion);
   return Reply(context, "GetClusterView", absl::OkStatus());
@@ -115,6 +131,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetClusterView(
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::Leave(grpc::CallbackServerContext* context,
                                                         const dlrm::v1::LeaveRequest* request,
                                                         dlrm::v1::LeaveResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.Leave"); !denied.ok()) {
+    return Reply(context, "Leave", denied);
+  }
   auto result = state_->Leave(request->member_id(), absl::Now());
   if (result.ok()) response->set_epoch(*result);
   return Reply(context, "Leave", result.status());
@@ -123,12 +142,18 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::Leave(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvSet(grpc::CallbackServerContext* context,
                                                         const dlrm::v1::KvSetRequest* request,
                                                         dlrm::v1::KvSetResponse* /*response*/) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvSet"); !denied.ok()) {
+    return Reply(context, "KvSet", denied);
+  }
   return Reply(context, "KvSet", kv_->Set(request->key(), request->value()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerContext* context,
                                                         const dlrm::v1::KvGetRequest* request,
                                                         dlrm::v1::KvGetResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvGet"); !denied.ok()) {
+    return Reply(context, "KvGet", denied);
+  }
   absl::Duration wait = absl::Milliseconds(request->wait_timeout_ms());
   // Never wait past the caller's own deadline: it would not hear the answer.
   const absl::Duration until_deadline = absl::FromChrono(context->deadline()) - absl::Now();
@@ -152,6 +177,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvDelete(grpc::CallbackServerContext* context,
                                                            const dlrm::v1::KvDeleteRequest* request,
                                                            dlrm::v1::KvDeleteResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvDelete"); !denied.ok()) {
+    return Reply(context, "KvDelete", denied);
+  }
   if (request->key().empty() && !request->prefix()) {
     return Reply(context, "KvDelete", absl::InvalidArgumentError("rendezvous key is empty"));
   }
@@ -167,6 +195,9 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvDelete(grpc::CallbackServerC
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvAdd(grpc::CallbackServerContext* context,
                                                         const dlrm::v1::KvAddRequest* request,
                                                         dlrm::v1::KvAddResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvAdd"); !denied.ok()) {
+    return Reply(context, "KvAdd", denied);
+  }
   auto result = kv_->Add(request->key(), request->delta());
   if (result.ok()) response->set_value(*result);
   return Reply(context, "KvAdd", result.status());
@@ -175,6 +206,10 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvAdd(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::ReportProgress(
     grpc::CallbackServerContext* context, const dlrm::v1::ReportProgressRequest* request,
     dlrm::v1::ReportProgressResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Coordinator.ReportProgress");
+      !denied.ok()) {
+    return Reply(context, "ReportProgress", denied);
+  }
   if (absl::Status s = CheckReport(*request); !s.ok()) return Reply(context, "ReportProgress", s);
   auto result = state_->ReportProgress(*request, absl::Now());
   if (result.ok()) response->set_state(*result);
@@ -189,6 +224,9 @@ grpc::ServerUnaryReactor* JobsServiceImpl::Reply(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobsServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                      const dlrm::v1::SubmitJobRequest* request,
                                                      dlrm::v1::SubmitJobResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Jobs.SubmitJob"); !denied.ok()) {
+    return Reply(context, "SubmitJob", denied);
+  }
   // Before parsing: a huge spec costs the parser far more than its bytes.
   if (absl::Status s = CheckLength("SubmitJob: spec_yaml", request->spec_yaml(),
                                    common::kMaxSpecBytes, "kMaxSpecBytes");
@@ -203,6 +241,9 @@ grpc::ServerUnaryReactor* JobsServiceImpl::SubmitJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* JobsServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                   const dlrm::v1::GetJobRequest* request,
                                                   dlrm::v1::Job* response) {
+  if (absl::Status denied = common::Authorize(*context, "Jobs.GetJob"); !denied.ok()) {
+    return Reply(context, "GetJob", denied);
+  }
   auto result = state_->GetJob(request->job_id());
   if (result.ok()) *response = std::move(*result);
   return Reply(context, "GetJob", result.status());
@@ -211,6 +252,9 @@ grpc::ServerUnaryReactor* JobsServiceImpl::GetJob(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* JobsServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                     const dlrm::v1::ListJobsRequest* request,
                                                     dlrm::v1::ListJobsResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "Jobs.ListJobs"); !denied.ok()) {
+    return Reply(context, "ListJobs", denied);
+  }
   if (!dlrm::v1::JobState_IsValid(request->state())) {
     return Reply(
         context, "ListJobs",
@@ -224,6 +268,9 @@ grpc::ServerUnaryReactor* JobsServiceImpl::ListJobs(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobsServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                      const dlrm::v1::CancelJobRequest* request,
                                                      dlrm::v1::Job* response) {
+  if (absl::Status denied = common::Authorize(*context, "Jobs.CancelJob"); !denied.ok()) {
+    return Reply(context, "CancelJob", denied);
+  }
   if (absl::Status s = CheckLength("CancelJob: reason", request->reason(), common::kMaxMessageBytes,
                                    "kMaxMessageBytes");
       !s.ok()) {
@@ -237,13 +284,21 @@ grpc::ServerUnaryReactor* JobsServiceImpl::CancelJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* JobsServiceImpl::CheckpointJob(
     grpc::CallbackServerContext* context, const dlrm::v1::CheckpointJobRequest* request,
     dlrm::v1::Job* response) {
+  if (absl::Status denied = common::Authorize(*context, "Jobs.CheckpointJob"); !denied.ok()) {
+    return Reply(context, "CheckpointJob", denied);
+  }
   auto result = state_->RequestCheckpoint(request->job_id(), absl::Now());
   if (result.ok()) *response = std::move(*result);
   return Reply(context, "CheckpointJob", result.status());
 }
 
 grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobsServiceImpl::WatchJob(
-    grpc::CallbackServerContext* /*context*/, const dlrm::v1::WatchJobRequest* request) {
+    grpc::CallbackServerContext* context, const dlrm::v1::WatchJobRequest* request) {
+  if (absl::Status denied = common::Authorize(*context, "Jobs.WatchJob"); !denied.ok()) {
+    const grpc::Status refused = common::ToGrpcStatus(denied);
+    rpcs_->Record("WatchJob", refused);
+    return watchers_->Refuse(refused);
+  }
   rpcs_->Record("WatchJob", grpc::Status::OK);
   return watchers_->Start(request->job_id(), *state_);
 }

@@ -142,6 +142,17 @@ grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobWatchers::Start(const std::stri
   return reactor.get();
 }
 
+grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobWatchers::Refuse(const grpc::Status& status) {
+  std::shared_ptr<JobWatchReactor> reactor;
+  {
+    absl::MutexLock lock(&mu_);
+    reactor = std::make_shared<JobWatchReactor>(this, next_token_++);  // never registered
+    reactor->self_ = reactor;
+  }
+  reactor->Close(status);
+  return reactor.get();
+}
+
 void JobWatchers::Publish(const dlrm::v1::Job& job) {
   std::vector<std::shared_ptr<JobWatchReactor>> targets;
   {

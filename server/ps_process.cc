@@ -77,10 +77,15 @@ absl::Status PsProcess::Run() {
     const absl::Time give_up = absl::Now() + options_.register_timeout;
     while (!stopping_) {
       status = RegisterLocked();
-      if (status.ok() || absl::Now() > give_up) break;
+      if (status.ok() || absl::Now() > give_up || client::RegisterRefused(status)) break;
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(500));
     }
     if (stopping_) return absl::OkStatus();
+    if (client::RegisterRefused(status)) {
+      return absl::Status(
+          status.code(),
+          absl::StrCat("parameter server: the coordinator refused it: ", status.message()));
+    }
     if (!status.ok()) {
       return absl::UnavailableError(absl::StrCat("parameter server: cannot register with ",
                                                  options_.coordinator, ": ", status.message()));

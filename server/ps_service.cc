@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/authz.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -226,6 +227,11 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
 grpc::ServerUnaryReactor* PsService::LoadJob(grpc::CallbackServerContext* context,
                                              const dlrm::v1::LoadJobRequest* request,
                                              dlrm::v1::LoadJobResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.LoadJob"); !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, request, response, reactor] {
     absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request);
@@ -238,6 +244,12 @@ grpc::ServerUnaryReactor* PsService::LoadJob(grpc::CallbackServerContext* contex
 grpc::ServerUnaryReactor* PsService::UnloadJob(grpc::CallbackServerContext* context,
                                                const dlrm::v1::UnloadJobRequest* request,
                                                dlrm::v1::UnloadJobResponse* /*response*/) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.UnloadJob");
+      !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit(
       [this, request, reactor] { Finish(reactor, DoUnloadJob(request->job_id())); });
@@ -273,6 +285,11 @@ struct PsService::LookupCall {
 grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context,
                                             const grpc::ByteBuffer* request_bytes,
                                             grpc::ByteBuffer* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.Lookup"); !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto call = std::make_shared<LookupCall>(lookup_requests_, response, reactor);
   grpc::ByteBuffer bytes(*request_bytes);  // shares the slices; parsing consumes the copy
@@ -420,6 +437,12 @@ void PsService::RunLookup(std::shared_ptr<PsJob> job, const std::shared_ptr<Look
 grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* context,
                                                    const dlrm::v1::PushGradientsRequest* request,
                                                    dlrm::v1::PushGradientsResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.PushGradients");
+      !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, context, request, response, reactor] {
     RunPush(context, request, response, reactor);
@@ -460,6 +483,11 @@ void PsService::RunPush(grpc::CallbackServerContext* /*context*/,
 grpc::ServerUnaryReactor* PsService::ReadRows(grpc::CallbackServerContext* context,
                                               const dlrm::v1::ReadRowsRequest* request,
                                               dlrm::v1::ReadRowsResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.ReadRows"); !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, request, response, reactor] {
     absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
@@ -476,6 +504,12 @@ grpc::ServerUnaryReactor* PsService::ReadRows(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* PsService::WriteRows(grpc::CallbackServerContext* context,
                                                const dlrm::v1::WriteRowsRequest* request,
                                                dlrm::v1::WriteRowsResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.WriteRows");
+      !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, request, response, reactor] {
     absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
@@ -528,6 +562,11 @@ absl::StatusOr<dlrm::v1::GetStatsResponse> PsService::DoGetStats(const std::stri
 grpc::ServerUnaryReactor* PsService::GetStats(grpc::CallbackServerContext* context,
                                               const dlrm::v1::GetStatsRequest* request,
                                               dlrm::v1::GetStatsResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.GetStats"); !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, request, response, reactor] {
     absl::StatusOr<dlrm::v1::GetStatsResponse> r = DoGetStats(request->job_id());
@@ -597,6 +636,12 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
 grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* context,
                                                 const dlrm::v1::CheckpointRequest* request,
                                                 dlrm::v1::CheckpointResponse* response) {
+  if (absl::Status denied = common::Authorize(*context, "ParameterServer.Checkpoint");
+      !denied.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    Finish(refused, denied);
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   options_.pool->Submit([this, request, response, reactor] {
     absl::StatusOr<dlrm::v1::CheckpointResponse> r = DoCheckpoint(*request);

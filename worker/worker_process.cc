@@ -138,10 +138,14 @@ absl::Status WorkerProcess::Run() {
     const absl::Time give_up = absl::Now() + absl::Seconds(60);
     while (!stopping_) {
       status = RegisterLocked();
-      if (status.ok() || absl::Now() > give_up) break;
+      if (status.ok() || absl::Now() > give_up || client::RegisterRefused(status)) break;
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(500));
     }
     if (stopping_) return absl::OkStatus();
+    if (client::RegisterRefused(status)) {
+      return absl::Status(status.code(),
+                          absl::StrCat("worker: the coordinator refused it: ", status.message()));
+    }
     if (!status.ok()) {
       return absl::UnavailableError(absl::StrCat("worker: cannot register with coordinator ",
                                                  options_.coordinator, ": ", status.message()));

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,60 @@ TEST_F(TlsTest, OnlyTheClusterCaGetsIn) {
   member.Wait(absl::Seconds(10));
   coordinator->Signal(SIGTERM);
   EXPECT_EQ(coordinator->Wait(absl::Seconds(10)).exit_code, 0);
+}
+
+// The access policy of common/authz.h: identities of our own CA that call what they may not are
+// PERMISSION_DENIED (dlrmctl exit 5), naming the identity.
+TEST_F(TlsTest, EachIdentityCallsOnlyWhatItMay) {
+  std::unique_ptr<Process> coordinator;
+  const int port = StartCoordinator(
+      &coordinator, {"--listen", "127.0.0.1:0", "--tls-dir", dir_ + "/ours/coordinator"});
+  ASSERT_GT(port, 0) << coordinator->Stderr();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string spec = dir_ + "/job.yaml";
+  std::ofstream(spec) << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [4, 1], "
+                         "embedding_dim: 8}\ntables: {cardinalities: [10, 10]}\n"
+                         "data: {train: [t.tsv]}\n";
+
+  // A worker's certificate cannot submit or list jobs (only admin may).
+  for (const std::vector<std::string>& verb :
+       {std::vector<std::string>{"submit", "-f", spec}, std::vector<std::string>{"list"}}) {
+    std::vector<std::string> argv = {BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
+                                     dir_ + "/ours/worker"};
+    argv.insert(argv.end(), verb.begin(), verb.end());
+    ProcessResult r = RunProcess(argv, dir_, "worker-as-admin-" + verb[0], absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "not allowed for identity 'worker'")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "PERMISSION_DENIED")) << r.err;
+  }
+  // The admin may.
+  ProcessResult list = RunProcess(
+      {BinPath("dlrmctl"), "--coordinator", address, "--tls-dir", dir_ + "/ours/admin", "list"},
+      dir_, "admin-list", absl::Seconds(30));
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+
+  // A parameter server started with a worker's (or the admin's) certificate cannot register as a
+  // parameter server: it would receive the job's ids and gradients.
+  Process posing(
+      {BinPath("dlrm"), "ps", "--coordinator", address, "--listen", "127.0.0.1:0", "--data-dir",
+       dir_ + "/ps-posing", "--tls-dir", dir_ + "/ours/worker", "--name", "posing"},
+      dir_, "ps-posing");
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    refused = absl::StrContains(posing.Stderr(),
+                                "registering as ps is not allowed for identity "
+                                "'worker'");
+    if (!refused) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(refused) << posing.Stderr();
+  ProcessResult members = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
+                                      dir_ + "/ours/admin", "members", "-o", "json"},
+                                     dir_, "members-after-posing", absl::Seconds(30));
+  EXPECT_FALSE(absl::StrContains(members.out, "posing")) << members.out;
+  posing.Signal(SIGKILL);
+  posing.Wait(absl::Seconds(10));
+  coordinator->Signal(SIGTERM);
+  coordinator->Wait(absl::Seconds(10));
 }
 
 TEST_F(TlsTest, PlaintextOffLoopbackNeedsInsecure) {
