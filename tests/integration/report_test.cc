@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_util.h"
+#include "tests/worker/report_page.h"
 #include "worker/train_report.h"
 
 namespace dlrm::testing {
@@ -42,18 +43,6 @@ data:
   train: [train.tsv]
   eval_fraction: 0.1
 )");
-}
-
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-std::string Figure(const std::string& html, const std::string& id) {
-  const size_t begin = html.find(absl::StrCat("<figure class=\"chart\" id=\"", id, "\">"));
-  if (begin == std::string::npos) return "";
-  return html.substr(begin, html.find("</figure>", begin) - begin);
 }
 
 class ReportTest : public ::testing::Test {

@@ -14,22 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/common/temp_dir.h"
+#include "tests/worker/report_page.h"
 
 namespace dlrm::worker {
 namespace {
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// The part of the page inside one chart's <figure>.
-std::string Figure(const std::string& html, const std::string& id) {
-  const size_t begin = html.find(absl::StrCat("<figure class=\"chart\" id=\"", id, "\">"));
-  if (begin == std::string::npos) return "";
-  return html.substr(begin, html.find("</figure>", begin) - begin);
-}
+using ::dlrm::testing::Count;
+using ::dlrm::testing::Figure;
 
 HtmlReportOptions Titled(const std::string& title) {
   HtmlReportOptions options;
