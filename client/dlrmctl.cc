@@ -1,7 +1,10 @@
 #include "client/dlrmctl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -408,10 +411,20 @@ class Command {
       } else if (!IsDocumentFormat(format_)) {
         std::optional<ClusterSnapshot> cluster;
         if (NeedsExplaining(event.job())) cluster = ReadCluster(client);
-        out_ << JobEventLine(event.job(), cluster ? &*cluster : nullptr) << std::endl;
+        const std::string line = JobEventLine(event.job(), cluster ? &*cluster : nullptr);
+        if (terminal_) {
+          // On a terminal the running job's line is redrawn in place; other states stay.
+          const bool running = event.job().state() == dlrm::v1::JOB_STATE_RUNNING;
+          out_ << "\r\033[K" << line << (running ? "" : "\n") << std::flush;
+          line_open_ = running;
+        } else {
+          out_ << line << std::endl;
+        }
       }
       return true;
     });
+    if (line_open_) out_ << "\n";
+    line_open_ = false;
     if (!last.ok()) return Fail(last.status());
     if (format_ == OutputFormat::kJson || format_ == OutputFormat::kYaml) {
       out_ << ToDocument(*last, format_);
@@ -423,6 +436,9 @@ class Command {
   const OutputFormat format_;
   std::ostream& out_;
   std::ostream& err_;
+  // Table output to a terminal: watch redraws the running job's line (plain lines otherwise).
+  const bool terminal_ = &out_ == &std::cout && isatty(STDOUT_FILENO) == 1;
+  bool line_open_ = false;
 };
 
 // The first argument that is neither an option nor a global option's value: the command the

@@ -558,6 +558,10 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
     }
     absl::StrAppend(&line, " samples ", job.total_samples(),
                     absl::StrFormat(" loss %.4f", job.progress().loss()));
+    const double elapsed = (job.progress().time_ms() - job.started_ms()) / 1000.0;
+    if (job.state() == dlrm::v1::JOB_STATE_RUNNING && elapsed > 0 && job.total_samples() > 0) {
+      absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", job.total_samples() / elapsed));
+    }
   }
   if (job.state() == dlrm::v1::JOB_STATE_SUCCEEDED) {
     const auto& m = job.final_metrics();

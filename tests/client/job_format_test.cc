@@ -263,8 +263,10 @@ TEST(JobFormatEventLine, ShowsPercentAndEtaWhenTheTotalIsKnown) {
   job.mutable_progress()->set_step(50);
   job.mutable_progress()->set_time_ms(1'010'000);  // 50 steps in 10 s
   (*job.mutable_progress()->mutable_metrics())["total_steps"] = 200;
-  // 150 steps left at 5 steps/s.
+  job.set_total_samples(51'200);
+  // 150 steps left at 5 steps/s; 51,200 samples in 10 s.
   EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("step 50/200 (25%) ETA 30s"));
+  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("loss 0.0000 5120 samples/s"));
   job.mutable_progress()->mutable_metrics()->erase("total_steps");
   EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("step 50 samples"));
 }
