@@ -285,7 +285,7 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 2048, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget}
+training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi

@@ -34,7 +34,7 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.003}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 256, epochs: 2, seed: 11, staleness: 0, hot_budget: 0}
+training: {batch_size: 512, epochs: 2, seed: 11, staleness: 0, hot_budget: 0}
 data: {train: [$work/train.tsv], eval_fraction: 0.1}
 checkpoint: {dir: $work/$1-ckpt, every_steps: 20, keep_last: 2}
 EOF
