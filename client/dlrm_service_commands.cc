@@ -17,6 +17,7 @@
 #include "client/local_cluster.h"
 #include "client/termination_signals.h"
 #include "client/tls_flags.h"
+#include "common/authz.h"
 #include "common/certs.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -68,6 +69,7 @@ std::string HostName() {
 struct CoordinatorFlags {
   server::CoordinatorOptions options;
   client::TlsFlags tls;
+  std::string tokens;  // --tokens: the bearer tokens people and scripts may use
   std::string lease_ttl = "14s";
   std::string port_file;
 };
@@ -80,6 +82,18 @@ int RunCoordinator(CoordinatorFlags& flags) {
   auto security = client::ResolveTls(flags.tls, flags.options.listen_address, "dlrm coordinator");
   if (!security.ok()) return Fail(security.status());
   flags.options.security = *security;
+  if (!flags.tokens.empty()) {
+    if (!flags.options.security.tls()) {
+      return Fail(absl::InvalidArgumentError(
+          "dlrm coordinator: --tokens needs TLS (a bearer token is never accepted in plaintext)"));
+    }
+    auto tokens = common::LoadTokenFile(flags.tokens);
+    if (!tokens.ok()) return Fail(tokens.status());
+    DLRM_LOG(INFO) << tokens->size() << " bearer token(s) from " << flags.tokens
+                   << "; clients may come with a token instead of a certificate";
+    common::SetBearerTokens(std::move(*tokens));
+    flags.options.security.require_client_certificate = false;
+  }
   auto coordinator = server::Coordinator::Create(flags.options);
   if (!coordinator.ok()) return Fail(coordinator.status());
   absl::Status started = (*coordinator)->Start();
@@ -118,6 +132,8 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--metrics-listen", flags.options.metrics_host,
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file");
+  cmd->add_option("--tokens", flags.tokens,
+                  "Bearer tokens for dlrmctl users: lines of 'admin|viewer TOKEN' (needs TLS)");
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunCoordinator(flags); }; });
 }

@@ -49,7 +49,8 @@ Exit codes:
 
 struct Flags {
   std::string coordinator;
-  TlsFlags tls;  // --tls-dir (or DLRM_TLS_DIR): the admin identity of `dlrm certs`
+  TlsFlags tls;            // --tls-dir (or DLRM_TLS_DIR): the admin identity of `dlrm certs`
+  std::string token_file;  // --token-file (or DLRM_TOKEN): a bearer token instead
   double timeout_s = 10;
   std::string output = "table";
   // submit
@@ -376,7 +377,9 @@ class Command {
     CoordinatorClientOptions options;
     options.address = flags_.coordinator;
     options.timeout = absl::Seconds(flags_.timeout_s);
-    DLRM_ASSIGN_OR_RETURN(options.security, ResolveTls(flags_.tls, "", "dlrmctl"));
+    TlsFlags tls = flags_.tls;
+    DLRM_ASSIGN_OR_RETURN(tls.token, ReadClientToken(flags_.token_file));
+    DLRM_ASSIGN_OR_RETURN(options.security, ResolveTls(tls, "", "dlrmctl"));
     return CoordinatorClient::Create(options);
   }
 
@@ -450,7 +453,7 @@ std::optional<std::string> CommandWord(int argc, const char* const* argv) {
     if (arg.empty() || arg.front() != '-') return std::string(arg);
     if (arg == "--coordinator" || arg == "--timeout" || arg == "-o" || arg == "--output" ||
         arg == "--tls-dir" || arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-ca" ||
-        arg == "--tls-server-name") {
+        arg == "--tls-server-name" || arg == "--token-file") {
       ++i;
     }
   }
@@ -511,6 +514,9 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   app.add_option("-o,--output", flags.output, "output format: table, wide, json, yaml, jsonl")
       ->check(CLI::IsMember(OutputFormatNames()));
   AddTlsFlags(&app, &flags.tls);
+  app.add_option("--token-file", flags.token_file,
+                 "file whose first line is a bearer token of the coordinator's --tokens "
+                 "(admin or viewer; env DLRM_TOKEN); with --tls-ca, no certificate is needed");
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
   submit->add_option("-f,--file", flags.file, "job spec YAML file")->required();

@@ -3,10 +3,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/status.h"
 
@@ -22,6 +24,22 @@ void AddTlsFlags(CLI::App* cmd, TlsFlags* flags) {
                   "Name the servers' certificates carry, when not the host dialled");
   cmd->add_flag("--insecure", flags->insecure,
                 "Plaintext gRPC, also on non-loopback addresses (no TLS, no peer check)");
+}
+
+absl::StatusOr<std::string> ReadClientToken(const std::string& path) {
+  if (path.empty()) {
+    const char* env = getenv("DLRM_TOKEN");
+    return env == nullptr ? std::string() : std::string(absl::StripAsciiWhitespace(env));
+  }
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--token-file: cannot read '", path, "'"));
+  std::string line;
+  std::getline(in, line);
+  std::string token(absl::StripAsciiWhitespace(line));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--token-file '", path, "' has no token"));
+  }
+  return token;
 }
 
 bool IsLoopbackAddress(const std::string& address) {
@@ -50,6 +68,10 @@ absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
   }
   if (!dir.empty()) {
     security = common::TransportSecurity::FromDir(dir);
+  } else if (files && !flags.token.empty() && flags.cert.empty() && flags.key.empty()) {
+    // A client with a token: the CA to check the server, no certificate of its own.
+    security.mode = common::TransportSecurity::Mode::kTls;
+    security.root_certs_path = flags.ca;
   } else if (files) {
     for (const auto& [flag, value] :
          {std::pair<const char*, const std::string&>{"--tls-cert", flags.cert},
@@ -71,13 +93,20 @@ absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
           absl::StrCat(who, ": --insecure together with TLS certificates; choose one"));
     }
     security.server_name = flags.server_name;
+    security.bearer_token = flags.token;
     DLRM_RETURN_IF_ERROR(
         common::ReadPemFile(security.root_certs_path, "TLS CA (--tls-ca)").status());
-    DLRM_RETURN_IF_ERROR(
-        common::ReadPemFile(security.cert_chain_path, "TLS certificate (--tls-cert)").status());
-    DLRM_RETURN_IF_ERROR(
-        common::ReadPemFile(security.private_key_path, "TLS key (--tls-key)").status());
+    if (!security.cert_chain_path.empty()) {
+      DLRM_RETURN_IF_ERROR(
+          common::ReadPemFile(security.cert_chain_path, "TLS certificate (--tls-cert)").status());
+      DLRM_RETURN_IF_ERROR(
+          common::ReadPemFile(security.private_key_path, "TLS key (--tls-key)").status());
+    }
     return security;
+  }
+  if (!flags.token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": a bearer token is only sent over TLS: give --tls-ca (or --tls-dir) as well"));
   }
   if (flags.insecure) {
     DLRM_LOG(WARNING) << who << ": --insecure: plaintext gRPC"

@@ -31,9 +31,16 @@ struct TlsFlags {
   std::string ca;
   std::string server_name;
   bool insecure = false;
+  // A client's bearer token (dlrmctl --token-file or DLRM_TOKEN; not a flag of its own here):
+  // sent with every call, and then --tls-ca alone is enough (no certificate of its own).
+  std::string token;
 };
 
 void AddTlsFlags(CLI::App* cmd, TlsFlags* flags);
+
+// dlrmctl's token: the first line of `path` (whitespace stripped), else $DLRM_TOKEN, else "".
+// NOT_FOUND naming the path, INVALID_ARGUMENT for an empty file.
+absl::StatusOr<std::string> ReadClientToken(const std::string& path);
 
 // The transport security the flags ask for. `listen_address` is the gRPC address the process
 // serves ("" for a process that only dials out). INVALID_ARGUMENT naming the flag for a partial

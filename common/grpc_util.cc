@@ -26,9 +26,13 @@ struct PemSet {
   std::string ca, cert, key;
 };
 
-absl::StatusOr<PemSet> ReadPems(const TransportSecurity& security) {
+// The CA, and the own certificate and key unless `optional_identity` and neither is given.
+absl::StatusOr<PemSet> ReadPems(const TransportSecurity& security, bool optional_identity) {
   PemSet pems;
   DLRM_ASSIGN_OR_RETURN(pems.ca, ReadPemFile(security.root_certs_path, "TLS CA (--tls-ca)"));
+  if (optional_identity && security.cert_chain_path.empty() && security.private_key_path.empty()) {
+    return pems;
+  }
   DLRM_ASSIGN_OR_RETURN(pems.cert,
                         ReadPemFile(security.cert_chain_path, "TLS certificate (--tls-cert)"));
   DLRM_ASSIGN_OR_RETURN(pems.key, ReadPemFile(security.private_key_path, "TLS key (--tls-key)"));
@@ -68,12 +72,17 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions&
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   grpc::ChannelArguments args;
   if (options.security.tls()) {
-    DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security));
+    const bool token = !options.security.bearer_token.empty();
+    DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security, /*optional_identity=*/token));
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = pems.ca;
     ssl.pem_cert_chain = pems.cert;
     ssl.pem_private_key = pems.key;
     credentials = grpc::SslCredentials(ssl);
+    if (token) {
+      credentials = grpc::CompositeChannelCredentials(
+          credentials, grpc::AccessTokenCredentials(options.security.bearer_token));
+    }
     if (!options.security.server_name.empty()) {
       args.SetSslTargetNameOverride(options.security.server_name);
     }
@@ -129,10 +138,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options.security.tls()) {
-    DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security));
-    // Mutual TLS: a client without a certificate the CA signed fails the handshake.
+    DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security, /*optional_identity=*/false));
+    // Mutual TLS: a client without a certificate the CA signed fails the handshake (or, when
+    // certificates are optional, one it presents must verify).
     grpc::SslServerCredentialsOptions ssl(
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+        options.security.require_client_certificate
+            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
     ssl.pem_root_certs = pems.ca;
     ssl.pem_key_cert_pairs.push_back({pems.key, pems.cert});
     credentials = grpc::SslServerCredentials(ssl);

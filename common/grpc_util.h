@@ -56,6 +56,13 @@ struct TransportSecurity {
   // Channels: the name the server's certificate must carry, when it is not the target's host
   // (e.g. every PS certificate names "ps.dlrm" while workers dial pod addresses).
   std::string server_name;
+  // Servers: refuse a client without a certificate at the handshake. false (a coordinator with
+  // bearer tokens): a client may come with a token instead; a certificate it presents is still
+  // verified. Channels: ignored.
+  bool require_client_certificate = true;
+  // Channels: sent as "authorization: Bearer <token>" with every call (TLS only). A channel with a
+  // token needs no certificate of its own (cert_chain_path and private_key_path may be empty).
+  std::string bearer_token;
 
   // kTls with dir/tls.crt, dir/tls.key and dir/ca.crt.
   static TransportSecurity FromDir(const std::string& dir);

@@ -179,6 +179,68 @@ TEST_F(TlsTest, EachIdentityCallsOnlyWhatItMay) {
   coordinator->Wait(absl::Seconds(10));
 }
 
+// Bearer tokens (--tokens on the coordinator, --token-file on dlrmctl): people come without a
+// certificate; admin may submit, viewer only read; a wrong token is UNAUTHENTICATED; certificates
+// still work.
+TEST_F(TlsTest, TokensLetPeopleInWithoutACertificate) {
+  const std::string tokens = dir_ + "/tokens";
+  std::ofstream(tokens) << "# identity token\nadmin admin-0123456789abcdef\n\n"
+                           "viewer viewer-0123456789abcdef\n";
+  std::ofstream(dir_ + "/admin.tok") << "admin-0123456789abcdef\n";
+  std::ofstream(dir_ + "/viewer.tok") << "viewer-0123456789abcdef\n";
+  std::ofstream(dir_ + "/wrong.tok") << "admin-0123456789abcdeX\n";
+  std::unique_ptr<Process> coordinator;
+  const int port = StartCoordinator(&coordinator, {"--listen", "127.0.0.1:0", "--tls-dir",
+                                                   dir_ + "/ours/coordinator", "--tokens", tokens});
+  ASSERT_GT(port, 0) << coordinator->Stderr();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string spec = dir_ + "/job.yaml";
+  std::ofstream(spec) << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [4, 1], "
+                         "embedding_dim: 8}\ntables: {cardinalities: [10, 10]}\n"
+                         "data: {train: [t.tsv]}\n";
+  auto ctl = [&](const std::string& token, std::vector<std::string> verb) {
+    std::vector<std::string> argv = {BinPath("dlrmctl"), "--coordinator",       address,
+                                     "--tls-ca",         dir_ + "/ours/ca.crt", "--token-file",
+                                     dir_ + "/" + token};
+    argv.insert(argv.end(), verb.begin(), verb.end());
+    return RunProcess(argv, dir_, token + "-" + verb[0], absl::Seconds(30));
+  };
+  ProcessResult admin = ctl("admin.tok", {"submit", "-f", spec});
+  EXPECT_EQ(admin.exit_code, 0) << admin.err;
+  ProcessResult viewer_reads = ctl("viewer.tok", {"list"});
+  EXPECT_EQ(viewer_reads.exit_code, 0) << viewer_reads.err;
+  EXPECT_TRUE(absl::StrContains(viewer_reads.out, "job-1")) << viewer_reads.out;
+  ProcessResult viewer_cancels = ctl("viewer.tok", {"cancel", "job-1"});
+  EXPECT_EQ(viewer_cancels.exit_code, 5) << viewer_cancels.err;
+  EXPECT_TRUE(absl::StrContains(viewer_cancels.err, "identity 'viewer'")) << viewer_cancels.err;
+  ProcessResult wrong = ctl("wrong.tok", {"list"});
+  EXPECT_EQ(wrong.exit_code, 5) << wrong.err;
+  EXPECT_TRUE(absl::StrContains(wrong.err, "UNAUTHENTICATED")) << wrong.err;
+  EXPECT_FALSE(absl::StrContains(wrong.err, "0123456789")) << "a token in a message";
+  // Certificates still work next to tokens.
+  ProcessResult by_cert = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "cert-with-tokens");
+  EXPECT_EQ(by_cert.exit_code, 0) << by_cert.err;
+  // A token is never sent in plaintext.
+  ProcessResult plaintext = RunProcess(
+      {BinPath("dlrmctl"), "--coordinator", address, "--token-file", dir_ + "/admin.tok", "list"},
+      dir_, "token-plaintext", absl::Seconds(30));
+  EXPECT_NE(plaintext.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(plaintext.err, "only sent over TLS")) << plaintext.err;
+  coordinator->Signal(SIGTERM);
+  coordinator->Wait(absl::Seconds(10));
+
+  // A token file with a short token, and --tokens without TLS, stop the coordinator at start.
+  std::ofstream(dir_ + "/bad-tokens") << "admin short\n";
+  std::unique_ptr<Process> bad;
+  EXPECT_EQ(StartCoordinator(&bad, {"--listen", "127.0.0.1:0", "--tls-dir",
+                                    dir_ + "/ours/coordinator", "--tokens", dir_ + "/bad-tokens"}),
+            0);
+  EXPECT_TRUE(absl::StrContains(bad->Wait(absl::Seconds(10)).err, "bad-tokens line 1"));
+  std::unique_ptr<Process> plain;
+  EXPECT_EQ(StartCoordinator(&plain, {"--listen", "127.0.0.1:0", "--tokens", tokens}), 0);
+  EXPECT_TRUE(absl::StrContains(plain->Wait(absl::Seconds(10)).err, "--tokens needs TLS"));
+}
+
 TEST_F(TlsTest, PlaintextOffLoopbackNeedsInsecure) {
   std::unique_ptr<Process> refused;
   EXPECT_EQ(StartCoordinator(&refused, {"--listen", "0.0.0.0:0"}), 0);
