@@ -202,6 +202,8 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--metrics-listen", flags.metrics_listen,
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
+  cmd->add_option("--checkpoint-root", flags.options.server.checkpoint_root,
+                  "Write checkpoint row files only under this folder (default: any path)");
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunPs(flags); }; });
 }

@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
   service_options.data_dir = options.data_dir;
   service_options.memory_budget_bytes = options.memory_budget_bytes;
   service_options.rocksdb_wal = options.rocksdb_wal;
+  service_options.checkpoint_root = options.checkpoint_root;
   service_options.injected_delay = options.injected_delay;
   service_options.metrics = ps->metrics_;
   service_options.pool = ps->pool_.get();

@@ -35,6 +35,8 @@ struct PsOptions {
   absl::Duration injected_delay = absl::ZeroDuration();
   bool rocksdb_wal = false;
   common::TransportSecurity security;
+  // PsServiceOptions::checkpoint_root (`dlrm ps --checkpoint-root`).
+  std::string checkpoint_root;
 };
 
 class ParameterServer {

@@ -435,38 +435,49 @@ void PsService::RunLookup(std::shared_ptr<PsJob> job, const std::shared_ptr<Look
 // ---- PushGradients ----
 
 grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* context,
-                                                   const dlrm::v1::PushGradientsRequest* request,
-                                                   dlrm::v1::PushGradientsResponse* response) {
+                                                   const grpc::ByteBuffer* request_bytes,
+                                                   grpc::ByteBuffer* response_bytes) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.PushGradients");
       !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+    Finish(reactor, denied);
+    return reactor;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit([this, context, request, response, reactor] {
-    RunPush(context, request, response, reactor);
+  auto request = std::make_shared<dlrm::v1::PushGradientsRequest>();
+  grpc::ByteBuffer bytes(*request_bytes);  // shares the slices; parsing consumes the copy
+  if (!grpc::SerializationTraits<dlrm::v1::PushGradientsRequest>::Deserialize(&bytes, request.get())
+           .ok()) {
+    Finish(reactor, absl::InvalidArgumentError("PushGradients: malformed PushGradientsRequest"));
+    return reactor;
+  }
+  options_.pool->Submit([this, request, response_bytes, reactor] {
+    dlrm::v1::PushGradientsResponse response;
+    absl::Status status = RunPush(*request, &response);
+    if (status.ok()) {
+      bool own_buffer = false;
+      grpc::Status serialized =
+          grpc::SerializationTraits<dlrm::v1::PushGradientsResponse>::Serialize(
+              response, response_bytes, &own_buffer);
+      status = common::FromGrpcStatus(serialized);
+    }
+    Finish(reactor, status);
   });
   return reactor;
 }
 
-void PsService::RunPush(grpc::CallbackServerContext* /*context*/,
-                        const dlrm::v1::PushGradientsRequest* request,
-                        dlrm::v1::PushGradientsResponse* response,
-                        grpc::ServerUnaryReactor* reactor) {
-  absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
-  if (!job.ok()) return Finish(reactor, job.status());
-  absl::Status valid = (*job)->ValidatePush(*request);
-  if (!valid.ok()) return Finish(reactor, valid);
+absl::Status PsService::RunPush(const dlrm::v1::PushGradientsRequest& request,
+                                dlrm::v1::PushGradientsResponse* response) {
+  DLRM_ASSIGN_OR_RETURN(std::shared_ptr<PsJob> job, FindJob(request.job_id()));
+  DLRM_RETURN_IF_ERROR(job->ValidatePush(request));
   const absl::Time start = absl::Now();
   if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
   bool duplicate = false;
-  absl::StatusOr<int64_t> rows = (*job)->Push(*request, &duplicate);
+  absl::StatusOr<int64_t> rows = job->Push(request, &duplicate);
   metrics_->push_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
   if (duplicate) {
     // A retry whose first copy was applied (its answer was lost): OK, counted once.
-    DLRM_LOG(INFO) << "job " << request->job_id() << ": push " << request->sequence()
-                   << " of worker " << request->worker_rank() << " (step " << request->step()
+    DLRM_LOG(INFO) << "job " << request.job_id() << ": push " << request.sequence() << " of worker "
+                   << request.worker_rank() << " (step " << request.step()
                    << ") was applied already; not applied again";
   } else if (rows.ok()) {
     response->set_rows_updated(*rows);
@@ -475,7 +486,7 @@ void PsService::RunPush(grpc::CallbackServerContext* /*context*/,
     metrics_->push_rows.Increment(static_cast<double>(*rows));
   }
   UpdateStoreMetrics();
-  Finish(reactor, rows.status());
+  return rows.status();
 }
 
 // ---- ReadRows / WriteRows ----
@@ -603,6 +614,19 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   if (!out.is_absolute() || climbs) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint directory '", request.directory(),
                                                    "' must be an absolute path without '..'"));
+  }
+  if (!options_.checkpoint_root.empty()) {
+    // Resolved through symbolic links, so a link inside the root cannot lead out of it.
+    std::error_code resolve_root, resolve_dir;
+    const fs::path root = fs::weakly_canonical(options_.checkpoint_root, resolve_root);
+    const fs::path where = fs::weakly_canonical(out, resolve_dir);
+    const auto differ = std::mismatch(root.begin(), root.end(), where.begin(), where.end());
+    if (resolve_root || resolve_dir || differ.first != root.end()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint directory '", request.directory(),
+                       "' is outside this parameter server's --checkpoint-root '",
+                       options_.checkpoint_root, "'"));
+    }
   }
   if (!fs::exists(snapshot)) {
     return absl::FailedPreconditionError(absl::StrCat(

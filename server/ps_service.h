@@ -49,6 +49,9 @@ struct PsServiceOptions {
   std::string data_dir;  // required; jobs live in <data_dir>/<job_id>/shard-<i>
   int64_t memory_budget_bytes = 1ll << 30;
   bool rocksdb_wal = false;
+  // When set, Checkpoint writes row files only under this folder (after resolving symbolic
+  // links); a directory outside it is PERMISSION_DENIED. Empty: any absolute path.
+  std::string checkpoint_root;
   // Test/benchmark knob: a pool thread sleeps this long before answering each Lookup and
   // PushGradients (simulates a slow or distant PS). Zero in production.
   absl::Duration injected_delay = absl::ZeroDuration();
@@ -58,9 +61,12 @@ struct PsServiceOptions {
 };
 
 // Lookup is a raw method: its answer is written in place and sent without a copy
-// (proto/lookup_wire.h); every other method is a plain callback method.
+// (proto/lookup_wire.h). PushGradients is raw too, so that bytes which are no request get
+// INVALID_ARGUMENT from the service (gRPC 1.51 answers UNIMPLEMENTED for a generated method's
+// undecodable request). Every other method is a plain callback method.
 class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_Lookup<
-                            dlrm::v1::ParameterServer::CallbackService> {
+                            dlrm::v1::ParameterServer::WithRawCallbackMethod_PushGradients<
+                                dlrm::v1::ParameterServer::CallbackService>> {
  public:
   explicit PsService(const PsServiceOptions& options);
   ~PsService() override;
@@ -78,8 +84,8 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PushGradients(grpc::CallbackServerContext* context,
-                                          const dlrm::v1::PushGradientsRequest* request,
-                                          dlrm::v1::PushGradientsResponse* response) override;
+                                          const grpc::ByteBuffer* request_bytes,
+                                          grpc::ByteBuffer* response_bytes) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const dlrm::v1::GetStatsRequest* request,
                                      dlrm::v1::GetStatsResponse* response) override;
@@ -136,8 +142,9 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   // Records a part's result; the last part counts the lookup and finishes the call.
   void FinishLookupPart(const std::shared_ptr<LookupCall>& call,
                         const absl::StatusOr<int64_t>& rows, bool on_reactor);
-  void RunPush(grpc::CallbackServerContext* context, const dlrm::v1::PushGradientsRequest* request,
-               dlrm::v1::PushGradientsResponse* response, grpc::ServerUnaryReactor* reactor);
+  // Applies one push; fills `response`.
+  absl::Status RunPush(const dlrm::v1::PushGradientsRequest& request,
+                       dlrm::v1::PushGradientsResponse* response);
   // Finishes the call, counting errors.
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);
   // wait = false (on a reactor): skipped when the service lock is busy.
