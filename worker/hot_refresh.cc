@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParseHotSet(const std::string&
       return absl::InvalidArgumentError(absl::StrCat("hot set: table ", t, " claims ", n, " ids"));
     }
     hot[t].resize(n);
-    std::memcpy(hot[t].data(), bytes.data() + pos, n * sizeof(int64_t));
+    if (n > 0) std::memcpy(hot[t].data(), bytes.data() + pos, n * sizeof(int64_t));
     pos += n * sizeof(int64_t);
   }
   if (pos != bytes.size()) {

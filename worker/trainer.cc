@@ -297,7 +297,10 @@ const float* Trainer::CombinedRows(const SparseWork& work, int t) {
   const size_t cold = work.rows[t].ids.size();
   std::vector<float>& combined = combined_[t];
   combined.resize((cold + work.hot_slots[t].size()) * dim_);
-  std::memcpy(combined.data(), work.rows[t].values.data(), cold * dim_ * sizeof(float));
+  // A batch whose ids of this table are all hot has no cold rows (and a null values pointer).
+  if (cold > 0) {
+    std::memcpy(combined.data(), work.rows[t].values.data(), cold * dim_ * sizeof(float));
+  }
   float* out = combined.data() + cold * dim_;
   for (int32_t slot : work.hot_slots[t]) {
     std::memcpy(out, hot_->Weights(t, slot), dim_ * sizeof(float));
