@@ -65,6 +65,15 @@ class TlsTest : public ::testing::Test {
     return RunProcess(argv, dir_, name, absl::Seconds(30));
   }
 
+  // A valid job spec to submit (it never runs: no workers).
+  std::string WriteTinySpec() {
+    const std::string spec = dir_ + "/job.yaml";
+    std::ofstream(spec) << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], "
+                           "top_mlp: [4, 1], embedding_dim: 8}\ntables: {cardinalities: [10, 10]}\n"
+                           "data: {train: [t.tsv]}\n";
+    return spec;
+  }
+
   std::string dir_;
 };
 
@@ -133,10 +142,7 @@ TEST_F(TlsTest, EachIdentityCallsOnlyWhatItMay) {
       &coordinator, {"--listen", "127.0.0.1:0", "--tls-dir", dir_ + "/ours/coordinator"});
   ASSERT_GT(port, 0) << coordinator->Stderr();
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  const std::string spec = dir_ + "/job.yaml";
-  std::ofstream(spec) << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [4, 1], "
-                         "embedding_dim: 8}\ntables: {cardinalities: [10, 10]}\n"
-                         "data: {train: [t.tsv]}\n";
+  const std::string spec = WriteTinySpec();
 
   // A worker's certificate cannot submit or list jobs (only admin may).
   for (const std::vector<std::string>& verb :
@@ -194,10 +200,7 @@ TEST_F(TlsTest, TokensLetPeopleInWithoutACertificate) {
                                                    dir_ + "/ours/coordinator", "--tokens", tokens});
   ASSERT_GT(port, 0) << coordinator->Stderr();
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  const std::string spec = dir_ + "/job.yaml";
-  std::ofstream(spec) << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [4, 1], "
-                         "embedding_dim: 8}\ntables: {cardinalities: [10, 10]}\n"
-                         "data: {train: [t.tsv]}\n";
+  const std::string spec = WriteTinySpec();
   auto ctl = [&](const std::string& token, std::vector<std::string> verb) {
     std::vector<std::string> argv = {BinPath("dlrmctl"), "--coordinator",       address,
                                      "--tls-ca",         dir_ + "/ours/ca.crt", "--token-file",
