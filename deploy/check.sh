@@ -124,6 +124,26 @@ tls_variants() {
 }
 run "helm template (tls.enabled=false: --insecure, no Secret; serverName, own Secret names)" \
   tls_variants
+# tokens_ok "HELM ARGS" EXPECT_TOKENS ARGS...: render_ok with TLS, then k8s/checks/expect_tokens.py.
+tokens_ok() {
+  render_ok "$1" --readiness --tls dlrm-tls- || return 1
+  shift
+  python3 k8s/checks/expect_tokens.py "$@" <"$tmp/render.yaml" || return 1
+}
+token_variants() {
+  tokens_ok "" --none || return 1
+  "$helm" lint --strict k8s/helm/dlrm --set auth.tokens.existingSecret=dlrm-tokens || return 1
+  tokens_ok "--set auth.tokens.existingSecret=dlrm-tokens" --secret dlrm-tokens || return 1
+  tokens_ok "$all_on --set auth.tokens.existingSecret=ops-tokens --set auth.tokens.key=people" \
+    --secret ops-tokens --key people || return 1
+}
+run "helm template (auth.tokens: --tokens, Secret and mount on the coordinator only)" \
+  token_variants
+SHOW=1 run "chart refuses auth.tokens with tls.enabled=false" \
+  rejected "auth.tokens.existingSecret needs tls.enabled=true" \
+  --set auth.tokens.existingSecret=dlrm-tokens --set tls.enabled=false
+SHOW=1 run "schema rejects an unknown key under auth.tokens (--set auth.tokens.file=x)" \
+  rejected '\bfile\b' --set auth.tokens.file=x
 run "helm template (an image per role)" render_ok \
   "--set image.tag=1.2.3 --set coordinator.image.repository=reg.example/coord
    --set ps.image.tag=ps-9 --set ps.image.pullPolicy=Always

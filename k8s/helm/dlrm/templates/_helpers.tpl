@@ -217,6 +217,50 @@ include "dlrm.tlsVolume" (list . "ps")
     defaultMode: 288  # 0440
 {{- end }}
 
+{{/*
+Bearer tokens (values auth.tokens): with auth.tokens.existingSecret set, the coordinator container
+alone gets "dlrm.tokensArgs" in its args, "dlrm.tokensMount" in its volumeMounts and
+"dlrm.tokensVolume" in its pod; parameter servers, workers and the chart's dlrmctl pods keep
+their certificates. "dlrm.tokensCheck" fails the render without tls.enabled: the coordinator
+refuses --tokens without TLS at start-up.
+*/}}
+{{- define "dlrm.tokensDir" -}}
+/etc/dlrm/tokens
+{{- end }}
+
+{{- define "dlrm.tokensCheck" -}}
+{{- if and .Values.auth.tokens.existingSecret (not .Values.tls.enabled) }}
+{{- fail "auth.tokens.existingSecret needs tls.enabled=true: the coordinator refuses --tokens without TLS (a bearer token is never accepted in plaintext)" }}
+{{- end }}
+{{- end }}
+
+{{/* The --tokens flag, as an args list item (with auth.tokens.existingSecret). */}}
+{{- define "dlrm.tokensArgs" -}}
+- --tokens={{ include "dlrm.tokensDir" . }}/{{ .Values.auth.tokens.key }}
+{{- end }}
+
+{{/* The volumeMount of the tokens Secret (with auth.tokens.existingSecret). */}}
+{{- define "dlrm.tokensMount" -}}
+- name: tokens
+  mountPath: {{ include "dlrm.tokensDir" . }}
+  readOnly: true
+{{- end }}
+
+{{/*
+The pod volume of the tokens Secret: only its key auth.tokens.key (a Secret without that key
+keeps the pod in ContainerCreating, naming the key). Mode 0440 as for the TLS Secrets: the
+files belong to root and the pod's fsGroup, and the coordinator runs as uid 10001 of that group.
+*/}}
+{{- define "dlrm.tokensVolume" -}}
+- name: tokens
+  secret:
+    secretName: {{ .Values.auth.tokens.existingSecret }}
+    defaultMode: 288  # 0440
+    items:
+      - key: {{ .Values.auth.tokens.key | quote }}
+        path: {{ .Values.auth.tokens.key | quote }}
+{{- end }}
+
 {{/* Environment every dlrm container gets: its pod's name, namespace and IP. */}}
 {{- define "dlrm.podEnv" -}}
 - name: POD_NAME
