@@ -4,6 +4,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -180,9 +181,10 @@ absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorClient::Register(
 }
 
 absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
-    const std::string& member_id) {
+    const std::string& member_id, const std::string& member_key) {
   dlrm::v1::HeartbeatRequest request;
   request.set_member_id(member_id);
+  request.set_member_key(member_key);
   dlrm::v1::HeartbeatResponse response;
   auto context = MakeClientContext(options_.timeout);
   DLRM_RETURN_IF_ERROR(
@@ -190,9 +192,10 @@ absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
   return response;
 }
 
-absl::Status CoordinatorClient::Leave(const std::string& member_id) {
+absl::Status CoordinatorClient::Leave(const std::string& member_id, const std::string& member_key) {
   dlrm::v1::LeaveRequest request;
   request.set_member_id(member_id);
+  request.set_member_key(member_key);
   dlrm::v1::LeaveResponse response;
   auto context = MakeClientContext(options_.timeout);
   return Check(coordinator_->Leave(context.get(), request, &response), "Leave");
@@ -263,6 +266,11 @@ dlrm::v1::RegisterRequest MakeRegisterRequest(dlrm::v1::Role role, const std::st
 bool RegisterRefused(const absl::Status& status) {
   return absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status) ||
          absl::IsInvalidArgument(status);
+}
+
+bool MustRegisterAgain(const absl::Status& status) {
+  return absl::IsNotFound(status) || absl::IsFailedPrecondition(status) ||
+         (absl::IsPermissionDenied(status) && absl::StrContains(status.message(), "member key"));
 }
 
 absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response) {

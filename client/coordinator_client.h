@@ -70,8 +70,10 @@ class CoordinatorClient {
 
   // --- member side (parameter servers and workers) ---
   absl::StatusOr<dlrm::v1::RegisterResponse> Register(const dlrm::v1::RegisterRequest& request);
-  absl::StatusOr<dlrm::v1::HeartbeatResponse> Heartbeat(const std::string& member_id);
-  absl::Status Leave(const std::string& member_id);
+  // `member_key`: RegisterResponse.member_key, the member's proof of its id.
+  absl::StatusOr<dlrm::v1::HeartbeatResponse> Heartbeat(const std::string& member_id,
+                                                        const std::string& member_key);
+  absl::Status Leave(const std::string& member_id, const std::string& member_key);
   absl::StatusOr<dlrm::v1::JobState> ReportProgress(const dlrm::v1::ReportProgressRequest& request);
 
   // --- rendezvous ---
@@ -109,5 +111,8 @@ absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response);
 // (UNAUTHENTICATED, PERMISSION_DENIED) or the request (INVALID_ARGUMENT). Members stop at once
 // with it instead of retrying until their register timeout.
 bool RegisterRefused(const absl::Status& status);
+// A Heartbeat answer that means the member must register again: the coordinator no longer knows
+// it (lease expired, restarted without its data) or no longer accepts its key.
+bool MustRegisterAgain(const absl::Status& status);
 
 }  // namespace dlrm::client

@@ -53,15 +53,6 @@ const Rule kPolicy[] = {
     {"ParameterServer.Checkpoint", {"worker"}},
 };
 
-bool OverTls(const grpc::ServerContextBase& context) {
-  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth == nullptr) return false;
-  for (const grpc::string_ref& type : auth->FindPropertyValues("transport_security_type")) {
-    if (type == "ssl") return true;
-  }
-  return false;
-}
-
 absl::Mutex tokens_mu(absl::kConstInit);
 std::vector<BearerToken>* tokens ABSL_GUARDED_BY(tokens_mu) = nullptr;
 
@@ -144,6 +135,15 @@ void SetBearerTokens(std::vector<BearerToken> new_tokens) {
   absl::MutexLock lock(&tokens_mu);
   delete tokens;
   tokens = new std::vector<BearerToken>(std::move(new_tokens));
+}
+
+bool OverTls(const grpc::ServerContextBase& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return false;
+  for (const grpc::string_ref& type : auth->FindPropertyValues("transport_security_type")) {
+    if (type == "ssl") return true;
+  }
+  return false;
 }
 
 std::optional<std::string> PeerIdentity(const grpc::ServerContextBase& context) {

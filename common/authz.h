@@ -12,8 +12,9 @@
 //   jobs         GetJob, ListJobs, WatchJob  admin, viewer
 //                SubmitJob, CancelJob,       admin
 //                CheckpointJob
-//   parameter    every method                worker; GetStats also admin
-//   server
+//   parameter    every method                worker; GetStats also admin; UnloadJob, WriteRows
+//   server                                   and Checkpoint also need the job's grant
+//                                            (common/grants.h)
 //
 // A caller whose identity the table does not list is PERMISSION_DENIED, naming the method and the
 // identity; a call on a TLS connection with neither a certificate common name nor a valid token
@@ -45,8 +46,11 @@ struct BearerToken {
 // 512 printable characters), blank lines and # comments ignored. NOT_FOUND naming the path;
 // INVALID_ARGUMENT naming the line. The tokens themselves are never put in a message.
 absl::StatusOr<std::vector<BearerToken>> LoadTokenFile(const std::string& path);
-// The tokens Authorize accepts in this process (the coordinator's --token-file); replaces any.
+// The tokens Authorize accepts in this process (the coordinator's --tokens); replaces any.
 void SetBearerTokens(std::vector<BearerToken> tokens);
+
+// Whether the call came over TLS (otherwise the server trusts the network: see above).
+bool OverTls(const grpc::ServerContextBase& context);
 
 // The caller's certificate common name; nullopt on a plaintext connection or without one.
 std::optional<std::string> PeerIdentity(const grpc::ServerContextBase& context);

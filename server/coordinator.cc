@@ -34,6 +34,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
                                                  ? common::HostOfAddress(options.listen_address)
                                                  : options.metrics_host}));
   DLRM_ASSIGN_OR_RETURN(c->store_, CoordinatorStore::Open(options.data_dir));
+  DLRM_ASSIGN_OR_RETURN(std::string grant_secret, c->store_->GrantSecret());
+  c->keys_ = std::make_unique<common::GrantKeys>(std::move(grant_secret));
   CoordinatorStateOptions state_options;
   state_options.lease_ttl = options.lease_ttl;
   DLRM_ASSIGN_OR_RETURN(c->state_, CoordinatorState::Create(state_options, c->store_.get(),
@@ -44,8 +46,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   c->rpcs_ = std::make_unique<RpcCounter>(c->metrics_.get());
   JobWatchers* watchers = c->watchers_.get();
   c->state_->SetJobListener([watchers](const dlrm::v1::Job& job) { watchers->Publish(job); });
-  c->coordinator_service_ =
-      std::make_unique<CoordinatorServiceImpl>(c->state_.get(), c->kv_.get(), c->rpcs_.get());
+  c->coordinator_service_ = std::make_unique<CoordinatorServiceImpl>(
+      c->state_.get(), c->kv_.get(), c->rpcs_.get(), c->keys_.get());
   c->jobs_service_ =
       std::make_unique<JobsServiceImpl>(c->state_.get(), c->watchers_.get(), c->rpcs_.get());
   return c;

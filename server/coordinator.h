@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 
@@ -79,6 +80,7 @@ class Coordinator {
   std::unique_ptr<RendezvousStore> kv_;
   std::unique_ptr<JobWatchers> watchers_;
   std::unique_ptr<RpcCounter> rpcs_;
+  std::unique_ptr<common::GrantKeys> keys_;
   std::unique_ptr<CoordinatorServiceImpl> coordinator_service_;
   std::unique_ptr<JobsServiceImpl> jobs_service_;
   std::unique_ptr<common::GrpcServer> server_;

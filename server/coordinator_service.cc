@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/authz.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
 #include "common/limits.h"
+#include "common/raw_unary.h"
 #include "common/version.h"
 
 namespace dlrm::server {
@@ -16,14 +18,13 @@ namespace {
 
 using common::ToGrpcStatus;
 
-// Finishes a unary call answered synchronously.
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, RpcCounter* rpcs,
-                                    const char* method, const absl::Status& status) {
-  grpc::Status s = ToGrpcStatus(status);
-  rpcs->Record(method, s);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(s);
-  return reactor;
+// Counts a unary call by method and code, and finishes it.
+auto Counted(RpcCounter* rpcs, const char* method) {
+  return [rpcs, method](grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
+    grpc::Status s = ToGrpcStatus(status);
+    rpcs->Record(method, s);
+    reactor->Finish(s);
+  };
 }
 
 // INVALID_ARGUMENT naming the field, its length and the limit when `text` is longer than
@@ -82,77 +83,146 @@ void RpcCounter::Record(const char* method, const grpc::Status& status) {
       .Increment();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::Reply(grpc::CallbackServerContext* context,
-                                                        const char* method,
-                                                        const absl::Status& status) {
-  return FinishNow(context, rpcs_, method, status);
+// Every unary method: parse (INVALID_ARGUMENT for bytes that are no request), run Do<Method>,
+// count the call, answer.
+#define DLRM_RAW_UNARY(Service, Method, Request, Response)                                       \
+  grpc::ServerUnaryReactor* Service::Method(grpc::CallbackServerContext* context,                \
+                                            const grpc::ByteBuffer* in, grpc::ByteBuffer* out) { \
+    return common::ServeRawUnary<Request, Response>(                                             \
+        context, in, out, #Method,                                                               \
+        [&](const Request& request, Response* response, auto done) {                             \
+          done(Do##Method(context, &request, response));                                         \
+        },                                                                                       \
+        Counted(rpcs_, #Method));                                                                \
+  }
+
+DLRM_RAW_UNARY(CoordinatorServiceImpl, Register, dlrm::v1::RegisterRequest,
+               dlrm::v1::RegisterResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, Heartbeat, dlrm::v1::HeartbeatRequest,
+               dlrm::v1::HeartbeatResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, GetClusterView, dlrm::v1::GetClusterViewRequest,
+               dlrm::v1::GetClusterViewResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, Leave, dlrm::v1::LeaveRequest, dlrm::v1::LeaveResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, KvSet, dlrm::v1::KvSetRequest, dlrm::v1::KvSetResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, KvDelete, dlrm::v1::KvDeleteRequest,
+               dlrm::v1::KvDeleteResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, KvAdd, dlrm::v1::KvAddRequest, dlrm::v1::KvAddResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, ReportProgress, dlrm::v1::ReportProgressRequest,
+               dlrm::v1::ReportProgressResponse)
+DLRM_RAW_UNARY(JobsServiceImpl, SubmitJob, dlrm::v1::SubmitJobRequest, dlrm::v1::SubmitJobResponse)
+DLRM_RAW_UNARY(JobsServiceImpl, GetJob, dlrm::v1::GetJobRequest, dlrm::v1::Job)
+DLRM_RAW_UNARY(JobsServiceImpl, ListJobs, dlrm::v1::ListJobsRequest, dlrm::v1::ListJobsResponse)
+DLRM_RAW_UNARY(JobsServiceImpl, CancelJob, dlrm::v1::CancelJobRequest, dlrm::v1::Job)
+DLRM_RAW_UNARY(JobsServiceImpl, CheckpointJob, dlrm::v1::CheckpointJobRequest, dlrm::v1::Job)
+#undef DLRM_RAW_UNARY
+
+// KvGet answers later (when the key is set or the wait ends).
+grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* in,
+                                                        grpc::ByteBuffer* out) {
+  return common::ServeRawUnary<dlrm::v1::KvGetRequest, dlrm::v1::KvGetResponse>(
+      context, in, out, "KvGet",
+      [&](const dlrm::v1::KvGetRequest& request, dlrm::v1::KvGetResponse* response, auto done) {
+        DoKvGet(context, &request, response, std::move(done));
+      },
+      Counted(rpcs_, "KvGet"));
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::Register(grpc::CallbackServerContext* context,
-                                                           const dlrm::v1::RegisterRequest* request,
-                                                           dlrm::v1::RegisterResponse* response) {
+absl::Status CoordinatorServiceImpl::CheckMemberKey(const char* method,
+                                                    const std::string& member_id,
+                                                    const std::string& key) const {
+  if (member_id.empty()) return absl::InvalidArgumentError(absl::StrCat(method, ": no member_id"));
+  if (keys_->IsMemberKey(member_id, key)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, ": the member key is not that of member '",
+      member_id.substr(0, common::kMaxNameBytes), "' (Register answers a member its key)"));
+}
+
+absl::Status CoordinatorServiceImpl::DoRegister(grpc::CallbackServerContext* context,
+                                                const dlrm::v1::RegisterRequest* request,
+                                                dlrm::v1::RegisterResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.Register"); !denied.ok()) {
-    return Reply(context, "Register", denied);
+    return denied;
   }
-  if (absl::Status s = CheckRegister(*request); !s.ok()) return Reply(context, "Register", s);
+  if (absl::Status s = CheckRegister(*request); !s.ok()) return s;
   // A certificate of one role cannot register a member of another (a worker posing as a PS).
   const char* role = request->role() == dlrm::v1::ROLE_PS ? "ps" : "worker";
   if (absl::Status denied = common::AuthorizeRole(*context, role); !denied.ok()) {
-    return Reply(context, "Register", denied);
+    return denied;
   }
   auto result = state_->Register(*request, absl::Now());
-  if (result.ok()) *response = std::move(*result);
-  return Reply(context, "Register", result.status());
+  if (result.ok()) {
+    *response = std::move(*result);
+    response->set_member_key(keys_->MemberKey(response->member_id()));
+    if (request->role() == dlrm::v1::ROLE_PS) response->set_ps_grant_key(keys_->PsGrantKey());
+  }
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::Heartbeat(
-    grpc::CallbackServerContext* context, const dlrm::v1::HeartbeatRequest* request,
-    dlrm::v1::HeartbeatResponse* response) {
+absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* context,
+                                                 const dlrm::v1::HeartbeatRequest* request,
+                                                 dlrm::v1::HeartbeatResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.Heartbeat"); !denied.ok()) {
-    return Reply(context, "Heartbeat", denied);
+    return denied;
+  }
+  if (absl::Status s = CheckMemberKey("Heartbeat", request->member_id(), request->member_key());
+      !s.ok()) {
+    return s;
   }
   auto result = state_->Heartbeat(request->member_id(), absl::Now());
-  if (result.ok()) *response = std::move(*result);
-  return Reply(context, "Heartbeat", result.status());
+  if (result.ok()) {
+    *response = std::move(*result);
+    // Rank 0 acts for the coordinator on the job's parameter servers (common/grants.h).
+    if (response->has_worker() && response->worker().rank() == 0 && response->worker().has_job()) {
+      response->mutable_worker()->set_job_grant(
+          common::JobAdminGrant(keys_->PsGrantKey(), response->worker().job().job_id()));
+    }
+  }
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::GetClusterView(
+absl::Status CoordinatorServiceImpl::DoGetClusterView(
     grpc::CallbackServerContext* context, const dlrm::v1::GetClusterViewRequest* /*request*/,
     dlrm::v1::GetClusterViewResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.GetClusterView");
       !denied.ok()) {
-    return Reply(context, "GetClusterView", denied);
+    return denied;
   }
   *response = state_->ClusterView();
   response->set_server_version(common::kVersion);
-  return Reply(context, "GetClusterView", absl::OkStatus());
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::Leave(grpc::CallbackServerContext* context,
-                                                        const dlrm::v1::LeaveRequest* request,
-                                                        dlrm::v1::LeaveResponse* response) {
+absl::Status CoordinatorServiceImpl::DoLeave(grpc::CallbackServerContext* context,
+                                             const dlrm::v1::LeaveRequest* request,
+                                             dlrm::v1::LeaveResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.Leave"); !denied.ok()) {
-    return Reply(context, "Leave", denied);
+    return denied;
+  }
+  if (absl::Status s = CheckMemberKey("Leave", request->member_id(), request->member_key());
+      !s.ok()) {
+    return s;
   }
   auto result = state_->Leave(request->member_id(), absl::Now());
   if (result.ok()) response->set_epoch(*result);
-  return Reply(context, "Leave", result.status());
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvSet(grpc::CallbackServerContext* context,
-                                                        const dlrm::v1::KvSetRequest* request,
-                                                        dlrm::v1::KvSetResponse* /*response*/) {
+absl::Status CoordinatorServiceImpl::DoKvSet(grpc::CallbackServerContext* context,
+                                             const dlrm::v1::KvSetRequest* request,
+                                             dlrm::v1::KvSetResponse* /*response*/) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.KvSet"); !denied.ok()) {
-    return Reply(context, "KvSet", denied);
+    return denied;
   }
-  return Reply(context, "KvSet", kv_->Set(request->key(), request->value()));
+  return kv_->Set(request->key(), request->value());
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerContext* context,
-                                                        const dlrm::v1::KvGetRequest* request,
-                                                        dlrm::v1::KvGetResponse* response) {
+void CoordinatorServiceImpl::DoKvGet(grpc::CallbackServerContext* context,
+                                     const dlrm::v1::KvGetRequest* request,
+                                     dlrm::v1::KvGetResponse* response,
+                                     std::function<void(absl::Status)> done) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.KvGet"); !denied.ok()) {
-    return Reply(context, "KvGet", denied);
+    return done(denied);
   }
   absl::Duration wait = absl::Milliseconds(request->wait_timeout_ms());
   // Never wait past the caller's own deadline: it would not hear the answer.
@@ -161,135 +231,130 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerCont
     wait = std::max(absl::ZeroDuration(), until_deadline);
     if (wait == absl::ZeroDuration()) wait = absl::Milliseconds(1);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RpcCounter* rpcs = rpcs_;
   // The store calls back exactly once, possibly right here, possibly on the timer thread or on
-  // the thread of a KvSet; the reactor and response live until Finish.
-  kv_->Get(request->key(), wait, [reactor, response, rpcs](absl::StatusOr<std::string> value) {
-    if (value.ok()) response->set_value(std::move(*value));
-    grpc::Status s = ToGrpcStatus(value.status());
-    rpcs->Record("KvGet", s);
-    reactor->Finish(s);
-  });
-  return reactor;
+  // the thread of a KvSet; the response lives until done.
+  kv_->Get(request->key(), wait,
+           [response, done = std::move(done)](absl::StatusOr<std::string> value) {
+             if (value.ok()) response->set_value(std::move(*value));
+             done(value.status());
+           });
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvDelete(grpc::CallbackServerContext* context,
-                                                           const dlrm::v1::KvDeleteRequest* request,
-                                                           dlrm::v1::KvDeleteResponse* response) {
+absl::Status CoordinatorServiceImpl::DoKvDelete(grpc::CallbackServerContext* context,
+                                                const dlrm::v1::KvDeleteRequest* request,
+                                                dlrm::v1::KvDeleteResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.KvDelete"); !denied.ok()) {
-    return Reply(context, "KvDelete", denied);
+    return denied;
   }
   if (request->key().empty() && !request->prefix()) {
-    return Reply(context, "KvDelete", absl::InvalidArgumentError("rendezvous key is empty"));
+    return absl::InvalidArgumentError("rendezvous key is empty");
   }
   if (absl::Status s =
           CheckLength("KvDelete: key", request->key(), common::kMaxKvKeyBytes, "kMaxKvKeyBytes");
       !s.ok()) {
-    return Reply(context, "KvDelete", s);
+    return s;
   }
   response->set_deleted(kv_->Delete(request->key(), request->prefix()));
-  return Reply(context, "KvDelete", absl::OkStatus());
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvAdd(grpc::CallbackServerContext* context,
-                                                        const dlrm::v1::KvAddRequest* request,
-                                                        dlrm::v1::KvAddResponse* response) {
+absl::Status CoordinatorServiceImpl::DoKvAdd(grpc::CallbackServerContext* context,
+                                             const dlrm::v1::KvAddRequest* request,
+                                             dlrm::v1::KvAddResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.KvAdd"); !denied.ok()) {
-    return Reply(context, "KvAdd", denied);
+    return denied;
   }
   auto result = kv_->Add(request->key(), request->delta());
   if (result.ok()) response->set_value(*result);
-  return Reply(context, "KvAdd", result.status());
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* CoordinatorServiceImpl::ReportProgress(
+absl::Status CoordinatorServiceImpl::DoReportProgress(
     grpc::CallbackServerContext* context, const dlrm::v1::ReportProgressRequest* request,
     dlrm::v1::ReportProgressResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Coordinator.ReportProgress");
       !denied.ok()) {
-    return Reply(context, "ReportProgress", denied);
+    return denied;
   }
-  if (absl::Status s = CheckReport(*request); !s.ok()) return Reply(context, "ReportProgress", s);
+  if (absl::Status s = CheckReport(*request); !s.ok()) return s;
+  // The key proves the caller is member_id; the state then checks that member holds the rank.
+  if (absl::Status s =
+          CheckMemberKey("ReportProgress", request->member_id(), request->member_key());
+      !s.ok()) {
+    return s;
+  }
   auto result = state_->ReportProgress(*request, absl::Now());
   if (result.ok()) response->set_state(*result);
-  return Reply(context, "ReportProgress", result.status());
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* JobsServiceImpl::Reply(grpc::CallbackServerContext* context,
-                                                 const char* method, const absl::Status& status) {
-  return FinishNow(context, rpcs_, method, status);
-}
-
-grpc::ServerUnaryReactor* JobsServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
-                                                     const dlrm::v1::SubmitJobRequest* request,
-                                                     dlrm::v1::SubmitJobResponse* response) {
+absl::Status JobsServiceImpl::DoSubmitJob(grpc::CallbackServerContext* context,
+                                          const dlrm::v1::SubmitJobRequest* request,
+                                          dlrm::v1::SubmitJobResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Jobs.SubmitJob"); !denied.ok()) {
-    return Reply(context, "SubmitJob", denied);
+    return denied;
   }
   // Before parsing: a huge spec costs the parser far more than its bytes.
   if (absl::Status s = CheckLength("SubmitJob: spec_yaml", request->spec_yaml(),
                                    common::kMaxSpecBytes, "kMaxSpecBytes");
       !s.ok()) {
-    return Reply(context, "SubmitJob", s);
+    return s;
   }
   auto result = state_->Submit(*request, absl::Now());
   if (result.ok()) *response->mutable_job() = std::move(*result);
-  return Reply(context, "SubmitJob", result.status());
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* JobsServiceImpl::GetJob(grpc::CallbackServerContext* context,
-                                                  const dlrm::v1::GetJobRequest* request,
-                                                  dlrm::v1::Job* response) {
+absl::Status JobsServiceImpl::DoGetJob(grpc::CallbackServerContext* context,
+                                       const dlrm::v1::GetJobRequest* request,
+                                       dlrm::v1::Job* response) {
   if (absl::Status denied = common::Authorize(*context, "Jobs.GetJob"); !denied.ok()) {
-    return Reply(context, "GetJob", denied);
+    return denied;
   }
   auto result = state_->GetJob(request->job_id());
   if (result.ok()) *response = std::move(*result);
-  return Reply(context, "GetJob", result.status());
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* JobsServiceImpl::ListJobs(grpc::CallbackServerContext* context,
-                                                    const dlrm::v1::ListJobsRequest* request,
-                                                    dlrm::v1::ListJobsResponse* response) {
+absl::Status JobsServiceImpl::DoListJobs(grpc::CallbackServerContext* context,
+                                         const dlrm::v1::ListJobsRequest* request,
+                                         dlrm::v1::ListJobsResponse* response) {
   if (absl::Status denied = common::Authorize(*context, "Jobs.ListJobs"); !denied.ok()) {
-    return Reply(context, "ListJobs", denied);
+    return denied;
   }
   if (!dlrm::v1::JobState_IsValid(request->state())) {
-    return Reply(
-        context, "ListJobs",
-        absl::InvalidArgumentError(absl::StrCat(
-            "job state filter ", static_cast<int>(request->state()), " is not a JobState")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job state filter ", static_cast<int>(request->state()), " is not a JobState"));
   }
   for (auto& job : state_->ListJobs(request->state())) *response->add_jobs() = std::move(job);
-  return Reply(context, "ListJobs", absl::OkStatus());
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* JobsServiceImpl::CancelJob(grpc::CallbackServerContext* context,
-                                                     const dlrm::v1::CancelJobRequest* request,
-                                                     dlrm::v1::Job* response) {
+absl::Status JobsServiceImpl::DoCancelJob(grpc::CallbackServerContext* context,
+                                          const dlrm::v1::CancelJobRequest* request,
+                                          dlrm::v1::Job* response) {
   if (absl::Status denied = common::Authorize(*context, "Jobs.CancelJob"); !denied.ok()) {
-    return Reply(context, "CancelJob", denied);
+    return denied;
   }
   if (absl::Status s = CheckLength("CancelJob: reason", request->reason(), common::kMaxMessageBytes,
                                    "kMaxMessageBytes");
       !s.ok()) {
-    return Reply(context, "CancelJob", s);
+    return s;
   }
   auto result = state_->Cancel(request->job_id(), request->reason(), absl::Now());
   if (result.ok()) *response = std::move(*result);
-  return Reply(context, "CancelJob", result.status());
+  return result.status();
 }
 
-grpc::ServerUnaryReactor* JobsServiceImpl::CheckpointJob(
-    grpc::CallbackServerContext* context, const dlrm::v1::CheckpointJobRequest* request,
-    dlrm::v1::Job* response) {
+absl::Status JobsServiceImpl::DoCheckpointJob(grpc::CallbackServerContext* context,
+                                              const dlrm::v1::CheckpointJobRequest* request,
+                                              dlrm::v1::Job* response) {
   if (absl::Status denied = common::Authorize(*context, "Jobs.CheckpointJob"); !denied.ok()) {
-    return Reply(context, "CheckpointJob", denied);
+    return denied;
   }
   auto result = state_->RequestCheckpoint(request->job_id(), absl::Now());
   if (result.ok()) *response = std::move(*result);
-  return Reply(context, "CheckpointJob", result.status());
+  return result.status();
 }
 
 grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobsServiceImpl::WatchJob(

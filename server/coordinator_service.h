@@ -4,6 +4,10 @@
 // Each handler validates its request and answers with CoordinatorState's status codes.
 #pragma once
 
+#include <functional>
+#include <string>
+
+#include "common/grants.h"
 #include "common/metrics.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/jobs.grpc.pb.h"
@@ -23,75 +27,133 @@ class RpcCounter {
   common::MetricsRegistry* metrics_;
 };
 
+// Every unary method is registered raw (common/raw_unary.h): bytes that are no request are
+// INVALID_ARGUMENT naming the message. Do<Method> is each method's typed work.
+using CoordinatorRawService = dlrm::v1::Coordinator::WithRawCallbackMethod_Register<
+    dlrm::v1::Coordinator::WithRawCallbackMethod_Heartbeat<
+        dlrm::v1::Coordinator::WithRawCallbackMethod_GetClusterView<
+            dlrm::v1::Coordinator::WithRawCallbackMethod_Leave<
+                dlrm::v1::Coordinator::WithRawCallbackMethod_KvSet<
+                    dlrm::v1::Coordinator::WithRawCallbackMethod_KvDelete<
+                        dlrm::v1::Coordinator::WithRawCallbackMethod_KvAdd<
+                            dlrm::v1::Coordinator::WithRawCallbackMethod_ReportProgress<
+                                dlrm::v1::Coordinator::WithRawCallbackMethod_KvGet<
+                                    dlrm::v1::Coordinator::CallbackService>>>>>>>>>;
+using JobsRawService = dlrm::v1::Jobs::WithRawCallbackMethod_SubmitJob<
+    dlrm::v1::Jobs::WithRawCallbackMethod_GetJob<dlrm::v1::Jobs::WithRawCallbackMethod_ListJobs<
+        dlrm::v1::Jobs::WithRawCallbackMethod_CancelJob<
+            dlrm::v1::Jobs::WithRawCallbackMethod_CheckpointJob<
+                dlrm::v1::Jobs::CallbackService>>>>>;
+
 // None of the pointers is owned; all must outlive the service.
-class CoordinatorServiceImpl final : public dlrm::v1::Coordinator::CallbackService {
+class CoordinatorServiceImpl final : public CoordinatorRawService {
  public:
-  CoordinatorServiceImpl(CoordinatorState* state, RendezvousStore* kv, RpcCounter* rpcs)
-      : state_(state), kv_(kv), rpcs_(rpcs) {}
+  // `keys` derive the member keys (and the PS grant key) Register answers and the other
+  // member methods check (common/grants.h).
+  CoordinatorServiceImpl(CoordinatorState* state, RendezvousStore* kv, RpcCounter* rpcs,
+                         const common::GrantKeys* keys)
+      : state_(state), kv_(kv), rpcs_(rpcs), keys_(keys) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
-                                     const dlrm::v1::RegisterRequest* request,
-                                     dlrm::v1::RegisterResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
-                                      const dlrm::v1::HeartbeatRequest* request,
-                                      dlrm::v1::HeartbeatResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetClusterView(grpc::CallbackServerContext* context,
-                                           const dlrm::v1::GetClusterViewRequest* request,
-                                           dlrm::v1::GetClusterViewResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
-                                  const dlrm::v1::LeaveRequest* request,
-                                  dlrm::v1::LeaveResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
-                                  const dlrm::v1::KvSetRequest* request,
-                                  dlrm::v1::KvSetResponse* response) override;
-  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
-                                  const dlrm::v1::KvGetRequest* request,
-                                  dlrm::v1::KvGetResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
-                                     const dlrm::v1::KvDeleteRequest* request,
-                                     dlrm::v1::KvDeleteResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* context,
-                                  const dlrm::v1::KvAddRequest* request,
-                                  dlrm::v1::KvAddResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* context,
-                                           const dlrm::v1::ReportProgressRequest* request,
-                                           dlrm::v1::ReportProgressResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
 
  private:
-  grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
-                                  const absl::Status& status);
+  absl::Status DoRegister(grpc::CallbackServerContext* context,
+                          const dlrm::v1::RegisterRequest* request,
+                          dlrm::v1::RegisterResponse* response);
+  absl::Status DoHeartbeat(grpc::CallbackServerContext* context,
+                           const dlrm::v1::HeartbeatRequest* request,
+                           dlrm::v1::HeartbeatResponse* response);
+  absl::Status DoGetClusterView(grpc::CallbackServerContext* context,
+                                const dlrm::v1::GetClusterViewRequest* request,
+                                dlrm::v1::GetClusterViewResponse* response);
+  absl::Status DoLeave(grpc::CallbackServerContext* context, const dlrm::v1::LeaveRequest* request,
+                       dlrm::v1::LeaveResponse* response);
+  absl::Status DoKvSet(grpc::CallbackServerContext* context, const dlrm::v1::KvSetRequest* request,
+                       dlrm::v1::KvSetResponse* response);
+  absl::Status DoKvDelete(grpc::CallbackServerContext* context,
+                          const dlrm::v1::KvDeleteRequest* request,
+                          dlrm::v1::KvDeleteResponse* response);
+  absl::Status DoKvAdd(grpc::CallbackServerContext* context, const dlrm::v1::KvAddRequest* request,
+                       dlrm::v1::KvAddResponse* response);
+  absl::Status DoReportProgress(grpc::CallbackServerContext* context,
+                                const dlrm::v1::ReportProgressRequest* request,
+                                dlrm::v1::ReportProgressResponse* response);
+  // Answers through `done`, when the key is set or the wait ends.
+  void DoKvGet(grpc::CallbackServerContext* context, const dlrm::v1::KvGetRequest* request,
+               dlrm::v1::KvGetResponse* response, std::function<void(absl::Status)> done);
+  // OK when `key` is member_id's member key; PERMISSION_DENIED otherwise.
+  absl::Status CheckMemberKey(const char* method, const std::string& member_id,
+                              const std::string& key) const;
 
   CoordinatorState* state_;
   RendezvousStore* kv_;
   RpcCounter* rpcs_;
+  const common::GrantKeys* keys_;
 };
 
-class JobsServiceImpl final : public dlrm::v1::Jobs::CallbackService {
+class JobsServiceImpl final : public JobsRawService {
  public:
   JobsServiceImpl(CoordinatorState* state, JobWatchers* watchers, RpcCounter* rpcs)
       : state_(state), watchers_(watchers), rpcs_(rpcs) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
-                                      const dlrm::v1::SubmitJobRequest* request,
-                                      dlrm::v1::SubmitJobResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
-                                   const dlrm::v1::GetJobRequest* request,
-                                   dlrm::v1::Job* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
-                                     const dlrm::v1::ListJobsRequest* request,
-                                     dlrm::v1::ListJobsResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
-                                      const dlrm::v1::CancelJobRequest* request,
-                                      dlrm::v1::Job* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CheckpointJob(grpc::CallbackServerContext* context,
-                                          const dlrm::v1::CheckpointJobRequest* request,
-                                          dlrm::v1::Job* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<dlrm::v1::JobEvent>* WatchJob(
       grpc::CallbackServerContext* context, const dlrm::v1::WatchJobRequest* request) override;
 
  private:
-  grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
-                                  const absl::Status& status);
+  absl::Status DoSubmitJob(grpc::CallbackServerContext* context,
+                           const dlrm::v1::SubmitJobRequest* request,
+                           dlrm::v1::SubmitJobResponse* response);
+  absl::Status DoGetJob(grpc::CallbackServerContext* context,
+                        const dlrm::v1::GetJobRequest* request, dlrm::v1::Job* response);
+  absl::Status DoListJobs(grpc::CallbackServerContext* context,
+                          const dlrm::v1::ListJobsRequest* request,
+                          dlrm::v1::ListJobsResponse* response);
+  absl::Status DoCancelJob(grpc::CallbackServerContext* context,
+                           const dlrm::v1::CancelJobRequest* request, dlrm::v1::Job* response);
+  absl::Status DoCheckpointJob(grpc::CallbackServerContext* context,
+                               const dlrm::v1::CheckpointJobRequest* request,
+                               dlrm::v1::Job* response);
 
   CoordinatorState* state_;
   JobWatchers* watchers_;

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grants.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -17,6 +18,7 @@ namespace {
 constexpr char kJobPrefix[] = "job/";
 constexpr char kMemberPrefix[] = "member/";
 constexpr char kMetaPrefix[] = "meta/";
+constexpr char kGrantSecretKey[] = "secret/grants";
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
@@ -90,6 +92,32 @@ absl::StatusOr<CoordinatorSnapshot> CoordinatorStore::Load() const {
     return FromRocks(it->status(), absl::StrCat("reading coordinator store '", directory_, "'"));
   }
   return snapshot;
+}
+
+absl::StatusOr<std::string> CoordinatorStore::GrantSecret() {
+  std::string secret;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kGrantSecretKey, &secret);
+  if (s.ok()) {
+    if (secret.size() < 16) {
+      return absl::DataLossError(absl::StrCat("coordinator store '", directory_, "': record '",
+                                              kGrantSecretKey, "' holds ", secret.size(),
+                                              " bytes; a secret has at least 16"));
+    }
+    return secret;
+  }
+  if (!s.IsNotFound()) {
+    return FromRocks(s, absl::StrCat("reading coordinator store '", directory_, "'"));
+  }
+  auto fresh = common::NewGrantSecret();
+  if (!fresh.ok()) return fresh.status();
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (absl::Status st = FromRocks(db_->Put(sync, kGrantSecretKey, *fresh),
+                                  absl::StrCat("writing coordinator store '", directory_, "'"));
+      !st.ok()) {
+    return st;
+  }
+  return *fresh;
 }
 
 absl::Status CoordinatorStore::Write(const CoordinatorWrite& write) {

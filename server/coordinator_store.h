@@ -1,6 +1,6 @@
 // Durable state of the coordinator in an embedded RocksDB: jobs, members and counters, stored as
-// serialized protos under "job/<id>", "member/<id>" and "meta/<name>". A restarted coordinator
-// loads them back (CoordinatorState::Restore).
+// serialized protos under "job/<id>", "member/<id>" and "meta/<name>", and the grant secret. A
+// restarted coordinator loads them back (CoordinatorState::Restore).
 //
 // Thread-safe (RocksDB is); writes are atomic batches.
 #pragma once
@@ -46,6 +46,9 @@ class CoordinatorStore {
 
   absl::StatusOr<CoordinatorSnapshot> Load() const;
   absl::Status Write(const CoordinatorWrite& write);
+  // The secret the coordinator derives member keys and job grants from (common/grants.h):
+  // made on first use and kept under "secret/grants", so that keys outlive a restart.
+  absl::StatusOr<std::string> GrantSecret();
 
  private:
   CoordinatorStore(std::unique_ptr<rocksdb::DB> db, std::string directory);

@@ -12,11 +12,6 @@
 namespace dlrm::server {
 namespace {
 
-bool LeaseLost(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kNotFound ||
-         status.code() == absl::StatusCode::kFailedPrecondition;
-}
-
 std::string Advertised(const std::string& bound) {
   for (const char* any : {"0.0.0.0:", "[::]:"}) {
     if (absl::StartsWith(bound, any)) {
@@ -51,6 +46,8 @@ absl::Status PsProcess::RegisterLocked() {
       client_->Register(client::MakeRegisterRequest(dlrm::v1::ROLE_PS, advertise_address_,
                                                     options_.metrics_address, options_.name)));
   member_id_ = response.member_id();
+  member_key_ = response.member_key();
+  server_->service().SetGrantKey(response.ps_grant_key());
   heartbeat_interval_ = client::HeartbeatInterval(response);
   DLRM_LOG(INFO) << "parameter server " << advertise_address_ << " registered as " << member_id_
                  << " with " << options_.coordinator;
@@ -93,20 +90,22 @@ absl::Status PsProcess::Run() {
   }
   // The heartbeat loop runs on this thread.
   while (true) {
-    std::string member_id;
+    std::string member_id, member_key;
     absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
       member_id = member_id_;
+      member_key = member_key_;
       interval = heartbeat_interval_;
     }
-    absl::StatusOr<dlrm::v1::HeartbeatResponse> response = client_->Heartbeat(member_id);
+    absl::StatusOr<dlrm::v1::HeartbeatResponse> response =
+        client_->Heartbeat(member_id, member_key);
     if (response.ok() && response->has_ps()) SyncJobs(response->ps(), response->epoch());
     absl::MutexLock lock(&mu_);
     if (stopping_) break;
     if (!response.ok()) {
-      if (LeaseLost(response.status())) {
+      if (client::MustRegisterAgain(response.status())) {
         DLRM_LOG(WARNING) << "parameter server lease lost (" << response.status().message()
                           << "); registering again";
         absl::Status st = RegisterLocked();
@@ -117,13 +116,14 @@ absl::Status PsProcess::Run() {
     }
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
   }
-  std::string member_id;
+  std::string member_id, member_key;
   {
     absl::MutexLock lock(&mu_);
     member_id = member_id_;
+    member_key = member_key_;
   }
   if (!member_id.empty()) {
-    absl::Status left = client_->Leave(member_id);
+    absl::Status left = client_->Leave(member_id, member_key);
     if (!left.ok()) DLRM_LOG(WARNING) << "leave: " << left.message();
   }
   server_->Shutdown();

@@ -74,6 +74,7 @@ class PsProcess {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string member_id_ ABSL_GUARDED_BY(mu_);
+  std::string member_key_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::set<std::string> assigned_jobs_;  // heartbeat thread only
 };

@@ -9,8 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/authz.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
+#include "common/limits.h"
 #include "common/logging.h"
+#include "common/raw_unary.h"
 #include "common/status.h"
 #include "embedding/checkpoint_snapshot.h"
 
@@ -128,6 +131,28 @@ void PsService::UpdateStoreMetrics(bool wait) {
   }
 }
 
+// The typed unary methods are registered raw (common/raw_unary.h): bytes that are no request
+// are INVALID_ARGUMENT naming the message. Handle<Method> does each one's work.
+#define DLRM_PS_RAW_UNARY(Method, Request, Response)                                               \
+  grpc::ServerUnaryReactor* PsService::Method(grpc::CallbackServerContext* context,                \
+                                              const grpc::ByteBuffer* in, grpc::ByteBuffer* out) { \
+    return common::ServeRawUnary<Request, Response>(                                               \
+        context, in, out, #Method,                                                                 \
+        [&](const Request& request, Response* response, Done done) {                               \
+          Handle##Method(context, &request, response, std::move(done));                            \
+        },                                                                                         \
+        [this](grpc::ServerUnaryReactor* reactor, const absl::Status& status) {                    \
+          Finish(reactor, status);                                                                 \
+        });                                                                                        \
+  }
+DLRM_PS_RAW_UNARY(LoadJob, dlrm::v1::LoadJobRequest, dlrm::v1::LoadJobResponse)
+DLRM_PS_RAW_UNARY(UnloadJob, dlrm::v1::UnloadJobRequest, dlrm::v1::UnloadJobResponse)
+DLRM_PS_RAW_UNARY(ReadRows, dlrm::v1::ReadRowsRequest, dlrm::v1::ReadRowsResponse)
+DLRM_PS_RAW_UNARY(WriteRows, dlrm::v1::WriteRowsRequest, dlrm::v1::WriteRowsResponse)
+DLRM_PS_RAW_UNARY(GetStats, dlrm::v1::GetStatsRequest, dlrm::v1::GetStatsResponse)
+DLRM_PS_RAW_UNARY(Checkpoint, dlrm::v1::CheckpointRequest, dlrm::v1::CheckpointResponse)
+#undef DLRM_PS_RAW_UNARY
+
 // ---- LoadJob / UnloadJob ----
 
 absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
@@ -224,36 +249,61 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* PsService::LoadJob(grpc::CallbackServerContext* context,
-                                             const dlrm::v1::LoadJobRequest* request,
-                                             dlrm::v1::LoadJobResponse* response) {
+void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
+                              const dlrm::v1::LoadJobRequest* request,
+                              dlrm::v1::LoadJobResponse* response, Done done) {
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.LoadJob"); !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+    return done(denied);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit([this, request, response, reactor] {
+  options_.pool->Submit([this, request, response, done] {
     absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request);
     if (result.ok()) *response = std::move(*result);
-    Finish(reactor, result.status());
+    done(result.status());
   });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* PsService::UnloadJob(grpc::CallbackServerContext* context,
-                                               const dlrm::v1::UnloadJobRequest* request,
-                                               dlrm::v1::UnloadJobResponse* /*response*/) {
-  if (absl::Status denied = common::Authorize(*context, "ParameterServer.UnloadJob");
-      !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+void PsService::SetGrantKey(std::string key) {
+  absl::MutexLock lock(&grant_mu_);
+  grant_key_ = std::move(key);
+}
+
+absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& context,
+                                       absl::string_view method, const std::string& job_id) const {
+  DLRM_RETURN_IF_ERROR(common::Authorize(context, method));
+  std::string key;
+  {
+    absl::MutexLock lock(&grant_mu_);
+    key = grant_key_;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit(
-      [this, request, reactor] { Finish(reactor, DoUnloadJob(request->job_id())); });
-  return reactor;
+  if (key.empty()) {
+    if (!common::OverTls(context)) return absl::OkStatus();  // plaintext trusts the network
+    return absl::UnavailableError(
+        absl::StrCat(method,
+                     ": this parameter server has not registered with a coordinator yet, "
+                     "so it cannot check the job's grant"));
+  }
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(common::kJobGrantMetadata);
+  const absl::string_view grant = it == metadata.end()
+                                      ? absl::string_view()
+                                      : absl::string_view(it->second.data(), it->second.size());
+  if (common::IsJobAdminGrant(key, job_id, grant)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(method, " of job '", job_id.substr(0, common::kMaxNameBytes), "' needs ",
+                   grant.empty() ? "the coordinator's grant for the job"
+                                 : "the coordinator's grant for the job; the one given is not it",
+                   " (rank 0 of the job holds it)"));
+}
+
+void PsService::HandleUnloadJob(grpc::CallbackServerContext* context,
+                                const dlrm::v1::UnloadJobRequest* request,
+                                dlrm::v1::UnloadJobResponse* /*response*/, Done done) {
+  if (absl::Status denied =
+          AuthorizeAdmin(*context, "ParameterServer.UnloadJob", request->job_id());
+      !denied.ok()) {
+    return done(denied);
+  }
+  options_.pool->Submit([this, request, done] { done(DoUnloadJob(request->job_id())); });
 }
 
 // ---- Lookup ----
@@ -491,48 +541,41 @@ absl::Status PsService::RunPush(const dlrm::v1::PushGradientsRequest& request,
 
 // ---- ReadRows / WriteRows ----
 
-grpc::ServerUnaryReactor* PsService::ReadRows(grpc::CallbackServerContext* context,
-                                              const dlrm::v1::ReadRowsRequest* request,
-                                              dlrm::v1::ReadRowsResponse* response) {
+void PsService::HandleReadRows(grpc::CallbackServerContext* context,
+                               const dlrm::v1::ReadRowsRequest* request,
+                               dlrm::v1::ReadRowsResponse* response, Done done) {
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.ReadRows"); !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+    return done(denied);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit([this, request, response, reactor] {
+  options_.pool->Submit([this, request, response, done] {
     absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
-    if (!job.ok()) return Finish(reactor, job.status());
+    if (!job.ok()) return done(job.status());
     absl::Status status = (*job)->ValidateReadRows(*request);
     if (status.ok()) status = (*job)->ReadRows(*request, response);
     if (!status.ok()) response->Clear();
     UpdateStoreMetrics();
-    Finish(reactor, status);
+    done(status);
   });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* PsService::WriteRows(grpc::CallbackServerContext* context,
-                                               const dlrm::v1::WriteRowsRequest* request,
-                                               dlrm::v1::WriteRowsResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "ParameterServer.WriteRows");
+void PsService::HandleWriteRows(grpc::CallbackServerContext* context,
+                                const dlrm::v1::WriteRowsRequest* request,
+                                dlrm::v1::WriteRowsResponse* response, Done done) {
+  if (absl::Status denied =
+          AuthorizeAdmin(*context, "ParameterServer.WriteRows", request->job_id());
       !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+    return done(denied);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit([this, request, response, reactor] {
+  options_.pool->Submit([this, request, response, done] {
     absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
-    if (!job.ok()) return Finish(reactor, job.status());
+    if (!job.ok()) return done(job.status());
     absl::Status valid = (*job)->ValidateWriteRows(*request);
-    if (!valid.ok()) return Finish(reactor, valid);
+    if (!valid.ok()) return done(valid);
     absl::StatusOr<int64_t> rows = (*job)->WriteRows(*request);
     if (rows.ok()) response->set_rows_written(*rows);
     UpdateStoreMetrics();
-    Finish(reactor, rows.status());
+    done(rows.status());
   });
-  return reactor;
 }
 
 // ---- GetStats / Checkpoint ----
@@ -570,21 +613,17 @@ absl::StatusOr<dlrm::v1::GetStatsResponse> PsService::DoGetStats(const std::stri
   return r;
 }
 
-grpc::ServerUnaryReactor* PsService::GetStats(grpc::CallbackServerContext* context,
-                                              const dlrm::v1::GetStatsRequest* request,
-                                              dlrm::v1::GetStatsResponse* response) {
+void PsService::HandleGetStats(grpc::CallbackServerContext* context,
+                               const dlrm::v1::GetStatsRequest* request,
+                               dlrm::v1::GetStatsResponse* response, Done done) {
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.GetStats"); !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+    return done(denied);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit([this, request, response, reactor] {
+  options_.pool->Submit([this, request, response, done] {
     absl::StatusOr<dlrm::v1::GetStatsResponse> r = DoGetStats(request->job_id());
     if (r.ok()) *response = std::move(*r);
-    Finish(reactor, r.status());
+    done(r.status());
   });
-  return reactor;
 }
 
 absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
@@ -657,23 +696,20 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   return response;
 }
 
-grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* context,
-                                                const dlrm::v1::CheckpointRequest* request,
-                                                dlrm::v1::CheckpointResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "ParameterServer.Checkpoint");
+void PsService::HandleCheckpoint(grpc::CallbackServerContext* context,
+                                 const dlrm::v1::CheckpointRequest* request,
+                                 dlrm::v1::CheckpointResponse* response, Done done) {
+  if (absl::Status denied =
+          AuthorizeAdmin(*context, "ParameterServer.Checkpoint", request->job_id());
       !denied.ok()) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    Finish(refused, denied);
-    return refused;
+    return done(denied);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  options_.pool->Submit([this, request, response, reactor] {
+  options_.pool->Submit([this, request, response, done] {
     absl::StatusOr<dlrm::v1::CheckpointResponse> r = DoCheckpoint(*request);
     if (r.ok()) *response = std::move(*r);
     UpdateStoreMetrics();
-    Finish(reactor, r.status());
+    done(r.status());
   });
-  return reactor;
 }
 
 }  // namespace dlrm::server

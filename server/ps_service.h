@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -34,6 +35,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
@@ -64,21 +66,25 @@ struct PsServiceOptions {
 // (proto/lookup_wire.h). PushGradients is raw too, so that bytes which are no request get
 // INVALID_ARGUMENT from the service (gRPC 1.51 answers UNIMPLEMENTED for a generated method's
 // undecodable request). Every other method is a plain callback method.
-class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_Lookup<
-                            dlrm::v1::ParameterServer::WithRawCallbackMethod_PushGradients<
-                                dlrm::v1::ParameterServer::CallbackService>> {
+// Every method is registered raw: Lookup and PushGradients decode their own wire format; the
+// others parse through common/raw_unary.h. Bytes that are no request are INVALID_ARGUMENT.
+using PsRawService = dlrm::v1::ParameterServer::WithRawCallbackMethod_LoadJob<
+    dlrm::v1::ParameterServer::WithRawCallbackMethod_UnloadJob<
+        dlrm::v1::ParameterServer::WithRawCallbackMethod_Lookup<
+            dlrm::v1::ParameterServer::WithRawCallbackMethod_PushGradients<
+                dlrm::v1::ParameterServer::WithRawCallbackMethod_GetStats<
+                    dlrm::v1::ParameterServer::WithRawCallbackMethod_ReadRows<
+                        dlrm::v1::ParameterServer::WithRawCallbackMethod_WriteRows<
+                            dlrm::v1::ParameterServer::WithRawCallbackMethod_Checkpoint<
+                                dlrm::v1::ParameterServer::CallbackService>>>>>>>>;
+
+class PsService final : public PsRawService {
  public:
   explicit PsService(const PsServiceOptions& options);
   ~PsService() override;
   PsService(const PsService&) = delete;
   PsService& operator=(const PsService&) = delete;
 
-  grpc::ServerUnaryReactor* LoadJob(grpc::CallbackServerContext* context,
-                                    const dlrm::v1::LoadJobRequest* request,
-                                    dlrm::v1::LoadJobResponse* response) override;
-  grpc::ServerUnaryReactor* UnloadJob(grpc::CallbackServerContext* context,
-                                      const dlrm::v1::UnloadJobRequest* request,
-                                      dlrm::v1::UnloadJobResponse* response) override;
   // Takes a serialised LookupRequest, answers a serialised LookupResponse.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request,
@@ -86,18 +92,24 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   grpc::ServerUnaryReactor* PushGradients(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request_bytes,
                                           grpc::ByteBuffer* response_bytes) override;
-  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
-                                     const dlrm::v1::GetStatsRequest* request,
-                                     dlrm::v1::GetStatsResponse* response) override;
+  grpc::ServerUnaryReactor* LoadJob(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UnloadJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReadRows(grpc::CallbackServerContext* context,
-                                     const dlrm::v1::ReadRowsRequest* request,
-                                     dlrm::v1::ReadRowsResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* WriteRows(grpc::CallbackServerContext* context,
-                                      const dlrm::v1::WriteRowsRequest* request,
-                                      dlrm::v1::WriteRowsResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
-                                       const dlrm::v1::CheckpointRequest* request,
-                                       dlrm::v1::CheckpointResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
   // Checkpoint's core: SNAPSHOT or WRITE of this server's part (proto/ps.proto).
   absl::StatusOr<dlrm::v1::CheckpointResponse> DoCheckpoint(
@@ -118,6 +130,10 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   absl::StatusOr<dlrm::v1::GetStatsResponse> DoGetStats(const std::string& job_id) const;
 
   std::vector<std::string> job_ids() const;
+  // The key of the coordinator's job grants (RegisterResponse.ps_grant_key, common/grants.h).
+  // Once set, the admin methods (UnloadJob, WriteRows, Checkpoint) accept a call for a job only
+  // with that job's grant; before, only on a plaintext server.
+  void SetGrantKey(std::string key);
   // Closes every job's StepGate with `status` (server shutdown): parked lookups fail now and
   // later ones that would have to wait fail at once, so no call outlives the server.
   void FailParkedLookups(const absl::Status& status);
@@ -145,6 +161,28 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   // Applies one push; fills `response`.
   absl::Status RunPush(const dlrm::v1::PushGradientsRequest& request,
                        dlrm::v1::PushGradientsResponse* response);
+  // The typed work of the methods parsed by common/raw_unary.h; each answers through `done`.
+  using Done = std::function<void(absl::Status)>;
+  void HandleLoadJob(grpc::CallbackServerContext* context, const dlrm::v1::LoadJobRequest* request,
+                     dlrm::v1::LoadJobResponse* response, Done done);
+  void HandleUnloadJob(grpc::CallbackServerContext* context,
+                       const dlrm::v1::UnloadJobRequest* request,
+                       dlrm::v1::UnloadJobResponse* response, Done done);
+  void HandleReadRows(grpc::CallbackServerContext* context,
+                      const dlrm::v1::ReadRowsRequest* request,
+                      dlrm::v1::ReadRowsResponse* response, Done done);
+  void HandleWriteRows(grpc::CallbackServerContext* context,
+                       const dlrm::v1::WriteRowsRequest* request,
+                       dlrm::v1::WriteRowsResponse* response, Done done);
+  void HandleGetStats(grpc::CallbackServerContext* context,
+                      const dlrm::v1::GetStatsRequest* request,
+                      dlrm::v1::GetStatsResponse* response, Done done);
+  void HandleCheckpoint(grpc::CallbackServerContext* context,
+                        const dlrm::v1::CheckpointRequest* request,
+                        dlrm::v1::CheckpointResponse* response, Done done);
+  // Authorize, then the job grant of an admin method (SetGrantKey).
+  absl::Status AuthorizeAdmin(const grpc::CallbackServerContext& context, absl::string_view method,
+                              const std::string& job_id) const;
   // Finishes the call, counting errors.
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);
   // wait = false (on a reactor): skipped when the service lock is busy.
@@ -164,6 +202,9 @@ class PsService final : public dlrm::v1::ParameterServer::WithRawCallbackMethod_
   int64_t unloaded_writes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reported_reads_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reported_writes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  mutable absl::Mutex grant_mu_;
+  std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);
 
   std::atomic<int64_t> lookups_{0};
   std::atomic<int64_t> rows_looked_up_{0};

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/grants.h"
 #include "common/logging.h"
 #include "common/sharding.h"
 #include "common/status.h"
@@ -208,6 +209,9 @@ bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
   call->EndAttempt();
   call->context = std::make_unique<grpc::ClientContext>();
   call->context->set_deadline(absl::ToChronoTime(call->deadline));
+  if (!options_.job_grant.empty()) {
+    call->context->AddMetadata(common::kJobGrantMetadata, options_.job_grant);
+  }
   {
     absl::MutexLock lock(&cancel_mu_);
     if (cancelled_.load(std::memory_order_relaxed)) {

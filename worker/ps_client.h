@@ -65,6 +65,9 @@ struct PsClientOptions {
   // Most ids in one request (all tables together); 0: common::MaxRowsPerRequest(largest dim).
   int64_t max_rows_per_request = 0;
   common::TransportSecurity security;
+  // WorkerAssignment.job_grant (rank 0 only): sent with every call, in metadata
+  // common::kJobGrantMetadata, for the servers' admin methods (WriteRows, Checkpoint, UnloadJob).
+  std::string job_grant;
 };
 
 // What LoadJob needs beyond the client's options.

@@ -179,10 +179,7 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   DLRM_LOG(ERROR) << "job " << job_id << " failed on rank " << assignment.rank()
                   << (peer_lost ? " (a peer was lost; the job recovers): " : ": ")
                   << status.ToString();
-  dlrm::v1::ReportProgressRequest report;
-  report.set_job_id(job_id);
-  report.set_rank(assignment.rank());
-  report.set_job_epoch(assignment.job().job_epoch());
+  dlrm::v1::ReportProgressRequest report = NewReport(assignment);
   report.set_failed(true);
   report.set_peer_unreachable(peer_lost);
   // The coordinator refuses messages over common::kMaxMessageBytes: keep the start of a long one.
@@ -191,6 +188,18 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   report.set_message(message);
   absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
   if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
+}
+
+dlrm::v1::ReportProgressRequest WorkerProcess::NewReport(
+    const dlrm::v1::WorkerAssignment& assignment) {
+  dlrm::v1::ReportProgressRequest report;
+  report.set_job_id(assignment.job().job_id());
+  report.set_rank(assignment.rank());
+  report.set_job_epoch(assignment.job().job_epoch());
+  absl::MutexLock lock(&mu_);
+  report.set_member_id(member_id_);
+  report.set_member_key(member_key_);
+  return report;
 }
 
 absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment,
@@ -225,6 +234,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   ps_options.security = options_.security;
   ps_options.job_epoch = job.job_epoch();
   ps_options.worker_rank = rank;
+  ps_options.job_grant = assignment.job_grant();
   // A parameter server refusing connections for this long is gone: the run fails with the peer
   // lost and the job recovers at once, not when the server's lease runs out (14 s).
   ps_options.retry_budget = kPsRetryBudget;
@@ -390,10 +400,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       return absl::OkStatus();
     }
     last_report = now;
-    dlrm::v1::ReportProgressRequest request;
-    request.set_job_id(job_id);
-    request.set_rank(rank);
-    request.set_job_epoch(job.job_epoch());
+    dlrm::v1::ReportProgressRequest request = NewReport(assignment);
     // The job's totals: a resumed job's progress continues from its checkpoint.
     request.set_step(base.step + steps);
     request.set_samples(base.samples / world + samples);
@@ -406,7 +413,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       return absl::CancelledError(absl::StrCat("job ", job_id, " is no longer running"));
     }
     if (!state.ok()) {
-      if (LeaseLost(state.status())) {
+      if (client::MustRegisterAgain(state.status())) {
         return absl::CancelledError(absl::StrCat("job ", job_id, ": ", state.status().message()));
       }
       DLRM_LOG(WARNING) << "progress report: " << state.status().message();
@@ -611,10 +618,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   }
   DLRM_RETURN_IF_ERROR(report_progress(true));
 
-  dlrm::v1::ReportProgressRequest done;
-  done.set_job_id(job_id);
-  done.set_rank(rank);
-  done.set_job_epoch(job.job_epoch());
+  dlrm::v1::ReportProgressRequest done = NewReport(assignment);
   done.set_step(base.step + steps);
   done.set_samples(base.samples / world + samples);
   done.set_loss(loss_avg);

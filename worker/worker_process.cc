@@ -38,11 +38,6 @@ bool PeerLost(const absl::Status& status) {
   }
 }
 
-bool LeaseLost(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kNotFound ||
-         status.code() == absl::StatusCode::kFailedPrecondition;
-}
-
 WorkerProcess::WorkerProcess(const WorkerProcessOptions& options) : options_(options) {}
 
 WorkerProcess::~WorkerProcess() {
@@ -70,6 +65,7 @@ absl::Status WorkerProcess::RegisterLocked() {
       client_->Register(client::MakeRegisterRequest(dlrm::v1::ROLE_WORKER, /*address=*/"",
                                                     options_.metrics_address, options_.name)));
   member_id_ = response.member_id();
+  member_key_ = response.member_key();
   heartbeat_interval_ = client::HeartbeatInterval(response);
   DLRM_LOG(INFO) << "worker registered as " << member_id_ << " with " << options_.coordinator
                  << " (heartbeat every " << heartbeat_interval_ << ")";
@@ -78,21 +74,23 @@ absl::Status WorkerProcess::RegisterLocked() {
 
 void WorkerProcess::HeartbeatLoop() {
   while (true) {
-    std::string member_id;
+    std::string member_id, member_key;
     absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
       member_id = member_id_;
+      member_key = member_key_;
       interval = heartbeat_interval_;
       // An idle worker learns of a new job only through its heartbeat: ask often.
       if (running_job_.empty()) interval = std::min(interval, kIdlePollInterval);
     }
-    absl::StatusOr<dlrm::v1::HeartbeatResponse> response = client_->Heartbeat(member_id);
+    absl::StatusOr<dlrm::v1::HeartbeatResponse> response =
+        client_->Heartbeat(member_id, member_key);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       if (!response.ok()) {
-        if (LeaseLost(response.status())) {
+        if (client::MustRegisterAgain(response.status())) {
           DLRM_LOG(WARNING) << "worker lease lost (" << response.status().message()
                             << "); registering again";
           // A job we were training is no longer ours.
@@ -178,13 +176,14 @@ absl::Status WorkerProcess::Run() {
     }
     jobs_done_.fetch_add(1);
   }
-  std::string member_id;
+  std::string member_id, member_key;
   {
     absl::MutexLock lock(&mu_);
     member_id = member_id_;
+    member_key = member_key_;
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  absl::Status left = client_->Leave(member_id);
+  absl::Status left = client_->Leave(member_id, member_key);
   if (!left.ok()) DLRM_LOG(WARNING) << "leave: " << left.message();
   DLRM_LOG(INFO) << "worker " << member_id << " stopped";
   return absl::OkStatus();

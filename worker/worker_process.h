@@ -71,9 +71,6 @@ struct WorkerProcessOptions {
   common::MetricsRegistry* metrics = nullptr;  // not owned; may be null
 };
 
-// A lease that is gone: the coordinator forgot us (NOT_FOUND) or our lease ran out
-// (FAILED_PRECONDITION). Either way the worker registers again.
-bool LeaseLost(const absl::Status& status);
 // A failure caused by a peer that is gone or cannot be reached (a parameter server or another
 // rank): UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, or a server that no longer has the job.
 bool PeerLost(const absl::Status& status);
@@ -100,6 +97,9 @@ class WorkerProcess {
   void HeartbeatLoop();
   // Trains one assignment to the end; reports its outcome to the coordinator.
   void RunJob(const dlrm::v1::WorkerAssignment& assignment);
+  // A progress report of `assignment`'s rank, signed with this member's id and key.
+  dlrm::v1::ReportProgressRequest NewReport(const dlrm::v1::WorkerAssignment& assignment)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment, JobResources* resources);
   // Chooses and installs the job's hot rows (when its spec has a hot_budget) and returns the
   // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
@@ -120,6 +120,7 @@ class WorkerProcess {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string member_id_ ABSL_GUARDED_BY(mu_);
+  std::string member_key_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   // The latest assignment a heartbeat carried; cleared when a heartbeat carries none.
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;

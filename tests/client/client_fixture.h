@@ -75,7 +75,7 @@ class ClientTest : public ::testing::Test {
       ASSERT_TRUE(reg.ok()) << reg.status();
       dlrm::v1::WorkerAssignment assignment;
       for (int i = 0; i < 200 && !assignment.has_job(); ++i) {
-        auto hb = client_->Heartbeat(reg->member_id());
+        auto hb = client_->Heartbeat(reg->member_id(), reg->member_key());
         ASSERT_TRUE(hb.ok()) << hb.status();
         if (hb->has_worker()) assignment = hb->worker();
         absl::SleepFor(absl::Milliseconds(20));
@@ -86,6 +86,7 @@ class ClientTest : public ::testing::Test {
         p.set_job_id(assignment.job().job_id());
         p.set_rank(assignment.rank());
         p.set_member_id(reg->member_id());
+        p.set_member_key(reg->member_key());
         p.set_step(step);
         p.set_samples(step * 64);
         p.set_loss(0.69 / step);
@@ -96,7 +97,7 @@ class ClientTest : public ::testing::Test {
         ASSERT_TRUE(client_->ReportProgress(p).ok());
         absl::SleepFor(absl::Milliseconds(20));
       }
-      ASSERT_TRUE(client_->Leave(reg->member_id()).ok());
+      ASSERT_TRUE(client_->Leave(reg->member_id(), reg->member_key()).ok());
     });
   }
 

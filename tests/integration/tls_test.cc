@@ -11,12 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_util.h"
+#include "worker/ps_client.h"
 
 namespace dlrm::testing {
 namespace {
@@ -181,6 +185,80 @@ TEST_F(TlsTest, EachIdentityCallsOnlyWhatItMay) {
   EXPECT_FALSE(absl::StrContains(members.out, "posing")) << members.out;
   posing.Signal(SIGKILL);
   posing.Wait(absl::Seconds(10));
+  coordinator->Signal(SIGTERM);
+  coordinator->Wait(absl::Seconds(10));
+}
+
+// Workers share one certificate, so a certificate cannot tell the rank the coordinator chose from
+// any other worker: the admin methods of a parameter server (WriteRows, Checkpoint, UnloadJob)
+// also need the coordinator's grant for the job (common/grants.h), which only rank 0 gets. A
+// worker certificate without it, with a made-up one, or the admin certificate cannot overwrite
+// rows, take a checkpoint or unload the job; rows read the same before and after.
+TEST_F(TlsTest, ParameterServerAdminCallsNeedTheCoordinatorsGrant) {
+  using ::testing::HasSubstr;
+  std::unique_ptr<Process> coordinator;
+  const int port = StartCoordinator(
+      &coordinator, {"--listen", "127.0.0.1:0", "--tls-dir", dir_ + "/ours/coordinator"});
+  ASSERT_GT(port, 0) << coordinator->Stderr();
+  Process ps({BinPath("dlrm"), "ps", "--coordinator", absl::StrCat("127.0.0.1:", port), "--listen",
+              "127.0.0.1:0", "--data-dir", dir_ + "/ps", "--tls-dir", dir_ + "/ours/ps"},
+             dir_, "ps");
+  // The PS's address, from the cluster view once it has registered (it got its grant key then).
+  std::string ps_address;
+  for (int i = 0; i < 100 && ps_address.empty(); ++i) {
+    const std::string members = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "members").out;
+    const size_t at = members.find("127.0.0.1:");
+    if (at != std::string::npos) {
+      size_t end = at + 10;
+      while (end < members.size() && absl::ascii_isdigit(members[end])) ++end;
+      ps_address = members.substr(at, end - at);
+    } else {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  ASSERT_FALSE(ps_address.empty()) << ps.Stderr();
+
+  auto client = [&](const std::string& identity, const std::string& grant) {
+    worker::PsClientOptions options;
+    options.ps_addresses = {ps_address};
+    options.job_id = "grant-test";
+    options.job_epoch = 1;
+    options.tables = {{"t0", 100, 4}};
+    options.rpc_timeout = absl::Seconds(10);
+    options.security = common::TransportSecurity::FromDir(dir_ + "/ours/" + identity);
+    options.job_grant = grant;
+    auto c = worker::GrpcPsClient::Create(options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
+  };
+  auto worker = client("worker", "");
+  ASSERT_TRUE(worker->LoadJobOnAll({}).ok());  // the data plane is every worker's
+  auto read = [&] {
+    embedding::TableRows r;
+    r.ids = {1, 2, 3};
+    EXPECT_TRUE(worker->ReadStoredRows({&r, 1}).ok());
+    return r.values;
+  };
+  const std::vector<float> before = read();
+  embedding::TableRows huge;
+  huge.ids = {1, 2, 3};
+  huge.values.assign(huge.ids.size() * before.size() / 3, 1e30f);
+  for (const std::string& grant : {std::string(), std::string(64, 'a')}) {
+    auto forger = client("worker", grant);
+    absl::Status written = forger->WriteStoredRows({&huge, 1});
+    EXPECT_EQ(written.code(), absl::StatusCode::kPermissionDenied) << written;
+    EXPECT_THAT(std::string(written.message()), HasSubstr("the coordinator's grant for the job"));
+    absl::Status snapshot = forger->CheckpointAll(1, /*write=*/false, "").status();
+    EXPECT_EQ(snapshot.code(), absl::StatusCode::kPermissionDenied) << snapshot;
+    absl::Status unloaded = forger->UnloadJobOnAll();
+    EXPECT_EQ(unloaded.code(), absl::StatusCode::kPermissionDenied) << unloaded;
+  }
+  absl::Status as_admin = client("admin", "")->WriteStoredRows({&huge, 1});
+  EXPECT_EQ(as_admin.code(), absl::StatusCode::kPermissionDenied) << as_admin;
+  EXPECT_THAT(std::string(as_admin.message()), HasSubstr("identity 'admin'"));
+  EXPECT_EQ(read(), before);  // the job is still loaded and its rows are untouched
+  ps.Signal(SIGTERM);
+  ps.Wait(absl::Seconds(10));
   coordinator->Signal(SIGTERM);
   coordinator->Wait(absl::Seconds(10));
 }

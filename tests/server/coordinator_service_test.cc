@@ -3,11 +3,14 @@
 #include <atomic>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "client/coordinator_client.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
 #include "common/limits.h"
 #include "gmock/gmock.h"
@@ -18,6 +21,7 @@
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
 #include "tests/common/temp_dir.h"
+#include "tests/server/garbage_calls.h"
 #include "tests/server/test_specs.h"
 
 namespace dlrm::server {
@@ -58,12 +62,25 @@ class CoordinatorServiceTest : public ::testing::Test {
     auto ctx = common::MakeClientContext(absl::Seconds(5));
     grpc::Status s = stub_->Register(ctx.get(), request, &response);
     EXPECT_TRUE(s.ok()) << s.error_message();
+    keys_[response.member_id()] = response.member_key();
     return response.member_id();
+  }
+
+  // A report as member `id` (its key from Register) for `rank` of `job_id`.
+  dlrm::v1::ReportProgressRequest Report(const std::string& id, const std::string& job_id,
+                                         int rank) {
+    dlrm::v1::ReportProgressRequest r;
+    r.set_member_id(id);
+    r.set_member_key(keys_[id]);
+    r.set_job_id(job_id);
+    r.set_rank(rank);
+    return r;
   }
 
   grpc::Status Heartbeat(const std::string& id, dlrm::v1::HeartbeatResponse* response) {
     dlrm::v1::HeartbeatRequest request;
     request.set_member_id(id);
+    request.set_member_key(keys_[id]);
     auto ctx = common::MakeClientContext(absl::Seconds(5));
     return stub_->Heartbeat(ctx.get(), request, response);
   }
@@ -103,6 +120,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<dlrm::v1::Coordinator::Stub> stub_;
   std::unique_ptr<dlrm::v1::Jobs::Stub> jobs_;
+  std::map<std::string, std::string> keys_;  // member key by member id
 };
 
 TEST_F(CoordinatorServiceTest, LeaseExpiresWithoutHeartbeatAndBumpsEpoch) {
@@ -120,9 +138,101 @@ TEST_F(CoordinatorServiceTest, LeaseExpiresWithoutHeartbeatAndBumpsEpoch) {
   grpc::Status late = Heartbeat(worker, &hb);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(late.error_message(), HasSubstr(worker));
+  // A member the coordinator never registered has no key: the member re-registers.
   grpc::Status unknown = Heartbeat("ps-12345", &hb);
-  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(unknown.error_message(), HasSubstr("ps-12345"));
+  EXPECT_TRUE(client::MustRegisterAgain(common::FromGrpcStatus(unknown)));
+}
+
+// Workers share one certificate, so the coordinator tells them apart by the key Register gave
+// each: nobody heartbeats, leaves or reports for a member whose key it lacks, and only rank 0
+// gets the grant for the job's admin calls to the parameter servers (common/grants.h).
+TEST_F(CoordinatorServiceTest, MembersProveTheirIdWithTheirKeyAndOnlyRankZeroGetsTheJobGrant) {
+  coordinator_->Shutdown();
+  StartCoordinator(dir_.Sub("keys"), absl::Seconds(60));
+  dlrm::v1::RegisterRequest as_ps;
+  as_ps.set_role(dlrm::v1::ROLE_PS);
+  as_ps.set_address("127.0.0.1:9");
+  dlrm::v1::RegisterResponse ps;
+  auto ctx = common::MakeClientContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->Register(ctx.get(), as_ps, &ps).ok());
+  EXPECT_EQ(ps.member_key().size(), 64u);
+  ASSERT_EQ(ps.ps_grant_key().size(), 64u);
+  const std::string w0 = Register(dlrm::v1::ROLE_WORKER);
+  const std::string w1 = Register(dlrm::v1::ROLE_WORKER);
+  EXPECT_NE(keys_[w0], keys_[w1]);
+  const std::string job_id = Submit(2);
+  dlrm::v1::HeartbeatResponse hb0, hb1;
+  ASSERT_TRUE(Heartbeat(w0, &hb0).ok());
+  ASSERT_TRUE(Heartbeat(w1, &hb1).ok());
+  ASSERT_TRUE(hb0.has_worker() && hb1.has_worker());
+  ASSERT_EQ(hb0.worker().rank(), 0);
+  EXPECT_EQ(hb0.worker().job_grant(), common::JobAdminGrant(ps.ps_grant_key(), job_id));
+  EXPECT_TRUE(common::IsJobAdminGrant(ps.ps_grant_key(), job_id, hb0.worker().job_grant()));
+  EXPECT_FALSE(common::IsJobAdminGrant(ps.ps_grant_key(), "job-other", hb0.worker().job_grant()));
+  EXPECT_EQ(hb1.worker().job_grant(), "");
+
+  // w1 with w0's key, or as w0 with its own key: refused, and w0 keeps its lease and rank.
+  dlrm::v1::HeartbeatRequest stolen;
+  stolen.set_member_id(w1);
+  stolen.set_member_key(keys_[w0]);
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  grpc::Status s = stub_->Heartbeat(ctx.get(), stolen, &hb1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("member key"));
+  dlrm::v1::LeaveRequest leave;
+  leave.set_member_id(w0);
+  leave.set_member_key(keys_[w1]);
+  dlrm::v1::LeaveResponse left;
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  EXPECT_EQ(stub_->Leave(ctx.get(), leave, &left).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  dlrm::v1::ReportProgressRequest forged = Report(w0, job_id, 0);
+  forged.set_member_key(keys_[w1]);
+  forged.set_done(true);
+  dlrm::v1::ReportProgressResponse reported;
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  s = stub_->ReportProgress(ctx.get(), forged, &reported);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Its own id and key, but rank 0 is w0's.
+  dlrm::v1::ReportProgressRequest other_rank = Report(w1, job_id, 0);
+  other_rank.set_done(true);
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  s = stub_->ReportProgress(ctx.get(), other_rank, &reported);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("does not hold rank 0"));
+  dlrm::v1::ReportProgressRequest anonymous = Report(w1, job_id, 1);
+  anonymous.clear_member_id();
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  s = stub_->ReportProgress(ctx.get(), anonymous, &reported);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Heartbeat(w0, &hb0).ok());
+  EXPECT_EQ(hb0.worker().rank(), 0);
+  dlrm::v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  dlrm::v1::Job job;
+  ctx = common::MakeClientContext(absl::Seconds(5));
+  ASSERT_TRUE(jobs_->GetJob(ctx.get(), get, &job).ok());
+  EXPECT_EQ(job.state(), dlrm::v1::JOB_STATE_RUNNING);
+
+  // The keys outlive a coordinator restart (the secret is in its store).
+  coordinator_->Shutdown();
+  coordinator_.reset();
+  StartCoordinator(dir_.Sub("keys"), absl::Seconds(60));
+  EXPECT_TRUE(Heartbeat(w0, &hb0).ok());
+}
+
+// Bytes that are no request get INVALID_ARGUMENT naming the message from every unary method of
+// both services (common/raw_unary.h), and the coordinator serves on.
+TEST_F(CoordinatorServiceTest, GarbageBytesAreInvalidArgumentNamingTheMessage) {
+  const google::protobuf::FileDescriptor* coordinator =
+      dlrm::v1::RegisterRequest::descriptor()->file();
+  ::dlrm::testing::ExpectEveryUnaryMethodRefusesGarbage(
+      channel_, *coordinator->FindServiceByName("Coordinator"));
+  ::dlrm::testing::ExpectEveryUnaryMethodRefusesGarbage(
+      channel_, *dlrm::v1::SubmitJobRequest::descriptor()->file()->FindServiceByName("Jobs"));
+  EXPECT_FALSE(Register(dlrm::v1::ROLE_PS).empty());
 }
 
 TEST_F(CoordinatorServiceTest, KvGetWaitsUntilAnotherClientSetsTheKey) {
@@ -185,11 +295,9 @@ TEST_F(CoordinatorServiceTest, WatchJobStreamsUntilTerminal) {
   });
   first_event.WaitForNotification();
   Register(dlrm::v1::ROLE_PS);
-  Register(dlrm::v1::ROLE_WORKER);
+  const std::string worker = Register(dlrm::v1::ROLE_WORKER);
   for (int step = 1; step <= 3; ++step) {
-    dlrm::v1::ReportProgressRequest r;
-    r.set_job_id(job_id);
-    r.set_rank(0);
+    dlrm::v1::ReportProgressRequest r = Report(worker, job_id, 0);
     r.set_step(step * 10);
     r.set_samples(step * 100);
     r.set_done(step == 3);
@@ -257,8 +365,8 @@ TEST_F(CoordinatorServiceTest, BadRequestsGetCodesNamingTheValue) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("job-31337"));
 
-  dlrm::v1::ReportProgressRequest progress;
-  progress.set_job_id("job-31337");
+  dlrm::v1::ReportProgressRequest progress =
+      Report(Register(dlrm::v1::ROLE_WORKER), "job-31337", 0);
   dlrm::v1::ReportProgressResponse reported;
   ctx = common::MakeClientContext(absl::Seconds(5));
   s = stub_->ReportProgress(ctx.get(), progress, &reported);
@@ -427,9 +535,7 @@ TEST_F(CoordinatorServiceTest, InputsPastTheirLimitsAreRefusedAndChangeNothing) 
            {"CancelJob: reason of 1048576 bytes", "kMaxMessageBytes"});
   }
   {
-    dlrm::v1::ReportProgressRequest request;
-    request.set_job_id(job_id);
-    request.set_rank(0);
+    dlrm::v1::ReportProgressRequest request = Report("worker-0", job_id, 0);
     request.set_failed(true);
     request.set_message(mib);
     dlrm::v1::ReportProgressResponse response;

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "server/ps_job.h"
 #include "server/ps_server.h"
+#include "tests/server/garbage_calls.h"
 #include "tests/server/ps_test_util.h"
 
 namespace dlrm::server {
@@ -866,38 +867,16 @@ TEST_F(PsServiceTest, LoadJobPastALimitIsRefusedAndTheServerIsUnchanged) {
   ASSERT_TRUE(Lookup(LookupOf("k", 0, {5}), &after).ok());
 }
 
-// Bytes that are no request: Lookup and PushGradients parse their own requests (raw methods) and
-// answer INVALID_ARGUMENT naming the message; nothing is applied and the server serves on.
+// Bytes that are no request: every method parses its own request (raw methods) and answers
+// INVALID_ARGUMENT naming the message; nothing is applied and the server serves on.
 TEST_F(PsServiceTest, GarbageBytesChangeNothing) {
   StartPs();
   ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
   dlrm::v1::LookupResponse before;
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &before).ok());
-  grpc::GenericStub generic(common::MakeChannel({.target = ps_->address()}).value());
-  auto call = [&generic](const std::string& method, const std::string& bytes) {
-    grpc::Slice slice(bytes.data(), bytes.size());
-    grpc::ByteBuffer request(&slice, 1), response;
-    grpc::ClientContext ctx;
-    common::SetDeadline(&ctx, kTimeout);
-    absl::Notification done;
-    grpc::Status status;
-    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-      status = s;
-      done.Notify();
-    });
-    done.WaitForNotification();
-    return status;
-  };
-  // A malformed varint, a length past the end, a truncated field.
-  for (const std::string& junk :
-       {std::string(1 << 16, '\xff'), std::string("\x0a\xff\xff\xff\x0f"), std::string("\x08")}) {
-    grpc::Status push = call("/dlrm.v1.ParameterServer/PushGradients", junk);
-    EXPECT_EQ(push.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << push.error_message();
-    EXPECT_THAT(push.error_message(), HasSubstr("malformed PushGradientsRequest"));
-    grpc::Status lookup = call("/dlrm.v1.ParameterServer/Lookup", junk);
-    EXPECT_EQ(lookup.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << lookup.error_message();
-    EXPECT_THAT(lookup.error_message(), HasSubstr("malformed LookupRequest"));
-  }
+  ::dlrm::testing::ExpectEveryUnaryMethodRefusesGarbage(
+      common::MakeChannel({.target = ps_->address()}).value(),
+      *dlrm::v1::LoadJobRequest::descriptor()->file()->FindServiceByName("ParameterServer"));
   dlrm::v1::LookupResponse after;
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &after).ok());
   EXPECT_EQ(after.tables(0).rows(), before.tables(0).rows());

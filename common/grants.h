@@ -1,0 +1,54 @@
+// Grants: keys the coordinator hands out so that processes sharing one certificate identity are
+// still told apart (common/authz.h decides what an identity may call; a grant narrows it to one
+// member or one job).
+//
+// Every worker of a deployment holds the same "worker" certificate, so a certificate alone
+// cannot say which rank a caller was given. The coordinator keeps one random secret (in its
+// store, so it outlives a restart) and derives from it, with HMAC-SHA256:
+//
+//   member key    MemberKey(id): answered by Register to the member that registered as `id`.
+//                 Heartbeat, Leave and ReportProgress carry it; the coordinator refuses a call
+//                 for a member whose key it lacks, so a worker cannot heartbeat, leave or report
+//                 progress for another member's rank.
+//   PS grant key  PsGrantKey(): answered by Register to parameter servers only.
+//   job grant     JobAdminGrant(PsGrantKey(), job): given in the heartbeat answer to rank 0 of the
+//                 job only. A parameter server accepts its admin methods (WriteRows, Checkpoint,
+//                 UnloadJob) for a job only with that job's grant in the call's metadata
+//                 (kJobGrantMetadata), which it checks against the key it got at registration:
+//                 the coordinator's authority, delegated to the one worker it chose for the job.
+//
+// All comparisons take constant time. Keys are lowercase hex.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dlrm::common {
+
+// gRPC metadata that carries a job grant to a parameter server.
+inline constexpr char kJobGrantMetadata[] = "x-dlrm-job-grant";
+
+// 32 random bytes from the operating system's generator; INTERNAL when it has none.
+absl::StatusOr<std::string> NewGrantSecret();
+
+class GrantKeys {
+ public:
+  // `secret`: bytes from NewGrantSecret (at least 16).
+  explicit GrantKeys(std::string secret);
+
+  std::string MemberKey(absl::string_view member_id) const;
+  bool IsMemberKey(absl::string_view member_id, absl::string_view key) const;
+  std::string PsGrantKey() const;
+
+ private:
+  std::string secret_;
+};
+
+// The grant for the admin methods of `job_id` on parameter servers holding `ps_grant_key`.
+std::string JobAdminGrant(absl::string_view ps_grant_key, absl::string_view job_id);
+bool IsJobAdminGrant(absl::string_view ps_grant_key, absl::string_view job_id,
+                     absl::string_view grant);
+
+}  // namespace dlrm::common

@@ -1,0 +1,60 @@
+// Unary methods served as raw bytes (the generated WithRawCallbackMethod_<Method> mixins), so
+// that bytes which are no request get INVALID_ARGUMENT naming the message ("SubmitJob: malformed
+// SubmitJobRequest") instead of the bare UNIMPLEMENTED a typed callback method answers when its
+// request does not parse. The service parses and serializes itself; handlers keep their typed
+// signatures:
+//
+//   grpc::ServerUnaryReactor* Service::Register(grpc::CallbackServerContext* context,
+//                                               const grpc::ByteBuffer* in, grpc::ByteBuffer* out)
+//                                               {
+//     return common::ServeRawUnary<RegisterRequest, RegisterResponse>(
+//         context, in, out, "Register",
+//         [&](const RegisterRequest& request, RegisterResponse* response, auto done) {
+//           done(DoRegister(context, &request, response));   // or later, on any thread
+//         },
+//         finish);   // finish(reactor, status): counts the call and finishes it
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/grpc_util.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace dlrm::common {
+
+// Parses `in` as a Request; `handle(request, response, done)` answers by calling done(status)
+// exactly once, on any thread (request and response live until then). The response is
+// serialized into `out` when the status is OK; then finish(reactor, status) ends the call.
+template <typename Request, typename Response, typename Handle, typename Finish>
+grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                                        absl::string_view method, Handle&& handle, Finish finish) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  struct Call {
+    Request request;
+    Response response;
+  };
+  auto call = std::make_shared<Call>();
+  grpc::ByteBuffer bytes(*in);  // shares the slices; parsing consumes the copy
+  if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &call->request).ok()) {
+    finish(reactor, absl::InvalidArgumentError(
+                        absl::StrCat(method, ": malformed ", Request::descriptor()->name())));
+    return reactor;
+  }
+  handle(call->request, &call->response, [reactor, out, call, finish](absl::Status status) {
+    if (status.ok()) {
+      bool own_buffer = false;
+      status = FromGrpcStatus(
+          grpc::SerializationTraits<Response>::Serialize(call->response, out, &own_buffer));
+    }
+    finish(reactor, status);
+  });
+  return reactor;
+}
+
+}  // namespace dlrm::common
