@@ -28,12 +28,51 @@ absl::Status AtMost(const std::string& key, int64_t value, int64_t limit, const 
                                    " in common/limits.h)"));
 }
 
-// A byte length (a name, a path) of at most `limit`.
-absl::Status LengthAtMost(const std::string& key, const std::string& text, int64_t limit,
-                          const char* limit_name) {
-  if (static_cast<int64_t>(text.size()) <= limit) return absl::OkStatus();
-  return Invalid(key, absl::StrCat("length ", text.size(), " bytes is over the limit of ", limit,
-                                   " (", limit_name, " in common/limits.h)"));
+// Length of the valid UTF-8 sequence starting at text[i], or 0 when it is not one.
+size_t Utf8SequenceLength(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2, cp = lead & 0x1f;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3, cp = lead & 0x0f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4, cp = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3f);
+  }
+  const bool overlong = (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  const bool surrogate = cp >= 0xd800 && cp <= 0xdfff;
+  return overlong || surrogate || cp > 0x10ffff ? 0 : n;
+}
+
+// Text a user wrote (a name, a path): at most `limit` bytes of valid UTF-8 without control
+// characters, so that it prints, logs and round-trips through YAML as it was given.
+absl::Status CheckText(const std::string& key, const std::string& text, int64_t limit,
+                       const char* limit_name) {
+  if (static_cast<int64_t>(text.size()) > limit) {
+    return Invalid(key, absl::StrCat("length ", text.size(), " bytes is over the limit of ", limit,
+                                     " (", limit_name, " in common/limits.h)"));
+  }
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return Invalid(
+          key, absl::StrCat("control character 0x", absl::Hex(c, absl::kZeroPad2), " at byte ", i));
+    }
+    const size_t n = Utf8SequenceLength(text, i);
+    if (n == 0) return Invalid(key, absl::StrCat("not valid UTF-8 at byte ", i));
+    i += n;
+  }
+  return absl::OkStatus();
 }
 
 // A finite floating-point value in (0, kMaxOptimizerValue], or [0, kMaxOptimizerValue] when
@@ -116,13 +155,13 @@ absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, cons
   out->clear();
   if (node.IsScalar()) {
     out->push_back(node.as<std::string>());
-    return LengthAtMost(Join(prefix, key), out->back(), kMaxPathBytes, "kMaxPathBytes");
+    return CheckText(Join(prefix, key), out->back(), kMaxPathBytes, "kMaxPathBytes");
   }
   if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a path or a list of paths");
   for (const auto& item : node) {
     out->push_back(item.as<std::string>());
-    DLRM_RETURN_IF_ERROR(LengthAtMost(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"),
-                                      out->back(), kMaxPathBytes, "kMaxPathBytes"));
+    DLRM_RETURN_IF_ERROR(CheckText(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"),
+                                   out->back(), kMaxPathBytes, "kMaxPathBytes"));
   }
   return absl::OkStatus();
 }
@@ -184,8 +223,7 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       if (t.rows <= 0)
         return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
       DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, "rows"), t.rows, kMaxTableRows, "kMaxTableRows"));
-      DLRM_RETURN_IF_ERROR(
-          LengthAtMost(Join(prefix, "name"), t.name, kMaxNameBytes, "kMaxNameBytes"));
+      DLRM_RETURN_IF_ERROR(CheckText(Join(prefix, "name"), t.name, kMaxNameBytes, "kMaxNameBytes"));
       out->push_back(t);
     }
   } else {
@@ -258,7 +296,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   DLRM_RETURN_IF_ERROR(CheckKeys(
       root, "", {"name", "model", "tables", "optimizer", "training", "data", "checkpoint"}));
   DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
-  DLRM_RETURN_IF_ERROR(LengthAtMost("name", spec.name, kMaxNameBytes, "kMaxNameBytes"));
+  DLRM_RETURN_IF_ERROR(CheckText("name", spec.name, kMaxNameBytes, "kMaxNameBytes"));
 
   YAML::Node model = root["model"];
   if (!model) return Invalid("model", "missing");
@@ -394,9 +432,9 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "keep_last", &c.keep_last));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "full_every", &c.full_every));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "resume_from", &c.resume_from));
-    DLRM_RETURN_IF_ERROR(LengthAtMost("checkpoint.dir", c.dir, kMaxPathBytes, "kMaxPathBytes"));
+    DLRM_RETURN_IF_ERROR(CheckText("checkpoint.dir", c.dir, kMaxPathBytes, "kMaxPathBytes"));
     DLRM_RETURN_IF_ERROR(
-        LengthAtMost("checkpoint.resume_from", c.resume_from, kMaxPathBytes, "kMaxPathBytes"));
+        CheckText("checkpoint.resume_from", c.resume_from, kMaxPathBytes, "kMaxPathBytes"));
     if (c.every_steps < 0) {
       return Invalid("checkpoint.every_steps", absl::StrCat("must be >= 0, got ", c.every_steps));
     }
