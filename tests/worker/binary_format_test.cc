@@ -1,5 +1,6 @@
 #include "worker/input/binary_format.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -125,6 +126,36 @@ TEST(BinaryFormat, CorruptHeaderAndRecordAreReportedWithOffsets) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr(bin2 + ": corrupt record 42 at offset " + std::to_string(offset)));
+}
+
+// A record count past the format's limit, with a header checksum that matches it, is refused
+// before it is multiplied by the record size (found by fuzz_binary_reader: UBSan, signed
+// overflow).
+TEST(BinaryFormat, ForgedHugeRecordCountIsRefusedWithoutOverflow) {
+  TempDir dir;
+  const std::string bin = ConvertSample(dir);
+  std::string header(kBinaryHeaderBytes, '\0');
+  {
+    std::ifstream in(bin, std::ios::binary);
+    in.read(header.data(), kBinaryHeaderBytes);
+  }
+  const uint64_t count = 288511851128422402ULL;
+  std::memcpy(header.data() + 24, &count, sizeof(count));
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 of bytes [0, 32), as the writer computes it
+  for (int i = 0; i < 32; ++i) {
+    h ^= static_cast<unsigned char>(header[i]);
+    h *= 0x100000001b3ULL;
+  }
+  std::memcpy(header.data() + 32, &h, sizeof(h));
+  {
+    std::fstream f(bin, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(header.data(), kBinaryHeaderBytes);
+  }
+  absl::Status status;
+  EXPECT_TRUE(ReadBinary(bin, &status).empty());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("header says 288511851128422402 records, over the format's limit"));
 }
 
 TEST(BinaryFormat, ConvertCountsSkipsAndStrictLeavesNoOutput) {

@@ -200,8 +200,14 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const Options& 
   const uint64_t count = Get<uint64_t>(header, 24);
   if (std::fseek(file, 0, SEEK_END) != 0) return fail("cannot seek to the end");
   const int64_t size = std::ftell(file);
+  // Bounded before the multiplication below, which a forged count would overflow.
+  constexpr uint64_t kMaxRecords = 1ULL << 40;
+  if (count > kMaxRecords) {
+    return fail(absl::StrCat("header says ", count, " records, over the format's limit of ",
+                             kMaxRecords, " (corrupt header)"));
+  }
   const int64_t expected = kBinaryHeaderBytes + static_cast<int64_t>(count) * kBinaryRecordBytes;
-  if (count > (1ULL << 40) || size != expected) {
+  if (size != expected) {
     const int64_t whole = (size - kBinaryHeaderBytes) / kBinaryRecordBytes;
     return fail(absl::StrCat(size < expected ? "truncated" : "trailing bytes", ": header says ",
                              count, " records (", expected, " bytes) but the file has ", size,
