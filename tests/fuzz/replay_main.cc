@@ -25,6 +25,8 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Optional, as with libFuzzer: called once with the command line before any input.
+extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 
 namespace {
 
@@ -93,6 +95,7 @@ std::string Mutate(const std::vector<std::string>& corpus, std::mt19937_64& rng)
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
   long runs = 20000;
   double seconds = 10;
   uint64_t seed = 20261201;

@@ -8,10 +8,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 seconds=${1:-${FUZZ_SECONDS:-600}}
 jobs=${JOBS:-$(nproc)}
-targets=(criteo_line job_spec lookup_wire load_job)
+targets=(criteo_line job_spec lookup_wire load_job binary_reader rpc)
 cd "$root"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$jobs" --target "${targets[@]/#/fuzz_}"
+# UBSan reports are findings too: without halt_on_error they are printed and the run goes on.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 work=$(mktemp -d /tmp/dlrm-fuzz-XXXXXX)
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
