@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> SampleHotSet(
 }
 
 HotRowCache::HotRowCache(const HotRowCacheOptions& options)
-    : tables_(options.tables), optimizer_(options.optimizer), seed_(options.seed) {
+    : tables_(options.tables), optimizer_(options.optimizer) {
   for (const auto& t : tables_) {
     row_floats_.push_back(t.dim + embedding::SparseOptimizerStateFloats(optimizer_.type, t.dim));
   }

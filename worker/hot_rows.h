@@ -113,7 +113,6 @@ class HotRowCache {
 
   std::vector<embedding::TableConfig> tables_;
   embedding::SparseOptimizerOptions optimizer_;
-  uint64_t seed_;
   std::vector<int> row_floats_;
   std::vector<std::vector<int64_t>> ids_;
   std::vector<std::vector<float>> rows_;  // per table: [rows x row_floats]
