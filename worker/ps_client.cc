@@ -73,6 +73,7 @@ struct GrpcPsClient::ShardCall {
   absl::Time retry_until;                        // no attempt starts after it
   absl::Time retry_at;                           // while waiting out a backoff
   std::unique_ptr<grpc::ClientContext> context;  // of the attempt in flight or the last one
+  bool with_grant = false;  // an admin method: the job grant goes in the metadata
 };
 
 // A unary call through the generated stub's PrepareAsync<Method>.
@@ -209,7 +210,7 @@ bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
   call->EndAttempt();
   call->context = std::make_unique<grpc::ClientContext>();
   call->context->set_deadline(absl::ToChronoTime(call->deadline));
-  if (!options_.job_grant.empty()) {
+  if (call->with_grant && !options_.job_grant.empty()) {
     call->context->AddMetadata(common::kJobGrantMetadata, options_.job_grant);
   }
   {
@@ -225,11 +226,13 @@ bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
   return true;
 }
 
-void GrpcPsClient::RunCalls(absl::Span<ShardCall* const> calls, const char* method) {
+void GrpcPsClient::RunCalls(absl::Span<ShardCall* const> calls, const char* method,
+                            bool with_grant) {
   grpc::CompletionQueue cq;
   const absl::Time start = absl::Now();
   int in_flight = 0;
   for (ShardCall* call : calls) {
+    call->with_grant = with_grant;
     call->started = start;
     call->deadline = start + call->budget;
     // A checkpoint phase's deadline is longer (a write takes as long as it takes), but its
@@ -616,7 +619,7 @@ absl::Status GrpcPsClient::WriteStoredRows(absl::Span<const embedding::TableRows
     calls.push_back(std::move(call));
   }
   // Overwrites: a retried write writes the same rows again.
-  RunCalls(pointers, "WriteRows");
+  RunCalls(pointers, "WriteRows", /*with_grant=*/true);
   for (auto& call : calls) {
     if (!call->status.ok()) return ShardError(*call, "WriteRows");
   }
@@ -687,7 +690,7 @@ absl::Status GrpcPsClient::UnloadJobOnAll() {
     pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  RunCalls(pointers, "UnloadJob");
+  RunCalls(pointers, "UnloadJob", /*with_grant=*/true);
   for (auto& call : calls) {
     if (!call->status.ok() && call->status.error_code() != grpc::StatusCode::NOT_FOUND) {
       return ShardError(*call, "UnloadJob");
@@ -714,7 +717,7 @@ absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::Checkp
     pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  RunCalls(pointers, "Checkpoint");
+  RunCalls(pointers, "Checkpoint", /*with_grant=*/true);
   std::vector<embedding::CheckpointFileEntry> files;
   for (auto& call : calls) {
     if (!call->status.ok()) return ShardError(*call, "Checkpoint");

@@ -65,8 +65,8 @@ struct PsClientOptions {
   // Most ids in one request (all tables together); 0: common::MaxRowsPerRequest(largest dim).
   int64_t max_rows_per_request = 0;
   common::TransportSecurity security;
-  // WorkerAssignment.job_grant (rank 0 only): sent with every call, in metadata
-  // common::kJobGrantMetadata, for the servers' admin methods (WriteRows, Checkpoint, UnloadJob).
+  // WorkerAssignment.job_grant (rank 0 only): sent in metadata common::kJobGrantMetadata with
+  // the servers' admin methods (WriteRows, Checkpoint, UnloadJob) only.
   std::string job_grant;
 };
 
@@ -143,7 +143,9 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // Runs every call concurrently on this thread, each retried while it fails with UNAVAILABLE
   // until its budget is spent (or the client is cancelled); returns when all are final, each
   // call's status set. `method` is for the log.
-  void RunCalls(absl::Span<ShardCall* const> calls, const char* method);
+  // `with_grant`: the calls are admin methods (WriteRows, Checkpoint, UnloadJob), which carry
+  // options.job_grant; the data plane's calls do not.
+  void RunCalls(absl::Span<ShardCall* const> calls, const char* method, bool with_grant = false);
   // Starts the next attempt of `call` on `cq`: false (and the call CANCELLED) once cancelled.
   bool StartAttempt(ShardCall* call, grpc::CompletionQueue* cq);
   // The failed call's status as "<method> on ps shard <i> (<address>): <message>", with the
