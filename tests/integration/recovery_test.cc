@@ -42,7 +42,7 @@ constexpr double kAucTolerance = 0.003;
 struct Observed {
   std::vector<dlrm::v1::JobState> states;  // each change of state, in order
   bool progress_went_to_zero = false;      // total samples 0 after having been > 0
-  std::string status_while_recovering;     // `dlrmctl status` output, taken once
+  std::string status_while_recovering;     // `dlrmctl status` output while RECOVERING
   dlrm::v1::Job last;
 };
 
@@ -167,8 +167,10 @@ checkpoint: {dir: )",
         }
         if (job->total_samples() > 0) had_progress = true;
         if (had_progress && job->total_samples() == 0) seen.progress_went_to_zero = true;
+        // Taken again while the job is RECOVERING until one answer shows it: dlrmctl may start
+        // after a quick recovery has already ended.
         if (job->state() == dlrm::v1::JOB_STATE_RECOVERING &&
-            seen.status_while_recovering.empty()) {
+            !absl::StrContains(seen.status_while_recovering, "RECOVERING")) {
           seen.status_while_recovering = RunProcess({BinPath("dlrmctl"), "--coordinator", address,
                                                      "--tls-dir", tls_dir, "status", "job-1"},
                                                     *dir_, name + "-dlrmctl", absl::Seconds(20))
