@@ -85,7 +85,8 @@ absl::StatusOr<Traffic> Measure(const Options& o, const common::JobSpec& spec, b
   traffic.counters.ids = after.ids - before.ids;
   traffic.counters.hot_ids = after.hot_ids - before.hot_ids;
   traffic.counters.store_rows = after.store_rows - before.store_rows;
-  traffic.counters.store_bytes = after.store_bytes - before.store_bytes;
+  traffic.counters.store_payload_bytes_formula =
+      after.store_payload_bytes_formula - before.store_payload_bytes_formula;
   return traffic;
 }
 
@@ -116,7 +117,8 @@ absl::Status Run(const Options& o) {
   DLRM_ASSIGN_OR_RETURN(Traffic off, Measure(o, spec, false));
   DLRM_ASSIGN_OR_RETURN(Traffic on, Measure(o, spec, true));
   auto per_sample = [](const Traffic& t) {
-    return static_cast<double>(t.counters.store_bytes) / static_cast<double>(t.counters.samples);
+    return static_cast<double>(t.counters.store_payload_bytes_formula) /
+           static_cast<double>(t.counters.samples);
   };
   nlohmann::json j;
   j["samples_trained"] = on.counters.samples;

@@ -1,9 +1,11 @@
-// DenseAllReducer: sums a float buffer across the workers of a job. Gloo implements it between
+// DenseAllReducer: the collectives between the workers of a job. Gloo implements them between
 // CPU workers (worker/gloo_allreducer.h), NCCL between GPU workers; a single-process trainer
 // passes none. Transport-free so the trainer does not know which one it has.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -17,6 +19,28 @@ class DenseAllReducer {
   // In place: data[i] = sum over ranks of data[i]. `data` is host memory. Every rank calls it
   // with the same count in the same order. UNAVAILABLE / DEADLINE_EXCEEDED when a peer is gone.
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
+
+  // out = the pieces of every rank, in rank order: rank r contributes counts[r] elements (this
+  // rank's are `in`, counts[rank()] of them), and every rank passes the same `counts`. `out`
+  // holds sum(counts) elements. Host memory. The base class builds it from AllReduceSum (every
+  // rank fills its own range and zeros elsewhere), which moves world times the bytes; Gloo sends
+  // each piece around its ring once.
+  virtual absl::Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out);
+  // The same for integers. The base class carries them as floats: INVALID_ARGUMENT for a value
+  // beyond +-2^24, which a float would not hold exactly.
+  virtual absl::Status AllGatherV(const int32_t* in, const std::vector<size_t>& counts,
+                                  int32_t* out);
+
+  // Bytes this rank has sent in its collectives since it was made. Computed from the payload of
+  // each call and the algorithm that moves it (a ring allreduce sends 2 (world - 1) / world of
+  // the buffer, a ring allgather every piece but its right neighbour's), not read from a
+  // socket; 0 where the implementation does not count. Compare with the kernel's TCP counts
+  // (common/rpc_bytes.h OpenTcpSocketBytes) for what the transport adds.
+  virtual int64_t sent_bytes() const { return 0; }
 };
+
+// What the ring algorithms send from one rank, by the payload (see sent_bytes above).
+int64_t RingAllReduceSentBytes(int64_t bytes, int world_size);
+int64_t RingAllGatherSentBytes(const std::vector<size_t>& counts, size_t element_bytes, int rank);
 
 }  // namespace dlrm::worker

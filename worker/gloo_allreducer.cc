@@ -1,11 +1,14 @@
 #include "worker/gloo_allreducer.h"
 
 #include <chrono>
+#include <cstring>
 #include <exception>
+#include <numeric>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
@@ -85,12 +88,61 @@ absl::Status GlooAllReducer::AllReduceSum(float* data, size_t count) {
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     opts.setTimeout(ToChrono(op_timeout_));
     gloo::allreduce(opts);
+    sent_bytes_ += RingAllReduceSentBytes(static_cast<int64_t>(count * sizeof(float)), world_size_);
   } catch (const std::exception& e) {
     broken_ = true;
     return FromGlooException(
         e, absl::StrCat("gloo allreduce of ", count, " floats on rank ", rank_, "/", world_size_));
   }
   return absl::OkStatus();
+}
+
+absl::Status GlooAllReducer::GatherBytes(const void* in, const std::vector<size_t>& counts,
+                                         size_t element_bytes, void* out) {
+  if (counts.size() != static_cast<size_t>(world_size_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo allgather: ", counts.size(), " counts for a world of ", world_size_));
+  }
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  size_t offset = 0;
+  for (int r = 0; r < rank_; ++r) offset += counts[r];
+  // Gloo primes the output from its input buffer; copying here spares it an empty one.
+  if (counts[rank_] > 0) {
+    std::memcpy(static_cast<char*>(out) + offset * element_bytes, in,
+                counts[rank_] * element_bytes);
+  }
+  if (world_size_ == 1 || total == 0) return absl::OkStatus();
+  if (broken_) {
+    return absl::UnavailableError(
+        absl::StrCat("gloo allgather on rank ", rank_, ": an earlier collective failed"));
+  }
+  try {
+    gloo::AllgathervOptions opts(context_);
+    if (element_bytes == sizeof(float)) {
+      opts.setOutput(static_cast<float*>(out), counts);
+    } else {
+      return absl::InternalError(absl::StrCat("gloo allgather of ", element_bytes, "-byte values"));
+    }
+    opts.setTimeout(ToChrono(op_timeout_));
+    gloo::allgatherv(opts);
+    sent_bytes_ += RingAllGatherSentBytes(counts, element_bytes, rank_);
+  } catch (const std::exception& e) {
+    broken_ = true;
+    return FromGlooException(
+        e, absl::StrCat("gloo allgather of ", total, " values on rank ", rank_, "/", world_size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooAllReducer::AllGatherV(const float* in, const std::vector<size_t>& counts,
+                                        float* out) {
+  return GatherBytes(in, counts, sizeof(float), out);
+}
+
+absl::Status GlooAllReducer::AllGatherV(const int32_t* in, const std::vector<size_t>& counts,
+                                        int32_t* out) {
+  static_assert(sizeof(int32_t) == sizeof(float));
+  return GatherBytes(in, counts, sizeof(int32_t), out);
 }
 
 absl::Status GlooAllReducer::Barrier() {

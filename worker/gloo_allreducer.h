@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -54,11 +55,18 @@ class GlooAllReducer : public DenseAllReducer {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   absl::Status AllReduceSum(float* data, size_t count) override;
+  // Gloo's ring allgatherv: each piece travels the ring once.
+  absl::Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override;
+  absl::Status AllGatherV(const int32_t* in, const std::vector<size_t>& counts,
+                          int32_t* out) override;
+  int64_t sent_bytes() const override { return sent_bytes_; }
   // All ranks wait until every rank has called it (an allreduce of one float).
   absl::Status Barrier();
 
  private:
   GlooAllReducer(int rank, int world_size, absl::Duration op_timeout);
+  absl::Status GatherBytes(const void* in, const std::vector<size_t>& counts, size_t element_bytes,
+                           void* out);
 
   int rank_;
   int world_size_;
@@ -66,6 +74,7 @@ class GlooAllReducer : public DenseAllReducer {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   bool broken_ = false;
+  int64_t sent_bytes_ = 0;
 };
 
 }  // namespace dlrm::worker

@@ -111,12 +111,14 @@ void HotRowCache::Index() {
   const size_t num_tables = tables_.size();
   slots_.assign(num_tables, {});
   grad_offsets_.assign(num_tables, 0);
+  row_offsets_.assign(num_tables, 0);
   grad_floats_ = 0;
   total_rows_ = 0;
   for (size_t t = 0; t < num_tables; ++t) {
     slots_[t].reserve(ids_[t].size());
     for (size_t i = 0; i < ids_[t].size(); ++i) slots_[t][ids_[t][i]] = static_cast<int32_t>(i);
     grad_offsets_[t] = grad_floats_;
+    row_offsets_[t] = total_rows_;
     grad_floats_ += static_cast<int64_t>(ids_[t].size()) * tables_[t].dim;
     total_rows_ += static_cast<int64_t>(ids_[t].size());
   }
@@ -128,18 +130,16 @@ int64_t HotRowCache::bytes() const {
   return b;
 }
 
-void HotRowCache::ApplyGradients(const float* grads, const float* touched) {
-  int64_t row_index = 0;
-  for (size_t t = 0; t < tables_.size(); ++t) {
+void HotRowCache::ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads) {
+  size_t t = 0;
+  for (int32_t row : rows) {
+    // rows ascend, so the table only moves forward
+    while (t + 1 < tables_.size() && row >= row_offsets_[t + 1]) ++t;
     const int dim = tables_[t].dim;
-    const int rf = row_floats_[t];
-    const float* g = grads + grad_offsets_[t];
-    for (size_t i = 0; i < ids_[t].size(); ++i, ++row_index) {
-      if (touched[row_index] > 0) {
-        embedding::ApplySparseOptimizerToRow(optimizer_, dim, g + i * dim,
-                                             rows_[t].data() + i * rf);
-      }
-    }
+    const int64_t slot = row - row_offsets_[t];
+    embedding::ApplySparseOptimizerToRow(optimizer_, dim, grads,
+                                         rows_[t].data() + slot * row_floats_[t]);
+    grads += dim;
   }
 }
 
@@ -186,44 +186,6 @@ void HotRowCache::Rebuild(const std::vector<std::vector<int64_t>>& hot_ids,
   ids_ = hot_ids;
   rows_ = std::move(rows);
   Index();
-}
-
-int TouchMarkDigits(int world_size) {
-  const int64_t base = int64_t{world_size} + 1;
-  constexpr int64_t kExactInts = int64_t{1} << 24;
-  int digits = 0;
-  for (int64_t cap = base; cap <= kExactInts; cap *= base) ++digits;
-  return digits;
-}
-
-void PackTouchMarks(const float* touched, int64_t rows, int world_size,
-                    std::vector<float>* packed) {
-  const int64_t base = int64_t{world_size} + 1;
-  const int digits = std::max(1, TouchMarkDigits(world_size));
-  const int64_t words = (rows + digits - 1) / digits;
-  packed->assign(words, 0.0f);
-  for (int64_t w = 0; w < words; ++w) {
-    int64_t value = 0;
-    for (int d = digits - 1; d >= 0; --d) {
-      const int64_t r = w * digits + d;
-      value = value * base + (r < rows && touched[r] > 0 ? 1 : 0);
-    }
-    (*packed)[w] = static_cast<float>(value);
-  }
-}
-
-void UnpackTouchMarks(const std::vector<float>& packed, int64_t rows, int world_size,
-                      float* touched) {
-  const int64_t base = int64_t{world_size} + 1;
-  const int digits = std::max(1, TouchMarkDigits(world_size));
-  for (size_t w = 0; w < packed.size(); ++w) {
-    int64_t value = static_cast<int64_t>(packed[w]);
-    for (int d = 0; d < digits; ++d) {
-      const int64_t r = static_cast<int64_t>(w) * digits + d;
-      if (r < rows) touched[r] = static_cast<float>(value % base);
-      value /= base;
-    }
-  }
 }
 
 }  // namespace dlrm::worker

@@ -3,7 +3,7 @@
 // Criteo-like data is Zipf-skewed: a few ids take most accesses. Those rows are chosen before
 // training by counting ids in a sample of the input (HotSetSelector, like FAE and Hotline), held
 // on every worker in a HotRowCache, and never cross the network: their gradients are summed over
-// the workers with the dense ones and every replica applies the same sparse optimizer step, so
+// the workers (worker/hot_sync.h) and every replica applies the same sparse optimizer step, so
 // the replicas stay identical. Cold rows go through the parameter servers.
 //
 // A HotRowCache is owned by one trainer and used by its compute thread only (not thread-safe),
@@ -91,9 +91,10 @@ class HotRowCache {
   int64_t grad_floats() const { return grad_floats_; }
   int64_t bytes() const;
 
-  // Applies summed gradients: grads is [total rows x dim] in the flat layout, touched[r] > 0 marks
-  // the rows some worker used this step (only those are updated, as the parameter servers do).
-  void ApplyGradients(const float* grads, const float* touched);
+  // Applies summed gradients to the rows `rows` (indices in the flat layout, all tables' rows in
+  // order, ascending): grads holds each row's dim floats in that order. Rows not listed are left
+  // as they are, as the parameter servers leave rows nobody pushed.
+  void ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads);
 
   // Replaces the hot set. Rows that stay keep their values; new rows take their stored values
   // (weights and state) from `incoming` ([rows x row_floats] per table, in `hot_ids` order for
@@ -118,19 +119,9 @@ class HotRowCache {
   std::vector<std::vector<float>> rows_;  // per table: [rows x row_floats]
   std::vector<absl::flat_hash_map<int64_t, int32_t>> slots_;
   std::vector<int64_t> grad_offsets_;
+  std::vector<int64_t> row_offsets_;  // first flat row of each table
   int64_t grad_floats_ = 0;
   int64_t total_rows_ = 0;
 };
-
-// The hot rows' touch marks on the wire. A float holds the integers up to 2^24 exactly, so one
-// float carries TouchMarkDigits(world) rows as digits in base world + 1: summing packed floats
-// over the workers sums each digit (the number of workers that touched the row) without a carry
-// into the next one, and every partial sum stays an exact integer. 2 workers: 15 rows per float.
-int TouchMarkDigits(int world_size);
-// packed = ceil(rows / digits) floats; a row counts as touched when touched[r] > 0.
-void PackTouchMarks(const float* touched, int64_t rows, int world_size, std::vector<float>* packed);
-// The inverse after the sum: touched[r] = how many workers touched row r.
-void UnpackTouchMarks(const std::vector<float>& packed, int64_t rows, int world_size,
-                      float* touched);
 
 }  // namespace dlrm::worker

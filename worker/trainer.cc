@@ -319,45 +319,38 @@ void Trainer::Pool(const Batch& batch, const SparseWork& work) {
   });
 }
 
-absl::Status Trainer::AllReduceTouchMarks(float* touched, int64_t rows) {
-  const int world = options_.allreducer->world_size();
-  if (TouchMarkDigits(world) <= 1) return options_.allreducer->AllReduceSum(touched, rows);
-  PackTouchMarks(touched, rows, world, &hot_marks_);
-  DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(hot_marks_.data(), hot_marks_.size()));
-  UnpackTouchMarks(hot_marks_, rows, world, touched);
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::ApplyHotGradients() {
   if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
-  const int64_t grad_floats = hot_->grad_floats();
-  const int64_t rows = hot_->total_rows();
-  float* grads = hot_grads_.data();  // [rows x dim]: every table has dim_ columns
-  float* touched = grads + grad_floats;
-  if (options_.allreducer != nullptr) {
-    // Only the rows some worker touched this step travel: first the union of the touch marks,
-    // then the packed gradients of those rows (a fraction of the whole hot set per step).
-    DLRM_RETURN_IF_ERROR(AllReduceTouchMarks(touched, rows));
-    hot_packed_.clear();
-    for (int64_t r = 0; r < rows; ++r) {
-      if (touched[r] > 0)
-        hot_packed_.insert(hot_packed_.end(), grads + r * dim_, grads + (r + 1) * dim_);
+  // This step's touched rows, ascending in the flat layout (tables in order, slots sorted), with
+  // their gradients; the accumulation buffer is left zero for the next step.
+  hot_local_.clear();
+  for (int t = 0; t < num_tables_; ++t) {
+    std::vector<int32_t>& slots = hot_touched_[t];
+    std::sort(slots.begin(), slots.end());
+    const int64_t base = hot_->grad_offset(t) / dim_;
+    for (int32_t slot : slots) {
+      const int64_t row = base + slot;
+      float* g = hot_grads_.data() + row * dim_;
+      hot_local_.rows.push_back(static_cast<int32_t>(row));
+      hot_local_.grads.insert(hot_local_.grads.end(), g, g + dim_);
+      std::fill(g, g + dim_, 0.0f);
     }
-    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(hot_packed_.data(), hot_packed_.size()));
-    const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
-    const float* src = hot_packed_.data();
-    for (int64_t r = 0; r < rows; ++r) {
-      if (touched[r] <= 0) continue;
-      for (int k = 0; k < dim_; ++k) grads[r * dim_ + k] = src[k] * scale;
-      src += dim_;
+    slots.clear();
+  }
+  DenseAllReducer* reducer = options_.allreducer;
+  const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
+  DLRM_RETURN_IF_ERROR(
+      hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_summed_));
+  if (reducer != nullptr) {
+    counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
+    const float scale = 1.0f / static_cast<float>(reducer->world_size());
+    if (reducer->world_size() > 1) {
+      for (float& v : hot_summed_.grads) v *= scale;
     }
   }
-  hot_->ApplyGradients(grads, touched);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (touched[r] <= 0) continue;
-    std::fill(grads + r * dim_, grads + (r + 1) * dim_, 0.0f);
-    touched[r] = 0;
-  }
+  counters_.hot_union_rows += hot_exchange_.last().union_rows;
+  counters_.hot_shared_rows += hot_exchange_.last().shared_rows;
+  hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data());
   return absl::OkStatus();
 }
 
@@ -380,8 +373,8 @@ absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
   hot_ = std::move(cache);
   combined_.assign(num_tables_, {});
   // The host cache's gradient buffers; GPU hot rows keep theirs on the device.
-  hot_grads_.assign(hot_ && gpu_hot_ == nullptr ? hot_->grad_floats() + hot_->total_rows() : 0,
-                    0.0f);
+  hot_grads_.assign(hot_ && gpu_hot_ == nullptr ? hot_->grad_floats() : 0, 0.0f);
+  hot_touched_.assign(num_tables_, {});
   return absl::OkStatus();
 }
 
@@ -443,7 +436,8 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
   for (auto& r : in) incoming[r.table] = std::move(r.values);
   hot_->Rebuild(hot_ids, incoming);
   if (gpu_hot_ != nullptr) return gpu_hot_->Upload(*hot_);
-  hot_grads_.assign(hot_->grad_floats() + hot_->total_rows(), 0.0f);
+  hot_grads_.assign(hot_->grad_floats(), 0.0f);
+  hot_touched_.assign(num_tables_, {});
   return absl::OkStatus();
 }
 
@@ -471,7 +465,9 @@ absl::Status Trainer::AllReduceDenseGradients() {
     b->CopyToHost(grads, grads_host_.data(), n);
     grads = grads_host_.data();
   }
+  const int64_t sent_before = options_.allreducer->sent_bytes();
   DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
+  counters_.dense_sync_bytes += options_.allreducer->sent_bytes() - sent_before;
   const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
   for (size_t i = 0; i < n; ++i) grads[i] *= scale;
   if (emb_dev_ != nullptr) b->CopyFromHost(grads_host_.data(), model_->grads(), n);
@@ -548,13 +544,14 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     if (hot > 0) {
       g.values.assign(out, out + cold * dim_);
       float* hot_grads = hot_grads_.data() + hot_->grad_offset(t);
-      float* touched = hot_grads_.data() + hot_->grad_floats() + hot_->grad_offset(t) / dim_;
+      // A batch's hot slots are distinct (one per unique id), so each is recorded once.
+      std::vector<int32_t>& touched = hot_touched_[t];
       for (size_t h = 0; h < hot; ++h) {
         const int32_t slot = work->hot_slots[t][h];
         const float* src = out + (cold + h) * dim_;
         float* dst = hot_grads + static_cast<int64_t>(slot) * dim_;
         for (int k = 0; k < dim_; ++k) dst[k] += src[k];
-        touched[slot] += 1.0f;
+        touched.push_back(slot);
       }
     }
     if (world > 1) {

@@ -45,6 +45,7 @@
 #include "worker/gpu_hot_rows.h"
 #include "worker/gpu_input.h"
 #include "worker/hot_rows.h"
+#include "worker/hot_sync.h"
 #include "worker/input/batch_reader.h"
 
 namespace dlrm::worker {
@@ -66,10 +67,19 @@ struct SparseWork {
 // Running totals since the trainer was created.
 struct TrainerCounters {
   int64_t samples = 0;
-  int64_t ids = 0;          // id occurrences looked up
-  int64_t hot_ids = 0;      // of which served by the hot cache
-  int64_t store_rows = 0;   // unique rows fetched from plus pushed to the store
-  int64_t store_bytes = 0;  // payload bytes of those (ids and floats): parameter-server traffic
+  int64_t ids = 0;         // id occurrences looked up
+  int64_t hot_ids = 0;     // of which served by the hot cache
+  int64_t store_rows = 0;  // unique rows fetched from plus pushed to the store
+  // Payload bytes of those by formula, 2 x rows x (8-byte id + 4 x dim floats): what a store
+  // call carries, not what a wire carries (a cluster job counts its gRPC bytes, rpc_bytes.h).
+  int64_t store_payload_bytes_formula = 0;
+  // Bytes this worker sent in collectives (DenseAllReducer::sent_bytes: the ring algorithm's
+  // share of each payload): the dense gradients' allreduce, and the hot rows' exchange
+  // (worker/hot_sync.h: counts, touched row indices, gradients).
+  int64_t dense_sync_bytes = 0;
+  int64_t hot_sync_bytes = 0;
+  int64_t hot_union_rows = 0;   // hot rows updated, summed over steps (touched by some worker)
+  int64_t hot_shared_rows = 0;  // of which touched by two or more workers
 };
 
 struct EvalMetrics {
@@ -156,8 +166,11 @@ class Trainer {
   }
   // A snapshot; any thread may call it while another trains.
   TrainerCounters counters() const {
-    return {counters_.samples.load(), counters_.ids.load(), counters_.hot_ids.load(),
-            counters_.store_rows.load(), counters_.store_bytes.load()};
+    return {counters_.samples.load(),        counters_.ids.load(),
+            counters_.hot_ids.load(),        counters_.store_rows.load(),
+            counters_.store_bytes.load(),    counters_.dense_sync_bytes.load(),
+            counters_.hot_sync_bytes.load(), counters_.hot_union_rows.load(),
+            counters_.hot_shared_rows.load()};
   }
 
   int64_t steps_done() const { return steps_done_; }
@@ -179,7 +192,6 @@ class Trainer {
   absl::Status ApplyHotGradients();
   // Sums the workers' touch marks of the `rows` hot rows in place (touched[r] becomes the number
   // of workers that touched row r), packing many rows into each float on the wire.
-  absl::Status AllReduceTouchMarks(float* touched, int64_t rows);
   // Averages the dense gradients over the workers (no-op for a single worker).
   absl::Status AllReduceDenseGradients();
   // Sets up input staging and GPU tables when the budget allows, else GPU hot rows (CUDA
@@ -218,11 +230,14 @@ class Trainer {
   // Below this many ids a thread hand-off costs more than the per-table work it would share.
   static constexpr int64_t kParallelMinIds = 16384;
   std::unique_ptr<embedding::ParallelPool> pool_;
-  std::vector<float> hot_packed_;  // gradients of the touched hot rows (allreduce)
-  std::vector<float> hot_marks_;   // the touch marks, packed (AllReduceTouchMarks)
-  std::vector<float> hot_grads_;   // [hot rows x dim] flat, then a touch count per row
+  std::vector<float> hot_grads_;  // [hot rows x dim] flat: this step's gradients, zero elsewhere
+  std::vector<std::vector<int32_t>> hot_touched_;  // per table: the slots touched this step
+  HotRowGradients hot_local_, hot_summed_;         // the exchange's input and output
+  HotGradientExchange hot_exchange_;
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
+    std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0}, hot_union_rows{0},
+        hot_shared_rows{0};
   };
   AtomicCounters counters_;
   int64_t steps_done_ = 0;

@@ -431,7 +431,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       const TrainerCounters c = trainer->counters();
       if (c.ids > 0) metrics.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
       if (c.samples > 0) {
-        metrics.ps_bytes_per_sample->Set(static_cast<double>(c.store_bytes) / c.samples);
+        metrics.ps_bytes_per_sample->Set(static_cast<double>(c.store_payload_bytes_formula) /
+                                         c.samples);
       }
       if (refresher != nullptr) {
         const HotRefreshStats hs = refresher->stats();
@@ -648,7 +649,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
     m["skipped_lines"] = static_cast<double>(input.train->skipped());
     const TrainerCounters c = trainer->counters();
-    m["ps_bytes_per_sample"] = c.samples > 0 ? static_cast<double>(c.store_bytes) / c.samples : 0;
+    m["ps_bytes_per_sample"] =
+        c.samples > 0 ? static_cast<double>(c.store_payload_bytes_formula) / c.samples : 0;
     m["hot_hit_rate"] = c.ids > 0 ? static_cast<double>(c.hot_ids) / c.ids : 0;
     m["hot_rows"] =
         trainer->hot_rows() ? static_cast<double>(trainer->hot_rows()->total_rows()) : 0;

@@ -138,43 +138,12 @@ TEST_F(HotTrainingTest, HotSetCutsStoreTraffic) {
   ASSERT_TRUE(hot->trainer->SetHotRows(nullptr).ok());
   ASSERT_TRUE(hot->trainer->MigrateHotSet(HotSet(*hot, 64 << 10), true).ok());
   Train(*hot, 20);
-  const double plain_bytes = static_cast<double>(plain->trainer->counters().store_bytes);
-  const double hot_bytes = static_cast<double>(hot->trainer->counters().store_bytes);
+  const double plain_bytes =
+      static_cast<double>(plain->trainer->counters().store_payload_bytes_formula);
+  const double hot_bytes =
+      static_cast<double>(hot->trainer->counters().store_payload_bytes_formula);
   EXPECT_GT(plain_bytes, 0);
   EXPECT_LT(hot_bytes, plain_bytes / 2) << plain_bytes << " vs " << hot_bytes;
-}
-
-// Packed touch marks summed in float, in any order, unpack to the exact number of workers that
-// touched each row, for worker counts up to where a float holds only one row.
-TEST(TouchMarks, PackedSumsUnpackToTheCountOfWorkersThatTouchedEachRow) {
-  EXPECT_EQ(TouchMarkDigits(2), 15);  // 3^15 <= 2^24 < 3^16
-  EXPECT_EQ(TouchMarkDigits(8), 7);
-  std::mt19937 rng(5);
-  for (int world : {1, 2, 3, 8, 64, 4095}) {
-    const int64_t rows = 1001;  // not a multiple of the digits
-    std::vector<int> want(rows, 0);
-    std::vector<float> sum;
-    for (int w = 0; w < world; ++w) {
-      std::vector<float> marks(rows, 0.0f);
-      for (int64_t r = 0; r < rows; ++r) {
-        if (rng() % 3 == 0) {
-          marks[r] = 1.0f + static_cast<float>(rng() % 4);  // a local count: only > 0 matters
-          ++want[r];
-        }
-      }
-      std::vector<float> packed;
-      PackTouchMarks(marks.data(), rows, world, &packed);
-      const int digits = std::max(1, TouchMarkDigits(world));
-      ASSERT_EQ(static_cast<int64_t>(packed.size()), (rows + digits - 1) / digits);
-      if (sum.empty()) sum.assign(packed.size(), 0.0f);
-      for (size_t i = 0; i < packed.size(); ++i) sum[i] += packed[i];  // as the allreduce does
-    }
-    std::vector<float> got(rows, -1.0f);
-    UnpackTouchMarks(sum, rows, world, got.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_EQ(got[r], static_cast<float>(want[r])) << "world " << world << " row " << r;
-    }
-  }
 }
 
 }  // namespace
