@@ -1,29 +1,28 @@
 // One step's exchange of hot-row gradients between the replicas of the hot set (worker/hot_rows.h).
 //
-// Every worker holds every hot row and must apply the same update to it, the sum of the gradients
-// all workers computed for the row this step. What travels grows with the rows touched in the
-// step, not with the size of the hot set:
+// Every worker holds every hot row and must give it the same updates. A hot row takes the updates
+// the parameter servers would have given it as a cold row: each worker's gradient is its own
+// optimizer step (a PS applies every push on arrival; the replicas apply them in rank order, the
+// same order everywhere, so they stay equal bit for bit). With row-wise Adagrad that is not the
+// same as one step with the summed gradient, and it is what keeps a job's model the same whether
+// a row is hot or cold.
 //
-//   1. the number of rows each worker touched (one integer per worker), then the touched rows'
-//      indices (a sorted list per worker, gathered by every worker);
-//   2. every worker now knows, row by row, who touched it. The gradients of rows touched by two or
-//      more workers are summed by one allreduce over just those rows (in ascending row order, the
-//      same on every worker; a worker that did not touch one adds zeros);
-//   3. a row touched by one worker only needs no sum: its gradient is sent once, by that worker,
-//      in one allgather of each worker's single-touched rows (in its list's order).
-//
-// The result, the same on every worker bit for bit (the allreduce gives every rank the same sums,
-// and a single-touched row is its one gradient), lists the union of the touched rows in ascending
-// order with their summed gradients. With one worker the exchange sends nothing.
+// What travels grows with the rows touched in the step, never with the size of the hot set: the
+// number of rows each worker touched (one integer per worker), then in one allgather each worker's
+// touched row indices (4 bytes a row), then in another their gradients (4 x dim bytes a row). A
+// row nobody touched costs nothing; a row one worker touched is sent by that worker only, once
+// around the ring. With one worker the exchange sends nothing.
 //
 //   HotGradientExchange exchange;
-//   DLRM_RETURN_IF_ERROR(exchange.Run(reducer, dim, hot->total_rows(), local, &summed));
+//   DLRM_RETURN_IF_ERROR(exchange.Run(reducer, dim, hot->total_rows(), local, &gathered));
+//   for (int r = 0; r < world; ++r) cache->ApplyRowGradients(gathered.Rows(r), gathered.Grads(r));
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "worker/collective.h"
 
 namespace dlrm::worker {
@@ -39,29 +38,34 @@ struct HotRowGradients {
   }
 };
 
-// What one exchange moved, from this worker's side.
-struct HotExchangeStats {
-  int64_t local_rows = 0;   // rows this worker touched
-  int64_t union_rows = 0;   // rows some worker touched (the rows updated)
-  int64_t shared_rows = 0;  // rows two or more workers touched (summed by the allreduce)
+// Every worker's touched rows and gradients, in rank order.
+struct GatheredHotGradients {
+  std::vector<int32_t> rows;   // rank 0's rows, then rank 1's, ...
+  std::vector<float> grads;    // [rows x dim], in the same order
+  std::vector<size_t> counts;  // rows per rank
+  int dim = 0;
+  absl::Span<const int32_t> Rows(int rank) const {
+    return absl::MakeConstSpan(rows).subspan(Offset(rank), counts[rank]);
+  }
+  const float* Grads(int rank) const { return grads.data() + Offset(rank) * dim; }
+  size_t Offset(int rank) const {
+    size_t offset = 0;
+    for (int r = 0; r < rank; ++r) offset += counts[r];
+    return offset;
+  }
 };
 
 class HotGradientExchange {
  public:
-  // `reducer` may be null or have one rank: then `summed` is `local`. Every worker calls Run once
-  // per step, in the same order as its other collectives. `total_rows` bounds the row indices
-  // (INVALID_ARGUMENT for one outside it, or for rows not ascending).
+  // `reducer` may be null or have one rank: then `gathered` holds `local` alone. Every worker
+  // calls Run once per step, in the same order as its other collectives. `total_rows` bounds the
+  // row indices (INVALID_ARGUMENT for one outside it, or for rows not ascending; INTERNAL when a
+  // peer sends such).
   absl::Status Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
-                   const HotRowGradients& local, HotRowGradients* summed);
-  const HotExchangeStats& last() const { return last_; }
+                   const HotRowGradients& local, GatheredHotGradients* gathered);
 
  private:
-  // Scratch kept between steps, sized to the hot set once: touch counts per row (reset after
-  // each step for the rows touched only) and the gathered lists.
-  std::vector<uint16_t> touchers_;
-  std::vector<int32_t> counts_in_, counts_out_, all_rows_, shared_;
-  std::vector<float> shared_grads_, single_grads_, all_single_grads_;
-  HotExchangeStats last_;
+  std::vector<int32_t> count_in_, counts_out_;
 };
 
 }  // namespace dlrm::worker

@@ -143,6 +143,12 @@ absl::Status Trainer::InitGpu() {
   hot.host_reducer = options_.allreducer;
   hot.pool = pool_.get();
   DLRM_ASSIGN_OR_RETURN(gpu_hot_, GpuHotRows::Create(hot));
+  if (options_.allreducer != nullptr && options_.allreducer->world_size() > 1 &&
+      options_.hot_updates == TrainerOptions::HotUpdates::kPerWorker) {
+    DLRM_LOG(WARNING) << "GPU hot rows apply the workers' summed gradient, one step per row "
+                         "(HotUpdates::kSummed): with an adaptive sparse optimizer they train "
+                         "differently from the same rows on the parameter servers";
+  }
   return absl::OkStatus();
 }
 
@@ -340,18 +346,51 @@ absl::Status Trainer::ApplyHotGradients() {
   DenseAllReducer* reducer = options_.allreducer;
   const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
   DLRM_RETURN_IF_ERROR(
-      hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_summed_));
-  if (reducer != nullptr) {
-    counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
-    const float scale = 1.0f / static_cast<float>(reducer->world_size());
-    if (reducer->world_size() > 1) {
-      for (float& v : hot_summed_.grads) v *= scale;
+      hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_gathered_));
+  const int world = static_cast<int>(hot_gathered_.counts.size());
+  if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
+  counters_.hot_gathered_rows += static_cast<int64_t>(hot_gathered_.rows.size());
+  // Scaled by 1/world like the cold rows' pushes.
+  if (world > 1) {
+    const float scale = 1.0f / static_cast<float>(world);
+    for (float& v : hot_gathered_.grads) v *= scale;
+  }
+  if (world > 1 && options_.hot_updates == TrainerOptions::HotUpdates::kSummed) {
+    SumGatheredHotGradients();
+    hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data());
+    return absl::OkStatus();
+  }
+  // Each worker's gradient is its own step, in rank order, as the parameter servers apply each
+  // worker's push.
+  for (int r = 0; r < world; ++r) {
+    hot_->ApplyRowGradients(hot_gathered_.Rows(r), hot_gathered_.Grads(r));
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::SumGatheredHotGradients() {
+  // Summed in rank order in the (zero) accumulation buffer: the same bits on every replica.
+  hot_summed_.clear();
+  hot_marked_.resize(hot_->total_rows(), 0);
+  for (size_t r = 0; r < hot_gathered_.counts.size(); ++r) {
+    const float* g = hot_gathered_.Grads(static_cast<int>(r));
+    for (int32_t row : hot_gathered_.Rows(static_cast<int>(r))) {
+      float* dst = hot_grads_.data() + static_cast<int64_t>(row) * dim_;
+      if (hot_marked_[row] == 0) {
+        hot_marked_[row] = 1;
+        hot_summed_.rows.push_back(row);
+      }
+      for (int k = 0; k < dim_; ++k) dst[k] += g[k];
+      g += dim_;
     }
   }
-  counters_.hot_union_rows += hot_exchange_.last().union_rows;
-  counters_.hot_shared_rows += hot_exchange_.last().shared_rows;
-  hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data());
-  return absl::OkStatus();
+  std::sort(hot_summed_.rows.begin(), hot_summed_.rows.end());
+  for (int32_t row : hot_summed_.rows) {
+    hot_marked_[row] = 0;
+    float* src = hot_grads_.data() + static_cast<int64_t>(row) * dim_;
+    hot_summed_.grads.insert(hot_summed_.grads.end(), src, src + dim_);
+    std::fill(src, src + dim_, 0.0f);
+  }
 }
 
 absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {

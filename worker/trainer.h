@@ -78,8 +78,9 @@ struct TrainerCounters {
   // (worker/hot_sync.h: counts, touched row indices, gradients).
   int64_t dense_sync_bytes = 0;
   int64_t hot_sync_bytes = 0;
-  int64_t hot_union_rows = 0;   // hot rows updated, summed over steps (touched by some worker)
-  int64_t hot_shared_rows = 0;  // of which touched by two or more workers
+  // Hot-row gradients received from every worker (its own included), summed over steps: the
+  // optimizer steps each replica applies.
+  int64_t hot_gathered_rows = 0;
 };
 
 struct EvalMetrics {
@@ -108,6 +109,14 @@ struct TrainerOptions {
   // Threads for the per-table work of a step (dedup, pooling, gradient aggregation) when a batch
   // has many ids; 0 = the machine's cores, 1 = the calling thread only.
   int threads = 0;
+  // How the replicas of a hot row (worker/hot_rows.h) take the gradients of several workers.
+  // kPerWorker: each worker's gradient is its own optimizer step, in rank order, as the
+  // parameter servers apply each worker's push to a cold row, so a row trains the same whether
+  // it is hot or cold. kSummed: one step with the mean over the workers (synchronous data
+  // parallelism; what GPU hot rows do today, worker/gpu_hot_rows.h). The same for SGD; row-wise
+  // Adagrad and Adam take larger steps per worker under kPerWorker.
+  enum class HotUpdates { kPerWorker, kSummed };
+  HotUpdates hot_updates = HotUpdates::kPerWorker;
 };
 
 class Trainer {
@@ -169,8 +178,7 @@ class Trainer {
     return {counters_.samples.load(),        counters_.ids.load(),
             counters_.hot_ids.load(),        counters_.store_rows.load(),
             counters_.store_bytes.load(),    counters_.dense_sync_bytes.load(),
-            counters_.hot_sync_bytes.load(), counters_.hot_union_rows.load(),
-            counters_.hot_shared_rows.load()};
+            counters_.hot_sync_bytes.load(), counters_.hot_gathered_rows.load()};
   }
 
   int64_t steps_done() const { return steps_done_; }
@@ -190,6 +198,7 @@ class Trainer {
   void ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const;
   // Sums the hot rows' gradients over the workers and applies them.
   absl::Status ApplyHotGradients();
+  void SumGatheredHotGradients();
   // Sums the workers' touch marks of the `rows` hot rows in place (touched[r] becomes the number
   // of workers that touched row r), packing many rows into each float on the wire.
   // Averages the dense gradients over the workers (no-op for a single worker).
@@ -232,12 +241,14 @@ class Trainer {
   std::unique_ptr<embedding::ParallelPool> pool_;
   std::vector<float> hot_grads_;  // [hot rows x dim] flat: this step's gradients, zero elsewhere
   std::vector<std::vector<int32_t>> hot_touched_;  // per table: the slots touched this step
-  HotRowGradients hot_local_, hot_summed_;         // the exchange's input and output
+  HotRowGradients hot_local_;                      // the exchange's input
+  GatheredHotGradients hot_gathered_;              // and its output
+  HotRowGradients hot_summed_;                     // HotUpdates::kSummed: the sums
+  std::vector<uint8_t> hot_marked_;                // and the rows listed in them
   HotGradientExchange hot_exchange_;
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
-    std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0}, hot_union_rows{0},
-        hot_shared_rows{0};
+    std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0}, hot_gathered_rows{0};
   };
   AtomicCounters counters_;
   int64_t steps_done_ = 0;

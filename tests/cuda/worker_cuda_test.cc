@@ -112,6 +112,8 @@ TrainingRun MakeRun(const common::JobSpec& spec, dense::BackendOptions::Kind kin
   options.threads = 1;
   options.gpu_table_budget_bytes = gpu_budget;
   options.allreducer = device_allreducer != nullptr ? device_allreducer : host_allreducer;
+  // GPU hot rows apply the workers' summed gradient: the CPU reference does the same.
+  options.hot_updates = TrainerOptions::HotUpdates::kSummed;
   options.device_allreducer = device_allreducer;
   auto trainer = Trainer::Create(options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -146,5 +146,60 @@ TEST_F(HotTrainingTest, HotSetCutsStoreTraffic) {
   EXPECT_LT(hot_bytes, plain_bytes / 2) << plain_bytes << " vs " << hot_bytes;
 }
 
+// A hot row takes the updates a parameter server gives a cold row: each worker's push is its
+// own optimizer step (HotUpdates::kPerWorker). Two workers' gradients applied to the replica in
+// rank order give, bit for bit, the row the store holds after the same two pushes.
+TEST(HotRowCache, PerWorkerStepsEqualTheStoresPushes) {
+  for (const char* type : {"sgd", "adagrad", "rowwise_adagrad", "adam"}) {
+    SCOPED_TRACE(type);
+    common::JobSpec spec;
+    spec.embedding_dim = 8;
+    spec.tables = {{"a", 50}, {"b", 40}};
+    spec.sparse_optimizer = {.type = type, .learning_rate = 0.05};
+    spec.seed = 5;
+    const auto optimizer = *SparseOptimizerFromSpec(spec);
+    embedding::LocalStoreOptions store_options;
+    store_options.tables = TableConfigsFromSpec(spec);
+    store_options.seed = spec.seed;
+    store_options.optimizer = optimizer;
+    auto store = embedding::LocalEmbeddingStore::Create(store_options).value();
+    const std::vector<std::vector<int64_t>> hot_ids = {{3, 7, 9}, {0, 39}};
+    auto cache = HotRowCache::Create({store_options.tables, optimizer, spec.seed}, hot_ids).value();
+    std::mt19937 rng(3);
+    for (int step = 0; step < 5; ++step) {
+      for (int rank = 0; rank < 2; ++rank) {
+        // This rank touches some of the hot rows (in the flat layout: table a's 3, then b's 2).
+        std::vector<int32_t> rows;
+        std::vector<float> grads;
+        std::vector<embedding::TableRows> push(2);
+        for (int32_t row = 0; row < 5; ++row) {
+          if (rng() % 3 == 0) continue;
+          const int table = row < 3 ? 0 : 1;
+          const int64_t id = hot_ids[table][row < 3 ? row : row - 3];
+          rows.push_back(row);
+          push[table].table = table;
+          push[table].ids.push_back(id);
+          for (int k = 0; k < spec.embedding_dim; ++k) {
+            const float g = std::uniform_real_distribution<float>(-1, 1)(rng);
+            grads.push_back(g);
+            push[table].values.push_back(g);
+          }
+        }
+        cache->ApplyRowGradients(rows, grads.data());
+        ASSERT_TRUE(store->Push(step, push).ok());
+      }
+    }
+    for (int table = 0; table < 2; ++table) {
+      for (size_t slot = 0; slot < hot_ids[table].size(); ++slot) {
+        const int64_t id = hot_ids[table][slot];
+        EXPECT_EQ(
+            0, std::memcmp(cache->StoredRow(table, static_cast<int32_t>(slot)),
+                           store->table(table).Row(id), cache->row_floats(table) * sizeof(float)))
+            << "table " << table << " id " << id;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::worker
