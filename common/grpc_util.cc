@@ -4,9 +4,11 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/rpc_bytes.h"
 #include "common/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -98,7 +100,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions&
               std::min(1000, ToMillis(options.max_reconnect_backoff)));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               std::min(1000, ToMillis(options.max_reconnect_backoff)));
-  return grpc::CreateCustomChannel(options.target, credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRpcBytesInterceptorFactory(
+      options.rpc_bytes != nullptr ? options.rpc_bytes : &RpcByteCounters::ProcessClient()));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(options.target, credentials, args,
+                                                                 std::move(interceptors));
 }
 
 std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::Duration timeout) {

@@ -28,6 +28,8 @@
 
 namespace dlrm::common {
 
+class RpcByteCounters;
+
 // Hard limit on one gRPC message, sent or received, on every channel and server.
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
 // Budget for the payload bytes (ids + rows/gradients) of one request or response; half the
@@ -84,12 +86,16 @@ struct ChannelOptions {
   // Connections of its own instead of the process-wide pool gRPC shares between channels with the
   // same target and arguments: a fresh start after a peer restarted.
   bool private_connections = false;
+  // Where the channel counts its gRPC message bytes (common/rpc_bytes.h); not owned, must outlive
+  // the channel. Null: RpcByteCounters::ProcessClient().
+  RpcByteCounters* rpc_bytes = nullptr;
 };
 
-// Builds a channel. Connection happens lazily; a call to a peer that is gone fails with
-// UNAVAILABLE (or DEADLINE_EXCEEDED) within that call's deadline, and so does a call to a server
-// whose certificate does not verify. INVALID_ARGUMENT for an empty target; for TLS, the errors of
-// ReadPemFile.
+// Builds a channel, with the interceptor that counts its message bytes into options.rpc_bytes
+// (MakeRpcBytesInterceptorFactory). Connection happens lazily; a call to a peer that is gone fails
+// with UNAVAILABLE (or DEADLINE_EXCEEDED) within that call's deadline, and so does a call to a
+// server whose certificate does not verify. INVALID_ARGUMENT for an empty target; for TLS, the
+// errors of ReadPemFile.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options);
 
 // A ClientContext whose deadline is `timeout` from now. Every client call must have one.

@@ -8,11 +8,15 @@
 //                                               const grpc::ByteBuffer* in, grpc::ByteBuffer* out)
 //                                               {
 //     return common::ServeRawUnary<RegisterRequest, RegisterResponse>(
-//         context, in, out, "Register",
+//         context, in, out, "/dlrm.v1.Coordinator/Register",
 //         [&](const RegisterRequest& request, RegisterResponse* response, auto done) {
 //           done(DoRegister(context, &request, response));   // or later, on any thread
 //         },
 //         finish);   // finish(reactor, status): counts the call and finishes it
+//
+// Every call is counted in RpcByteCounters::ProcessServer() under its full method name
+// (common/rpc_bytes.h): the request's bytes, also when it does not parse, and the response's
+// serialized bytes when one is sent (status OK), each plus the 5-byte gRPC message prefix.
 #pragma once
 
 #include <memory>
@@ -22,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/grpc_util.h"
+#include "common/rpc_bytes.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -30,10 +35,15 @@ namespace dlrm::common {
 // Parses `in` as a Request; `handle(request, response, done)` answers by calling done(status)
 // exactly once, on any thread (request and response live until then). The response is
 // serialized into `out` when the status is OK; then finish(reactor, status) ends the call.
+// `method` is the full method name ("/dlrm.v1.Coordinator/Register"); error messages name the
+// part after the last '/'.
 template <typename Request, typename Response, typename Handle, typename Finish>
 grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
                                         absl::string_view method, Handle&& handle, Finish finish) {
+  RpcMethodCounters* tally = &RpcByteCounters::ProcessServer().ForMethod(method);
+  tally->AddCall();
+  tally->AddReceived(GrpcMessageBytes(static_cast<int64_t>(in->Length())));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   struct Call {
     Request request;
@@ -42,15 +52,17 @@ grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
   auto call = std::make_shared<Call>();
   grpc::ByteBuffer bytes(*in);  // shares the slices; parsing consumes the copy
   if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &call->request).ok()) {
-    finish(reactor, absl::InvalidArgumentError(
-                        absl::StrCat(method, ": malformed ", Request::descriptor()->name())));
+    finish(reactor,
+           absl::InvalidArgumentError(absl::StrCat(method.substr(method.rfind('/') + 1),
+                                                   ": malformed ", Request::descriptor()->name())));
     return reactor;
   }
-  handle(call->request, &call->response, [reactor, out, call, finish](absl::Status status) {
+  handle(call->request, &call->response, [reactor, out, call, finish, tally](absl::Status status) {
     if (status.ok()) {
       bool own_buffer = false;
       status = FromGrpcStatus(
           grpc::SerializationTraits<Response>::Serialize(call->response, out, &own_buffer));
+      if (status.ok()) tally->AddSent(GrpcMessageBytes(static_cast<int64_t>(out->Length())));
     }
     finish(reactor, status);
   });

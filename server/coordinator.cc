@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/rpc_bytes.h"
 #include "common/status.h"
 #include "server/coordinator_service.h"
 #include "server/coordinator_state.h"
@@ -78,12 +79,18 @@ void Coordinator::ExpiryLoop() {
   if (interval <= absl::ZeroDuration()) {
     interval = std::clamp(options_.lease_ttl / 10, absl::Milliseconds(10), absl::Seconds(1));
   }
+  absl::Time next_export = absl::InfinitePast();
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
     if (stopping_) break;
     mu_.Unlock();
-    state_->ExpireLeases(absl::Now());
+    const absl::Time now = absl::Now();
+    state_->ExpireLeases(now);
+    if (now >= next_export) {  // dlrm_rpc_*_bytes_total, about once a second
+      common::ExportRpcBytes(metrics_.get());
+      next_export = now + absl::Seconds(1);
+    }
     mu_.Lock();
   }
 }

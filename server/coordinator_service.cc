@@ -84,36 +84,43 @@ void RpcCounter::Record(const char* method, const grpc::Status& status) {
 }
 
 // Every unary method: parse (INVALID_ARGUMENT for bytes that are no request), run Do<Method>,
-// count the call, answer.
-#define DLRM_RAW_UNARY(Service, Method, Request, Response)                                       \
+// count the call, answer. ProtoService: "/dlrm.v1.Coordinator/", the prefix of the full name.
+#define DLRM_RAW_UNARY(Service, ProtoService, Method, Request, Response)                         \
   grpc::ServerUnaryReactor* Service::Method(grpc::CallbackServerContext* context,                \
                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out) { \
     return common::ServeRawUnary<Request, Response>(                                             \
-        context, in, out, #Method,                                                               \
+        context, in, out, ProtoService #Method,                                                  \
         [&](const Request& request, Response* response, auto done) {                             \
           done(Do##Method(context, &request, response));                                         \
         },                                                                                       \
         Counted(rpcs_, #Method));                                                                \
   }
 
-DLRM_RAW_UNARY(CoordinatorServiceImpl, Register, dlrm::v1::RegisterRequest,
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", Register, dlrm::v1::RegisterRequest,
                dlrm::v1::RegisterResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, Heartbeat, dlrm::v1::HeartbeatRequest,
-               dlrm::v1::HeartbeatResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, GetClusterView, dlrm::v1::GetClusterViewRequest,
-               dlrm::v1::GetClusterViewResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, Leave, dlrm::v1::LeaveRequest, dlrm::v1::LeaveResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, KvSet, dlrm::v1::KvSetRequest, dlrm::v1::KvSetResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, KvDelete, dlrm::v1::KvDeleteRequest,
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", Heartbeat,
+               dlrm::v1::HeartbeatRequest, dlrm::v1::HeartbeatResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", GetClusterView,
+               dlrm::v1::GetClusterViewRequest, dlrm::v1::GetClusterViewResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", Leave, dlrm::v1::LeaveRequest,
+               dlrm::v1::LeaveResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", KvSet, dlrm::v1::KvSetRequest,
+               dlrm::v1::KvSetResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", KvDelete, dlrm::v1::KvDeleteRequest,
                dlrm::v1::KvDeleteResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, KvAdd, dlrm::v1::KvAddRequest, dlrm::v1::KvAddResponse)
-DLRM_RAW_UNARY(CoordinatorServiceImpl, ReportProgress, dlrm::v1::ReportProgressRequest,
-               dlrm::v1::ReportProgressResponse)
-DLRM_RAW_UNARY(JobsServiceImpl, SubmitJob, dlrm::v1::SubmitJobRequest, dlrm::v1::SubmitJobResponse)
-DLRM_RAW_UNARY(JobsServiceImpl, GetJob, dlrm::v1::GetJobRequest, dlrm::v1::Job)
-DLRM_RAW_UNARY(JobsServiceImpl, ListJobs, dlrm::v1::ListJobsRequest, dlrm::v1::ListJobsResponse)
-DLRM_RAW_UNARY(JobsServiceImpl, CancelJob, dlrm::v1::CancelJobRequest, dlrm::v1::Job)
-DLRM_RAW_UNARY(JobsServiceImpl, CheckpointJob, dlrm::v1::CheckpointJobRequest, dlrm::v1::Job)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", KvAdd, dlrm::v1::KvAddRequest,
+               dlrm::v1::KvAddResponse)
+DLRM_RAW_UNARY(CoordinatorServiceImpl, "/dlrm.v1.Coordinator/", ReportProgress,
+               dlrm::v1::ReportProgressRequest, dlrm::v1::ReportProgressResponse)
+DLRM_RAW_UNARY(JobsServiceImpl, "/dlrm.v1.Jobs/", SubmitJob, dlrm::v1::SubmitJobRequest,
+               dlrm::v1::SubmitJobResponse)
+DLRM_RAW_UNARY(JobsServiceImpl, "/dlrm.v1.Jobs/", GetJob, dlrm::v1::GetJobRequest, dlrm::v1::Job)
+DLRM_RAW_UNARY(JobsServiceImpl, "/dlrm.v1.Jobs/", ListJobs, dlrm::v1::ListJobsRequest,
+               dlrm::v1::ListJobsResponse)
+DLRM_RAW_UNARY(JobsServiceImpl, "/dlrm.v1.Jobs/", CancelJob, dlrm::v1::CancelJobRequest,
+               dlrm::v1::Job)
+DLRM_RAW_UNARY(JobsServiceImpl, "/dlrm.v1.Jobs/", CheckpointJob, dlrm::v1::CheckpointJobRequest,
+               dlrm::v1::Job)
 #undef DLRM_RAW_UNARY
 
 // KvGet answers later (when the key is set or the wait ends).
@@ -121,7 +128,7 @@ grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerCont
                                                         const grpc::ByteBuffer* in,
                                                         grpc::ByteBuffer* out) {
   return common::ServeRawUnary<dlrm::v1::KvGetRequest, dlrm::v1::KvGetResponse>(
-      context, in, out, "KvGet",
+      context, in, out, "/dlrm.v1.Coordinator/KvGet",
       [&](const dlrm::v1::KvGetRequest& request, dlrm::v1::KvGetResponse* response, auto done) {
         DoKvGet(context, &request, response, std::move(done));
       },

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/rpc_bytes.h"
 #include "common/status.h"
 
 namespace dlrm::server {
@@ -99,6 +100,7 @@ absl::Status PsProcess::Run() {
       member_key = member_key_;
       interval = heartbeat_interval_;
     }
+    common::ExportRpcBytes(&server_->metrics());  // dlrm_rpc_*_bytes_total
     absl::StatusOr<dlrm::v1::HeartbeatResponse> response =
         client_->Heartbeat(member_id, member_key);
     if (response.ok() && response->has_ps()) SyncJobs(response->ps(), response->epoch());

@@ -14,8 +14,10 @@
 #include "common/limits.h"
 #include "common/logging.h"
 #include "common/raw_unary.h"
+#include "common/rpc_bytes.h"
 #include "common/status.h"
 #include "embedding/checkpoint_snapshot.h"
+#include "proto/lookup_wire.h"
 
 namespace dlrm::server {
 
@@ -137,7 +139,7 @@ void PsService::UpdateStoreMetrics(bool wait) {
   grpc::ServerUnaryReactor* PsService::Method(grpc::CallbackServerContext* context,                \
                                               const grpc::ByteBuffer* in, grpc::ByteBuffer* out) { \
     return common::ServeRawUnary<Request, Response>(                                               \
-        context, in, out, #Method,                                                                 \
+        context, in, out, "/dlrm.v1.ParameterServer/" #Method,                                     \
         [&](const Request& request, Response* response, Done done) {                               \
           Handle##Method(context, &request, response, std::move(done));                            \
         },                                                                                         \
@@ -323,6 +325,7 @@ struct PsService::LookupCall {
   std::unique_ptr<dlrm::v1::LookupRequest> request;
   grpc::ByteBuffer* const response;
   grpc::ServerUnaryReactor* const reactor;
+  common::RpcMethodCounters* bytes = nullptr;  // server-side byte counts of Lookup
   std::shared_ptr<PsJob> job;
   proto::LookupAnswer answer;  // the rows, written in place and sent without a copy
   absl::Time start;
@@ -335,6 +338,10 @@ struct PsService::LookupCall {
 grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context,
                                             const grpc::ByteBuffer* request_bytes,
                                             grpc::ByteBuffer* response) {
+  common::RpcMethodCounters* tally =
+      &common::RpcByteCounters::ProcessServer().ForMethod(proto::kLookupMethod);
+  tally->AddCall();
+  tally->AddReceived(common::GrpcMessageBytes(static_cast<int64_t>(request_bytes->Length())));
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.Lookup"); !denied.ok()) {
     grpc::ServerUnaryReactor* refused = context->DefaultReactor();
     Finish(refused, denied);
@@ -342,6 +349,7 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto call = std::make_shared<LookupCall>(lookup_requests_, response, reactor);
+  call->bytes = tally;
   grpc::ByteBuffer bytes(*request_bytes);  // shares the slices; parsing consumes the copy
   if (!grpc::SerializationTraits<dlrm::v1::LookupRequest>::Deserialize(&bytes, call->request.get())
            .ok()) {
@@ -416,6 +424,7 @@ void PsService::FinishLookupPart(const std::shared_ptr<LookupCall>& call,
     rows_looked_up_.fetch_add(call->rows.load(), std::memory_order_relaxed);
     metrics_->lookup_rows.Increment(static_cast<double>(call->rows.load()));
     *call->response = call->answer.Release();
+    call->bytes->AddSent(common::GrpcMessageBytes(static_cast<int64_t>(call->response->Length())));
   }
   metrics_->lookup_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - call->start));
   UpdateStoreMetrics(/*wait=*/!on_reactor);
@@ -487,6 +496,10 @@ void PsService::RunLookup(std::shared_ptr<PsJob> job, const std::shared_ptr<Look
 grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* request_bytes,
                                                    grpc::ByteBuffer* response_bytes) {
+  common::RpcMethodCounters* tally =
+      &common::RpcByteCounters::ProcessServer().ForMethod("/dlrm.v1.ParameterServer/PushGradients");
+  tally->AddCall();
+  tally->AddReceived(common::GrpcMessageBytes(static_cast<int64_t>(request_bytes->Length())));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.PushGradients");
       !denied.ok()) {
@@ -500,7 +513,7 @@ grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* 
     Finish(reactor, absl::InvalidArgumentError("PushGradients: malformed PushGradientsRequest"));
     return reactor;
   }
-  options_.pool->Submit([this, request, response_bytes, reactor] {
+  options_.pool->Submit([this, request, response_bytes, reactor, tally] {
     dlrm::v1::PushGradientsResponse response;
     absl::Status status = RunPush(*request, &response);
     if (status.ok()) {
@@ -509,6 +522,9 @@ grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* 
           grpc::SerializationTraits<dlrm::v1::PushGradientsResponse>::Serialize(
               response, response_bytes, &own_buffer);
       status = common::FromGrpcStatus(serialized);
+      if (status.ok()) {
+        tally->AddSent(common::GrpcMessageBytes(static_cast<int64_t>(response_bytes->Length())));
+      }
     }
     Finish(reactor, status);
   });
