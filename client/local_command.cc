@@ -77,6 +77,9 @@ worker::TrainReport ReportFromJob(const dlrm::v1::Job& job) {
   if (auto it = m.find("hot_migrations"); it != m.end()) {
     r.hot_migrations = static_cast<int64_t>(it->second);
   }
+  for (const auto& [key, value] : m) {
+    if (worker::IsNetworkKey(key)) r.network[key] = value;
+  }
   return r;
 }
 

@@ -351,10 +351,11 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   }
 
   if (YAML::Node tr = root["training"]) {
-    DLRM_RETURN_IF_ERROR(CheckKeys(tr, "training",
-                                   {"batch_size", "epochs", "seed", "max_steps", "staleness",
-                                    "hot_budget", "hot_sample_batches", "hot_refresh_steps",
-                                    "device", "math_mode", "eval_every_steps", "max_recoveries"}));
+    DLRM_RETURN_IF_ERROR(
+        CheckKeys(tr, "training",
+                  {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
+                   "hot_sample_batches", "hot_refresh_steps", "device", "math_mode",
+                   "eval_every_steps", "max_recoveries", "network_gbps"}));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
@@ -368,7 +369,10 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_recoveries", &spec.max_recoveries));
     std::string hot_budget;
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
-    if (!hot_budget.empty()) {
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "network_gbps", &spec.network_gbps));
+    if (hot_budget == "auto") {
+      spec.hot_budget_bytes = JobSpec::kHotBudgetAuto;
+    } else if (!hot_budget.empty()) {
       auto bytes = ParseByteSize(hot_budget);
       if (!bytes.ok()) return Invalid("training.hot_budget", std::string(bytes.status().message()));
       spec.hot_budget_bytes = *bytes;
@@ -397,6 +401,10 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   }
   DLRM_RETURN_IF_ERROR(AtMost("training.hot_sample_batches", spec.hot_sample_batches,
                               kMaxHotSampleBatches, "kMaxHotSampleBatches"));
+  if (!std::isfinite(spec.network_gbps) || spec.network_gbps <= 0 || spec.network_gbps > 1e4) {
+    return Invalid("training.network_gbps",
+                   absl::StrCat("must be in (0, 10000] Gbit/s, got ", spec.network_gbps));
+  }
   if (spec.hot_refresh_steps < 0) {
     return Invalid("training.hot_refresh_steps",
                    absl::StrCat("must be >= 0, got ", spec.hot_refresh_steps));
@@ -591,7 +599,10 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "seed" << YAML::Value << spec.seed;
   out << YAML::Key << "max_steps" << YAML::Value << spec.max_steps;
   out << YAML::Key << "staleness" << YAML::Value << spec.staleness;
-  out << YAML::Key << "hot_budget" << YAML::Value << std::to_string(spec.hot_budget_bytes);
+  out << YAML::Key << "hot_budget" << YAML::Value
+      << (spec.hot_budget_bytes == JobSpec::kHotBudgetAuto ? std::string("auto")
+                                                           : std::to_string(spec.hot_budget_bytes));
+  out << YAML::Key << "network_gbps" << YAML::Value << spec.network_gbps;
   out << YAML::Key << "hot_sample_batches" << YAML::Value << spec.hot_sample_batches;
   out << YAML::Key << "hot_refresh_steps" << YAML::Value << spec.hot_refresh_steps;
   out << YAML::Key << "device" << YAML::Value << spec.device;

@@ -84,9 +84,18 @@ struct JobSpec {
   uint64_t seed = 42;
   int64_t max_steps = 0;  // 0 = no limit
   int staleness = 1;      // stale-synchronous bound k (distributed pipeline)
-  // Bytes of hot rows (weights and optimizer state) replicated on each worker; 0 = no hot set.
+  // Bytes of hot rows (weights and optimizer state) replicated on each worker, at most: the
+  // planner (worker/hot_plan.h) picks the set with the least estimated cost under this ceiling;
+  // 0 = no hot set; kHotBudgetAuto ("auto", the default) = a ceiling of kHotBudgetAutoCeiling.
   // `dlrm train` keeps every table in process and ignores it.
-  int64_t hot_budget_bytes = 16 << 20;
+  static constexpr int64_t kHotBudgetAuto = -1;
+  static constexpr int64_t kHotBudgetAutoCeiling = int64_t{256} << 20;
+  int64_t hot_budget_bytes = kHotBudgetAuto;
+  int64_t hot_budget_ceiling() const {
+    return hot_budget_bytes == kHotBudgetAuto ? kHotBudgetAutoCeiling : hot_budget_bytes;
+  }
+  // The network between the workers and the parameter servers, for the planner's time estimate.
+  double network_gbps = 10;
   int hot_sample_batches = 64;     // batches sampled to choose the hot set
   int hot_refresh_steps = 1000;    // re-check the hot set every N steps (0 = never)
   std::string device = "auto";     // auto | cpu | cuda

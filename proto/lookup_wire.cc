@@ -257,6 +257,7 @@ Status SerializationTraits<dlrm::proto::LookupRowsSink, void>::Serialize(
 
 Status SerializationTraits<dlrm::proto::LookupRowsSink, void>::Deserialize(
     ByteBuffer* buffer, dlrm::proto::LookupRowsSink* sink) {
+  sink->bytes = static_cast<int64_t>(buffer->Length());
   absl::Status status = dlrm::proto::DecodeLookupResponse(buffer, sink->targets);
   buffer->Clear();
   if (status.ok()) return Status::OK;

@@ -81,6 +81,7 @@ absl::Status DecodeLookupResponse(grpc::ByteBuffer* buffer,
 // gRPC decodes the answer into the targets as it receives it.
 struct LookupRowsSink {
   absl::Span<const LookupRowsTarget> targets;
+  int64_t bytes = 0;  // the serialized answer's size, once one arrived (for byte counting)
 };
 
 }  // namespace dlrm::proto

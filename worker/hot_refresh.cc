@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
@@ -59,14 +60,20 @@ HotSetRefresher::HotSetRefresher(Trainer* trainer, const HotRefreshOptions& opti
       optimizer.ok() ? optimizer->type : embedding::SparseOptimizerType::kSgd, spec.embedding_dim);
   window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(spec), state);
   if (options_.rank == 0) {
-    trainer_->set_batch_observer([this](const Batch& batch) { window_->Add(batch); });
+    trainer_->set_batch_observer([this](const Batch& batch) {
+      if (batches_seen_++ % kWindowEvery == 0) window_->Add(batch);
+    });
   }
 }
 
 absl::Status HotSetRefresher::Refresh(int64_t step) {
   const int num_tables = static_cast<int>(trainer_->spec().tables.size());
   std::string proposal;
-  if (options_.rank == 0) proposal = SerializeHotSet(window_->Select(options_.budget_bytes));
+  if (options_.rank == 0) {
+    const HotPlan plan = PlanHotSet(*window_, options_.plan, trainer_->hot_rows());
+    DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << plan.Describe();
+    proposal = SerializeHotSet(plan.hot_ids);
+  }
   std::string agreed = proposal;
   if (options_.agree) {
     DLRM_ASSIGN_OR_RETURN(agreed, options_.agree(step, proposal));

@@ -1,9 +1,10 @@
 // HotSetRefresher: re-checks the hot set while a job trains and moves rows between the workers'
 // hot caches and the embedding store without stopping the job or losing an update.
 //
-// It counts the ids of the batches this worker trains on (a window since the last refresh). At a
-// step boundary, with the worker's pipeline drained (TrainingPipeline::on_boundary):
-//   1. rank 0 selects the most frequent ids under the byte budget from its window; `agree`
+// It counts the ids of one in kWindowEvery of the batches this worker trains on (a window since
+// the last refresh). At a step boundary, with the worker's pipeline drained
+// (TrainingPipeline::on_boundary):
+//   1. rank 0 plans the set from its window (worker/hot_plan.h, under the byte ceiling); `agree`
 //      hands rank 0's choice to every rank (the coordinator's KV in a cluster; the identity for
 //      one worker), so every replica installs the same set;
 //   2. a barrier (an allreduce of one float) waits until every worker has drained, so the store
@@ -24,13 +25,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/collective.h"
+#include "worker/hot_plan.h"
 #include "worker/hot_rows.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
 
 struct HotRefreshOptions {
-  int64_t budget_bytes = 0;
+  HotPlanOptions plan;  // how rank 0 chooses the next set from its window (worker/hot_plan.h)
   int rank = 0;
   // Hands rank 0's serialized hot set (`proposal`, empty on other ranks) of boundary `step` to
   // every rank. Null: a single worker (the identity).
@@ -46,6 +48,8 @@ struct HotRefreshStats {
 
 class HotSetRefresher {
  public:
+  // Counting every id of every batch costs the compute thread more than the choice needs.
+  static constexpr int kWindowEvery = 4;
   // Installs itself as `trainer`'s batch observer. `trainer` must outlive it.
   HotSetRefresher(Trainer* trainer, const HotRefreshOptions& options);
 
@@ -58,6 +62,7 @@ class HotSetRefresher {
   Trainer* trainer_;
   HotRefreshOptions options_;
   std::unique_ptr<HotSetSelector> window_;
+  int64_t batches_seen_ = 0;
   HotRefreshStats stats_;
 };
 

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer.h"
 
@@ -17,35 +18,59 @@ HotSetSelector::HotSetSelector(std::vector<embedding::TableConfig> tables, int s
       min_count_(min_count),
       counts_(tables_.size()) {}
 
-void HotSetSelector::Add(const Batch& batch) {
+void HotSetSelector::Add(const Batch& batch, int slices) {
+  slices = std::max(1, std::min(slices, std::max(1, batch.size)));
   for (size_t t = 0; t < tables_.size() && t < batch.sparse.size(); ++t) {
     auto& counts = counts_[t];
-    for (int64_t id : batch.sparse[t].ids) ++counts[id];
+    const SparseFeature& f = batch.sparse[t];
+    for (int s = 0; s < slices; ++s) {
+      const int64_t slice = slices_ + s;
+      const int first = static_cast<int>(static_cast<int64_t>(batch.size) * s / slices);
+      const int last = static_cast<int>(static_cast<int64_t>(batch.size) * (s + 1) / slices);
+      for (int32_t k = f.offsets[first]; k < f.offsets[last]; ++k) {
+        Stat& stat = counts[f.ids[k]];
+        ++stat.count;
+        if (slice % 2 == 0) ++stat.count_even;
+        if (stat.last_slice != slice) {
+          stat.last_slice = slice;
+          ++stat.presence;
+          if (slice % 2 == 1) ++stat.presence_odd;
+        }
+      }
+    }
   }
   samples_ += batch.size;
+  slices_ += slices;
 }
 
-std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) const {
-  struct Candidate {
-    int64_t count;
-    int table;
-    int64_t id;
-  };
-  std::vector<Candidate> all;
+std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favoured) const {
+  std::vector<std::pair<int64_t, Ranked>> all;  // (rank key, row)
   for (size_t t = 0; t < counts_.size(); ++t) {
-    for (const auto& [id, count] : counts_[t]) {
-      all.push_back({count, static_cast<int>(t), id});
+    for (const auto& [id, stat] : counts_[t]) {
+      if (stat.count < min_count_) continue;
+      const bool kept = favoured != nullptr && static_cast<int>(t) < favoured->num_tables() &&
+                        favoured->Find(static_cast<int>(t), id) >= 0;
+      all.push_back({kept ? stat.count * kKeepFactor : stat.count,
+                     {static_cast<int>(t), id, stat.count, stat.presence, stat.count_even,
+                      stat.presence_odd}});
     }
   }
   // Most frequent first; (table, id) breaks ties so the choice is deterministic.
-  std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(b.count, a.table, a.id) < std::tie(a.count, b.table, b.id);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return std::tie(b.first, a.second.table, a.second.id) <
+           std::tie(a.first, b.second.table, b.second.id);
   });
+  std::vector<Ranked> out;
+  out.reserve(all.size());
+  for (const auto& [key, row] : all) out.push_back(row);
+  return out;
+}
+
+std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) const {
   std::vector<std::vector<int64_t>> hot(tables_.size());
   int64_t used = 0;
-  for (const Candidate& c : all) {
-    if (c.count < min_count_) break;
-    const int64_t bytes = static_cast<int64_t>(tables_[c.table].dim + state_floats_) * 4;
+  for (const Ranked& c : Rank()) {
+    const int64_t bytes = row_bytes(c.table);
     if (used + bytes > budget_bytes) break;
     used += bytes;
     hot[c.table].push_back(c.id);
@@ -54,19 +79,23 @@ std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) c
   return hot;
 }
 
-absl::StatusOr<std::vector<std::vector<int64_t>>> SampleHotSet(
-    const std::vector<embedding::TableConfig>& tables, int state_floats, BatchReader* reader,
-    int max_batches, int64_t budget_bytes) {
-  HotSetSelector selector(tables, state_floats);
+absl::Status SampleBatches(BatchReader* reader, int max_batches, int slices,
+                           HotSetSelector* selector) {
   Batch batch;
   for (int i = 0; i < max_batches; ++i) {
     absl::StatusOr<bool> more = reader->Next(&batch);
     if (!more.ok()) return more.status();
     if (!*more) break;
-    selector.Add(batch);
+    selector->Add(batch, slices);
   }
-  absl::Status rewind = reader->Rewind();
-  if (!rewind.ok()) return rewind;
+  return reader->Rewind();
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> SampleHotSet(
+    const std::vector<embedding::TableConfig>& tables, int state_floats, BatchReader* reader,
+    int max_batches, int64_t budget_bytes) {
+  HotSetSelector selector(tables, state_floats);
+  DLRM_RETURN_IF_ERROR(SampleBatches(reader, max_batches, 1, &selector));
   return selector.Select(budget_bytes);
 }
 

@@ -25,30 +25,68 @@
 
 namespace dlrm::worker {
 
+class HotRowCache;
+
 // Counts id occurrences per table over sample batches and picks the most frequent (table, id)
 // pairs, across all tables, until `budget_bytes` of stored rows (weights and optimizer state)
 // is used. Ties break by (table, id), so every worker given the same sample picks the same set.
+// It also counts, per id, the worker batches ("slices") it appears in: what the planner
+// (worker/hot_plan.h) needs, since a row costs traffic once per step it is used in, however many
+// times the step uses it.
 class HotSetSelector {
  public:
   // `min_count`: ids seen fewer times in the sample are never hot (1 = any id seen).
   HotSetSelector(std::vector<embedding::TableConfig> tables, int state_floats, int min_count = 1);
-  void Add(const Batch& batch);
+  // `slices`: the batch is that many workers' batches side by side (samples split evenly, in
+  // order), e.g. the global batch of `slices` workers.
+  void Add(const Batch& batch, int slices = 1);
   // Ids per table, each list sorted ascending.
   std::vector<std::vector<int64_t>> Select(int64_t budget_bytes) const;
+  struct Ranked {
+    int table;
+    int64_t id;
+    int64_t count;     // occurrences in the sample
+    int64_t presence;  // slices it appears in
+    // The same in the even and in the odd slices: the planner ranks by one half and measures on
+    // the other, so that it judges a set on batches it was not chosen from.
+    int64_t count_even;
+    int64_t presence_odd;
+  };
+  // Every id seen at least min_count times, most frequent first (the order Select takes them).
+  // With `favoured` (the hot set in use), its rows rank as if seen kKeepFactor times as often:
+  // a row leaves the set only for one clearly more frequent, not for sampling noise.
+  static constexpr int64_t kKeepFactor = 2;
+  std::vector<Ranked> Rank(const HotRowCache* favoured = nullptr) const;
   int64_t samples() const { return samples_; }
+  int64_t slices() const { return slices_; }
   int state_floats() const { return state_floats_; }
+  int64_t row_bytes(int table) const {
+    return static_cast<int64_t>(tables_[table].dim + state_floats_) * 4;
+  }
+  const std::vector<embedding::TableConfig>& tables() const { return tables_; }
 
  private:
+  struct Stat {
+    int64_t count = 0;
+    int64_t presence = 0;
+    int64_t count_even = 0;
+    int64_t presence_odd = 0;
+    int64_t last_slice = -1;
+  };
   std::vector<embedding::TableConfig> tables_;
   int state_floats_;
   int min_count_;
-  std::vector<absl::flat_hash_map<int64_t, int64_t>> counts_;
+  std::vector<absl::flat_hash_map<int64_t, Stat>> counts_;
   int64_t samples_ = 0;
+  int64_t slices_ = 0;
 };
 
-// Reads up to `max_batches` batches from `reader` (then rewinds it), counts ids and selects the
-// hot set under `budget_bytes`. Every worker must sample the same records (e.g. the first
+// Reads up to `max_batches` batches from `reader` (then rewinds it) into `selector`, each batch
+// split into `slices` worker batches. Every worker must sample the same records (e.g. the first
 // batches of the whole training set) so that all pick the same set.
+absl::Status SampleBatches(BatchReader* reader, int max_batches, int slices,
+                           HotSetSelector* selector);
+// SampleBatches into a new selector, then Select(budget_bytes).
 absl::StatusOr<std::vector<std::vector<int64_t>>> SampleHotSet(
     const std::vector<embedding::TableConfig>& tables, int state_floats, BatchReader* reader,
     int max_batches, int64_t budget_bytes);

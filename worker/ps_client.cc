@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/grants.h"
 #include "common/logging.h"
+#include "common/rpc_bytes.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -129,6 +130,7 @@ struct GrpcPsClient::LookupCall final : GrpcPsClient::ShardCall {
   LookupCall(GrpcPsClient* owner_in, std::unique_ptr<dlrm::v1::LookupRequest> request_in)
       : owner(owner_in), request(std::move(request_in)) {}
   ~LookupCall() override {
+    CountAnswer();
     reader.reset();
     owner->lookup_requests_.Return(std::move(request));
   }
@@ -138,7 +140,18 @@ struct GrpcPsClient::LookupCall final : GrpcPsClient::ShardCall {
     reader->StartCall();
     reader->Finish(&sink, &status, tag());
   }
-  void EndAttempt() override { reader.reset(); }
+  void EndAttempt() override {
+    CountAnswer();
+    reader.reset();
+  }
+  // The channel's interceptor cannot size a sink (it is no protobuf message): its bytes are
+  // counted here, as the interceptor counts a typed answer.
+  void CountAnswer() {
+    if (sink.bytes <= 0) return;
+    common::RpcByteCounters::ProcessClient().AddReceived(proto::kLookupMethod,
+                                                         common::GrpcMessageBytes(sink.bytes));
+    sink.bytes = 0;
+  }
 
   GrpcPsClient* const owner;
   std::unique_ptr<dlrm::v1::LookupRequest> request;

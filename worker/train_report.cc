@@ -2,11 +2,16 @@
 
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
 namespace dlrm::worker {
+
+bool IsNetworkKey(absl::string_view key) {
+  return absl::StartsWith(key, "network_") || absl::StartsWith(key, "tcp_");
+}
 
 std::string TrainReportToJson(const TrainReport& r) {
   nlohmann::json j = {{"auc", r.auc},
@@ -22,6 +27,7 @@ std::string TrainReportToJson(const TrainReport& r) {
                       {"hot_hit_rate", r.hot_hit_rate},
                       {"hot_rows", r.hot_rows},
                       {"hot_migrations", r.hot_migrations}};
+  for (const auto& [key, value] : r.network) j[key] = value;
   return j.dump();
 }
 
@@ -47,6 +53,9 @@ absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& text) {
   get("hot_hit_rate", &r.hot_hit_rate);
   get("hot_rows", &r.hot_rows);
   get("hot_migrations", &r.hot_migrations);
+  for (const auto& [key, value] : j.items()) {
+    if (IsNetworkKey(key) && value.is_number()) r.network[key] = value.get<double>();
+  }
   return r;
 }
 

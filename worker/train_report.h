@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dlrm::worker {
 
@@ -22,12 +24,18 @@ struct TrainReport {
   double train_seconds = 0;
   int64_t skipped_lines = 0;
   // Embedding traffic (distributed runs; 0 in dlrm train, whose tables are in process).
-  double ps_bytes_per_sample = 0;  // payload to and from the parameter servers per sample
+  double ps_bytes_per_sample = 0;  // gRPC bytes to and from the parameter servers per sample
   double hot_hit_rate = 0;         // share of id lookups served by the workers' hot rows
   int64_t hot_rows = 0;            // hot rows replicated on each worker at the end
   int64_t hot_migrations = 0;      // rows moved between hot and cold while training
+  // Distributed runs: bytes per sample on the network, measured (worker/network_bytes.h):
+  // network_bytes_per_sample, its parts network_<part>_bytes_per_sample and the kernel's
+  // tcp_{sent,received}_bytes_per_sample. Written as top-level keys.
+  std::map<std::string, double> network;
 };
 
+// True for the keys of TrainReport::network.
+bool IsNetworkKey(absl::string_view key);
 std::string TrainReportToJson(const TrainReport& report);
 absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& json);
 // Writes the JSON to `path`; an unwritable path is an error naming it.

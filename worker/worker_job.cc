@@ -19,8 +19,10 @@
 #include "worker/checkpoint.h"
 #include "worker/gloo_allreducer.h"
 #include "worker/gpu_allreducer.h"
+#include "worker/hot_plan.h"
 #include "worker/hot_refresh.h"
 #include "worker/job_input.h"
+#include "worker/network_bytes.h"
 #include "worker/pipeline.h"
 #include "worker/ps_client.h"
 #include "worker/train_command.h"
@@ -78,7 +80,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
     const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
     Trainer* trainer, DenseAllReducer* reducer, bool resumed,
     std::vector<std::vector<int64_t>> resumed_hot_ids) {
-  if (spec.hot_budget_bytes <= 0 || !options_.use_hot_rows) return nullptr;
+  if (spec.hot_budget_bytes == 0 || !options_.use_hot_rows) return nullptr;
   // Every rank samples the same records, the first batches of the whole training set, so all
   // choose the same hot set; their rows start from the deterministic initialisation, which is
   // what the parameter servers would create (the job's tables are new).
@@ -94,8 +96,24 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   cache_options.seed = spec.seed;
   const int state =
       embedding::SparseOptimizerStateFloats(cache_options.optimizer.type, spec.embedding_dim);
-  DLRM_ASSIGN_OR_RETURN(auto hot_ids, SampleHotSet(cache_options.tables, state, reader.get(),
-                                                   spec.hot_sample_batches, spec.hot_budget_bytes));
+  HotSetSelector sample_counts(cache_options.tables, state);
+  DLRM_RETURN_IF_ERROR(SampleBatches(reader.get(), spec.hot_sample_batches, world, &sample_counts));
+  // Every rank must choose the same set: the measured cost of applying a row is averaged over
+  // the ranks (an allreduce gives every rank the same bits).
+  float apply_seconds =
+      static_cast<float>(MeasureApplySecondsPerRow(cache_options.optimizer, spec.embedding_dim));
+  if (reducer != nullptr && world > 1) {
+    DLRM_RETURN_IF_ERROR(reducer->AllReduceSum(&apply_seconds, 1));
+    apply_seconds /= static_cast<float>(world);
+  }
+  HotPlanOptions plan_options;
+  plan_options.world_size = world;
+  plan_options.ceiling_bytes = spec.hot_budget_ceiling();
+  plan_options.link_bytes_per_second = spec.network_gbps * 1e9 / 8;
+  plan_options.apply_seconds_per_row = apply_seconds;
+  const HotPlan plan = PlanHotSet(sample_counts, plan_options);
+  DLRM_LOG(INFO) << "job " << job.job_id() << ": " << plan.Describe();
+  std::vector<std::vector<int64_t>> hot_ids = plan.hot_ids;
   if (resumed) {
     // The trained rows are on the parameter servers (loaded from the checkpoint): read them, for
     // the hot set the checkpoint was taken with when it has one.
@@ -112,7 +130,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   if (spec.hot_refresh_steps <= 0) return nullptr;
 
   HotRefreshOptions refresh;
-  refresh.budget_bytes = spec.hot_budget_bytes;
+  refresh.plan = plan_options;
   refresh.rank = rank;
   refresh.barrier = reducer;
   if (world > 1) {
@@ -384,6 +402,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
   // runs.
   const auto start = Clock::now();
+  const NetworkSnapshot network_start = TakeNetworkSnapshot(*trainer, reducer);
   auto last_report = Clock::now();
   auto last_step = Clock::now();
   int64_t samples = 0;
@@ -400,6 +419,15 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       return absl::OkStatus();
     }
     last_report = now;
+    if (options_.metrics != nullptr) {
+      common::ExportRpcBytes(options_.metrics);
+      const int64_t trained = trainer->counters().samples;
+      if (trained > 0) {
+        const NetworkSnapshot now_bytes = TakeNetworkSnapshot(*trainer, reducer);
+        metrics.ps_bytes_per_sample->Set(
+            static_cast<double>(PsRpcBytes(now_bytes) - PsRpcBytes(network_start)) / trained);
+      }
+    }
     dlrm::v1::ReportProgressRequest request = NewReport(assignment);
     // The job's totals: a resumed job's progress continues from its checkpoint.
     request.set_step(base.step + steps);
@@ -430,10 +458,6 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     if (metrics.hot_hit_ratio != nullptr) {
       const TrainerCounters c = trainer->counters();
       if (c.ids > 0) metrics.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
-      if (c.samples > 0) {
-        metrics.ps_bytes_per_sample->Set(static_cast<double>(c.store_payload_bytes_formula) /
-                                         c.samples);
-      }
       if (refresher != nullptr) {
         const HotRefreshStats hs = refresher->stats();
         const int64_t moved = hs.rows_joined + hs.rows_left;
@@ -603,6 +627,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     }
   }
   const double train_seconds = SecondsSince(start);
+  const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer, reducer);
   if (steps == 0 && !nothing_left) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
                                                       ": no training batches in its slice of ",
@@ -649,8 +674,10 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
     m["skipped_lines"] = static_cast<double>(input.train->skipped());
     const TrainerCounters c = trainer->counters();
-    m["ps_bytes_per_sample"] =
-        c.samples > 0 ? static_cast<double>(c.store_payload_bytes_formula) / c.samples : 0;
+    // Measured between the start and the end of training, per sample this rank trained.
+    for (const auto& [key, value] : NetworkBytesPerSample(network_start, network_end, samples)) {
+      m[key] = value;
+    }
     m["hot_hit_rate"] = c.ids > 0 ? static_cast<double>(c.hot_ids) / c.ids : 0;
     m["hot_rows"] =
         trainer->hot_rows() ? static_cast<double>(trainer->hot_rows()->total_rows()) : 0;

@@ -15,8 +15,8 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
       "hot_hit_ratio", "Share of embedding id lookups served by the worker's hot rows.");
   m.ps_bytes_per_sample = &registry->Gauge(
       "ps_bytes_per_sample",
-      "Embedding payload bytes to and from the parameter servers per sample (computed from the "
-      "rows and ids sent, not counted on the wire).");
+      "gRPC bytes to and from the parameter servers per sample trained, counted on every "
+      "message (serialized bytes and gRPC's 5-byte prefix; not HTTP/2, TLS or TCP framing).");
   m.hot_migrations =
       &registry->Counter("hot_migrations_total",
                          "Embedding rows moved between the hot set and the parameter servers.");

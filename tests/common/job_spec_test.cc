@@ -78,6 +78,30 @@ std::string Replace(std::string text, const std::string& from, const std::string
   return text.replace(pos, from.size(), to);
 }
 
+TEST(JobSpec, HotBudgetIsAutoByDefaultAndTheNetworkRateIsChecked) {
+  auto spec = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "network_gbps: 1"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->hot_budget_bytes, JobSpec::kHotBudgetAuto);
+  EXPECT_EQ(spec->hot_budget_ceiling(), JobSpec::kHotBudgetAutoCeiling);
+  EXPECT_DOUBLE_EQ(spec->network_gbps, 1);
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->hot_budget_bytes, JobSpec::kHotBudgetAuto);
+  EXPECT_DOUBLE_EQ(again->network_gbps, 1);
+  auto explicit_auto = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "hot_budget: auto"));
+  ASSERT_TRUE(explicit_auto.ok()) << explicit_auto.status();
+  EXPECT_EQ(explicit_auto->hot_budget_bytes, JobSpec::kHotBudgetAuto);
+  for (const char* bad :
+       {"network_gbps: 0", "network_gbps: -3", "network_gbps: .nan", "network_gbps: 20000"}) {
+    auto refused = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", bad));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.network_gbps"));
+  }
+  auto word = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "hot_budget: lots"));
+  ASSERT_FALSE(word.ok());
+  EXPECT_THAT(std::string(word.status().message()), HasSubstr("training.hot_budget"));
+}
+
 TEST(JobSpec, UnknownKeyIsNamed) {
   auto spec = ParseJobSpec(Replace(kValid, "batch_size: 128", "batchsize: 128"));
   ASSERT_FALSE(spec.ok());

@@ -224,6 +224,31 @@ void ExpectTwoWorkersMatchDlrmTrain(const std::string& dir, const std::string& c
   EXPECT_EQ(report->steps, reference->steps);
   EXPECT_GE(report->train_samples, reference->train_samples - 3);
   EXPECT_LE(report->train_samples, reference->train_samples);
+
+  // Bytes on the network, counted where they were sent (worker/network_bytes.h): the total is
+  // its parts; the PS and the dense allreduce carried something; the hot rows' exchange only
+  // with hot rows; and the kernel's TCP counts, which add framing and what the collectives
+  // received, are at least what was counted.
+  const auto& n = report->network;
+  ASSERT_TRUE(n.contains("network_bytes_per_sample")) << ReadFileOrEmpty(local_json);
+  double parts = 0;
+  for (const char* part : {"ps_lookup", "ps_push", "hot_sync", "dense_allreduce", "control"}) {
+    const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
+    ASSERT_TRUE(n.contains(key)) << key;
+    EXPECT_GE(n.at(key), 0) << key;
+    parts += n.at(key);
+  }
+  EXPECT_NEAR(n.at("network_bytes_per_sample"), parts, 1e-6 * parts);
+  EXPECT_GT(n.at("network_ps_lookup_bytes_per_sample"), 0);
+  EXPECT_GT(n.at("network_ps_push_bytes_per_sample"), 0);
+  EXPECT_GT(n.at("network_dense_allreduce_bytes_per_sample"), 0);
+  EXPECT_EQ(n.at("network_hot_sync_bytes_per_sample") > 0, report->hot_rows > 0);
+  EXPECT_NEAR(report->ps_bytes_per_sample,
+              n.at("network_ps_lookup_bytes_per_sample") + n.at("network_ps_push_bytes_per_sample"),
+              0.2 * report->ps_bytes_per_sample);
+  ASSERT_TRUE(n.contains("tcp_sent_bytes_per_sample"));
+  EXPECT_GE(n.at("tcp_sent_bytes_per_sample") + n.at("tcp_received_bytes_per_sample"),
+            n.at("network_bytes_per_sample"));
 }
 
 TEST_F(ClusterTest, TwoWorkersTrainTheModelOfDlrmTrain) {

@@ -62,7 +62,8 @@ TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
 
   auto hot = MakeRun();
   HotRefreshOptions ro;
-  ro.budget_bytes = 6 << 10;  // a few hundred rows: the set changes between windows
+  ro.plan.ceiling_bytes = 6 << 10;  // a few hundred rows: the set changes between windows
+  ro.plan.tolerance = 0;            // the largest set under the ceiling
   HotSetRefresher refresher(hot->trainer.get(), ro);
   PipelineOptions po;
   po.trainer = hot->trainer.get();

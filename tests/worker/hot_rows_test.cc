@@ -2,7 +2,10 @@
 // it) gives exactly the model of training without one.
 #include "worker/hot_rows.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -12,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/worker/local_run.h"
 #include "tests/worker/test_util.h"
+#include "worker/hot_plan.h"
 #include "worker/input/batch_reader.h"
 #include "worker/input/synthetic.h"
 #include "worker/trainer.h"
@@ -27,6 +31,8 @@ TEST(HotSetSelector, PicksMostFrequentUnderBudget) {
   batch.sparse.resize(2);
   batch.sparse[0].ids = {7, 7, 7, 7, 3, 3, 3, 9, 9, 5};
   batch.sparse[1].ids = {1, 1, 1, 1, 1, 2, 2, 2, 4};
+  batch.sparse[0].offsets = {0, 10};
+  batch.sparse[1].offsets = {0, 9};
   selector.Add(batch);
   // Counts: b1=5, a7=4, a3=3, b2=3, a9=2, a5=1, b4=1. Budget for 4 rows: b1, a7, then the tie
   // a3/b2 broken by table, then b2.
@@ -45,6 +51,96 @@ TEST(HotSetSelector, PicksMostFrequentUnderBudget) {
   hot = any.Select(1 << 20);
   EXPECT_EQ(hot[0], (std::vector<int64_t>{3, 5, 7, 9}));
   EXPECT_EQ(hot[1], (std::vector<int64_t>{1, 2, 4}));
+}
+
+// A batch of one table whose sample s holds the ids ids[s] (one id per sample).
+Batch OneHotBatch(const std::vector<int64_t>& ids) {
+  Batch batch;
+  batch.size = static_cast<int>(ids.size());
+  batch.sparse.resize(1);
+  batch.sparse[0].ids = ids;
+  for (size_t s = 0; s <= ids.size(); ++s) batch.sparse[0].offsets.push_back(static_cast<int>(s));
+  return batch;
+}
+
+TEST(HotSetSelector, CountsTheWorkerBatchesARowAppearsIn) {
+  HotSetSelector selector({{"a", 100, 4}}, 0);
+  // Two workers' batches side by side: samples 0-2 and 3-5.
+  selector.Add(OneHotBatch({7, 7, 3, 7, 5, 5}), /*slices=*/2);
+  EXPECT_EQ(selector.slices(), 2);
+  std::map<int64_t, std::pair<int64_t, int64_t>> got;  // id -> (count, presence)
+  for (const auto& r : selector.Rank()) got[r.id] = {r.count, r.presence};
+  EXPECT_EQ(got[7], std::make_pair(int64_t{3}, int64_t{2}));
+  EXPECT_EQ(got[3], std::make_pair(int64_t{1}, int64_t{1}));
+  EXPECT_EQ(got[5], std::make_pair(int64_t{2}, int64_t{1}));
+}
+
+class HotPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Zipf-like: id i appears in about 1/(i+1) of the worker batches; 200 batches of 64.
+    std::mt19937 rng(1);
+    for (int b = 0; b < 200; ++b) {
+      std::vector<int64_t> ids;
+      for (int s = 0; s < 64; ++s) {
+        const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+        ids.push_back(static_cast<int64_t>(std::pow(20000.0, u)) - 1);  // 0..19999, skewed
+      }
+      sample_.Add(OneHotBatch(ids));
+    }
+  }
+  HotPlanOptions Options(int world) {
+    HotPlanOptions o;
+    o.world_size = world;
+    o.ceiling_bytes = 1 << 20;
+    o.link_bytes_per_second = 1.25e8;  // 1 Gbit/s
+    o.apply_seconds_per_row = 0;
+    return o;
+  }
+  HotSetSelector sample_{{{"a", 20000, 16}}, /*state_floats=*/1};
+};
+
+TEST_F(HotPlanTest, EveryCandidateAccountsForEveryRowTouched) {
+  const HotPlan plan = PlanHotSet(sample_, Options(2));
+  ASSERT_GT(plan.candidates.size(), 3u);
+  const double touched = plan.candidates[0].cold_rows_per_step;
+  EXPECT_GT(touched, 40);  // 64 samples, some repeated ids
+  for (const HotPlanCandidate& c : plan.candidates) {
+    EXPECT_NEAR(c.hot_rows_per_step + c.cold_rows_per_step, touched, 1e-9 * touched);
+    EXPECT_LE(c.bytes, 1 << 20);
+    EXPECT_EQ(c.bytes, c.rows * (16 + 1) * 4);
+  }
+  EXPECT_EQ(plan.candidates[0].sync_bytes_per_step, 0);
+  // The chosen set is what hot_ids holds.
+  EXPECT_EQ(static_cast<int64_t>(plan.hot_ids[0].size()), plan.candidates[plan.chosen].rows);
+}
+
+TEST_F(HotPlanTest, HotRowsPayWithTwoWorkersAndNotWithFour) {
+  // Per touched row: the PS moves 2 x (8 + 64) = 144 bytes; the exchange sends (world - 1) x 68.
+  const HotPlan two = PlanHotSet(sample_, Options(2));
+  EXPECT_GT(two.candidates[two.chosen].rows, 0) << two.Describe();
+  EXPECT_LT(two.candidates[two.chosen].seconds_per_step, two.candidates[0].seconds_per_step);
+  const HotPlan four = PlanHotSet(sample_, Options(4));
+  EXPECT_EQ(four.candidates[four.chosen].rows, 0) << four.Describe();
+  EXPECT_TRUE(std::all_of(four.hot_ids.begin(), four.hot_ids.end(),
+                          [](const auto& ids) { return ids.empty(); }));
+}
+
+TEST_F(HotPlanTest, TakesTheSmallestSetWithinTheToleranceOfTheBest) {
+  HotPlanOptions exact = Options(2);
+  exact.tolerance = 0;
+  const HotPlan largest = PlanHotSet(sample_, exact);
+  HotPlanOptions loose = Options(2);
+  loose.tolerance = 0.05;
+  const HotPlan knee = PlanHotSet(sample_, loose);
+  // The rare tail buys little: within 5% of the best there is a much smaller set.
+  EXPECT_LT(knee.candidates[knee.chosen].rows, largest.candidates[largest.chosen].rows);
+  EXPECT_LE(knee.candidates[knee.chosen].seconds_per_step,
+            1.05 * largest.candidates[largest.chosen].seconds_per_step);
+  // And the CPU of applying updates counts: a very slow apply makes no rows the best.
+  HotPlanOptions slow = Options(2);
+  slow.apply_seconds_per_row = 1e-3;
+  EXPECT_EQ(PlanHotSet(sample_, slow).chosen, 0u);
 }
 
 class HotTrainingTest : public ::testing::Test {

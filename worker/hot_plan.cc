@@ -1,0 +1,111 @@
+#include "worker/hot_plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "embedding/sparse_optimizer.h"
+
+namespace dlrm::worker {
+namespace {
+
+std::string Line(const HotPlanCandidate& c) {
+  return absl::StrFormat(
+      "%d rows (%.1f MiB): %.0f hot + %.0f cold rows touched, PS %.1f KB + sync %.1f KB, %.3f ms",
+      c.rows, static_cast<double>(c.bytes) / (1 << 20), c.hot_rows_per_step, c.cold_rows_per_step,
+      c.ps_bytes_per_step / 1e3, c.sync_bytes_per_step / 1e3, c.seconds_per_step * 1e3);
+}
+
+}  // namespace
+
+HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
+                   const HotRowCache* current) {
+  HotPlan plan;
+  plan.hot_ids.resize(sample.tables().size());
+  const std::vector<HotSetSelector::Ranked> ranked = sample.Rank(current);
+  const int dim = sample.tables().empty() ? 1 : sample.tables().front().dim;
+  const int world = std::max(1, options.world_size);
+
+  // Prefix sums of the stored bytes, in rank order, and of the worker batches touching a row:
+  // held out when the sample has two slices or more (ranked by the even slices' counts, counted
+  // in the odd slices), so that rows seen once by chance do not look worth keeping.
+  std::vector<int64_t> bytes(ranked.size() + 1, 0);
+  size_t fit = 0;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    bytes[i + 1] = bytes[i] + sample.row_bytes(ranked[i].table);
+    if (bytes[i + 1] <= options.ceiling_bytes) fit = i + 1;
+  }
+  const bool held_out = sample.slices() >= 2;
+  std::vector<HotSetSelector::Ranked> judged = ranked;
+  if (held_out) {
+    std::stable_sort(judged.begin(), judged.end(),
+                     [](const auto& a, const auto& b) { return a.count_even > b.count_even; });
+  }
+  const double slices =
+      static_cast<double>(std::max<int64_t>(1, held_out ? sample.slices() / 2 : sample.slices()));
+  std::vector<double> presence(judged.size() + 1, 0);
+  for (size_t i = 0; i < judged.size(); ++i) {
+    presence[i + 1] =
+        presence[i] + static_cast<double>(held_out ? judged[i].presence_odd : judged[i].presence);
+  }
+  std::vector<size_t> sizes = {0};
+  for (size_t k = 1024; k < fit; k *= 2) sizes.push_back(k);
+  if (fit > 0) sizes.push_back(fit);
+
+  const double ps_per_row = 2.0 * (8 + 4.0 * dim);
+  const double sync_per_row = 4 + 4.0 * dim;
+  for (size_t k : sizes) {
+    HotPlanCandidate c;
+    c.rows = static_cast<int64_t>(k);
+    c.bytes = bytes[k];
+    c.hot_rows_per_step = presence[k] / slices;
+    c.cold_rows_per_step = (presence[ranked.size()] - presence[k]) / slices;
+    c.ps_bytes_per_step = c.cold_rows_per_step * ps_per_row;
+    c.sync_bytes_per_step = k == 0 ? 0 : (world - 1) * (c.hot_rows_per_step * sync_per_row + 4);
+    c.seconds_per_step =
+        (c.ps_bytes_per_step + c.sync_bytes_per_step) / options.link_bytes_per_second +
+        world * c.hot_rows_per_step * options.apply_seconds_per_row;
+    plan.candidates.push_back(c);
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (const HotPlanCandidate& c : plan.candidates) best = std::min(best, c.seconds_per_step);
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    if (plan.candidates[i].seconds_per_step <= best * (1 + options.tolerance)) {
+      plan.chosen = i;
+      break;
+    }
+  }
+  const size_t k = static_cast<size_t>(plan.candidates[plan.chosen].rows);
+  for (size_t i = 0; i < k; ++i) plan.hot_ids[ranked[i].table].push_back(ranked[i].id);
+  for (auto& ids : plan.hot_ids) std::sort(ids.begin(), ids.end());
+  return plan;
+}
+
+std::string HotPlan::Describe() const {
+  std::string out = absl::StrCat("hot-set plan: chose ", Line(candidates[chosen]));
+  absl::StrAppend(&out, "; no hot rows: ", Line(candidates.front()));
+  if (candidates.size() > 1) absl::StrAppend(&out, "; largest: ", Line(candidates.back()));
+  return out;
+}
+
+double MeasureApplySecondsPerRow(const embedding::SparseOptimizerOptions& optimizer, int dim) {
+  constexpr int kRows = 4096;
+  const int row_floats = dim + embedding::SparseOptimizerStateFloats(optimizer.type, dim);
+  std::vector<float> rows(static_cast<size_t>(kRows) * row_floats, 0.01f);
+  std::vector<float> grad(dim, 0.001f);
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < kRows; ++r) {
+      embedding::ApplySparseOptimizerToRow(optimizer, dim, grad.data(),
+                                           rows.data() + static_cast<size_t>(r) * row_floats);
+    }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count() / kRows);
+  }
+  return best;
+}
+
+}  // namespace dlrm::worker

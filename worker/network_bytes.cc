@@ -1,0 +1,60 @@
+#include "worker/network_bytes.h"
+
+namespace dlrm::worker {
+namespace {
+
+constexpr char kPsService[] = "/dlrm.v1.ParameterServer/";
+constexpr char kLookup[] = "/dlrm.v1.ParameterServer/Lookup";
+constexpr char kPush[] = "/dlrm.v1.ParameterServer/PushGradients";
+
+int64_t Both(const common::RpcBytes& b) { return b.sent + b.received; }
+
+}  // namespace
+
+NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer, const DenseAllReducer* reducer) {
+  NetworkSnapshot s;
+  s.rpc = common::RpcByteCounters::ProcessClient().Snapshot();
+  s.collective_sent = reducer != nullptr ? reducer->sent_bytes() : 0;
+  const TrainerCounters c = trainer.counters();
+  s.dense_sync = c.dense_sync_bytes;
+  s.hot_sync = c.hot_sync_bytes;
+  absl::StatusOr<common::TcpBytes> tcp = common::OpenTcpSocketBytes();
+  if (tcp.ok()) {
+    s.has_tcp = true;
+    s.tcp = *tcp;
+  }
+  return s;
+}
+
+int64_t PsRpcBytes(const NetworkSnapshot& snapshot) {
+  return Both(common::Sum(snapshot.rpc, kPsService));
+}
+
+std::map<std::string, double> NetworkBytesPerSample(const NetworkSnapshot& before,
+                                                    const NetworkSnapshot& after, int64_t samples) {
+  std::map<std::string, double> m;
+  if (samples <= 0) return m;
+  const auto rpc = common::Difference(after.rpc, before.rpc);
+  const int64_t all_rpc = Both(common::Sum(rpc, ""));
+  const int64_t lookup = Both(common::Sum(rpc, kLookup));
+  const int64_t push = Both(common::Sum(rpc, kPush));
+  const int64_t dense = after.dense_sync - before.dense_sync;
+  const int64_t hot = after.hot_sync - before.hot_sync;
+  const int64_t collectives = after.collective_sent - before.collective_sent;
+  const int64_t control = (all_rpc - lookup - push) + (collectives - dense - hot);
+  const double n = static_cast<double>(samples);
+  m["network_ps_lookup_bytes_per_sample"] = lookup / n;
+  m["network_ps_push_bytes_per_sample"] = push / n;
+  m["network_hot_sync_bytes_per_sample"] = hot / n;
+  m["network_dense_allreduce_bytes_per_sample"] = dense / n;
+  m["network_control_bytes_per_sample"] = control / n;
+  m["network_bytes_per_sample"] = (lookup + push + hot + dense + control) / n;
+  m["ps_bytes_per_sample"] = Both(common::Sum(rpc, kPsService)) / n;
+  if (before.has_tcp && after.has_tcp) {
+    m["tcp_sent_bytes_per_sample"] = (after.tcp.sent - before.tcp.sent) / n;
+    m["tcp_received_bytes_per_sample"] = (after.tcp.received - before.tcp.received) / n;
+  }
+  return m;
+}
+
+}  // namespace dlrm::worker
