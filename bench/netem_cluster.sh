@@ -9,7 +9,11 @@
 # `dlrm local` uses, submits the job with dlrmctl from the coordinator's namespace, waits for it
 # and prints one JSON object:
 #   samples_per_sec, auc, ps_bytes_per_sample, hot_hit_rate, train_seconds   the job's own final
-#                           metrics (dlrmctl status; ps_bytes_per_sample is rank 0's payload)
+#                           metrics (dlrmctl status; ps_bytes_per_sample is rank 0's gRPC bytes
+#                           to and from the parameter servers, counted per message)
+#   network_bytes_per_sample_by_part   rank 0's bytes by purpose, counted where they are sent
+#                           (worker/network_bytes.h: gRPC messages per method, collectives by
+#                           their ring share), and its total: compare with wire_bytes_per_sample
 #   wire_bytes_per_sample   bytes sent into the bridge by every namespace (tx of each eth0: each
 #                           byte counted once, where it is sent; IP packets with their headers, a
 #                           GSO packet's headers once) between submit and the job's end, over the
@@ -37,7 +41,8 @@
 #     --rows N             samples to generate (default 400000; --smoke: 80000)
 #     --max-rows R         cap of each kaggle-shape table, generated data and job (default 1000000)
 #     --zipf S             Zipf exponent of the generated ids (default: dlrm gen-data's, 1.1)
-#     --hot-budget B       hot_budget of the generated job (default 16MiB, the service's default)
+#     --hot-budget B       hot_budget of the generated job (default auto, the service's default:
+#                          the planner's choice under a 256 MiB ceiling)
 #     --hot-rows on|off|both    --pipeline on|off|both    (default on, on)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
 #                          compares medians (the byte counts repeat exactly; samples/s on a shared
@@ -64,7 +69,7 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=16MiB hot_mode=on pipe_mode=on rounds=1 smoke=0 keep=0 job_timeout=900
+zipf="" hot_budget=auto hot_mode=on pipe_mode=on rounds=1 smoke=0 keep=0 job_timeout=900
 skip_not_root=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -446,6 +451,11 @@ print(json.dumps({
     "auc": round(fm.get("auc", 0), 5),
     "ps_bytes_per_sample": round(pm.get("ps_bytes_per_sample", 0), 1),
     "hot_hit_rate": round(pm.get("hot_hit_rate", 0), 4),
+    "hot_rows": int(pm.get("hot_rows", 0)),
+    "network_bytes_per_sample": round(pm.get("network_bytes_per_sample", 0), 1),
+    "network_bytes_per_sample_by_part": {
+        part: round(pm.get(f"network_{part}_bytes_per_sample", 0), 1)
+        for part in ("ps_lookup", "ps_push", "hot_sync", "dense_allreduce", "control")},
     "wire_bytes": int(wire_total),
     "wire_bytes_per_sample": round(wire_total / samples, 1) if samples else None,
     "wire_bytes_per_sample_by_role": per_sample(wire),

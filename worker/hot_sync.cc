@@ -1,5 +1,6 @@
 #include "worker/hot_sync.h"
 
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -48,25 +49,38 @@ absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t
   DLRM_RETURN_IF_ERROR(
       reducer->AllGatherV(count_in_.data(), std::vector<size_t>(world, 1), counts_out_.data()));
   gathered->counts.resize(world);
-  std::vector<size_t> grad_counts(world);
   for (int r = 0; r < world; ++r) {
     if (counts_out_[r] < 0 || counts_out_[r] > total_rows) {
       return absl::InternalError(absl::StrCat("hot-row exchange: rank ", r, " reports ",
                                               counts_out_[r], " touched rows of ", total_rows));
     }
     gathered->counts[r] = static_cast<size_t>(counts_out_[r]);
-    grad_counts[r] = gathered->counts[r] * dim;
   }
   const size_t total = std::accumulate(gathered->counts.begin(), gathered->counts.end(), size_t{0});
   gathered->rows.resize(total);
   gathered->grads.resize(total * dim);
-  DLRM_RETURN_IF_ERROR(
-      reducer->AllGatherV(local.rows.data(), gathered->counts, gathered->rows.data()));
+  if (total == 0) return absl::OkStatus();
+  // One allgather for ids and gradients: each rank's piece is its row ids (their bits in float
+  // slots: an allgather copies bytes, it adds nothing) followed by their gradients.
+  const size_t stride = 1 + static_cast<size_t>(dim);
+  packed_in_.resize(n * stride);
+  std::memcpy(packed_in_.data(), local.rows.data(), n * sizeof(int32_t));
+  std::copy(local.grads.begin(), local.grads.end(), packed_in_.begin() + n);
+  std::vector<size_t> packed_counts(world);
+  for (int r = 0; r < world; ++r) packed_counts[r] = gathered->counts[r] * stride;
+  packed_out_.resize(total * stride);
+  DLRM_RETURN_IF_ERROR(reducer->AllGatherV(packed_in_.data(), packed_counts, packed_out_.data()));
+  const float* piece = packed_out_.data();
   for (int r = 0; r < world; ++r) {
+    const size_t c = gathered->counts[r];
+    const size_t offset = gathered->Offset(r);
+    std::memcpy(gathered->rows.data() + offset, piece, c * sizeof(int32_t));
+    std::copy(piece + c, piece + c * stride, gathered->grads.begin() + offset * dim);
+    piece += c * stride;
     DLRM_RETURN_IF_ERROR(CheckRows(gathered->Rows(r), total_rows, absl::StrCat("rank ", r, "'s"),
                                    absl::StatusCode::kInternal));
   }
-  return reducer->AllGatherV(local.grads.data(), grad_counts, gathered->grads.data());
+  return absl::OkStatus();
 }
 
 }  // namespace dlrm::worker

@@ -9,7 +9,7 @@
 //
 // What travels grows with the rows touched in the step, never with the size of the hot set: the
 // number of rows each worker touched (one integer per worker), then in one allgather each worker's
-// touched row indices (4 bytes a row), then in another their gradients (4 x dim bytes a row). A
+// touched row indices (4 bytes a row) with their gradients (4 x dim bytes a row). A
 // row nobody touched costs nothing; a row one worker touched is sent by that worker only, once
 // around the ring. With one worker the exchange sends nothing.
 //
@@ -66,6 +66,7 @@ class HotGradientExchange {
 
  private:
   std::vector<int32_t> count_in_, counts_out_;
+  std::vector<float> packed_in_, packed_out_;
 };
 
 }  // namespace dlrm::worker
