@@ -58,7 +58,12 @@ HotSetRefresher::HotSetRefresher(Trainer* trainer, const HotRefreshOptions& opti
   auto optimizer = SparseOptimizerFromSpec(spec);
   const int state = embedding::SparseOptimizerStateFloats(
       optimizer.ok() ? optimizer->type : embedding::SparseOptimizerType::kSgd, spec.embedding_dim);
-  window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(spec), state);
+  if (options_.initial_counts != nullptr) {
+    window_ = std::make_unique<HotSetSelector>(*options_.initial_counts);
+    options_.initial_counts.reset();
+  } else {
+    window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(spec), state);
+  }
   if (options_.rank == 0) {
     trainer_->set_batch_observer([this](const Batch& batch) {
       if (batches_seen_++ % kWindowEvery == 0) window_->Add(batch);
@@ -82,18 +87,25 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
 
   DLRM_RETURN_IF_ERROR(Annotate(Barrier(options_.barrier), "hot-set barrier before migration"));
   const HotRowCache* before = trainer_->hot_rows();
+  const int64_t joined = stats_.rows_joined, left = stats_.rows_left;
   if (before != nullptr) {
     for (const auto& ids : before->LeavingIds(hot_ids)) stats_.rows_left += ids.size();
     for (const auto& ids : before->MissingIds(hot_ids)) stats_.rows_joined += ids.size();
   } else {
     for (const auto& ids : hot_ids) stats_.rows_joined += ids.size();
   }
+  DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << stats_.rows_joined - joined
+                 << " rows join, " << stats_.rows_left - left << " leave";
   DLRM_RETURN_IF_ERROR(trainer_->MigrateHotSet(hot_ids, /*write_back=*/options_.rank == 0));
   DLRM_RETURN_IF_ERROR(Annotate(Barrier(options_.barrier), "hot-set barrier after migration"));
   ++stats_.refreshes;
-  // A fresh window: the next choice reflects the data since this boundary.
-  window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(trainer_->spec()),
-                                             window_->state_floats());
+  // The next choice weighs the data since this boundary fully and what came before at half.
+  if (options_.decay_window) {
+    window_->Decay();
+  } else {
+    window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(trainer_->spec()),
+                                               window_->state_floats());
+  }
   return absl::OkStatus();
 }
 

@@ -1,8 +1,8 @@
 // HotSetRefresher: re-checks the hot set while a job trains and moves rows between the workers'
 // hot caches and the embedding store without stopping the job or losing an update.
 //
-// It counts the ids of one in kWindowEvery of the batches this worker trains on (a window since
-// the last refresh). At a step boundary, with the worker's pipeline drained
+// It counts the ids of one in kWindowEvery of the batches this worker trains on (a window whose
+// counts halve at each refresh). At a step boundary, with the worker's pipeline drained
 // (TrainingPipeline::on_boundary):
 //   1. rank 0 plans the set from its window (worker/hot_plan.h, under the byte ceiling); `agree`
 //      hands rank 0's choice to every rank (the coordinator's KV in a cluster; the identity for
@@ -38,6 +38,13 @@ struct HotRefreshOptions {
   // every rank. Null: a single worker (the identity).
   std::function<absl::StatusOr<std::string>(int64_t step, const std::string& proposal)> agree;
   DenseAllReducer* barrier = nullptr;  // null: a single worker
+  // Halve the window's counts at each refresh (HotSetSelector::Decay); false starts every window
+  // afresh (more rows move; tests use it to exercise migrations).
+  bool decay_window = true;
+  // The counts the first set was chosen from, to start the window with (null: an empty window).
+  // Without them the first window, a few batches, would judge the set on far less data than
+  // chose it.
+  std::shared_ptr<HotSetSelector> initial_counts;
 };
 
 struct HotRefreshStats {

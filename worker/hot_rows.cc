@@ -43,6 +43,26 @@ void HotSetSelector::Add(const Batch& batch, int slices) {
   slices_ += slices;
 }
 
+void HotSetSelector::Decay() {
+  for (auto& counts : counts_) {
+    for (auto it = counts.begin(); it != counts.end();) {
+      Stat& stat = it->second;
+      stat.count /= 2;
+      stat.presence /= 2;
+      stat.count_even /= 2;
+      stat.presence_odd /= 2;
+      stat.last_slice = -1;
+      if (stat.count == 0) {
+        counts.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  samples_ /= 2;
+  slices_ /= 2;
+}
+
 std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favoured) const {
   std::vector<std::pair<int64_t, Ranked>> all;  // (rank key, row)
   for (size_t t = 0; t < counts_.size(); ++t) {

@@ -57,6 +57,10 @@ class HotSetSelector {
   // a row leaves the set only for one clearly more frequent, not for sampling noise.
   static constexpr int64_t kKeepFactor = 2;
   std::vector<Ranked> Rank(const HotRowCache* favoured = nullptr) const;
+  // Halves every count (dropping ids that reach zero): a window that decays at each refresh
+  // remembers the ids of earlier windows at half weight, so that rows too rare to show in every
+  // window are not swapped in and out by chance.
+  void Decay();
   int64_t samples() const { return samples_; }
   int64_t slices() const { return slices_; }
   int state_floats() const { return state_floats_; }

@@ -96,8 +96,9 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   cache_options.seed = spec.seed;
   const int state =
       embedding::SparseOptimizerStateFloats(cache_options.optimizer.type, spec.embedding_dim);
-  HotSetSelector sample_counts(cache_options.tables, state);
-  DLRM_RETURN_IF_ERROR(SampleBatches(reader.get(), spec.hot_sample_batches, world, &sample_counts));
+  auto sample_counts = std::make_shared<HotSetSelector>(cache_options.tables, state);
+  DLRM_RETURN_IF_ERROR(
+      SampleBatches(reader.get(), spec.hot_sample_batches, world, sample_counts.get()));
   // Every rank must choose the same set: the measured cost of applying a row is averaged over
   // the ranks (an allreduce gives every rank the same bits).
   float apply_seconds =
@@ -111,7 +112,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   plan_options.ceiling_bytes = spec.hot_budget_ceiling();
   plan_options.link_bytes_per_second = spec.network_gbps * 1e9 / 8;
   plan_options.apply_seconds_per_row = apply_seconds;
-  const HotPlan plan = PlanHotSet(sample_counts, plan_options);
+  const HotPlan plan = PlanHotSet(*sample_counts, plan_options);
   DLRM_LOG(INFO) << "job " << job.job_id() << ": " << plan.Describe();
   std::vector<std::vector<int64_t>> hot_ids = plan.hot_ids;
   if (resumed) {
@@ -131,6 +132,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
 
   HotRefreshOptions refresh;
   refresh.plan = plan_options;
+  if (!resumed && rank == 0) refresh.initial_counts = std::move(sample_counts);
   refresh.rank = rank;
   refresh.barrier = reducer;
   if (world > 1) {

@@ -64,6 +64,7 @@ TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
   HotRefreshOptions ro;
   ro.plan.ceiling_bytes = 6 << 10;  // a few hundred rows: the set changes between windows
   ro.plan.tolerance = 0;            // the largest set under the ceiling
+  ro.decay_window = false;          // every window afresh: rows move both ways
   HotSetRefresher refresher(hot->trainer.get(), ro);
   PipelineOptions po;
   po.trainer = hot->trainer.get();
