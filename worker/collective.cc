@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,39 @@ absl::Status DenseAllReducer::AllGatherV(const int32_t* in, const std::vector<si
   DLRM_RETURN_IF_ERROR(AllGatherV(mine.data(), counts, all.data()));
   for (size_t i = 0; i < total; ++i) out[i] = static_cast<int32_t>(all[i]);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> BroadcastFromRankZero(DenseAllReducer* reducer,
+                                                  const std::string& bytes) {
+  const int world = reducer->world_size();
+  const bool root = reducer->rank() == 0;
+  if (world <= 1) return bytes;
+  if (root && bytes.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() / 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast of ", bytes.size(), " bytes: over 1 GiB"));
+  }
+  // Lengths first (rank 0's is the one that counts), then the bytes 3 to an int32 (< 2^24).
+  const int32_t length = root ? static_cast<int32_t>(bytes.size()) : 0;
+  std::vector<int32_t> lengths(world);
+  DLRM_RETURN_IF_ERROR(reducer->AllGatherV(&length, std::vector<size_t>(world, 1), lengths.data()));
+  if (lengths[0] < 0) {
+    return absl::InternalError(absl::StrCat("broadcast: rank 0 sent length ", lengths[0]));
+  }
+  const size_t n = static_cast<size_t>(lengths[0]);
+  const size_t words = (n + 2) / 3;
+  std::vector<int32_t> in(root ? words : 0, 0);
+  for (size_t i = 0; root && i < n; ++i) {
+    in[i / 3] |= static_cast<int32_t>(static_cast<uint8_t>(bytes[i])) << (8 * (i % 3));
+  }
+  std::vector<size_t> counts(world, 0);
+  counts[0] = words;
+  std::vector<int32_t> out(words);
+  DLRM_RETURN_IF_ERROR(reducer->AllGatherV(in.data(), counts, out.data()));
+  std::string result(n, '\0');
+  for (size_t i = 0; i < n; ++i) {
+    result[i] = static_cast<char>((out[i / 3] >> (8 * (i % 3))) & 0xff);
+  }
+  return result;
 }
 
 int64_t RingAllReduceSentBytes(int64_t bytes, int world_size) {

@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace dlrm::worker {
 
@@ -38,6 +40,12 @@ class DenseAllReducer {
   // (common/rpc_bytes.h OpenTcpSocketBytes) for what the transport adds.
   virtual int64_t sent_bytes() const { return 0; }
 };
+
+// Rank 0's `bytes` on every rank (other ranks pass anything; it is ignored): an allgather of its
+// length, then of the bytes, three to an integer so that every implementation carries them
+// exactly. For data too large for the coordinator's key-value store (e.g. a hot set).
+absl::StatusOr<std::string> BroadcastFromRankZero(DenseAllReducer* reducer,
+                                                  const std::string& bytes);
 
 // What the ring algorithms send from one rank, by the payload (see sent_bytes above).
 int64_t RingAllReduceSentBytes(int64_t bytes, int world_size);

@@ -5,7 +5,8 @@
 // counts halve at each refresh). At a step boundary, with the worker's pipeline drained
 // (TrainingPipeline::on_boundary):
 //   1. rank 0 plans the set from its window (worker/hot_plan.h, under the byte ceiling); `agree`
-//      hands rank 0's choice to every rank (the coordinator's KV in a cluster; the identity for
+//      hands rank 0's choice to every rank (a broadcast over the workers' collectives in a
+//      cluster, BroadcastFromRankZero; the identity for
 //      one worker), so every replica installs the same set;
 //   2. a barrier (an allreduce of one float) waits until every worker has drained, so the store
 //      holds every push;

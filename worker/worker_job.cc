@@ -136,15 +136,10 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   refresh.rank = rank;
   refresh.barrier = reducer;
   if (world > 1) {
-    const std::string prefix = absl::StrCat("job/", job.job_id(), "/", job.job_epoch(), "/hot/");
-    refresh.agree = [this, prefix, rank](
-                        int64_t step, const std::string& proposal) -> absl::StatusOr<std::string> {
-      const std::string key = absl::StrCat(prefix, step);
-      if (rank == 0) {
-        DLRM_RETURN_IF_ERROR(client_->KvSet(key, proposal));
-        return proposal;
-      }
-      return client_->KvGet(key, options_.collective_timeout);
+    // Rank 0's choice reaches every rank through the workers' own collectives: a hot set can be
+    // megabytes, more than the coordinator's key-value store takes.
+    refresh.agree = [reducer](int64_t, const std::string& proposal) {
+      return BroadcastFromRankZero(reducer, proposal);
     };
   }
   return std::make_unique<HotSetRefresher>(trainer, refresh);

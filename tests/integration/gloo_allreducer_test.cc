@@ -152,6 +152,26 @@ TEST_F(GlooAllReducerTest, AllGatherGivesEveryRankEveryPieceInRankOrder) {
   }
 }
 
+// A hot set can be megabytes: rank 0's bytes reach every rank exactly, whatever they hold.
+TEST_F(GlooAllReducerTest, BroadcastFromRankZeroCarriesArbitraryBytes) {
+  constexpr int kWorld = 3;
+  auto reducers = Connect(kWorld, "job/bcast/gloo/");
+  ASSERT_EQ(reducers.size(), static_cast<size_t>(kWorld));
+  std::string payload(3 * 1024 * 1024 + 2, '\0');  // not a multiple of 3
+  std::mt19937 rng(5);
+  for (char& c : payload) c = static_cast<char>(rng());
+  std::vector<std::string> got(kWorld);
+  auto status = OnEveryRank(kWorld, [&](int r) -> absl::Status {
+    DLRM_ASSIGN_OR_RETURN(got[r],
+                          BroadcastFromRankZero(reducers[r].get(), r == 0 ? payload : "ignored"));
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(status[r].ok()) << status[r];
+    EXPECT_TRUE(got[r] == payload) << "rank " << r << " got " << got[r].size() << " bytes";
+  }
+}
+
 // The hot rows' exchange (worker/hot_sync.h) over real Gloo: every rank ends with every rank's
 // touched rows and gradients, bit for bit, in rank order, and what it sends depends on the rows
 // touched, not on how many rows the hot set holds.
