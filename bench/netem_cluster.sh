@@ -11,6 +11,7 @@
 #   samples_per_sec, auc, ps_bytes_per_sample, hot_hit_rate, train_seconds   the job's own final
 #                           metrics (dlrmctl status; ps_bytes_per_sample is rank 0's gRPC bytes
 #                           to and from the parameter servers, counted per message)
+#   hot_set_rows            rows in the hot set at the end (the planner's choice under hot_budget)
 #   network_bytes_per_sample_by_part   rank 0's bytes by purpose, counted where they are sent
 #                           (worker/network_bytes.h: gRPC messages per method, collectives by
 #                           their ring share), and its total: compare with wire_bytes_per_sample
@@ -451,7 +452,7 @@ print(json.dumps({
     "auc": round(fm.get("auc", 0), 5),
     "ps_bytes_per_sample": round(pm.get("ps_bytes_per_sample", 0), 1),
     "hot_hit_rate": round(pm.get("hot_hit_rate", 0), 4),
-    "hot_rows": int(pm.get("hot_rows", 0)),
+    "hot_set_rows": int(pm.get("hot_rows", 0)),
     "network_bytes_per_sample": round(pm.get("network_bytes_per_sample", 0), 1),
     "network_bytes_per_sample_by_part": {
         part: round(pm.get(f"network_{part}_bytes_per_sample", 0), 1)
