@@ -53,6 +53,11 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
   std::vector<size_t> sizes = {0};
   for (size_t k = 1024; k < fit; k *= 2) sizes.push_back(k);
   if (fit > 0) sizes.push_back(fit);
+  if (options.current_rows > 0 && static_cast<size_t>(options.current_rows) < fit) {
+    sizes.push_back(static_cast<size_t>(options.current_rows));
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  }
 
   const double ps_per_row = 2.0 * (8 + 4.0 * dim);
   const double sync_per_row = 4 + 4.0 * dim;
@@ -71,7 +76,15 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
   }
   double best = std::numeric_limits<double>::infinity();
   for (const HotPlanCandidate& c : plan.candidates) best = std::min(best, c.seconds_per_step);
+  bool kept = false;
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    if (plan.candidates[i].rows == options.current_rows &&
+        plan.candidates[i].seconds_per_step <= best * (1 + options.tolerance)) {
+      plan.chosen = i;
+      kept = true;
+    }
+  }
+  for (size_t i = 0; i < plan.candidates.size() && !kept; ++i) {
     if (plan.candidates[i].seconds_per_step <= best * (1 + options.tolerance)) {
       plan.chosen = i;
       break;

@@ -36,6 +36,9 @@ struct HotPlanOptions {
   double link_bytes_per_second = 1.25e9;  // 10 Gbit/s
   double apply_seconds_per_row = 0;       // MeasureApplySecondsPerRow
   double tolerance = 0.01;
+  // A refresh passes the size of the set in use: it is a candidate too, and kept while its
+  // estimate is within the tolerance of the best (a new size moves rows for little gain). -1: none.
+  int64_t current_rows = -1;
 };
 
 struct HotPlanCandidate {

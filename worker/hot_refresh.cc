@@ -75,7 +75,10 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
   const int num_tables = static_cast<int>(trainer_->spec().tables.size());
   std::string proposal;
   if (options_.rank == 0) {
-    const HotPlan plan = PlanHotSet(*window_, options_.plan, trainer_->hot_rows());
+    HotPlanOptions plan_options = options_.plan;
+    const HotRowCache* current = trainer_->hot_rows();
+    plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
+    const HotPlan plan = PlanHotSet(*window_, plan_options, current);
     DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << plan.Describe();
     proposal = SerializeHotSet(plan.hot_ids);
   }

@@ -137,6 +137,12 @@ TEST_F(HotPlanTest, TakesTheSmallestSetWithinTheToleranceOfTheBest) {
   EXPECT_LT(knee.candidates[knee.chosen].rows, largest.candidates[largest.chosen].rows);
   EXPECT_LE(knee.candidates[knee.chosen].seconds_per_step,
             1.05 * largest.candidates[largest.chosen].seconds_per_step);
+  // A refresh keeps the size in use while it is within the tolerance of the best.
+  HotPlanOptions refresh = loose;
+  refresh.current_rows = largest.candidates[largest.chosen].rows - 7;  // not a grid size
+  const HotPlan kept = PlanHotSet(sample_, refresh);
+  EXPECT_EQ(kept.candidates[kept.chosen].rows, refresh.current_rows);
+  EXPECT_EQ(static_cast<int64_t>(kept.hot_ids[0].size()), refresh.current_rows);
   // And the CPU of applying updates counts: a very slow apply makes no rows the best.
   HotPlanOptions slow = Options(2);
   slow.apply_seconds_per_row = 1e-3;
