@@ -364,15 +364,24 @@ absl::Status JobsServiceImpl::DoCheckpointJob(grpc::CallbackServerContext* conte
   return result.status();
 }
 
-grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobsServiceImpl::WatchJob(
-    grpc::CallbackServerContext* context, const dlrm::v1::WatchJobRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobsServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   if (absl::Status denied = common::Authorize(*context, "Jobs.WatchJob"); !denied.ok()) {
     const grpc::Status refused = common::ToGrpcStatus(denied);
     rpcs_->Record("WatchJob", refused);
     return watchers_->Refuse(refused);
   }
+  // Registered raw like the unary methods, so that bytes which are no request are named.
+  dlrm::v1::WatchJobRequest parsed;
+  grpc::ByteBuffer bytes(*request);
+  if (!grpc::SerializationTraits<dlrm::v1::WatchJobRequest>::Deserialize(&bytes, &parsed).ok()) {
+    const grpc::Status malformed(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "WatchJob: malformed WatchJobRequest");
+    rpcs_->Record("WatchJob", malformed);
+    return watchers_->Refuse(malformed);
+  }
   rpcs_->Record("WatchJob", grpc::Status::OK);
-  return watchers_->Start(request->job_id(), *state_);
+  return watchers_->Start(parsed.job_id(), *state_);
 }
 
 }  // namespace dlrm::server

@@ -43,7 +43,8 @@ using JobsRawService = dlrm::v1::Jobs::WithRawCallbackMethod_SubmitJob<
     dlrm::v1::Jobs::WithRawCallbackMethod_GetJob<dlrm::v1::Jobs::WithRawCallbackMethod_ListJobs<
         dlrm::v1::Jobs::WithRawCallbackMethod_CancelJob<
             dlrm::v1::Jobs::WithRawCallbackMethod_CheckpointJob<
-                dlrm::v1::Jobs::CallbackService>>>>>;
+                dlrm::v1::Jobs::WithRawCallbackMethod_WatchJob<
+                    dlrm::v1::Jobs::CallbackService>>>>>>;
 
 // None of the pointers is owned; all must outlive the service.
 class CoordinatorServiceImpl final : public CoordinatorRawService {
@@ -137,8 +138,8 @@ class JobsServiceImpl final : public JobsRawService {
   grpc::ServerUnaryReactor* CheckpointJob(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
-  grpc::ServerWriteReactor<dlrm::v1::JobEvent>* WatchJob(
-      grpc::CallbackServerContext* context, const dlrm::v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
 
  private:
   absl::Status DoSubmitJob(grpc::CallbackServerContext* context,

@@ -6,12 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace dlrm::server {
 
 // One WatchJob stream. Owns itself through `self_` until OnDone; the registry holds weak
 // references so a Publish racing with OnDone never touches a deleted reactor.
-class JobWatchReactor : public grpc::ServerWriteReactor<dlrm::v1::JobEvent> {
+class JobWatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   JobWatchReactor(JobWatchers* owner, int64_t token) : owner_(owner), token_(token) {}
 
@@ -90,10 +91,15 @@ class JobWatchReactor : public grpc::ServerWriteReactor<dlrm::v1::JobEvent> {
 
  private:
   void TakePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    current_.set_sequence(++sequence_);
-    *current_.mutable_job() = std::move(*pending_);
+    dlrm::v1::JobEvent event;
+    event.set_sequence(++sequence_);
+    *event.mutable_job() = std::move(*pending_);
     pending_.reset();
-    current_terminal_ = IsTerminal(current_.job().state());
+    current_terminal_ = IsTerminal(event.job().state());
+    current_.Clear();  // the previous event's bytes, written by now
+    bool own_buffer = false;
+    // A JobEvent always serializes (its fields are set from a Job the state holds).
+    (void)grpc::SerializationTraits<dlrm::v1::JobEvent>::Serialize(event, &current_, &own_buffer);
   }
 
   JobWatchers* const owner_;
@@ -105,15 +111,16 @@ class JobWatchReactor : public grpc::ServerWriteReactor<dlrm::v1::JobEvent> {
   int64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  // The event being written; only touched by the thread that owns the write (writing_).
-  dlrm::v1::JobEvent current_;
+  // The event being written, serialized (the method is raw: common/raw_unary.h); only touched
+  // by the thread that owns the write (writing_).
+  grpc::ByteBuffer current_;
   bool current_terminal_ = false;
 };
 
 JobWatchers::~JobWatchers() { Close(); }
 
-grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobWatchers::Start(const std::string& job_id,
-                                                                 const CoordinatorState& state) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobWatchers::Start(const std::string& job_id,
+                                                               const CoordinatorState& state) {
   std::shared_ptr<JobWatchReactor> reactor;
   bool closed = false;
   {
@@ -142,7 +149,7 @@ grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobWatchers::Start(const std::stri
   return reactor.get();
 }
 
-grpc::ServerWriteReactor<dlrm::v1::JobEvent>* JobWatchers::Refuse(const grpc::Status& status) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* JobWatchers::Refuse(const grpc::Status& status) {
   std::shared_ptr<JobWatchReactor> reactor;
   {
     absl::MutexLock lock(&mu_);

@@ -28,10 +28,11 @@ class JobWatchers {
 
   // Starts a stream for `job_id`; an unknown job finishes it NOT_FOUND naming the id.
   // `state` must outlive the stream.
-  grpc::ServerWriteReactor<dlrm::v1::JobEvent>* Start(const std::string& job_id,
-                                                      const CoordinatorState& state);
+  // The stream is raw (serialized JobEvents), as JobsServiceImpl registers WatchJob.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(const std::string& job_id,
+                                                    const CoordinatorState& state);
   // A stream that ends at once with `status` (e.g. PERMISSION_DENIED), watching nothing.
-  grpc::ServerWriteReactor<dlrm::v1::JobEvent>* Refuse(const grpc::Status& status);
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Refuse(const grpc::Status& status);
   // Sends `job` to the streams watching it. Call with no lock held.
   void Publish(const dlrm::v1::Job& job);
   // Finishes every stream UNAVAILABLE and refuses new ones (coordinator shutdown).

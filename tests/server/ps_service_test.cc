@@ -874,7 +874,7 @@ TEST_F(PsServiceTest, GarbageBytesChangeNothing) {
   ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
   dlrm::v1::LookupResponse before;
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &before).ok());
-  ::dlrm::testing::ExpectEveryUnaryMethodRefusesGarbage(
+  ::dlrm::testing::ExpectEveryMethodRefusesGarbage(
       common::MakeChannel({.target = ps_->address()}).value(),
       *dlrm::v1::LoadJobRequest::descriptor()->file()->FindServiceByName("ParameterServer"));
   dlrm::v1::LookupResponse after;
