@@ -30,6 +30,10 @@ int64_t PsRpcBytes(const NetworkSnapshot& snapshot) {
   return Both(common::Sum(snapshot.rpc, kPsService));
 }
 
+int64_t PsRpcBytesNow() {
+  return Both(common::Sum(common::RpcByteCounters::ProcessClient().Snapshot(), kPsService));
+}
+
 std::map<std::string, double> NetworkBytesPerSample(const NetworkSnapshot& before,
                                                     const NetworkSnapshot& after, int64_t samples) {
   std::map<std::string, double> m;

@@ -48,7 +48,9 @@ NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer, const DenseAllReduce
 std::map<std::string, double> NetworkBytesPerSample(const NetworkSnapshot& before,
                                                     const NetworkSnapshot& after, int64_t samples);
 
-// The ParameterServer methods' bytes (sent and received) in a snapshot.
+// The ParameterServer methods' bytes (sent and received) in a snapshot, and in this process's
+// counters now (cheap: no walk of the process's sockets).
 int64_t PsRpcBytes(const NetworkSnapshot& snapshot);
+int64_t PsRpcBytesNow();
 
 }  // namespace dlrm::worker

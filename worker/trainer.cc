@@ -349,7 +349,6 @@ absl::Status Trainer::ApplyHotGradients() {
       hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_gathered_));
   const int world = static_cast<int>(hot_gathered_.counts.size());
   if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
-  counters_.hot_gathered_rows += static_cast<int64_t>(hot_gathered_.rows.size());
   // Scaled by 1/world like the cold rows' pushes.
   if (world > 1) {
     const float scale = 1.0f / static_cast<float>(world);

@@ -78,9 +78,6 @@ struct TrainerCounters {
   // (worker/hot_sync.h: counts, touched row indices, gradients).
   int64_t dense_sync_bytes = 0;
   int64_t hot_sync_bytes = 0;
-  // Hot-row gradients received from every worker (its own included), summed over steps: the
-  // optimizer steps each replica applies.
-  int64_t hot_gathered_rows = 0;
 };
 
 struct EvalMetrics {
@@ -175,10 +172,10 @@ class Trainer {
   }
   // A snapshot; any thread may call it while another trains.
   TrainerCounters counters() const {
-    return {counters_.samples.load(),        counters_.ids.load(),
-            counters_.hot_ids.load(),        counters_.store_rows.load(),
-            counters_.store_bytes.load(),    counters_.dense_sync_bytes.load(),
-            counters_.hot_sync_bytes.load(), counters_.hot_gathered_rows.load()};
+    return {counters_.samples.load(),       counters_.ids.load(),
+            counters_.hot_ids.load(),       counters_.store_rows.load(),
+            counters_.store_bytes.load(),   counters_.dense_sync_bytes.load(),
+            counters_.hot_sync_bytes.load()};
   }
 
   int64_t steps_done() const { return steps_done_; }
@@ -248,7 +245,7 @@ class Trainer {
   HotGradientExchange hot_exchange_;
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
-    std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0}, hot_gathered_rows{0};
+    std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0};
   };
   AtomicCounters counters_;
   int64_t steps_done_ = 0;

@@ -420,9 +420,8 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       common::ExportRpcBytes(options_.metrics);
       const int64_t trained = trainer->counters().samples;
       if (trained > 0) {
-        const NetworkSnapshot now_bytes = TakeNetworkSnapshot(*trainer, reducer);
         metrics.ps_bytes_per_sample->Set(
-            static_cast<double>(PsRpcBytes(now_bytes) - PsRpcBytes(network_start)) / trained);
+            static_cast<double>(PsRpcBytesNow() - PsRpcBytes(network_start)) / trained);
       }
     }
     dlrm::v1::ReportProgressRequest request = NewReport(assignment);
