@@ -268,11 +268,16 @@ absl::Status CheckModelSize(const JobSpec& spec) {
       in = w;
     }
   };
-  const int64_t tables = static_cast<int64_t>(spec.tables.size());
-  const int64_t top_input = spec.embedding_dim + (tables + 1) * tables / 2;
+  const int64_t top_input = spec.TopInputWidth();
   mlp(spec.dense_features, spec.bottom_mlp);
   mlp(top_input, spec.top_mlp);
+  const int64_t tables = static_cast<int64_t>(spec.tables.size());
   widest = std::max({widest, top_input, (tables + 1) * spec.embedding_dim});
+  if (spec.interaction == "dcnv2") {
+    // Each cross layer: V [rank x width], U [width x rank], b [width].
+    params += spec.cross_layers * (2 * spec.low_rank * top_input + top_input);
+    widest = std::max<int64_t>(widest, spec.low_rank);
+  }
   if (params > kMaxDenseParameters) {
     return Invalid("model",
                    absl::StrCat("the MLPs have ", params, " parameters, over the limit of ",
@@ -300,20 +305,34 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
 
   YAML::Node model = root["model"];
   if (!model) return Invalid("model", "missing");
-  DLRM_RETURN_IF_ERROR(CheckKeys(
-      model, "model",
-      {"dense_features", "bottom_mlp", "top_mlp", "embedding_dim", "pooling", "interaction"}));
+  DLRM_RETURN_IF_ERROR(CheckKeys(model, "model",
+                                 {"dense_features", "bottom_mlp", "top_mlp", "embedding_dim",
+                                  "pooling", "interaction", "cross_layers", "low_rank"}));
   DLRM_RETURN_IF_ERROR(Read(model, "model", "dense_features", &spec.dense_features));
   DLRM_RETURN_IF_ERROR(Read(model, "model", "embedding_dim", &spec.embedding_dim));
   DLRM_RETURN_IF_ERROR(Read(model, "model", "pooling", &spec.pooling));
   DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "bottom_mlp", &spec.bottom_mlp));
   DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "top_mlp", &spec.top_mlp));
-  std::string interaction = "dot";
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "interaction", &interaction));
-  if (interaction != "dot") {
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "interaction", &spec.interaction));
+  if (spec.interaction != "dot" && spec.interaction != "dcnv2") {
     return Invalid("model.interaction",
-                   absl::StrCat("only 'dot' is supported, got '", interaction, "'"));
+                   absl::StrCat("must be dot or dcnv2, got '", spec.interaction, "'"));
   }
+  if (spec.interaction != "dcnv2" && (model["cross_layers"] || model["low_rank"])) {
+    return Invalid(model["cross_layers"] ? "model.cross_layers" : "model.low_rank",
+                   "applies to interaction: dcnv2 only");
+  }
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "cross_layers", &spec.cross_layers));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "low_rank", &spec.low_rank));
+  if (spec.cross_layers <= 0) {
+    return Invalid("model.cross_layers", absl::StrCat("must be > 0, got ", spec.cross_layers));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.cross_layers", spec.cross_layers, kMaxCrossLayers, "kMaxCrossLayers"));
+  if (spec.low_rank <= 0) {
+    return Invalid("model.low_rank", absl::StrCat("must be > 0, got ", spec.low_rank));
+  }
+  DLRM_RETURN_IF_ERROR(AtMost("model.low_rank", spec.low_rank, kMaxLowRank, "kMaxLowRank"));
   if (spec.dense_features <= 0) {
     return Invalid("model.dense_features", absl::StrCat("must be > 0, got ", spec.dense_features));
   }
@@ -333,7 +352,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     return Invalid(
         "model.bottom_mlp",
         absl::StrCat("last width ", spec.bottom_mlp.back(), " must equal model.embedding_dim ",
-                     spec.embedding_dim, " (the dot interaction needs equal widths)"));
+                     spec.embedding_dim, " (the interaction stacks equal widths)"));
   }
   if (spec.top_mlp.back() != 1) {
     return Invalid("model.top_mlp",
@@ -487,7 +506,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
 
 int JobSpec::TopInputWidth() const {
   int t = static_cast<int>(tables.size());
-  return embedding_dim + (t + 1) * t / 2;
+  return interaction == "dcnv2" ? (t + 1) * embedding_dim : embedding_dim + (t + 1) * t / 2;
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source) {
@@ -580,6 +599,11 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "top_mlp" << YAML::Value << YAML::Flow << spec.top_mlp;
   out << YAML::Key << "embedding_dim" << YAML::Value << spec.embedding_dim;
   out << YAML::Key << "pooling" << YAML::Value << spec.pooling;
+  out << YAML::Key << "interaction" << YAML::Value << spec.interaction;
+  if (spec.interaction == "dcnv2") {
+    out << YAML::Key << "cross_layers" << YAML::Value << spec.cross_layers;
+    out << YAML::Key << "low_rank" << YAML::Value << spec.low_rank;
+  }
   out << YAML::EndMap;
   out << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
   for (const auto& t : spec.tables) {

@@ -8,6 +8,7 @@
 //     top_mlp: [512, 256, 1]           # input width is derived; last must be 1
 //     embedding_dim: 16
 //     pooling: sum                     # sum | mean
+//     interaction: dot                 # dot | dcnv2 (then cross_layers: 3, low_rank: 512)
 //   tables:                            # either a list of {name, rows} or `cardinalities: [...]`
 //     cardinalities: [1460, 583, ...]
 //   optimizer:
@@ -72,6 +73,11 @@ struct JobSpec {
   std::vector<int> top_mlp;     // widths after the (derived) input; last == 1
   int embedding_dim = 16;
   std::string pooling = "sum";  // sum | mean
+  // dot: DLRM's pairwise dots; dcnv2: DCNv2 cross layers over [bottom output, embeddings]
+  // (dense/cross_net.h) with cross_layers layers of rank low_rank.
+  std::string interaction = "dot";
+  int cross_layers = 3;
+  int low_rank = 512;
   std::vector<TableSpec> tables;
 
   // optimizers
@@ -114,7 +120,7 @@ struct JobSpec {
 
   CheckpointSpec checkpoint;
 
-  // Width of the top MLP input: embedding_dim + (T+1)T/2.
+  // Width of the top MLP input: embedding_dim + (T+1)T/2 for dot, (T+1) embedding_dim for dcnv2.
   int TopInputWidth() const;
 };
 

@@ -40,11 +40,14 @@ inline constexpr int64_t kMaxDenseFeatures = 4096;
 inline constexpr int64_t kMaxMlpLayers = 64;
 // Width of one MLP layer.
 inline constexpr int64_t kMaxMlpWidth = 65536;
-// Weights and biases of the dense model (both MLPs together); each worker holds them and their
-// optimizer state.
+// DCNv2 cross layers (model.cross_layers) and their rank (model.low_rank).
+inline constexpr int64_t kMaxCrossLayers = 64;
+inline constexpr int64_t kMaxLowRank = 65536;
+// Weights and biases of the dense model (both MLPs and the cross layers together); each worker
+// holds them and their optimizer state.
 inline constexpr int64_t kMaxDenseParameters = int64_t{1} << 30;  // 1,073,741,824 (4 GiB fp32)
 // Floats of the largest activation of one batch: batch_size x the widest layer, where the
-// layers are the MLP widths, the top MLP input (embedding_dim + T(T+1)/2) and the stacked
+// layers are the MLP widths, the top MLP input, the cross layers' rank and the stacked
 // embeddings of the interaction ((T+1) x embedding_dim). Keeps every activation under 4 GiB and
 // its element count in an int.
 inline constexpr int64_t kMaxActivationElements = int64_t{1} << 30;

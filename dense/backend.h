@@ -53,6 +53,22 @@ class Backend {
   // db[cols] = sum over rows of dy[rows x cols] (overwrites db).
   virtual void ColumnSum(const float* dy, int rows, int cols, float* db) = 0;
 
+  // dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols (strides in floats,
+  // >= cols): moves blocks of columns between row-major matrices (concatenation and its split).
+  virtual void Copy2D(const float* src, int src_stride, float* dst, int dst_stride, int rows,
+                      int cols) = 0;
+  // y[i] += alpha * x[i].
+  virtual void Axpy(float alpha, const float* x, float* y, size_t count) = 0;
+
+  // One DCNv2 cross layer's element-wise part: out[i] = x0[i] * h[i] + xl[i], with h the layer's
+  // low-rank projection plus bias. out may alias xl.
+  virtual void CrossCombine(const float* x0, const float* h, const float* xl, float* out,
+                            size_t count) = 0;
+  // Its gradient: with g = d loss / d out, dh[i] = g[i] * x0[i] (overwritten) and
+  // dx0[i] += g[i] * h[i] (accumulated).
+  virtual void CrossCombineBackward(const float* x0, const float* h, const float* g, float* dh,
+                                    float* dx0, size_t count) = 0;
+
   // DLRM dot interaction. z_b = [bottom_b, emb_b,0, ..., emb_b,T-1] are T+1 vectors of `dim`.
   // out[b] = [bottom_b, dot(z_i, z_j) for i = 1..T, j = 0..i-1 (row-major lower triangle)],
   // so out has dim + (T+1)*T/2 columns. bottom is [batch x dim], emb is [batch x T x dim].

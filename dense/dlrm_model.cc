@@ -18,11 +18,21 @@ MlpOptions BottomOptions(const DlrmDenseModelOptions& o) {
       .input_width = o.num_dense_features, .widths = o.bottom_widths, .relu_on_last = true};
 }
 
-MlpOptions TopOptions(const DlrmDenseModelOptions& o) {
-  return MlpOptions{.input_width = DlrmDenseModel::InteractionWidth(o.num_tables, o.embedding_dim),
-                    .widths = o.top_widths,
-                    .relu_on_last = false};
+int InteractionWidthOf(const DlrmDenseModelOptions& o) {
+  return DlrmDenseModel::InteractionWidth(o.interaction, o.num_tables, o.embedding_dim);
 }
+
+MlpOptions TopOptions(const DlrmDenseModelOptions& o) {
+  return MlpOptions{
+      .input_width = InteractionWidthOf(o), .widths = o.top_widths, .relu_on_last = false};
+}
+
+CrossNetOptions CrossOptions(const DlrmDenseModelOptions& o) {
+  return CrossNetOptions{
+      .width = InteractionWidthOf(o), .layers = o.cross_layers, .rank = o.low_rank};
+}
+
+bool HasCrossNet(const DlrmDenseModelOptions& o) { return o.interaction == Interaction::kDcnV2; }
 
 absl::Status Validate(const DlrmDenseModelOptions& o) {
   auto bad = [](auto&&... parts) {
@@ -49,6 +59,10 @@ absl::Status Validate(const DlrmDenseModelOptions& o) {
   for (int w : o.top_widths) {
     if (w <= 0) return bad("top MLP width ", w, " must be positive");
   }
+  if (HasCrossNet(o)) {
+    if (o.cross_layers <= 0) return bad("cross_layers must be positive, got ", o.cross_layers);
+    if (o.low_rank <= 0) return bad("low_rank must be positive, got ", o.low_rank);
+  }
   return Annotate(ValidateDenseOptimizerOptions(o.optimizer), "dlrm dense model");
 }
 
@@ -59,29 +73,38 @@ absl::StatusOr<std::unique_ptr<DlrmDenseModel>> DlrmDenseModel::Create(
   if (backend == nullptr) return absl::InvalidArgumentError("dlrm dense model: backend is null");
   DLRM_RETURN_IF_ERROR(Validate(options));
   const size_t num_bottom = Mlp::NumParams(BottomOptions(options));
+  const size_t num_cross = HasCrossNet(options) ? CrossNet::NumParams(CrossOptions(options)) : 0;
   const size_t num_top = Mlp::NumParams(TopOptions(options));
-  std::unique_ptr<DlrmDenseModel> model(new DlrmDenseModel(backend, options, num_bottom, num_top));
-  DLRM_ASSIGN_OR_RETURN(model->bottom_,
-                        Mlp::Create(backend, BottomOptions(options), options.max_batch_size,
-                                    model->parameters_.Slice(0, num_bottom)));
+  std::unique_ptr<DlrmDenseModel> model(
+      new DlrmDenseModel(backend, options, num_bottom + num_cross + num_top));
+  const int max_batch = options.max_batch_size;
+  DLRM_ASSIGN_OR_RETURN(model->bottom_, Mlp::Create(backend, BottomOptions(options), max_batch,
+                                                    model->parameters_.Slice(0, num_bottom)));
+  if (HasCrossNet(options)) {
+    DLRM_ASSIGN_OR_RETURN(model->cross_,
+                          CrossNet::Create(backend, CrossOptions(options), max_batch,
+                                           model->parameters_.Slice(num_bottom, num_cross)));
+  }
   DLRM_ASSIGN_OR_RETURN(model->top_,
-                        Mlp::Create(backend, TopOptions(options), options.max_batch_size,
-                                    model->parameters_.Slice(num_bottom, num_top)));
+                        Mlp::Create(backend, TopOptions(options), max_batch,
+                                    model->parameters_.Slice(num_bottom + num_cross, num_top)));
   std::mt19937_64 rng(options.seed);
   model->bottom_->Initialize(rng);
+  if (model->cross_ != nullptr) model->cross_->Initialize(rng);
   model->top_->Initialize(rng);
   return model;
 }
 
 DlrmDenseModel::DlrmDenseModel(Backend* backend, const DlrmDenseModelOptions& options,
-                               size_t num_bottom, size_t num_top)
+                               size_t num_params)
     : backend_(backend),
       options_(options),
-      interaction_width_(InteractionWidth(options.num_tables, options.embedding_dim)),
-      parameters_(backend, num_bottom + num_top),
-      optimizer_(backend, options.optimizer, num_bottom + num_top),
+      interaction_width_(InteractionWidthOf(options)),
+      parameters_(backend, num_params),
+      optimizer_(backend, options.optimizer, num_params),
       interaction_(backend, options.max_batch_size, interaction_width_),
       dinteraction_(backend, options.max_batch_size, interaction_width_),
+      dconcat_(backend, HasCrossNet(options) ? options.max_batch_size : 0, interaction_width_),
       dbottom_(backend, options.max_batch_size, options.embedding_dim),
       dlogits_(backend, options.max_batch_size, 1),
       probs_(backend, options.max_batch_size, 1),
@@ -98,9 +121,19 @@ const float* DlrmDenseModel::Forward(const float* dense_in, const float* emb, in
   CheckBatch(batch);
   emb_ = emb;
   const float* bottom_out = bottom_->Forward(dense_in, batch);
-  backend_->InteractionForward(bottom_out, emb, batch, options_.num_tables, options_.embedding_dim,
-                               interaction_.data());
-  logits_ = top_->Forward(interaction_.data(), batch);
+  const float* top_in = interaction_.data();
+  if (cross_ == nullptr) {
+    backend_->InteractionForward(bottom_out, emb, batch, options_.num_tables,
+                                 options_.embedding_dim, interaction_.data());
+  } else {
+    // x_0 = [bottom_b, emb_b] row by row: emb's rows are already T * dim contiguous floats.
+    const int dim = options_.embedding_dim;
+    const int width = interaction_width_;
+    backend_->Copy2D(bottom_out, dim, interaction_.data(), width, batch, dim);
+    backend_->Copy2D(emb, width - dim, interaction_.data() + dim, width, batch, width - dim);
+    top_in = cross_->Forward(interaction_.data(), batch);
+  }
+  logits_ = top_->Forward(top_in, batch);
   return logits_;
 }
 
@@ -115,10 +148,18 @@ void DlrmDenseModel::Backward(int batch, float* demb) {
   CheckBatch(batch);
   DLRM_CHECK(logits_ != nullptr) << "Backward() before Forward()";
   top_->Backward(dlogits_.data(), batch, dinteraction_.data());
-  backend_->InteractionBackward(bottom_->layer(bottom_->num_layers() - 1).output(), emb_,
-                                dinteraction_.data(), batch, options_.num_tables,
-                                options_.embedding_dim, dbottom_.data(),
-                                demb != nullptr ? demb : demb_scratch_.data());
+  float* demb_out = demb != nullptr ? demb : demb_scratch_.data();
+  if (cross_ == nullptr) {
+    backend_->InteractionBackward(bottom_->layer(bottom_->num_layers() - 1).output(), emb_,
+                                  dinteraction_.data(), batch, options_.num_tables,
+                                  options_.embedding_dim, dbottom_.data(), demb_out);
+  } else {
+    cross_->Backward(dinteraction_.data(), batch, dconcat_.data());
+    const int dim = options_.embedding_dim;
+    const int width = interaction_width_;
+    backend_->Copy2D(dconcat_.data(), width, dbottom_.data(), dim, batch, dim);
+    backend_->Copy2D(dconcat_.data() + dim, width, demb_out, width - dim, batch, width - dim);
+  }
   bottom_->Backward(dbottom_.data(), batch, /*dx=*/nullptr);
 }
 
@@ -148,8 +189,11 @@ void DlrmDenseModel::Predict(const float* dense_in, const float* emb, int batch,
 void DlrmDenseModel::GemmOnlyStep(int batch, const float* dense_in) {
   CheckBatch(batch);
   bottom_->GemmOnlyForward(dense_in != nullptr ? dense_in : zeros_.data(), batch);
-  top_->GemmOnlyForward(interaction_.data(), batch);
+  const float* top_in =
+      cross_ != nullptr ? cross_->GemmOnlyForward(interaction_.data(), batch) : interaction_.data();
+  top_->GemmOnlyForward(top_in, batch);
   top_->GemmOnlyBackward(dlogits_.data(), batch, dinteraction_.data());
+  if (cross_ != nullptr) cross_->GemmOnlyBackward(dinteraction_.data(), batch);
   bottom_->GemmOnlyBackward(dbottom_.data(), batch, /*dx=*/nullptr);
 }
 

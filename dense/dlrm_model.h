@@ -1,12 +1,16 @@
 // DlrmDenseModel: the dense part of DLRM on one Backend.
 //
 //   bottom MLP (ReLU after every layer; output width = embedding_dim)
-//   -> dot interaction with the T embeddings (backend.h: [bottom, lower-triangle dots])
+//   -> interaction with the T embeddings, one of
+//        dot:    [bottom, lower-triangle dots of the T + 1 vectors] (backend.h), the 2019 DLRM;
+//        dcnv2:  DCNv2 cross layers (cross_net.h) over the concatenation [bottom, emb_0..emb_T-1],
+//                DLRM-DCNv2 as in MLPerf Training and TorchRec's DLRM_DCN
 //   -> top MLP (ReLU after all but the last layer; last width 1) -> sigmoid -> binary cross-entropy
 //
-// Every parameter lives in one ParameterBuffer (bottom MLP first, then top MLP, each layer W then
-// b), so params() / grads() are single contiguous buffers of num_params() floats: a distributed
-// worker allreduces grads() in one call between TrainStep() and ApplyOptimizer().
+// Every parameter lives in one ParameterBuffer (bottom MLP first, then the cross layers when
+// there are any, then the top MLP; each layer W then b), so params() / grads() are single
+// contiguous buffers of num_params() floats: a distributed worker allreduces grads() in one call
+// between TrainStep() and ApplyOptimizer().
 //
 // All pointers passed in or returned are in the backend's memory (host for the CPU backend,
 // device for CUDA). Inputs: dense_in [batch x num_dense_features], emb [batch x T x dim] (sample
@@ -22,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "dense/backend.h"
+#include "dense/cross_net.h"
 #include "dense/dense_optimizer.h"
 #include "dense/mlp.h"
 #include "dense/optimizer_options.h"
@@ -30,15 +35,20 @@
 
 namespace dlrm::dense {
 
+enum class Interaction { kDot, kDcnV2 };
+
 struct DlrmDenseModelOptions {
   int num_dense_features = 13;
   // Bottom MLP output widths, not counting the input; the last must equal embedding_dim.
   std::vector<int> bottom_widths = {512, 256, 64, 16};
-  // Top MLP output widths, not counting the input (embedding_dim + (T + 1) T / 2); the last must
-  // be 1.
+  // Top MLP output widths, not counting the input (InteractionWidth()); the last must be 1.
   std::vector<int> top_widths = {512, 256, 1};
   int num_tables = 26;
   int embedding_dim = 16;
+  Interaction interaction = Interaction::kDot;
+  // DCNv2 only: number of cross layers and the rank of their U V factorisation.
+  int cross_layers = 3;
+  int low_rank = 512;
   int max_batch_size = 2048;
   // Parameters are drawn from std::mt19937_64(seed): the same seed gives the same model.
   uint64_t seed = 0;
@@ -92,18 +102,21 @@ class DlrmDenseModel {
   DenseOptimizer& optimizer() { return optimizer_; }
   Mlp& bottom_mlp() { return *bottom_; }
   Mlp& top_mlp() { return *top_; }
+  // The DCNv2 cross layers; nullptr for the dot interaction.
+  CrossNet* cross_net() { return cross_.get(); }
 
   const DlrmDenseModelOptions& options() const { return options_; }
   Backend* backend() const { return backend_; }
-  // embedding_dim + (T + 1) T / 2: the top MLP's input width.
+  // The top MLP's input width: embedding_dim + (T + 1) T / 2 for dot, (T + 1) embedding_dim for
+  // dcnv2.
   int interaction_width() const { return interaction_width_; }
-  static int InteractionWidth(int num_tables, int embedding_dim) {
-    return embedding_dim + (num_tables + 1) * num_tables / 2;
+  static int InteractionWidth(Interaction interaction, int num_tables, int embedding_dim) {
+    return interaction == Interaction::kDot ? embedding_dim + (num_tables + 1) * num_tables / 2
+                                            : (num_tables + 1) * embedding_dim;
   }
 
  private:
-  DlrmDenseModel(Backend* backend, const DlrmDenseModelOptions& options, size_t num_bottom,
-                 size_t num_top);
+  DlrmDenseModel(Backend* backend, const DlrmDenseModelOptions& options, size_t num_params);
   void CheckBatch(int batch) const;
 
   Backend* backend_;
@@ -112,12 +125,14 @@ class DlrmDenseModel {
   ParameterBuffer parameters_;
   DenseOptimizer optimizer_;
   std::unique_ptr<Mlp> bottom_;
+  std::unique_ptr<CrossNet> cross_;  // dcnv2 only
   std::unique_ptr<Mlp> top_;
 
   const float* emb_ = nullptr;     // input of the last Forward
   const float* logits_ = nullptr;  // top MLP output of the last Forward
-  Tensor interaction_;             // [max_batch x interaction_width]
-  Tensor dinteraction_;            // [max_batch x interaction_width]
+  Tensor interaction_;             // dot: the top MLP's input; dcnv2: x_0 of the cross layers
+  Tensor dinteraction_;            // gradient of the top MLP's input
+  Tensor dconcat_;                 // dcnv2: gradient of x_0 (both [max_batch x interaction_width])
   Tensor dbottom_;                 // [max_batch x dim]
   Tensor dlogits_;                 // [max_batch]
   Tensor probs_;                   // [max_batch] scratch when the caller wants no probabilities

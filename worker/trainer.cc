@@ -25,6 +25,10 @@ dense::DlrmDenseModelOptions DenseModelOptionsFromSpec(const common::JobSpec& sp
   o.top_widths = spec.top_mlp;
   o.num_tables = static_cast<int>(spec.tables.size());
   o.embedding_dim = spec.embedding_dim;
+  o.interaction =
+      spec.interaction == "dcnv2" ? dense::Interaction::kDcnV2 : dense::Interaction::kDot;
+  o.cross_layers = spec.cross_layers;
+  o.low_rank = spec.low_rank;
   o.max_batch_size = spec.batch_size;
   o.seed = spec.seed;
   auto type = dense::ParseDenseOptimizerType(spec.dense_optimizer.type);

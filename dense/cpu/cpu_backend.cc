@@ -212,6 +212,43 @@ void CpuBackend::ColumnSum(const float* dy, int rows, int cols, float* db) {
   }
 }
 
+void CpuBackend::Copy2D(const float* src, int src_stride, float* dst, int dst_stride, int rows,
+                        int cols) {
+  if (cols <= 0) return;
+  for (int r = 0; r < rows; ++r) {
+    std::memcpy(dst + static_cast<size_t>(r) * dst_stride,
+                src + static_cast<size_t>(r) * src_stride,
+                static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+void CpuBackend::Axpy(float alpha, const float* x, float* y, size_t count) {
+  const float* __restrict xx = x;
+  float* __restrict yy = y;
+  for (size_t i = 0; i < count; ++i) yy[i] += alpha * xx[i];
+}
+
+void CpuBackend::CrossCombine(const float* x0, const float* h, const float* xl, float* out,
+                              size_t count) {
+  // out may alias xl (element i reads xl[i] before writing out[i]), so no __restrict on them.
+  const float* __restrict a = x0;
+  const float* __restrict b = h;
+  for (size_t i = 0; i < count; ++i) out[i] = a[i] * b[i] + xl[i];
+}
+
+void CpuBackend::CrossCombineBackward(const float* x0, const float* h, const float* g, float* dh,
+                                      float* dx0, size_t count) {
+  const float* __restrict a = x0;
+  const float* __restrict b = h;
+  const float* __restrict gg = g;
+  float* __restrict da = dx0;
+  float* __restrict db = dh;
+  for (size_t i = 0; i < count; ++i) {
+    db[i] = gg[i] * a[i];
+    da[i] += gg[i] * b[i];
+  }
+}
+
 void CpuBackend::InteractionForward(const float* bottom, const float* emb, int batch,
                                     int num_tables, int dim, float* out) {
   if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {

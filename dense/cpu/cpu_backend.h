@@ -46,6 +46,13 @@ class CpuBackend final : public Backend {
   void BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) override;
   void ReluBackward(const float* y, float* dy, size_t count) override;
   void ColumnSum(const float* dy, int rows, int cols, float* db) override;
+  void Copy2D(const float* src, int src_stride, float* dst, int dst_stride, int rows,
+              int cols) override;
+  void Axpy(float alpha, const float* x, float* y, size_t count) override;
+  void CrossCombine(const float* x0, const float* h, const float* xl, float* out,
+                    size_t count) override;
+  void CrossCombineBackward(const float* x0, const float* h, const float* g, float* dh, float* dx0,
+                            size_t count) override;
   void InteractionForward(const float* bottom, const float* emb, int batch, int num_tables, int dim,
                           float* out) override;
   void InteractionBackward(const float* bottom, const float* emb, const float* dout, int batch,

@@ -168,6 +168,33 @@ class CudaBackend final : public Backend {
     LaunchColumnSum(dy, rows, cols, db, scratch_, stream_);
   }
 
+  void Copy2D(const float* src, int src_stride, float* dst, int dst_stride, int rows,
+              int cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    Activate();
+    DLRM_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride) * sizeof(float), src,
+                                      static_cast<size_t>(src_stride) * sizeof(float),
+                                      static_cast<size_t>(cols) * sizeof(float), rows,
+                                      cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void Axpy(float alpha, const float* x, float* y, size_t count) override {
+    Activate();
+    LaunchAxpy(alpha, x, y, count, stream_);
+  }
+
+  void CrossCombine(const float* x0, const float* h, const float* xl, float* out,
+                    size_t count) override {
+    Activate();
+    LaunchCrossCombine(x0, h, xl, out, count, stream_);
+  }
+
+  void CrossCombineBackward(const float* x0, const float* h, const float* g, float* dh, float* dx0,
+                            size_t count) override {
+    Activate();
+    LaunchCrossCombineBackward(x0, h, g, dh, dx0, count, stream_);
+  }
+
   void InteractionForward(const float* bottom, const float* emb, int batch, int num_tables, int dim,
                           float* out) override {
     Activate();

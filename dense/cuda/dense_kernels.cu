@@ -34,6 +34,34 @@ __global__ void ScaleKernel(float* data, size_t count, float alpha) {
   }
 }
 
+__global__ void AxpyKernel(float alpha, const float* x, float* y, size_t count) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    y[i] += alpha * x[i];
+  }
+}
+
+// out may alias xl: each thread reads xl[i] before it writes out[i].
+__global__ void CrossCombineKernel(const float* x0, const float* h, const float* xl, float* out,
+                                   size_t count) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = x0[i] * h[i] + xl[i];
+  }
+}
+
+__global__ void CrossCombineBackwardKernel(const float* __restrict__ x0,
+                                           const float* __restrict__ h, const float* __restrict__ g,
+                                           float* __restrict__ dh, float* __restrict__ dx0,
+                                           size_t count) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float gi = g[i];
+    dh[i] = gi * x0[i];
+    dx0[i] += gi * h[i];
+  }
+}
+
 template <bool kRelu>
 __global__ void BiasActivationVec4Kernel(float4* y, const float4* bias, size_t vectors,
                                          int col_vectors) {
@@ -196,6 +224,26 @@ void LaunchFill(float* dst, size_t count, float value, cudaStream_t stream) {
 void LaunchScale(float* data, size_t count, float alpha, cudaStream_t stream) {
   if (count == 0) return;
   ScaleKernel<<<GridFor(count), kThreads, 0, stream>>>(data, count, alpha);
+  DLRM_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchAxpy(float alpha, const float* x, float* y, size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  AxpyKernel<<<GridFor(count), kThreads, 0, stream>>>(alpha, x, y, count);
+  DLRM_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCrossCombine(const float* x0, const float* h, const float* xl, float* out, size_t count,
+                        cudaStream_t stream) {
+  if (count == 0) return;
+  CrossCombineKernel<<<GridFor(count), kThreads, 0, stream>>>(x0, h, xl, out, count);
+  DLRM_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCrossCombineBackward(const float* x0, const float* h, const float* g, float* dh,
+                                float* dx0, size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  CrossCombineBackwardKernel<<<GridFor(count), kThreads, 0, stream>>>(x0, h, g, dh, dx0, count);
   DLRM_CUDA_CHECK_LAUNCH();
 }
 

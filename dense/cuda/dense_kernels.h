@@ -15,6 +15,13 @@ namespace dlrm::dense::cuda {
 void LaunchFill(float* dst, size_t count, float value, cudaStream_t stream);
 // data[i] *= alpha.
 void LaunchScale(float* data, size_t count, float alpha, cudaStream_t stream);
+// y[i] += alpha * x[i].
+void LaunchAxpy(float alpha, const float* x, float* y, size_t count, cudaStream_t stream);
+// DCNv2 cross layer, element-wise (Backend::CrossCombine / CrossCombineBackward).
+void LaunchCrossCombine(const float* x0, const float* h, const float* xl, float* out, size_t count,
+                        cudaStream_t stream);
+void LaunchCrossCombineBackward(const float* x0, const float* h, const float* g, float* dh,
+                                float* dx0, size_t count, cudaStream_t stream);
 void LaunchBiasActivation(float* y, const float* bias, int rows, int cols, bool relu,
                           cudaStream_t stream);
 void LaunchReluBackward(const float* y, float* dy, size_t count, cudaStream_t stream);

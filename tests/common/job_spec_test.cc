@@ -49,6 +49,43 @@ TEST(JobSpec, ParsesValidSpec) {
   EXPECT_EQ(spec->TopInputWidth(), 16 + 4 * 3 / 2);
 }
 
+std::string WithModelLines(const std::string& lines) {
+  std::string text = kValid;
+  const std::string anchor = "  embedding_dim: 16\n";
+  text.replace(text.find(anchor), anchor.size(), anchor + lines);
+  return text;
+}
+
+TEST(JobSpec, DcnV2InteractionIsReadWithItsCrossLayers) {
+  auto spec =
+      ParseJobSpec(WithModelLines("  interaction: dcnv2\n  cross_layers: 2\n  low_rank: 24\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->interaction, "dcnv2");
+  EXPECT_EQ(spec->cross_layers, 2);
+  EXPECT_EQ(spec->low_rank, 24);
+  EXPECT_EQ(spec->TopInputWidth(), 4 * 16);  // [bottom, 3 embeddings]
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->interaction, "dcnv2");
+  EXPECT_EQ(again->low_rank, 24);
+
+  auto defaults = ParseJobSpec(WithModelLines("  interaction: dcnv2\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->cross_layers, 3);
+  EXPECT_EQ(defaults->low_rank, 512);
+
+  auto expect_error = [](const std::string& lines, const std::string& fragment) {
+    auto bad = ParseJobSpec(WithModelLines(lines));
+    ASSERT_FALSE(bad.ok()) << lines;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(fragment)) << bad.status();
+  };
+  expect_error("  interaction: cross\n", "model.interaction: must be dot or dcnv2, got 'cross'");
+  expect_error("  cross_layers: 2\n", "model.cross_layers: applies to interaction: dcnv2 only");
+  expect_error("  interaction: dcnv2\n  cross_layers: 0\n", "model.cross_layers: must be > 0");
+  expect_error("  interaction: dcnv2\n  low_rank: 100000\n", "kMaxLowRank");
+}
+
 TEST(JobSpec, WorkerBatchSizeSplitsTheGlobalBatchEvenly) {
   auto spec = ParseJobSpec(kValid);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -51,6 +51,9 @@ class DenseCudaTest : public ::testing::Test {
     return host;
   }
 
+  // Three forward, backward and optimizer steps of one model on each backend, compared.
+  void ExpectTrainingStepsMatch(const DlrmDenseModelOptions& options);
+
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<Backend> gpu_;
   std::vector<std::pair<Backend*, float*>> allocations_;
@@ -173,6 +176,46 @@ TEST_F(DenseCudaTest, BiasActivationAndReluBackward) {
       EXPECT_EQ(Down(gpu_.get(), gdy, dy.size()), Down(cpu_.get(), cdy, dy.size()));
     }
   }
+}
+
+// The element-wise pieces of the DCNv2 cross layers and of the concatenation around them.
+TEST_F(DenseCudaTest, CrossLayerElementWiseOpsAndStridedCopiesMatchCpu) {
+  const size_t n = 3 * 1000 + 7;  // not a multiple of a block or of 4
+  const auto x0 = RandomVector(n, 50), h = RandomVector(n, 51), xl = RandomVector(n, 52);
+  const auto g = RandomVector(n, 53), acc = RandomVector(n, 54);
+  float* c_out = Up(cpu_.get(), xl);  // out aliases xl, as the contract allows
+  float* g_out = Up(gpu_.get(), xl);
+  cpu_->CrossCombine(Up(cpu_.get(), x0), Up(cpu_.get(), h), c_out, c_out, n);
+  gpu_->CrossCombine(Up(gpu_.get(), x0), Up(gpu_.get(), h), g_out, g_out, n);
+  ExpectClose(Down(gpu_.get(), g_out, n), Down(cpu_.get(), c_out, n), 1e-6, 0, "cross_combine");
+
+  float* c_dh = Up(cpu_.get(), std::vector<float>(n, 9.0f));
+  float* g_dh = Up(gpu_.get(), std::vector<float>(n, 9.0f));
+  float* c_dx0 = Up(cpu_.get(), acc);
+  float* g_dx0 = Up(gpu_.get(), acc);
+  cpu_->CrossCombineBackward(Up(cpu_.get(), x0), Up(cpu_.get(), h), Up(cpu_.get(), g), c_dh, c_dx0,
+                             n);
+  gpu_->CrossCombineBackward(Up(gpu_.get(), x0), Up(gpu_.get(), h), Up(gpu_.get(), g), g_dh, g_dx0,
+                             n);
+  ExpectClose(Down(gpu_.get(), g_dh, n), Down(cpu_.get(), c_dh, n), 1e-6, 0, "dh");
+  ExpectClose(Down(gpu_.get(), g_dx0, n), Down(cpu_.get(), c_dx0, n), 1e-6, 0, "dx0");
+
+  float* c_y = Up(cpu_.get(), acc);
+  float* g_y = Up(gpu_.get(), acc);
+  cpu_->Axpy(-0.5f, Up(cpu_.get(), g), c_y, n);
+  gpu_->Axpy(-0.5f, Up(gpu_.get(), g), g_y, n);
+  ExpectClose(Down(gpu_.get(), g_y, n), Down(cpu_.get(), c_y, n), 1e-6, 0, "axpy");
+
+  // Columns 3..9 of a 37 x 20 matrix into columns 5..11 of a 37 x 16 one; the rest untouched.
+  const auto src = RandomVector(37 * 20, 55), dst = RandomVector(37 * 16, 56);
+  float* c_dst = Up(cpu_.get(), dst);
+  float* g_dst = Up(gpu_.get(), dst);
+  cpu_->Copy2D(Up(cpu_.get(), src) + 3, 20, c_dst + 5, 16, 37, 7);
+  gpu_->Copy2D(Up(gpu_.get(), src) + 3, 20, g_dst + 5, 16, 37, 7);
+  const auto want = Down(cpu_.get(), c_dst, dst.size());
+  EXPECT_EQ(Down(gpu_.get(), g_dst, dst.size()), want);
+  EXPECT_EQ(want[16 * 2 + 5], src[20 * 2 + 3]);
+  EXPECT_EQ(want[16 * 2 + 4], dst[16 * 2 + 4]);
 }
 
 TEST_F(DenseCudaTest, ColumnSumIsAccurateAndDeterministic) {
@@ -300,18 +343,33 @@ TEST_F(DenseCudaTest, OptimizersMatchCpuOverSeveralSteps) {
   }
 }
 
-// The whole dense training step (forward, loss, backward, optimizer) on both backends.
-TEST_F(DenseCudaTest, TrainingStepMatchesCpu) {
+DlrmDenseModelOptions TrainingStepOptions(Interaction interaction) {
   DlrmDenseModelOptions options;
   options.num_dense_features = 13;
   options.bottom_widths = {64, 16};
   options.top_widths = {64, 32, 1};
   options.num_tables = 5;
   options.embedding_dim = 16;
+  options.interaction = interaction;
+  options.cross_layers = 3;
+  options.low_rank = 32;
   options.max_batch_size = 128;
   options.seed = 7;
   options.optimizer.type = DenseOptimizerType::kAdam;
   options.optimizer.learning_rate = 0.01f;
+  return options;
+}
+
+// The whole dense training step (forward, loss, backward, optimizer) on both backends.
+TEST_F(DenseCudaTest, TrainingStepMatchesCpu) {
+  ExpectTrainingStepsMatch(TrainingStepOptions(Interaction::kDot));
+}
+
+TEST_F(DenseCudaTest, DcnV2TrainingStepMatchesCpu) {
+  ExpectTrainingStepsMatch(TrainingStepOptions(Interaction::kDcnV2));
+}
+
+void DenseCudaTest::ExpectTrainingStepsMatch(const DlrmDenseModelOptions& options) {
   auto cpu_model = DlrmDenseModel::Create(cpu_.get(), options);
   auto gpu_model = DlrmDenseModel::Create(gpu_.get(), options);
   ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();

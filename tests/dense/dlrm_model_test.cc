@@ -17,10 +17,6 @@
 namespace dlrm::dense::testing {
 namespace {
 
-template <typename Factory>
-using DlrmModelTest = BackendTest<Factory>;
-TYPED_TEST_SUITE(DlrmModelTest, BackendFactories, BackendFactoryNames);
-
 DlrmDenseModelOptions SmallOptions() {
   return DlrmDenseModelOptions{.num_dense_features = 5,
                                .bottom_widths = {7, 4},
@@ -32,14 +28,94 @@ DlrmDenseModelOptions SmallOptions() {
                                .optimizer = {}};
 }
 
-// Summed BCE of the batch as a function of every parameter and embedding. Checked: 80 sampled
-// parameters and every embedding entry, h = 5e-3, tolerance 1e-3 + 1e-2 |analytic| (float
-// forward passes; coordinates whose perturbation flips a ReLU are skipped, at most a fifth).
-TYPED_TEST(DlrmModelTest, GradientsMatchFiniteDifferences) {
-  const DlrmDenseModelOptions options = SmallOptions();
+// SmallOptions with DCNv2: x_0 is 16 wide, two cross layers of rank 3.
+DlrmDenseModelOptions SmallDcnOptions() {
+  DlrmDenseModelOptions o = SmallOptions();
+  o.interaction = Interaction::kDcnV2;
+  o.cross_layers = 2;
+  o.low_rank = 3;
+  return o;
+}
+
+// The model's forward pass written out on the host with plain loops, from the flat parameter
+// vector in the documented order (bottom MLP, cross layers V U b, top MLP; each Linear W then
+// b): returns the logits. `with_cross` false leaves the cross layers out, i.e. the top MLP reads
+// the concatenation x_0 itself.
+std::vector<double> HostLogits(const DlrmDenseModelOptions& o, const std::vector<float>& params,
+                               const std::vector<float>& dense, const std::vector<float>& emb,
+                               int batch, bool with_cross) {
+  size_t offset = 0;
+  auto linear = [&](const std::vector<double>& x, int in, int out, bool relu, bool bias) {
+    std::vector<double> y(out, 0.0);
+    for (int j = 0; j < out; ++j) {
+      for (int i = 0; i < in; ++i) y[j] += params[offset + j * in + i] * x[i];
+    }
+    offset += static_cast<size_t>(in) * out;
+    for (int j = 0; bias && j < out; ++j) y[j] += params[offset + j];
+    if (bias) offset += out;
+    for (double& v : y) v = relu ? std::max(v, 0.0) : v;
+    return y;
+  };
+  const int t = o.num_tables, d = o.embedding_dim, w = (t + 1) * d;
+  std::vector<double> logits;
+  for (int b = 0; b < batch; ++b) {
+    offset = 0;
+    std::vector<double> x(dense.begin() + b * o.num_dense_features,
+                          dense.begin() + (b + 1) * o.num_dense_features);
+    int in = o.num_dense_features;
+    for (int width : o.bottom_widths) {
+      x = linear(x, in, width, /*relu=*/true, /*bias=*/true);
+      in = width;
+    }
+    for (int i = 0; i < t * d; ++i) x.push_back(emb[static_cast<size_t>(b) * t * d + i]);
+    const std::vector<double> x0 = x;
+    for (int l = 0; l < o.cross_layers; ++l) {
+      const std::vector<double> tv = linear(x, w, o.low_rank, false, /*bias=*/false);
+      const std::vector<double> h = linear(tv, o.low_rank, w, false, /*bias=*/true);
+      if (!with_cross) continue;
+      for (int i = 0; i < w; ++i) x[i] = x0[i] * h[i] + x[i];
+    }
+    in = w;
+    for (size_t i = 0; i < o.top_widths.size(); ++i) {
+      x = linear(x, in, o.top_widths[i], /*relu=*/i + 1 < o.top_widths.size(), true);
+      in = o.top_widths[i];
+    }
+    logits.push_back(x[0]);
+  }
+  return logits;
+}
+
+template <typename Factory>
+class DlrmModelTest : public BackendTest<Factory> {
+ protected:
+  // Summed BCE of the batch as a function of every parameter and embedding. Checked: 80 sampled
+  // parameters and every embedding entry, h = 5e-3, tolerance 1e-3 + 1e-2 |analytic| (float
+  // forward passes; coordinates whose perturbation flips a ReLU are skipped, at most a fifth).
+  void CheckGradients(const DlrmDenseModelOptions& options);
+};
+TYPED_TEST_SUITE(DlrmModelTest, BackendFactories, BackendFactoryNames);
+
+TYPED_TEST(DlrmModelTest, GradientsMatchFiniteDifferences) { this->CheckGradients(SmallOptions()); }
+
+TYPED_TEST(DlrmModelTest, DcnV2GradientsMatchFiniteDifferences) {
+  this->CheckGradients(SmallDcnOptions());
+}
+
+template <typename Factory>
+void DlrmModelTest<Factory>::CheckGradients(const DlrmDenseModelOptions& options) {
   auto model_or = DlrmDenseModel::Create(this->backend(), options);
   ASSERT_TRUE(model_or.ok()) << model_or.status();
   DlrmDenseModel& model = **model_or;
+  if (model.cross_net() != nullptr) {
+    // Initialisation leaves b = 0; random biases make every term of the cross layers count.
+    std::mt19937_64 rng(11);
+    for (int l = 0; l < options.cross_layers; ++l) {
+      const ParameterSlice slice = model.cross_net()->layer_slice(l);
+      const size_t kernels = slice.count - model.interaction_width();
+      const std::vector<float> bias = RandomVector(model.interaction_width(), rng, -0.5f, 0.5f);
+      this->backend()->CopyFromHost(bias.data(), slice.params + kernels, bias.size());
+    }
+  }
   const int batch = 6, t = options.num_tables, d = options.embedding_dim;
   std::mt19937_64 rng(1);
   Tensor dense = this->Upload(RandomVector(batch * 5, rng), batch, 5);
@@ -113,6 +189,21 @@ class GemmRecordingBackend : public Backend {
   void ColumnSum(const float* dy, int rows, int cols, float* db) override {
     inner_->ColumnSum(dy, rows, cols, db);
   }
+  void Copy2D(const float* src, int src_stride, float* dst, int dst_stride, int rows,
+              int cols) override {
+    inner_->Copy2D(src, src_stride, dst, dst_stride, rows, cols);
+  }
+  void Axpy(float alpha, const float* x, float* y, size_t count) override {
+    inner_->Axpy(alpha, x, y, count);
+  }
+  void CrossCombine(const float* x0, const float* h, const float* xl, float* out,
+                    size_t count) override {
+    inner_->CrossCombine(x0, h, xl, out, count);
+  }
+  void CrossCombineBackward(const float* x0, const float* h, const float* g, float* dh, float* dx0,
+                            size_t count) override {
+    inner_->CrossCombineBackward(x0, h, g, dh, dx0, count);
+  }
   void InteractionForward(const float* bottom, const float* emb, int batch, int t, int d,
                           float* out) override {
     inner_->InteractionForward(bottom, emb, batch, t, d, out);
@@ -158,6 +249,75 @@ TYPED_TEST(DlrmModelTest, GemmOnlyStepIssuesTheGemmsOfATrainingStep) {
   // features); top 2 layers: 2 forward + 2 weight-gradient + 2 input-gradient.
   EXPECT_EQ(step_calls.size(), 14u);
   EXPECT_EQ(recorder.calls, step_calls);
+}
+
+TYPED_TEST(DlrmModelTest, DcnV2GemmOnlyStepIssuesTheGemmsOfATrainingStep) {
+  GemmRecordingBackend recorder(this->backend());
+  auto model = DlrmDenseModel::Create(&recorder, SmallDcnOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int batch = 5;
+  std::mt19937_64 rng(2);
+  Tensor dense = this->Upload(RandomVector(batch * 5, rng), batch, 5);
+  Tensor emb = this->Upload(RandomVector(batch * 12, rng), batch, 12);
+  Tensor labels = this->Upload({1, 0, 1, 1, 0});
+  recorder.calls.clear();
+  (*model)->TrainStep(dense.data(), emb.data(), labels.data(), batch, nullptr);
+  const std::vector<GemmRecordingBackend::Call> step_calls = recorder.calls;
+  recorder.calls.clear();
+  (*model)->GemmOnlyStep(batch, dense.data());
+  // bottom 2 layers: 2 + 2 + 1; cross 2 layers: 2 forward + 4 backward each; top: 2 + 2 + 2.
+  EXPECT_EQ(step_calls.size(), 5u + 12u + 6u);
+  EXPECT_EQ(recorder.calls, step_calls);
+}
+
+// The cross layers compute x_{l+1} = x_0 * (U (V x_l) + b) + x_l: the logits equal a host
+// evaluation of that formula (double precision, plain loops) with random weights and biases.
+TYPED_TEST(DlrmModelTest, DcnV2ForwardMatchesTheFormulaOnTheHost) {
+  const DlrmDenseModelOptions options = SmallDcnOptions();
+  auto model = DlrmDenseModel::Create(this->backend(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::mt19937_64 rng(6);
+  const std::vector<float> params = RandomVector((*model)->num_params(), rng, -0.6f, 0.6f);
+  (*model)->parameters().ParamsFromHost(params);
+  const int batch = 7;
+  const std::vector<float> dense = RandomVector(batch * 5, rng);
+  const std::vector<float> emb = RandomVector(batch * 12, rng);
+  Tensor dense_t = this->Upload(dense, batch, 5), emb_t = this->Upload(emb, batch, 12);
+  const std::vector<float> logits =
+      this->Download((*model)->Forward(dense_t.data(), emb_t.data(), batch), batch);
+  const std::vector<double> expected = HostLogits(options, params, dense, emb, batch, true);
+  const std::vector<double> no_cross = HostLogits(options, params, dense, emb, batch, false);
+  double cross_effect = 0.0;
+  for (int b = 0; b < batch; ++b) {
+    EXPECT_NEAR(logits[b], expected[b], 1e-4 + 1e-4 * std::fabs(expected[b])) << "sample " << b;
+    cross_effect = std::max(cross_effect, std::fabs(expected[b] - no_cross[b]));
+  }
+  EXPECT_GT(cross_effect, 0.05) << "the cross layers must matter for this check to mean anything";
+}
+
+// With every cross weight and bias zero, x_L = x_0 and DLRM-DCNv2 is a plain MLP (the bottom MLP,
+// then the top MLP over the concatenation [bottom, embeddings]); the host reference for that
+// leaves the cross code out entirely.
+TYPED_TEST(DlrmModelTest, DcnV2WithZeroCrossWeightsIsAPlainMlpOverTheConcatenation) {
+  const DlrmDenseModelOptions options = SmallDcnOptions();
+  auto model = DlrmDenseModel::Create(this->backend(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (int l = 0; l < options.cross_layers; ++l) {
+    const ParameterSlice slice = (*model)->cross_net()->layer_slice(l);
+    this->backend()->Fill(slice.params, slice.count, 0.0f);
+  }
+  const std::vector<float> params = this->Download((*model)->params(), (*model)->num_params());
+  std::mt19937_64 rng(8);
+  const int batch = 7;
+  const std::vector<float> dense = RandomVector(batch * 5, rng);
+  const std::vector<float> emb = RandomVector(batch * 12, rng);
+  Tensor dense_t = this->Upload(dense, batch, 5), emb_t = this->Upload(emb, batch, 12);
+  const std::vector<float> logits =
+      this->Download((*model)->Forward(dense_t.data(), emb_t.data(), batch), batch);
+  const std::vector<double> mlp = HostLogits(options, params, dense, emb, batch, false);
+  for (int b = 0; b < batch; ++b) {
+    EXPECT_NEAR(logits[b], mlp[b], 1e-5 + 1e-5 * std::fabs(mlp[b])) << "sample " << b;
+  }
 }
 
 TYPED_TEST(DlrmModelTest, TrainingOnASeparableTaskReducesTheLoss) {
@@ -262,6 +422,24 @@ TEST(DlrmModelCreateTest, RejectsInconsistentOptions) {
   o = SmallOptions();
   o.optimizer.learning_rate = -1.0f;
   expect_error(o, "learning_rate");
+  o = SmallDcnOptions();
+  o.cross_layers = 0;
+  expect_error(o, "cross_layers must be positive, got 0");
+  o = SmallDcnOptions();
+  o.low_rank = -2;
+  expect_error(o, "low_rank must be positive, got -2");
+}
+
+TEST(DlrmModelCreateTest, DcnV2Shape) {
+  auto backend = CpuBackendFactory::Create();
+  ASSERT_TRUE(backend.ok());
+  auto model = DlrmDenseModel::Create(backend->get(), SmallDcnOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  // x_0 = [bottom (4), 3 tables x 4] = 16 wide; each cross layer V [3 x 16], U [16 x 3], b [16].
+  EXPECT_EQ((*model)->interaction_width(), 16);
+  EXPECT_EQ((*model)->top_mlp().input_width(), 16);
+  EXPECT_EQ((*model)->num_params(),
+            5u * 7 + 7 + 7 * 4 + 4 + 2 * (3 * 16 + 16 * 3 + 16) + 16 * 6 + 6 + 6 + 1);
 }
 
 TEST(DlrmModelCreateTest, CriteoShape) {
