@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -211,6 +212,17 @@ absl::Status WriteHotPart(const std::string& dir, Trainer& trainer, int part,
   return absl::OkStatus();
 }
 
+// The dense architecture of a spec in words, for comparing a checkpoint's with the job's.
+std::string DenseArchitecture(const common::JobSpec& spec) {
+  std::string cross;
+  if (spec.interaction == "dcnv2") {
+    cross = absl::StrCat(" (", spec.cross_layers, " cross layers of rank ", spec.low_rank, ")");
+  }
+  return absl::StrCat(spec.dense_features, " dense features, bottom MLP [",
+                      absl::StrJoin(spec.bottom_mlp, ", "), "], interaction ", spec.interaction,
+                      cross, ", top MLP [", absl::StrJoin(spec.top_mlp, ", "), "]");
+}
+
 }  // namespace
 
 absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::JobSpec& spec) {
@@ -240,6 +252,15 @@ absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": dense optimizer ",
                                                    m.dense_optimizer, ", the job spec's ",
                                                    spec.dense_optimizer.type));
+  }
+  // Two architectures may have the same parameter count; the spec they were trained with tells
+  // them apart.
+  if (auto trained = common::ParseJobSpec(m.spec_yaml, m.name); trained.ok()) {
+    const std::string have = DenseArchitecture(*trained), want = DenseArchitecture(spec);
+    if (have != want) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, " holds a model with ",
+                                                     have, "; the job spec's has ", want));
+    }
   }
   return absl::OkStatus();
 }

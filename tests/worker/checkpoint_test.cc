@@ -168,6 +168,17 @@ TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 0"));
+
+  // The same tables under another interaction: refused, naming both architectures.
+  common::JobSpec dcn = spec;
+  dcn.interaction = "dcnv2";
+  dcn.checkpoint.dir = "";
+  r = TrainInProcess(dcn, Quiet(Ckpt("s")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("interaction dot, top MLP [32, 1]; the job spec's has 13 dense features, "
+                        "bottom MLP [32, 8], interaction dcnv2 (3 cross layers of rank 512)"));
 }
 
 TEST_F(CheckpointTest, IncrementalCheckpointsHoldOnlyTheChangedRows) {
