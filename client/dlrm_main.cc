@@ -6,6 +6,7 @@
 //   dlrm eval --checkpoint DIR --data FILE... [--metrics-out m.json] AUC, logloss, accuracy
 //   dlrm predict --checkpoint DIR --data FILE --out scores.tsv       one probability per line
 //   dlrm gen-data --out train.tsv --rows N [--max-rows R] [--seed S]  synthetic Criteo TSV
+//                 [--format binary] [--multi-hot mlperf|N|N,N,...]   or binary, multi-hot
 //   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
 //   dlrm bench --shape kaggle-shape|model1                            full step vs GEMM bound
 #include <cstdio>
@@ -92,10 +93,14 @@ void AddPredict(CLI::App& app, std::function<int()>* run) {
 }
 
 void AddGenData(CLI::App& app, std::function<int()>* run) {
-  auto* cmd = app.add_subcommand("gen-data", "Write synthetic Criteo TSV with a planted signal");
+  auto* cmd = app.add_subcommand(
+      "gen-data",
+      "Write synthetic Criteo data (TSV, or binary one-hot or multi-hot) with a planted "
+      "signal");
   static worker::GenDataOptions options;
   static int64_t max_rows = 0;
   static std::string format = "tsv";
+  static std::string multi_hot;
   cmd->add_option("-o,--out", options.output, "Output file")->required();
   cmd->add_option("-n,--rows", options.num_rows, "Number of samples")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", options.seed, "Random seed");
@@ -104,10 +109,21 @@ void AddGenData(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the ids");
   cmd->add_option("--signal", options.signal_strength, "Strength of the planted logistic signal");
   cmd->add_option("--empty-fraction", options.empty_fraction, "Fraction of empty fields");
-  cmd->add_option("--format", format, "tsv | binary")->check(CLI::IsMember({"tsv", "binary"}));
-  cmd->callback([run] {
-    *run = [] {
+  auto* format_option =
+      cmd->add_option("--format", format, "tsv | binary (the default with --multi-hot)")
+          ->check(CLI::IsMember({"tsv", "binary"}));
+  cmd->add_option("--multi-hot", multi_hot,
+                  "Bags of ids per table: 'mlperf' (MLPerf DLRMv2's sizes), one size for every "
+                  "table, or 26 comma-separated sizes; writes binary format version 2");
+  cmd->callback([run, format_option] {
+    *run = [format_option] {
       if (max_rows > 0) options.cardinalities = worker::CappedKaggleCardinalities(max_rows);
+      if (!multi_hot.empty()) {
+        auto bags = worker::ParseBagSizes(multi_hot);
+        if (!bags.ok()) return Fail(bags.status());
+        options.bags = *bags;
+        if (format_option->count() == 0) format = "binary";
+      }
       options.format =
           format == "binary" ? worker::InputFormat::kBinary : worker::InputFormat::kTsv;
       worker::GenDataStats stats;

@@ -1,5 +1,7 @@
 #include "worker/input/batch_reader.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,7 +33,8 @@ class FileBatchReader : public BatchReader {
       ++n;
     }
     if (n == 0 || (options_.drop_last && n < records_.size())) return false;
-    FillBatch(absl::MakeConstSpan(records_.data(), n), options_.table_rows, batch);
+    DLRM_RETURN_IF_ERROR(
+        FillBatch(absl::MakeConstSpan(records_.data(), n), options_.table_rows, batch));
     delivered_ += static_cast<int64_t>(n);
     return true;
   }
@@ -62,7 +65,7 @@ class MemoryBatchReader : public BatchReader {
   absl::StatusOr<bool> Next(Batch* batch) override {
     const size_t n = std::min<size_t>(batch_size_, records_.size() - position_);
     if (n == 0 || (drop_last_ && n < static_cast<size_t>(batch_size_))) return false;
-    FillBatch(records_.subspan(position_, n), table_rows_, batch);
+    DLRM_RETURN_IF_ERROR(FillBatch(records_.subspan(position_, n), table_rows_, batch));
     position_ += n;
     return true;
   }
@@ -97,8 +100,8 @@ absl::Status ValidateTableRows(const std::vector<int64_t>& table_rows) {
   return absl::OkStatus();
 }
 
-void FillBatch(absl::Span<const CriteoRecord> records, const std::vector<int64_t>& table_rows,
-               Batch* batch) {
+absl::Status FillBatch(absl::Span<const CriteoRecord> records,
+                       const std::vector<int64_t>& table_rows, Batch* batch) {
   const int n = static_cast<int>(records.size());
   batch->size = n;
   batch->num_dense = kCriteoNumDense;
@@ -110,17 +113,63 @@ void FillBatch(absl::Span<const CriteoRecord> records, const std::vector<int64_t
     batch->labels[i] = r.label;
     std::copy(r.dense.begin(), r.dense.end(), batch->dense.begin() + i * kCriteoNumDense);
   }
+  const bool one_hot = std::all_of(records.begin(), records.end(),
+                                   [](const CriteoRecord& r) { return r.extra_ids.empty(); });
+  if (one_hot) {
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      SparseFeature& feature = batch->sparse[t];
+      feature.ids.resize(n);
+      feature.offsets.resize(n + 1);
+      const int64_t rows = table_rows[t];
+      for (int i = 0; i < n; ++i) {
+        feature.ids[i] = HashCategorical(records[i].cats[t], records[i].missing(t), t, rows);
+        feature.offsets[i] = i;
+      }
+      feature.offsets[n] = n;
+    }
+    return absl::OkStatus();
+  }
+  // Multi-hot: record by record, each table's bag onto the end of that table's ids.
+  for (SparseFeature& feature : batch->sparse) {
+    feature.ids.clear();
+    feature.offsets.resize(n + 1);
+  }
+  for (int i = 0; i < n; ++i) {
+    const CriteoRecord& r = records[i];
+    if (static_cast<int>(r.extra_ids.size()) != ExtraIdsPerRecord(r.bags)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "record ", i, " of the batch has ", r.extra_ids.size(), " extra ids for bags [",
+          BagSizesString(r.bags), "], which need ", ExtraIdsPerRecord(r.bags)));
+    }
+    size_t extra = 0;
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      SparseFeature& feature = batch->sparse[t];
+      const int64_t rows = table_rows[t];
+      feature.offsets[i] = static_cast<int32_t>(feature.ids.size());
+      const size_t more = r.bags[t] - 1u;
+      if (r.missing(t)) {
+        feature.ids.push_back(HashCategorical(0, /*missing=*/true, t, rows));
+      } else {
+        feature.ids.push_back(HashCategorical(r.cats[t], false, t, rows));
+        for (size_t k = 0; k < more; ++k) {
+          feature.ids.push_back(HashCategorical(r.extra_ids[extra + k], false, t, rows));
+        }
+      }
+      extra += more;
+    }
+  }
   for (int t = 0; t < kCriteoNumCategorical; ++t) {
     SparseFeature& feature = batch->sparse[t];
-    feature.ids.resize(n);
-    feature.offsets.resize(n + 1);
-    const int64_t rows = table_rows[t];
-    for (int i = 0; i < n; ++i) {
-      feature.ids[i] = HashCategorical(records[i].cats[t], records[i].missing(t), t, rows);
-      feature.offsets[i] = i;
+    // Offsets are int32 (as FBGEMM's and the GPU kernels'); at most 2^20 samples of 4096 ids
+    // could pass that.
+    if (feature.ids.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", t, ": a batch of ", n, " samples has ", feature.ids.size(),
+                       " ids, over the 2^31 - 1 a batch's offsets can address"));
     }
-    feature.offsets[n] = n;
+    feature.offsets[n] = static_cast<int32_t>(feature.ids.size());
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Create(

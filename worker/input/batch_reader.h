@@ -1,5 +1,7 @@
 // Turns records into the trainer's Batch: dense (size x 13), labels, and per table the ids hashed
-// with HashCategorical into that table's rows, offsets 0, 1, ..., size (one id per table).
+// with HashCategorical into that table's rows: one id per sample for one-hot records (offsets 0,
+// 1, ..., size), a bag per sample for multi-hot ones (CriteoRecord::bags; an empty field is one
+// id, row 0).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,9 @@ class BatchReader {
 absl::Status ValidateTableRows(const std::vector<int64_t>& table_rows);
 
 // Writes `records` into *batch (resizing its vectors). Precondition: ValidateTableRows passed.
-void FillBatch(absl::Span<const CriteoRecord> records, const std::vector<int64_t>& table_rows,
-               Batch* batch);
+// INVALID_ARGUMENT for a record whose extra_ids do not fit its bags, or a table with more than
+// 2^31 - 1 ids in the batch.
+absl::Status FillBatch(absl::Span<const CriteoRecord> records,
+                       const std::vector<int64_t>& table_rows, Batch* batch);
 
 }  // namespace dlrm::worker

@@ -1,5 +1,6 @@
 #include "worker/input/binary_format.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -16,6 +17,13 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "binary format assumes little-endian");
 
 constexpr int64_t kWriterBufferRecords = 8192;
+// Multi-hot records can be large (up to 26 bags of kMaxBagSize tokens): buffers hold at most
+// this many bytes, and at least one record.
+constexpr int64_t kMaxBufferBytes = int64_t{8} << 20;
+
+int64_t BufferRecords(int64_t wanted, int64_t record_bytes) {
+  return std::max<int64_t>(1, std::min(wanted, kMaxBufferBytes / record_bytes));
+}
 constexpr uint32_t kValidMaskBits = (1u << kCriteoNumCategorical) - 1;
 
 uint64_t Fnv1a64(const char* data, size_t n) {
@@ -39,25 +47,41 @@ T Get(const char* src, size_t offset) {
   return value;
 }
 
-void EncodeHeader(int64_t records, char* out) {
+constexpr int64_t kCatsOffset = 1 + 4 * kCriteoNumDense;
+constexpr int64_t kExtraOffset = kCatsOffset + 4 * kCriteoNumCategorical;
+// Version 2's header: the bag sizes, then the checksum of everything before it.
+constexpr size_t kBagsOffset = 32;
+constexpr size_t kMultiHotChecksumOffset = 88;
+
+// Writes layout.header_bytes bytes.
+void EncodeHeader(const BinaryLayout& layout, int64_t records, char* out) {
+  std::memset(out, 0, layout.header_bytes);
   std::memcpy(out, kBinaryMagic, 8);
-  Put<uint32_t>(out, 8, kBinaryVersion);
+  Put<uint32_t>(out, 8, layout.version);
   Put<uint32_t>(out, 12, kCriteoNumDense);
   Put<uint32_t>(out, 16, kCriteoNumCategorical);
-  Put<uint32_t>(out, 20, static_cast<uint32_t>(kBinaryRecordBytes));
+  Put<uint32_t>(out, 20, static_cast<uint32_t>(layout.record_bytes));
   Put<uint64_t>(out, 24, static_cast<uint64_t>(records));
-  Put<uint64_t>(out, 32, Fnv1a64(out, 32));
+  if (layout.version == kBinaryVersion) {
+    Put<uint64_t>(out, 32, Fnv1a64(out, 32));
+    return;
+  }
+  std::memcpy(out + kBagsOffset, layout.bags.data(), sizeof(BagSizes));
+  Put<uint64_t>(out, kMultiHotChecksumOffset, Fnv1a64(out, kMultiHotChecksumOffset));
 }
 
-void EncodeRecord(const CriteoRecord& r, char* out) {
+void EncodeRecord(const BinaryLayout& layout, const CriteoRecord& r, char* out) {
   out[0] = r.label != 0.0f ? 1 : 0;
   std::memcpy(out + 1, r.dense.data(), 4 * kCriteoNumDense);
-  std::memcpy(out + 1 + 4 * kCriteoNumDense, r.cats.data(), 4 * kCriteoNumCategorical);
-  Put<uint32_t>(out, kBinaryRecordBytes - 4, r.missing_mask);
+  std::memcpy(out + kCatsOffset, r.cats.data(), 4 * kCriteoNumCategorical);
+  if (layout.extra_ids > 0) {
+    std::memcpy(out + kExtraOffset, r.extra_ids.data(), 4 * r.extra_ids.size());
+  }
+  Put<uint32_t>(out, layout.record_bytes - 4, r.missing_mask);
 }
 
 // Returns the reason a record is corrupt, or "" when it is fine.
-std::string DecodeRecord(const char* in, CriteoRecord* r) {
+std::string DecodeRecord(const BinaryLayout& layout, const char* in, CriteoRecord* r) {
   const uint8_t label = static_cast<uint8_t>(in[0]);
   if (label > 1) return absl::StrCat("label byte ", label, " is not 0 or 1");
   r->label = label;
@@ -67,8 +91,13 @@ std::string DecodeRecord(const char* in, CriteoRecord* r) {
       return absl::StrCat("dense I", j + 1, " = ", r->dense[j], " is not a finite value >= 0");
     }
   }
-  std::memcpy(r->cats.data(), in + 1 + 4 * kCriteoNumDense, 4 * kCriteoNumCategorical);
-  r->missing_mask = Get<uint32_t>(in, kBinaryRecordBytes - 4);
+  std::memcpy(r->cats.data(), in + kCatsOffset, 4 * kCriteoNumCategorical);
+  r->bags = layout.bags;
+  r->extra_ids.resize(layout.extra_ids);
+  if (layout.extra_ids > 0) {
+    std::memcpy(r->extra_ids.data(), in + kExtraOffset, 4 * r->extra_ids.size());
+  }
+  r->missing_mask = Get<uint32_t>(in, layout.record_bytes - 4);
   if ((r->missing_mask & ~kValidMaskBits) != 0) {
     return absl::StrCat("missing mask ", r->missing_mask, " has bits beyond ",
                         kCriteoNumCategorical, " tables");
@@ -83,7 +112,27 @@ absl::Status OpenError(const std::string& what, const std::string& path, int err
   return absl::UnavailableError(message);
 }
 
+absl::Status CheckBags(const BagSizes& bags) {
+  for (int t = 0; t < kCriteoNumCategorical; ++t) {
+    if (bags[t] < 1 || bags[t] > kMaxBagSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bag size ", bags[t], " of table ", t, " is not in [1, ", kMaxBagSize, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+BinaryLayout BinaryLayout::MultiHot(const BagSizes& bags) {
+  BinaryLayout layout;
+  layout.version = kBinaryVersionMultiHot;
+  layout.bags = bags;
+  layout.header_bytes = kBinaryHeaderBytesMultiHot;
+  layout.extra_ids = ExtraIdsPerRecord(bags);
+  layout.record_bytes = kBinaryRecordBytes + 4 * int64_t{layout.extra_ids};
+  return layout;
+}
 
 absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
@@ -97,22 +146,26 @@ absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path) {
 // ---------------------------------------------------------------------------------------------
 // BinaryWriter
 
-absl::StatusOr<std::unique_ptr<BinaryWriter>> BinaryWriter::Create(const std::string& path) {
+absl::StatusOr<std::unique_ptr<BinaryWriter>> BinaryWriter::Create(const std::string& path,
+                                                                   std::optional<BagSizes> bags) {
+  if (bags.has_value()) DLRM_RETURN_IF_ERROR(Annotate(CheckBags(*bags), path));
+  const BinaryLayout layout =
+      bags.has_value() ? BinaryLayout::MultiHot(*bags) : BinaryLayout::OneHot();
   const std::string tmp = path + ".tmp";
   std::FILE* file = std::fopen(tmp.c_str(), "wb");
   if (file == nullptr) return OpenError("create binary file", tmp, errno);
-  auto writer = std::unique_ptr<BinaryWriter>(new BinaryWriter(path, file));
-  char header[kBinaryHeaderBytes];
-  EncodeHeader(0, header);  // placeholder; Finish() writes the real count
-  if (std::fwrite(header, 1, sizeof(header), file) != sizeof(header)) {
+  auto writer = std::unique_ptr<BinaryWriter>(new BinaryWriter(path, file, layout));
+  std::vector<char> header(layout.header_bytes);
+  EncodeHeader(layout, 0, header.data());  // placeholder; Finish() writes the real count
+  if (std::fwrite(header.data(), 1, header.size(), file) != header.size()) {
     return absl::DataLossError(absl::StrCat("cannot write header of ", tmp));
   }
   return writer;
 }
 
-BinaryWriter::BinaryWriter(std::string path, std::FILE* file)
-    : path_(std::move(path)), tmp_path_(path_ + ".tmp"), file_(file) {
-  buffer_.reserve(kWriterBufferRecords * kBinaryRecordBytes);
+BinaryWriter::BinaryWriter(std::string path, std::FILE* file, const BinaryLayout& layout)
+    : layout_(layout), path_(std::move(path)), tmp_path_(path_ + ".tmp"), file_(file) {
+  buffer_.reserve(BufferRecords(kWriterBufferRecords, layout_.record_bytes) * layout_.record_bytes);
 }
 
 BinaryWriter::~BinaryWriter() {
@@ -124,11 +177,20 @@ BinaryWriter::~BinaryWriter() {
 
 absl::Status BinaryWriter::Append(const CriteoRecord& record) {
   if (file_ == nullptr) return absl::FailedPreconditionError("BinaryWriter: Append after Finish");
+  if (record.bags != layout_.bags ||
+      record.extra_ids.size() != static_cast<size_t>(layout_.extra_ids)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": record ", records_, " has bags [", BagSizesString(record.bags),
+                     "] and ", record.extra_ids.size(), " extra ids; the file's bags are [",
+                     BagSizesString(layout_.bags), "] (", layout_.extra_ids, " extra ids)"));
+  }
   const size_t at = buffer_.size();
-  buffer_.resize(at + kBinaryRecordBytes);
-  EncodeRecord(record, buffer_.data() + at);
+  buffer_.resize(at + layout_.record_bytes);
+  EncodeRecord(layout_, record, buffer_.data() + at);
   ++records_;
-  if (buffer_.size() >= static_cast<size_t>(kWriterBufferRecords * kBinaryRecordBytes)) {
+  if (buffer_.size() >=
+      static_cast<size_t>(BufferRecords(kWriterBufferRecords, layout_.record_bytes) *
+                          layout_.record_bytes)) {
     return Flush();
   }
   return absl::OkStatus();
@@ -146,10 +208,11 @@ absl::Status BinaryWriter::Flush() {
 absl::Status BinaryWriter::Finish() {
   if (file_ == nullptr) return absl::FailedPreconditionError("BinaryWriter: Finish called twice");
   DLRM_RETURN_IF_ERROR(Flush());
-  char header[kBinaryHeaderBytes];
-  EncodeHeader(records_, header);
+  std::vector<char> header(layout_.header_bytes);
+  EncodeHeader(layout_, records_, header.data());
   if (std::fseek(file_, 0, SEEK_SET) != 0 ||
-      std::fwrite(header, 1, sizeof(header), file_) != sizeof(header) || std::fflush(file_) != 0) {
+      std::fwrite(header.data(), 1, header.size(), file_) != header.size() ||
+      std::fflush(file_) != 0) {
     return absl::DataLossError(
         absl::StrCat("cannot write header of ", tmp_path_, ": ", std::strerror(errno)));
   }
@@ -175,27 +238,49 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const Options& 
     std::fclose(file);
     return absl::DataLossError(absl::StrCat(path, ": ", reason));
   };
-  char header[kBinaryHeaderBytes];
-  const size_t got = std::fread(header, 1, sizeof(header), file);
-  if (got != sizeof(header)) {
+  char header[kBinaryHeaderBytesMultiHot];
+  const size_t got = std::fread(header, 1, kBinaryHeaderBytes, file);
+  if (got != kBinaryHeaderBytes) {
     return fail(absl::StrCat("truncated header: ", got, " of ", kBinaryHeaderBytes, " bytes"));
   }
   if (std::memcmp(header, kBinaryMagic, 8) != 0)
     return fail("bad magic at offset 0 (not DLRMBIN1)");
-  if (Get<uint64_t>(header, 32) != Fnv1a64(header, 32)) {
-    return fail("header checksum mismatch at offset 32 (corrupt header)");
-  }
   const uint32_t version = Get<uint32_t>(header, 8);
-  if (version != kBinaryVersion) return fail(absl::StrCat("unsupported version ", version));
+  BinaryLayout layout;
+  if (version == kBinaryVersion) {
+    if (Get<uint64_t>(header, 32) != Fnv1a64(header, 32)) {
+      return fail("header checksum mismatch at offset 32 (corrupt header)");
+    }
+  } else if (version == kBinaryVersionMultiHot) {
+    const size_t rest = kBinaryHeaderBytesMultiHot - kBinaryHeaderBytes;
+    const size_t more = std::fread(header + kBinaryHeaderBytes, 1, rest, file);
+    if (more != rest) {
+      return fail(absl::StrCat("truncated header: ", kBinaryHeaderBytes + more, " of ",
+                               kBinaryHeaderBytesMultiHot, " bytes"));
+    }
+    if (Get<uint64_t>(header, kMultiHotChecksumOffset) !=
+        Fnv1a64(header, kMultiHotChecksumOffset)) {
+      return fail(absl::StrCat("header checksum mismatch at offset ", kMultiHotChecksumOffset,
+                               " (corrupt header)"));
+    }
+    BagSizes bags;
+    std::memcpy(bags.data(), header + kBagsOffset, sizeof(bags));
+    if (absl::Status bad = CheckBags(bags); !bad.ok()) {
+      return fail(absl::StrCat(bad.message(), " (corrupt header)"));
+    }
+    layout = BinaryLayout::MultiHot(bags);
+  } else {
+    return fail(absl::StrCat("unsupported version ", version));
+  }
   const uint32_t num_dense = Get<uint32_t>(header, 12);
   const uint32_t num_cats = Get<uint32_t>(header, 16);
   const uint32_t record_bytes = Get<uint32_t>(header, 20);
   if (num_dense != kCriteoNumDense || num_cats != kCriteoNumCategorical ||
-      record_bytes != kBinaryRecordBytes) {
+      record_bytes != layout.record_bytes) {
     return fail(absl::StrCat("unsupported shape: ", num_dense, " dense, ", num_cats,
                              " categorical, ", record_bytes, " bytes per record (expected ",
-                             kCriteoNumDense, ", ", kCriteoNumCategorical, ", ", kBinaryRecordBytes,
-                             ")"));
+                             kCriteoNumDense, ", ", kCriteoNumCategorical, ", ",
+                             layout.record_bytes, ")"));
   }
   const uint64_t count = Get<uint64_t>(header, 24);
   if (std::fseek(file, 0, SEEK_END) != 0) return fail("cannot seek to the end");
@@ -206,21 +291,24 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const Options& 
     return fail(absl::StrCat("header says ", count, " records, over the format's limit of ",
                              kMaxRecords, " (corrupt header)"));
   }
-  const int64_t expected = kBinaryHeaderBytes + static_cast<int64_t>(count) * kBinaryRecordBytes;
+  const int64_t header_bytes = layout.header_bytes;
+  const int64_t record = layout.record_bytes;
+  // count <= 2^40 and record < 2^20: no overflow.
+  const int64_t expected = header_bytes + static_cast<int64_t>(count) * record;
   if (size != expected) {
-    const int64_t whole = (size - kBinaryHeaderBytes) / kBinaryRecordBytes;
+    const int64_t whole = std::max<int64_t>(0, size - header_bytes) / record;
     return fail(absl::StrCat(size < expected ? "truncated" : "trailing bytes", ": header says ",
                              count, " records (", expected, " bytes) but the file has ", size,
-                             " bytes; first bad offset ",
-                             kBinaryHeaderBytes + whole * kBinaryRecordBytes));
+                             " bytes; first bad offset ", header_bytes + whole * record));
   }
-  if (std::fseek(file, kBinaryHeaderBytes, SEEK_SET) != 0) return fail("cannot seek");
+  if (std::fseek(file, header_bytes, SEEK_SET) != 0) return fail("cannot seek");
   return std::unique_ptr<BinaryReader>(
-      new BinaryReader(options, file, static_cast<int64_t>(count)));
+      new BinaryReader(options, file, static_cast<int64_t>(count), layout));
 }
 
-BinaryReader::BinaryReader(const Options& options, std::FILE* file, int64_t num_records)
-    : options_(options), file_(file), num_records_(num_records) {
+BinaryReader::BinaryReader(const Options& options, std::FILE* file, int64_t num_records,
+                           const BinaryLayout& layout)
+    : options_(options), layout_(layout), file_(file), num_records_(num_records) {
   if (options_.buffer_records < 1) options_.buffer_records = 1;
 }
 
@@ -236,9 +324,9 @@ absl::Status BinaryReader::Seek(int64_t index) {
     return absl::OkStatus();
   buffered_count_ = 0;
   buffered_first_ = index;
-  if (std::fseek(file_, kBinaryHeaderBytes + index * kBinaryRecordBytes, SEEK_SET) != 0) {
-    return absl::DataLossError(absl::StrCat(options_.path, ": cannot seek to offset ",
-                                            kBinaryHeaderBytes + index * kBinaryRecordBytes));
+  const int64_t offset = layout_.header_bytes + index * layout_.record_bytes;
+  if (std::fseek(file_, offset, SEEK_SET) != 0) {
+    return absl::DataLossError(absl::StrCat(options_.path, ": cannot seek to offset ", offset));
   }
   return absl::OkStatus();
 }
@@ -247,24 +335,27 @@ absl::StatusOr<bool> BinaryReader::Next(CriteoRecord* record) {
   if (position_ >= num_records_) return false;
   if (position_ >= buffered_first_ + buffered_count_) {
     // The file position is at buffered_first_ + buffered_count_ == position_ here.
-    const int64_t want = std::min(options_.buffer_records, num_records_ - position_);
-    buffer_.resize(want * kBinaryRecordBytes);
+    const int64_t record_bytes = layout_.record_bytes;
+    const int64_t want =
+        std::min(BufferRecords(options_.buffer_records, record_bytes), num_records_ - position_);
+    buffer_.resize(want * record_bytes);
     const size_t got = std::fread(buffer_.data(), 1, buffer_.size(), file_);
     if (got != buffer_.size()) {
-      return absl::DataLossError(absl::StrCat(
-          options_.path, ": truncated at offset ",
-          kBinaryHeaderBytes + position_ * kBinaryRecordBytes + got, " while reading record ",
-          position_ + got / kBinaryRecordBytes, " of ", num_records_));
+      return absl::DataLossError(
+          absl::StrCat(options_.path, ": truncated at offset ",
+                       layout_.header_bytes + position_ * record_bytes + static_cast<int64_t>(got),
+                       " while reading record ",
+                       position_ + static_cast<int64_t>(got) / record_bytes, " of ", num_records_));
     }
     buffered_first_ = position_;
     buffered_count_ = want;
   }
-  const char* in = buffer_.data() + (position_ - buffered_first_) * kBinaryRecordBytes;
-  const std::string bad = DecodeRecord(in, record);
+  const char* in = buffer_.data() + (position_ - buffered_first_) * layout_.record_bytes;
+  const std::string bad = DecodeRecord(layout_, in, record);
   if (!bad.empty()) {
     return absl::DataLossError(
         absl::StrCat(options_.path, ": corrupt record ", position_, " at offset ",
-                     kBinaryHeaderBytes + position_ * kBinaryRecordBytes, ": ", bad));
+                     layout_.header_bytes + position_ * layout_.record_bytes, ": ", bad));
   }
   ++position_;
   return true;

@@ -1,7 +1,7 @@
 // Compact binary Criteo format ("DLRMBIN1"): fixed-size records, so a reader can seek to any
 // record index (sharding, eval splits, resuming from a checkpoint offset).
 //
-// Layout, all integers little-endian:
+// Layout, all integers little-endian. Version 1 (one-hot, one id per table):
 //   header (40 bytes)
 //     0  char[8]  magic "DLRMBIN1"
 //     8  uint32   version (1)
@@ -15,11 +15,26 @@
 //     1  float32  dense[13], already log(1 + max(x, 0))
 //    53  uint32   cats[26], raw tokens (0 when missing)
 //   157  uint32   missing_mask (bit t: categorical t was empty)
+//
+// Version 2 (multi-hot: a bag of bags[t] tokens per table t, the same sizes for every record):
+//   header (96 bytes)
+//     0  as version 1 up to byte 32, with version 2 and record_bytes 161 + 4 E, where
+//        E = sum over t of (bags[t] - 1)
+//    32  uint16   bags[26], each in [1, kMaxBagSize]
+//    84  uint32   0 (padding)
+//    88  uint64   FNV-1a 64 of header bytes [0, 88)
+//   records
+//     0  uint8    label
+//     1  float32  dense[13]
+//    53  uint32   cats[26]: the first token of every bag
+//   157  uint32   extra[E]: the other tokens, bag after bag in table order
+//   157 + 4 E     uint32 missing_mask (bit t: table t's field was empty: one token 0)
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,9 +46,24 @@ namespace dlrm::worker {
 
 inline constexpr char kBinaryMagic[8] = {'D', 'L', 'R', 'M', 'B', 'I', 'N', '1'};
 inline constexpr uint32_t kBinaryVersion = 1;
+inline constexpr uint32_t kBinaryVersionMultiHot = 2;
 inline constexpr int64_t kBinaryHeaderBytes = 40;
+inline constexpr int64_t kBinaryHeaderBytesMultiHot = 96;
 inline constexpr int64_t kBinaryRecordBytes =
     1 + 4 * kCriteoNumDense + 4 * kCriteoNumCategorical + 4;
+
+// Where a file's parts lie: derived from its header.
+struct BinaryLayout {
+  uint32_t version = kBinaryVersion;
+  BagSizes bags = OneHotBags();
+  int64_t header_bytes = kBinaryHeaderBytes;
+  int64_t record_bytes = kBinaryRecordBytes;
+  int extra_ids = 0;  // per record
+
+  static BinaryLayout OneHot() { return BinaryLayout{}; }
+  // Version 2 with these bag sizes (each in [1, kMaxBagSize]: a precondition).
+  static BinaryLayout MultiHot(const BagSizes& bags);
+};
 
 // True when the file starts with the binary magic. NOT_FOUND when it cannot be opened.
 absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path);
@@ -42,20 +72,25 @@ absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path);
 // crashed conversion never leaves a file that looks complete. Not thread-safe.
 class BinaryWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<BinaryWriter>> Create(const std::string& path);
+  // One-hot (version 1) without `bags`; multi-hot (version 2) with them, even when all are 1.
+  // INVALID_ARGUMENT naming the table for a bag size outside [1, kMaxBagSize].
+  static absl::StatusOr<std::unique_ptr<BinaryWriter>> Create(
+      const std::string& path, std::optional<BagSizes> bags = std::nullopt);
   ~BinaryWriter();  // without Finish(): removes the temporary file
   BinaryWriter(const BinaryWriter&) = delete;
   BinaryWriter& operator=(const BinaryWriter&) = delete;
 
+  // INVALID_ARGUMENT when the record's bags are not the file's (or its extra_ids do not match).
   absl::Status Append(const CriteoRecord& record);
   // Writes the header with the final count, flushes, closes and renames. Call once.
   absl::Status Finish();
   int64_t records() const { return records_; }
 
  private:
-  BinaryWriter(std::string path, std::FILE* file);
+  BinaryWriter(std::string path, std::FILE* file, const BinaryLayout& layout);
   absl::Status Flush();
 
+  BinaryLayout layout_;
   std::string path_;
   std::string tmp_path_;
   std::FILE* file_;
@@ -79,6 +114,7 @@ class BinaryReader {
   BinaryReader& operator=(const BinaryReader&) = delete;
 
   int64_t num_records() const { return num_records_; }
+  const BinaryLayout& layout() const { return layout_; }
   int64_t position() const { return position_; }  // index of the next record Next() returns
   const std::string& path() const { return options_.path; }
   // Moves to record `index`, 0 <= index <= num_records().
@@ -87,9 +123,11 @@ class BinaryReader {
   absl::StatusOr<bool> Next(CriteoRecord* record);
 
  private:
-  BinaryReader(const Options& options, std::FILE* file, int64_t num_records);
+  BinaryReader(const Options& options, std::FILE* file, int64_t num_records,
+               const BinaryLayout& layout);
 
   Options options_;
+  BinaryLayout layout_;
   std::FILE* file_;
   int64_t num_records_;
   int64_t position_ = 0;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 
 namespace dlrm::worker {
@@ -31,6 +32,14 @@ int HexValue(char c) {
 }  // namespace
 
 std::string ParseIssue::ToString() const { return absl::StrCat(file, ":", line, ": ", reason); }
+
+int ExtraIdsPerRecord(const BagSizes& bags) {
+  int extra = 0;
+  for (uint16_t b : bags) extra += b - 1;
+  return extra;
+}
+
+std::string BagSizesString(const BagSizes& bags) { return absl::StrJoin(bags, ","); }
 
 absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -95,6 +104,8 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
     out->cats[t] = token;
   }
   out->missing_mask = mask;
+  out->bags = OneHotBags();
+  out->extra_ids.clear();
   return absl::OkStatus();
 }
 

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,15 +35,36 @@ namespace dlrm::worker {
 inline constexpr int kCriteoNumDense = 13;
 inline constexpr int kCriteoNumCategorical = 26;
 
+// Ids per table of one sample: 1 for one-hot data (Criteo TSV, binary version 1); any number in
+// [1, kMaxBagSize] per table for multi-hot data (binary version 2), the same for every sample of
+// a file.
+using BagSizes = std::array<uint16_t, kCriteoNumCategorical>;
+inline constexpr int kMaxBagSize = 4096;
+constexpr BagSizes OneHotBags() {
+  BagSizes bags{};
+  bags.fill(1);
+  return bags;
+}
+
 struct CriteoRecord {
   float label = 0;                                     // 0 or 1
   std::array<float, kCriteoNumDense> dense{};          // log(1 + max(x, 0))
   std::array<uint32_t, kCriteoNumCategorical> cats{};  // raw 32-bit token; 0 when missing
   uint32_t missing_mask = 0;                           // bit t set: categorical t was empty
+  // Multi-hot: table t's bag is cats[t] followed by bags[t] - 1 tokens of extra_ids (the tables'
+  // extra tokens one after another, in table order). An empty field is one token 0 (like one-hot
+  // data), whatever its bag size. One-hot: every bags[t] is 1 and extra_ids is empty.
+  BagSizes bags = OneHotBags();
+  std::vector<uint32_t> extra_ids;
 
   bool missing(int t) const { return (missing_mask >> t) & 1u; }
   bool operator==(const CriteoRecord&) const = default;
 };
+
+// Tokens beyond the first of every bag: sum over t of (bags[t] - 1).
+int ExtraIdsPerRecord(const BagSizes& bags);
+// "3,2,1,..." for messages.
+std::string BagSizesString(const BagSizes& bags);
 
 // The dense transform every path uses: log(1 + max(x, 0)) computed in double, stored as float.
 inline float TransformDense(int64_t x) {

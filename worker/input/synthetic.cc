@@ -8,7 +8,9 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "worker/input/binary_format.h"
 #include "worker/input/feature_hash.h"
@@ -50,7 +52,20 @@ absl::Status Validate(const GenDataOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("gen-data: empty_fraction ", o.empty_fraction, " must be in [0, 1)"));
   }
+  if (o.bags.has_value() && o.format != InputFormat::kBinary) {
+    return absl::InvalidArgumentError(
+        "gen-data: multi-hot data needs the binary format (Criteo TSV has one token per field)");
+  }
   return absl::OkStatus();
+}
+
+// The k-th id (k >= 1) of the bag that one-hot id `id` of table t brings: uniform over the table,
+// a fixed function of (seed, t, id, k).
+uint32_t BagId(uint64_t seed, int table, int64_t id, int k, int64_t cardinality) {
+  const uint64_t key =
+      SplitMix64(seed ^ (static_cast<uint64_t>(table) << 56) ^ (static_cast<uint64_t>(k) << 40)) ^
+      static_cast<uint64_t>(id);
+  return static_cast<uint32_t>(SplitMix64(key) % static_cast<uint64_t>(cardinality));
 }
 
 // Appends one record as a Criteo TSV line. `raw_dense[j]` < 0 marks an empty dense field.
@@ -73,6 +88,31 @@ void AppendTsvLine(const CriteoRecord& r, const int64_t* raw_dense, std::string*
 }
 
 }  // namespace
+
+BagSizes MlperfDlrmV2BagSizes() {
+  return {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+}
+
+absl::StatusOr<BagSizes> ParseBagSizes(const std::string& text) {
+  if (text == "mlperf") return MlperfDlrmV2BagSizes();
+  const std::vector<std::string> parts = absl::StrSplit(text, ',');
+  if (parts.size() != 1 && parts.size() != kCriteoNumCategorical) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bag sizes '", text, "': give mlperf, one number, or ", kCriteoNumCategorical,
+                     " comma-separated numbers (got ", parts.size(), ")"));
+  }
+  BagSizes bags;
+  for (int t = 0; t < kCriteoNumCategorical; ++t) {
+    const std::string& part = parts[parts.size() == 1 ? 0 : t];
+    int size = 0;
+    if (!absl::SimpleAtoi(part, &size) || size < 1 || size > kMaxBagSize) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bag sizes '", text, "': '", part, "' is not a number in [1, ", kMaxBagSize, "]"));
+    }
+    bags[t] = static_cast<uint16_t>(size);
+  }
+  return bags;
+}
 
 std::vector<int64_t> KaggleCardinalities() {
   return std::vector<int64_t>(std::begin(kKaggleCardinalities), std::end(kKaggleCardinalities));
@@ -118,8 +158,15 @@ double PlantedModel::CategoricalWeight(int table, uint32_t token) const {
 
 double PlantedModel::Logit(const CriteoRecord& r) const {
   double logit = bias_;
+  size_t extra = 0;
   for (int t = 0; t < kCriteoNumCategorical; ++t) {
-    if (!r.missing(t)) logit += CategoricalWeight(t, r.cats[t]);
+    const size_t more = r.extra_ids.empty() ? 0 : r.bags[t] - 1u;
+    if (!r.missing(t)) {
+      double sum = CategoricalWeight(t, r.cats[t]);
+      for (size_t k = 0; k < more; ++k) sum += CategoricalWeight(t, r.extra_ids[extra + k]);
+      logit += sum / static_cast<double>(more + 1);
+    }
+    extra += more;
   }
   for (int j = 0; j < kCriteoNumDense; ++j) {
     logit += dense_weight_[j] * (r.dense[j] - dense_center_[j]);
@@ -140,7 +187,7 @@ absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stat
   std::FILE* tsv_file = nullptr;
   const std::string tmp = options.output + ".tmp";
   if (binary) {
-    DLRM_ASSIGN_OR_RETURN(binary_writer, BinaryWriter::Create(options.output));
+    DLRM_ASSIGN_OR_RETURN(binary_writer, BinaryWriter::Create(options.output, options.bags));
   } else {
     tsv_file = std::fopen(tmp.c_str(), "wb");
     if (tsv_file == nullptr) {
@@ -161,17 +208,30 @@ absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stat
   std::string out;
   out.reserve(1 << 20);
   CriteoRecord record;
+  if (options.bags.has_value()) {
+    record.bags = *options.bags;
+    record.extra_ids.resize(ExtraIdsPerRecord(record.bags));
+  }
+  const uint64_t bag_seed = SplitMix64(options.seed ^ 0xba65ba65ba65ba65ULL);
   int64_t raw_dense[kCriteoNumDense];
   for (int64_t row = 0; row < options.num_rows; ++row) {
     record.missing_mask = 0;
+    size_t extra = 0;
     for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      const int more = options.bags.has_value() ? record.bags[t] - 1 : 0;
       if (rng.NextDouble() < options.empty_fraction) {
         record.cats[t] = 0;
         record.missing_mask |= 1u << t;
+        for (int k = 0; k < more; ++k) record.extra_ids[extra + k] = 0;
       } else {
         const int64_t id = samplers[t].Sample(rng) - 1;
         record.cats[t] = ScrambleToken(t, static_cast<uint32_t>(id));
+        for (int k = 0; k < more; ++k) {
+          const uint32_t bag_id = BagId(bag_seed, t, id, k + 1, options.cardinalities[t]);
+          record.extra_ids[extra + k] = ScrambleToken(t, bag_id);
+        }
       }
+      extra += more;
     }
     for (int j = 0; j < kCriteoNumDense; ++j) {
       if (rng.NextDouble() < options.empty_fraction) {

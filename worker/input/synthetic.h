@@ -8,14 +8,22 @@
 // model that learns per-id weights can beat chance and AUC is meaningful; the planted model itself
 // is the oracle (tests/worker measures its AUC).
 //
+// Multi-hot (options.bags, binary output only): table t's bag has bags[t] ids; the first is the
+// Zipf-drawn id above and the others are a fixed function of (table, that id, position), spread
+// uniformly over the table, as MLPerf DLRMv2's synthetic multi-hot data (each one-hot id always
+// brings the same bag), so popular ids stay popular and so do their bags. The planted logit
+// then adds the mean weight of a bag's tokens.
+//
 // Deterministic: the same options give byte-identical output (own PRNG, no std:: distributions).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/input/criteo_tsv.h"
 #include "worker/input/record_reader.h"
 
@@ -36,7 +44,15 @@ struct GenDataOptions {
   double signal_strength = 1.0;  // >= 0; 0 gives labels independent of the features
   double bias = -1.1;            // logit offset: about 25% positives at signal 0
   double empty_fraction = 0.02;  // in [0, 1)
+  // Multi-hot bag sizes (binary format version 2); none: one-hot.
+  std::optional<BagSizes> bags;
 };
+
+// MLPerf Training DLRMv2's bag sizes (its synthetic multi-hot Criteo 1TB), table by table.
+BagSizes MlperfDlrmV2BagSizes();
+// "mlperf" (MlperfDlrmV2BagSizes), one number for every table, or 26 comma-separated numbers,
+// each in [1, kMaxBagSize]. INVALID_ARGUMENT naming the bad part otherwise.
+absl::StatusOr<BagSizes> ParseBagSizes(const std::string& text);
 
 struct GenDataStats {
   int64_t rows = 0;
@@ -55,7 +71,8 @@ uint32_t ScrambleToken(int table, uint32_t id);
 class PlantedModel {
  public:
   explicit PlantedModel(const GenDataOptions& options);
-  // bias + sum_t w_t(token_t) (missing tables add 0) + sum_j v_j * (dense_j - center_j).
+  // bias + sum_t w_t(bag_t) + sum_j v_j * (dense_j - center_j), where w_t(bag) is the mean
+  // weight of the bag's tokens (one-hot: the token's weight; missing tables add 0).
   double Logit(const CriteoRecord& record) const;
   // Weight of a (table, token): signal_strength * uniform(-1, 1), deterministic in the seed.
   double CategoricalWeight(int table, uint32_t token) const;
