@@ -259,6 +259,30 @@ TEST_F(ClusterTest, TwoWorkersTrainTheModelOfDlrmTrainWithSgd) {
   ExpectTwoWorkersMatchDlrmTrain(Dir(), "job3-sgd.yaml", "sgd");
 }
 
+// DLRM-DCNv2 on multi-hot data (MLPerf DLRMv2's bag sizes, made by `dlrm gen-data --multi-hot`):
+// the bags go through the parameter servers, the pipeline and the hot rows, and the cross layers
+// through the dense allreduce, to the model dlrm train makes.
+TEST_F(ClusterTest, TwoWorkersTrainDcnV2OnMultiHotDataLikeDlrmTrain) {
+  ProcessResult gen =
+      RunProcess({BinPath("dlrm"), "gen-data", "--out", Dir() + "/train-mh.bin", "--rows", "20000",
+                  "--max-rows", "1000", "--seed", "7", "--multi-hot", "mlperf"},
+                 Dir(), "gen-multi-hot", absl::Seconds(60));
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  // Staleness 0 and a fixed hot set: the same computation as dlrm train's up to the order of
+  // float sums and of the pushes (hot-set refreshes are covered by the one-hot test above).
+  std::string yaml = JobYaml(3, 0, "it-dcn-mh", "hot_budget: 64KiB\n  hot_refresh_steps: 0");
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{"train: [train.tsv]", "train: [train-mh.bin]"},
+        {"  pooling: sum\n",
+         "  pooling: sum\n  interaction: dcnv2\n  cross_layers: 2\n"
+         "  low_rank: 16\n"}}) {
+    ASSERT_NE(yaml.find(from), std::string::npos) << from;
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  WriteFile(Dir() + "/job-dcn-mh.yaml", yaml);
+  ExpectTwoWorkersMatchDlrmTrain(Dir(), "job-dcn-mh.yaml", "dcn-multi-hot");
+}
+
 // The parameter servers' tier counters that dlrm local prints after a job.
 struct TierCounters {
   int64_t memory_rows = -1;
