@@ -88,6 +88,18 @@ std::vector<double> HostLogits(const DlrmDenseModelOptions& o, const std::vector
 template <typename Factory>
 class DlrmModelTest : public BackendTest<Factory> {
  protected:
+  // Random dense features [batch x 5] and embeddings [batch x 12] of SmallOptions' shape, and the
+  // logits of `model` on them.
+  struct Inputs {
+    std::vector<float> dense, emb, logits;
+  };
+  Inputs ForwardOnRandomInputs(DlrmDenseModel& model, int batch, std::mt19937_64& rng) {
+    Inputs in{RandomVector(batch * 5, rng), RandomVector(batch * 12, rng), {}};
+    Tensor dense_t = this->Upload(in.dense, batch, 5), emb_t = this->Upload(in.emb, batch, 12);
+    in.logits = this->Download(model.Forward(dense_t.data(), emb_t.data(), batch), batch);
+    return in;
+  }
+
   // Summed BCE of the batch as a function of every parameter and embedding. Checked: 80 sampled
   // parameters and every embedding entry, h = 5e-3, tolerance 1e-3 + 1e-2 |analytic| (float
   // forward passes; coordinates whose perturbation flips a ReLU are skipped, at most a fifth).
@@ -280,16 +292,12 @@ TYPED_TEST(DlrmModelTest, DcnV2ForwardMatchesTheFormulaOnTheHost) {
   const std::vector<float> params = RandomVector((*model)->num_params(), rng, -0.6f, 0.6f);
   (*model)->parameters().ParamsFromHost(params);
   const int batch = 7;
-  const std::vector<float> dense = RandomVector(batch * 5, rng);
-  const std::vector<float> emb = RandomVector(batch * 12, rng);
-  Tensor dense_t = this->Upload(dense, batch, 5), emb_t = this->Upload(emb, batch, 12);
-  const std::vector<float> logits =
-      this->Download((*model)->Forward(dense_t.data(), emb_t.data(), batch), batch);
-  const std::vector<double> expected = HostLogits(options, params, dense, emb, batch, true);
-  const std::vector<double> no_cross = HostLogits(options, params, dense, emb, batch, false);
+  const auto in = this->ForwardOnRandomInputs(**model, batch, rng);
+  const std::vector<double> expected = HostLogits(options, params, in.dense, in.emb, batch, true);
+  const std::vector<double> no_cross = HostLogits(options, params, in.dense, in.emb, batch, false);
   double cross_effect = 0.0;
   for (int b = 0; b < batch; ++b) {
-    EXPECT_NEAR(logits[b], expected[b], 1e-4 + 1e-4 * std::fabs(expected[b])) << "sample " << b;
+    EXPECT_NEAR(in.logits[b], expected[b], 1e-4 + 1e-4 * std::fabs(expected[b])) << "sample " << b;
     cross_effect = std::max(cross_effect, std::fabs(expected[b] - no_cross[b]));
   }
   EXPECT_GT(cross_effect, 0.05) << "the cross layers must matter for this check to mean anything";
@@ -309,14 +317,10 @@ TYPED_TEST(DlrmModelTest, DcnV2WithZeroCrossWeightsIsAPlainMlpOverTheConcatenati
   const std::vector<float> params = this->Download((*model)->params(), (*model)->num_params());
   std::mt19937_64 rng(8);
   const int batch = 7;
-  const std::vector<float> dense = RandomVector(batch * 5, rng);
-  const std::vector<float> emb = RandomVector(batch * 12, rng);
-  Tensor dense_t = this->Upload(dense, batch, 5), emb_t = this->Upload(emb, batch, 12);
-  const std::vector<float> logits =
-      this->Download((*model)->Forward(dense_t.data(), emb_t.data(), batch), batch);
-  const std::vector<double> mlp = HostLogits(options, params, dense, emb, batch, false);
+  const auto in = this->ForwardOnRandomInputs(**model, batch, rng);
+  const std::vector<double> mlp = HostLogits(options, params, in.dense, in.emb, batch, false);
   for (int b = 0; b < batch; ++b) {
-    EXPECT_NEAR(logits[b], mlp[b], 1e-5 + 1e-5 * std::fabs(mlp[b])) << "sample " << b;
+    EXPECT_NEAR(in.logits[b], mlp[b], 1e-5 + 1e-5 * std::fabs(mlp[b])) << "sample " << b;
   }
 }
 
