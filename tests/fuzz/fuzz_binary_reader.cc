@@ -5,11 +5,12 @@
 //
 // Input: byte 0 chooses how to read (see the k* bits below), byte 1 the shard of a RecordReader,
 // the rest is the file, written to a per-process file in /dev/shm (the readers take paths). With
-// kFixChecksum the header checksum is recomputed first, so mutations of the header's fields get
-// past it to the checks behind it.
+// kFixChecksum the header checksum is recomputed first (version 1's at byte 32, version 2's at
+// byte 88, chosen by the version field), so mutations of the header's fields, the multi-hot bag
+// sizes among them, get past it to the checks behind it.
 //
 // Seeds: DLRM_FUZZ_WRITE_SEEDS=DIR fuzz_binary_reader writes the seed corpus (corpus/binary_reader:
-// files made by BinaryWriter, some truncated) to DIR and exits.
+// one-hot and multi-hot files made by BinaryWriter, some truncated) to DIR and exits.
 #include <unistd.h>
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,8 +124,14 @@ void ReadRecords(uint8_t flags, uint8_t shard, bool magic) {
   }
 }
 
-CriteoRecord Sample(int i) {
+// Record i; multi-hot: bags 1, 2, 3, 1, 2, 3, ... with extra tokens derived from i.
+CriteoRecord Sample(int i, bool multi_hot) {
   CriteoRecord r;
+  if (multi_hot) {
+    for (int t = 0; t < dlrm::worker::kCriteoNumCategorical; ++t) r.bags[t] = 1 + t % 3;
+    r.extra_ids.resize(dlrm::worker::ExtraIdsPerRecord(r.bags));
+    for (size_t k = 0; k < r.extra_ids.size(); ++k) r.extra_ids[k] = i * 31 + k;
+  }
   r.label = static_cast<float>(i % 2);
   for (int j = 0; j < dlrm::worker::kCriteoNumDense; ++j) {
     r.dense[j] = dlrm::worker::TransformDense(i * 7 + j);
@@ -138,13 +146,14 @@ CriteoRecord Sample(int i) {
   return r;
 }
 
-// A file of `records` records made by BinaryWriter.
-std::string MadeFile(const std::string& dir, int records) {
+// A file of `records` records made by BinaryWriter (format version 2 when multi_hot).
+std::string MadeFile(const std::string& dir, int records, bool multi_hot) {
   const std::string path = absl::StrCat(dir, "/.made.bin");
-  auto writer = dlrm::worker::BinaryWriter::Create(path);
+  auto writer = dlrm::worker::BinaryWriter::Create(
+      path, multi_hot ? std::optional(Sample(0, true).bags) : std::nullopt);
   if (!writer.ok()) std::abort();
   for (int i = 0; i < records; ++i) {
-    if (!(*writer)->Append(Sample(i)).ok()) std::abort();
+    if (!(*writer)->Append(Sample(i, multi_hot)).ok()) std::abort();
   }
   if (!(*writer)->Finish().ok()) std::abort();
   std::ifstream in(path, std::ios::binary);
@@ -160,6 +169,7 @@ void WriteSeeds(const std::string& dir) {
     uint8_t shard;
     int records;
     int64_t keep;  // bytes of the file kept; -1: all
+    bool multi_hot = false;
   };
   const Seed seeds[] = {
       {"empty_file", 0, 0, 0, -1},
@@ -174,9 +184,15 @@ void WriteSeeds(const std::string& dir) {
       {"truncated_record", 0, 0, 3,
        dlrm::worker::kBinaryHeaderBytes + 2 * dlrm::worker::kBinaryRecordBytes + 50},
       {"truncated_header", kFixChecksum, 0, 1, 20},
+      {"multi_hot_three_records_seek", kSeek | (2 << 5), 0, 3, -1, true},
+      {"multi_hot_fix_checksum", kFixChecksum, 0, 2, -1, true},
+      {"multi_hot_record_reader_two_files", kRecordReader | kTwoFiles, 0x01 | (1 << 2), 4, -1,
+       true},
+      {"multi_hot_truncated_header", kFixChecksum, 0, 1, 70, true},
+      {"multi_hot_truncated_record", 0, 0, 3, dlrm::worker::kBinaryHeaderBytesMultiHot + 300, true},
   };
   for (const Seed& s : seeds) {
-    std::string file = MadeFile(dir, s.records);
+    std::string file = MadeFile(dir, s.records, s.multi_hot);
     if (s.keep >= 0) file.resize(static_cast<size_t>(s.keep));
     std::string input;
     input.push_back(static_cast<char>(s.flags));
@@ -203,8 +219,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string file(reinterpret_cast<const char*>(data + 2), size - 2);
   if ((flags & kFixChecksum) &&
       file.size() >= static_cast<size_t>(dlrm::worker::kBinaryHeaderBytes)) {
-    const uint64_t sum = Fnv1a64(file.data(), 32);
-    std::memcpy(file.data() + 32, &sum, sizeof(sum));
+    uint32_t version = 0;
+    std::memcpy(&version, file.data() + 8, sizeof(version));
+    const size_t at = version == dlrm::worker::kBinaryVersionMultiHot ? 88 : 32;
+    if (file.size() >= at + 8) {
+      const uint64_t sum = Fnv1a64(file.data(), at);
+      std::memcpy(file.data() + at, &sum, sizeof(sum));
+    }
   }
   if (!WriteFile(FilePath(), file)) std::abort();
   absl::StatusOr<bool> magic = dlrm::worker::IsBinaryCriteoFile(FilePath());
