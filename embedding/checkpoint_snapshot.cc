@@ -1,5 +1,7 @@
 #include "embedding/checkpoint_snapshot.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
@@ -8,8 +10,12 @@
 namespace dlrm::embedding {
 
 absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
-    const std::string& snapshot_dir, const std::vector<int>& row_floats,
-    const std::string& out_dir, int part) {
+    const std::string& snapshot_dir, const std::vector<int>& row_floats, const std::string& out_dir,
+    int part, const std::vector<std::vector<int64_t>>* only_ids) {
+  if (only_ids != nullptr && only_ids->size() != row_floats.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("incremental checkpoint: ", only_ids->size(),
+                                                   " id lists for ", row_floats.size(), " tables"));
+  }
   RocksDbTierOptions options;
   options.path = snapshot_dir;
   options.row_floats = row_floats;
@@ -19,11 +25,29 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
   std::vector<CheckpointFileEntry> files;
   for (int t = 0; t < static_cast<int>(row_floats.size()); ++t) {
     const std::string name = RowFileName(t, part);
-    DLRM_ASSIGN_OR_RETURN(auto writer,
-                          RowFileWriter::Create(absl::StrCat(out_dir, "/", name), t, row_floats[t]));
-    DLRM_RETURN_IF_ERROR(db->ForEachRow(t, [&](absl::Span<const int64_t> ids, const float* rows) {
-      return writer->Append(ids, rows);
-    }));
+    DLRM_ASSIGN_OR_RETURN(
+        auto writer, RowFileWriter::Create(absl::StrCat(out_dir, "/", name), t, row_floats[t]));
+    if (only_ids == nullptr) {
+      DLRM_RETURN_IF_ERROR(db->ForEachRow(t, [&](absl::Span<const int64_t> ids, const float* rows) {
+        return writer->Append(ids, rows);
+      }));
+    } else {
+      constexpr size_t kChunk = 4096;
+      const std::vector<int64_t>& ids = (*only_ids)[t];
+      std::vector<float> rows(kChunk * row_floats[t]);
+      std::vector<bool> found;
+      for (size_t begin = 0; begin < ids.size(); begin += kChunk) {
+        const size_t n = std::min(kChunk, ids.size() - begin);
+        const absl::Span<const int64_t> chunk(ids.data() + begin, n);
+        DLRM_RETURN_IF_ERROR(db->MultiGet(t, chunk, rows.data(), &found));
+        for (size_t j = 0; j < n; ++j) {
+          if (found[j]) {
+            DLRM_RETURN_IF_ERROR(
+                writer->AppendRow(chunk[j], rows.data() + j * static_cast<size_t>(row_floats[t])));
+          }
+        }
+      }
+    }
     const int64_t rows = writer->rows();
     DLRM_ASSIGN_OR_RETURN(FileDigest d, writer->Close());
     files.push_back({.name = name,

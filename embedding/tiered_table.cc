@@ -56,6 +56,8 @@ struct TieredStore::Table {
   const int64_t sketch_max_width;
   FrequencySketch sketch ABSL_GUARDED_BY(mu);
   std::vector<int64_t> pending ABSL_GUARDED_BY(mu);  // accesses not yet counted in the sketch
+  // Rows updated or written since the last CreateCheckpoint (incremental checkpoints).
+  absl::flat_hash_set<int64_t> changed ABSL_GUARDED_BY(mu);
   uint64_t rng ABSL_GUARDED_BY(mu);
   // Per-call scratch, kept to reuse its capacity.
   std::vector<size_t> miss_pos ABSL_GUARDED_BY(mu);
@@ -376,6 +378,7 @@ absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> un
   }
   const int dim = t.config.dim;
   absl::MutexLock lock(&t.mu);
+  if (tracking_changes_) t.changed.insert(unique_ids.begin(), unique_ids.end());
   t.miss_pos.clear();
   t.miss_keys.clear();
   for (size_t j = 0; j < unique_ids.size(); ++j) {
@@ -448,6 +451,7 @@ absl::Status TieredStore::WriteRows(int table, absl::Span<const int64_t> unique_
   }
   const size_t width = t.row_floats;
   absl::MutexLock lock(&t.mu);
+  if (tracking_changes_) t.changed.insert(unique_ids.begin(), unique_ids.end());
   t.batch.Clear();
   for (size_t j = 0; j < unique_ids.size(); ++j) {
     const float* src = rows + j * width;
@@ -500,9 +504,23 @@ absl::Status TieredStore::Flush() {
   return rocksdb_->Flush();
 }
 
-absl::Status TieredStore::CreateCheckpoint(const std::string& dir) {
+absl::Status TieredStore::CreateCheckpoint(const std::string& dir,
+                                           std::vector<std::vector<int64_t>>* changed) {
   // Every table locked (in index order, as no other path holds two) for one consistent state.
   for (auto& t : tables_) t->mu.Lock();
+  if (changed != nullptr) {
+    // Taken whatever happens below: the caller keeps them even when this checkpoint fails, so
+    // that the next incremental one still holds these rows. From the first call on, updates are
+    // tracked (before it nothing can build on a checkpoint, so nothing is tracked).
+    tracking_changes_ = true;
+    changed->assign(tables_.size(), {});
+    for (auto& t : tables_) {
+      std::vector<int64_t>& ids = (*changed)[t->index];
+      ids.assign(t->changed.begin(), t->changed.end());
+      std::sort(ids.begin(), ids.end());
+      t->changed.clear();
+    }
+  }
   absl::Status status;
   for (auto& t : tables_) {
     int64_t written = 0;

@@ -114,7 +114,13 @@ class TieredStore {
   absl::Status Flush();
   // Flush, then an openable RocksDB checkpoint in `dir` (must not exist), taken with every table
   // locked, so it is one consistent state. Restore: Create with rocksdb.path = a copy of it.
-  absl::Status CreateCheckpoint(const std::string& dir);
+  // With `changed`: also moves out, per table and sorted, the ids ApplyGradients or WriteRows
+  // touched since the previous CreateCheckpoint with `changed`: the rows an incremental
+  // checkpoint on top of that one holds (empty lists at the first such call: tracking starts
+  // there, so a store that never checkpoints pays nothing). Kept in a hash set per table, one
+  // insert per updated row, so no scan of a table is needed to find them.
+  absl::Status CreateCheckpoint(const std::string& dir,
+                                std::vector<std::vector<int64_t>>* changed = nullptr);
 
   TieredStoreStats stats() const;
   bool IsResident(int table, int64_t id) const;
@@ -152,6 +158,9 @@ class TieredStore {
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> admissions_{0};
   std::atomic<int64_t> rows_created_{0};
+  // Whether updates are recorded for incremental checkpoints: set with every table lock held
+  // (CreateCheckpoint), read under one.
+  bool tracking_changes_ = false;
 };
 
 }  // namespace dlrm::embedding

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <system_error>
 #include <utility>
 
@@ -553,6 +554,41 @@ absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& reques
   }
   if (!status.ok()) return status;
   return rows;
+}
+
+void PsJob::RecordSnapshot(int64_t step, std::vector<std::vector<int64_t>> changed) {
+  absl::MutexLock lock(&snapshots_mu_);
+  auto [it, inserted] = changed_by_snapshot_.try_emplace(step, std::move(changed));
+  if (inserted) return;
+  // A snapshot of this step was taken before (a rollback replays it): the rows of both count.
+  for (size_t t = 0; t < changed.size() && t < it->second.size(); ++t) {
+    std::vector<int64_t> merged;
+    std::set_union(it->second[t].begin(), it->second[t].end(), changed[t].begin(), changed[t].end(),
+                   std::back_inserter(merged));
+    it->second[t] = std::move(merged);
+  }
+}
+
+std::optional<std::vector<std::vector<int64_t>>> PsJob::ChangedSince(int64_t parent,
+                                                                     int64_t step) const {
+  absl::MutexLock lock(&snapshots_mu_);
+  if (parent >= step || !changed_by_snapshot_.contains(parent)) return std::nullopt;
+  std::vector<std::vector<int64_t>> rows(store_->tables().size());
+  for (auto it = changed_by_snapshot_.upper_bound(parent);
+       it != changed_by_snapshot_.end() && it->first <= step; ++it) {
+    for (size_t t = 0; t < rows.size() && t < it->second.size(); ++t) {
+      std::vector<int64_t> merged;
+      std::set_union(rows[t].begin(), rows[t].end(), it->second[t].begin(), it->second[t].end(),
+                     std::back_inserter(merged));
+      rows[t] = std::move(merged);
+    }
+  }
+  return rows;
+}
+
+void PsJob::ForgetBefore(int64_t step) {
+  absl::MutexLock lock(&snapshots_mu_);
+  changed_by_snapshot_.erase(changed_by_snapshot_.begin(), changed_by_snapshot_.lower_bound(step));
 }
 
 }  // namespace dlrm::server

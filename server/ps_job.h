@@ -24,7 +24,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -177,6 +179,16 @@ class PsJob {
   }
   embedding::TieredStoreStats stats() const { return store_->stats(); }
 
+  // Incremental checkpoints. Every SNAPSHOT records the rows changed since the previous one
+  // (TieredStore::CreateCheckpoint), by its step (a second snapshot of the same step, after a
+  // rollback, adds to the record). ChangedSince answers the rows changed since the snapshot of
+  // `parent` up to that of `step`: the union of the records in (parent, step], sorted per table;
+  // nullopt when this process took no snapshot of `parent` (or has forgotten it), so that only a
+  // full write is right. ForgetBefore drops the records of snapshots older than `step`.
+  void RecordSnapshot(int64_t step, std::vector<std::vector<int64_t>> changed);
+  std::optional<std::vector<std::vector<int64_t>>> ChangedSince(int64_t parent, int64_t step) const;
+  void ForgetBefore(int64_t step);
+
  private:
   PsJob(const PsJobOptions& options, std::string path);
   absl::Status CheckEpoch(int64_t epoch) const;
@@ -197,6 +209,10 @@ class PsJob {
   std::vector<embedding::TableConfig> tables_;
   std::unique_ptr<embedding::TieredStore> store_;
   std::atomic<bool> counting_claimed_{false};
+  mutable absl::Mutex snapshots_mu_;
+  // Rows changed between a snapshot and the one before it, by the later one's step.
+  std::map<int64_t, std::vector<std::vector<int64_t>>> changed_by_snapshot_
+      ABSL_GUARDED_BY(snapshots_mu_);
   PushDedupe push_dedupe_;
 
   mutable absl::Mutex mu_;

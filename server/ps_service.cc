@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -658,7 +659,12 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
     fs::remove_all(snapshot, ec);
     fs::create_directories(snapshot.parent_path(), ec);
     if (ec) return absl::UnavailableError(absl::StrCat(snapshot.string(), ": ", ec.message()));
-    DLRM_RETURN_IF_ERROR(job->store().CreateCheckpoint(snapshot.string()));
+    std::vector<std::vector<int64_t>> changed;
+    const absl::Status taken = job->store().CreateCheckpoint(snapshot.string(), &changed);
+    // Recorded even when the snapshot failed: those rows changed all the same, and the next
+    // incremental checkpoint must hold them.
+    job->RecordSnapshot(request.step(), std::move(changed));
+    DLRM_RETURN_IF_ERROR(taken);
     response.set_directory(snapshot.string());
     return response;
   }
@@ -691,11 +697,17 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   for (int t = 0; t < static_cast<int>(job->store().tables().size()); ++t) {
     row_floats.push_back(job->store().row_floats(t));
   }
+  std::optional<std::vector<std::vector<int64_t>>> changed;
+  if (request.incremental()) changed = job->ChangedSince(request.parent_step(), request.step());
   fs::create_directories(out, ec);
-  DLRM_ASSIGN_OR_RETURN(std::vector<embedding::CheckpointFileEntry> files,
-                        embedding::WriteRowFilesFromSnapshot(snapshot.string(), row_floats,
-                                                             out.string(), request.part()));
+  DLRM_ASSIGN_OR_RETURN(
+      std::vector<embedding::CheckpointFileEntry> files,
+      embedding::WriteRowFilesFromSnapshot(snapshot.string(), row_floats, out.string(),
+                                           request.part(), changed ? &*changed : nullptr));
   fs::remove_all(snapshot, ec);
+  // Later checkpoints build on this one or on its parent, never on anything older.
+  job->ForgetBefore(changed ? request.parent_step() : request.step());
+  response.set_incremental(changed.has_value());
   int64_t rows = 0;
   for (const embedding::CheckpointFileEntry& f : files) {
     dlrm::v1::CheckpointFile* p = response.add_files();

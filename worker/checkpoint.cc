@@ -523,37 +523,52 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   const double cut_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (cut_seconds_ != nullptr) cut_seconds_->Observe(cut_seconds);
-  writer_ = std::thread(
-      [this, m = std::move(m), dir, dense_entry, hot_files, cut_seconds, start]() mutable {
-        write_status_ = [&]() -> absl::Status {
-          DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointFileEntry> ps_files,
-                                options_.ps->CheckpointAll(m.step, /*write=*/true, dir));
-          m.files.push_back(dense_entry);
-          m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
-          m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
-          DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
-          DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
-          DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
-                                                         options_.spec.checkpoint.keep_last)
-                                   .status());
-          const double total =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (write_seconds_ != nullptr) {
-            write_seconds_->Observe(total);
-            bytes_->Set(static_cast<double>(m.total_bytes()));
-            last_committed_step_->Set(static_cast<double>(m.step));
-            committed_->Increment();
-          }
-          DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", " << m.total_bytes()
-                         << " bytes; training waited " << cut_seconds
-                         << " s for the cut, the write took " << total << " s";
-          return absl::OkStatus();
-        }();
-        if (!write_status_.ok()) {
-          if (failed_ != nullptr) failed_->Increment();
-          DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
-        }
-      });
+  // Incremental (full_every) on top of the last checkpoint this run committed: the servers then
+  // write only the rows changed since its snapshot. The first one of a run is full.
+  const int full_every = spec.checkpoint.full_every;
+  const bool incremental = !parent_name_.empty() && full_every > 1 && since_full_ < full_every;
+  writer_ = std::thread([this, m = std::move(m), dir, dense_entry, hot_files, cut_seconds, start,
+                         incremental]() mutable {
+    write_status_ = [&]() -> absl::Status {
+      int incremental_shards = 0;
+      DLRM_ASSIGN_OR_RETURN(
+          std::vector<CheckpointFileEntry> ps_files,
+          options_.ps->CheckpointAll(m.step, /*write=*/true, dir, incremental ? parent_step_ : -1,
+                                     &incremental_shards));
+      // A server that could not tell its changed rows wrote them all, which is right on top
+      // of the parent too; only when every server wrote all is the checkpoint a full one.
+      m.incremental = incremental_shards > 0;
+      if (m.incremental) m.parent = parent_name_;
+      m.files.push_back(dense_entry);
+      m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
+      m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
+      DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
+      DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
+      parent_name_ = m.name;
+      parent_step_ = m.step;
+      since_full_ = m.incremental ? since_full_ + 1 : 1;
+      DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
+                                                     options_.spec.checkpoint.keep_last)
+                               .status());
+      const double total =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (write_seconds_ != nullptr) {
+        write_seconds_->Observe(total);
+        bytes_->Set(static_cast<double>(m.total_bytes()));
+        last_committed_step_->Set(static_cast<double>(m.step));
+        committed_->Increment();
+      }
+      DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", "
+                     << (m.incremental ? "incremental on " + m.parent : "full") << ", "
+                     << m.total_bytes() << " bytes; training waited " << cut_seconds
+                     << " s for the cut, the write took " << total << " s";
+      return absl::OkStatus();
+    }();
+    if (!write_status_.ok()) {
+      if (failed_ != nullptr) failed_->Increment();
+      DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -100,7 +100,9 @@ class GrpcPsClient;
 //          the manifest and applies keep_last, while training continues.
 //   Finish waits for the write in flight and returns its status (a failed write is reported at
 //          the next Cut or at Finish).
-// Cluster checkpoints are full (the snapshot holds all of a server's rows). every_steps is the
+// Incremental checkpoints (full_every > 1) hold the rows each server changed since the snapshot
+// of the parent (the last checkpoint this run committed; the first of a run is full), which the
+// servers track as they apply updates (TieredStore::CreateCheckpoint). every_steps is the
 // same on every rank; every_seconds and `dlrmctl checkpoint` are rank 0's to decide (DueByTime,
 // the job's checkpoint requests), and the ranks agree at a decision boundary (worker_job.cc).
 class ClusterCheckpointer {
@@ -136,6 +138,11 @@ class ClusterCheckpointer {
   prometheus::Counter* committed_ = nullptr;
   prometheus::Counter* failed_ = nullptr;
   int64_t last_step_ = -1;
+  // The last checkpoint committed by this run (written by the writer thread, read by Cut after
+  // joining it), and how many checkpoints its chain holds since its full base.
+  std::string parent_name_;
+  int64_t parent_step_ = -1;
+  int since_full_ = 0;
   std::chrono::steady_clock::time_point last_cut_time_ = std::chrono::steady_clock::now();
   std::thread writer_;
   absl::Status write_status_;  // of the last write joined

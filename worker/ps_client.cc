@@ -713,7 +713,8 @@ absl::Status GrpcPsClient::UnloadJobOnAll() {
 }
 
 absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::CheckpointAll(
-    int64_t step, bool write, const std::string& dir) {
+    int64_t step, bool write, const std::string& dir, int64_t parent_step,
+    int* incremental_shards) {
   using CheckpointCall = UnaryCall<dlrm::v1::CheckpointRequest, dlrm::v1::CheckpointResponse>;
   std::vector<std::unique_ptr<CheckpointCall>> calls;
   std::vector<ShardCall*> pointers;
@@ -727,13 +728,19 @@ absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::Checkp
                                   : dlrm::v1::CheckpointRequest::SNAPSHOT);
     call->request.set_directory(dir);
     call->request.set_part(s);
+    if (parent_step >= 0) {
+      call->request.set_incremental(true);
+      call->request.set_parent_step(parent_step);
+    }
     pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
   RunCalls(pointers, "Checkpoint", /*with_grant=*/true);
   std::vector<embedding::CheckpointFileEntry> files;
+  if (incremental_shards != nullptr) *incremental_shards = 0;
   for (auto& call : calls) {
     if (!call->status.ok()) return ShardError(*call, "Checkpoint");
+    if (incremental_shards != nullptr && call->response.incremental()) ++*incremental_shards;
     for (const dlrm::v1::CheckpointFile& f : call->response.files()) {
       files.push_back({.name = f.name(),
                        .kind = "rows",

@@ -110,10 +110,12 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // A checkpoint phase on every shard in parallel (proto/ps.proto CheckpointRequest): SNAPSHOT
   // (the cut, quick) or WRITE of each shard's rows into `dir` as part = shard index (as long as
   // the write takes, up to an hour; retried on UNAVAILABLE only within rpc_timeout of the start).
-  // WRITE returns every file written, in shard order.
-  absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> CheckpointAll(int64_t step,
-                                                                            bool write,
-                                                                            const std::string& dir);
+  // WRITE returns every file written, in shard order. With parent_step >= 0 the WRITE asks for
+  // an incremental checkpoint on top of that step's; *incremental_shards (when given) counts the
+  // shards that wrote only their changed rows (the others wrote all of theirs).
+  absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> CheckpointAll(
+      int64_t step, bool write, const std::string& dir, int64_t parent_step = -1,
+      int* incremental_shards = nullptr);
   // GetStats of this job from every shard, in shard order.
   absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> GetStatsAll();
 

@@ -134,6 +134,35 @@ TEST(TieredStoreTest, BudgetHoldsAndEveryRowReadsBack) {
   ExpectAllRowsMatch(**restored, ref);
 }
 
+// The rows an incremental checkpoint needs: what ApplyGradients and WriteRows touched since the
+// previous checkpoint that took them, per table and sorted; lookups change nothing. Tracking
+// starts at the first such checkpoint. A budget of one row makes some updates go straight to
+// RocksDB: they count the same.
+TEST(TieredStoreTest, CheckpointsHandOverTheRowsChangedSinceThePreviousOne) {
+  ScopedTempDir dir;
+  TieredStoreOptions options = Options(dir.Sub("db"), MemoryRowMap::BytesPerRow(2 * kDim));
+  auto store = *TieredStore::Create(options);
+  std::vector<float> grads(3 * kDim, 0.5f), out(4 * kDim);
+  ASSERT_TRUE(store->ApplyGradients(0, {1, 2}, grads.data()).ok());
+  std::vector<std::vector<int64_t>> changed;
+  ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c0"), &changed).ok());
+  EXPECT_EQ(changed, (std::vector<std::vector<int64_t>>{{}, {}})) << "not tracked before";
+
+  ASSERT_TRUE(store->ApplyGradients(0, {9, 3, 7}, grads.data()).ok());
+  ASSERT_TRUE(store->Lookup(1, {1, 2, 3, 4}, out.data()).ok());
+  std::vector<float> rows(2 * store->row_floats(1), 1.0f);
+  ASSERT_TRUE(store->WriteRows(1, {40, 5}, rows.data()).ok());
+  ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c1"), &changed).ok());
+  EXPECT_EQ(changed, (std::vector<std::vector<int64_t>>{{3, 7, 9}, {5, 40}}));
+
+  ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c2"), &changed).ok());
+  EXPECT_EQ(changed, (std::vector<std::vector<int64_t>>{{}, {}})) << "nothing changed since";
+  ASSERT_TRUE(store->ApplyGradients(0, {7}, grads.data()).ok());
+  ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c3")).ok());  // without `changed`: kept
+  ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c4"), &changed).ok());
+  EXPECT_EQ(changed, (std::vector<std::vector<int64_t>>{{7}, {}}));
+}
+
 TEST(TieredStoreTest, ZeroBudgetKeepsEverythingInRocksDb) {
   ScopedTempDir dir;
   TieredStoreOptions options = Options(dir.Sub("db"), 0);

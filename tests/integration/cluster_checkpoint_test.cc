@@ -72,20 +72,20 @@ class ClusterCheckpointTest : public ::testing::Test {
 
   // A job spec file `name`.yaml: k = 0, checkpoints every 10 steps into `ckpt` (absolute).
   static std::string Job(const std::string& name, int max_steps, const std::string& ckpt,
-                         const std::string& hot = "hot_budget: 0") {
+                         const std::string& hot = "hot_budget: 0", int full_every = 1) {
     const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
-    std::ofstream(path) << absl::StrCat("name: ", name, R"(
+    std::ofstream(path) << absl::StrCat(
+        "name: ", name, R"(
 model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
 )",
-                                        kCappedKaggleTablesYaml, R"(optimizer:
+        kCappedKaggleTablesYaml, R"(optimizer:
   dense: {type: adam, learning_rate: 0.003}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 training: {batch_size: 256, epochs: 1, seed: 11, staleness: 0, max_steps: )",
-                                        max_steps, ", ", hot, R"(}
+        max_steps, ", ", hot, R"(}
 data: {train: [train.tsv], eval_fraction: 0.1}
 checkpoint: {dir: )",
-                                        *dir_, "/", ckpt, R"(, every_steps: 10, keep_last: 2}
-)");
+        *dir_, "/", ckpt, ", every_steps: 10, keep_last: 2, full_every: ", full_every, "}\n");
     return path;
   }
 
@@ -157,6 +157,51 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
                                   *dir_, "train-more", absl::Seconds(120));
   ASSERT_EQ(more.exit_code, 0) << more.err;
   EXPECT_EQ(fs::path(Newest("more")).filename(), "ckpt-000000000050");
+}
+
+// full_every 3: the servers write only the rows changed since the previous checkpoint's snapshot,
+// yet a chain loads to exactly the rows of the all-full run, and a job resumed from an
+// incremental chain ends in the same files as one that never stopped.
+TEST_F(ClusterCheckpointTest, IncrementalCheckpointsHoldTheChangedRowsAndLoadToTheFullState) {
+  const std::string hot = "hot_budget: 64KiB, hot_refresh_steps: 0";
+  ProcessResult full = Local(Job("full", 40, "full", hot), {}, "full");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  ProcessResult part = Local(Job("incr", 30, "incr", hot, 3), {}, "incr-1");
+  ASSERT_EQ(part.exit_code, 0) << part.err;
+
+  const std::string c30 = *dir_ + "/incr/ckpt-000000000030";
+  const std::string f30 = *dir_ + "/full/ckpt-000000000030";
+  auto m30 = embedding::ReadManifest(c30);
+  auto m20 = embedding::ReadManifest(*dir_ + "/incr/ckpt-000000000020");
+  auto m10 = embedding::ReadManifest(*dir_ + "/incr/ckpt-000000000010");
+  auto full30 = embedding::ReadManifest(f30);
+  ASSERT_TRUE(m30.ok() && m20.ok() && m10.ok() && full30.ok())
+      << "keep_last 2 keeps the chain the newest builds on";
+  EXPECT_FALSE(m10->incremental);
+  EXPECT_TRUE(m20->incremental);
+  EXPECT_EQ(m20->parent, "ckpt-000000000010");
+  EXPECT_TRUE(m30->incremental);
+  EXPECT_EQ(m30->parent, "ckpt-000000000020");
+  EXPECT_FALSE(full30->incremental);
+  auto server_rows = [](const embedding::CheckpointManifest& m) {
+    int64_t rows = 0;
+    for (const auto& f : m.files) rows += f.kind == "rows" ? f.rows : 0;
+    return rows;
+  };
+  EXPECT_LT(server_rows(*m30), server_rows(*full30))
+      << "an incremental checkpoint holds only the rows changed in its 10 steps";
+  EXPECT_GT(server_rows(*m30), 0);
+  EXPECT_EQ(AllRows(c30), AllRows(f30)) << "the chain 10 -> 20 -> 30 loads to the full state";
+  EXPECT_EQ(Slurp(c30 + "/dense.bin"), Slurp(f30 + "/dense.bin"));
+
+  ProcessResult resumed =
+      Local(Job("incr", 40, "incr", hot, 3), {"--resume-from", *dir_ + "/incr"}, "incr-2");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const std::string c40 = Newest("incr");
+  const std::string f40 = Newest("full");
+  ASSERT_EQ(fs::path(c40).filename(), "ckpt-000000000040");
+  EXPECT_EQ(AllRows(c40), AllRows(f40));
+  EXPECT_EQ(Slurp(c40 + "/dense.bin"), Slurp(f40 + "/dense.bin"));
 }
 
 // `dlrmctl checkpoints JOB` lists what the job committed (here: steps 20 and 30 of keep_last 2).
