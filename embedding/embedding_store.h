@@ -17,6 +17,8 @@
 
 namespace dlrm::embedding {
 
+class LocalEmbeddingStore;
+
 // Unique ids of one table, and the matching rows or gradients (ids.size() * dim floats).
 struct TableRows {
   int table = 0;
@@ -54,6 +56,11 @@ class EmbeddingStore {
     (void)rows;
     return absl::UnimplementedError("this embedding store cannot write stored rows");
   }
+
+  // The store itself when its tables live in this process's memory (embedding/local_store.h), so
+  // that a trainer may read rows and apply gradients in place instead of copying them through
+  // Lookup and Push; null for every other store (including wrappers of a local store).
+  virtual LocalEmbeddingStore* AsLocal() { return nullptr; }
 };
 
 }  // namespace dlrm::embedding

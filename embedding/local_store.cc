@@ -103,6 +103,21 @@ absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableR
   return absl::OkStatus();
 }
 
+void LocalEmbeddingStore::ReadTable(int table,
+                                    const std::function<void(const EmbeddingTable&)>& fn) const {
+  const Table& t = *tables_[table];
+  absl::ReaderMutexLock lock(&t.mu);
+  fn(*t.table);
+}
+
+void LocalEmbeddingStore::UpdateTable(int table, absl::Span<const int64_t> updated_ids,
+                                      const std::function<void(EmbeddingTable&)>& fn) {
+  Table& t = *tables_[table];
+  absl::MutexLock lock(&t.mu);
+  fn(*t.table);
+  t.MarkUpdated(updated_ids);
+}
+
 absl::Status LocalEmbeddingStore::ReadStoredRows(absl::Span<TableRows> requests) {
   for (const TableRows& r : requests) {
     DLRM_RETURN_IF_ERROR(CheckTable(r.table));

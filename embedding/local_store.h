@@ -68,6 +68,17 @@ class LocalEmbeddingStore : public EmbeddingStore {
   // Forgets the changes so far in every table (e.g. right after loading a checkpoint).
   void ClearChanged();
 
+  LocalEmbeddingStore* AsLocal() override { return this; }
+
+  // In-place access for a trainer in this process, instead of copying rows out (Lookup) and
+  // gradients in (Push): runs fn on table `table` under its mutex, shared for ReadTable and
+  // exclusive for UpdateTable, which records `updated_ids` for change tracking as Push does; fn
+  // must change no other row. REQUIRES: 0 <= table < tables().size(), and the ids fn reads or
+  // updates are in range (EmbeddingTable::CheckIds).
+  void ReadTable(int table, const std::function<void(const EmbeddingTable&)>& fn) const;
+  void UpdateTable(int table, absl::Span<const int64_t> updated_ids,
+                   const std::function<void(EmbeddingTable&)>& fn);
+
   // Direct access for tests and checkpoints. REQUIRES: no concurrent Push.
   const EmbeddingTable& table(int index) const { return *tables_[index]->table; }
 

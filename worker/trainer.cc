@@ -12,6 +12,7 @@
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
 #include "embedding/parallel.h"
+#include "embedding/table_config.h"
 #ifdef DLRM_WITH_CUDA
 #include "dense/cuda/cuda_backend.h"
 #endif
@@ -104,6 +105,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   DLRM_ASSIGN_OR_RETURN(trainer->model_, dense::DlrmDenseModel::Create(
                                              options.backend, DenseModelOptionsFromSpec(spec)));
   trainer->kernels_ = embedding::CreateCpuKernels();
+  trainer->local_ = options.store->AsLocal();
+  if (trainer->local_ != nullptr) trainer->updates_.resize(trainer->num_tables_);
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   if (threads > 1) trainer->pool_ = std::make_unique<embedding::ParallelPool>(threads - 1);
@@ -243,9 +246,11 @@ void Trainer::ForEachTable(int64_t total_ids, const std::function<void(int)>& fn
 
 void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) const {
   work->step = step;
+  work->in_place = false;
   work->rows.resize(num_tables_);
   work->hot_slots.resize(num_tables_);
   work->inverse.resize(num_tables_);
+  work->dedup.resize(num_tables_);
   std::vector<int64_t> hot_ids(num_tables_, 0);
   int64_t total_ids = 0;
   for (const SparseFeature& f : batch.sparse) total_ids += static_cast<int64_t>(f.ids.size());
@@ -267,7 +272,7 @@ void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) 
     std::vector<int64_t>& unique = work->rows[t].ids;
     std::vector<int64_t>& inverse = work->inverse[t];
     std::vector<int32_t>& hot_slots = work->hot_slots[t];
-    embedding::Deduplicate(batch.sparse[t].ids, &unique, &inverse);
+    work->dedup[t].Run(batch.sparse[t].ids, options_.store->tables()[t].rows, &unique, &inverse);
     hot_slots.clear();
     if (hot_ == nullptr || hot_->num_rows(t) == 0) return;
     // Split the unique ids into cold (kept in place, in order) and hot (appended after them).
@@ -297,9 +302,22 @@ void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) 
   for (int64_t h : hot_ids) work->hot_ids += h;
 }
 
+bool Trainer::ReadsInPlace() const {
+  return local_ != nullptr && emb_dev_ == nullptr && options_.allreducer == nullptr &&
+         (hot_ == nullptr || hot_->total_rows() == 0);
+}
+
 absl::Status Trainer::FetchRows(SparseWork* work) const {
   if (gpu_tables_ != nullptr) return absl::OkStatus();
-  return options_.store->Lookup(work->step, absl::MakeSpan(work->rows));
+  work->in_place = ReadsInPlace();
+  if (!work->in_place) return options_.store->Lookup(work->step, absl::MakeSpan(work->rows));
+  // The distinct ids are all the batch's ids: checked, they make the reads in place safe.
+  for (int t = 0; t < num_tables_; ++t) {
+    DLRM_RETURN_IF_ERROR(
+        embedding::CheckIdsInTable(t, options_.store->tables()[t], work->rows[t].ids));
+    work->rows[t].values.clear();
+  }
+  return absl::OkStatus();
 }
 
 const float* Trainer::CombinedRows(const SparseWork& work, int t) {
@@ -323,9 +341,36 @@ void Trainer::Pool(const Batch& batch, const SparseWork& work) {
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   // Tables write disjoint columns of emb_host_ and their own combined_ buffers.
   ForEachTable(work.ids, [&](int t) {
+    float* out = emb_host_.data() + static_cast<int64_t>(t) * dim_;
+    if (work.in_place) {
+      local_->ReadTable(t, [&](const embedding::EmbeddingTable& table) {
+        kernels_->PooledGather(table.data(), table.row_stride(), dim_, batch.sparse[t].ids.data(),
+                               batch.sparse[t].offsets.data(), batch.size, pooling_, out, stride);
+      });
+      return;
+    }
     kernels_->PooledGather(CombinedRows(work, t), dim_, dim_, work.inverse[t].data(),
-                           batch.sparse[t].offsets.data(), batch.size, pooling_,
-                           emb_host_.data() + static_cast<int64_t>(t) * dim_, stride);
+                           batch.sparse[t].offsets.data(), batch.size, pooling_, out, stride);
+  });
+}
+
+void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) {
+  const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
+  // Tables update their own rows with their own scratch.
+  ForEachTable(work.ids, [&](int t) {
+    const std::vector<int64_t>& ids = work.rows[t].ids;
+    embedding::PooledGradients grads;
+    grads.dout = demb_host_.data() + static_cast<int64_t>(t) * dim_;
+    grads.out_stride = stride;
+    grads.dim = dim_;
+    grads.indices = work.inverse[t].data();
+    grads.offsets = batch.sparse[t].offsets.data();
+    grads.batch = batch.size;
+    grads.mode = pooling_;
+    grads.num_rows = static_cast<int64_t>(ids.size());
+    local_->UpdateTable(t, ids, [&](embedding::EmbeddingTable& table) {
+      updates_[t].Apply(table.optimizer(), grads, ids, table.mutable_data(), table.row_stride());
+    });
   });
 }
 
@@ -562,6 +607,12 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     FinishStep(batch, *work);
     return loss;
   }
+  if (work->in_place) {
+    ApplyGradientsInPlace(batch, *work);
+    work->grads.clear();
+    FinishStep(batch, *work);
+    return loss;
+  }
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   work->grads.resize(num_tables_);
   combined_grads_.resize(num_tables_);
@@ -607,8 +658,9 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
 }
 
 void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
+  // The cold ids are those fetched and pushed (or, in place, read and updated in the store).
   int64_t cold_rows = 0;
-  for (const auto& g : work.grads) cold_rows += static_cast<int64_t>(g.ids.size());
+  for (const auto& r : work.rows) cold_rows += static_cast<int64_t>(r.ids.size());
   counters_.samples += batch.size;
   counters_.ids += work.ids;
   counters_.hot_ids += work.hot_ids;
@@ -618,17 +670,16 @@ void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
 }
 
 absl::Status Trainer::PushGradients(const SparseWork& work) const {
-  if (gpu_tables_ != nullptr) return absl::OkStatus();
+  if (gpu_tables_ != nullptr || work.in_place) return absl::OkStatus();
   return options_.store->Push(work.step, work.grads);
 }
 
 absl::StatusOr<float> Trainer::Step(const Batch& batch) {
   DLRM_RETURN_IF_ERROR(CheckBatch(batch));
-  SparseWork work;
-  PrepareSparse(batch, steps_done_, &work);
-  DLRM_RETURN_IF_ERROR(FetchRows(&work));
-  DLRM_ASSIGN_OR_RETURN(float loss, Compute(batch, &work));
-  DLRM_RETURN_IF_ERROR(PushGradients(work));
+  PrepareSparse(batch, steps_done_, &step_work_);
+  DLRM_RETURN_IF_ERROR(FetchRows(&step_work_));
+  DLRM_ASSIGN_OR_RETURN(float loss, Compute(batch, &step_work_));
+  DLRM_RETURN_IF_ERROR(PushGradients(step_work_));
   return loss;
 }
 

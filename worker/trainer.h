@@ -13,6 +13,13 @@
 // SparseWork passed to them, so different batches' stages may run concurrently; Compute is
 // called by one thread at a time, in step order.
 //
+// A single CPU worker over an in-process store (LocalEmbeddingStore, `dlrm train`) with nothing
+// hot skips the copies: FetchRows only checks the ids, Compute pools straight from the store's
+// tables and applies the sparse optimizer to them with the gradients summed per distinct id
+// (embedding::PooledSparseUpdate), and PushGradients has nothing to send. The model is the same,
+// bit for bit, as with the copies (which a caller that looks rows up itself, like the pipeline,
+// still gets).
+//
 // With a CUDA backend the batch's dense features and labels are staged through pinned memory on
 // a copy stream (GpuInputStager), and, when options.gpu_table_budget_bytes allows it (single
 // worker only), every table lives in GPU memory (GpuEmbeddings): Compute pools straight into the
@@ -35,8 +42,11 @@
 #include "common/job_spec.h"
 #include "dense/backend.h"
 #include "dense/dlrm_model.h"
+#include "embedding/cpu_kernels.h"
+#include "embedding/dedup.h"
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
+#include "embedding/local_store.h"
 #include "embedding/parallel.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
@@ -62,6 +72,11 @@ struct SparseWork {
   std::vector<embedding::TableRows> grads;      // per table: cold ids and summed gradients
   int64_t ids = 0;                              // id occurrences in the batch
   int64_t hot_ids = 0;                          // of which hit the hot cache
+  // Set by FetchRows when the rows are used where they live (Trainer::ReadsInPlace): rows[t]
+  // then has no values, Compute pools from the store's tables and applies the sparse optimizer
+  // to them itself, and leaves grads empty (PushGradients has nothing to send).
+  bool in_place = false;
+  std::vector<embedding::Deduplicator> dedup;  // per table: PrepareSparse's reusable state
 };
 
 // Running totals since the trainer was created.
@@ -187,8 +202,16 @@ class Trainer {
 
  private:
   explicit Trainer(const TrainerOptions& options);
-  // Pools the fetched rows of every table into the model's embedding input.
+  // Pools the fetched rows of every table (or, work.in_place, the store's rows) into the model's
+  // embedding input.
   void Pool(const Batch& batch, const SparseWork& work);
+  // True when FetchRows leaves the rows in the store for Compute to read and update in place:
+  // the store's tables are in this process (a LocalEmbeddingStore), the dense model runs on the
+  // CPU, nothing is hot and this is the only worker. Copying the batch's distinct rows out and
+  // their gradients back in then costs as much as the dense model's GEMMs for wide rows.
+  bool ReadsInPlace() const;
+  // work.in_place: each table's gradient, summed per distinct id, applied straight to its rows.
+  void ApplyGradientsInPlace(const Batch& batch, const SparseWork& work);
   // Rows of table t in [cold..., hot...] order: the fetched rows alone when nothing is hot.
   const float* CombinedRows(const SparseWork& work, int t);
   // Runs fn(t) for every table, on the pool when the batch has at least kParallelMinIds ids.
@@ -215,6 +238,9 @@ class Trainer {
   embedding::PoolingMode pooling_ = embedding::PoolingMode::kSum;
   std::unique_ptr<dense::DlrmDenseModel> model_;
   std::unique_ptr<embedding::EmbeddingKernels> kernels_;  // host-side pooling
+  embedding::LocalEmbeddingStore* local_ = nullptr;       // the store, when it is in-process
+  std::vector<embedding::PooledSparseUpdate> updates_;    // per table, with local_
+  SparseWork step_work_;                                  // Step()'s, reused
 
   // The embedding input and its gradient, CPU backend only (a CUDA trainer pools on the device).
   std::vector<float> emb_host_;   // [max_batch x T x dim]

@@ -1,6 +1,8 @@
 // Row initialisation, sparse optimizers (against scalar references written here), dedup and
 // EmbeddingTable.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -177,6 +179,30 @@ TEST_P(SparseOptimizerTest, RowsBatchMatchesPerRow) {
   EXPECT_EQ(a, b);
 }
 
+// Row-wise Adagrad sums 8 rows' squares at once (SIMD lanes fed by transposes): each row must
+// still get the sequential sum of the one-row update, bit for bit, whatever the width.
+TEST(SparseOptimizerTest, RowWiseAdagradRowsMatchPerRowForEveryWidth) {
+  SparseOptimizerOptions o;
+  o.type = SparseOptimizerType::kRowWiseAdagrad;
+  o.learning_rate = 0.3f;
+  o.initial_accumulator = 0.01f;
+  for (int dim : {1, 3, 4, 16, 64, 67}) {
+    SCOPED_TRACE(dim);
+    const int n = 21, stride = dim + 1;  // two groups of 8 and 5 rows on their own
+    std::vector<float> a(n * stride), grads(n * dim);
+    for (int r = 0; r < n; ++r) InitRowWithState(0, r, 1, n, o, a.data() + r * stride, dim);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(1.3 * i) * (1 + i % 7);
+    std::vector<float> b = a;
+    std::vector<float*> ptrs(n);
+    for (int r = 0; r < n; ++r) ptrs[r] = a.data() + r * stride;
+    ApplySparseOptimizerToRows(o, dim, ptrs.data(), grads.data(), n);
+    for (int r = 0; r < n; ++r) {
+      ApplySparseOptimizerToRow(o, dim, grads.data() + r * dim, b.data() + r * stride);
+    }
+    EXPECT_EQ(a, b);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, SparseOptimizerTest,
                          ::testing::Values(SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
                                            SparseOptimizerType::kRowWiseAdagrad,
@@ -204,6 +230,49 @@ TEST(DedupTest, LargeRandom) {
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   EXPECT_EQ(unique.size(), sorted.size());
   for (size_t j = 0; j < ids.size(); ++j) ASSERT_EQ(unique[inverse[j]], ids[j]);
+}
+
+// Deduplicator against Deduplicate: the same distinct ids (ascending on the bitmap path, first
+// seen on the hash path) and an inverse that maps every id back, over calls that reuse its state.
+TEST(DedupTest, DeduplicatorMatchesDeduplicateOnBothPaths) {
+  std::mt19937_64 rng(3);
+  Deduplicator dedup;
+  std::vector<int64_t> unique, inverse, ref_unique, ref_inverse;
+  // rows 5000 for 2000 ids: the bitmap; rows 10^7: the hash table (which grows past its first
+  // size with 3000 distinct ids); an empty batch.
+  for (int64_t rows : {int64_t{5000}, int64_t{10000000}, int64_t{5000}, int64_t{10000000}}) {
+    for (size_t n : {size_t{2000}, size_t{0}, size_t{1}, size_t{6000}}) {
+      SCOPED_TRACE(testing::Message() << rows << " rows, " << n << " ids");
+      std::vector<int64_t> ids(n);
+      for (int64_t& id : ids) id = rng() % std::min<int64_t>(rows, 3000) * (rows / 3000 + 1) % rows;
+      dedup.Run(ids, rows, &unique, &inverse);
+      Deduplicate(ids, &ref_unique, &ref_inverse);
+      ASSERT_EQ(inverse.size(), ids.size());
+      for (size_t j = 0; j < ids.size(); ++j) ASSERT_EQ(unique[inverse[j]], ids[j]) << j;
+      if (rows <= Deduplicator::kBitmapRowsPerId * static_cast<int64_t>(n)) {
+        std::vector<int64_t> sorted = ref_unique;
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_EQ(unique, sorted);
+      } else {
+        EXPECT_EQ(unique, ref_unique);
+      }
+    }
+  }
+}
+
+// Ids a bitmap cannot hold (out of range, negative, the hash table's empty marker) are
+// deduplicated by the hash table rather than dropped; the caller rejects them afterwards.
+TEST(DedupTest, DeduplicatorKeepsIdsOutsideTheTable) {
+  const std::vector<int64_t> ids = {5, INT64_MIN, -1, 5, 100, INT64_MIN, 7, -1};
+  Deduplicator dedup;
+  std::vector<int64_t> unique, inverse;
+  dedup.Run(ids, 10, &unique, &inverse);
+  EXPECT_EQ(unique, (std::vector<int64_t>{5, INT64_MIN, -1, 100, 7}));
+  for (size_t j = 0; j < ids.size(); ++j) EXPECT_EQ(unique[inverse[j]], ids[j]);
+  // The same object afterwards, on the bitmap path.
+  dedup.Run({3, 1, 3}, 10, &unique, &inverse);
+  EXPECT_EQ(unique, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(inverse, (std::vector<int64_t>{1, 0, 1}));
 }
 
 EmbeddingTableOptions TableOptions(int64_t rows, int dim) {

@@ -106,6 +106,57 @@ TEST_P(CpuKernelsTest, ApplySparseOptimizerMatchesPerRow) {
   EXPECT_EQ(table, expected);
 }
 
+// The fused backward against the two kernels it replaces, bit for bit, for every optimizer: each
+// row's gradient summed by PooledScatterGrad, then ApplySparseOptimizer. Rows are padded and out
+// of order in the table, bags are of random sizes (empty ones too), and one distinct row has no
+// entry (a zero gradient, as the scatter's zeros give it).
+TEST_P(CpuKernelsTest, PooledSparseUpdateMatchesScatterThenOptimizer) {
+  const Shape s = GetParam();
+  const int64_t num_rows = 70;  // > PooledSparseUpdate's chunk of rows
+  const int batch = 41, out_stride = 3 * s.dim + 1;
+  Bags bags = RandomBags(batch, 3 * s.max_bag, num_rows - 1, 5);  // row num_rows - 1: no entry
+  std::vector<float> dout(batch * out_stride);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::sin(0.7 * i);
+  const int64_t table_rows = 500;
+  std::vector<int64_t> row_ids(num_rows);
+  for (int64_t u = 0; u < num_rows; ++u) row_ids[u] = (u * 137 + 11) % table_rows;  // distinct
+  PooledSparseUpdate update;
+  for (SparseOptimizerType type :
+       {SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
+        SparseOptimizerType::kRowWiseAdagrad, SparseOptimizerType::kLazyAdam}) {
+    SCOPED_TRACE(SparseOptimizerTypeName(type));
+    SparseOptimizerOptions o;
+    o.type = type;
+    o.learning_rate = 0.3f;
+    o.initial_accumulator = 0.1f;
+    const int64_t stride = StoredRowFloats(type, s.dim) + 2;
+    std::vector<float> table(table_rows * stride);
+    for (int64_t r = 0; r < table_rows; ++r) {
+      InitRowWithState(0, r, 1, table_rows, o, &table[r * stride], s.dim);
+    }
+    const std::vector<float> before = table;
+    std::vector<float> expected = table;
+    auto kernels = CreateCpuKernels();
+    std::vector<float> grads(num_rows * s.dim);
+    kernels->PooledScatterGrad(dout.data() + s.dim, out_stride, s.dim, bags.indices.data(),
+                               bags.offsets.data(), batch, s.mode, num_rows, grads.data());
+    kernels->ApplySparseOptimizer(o, expected.data(), stride, s.dim, row_ids.data(), grads.data(),
+                                  num_rows);
+    PooledGradients in;
+    in.dout = dout.data() + s.dim;
+    in.out_stride = out_stride;
+    in.dim = s.dim;
+    in.indices = bags.indices.data();
+    in.offsets = bags.offsets.data();
+    in.batch = batch;
+    in.mode = s.mode;
+    in.num_rows = num_rows;
+    update.Apply(o, in, row_ids, table.data(), stride);  // reused across optimizers
+    ASSERT_EQ(table, expected);
+    EXPECT_NE(table, before);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CpuKernelsTest,
     ::testing::Values(Shape{16, 1, PoolingMode::kSum}, Shape{16, 4, PoolingMode::kMean},

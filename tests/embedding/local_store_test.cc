@@ -102,5 +102,27 @@ TEST(LocalStoreTest, ConcurrentLookupAndPush) {
   for (int i = 0; i < 16; ++i) EXPECT_EQ(req[1].values[999 * 16 + i], row[i]);
 }
 
+// In-place access: UpdateTable's changes are what a Push of the same gradients makes, and are
+// recorded for checkpoints as a Push's are; ReadTable sees them.
+TEST(LocalStoreTest, UpdateTableInPlaceMatchesPushAndIsTracked) {
+  auto pushed = *LocalEmbeddingStore::Create(Options(-1));
+  auto in_place = *LocalEmbeddingStore::Create(Options(-1));
+  EXPECT_EQ(in_place->AsLocal(), in_place.get());
+  const std::vector<int64_t> ids = {17, 3, 999};
+  std::vector<float> g(ids.size() * 16);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i + 1);
+  ASSERT_TRUE(pushed->Push(0, {{0, ids, g}}).ok());
+  in_place->UpdateTable(
+      0, ids, [&](EmbeddingTable& table) { table.ApplyGradientsUnchecked(ids, g.data()); });
+  EXPECT_EQ(in_place->TouchedIds(0), (std::vector<int64_t>{3, 17, 999}));
+  EXPECT_EQ(in_place->TakeChangedIds(0), (std::vector<int64_t>{3, 17, 999}));
+  EXPECT_TRUE(in_place->TouchedIds(1).empty());
+  for (int64_t id : ids) {
+    in_place->ReadTable(0, [&](const EmbeddingTable& table) {
+      for (int i = 0; i < 17; ++i) ASSERT_EQ(table.Row(id)[i], pushed->table(0).Row(id)[i]);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::embedding

@@ -1,0 +1,187 @@
+// The trainer's in-place path (a LocalEmbeddingStore read and updated where its rows live)
+// against the copying path it replaces (the same store behind a wrapper, which FetchRows reads
+// through Lookup and PushGradients writes through Push): the same losses, dense model and stored
+// rows, bit for bit.
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "dense/backend_factory.h"
+#include "embedding/local_store.h"
+#include "gtest/gtest.h"
+#include "worker/delayed_store.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+namespace {
+
+struct Shape {
+  int dim;
+  std::string pooling;
+  std::string sparse_optimizer;
+  int batch;  // 1024: enough ids for the per-table work to run on two threads
+};
+
+// Rows 200000 and 100000 are deduplicated through the hash table, the others through the bitmap.
+const std::vector<int64_t> kRows = {50, 1000, 200000, 3000, 7, 100000};
+
+common::JobSpec Spec(const Shape& s) {
+  common::JobSpec spec;
+  spec.dense_features = 5;
+  spec.bottom_mlp = {16, s.dim};
+  spec.top_mlp = {16, 1};
+  spec.embedding_dim = s.dim;
+  spec.pooling = s.pooling;
+  for (size_t t = 0; t < kRows.size(); ++t) {
+    spec.tables.push_back({.name = "T" + std::to_string(t), .rows = kRows[t]});
+  }
+  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.01};
+  spec.sparse_optimizer = {.type = s.sparse_optimizer, .learning_rate = 0.1};
+  spec.batch_size = s.batch;
+  spec.seed = 9;
+  spec.device = "cpu";
+  return spec;
+}
+
+// Bags of 0 to 6 ids, skewed so that ids repeat within and across bags.
+Batch RandomBatch(const common::JobSpec& spec, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Batch b;
+  b.size = spec.batch_size;
+  b.num_dense = spec.dense_features;
+  b.dense.resize(static_cast<size_t>(b.size) * b.num_dense);
+  for (float& x : b.dense) x = static_cast<float>(rng() % 1000) / 250.0f;
+  b.labels.resize(b.size);
+  for (float& y : b.labels) y = static_cast<float>(rng() % 2);
+  b.sparse.resize(spec.tables.size());
+  for (size_t t = 0; t < spec.tables.size(); ++t) {
+    SparseFeature& f = b.sparse[t];
+    f.offsets.push_back(0);
+    for (int i = 0; i < b.size; ++i) {
+      const int n = static_cast<int>(rng() % 7);
+      for (int k = 0; k < n; ++k) {
+        const int64_t r = static_cast<int64_t>(rng() % 1000);
+        f.ids.push_back(r * r * 7919 % spec.tables[t].rows);
+      }
+      f.offsets.push_back(static_cast<int32_t>(f.ids.size()));
+    }
+  }
+  return b;
+}
+
+struct Rig {
+  std::unique_ptr<dense::Backend> backend;
+  std::unique_ptr<embedding::LocalEmbeddingStore> local;
+  std::unique_ptr<DelayedStore> wrapper;  // copying: the trainer sees no local store
+  std::unique_ptr<Trainer> trainer;
+};
+
+std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, bool copying) {
+  auto rig = std::make_unique<Rig>();
+  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu,
+                                       .math_mode = dense::MathMode::kFp32,
+                                       .device_ordinal = 0,
+                                       .cpu_threads = 1});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  rig->backend = std::move(*backend);
+  embedding::LocalStoreOptions so;
+  so.tables = TableConfigsFromSpec(spec);
+  so.seed = spec.seed;
+  so.optimizer = *SparseOptimizerFromSpec(spec);
+  auto local = embedding::LocalEmbeddingStore::Create(so);
+  EXPECT_TRUE(local.ok()) << local.status();
+  rig->local = std::move(*local);
+  embedding::EmbeddingStore* store = rig->local.get();
+  if (copying) {
+    rig->wrapper = std::make_unique<DelayedStore>(rig->local.get(), DelayedStoreOptions{});
+    store = rig->wrapper.get();
+  }
+  TrainerOptions options;
+  options.spec = spec;
+  options.backend = rig->backend.get();
+  options.store = store;
+  options.threads = 2;
+  auto trainer = Trainer::Create(options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  rig->trainer = std::move(*trainer);
+  return rig;
+}
+
+std::vector<float> DenseParams(Rig& rig) {
+  dense::DlrmDenseModel& m = rig.trainer->model();
+  std::vector<float> p(m.num_params());
+  rig.backend->CopyToHost(m.params(), p.data(), p.size());
+  return p;
+}
+
+class TrainerInPlaceTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(TrainerInPlaceTest, SameModelAsCopyingRowsOutAndGradientsIn) {
+  const common::JobSpec spec = Spec(GetParam());
+  auto in_place = MakeRig(spec, /*copying=*/false);
+  auto copying = MakeRig(spec, /*copying=*/true);
+
+  // The stages show which path each trainer takes.
+  const Batch first = RandomBatch(spec, 1);
+  SparseWork work;
+  in_place->trainer->PrepareSparse(first, 0, &work);
+  ASSERT_TRUE(in_place->trainer->FetchRows(&work).ok());
+  EXPECT_TRUE(work.in_place);
+  EXPECT_TRUE(work.rows[0].values.empty());
+  copying->trainer->PrepareSparse(first, 0, &work);
+  ASSERT_TRUE(copying->trainer->FetchRows(&work).ok());
+  EXPECT_FALSE(work.in_place);
+
+  for (int step = 0; step < 4; ++step) {
+    const Batch batch = RandomBatch(spec, 1 + step);
+    auto a = in_place->trainer->Step(batch);
+    auto b = copying->trainer->Step(batch);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(*a, *b) << "loss of step " << step;
+  }
+  const std::vector<float> pa = DenseParams(*in_place);
+  const std::vector<float> pb = DenseParams(*copying);
+  ASSERT_EQ(pa.size(), pb.size());
+  EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float))) << "dense params";
+  for (size_t t = 0; t < kRows.size(); ++t) {
+    const embedding::EmbeddingTable& ta = in_place->local->table(t);
+    const embedding::EmbeddingTable& tb = copying->local->table(t);
+    const size_t n = static_cast<size_t>(ta.rows()) * ta.row_stride();
+    EXPECT_EQ(0, std::memcmp(ta.data(), tb.data(), n * sizeof(float))) << "table " << t;
+    // Updated in place, the rows are tracked for checkpoints as pushed ones are.
+    EXPECT_EQ(in_place->local->TouchedIds(t), copying->local->TouchedIds(t)) << "table " << t;
+    EXPECT_FALSE(in_place->local->TouchedIds(t).empty());
+  }
+  const TrainerCounters ca = in_place->trainer->counters();
+  const TrainerCounters cb = copying->trainer->counters();
+  EXPECT_EQ(ca.ids, cb.ids);
+  EXPECT_EQ(ca.store_rows, cb.store_rows);
+  EXPECT_GT(ca.store_rows, 0);
+}
+
+TEST_P(TrainerInPlaceTest, IdOutOfRangeIsRejectedBeforeAnyRowIsRead) {
+  const common::JobSpec spec = Spec(GetParam());
+  auto in_place = MakeRig(spec, /*copying=*/false);
+  auto copying = MakeRig(spec, /*copying=*/true);
+  Batch batch = RandomBatch(spec, 3);
+  batch.sparse[4].ids.back() = kRows[4];  // one past the last row
+  const absl::Status a = in_place->trainer->Step(batch).status();
+  const absl::Status b = copying->trainer->Step(batch).status();
+  EXPECT_EQ(a.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(in_place->trainer->steps_done(), 0);
+  EXPECT_TRUE(in_place->local->TouchedIds(4).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TrainerInPlaceTest,
+                         ::testing::Values(Shape{16, "sum", "rowwise_adagrad", 256},
+                                           Shape{64, "mean", "rowwise_adagrad", 1024},
+                                           Shape{8, "sum", "adam", 1024},
+                                           Shape{16, "mean", "adagrad", 64}));
+
+}  // namespace
+}  // namespace dlrm::worker
