@@ -1,6 +1,9 @@
 #include "bench/shapes.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "worker/input/synthetic.h"
 
 namespace dlrm::bench {
 
@@ -35,9 +38,31 @@ absl::StatusOr<BenchShape> GetBenchShape(const std::string& name) {
       s.tables.push_back({.name = absl::StrCat("T", i + 1), .rows = 1000000});
     }
     shape.ids_per_lookup = 100;
+  } else if (name == "mlperf-dcnv2") {
+    // MLPerf Training v3.0+ DLRM-DCNv2 (Criteo 1TB, multi-hot), tables capped at 1M rows so that
+    // they fit one machine (7.1M rows of dim 128: 3.7 GB with row-wise Adagrad's state).
+    const int64_t cards[] = {40000000, 39060,    17295,    7424,     20265,  3,     7122, 1543, 63,
+                             40000000, 3067956,  405282,   10,       2209,   11938, 155,  4,    976,
+                             14,       40000000, 40000000, 40000000, 590152, 12973, 108,  36};
+    s.dense_features = 13;
+    s.bottom_mlp = {512, 256, 128};
+    s.top_mlp = {1024, 1024, 512, 256, 1};
+    s.embedding_dim = 128;
+    s.pooling = "sum";
+    s.interaction = "dcnv2";
+    s.cross_layers = 3;
+    s.low_rank = 512;
+    s.dense_optimizer = {.type = "adagrad", .learning_rate = 0.004};
+    s.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.004};
+    const worker::BagSizes bags = worker::MlperfDlrmV2BagSizes();
+    for (size_t i = 0; i < std::size(cards); ++i) {
+      s.tables.push_back(
+          {.name = absl::StrCat("C", i + 1), .rows = std::min<int64_t>(cards[i], 1000000)});
+      shape.bags.push_back(bags[i]);
+    }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown shape '", name, "' (kaggle-shape or model1)"));
+        absl::StrCat("unknown shape '", name, "' (kaggle-shape, model1 or mlperf-dcnv2)"));
   }
   return shape;
 }

@@ -61,9 +61,10 @@ std::vector<worker::Batch> MakeBatches(const BenchShape& shape, int batch_size, 
     for (size_t t = 0; t < spec.tables.size(); ++t) {
       auto& f = b.sparse[t];
       const int64_t rows = spec.tables[t].rows;
-      f.ids.resize(static_cast<size_t>(batch_size) * shape.ids_per_lookup);
+      const int bag = shape.bag(t);
+      f.ids.resize(static_cast<size_t>(batch_size) * bag);
       f.offsets.resize(batch_size + 1);
-      for (int i = 0; i <= batch_size; ++i) f.offsets[i] = i * shape.ids_per_lookup;
+      for (int i = 0; i <= batch_size; ++i) f.offsets[i] = i * bag;
       for (int64_t& id : f.ids) {
         const int64_t rank = samplers[t].Sample(rng) - 1;  // 1-based ranks
         id = static_cast<int64_t>((static_cast<unsigned __int128>(rank) * 2654435761u) % rows);
@@ -146,9 +147,9 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
   // Stage times of the full step, so the report shows where the non-GEMM time goes.
   double prepare_s = 0, fetch_s = 0, compute_s = 0, push_s = 0;
   int64_t step_index = 0;
+  worker::SparseWork work;  // reused, as Trainer::Step reuses its own
   auto full_step = [&](bool record) -> absl::Status {
     const worker::Batch& b = batches[step_index++ % num_batches];
-    worker::SparseWork work;
     auto t0 = Clock::now();
     trainer->PrepareSparse(b, trainer->steps_done(), &work);
     auto t1 = Clock::now();
@@ -225,6 +226,8 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
                         {"push", push_s * 1e3 / timed}};
   j["zipf_exponent"] = options.zipf_exponent;
   j["ids_per_lookup"] = shape.ids_per_lookup;
+  if (!shape.bags.empty()) j["ids_per_lookup_by_table"] = shape.bags;
+  j["interaction"] = spec.interaction;
   j["table_rows"] = [&spec] {
     int64_t rows = 0;
     for (const auto& t : spec.tables) rows += t.rows;

@@ -8,7 +8,7 @@
 //   dlrm gen-data --out train.tsv --rows N [--max-rows R] [--seed S]  synthetic Criteo TSV
 //                 [--format binary] [--multi-hot mlperf|N|N,N,...]   or binary, multi-hot
 //   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
-//   dlrm bench --shape kaggle-shape|model1                            full step vs GEMM bound
+//   dlrm bench --shape kaggle-shape|model1|mlperf-dcnv2               full step vs GEMM bound
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -159,7 +159,7 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
   auto* cmd = app.add_subcommand(
       "bench", "Full training step vs the GEMM-only bound of a shape (prints one JSON object)");
   static bench::TrainingBenchOptions options;
-  cmd->add_option("--shape", options.shape, "kaggle-shape | model1");
+  cmd->add_option("--shape", options.shape, "kaggle-shape | model1 | mlperf-dcnv2");
   cmd->add_option("--batch-size", options.batch_size, "Batch size (0 = the shape's)");
   cmd->add_option("--steps", options.steps, "Timed steps per round and path");
   cmd->add_option("--rounds", options.rounds, "Rounds (alternating full step and GEMM-only)");
