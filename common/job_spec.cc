@@ -207,6 +207,12 @@ absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bo
   return absl::OkStatus();
 }
 
+// The names embedding/row_dtype.h parses (common/ does not depend on embedding/).
+absl::Status CheckRowDtype(const std::string& key, const std::string& dtype) {
+  if (dtype == "fp32" || dtype == "fp16" || dtype == "bf16") return absl::OkStatus();
+  return Invalid(key, absl::StrCat("'", dtype, "' is not one of fp32, fp16, bf16"));
+}
+
 absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
   out->clear();
   if (!node) return Invalid("tables", "missing (a list of {name, rows} or {cardinalities: [...]})");
@@ -215,11 +221,13 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
         AtMost("tables (count)", static_cast<int64_t>(node.size()), kMaxTables, "kMaxTables"));
     for (size_t i = 0; i < node.size(); ++i) {
       std::string prefix = absl::StrCat("tables[", i, "]");
-      DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows"}));
+      DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows", "dtype"}));
       TableSpec t;
       t.name = absl::StrCat("C", i + 1);
       DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "name", &t.name));
       DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "rows", &t.rows));
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "dtype", &t.dtype));
+      DLRM_RETURN_IF_ERROR(CheckRowDtype(Join(prefix, "dtype"), t.dtype));
       if (t.rows <= 0)
         return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
       DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, "rows"), t.rows, kMaxTableRows, "kMaxTableRows"));
@@ -227,7 +235,10 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       out->push_back(t);
     }
   } else {
-    DLRM_RETURN_IF_ERROR(CheckKeys(node, "tables", {"cardinalities", "max_rows"}));
+    DLRM_RETURN_IF_ERROR(CheckKeys(node, "tables", {"cardinalities", "max_rows", "dtype"}));
+    std::string dtype = "fp32";
+    DLRM_RETURN_IF_ERROR(Read(node, "tables", "dtype", &dtype));
+    DLRM_RETURN_IF_ERROR(CheckRowDtype("tables.dtype", dtype));
     YAML::Node cards = node["cardinalities"];
     if (!cards || !cards.IsSequence()) return Invalid("tables.cardinalities", "must be a list");
     DLRM_RETURN_IF_ERROR(AtMost("tables.cardinalities (count)", static_cast<int64_t>(cards.size()),
@@ -240,6 +251,7 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
     for (size_t i = 0; i < cards.size(); ++i) {
       TableSpec t;
       t.name = absl::StrCat("C", i + 1);
+      t.dtype = dtype;
       std::string key = absl::StrCat("tables.cardinalities[", i, "]");
       try {
         t.rows = cards[i].as<int64_t>();
@@ -608,7 +620,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
   for (const auto& t : spec.tables) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key
-        << "rows" << YAML::Value << t.rows << YAML::EndMap;
+        << "rows" << YAML::Value << t.rows;
+    if (t.dtype != "fp32") out << YAML::Key << "dtype" << YAML::Value << t.dtype;
+    out << YAML::EndMap;
   }
   out << YAML::EndSeq;
   out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;

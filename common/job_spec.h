@@ -11,6 +11,7 @@
 //     interaction: dot                 # dot | dcnv2 (then cross_layers: 3, low_rank: 512)
 //   tables:                            # either a list of {name, rows} or `cardinalities: [...]`
 //     cardinalities: [1460, 583, ...]
+//     dtype: fp32                      # fp32 | fp16 | bf16 rows on the parameter servers
 //   optimizer:
 //     dense: {type: adam, learning_rate: 0.001}
 //     sparse: {type: rowwise_adagrad, learning_rate: 0.05}
@@ -49,6 +50,9 @@ struct OptimizerSpec {
 struct TableSpec {
   std::string name;
   int64_t rows = 0;
+  // How the parameter servers store the weights and send rows and gradients: fp32 | fp16 | bf16
+  // (embedding/row_dtype.h). `tables.dtype` next to `cardinalities`, or `dtype` per listed table.
+  std::string dtype = "fp32";
 };
 
 // When and where the trained state is written (docs/CHECKPOINTS.md). With a dir, a checkpoint

@@ -18,7 +18,8 @@ namespace {
 
 constexpr char kRowMagic[8] = {'D', 'L', 'R', 'M', 'R', 'O', 'W', 'S'};
 constexpr char kRowEndMagic[8] = {'R', 'O', 'W', 'S', 'E', 'N', 'D', '!'};
-constexpr uint32_t kRowVersion = 1;
+constexpr uint32_t kRowVersion = 1;      // fp32 rows
+constexpr uint32_t kRowVersionHalf = 2;  // fp16 / bf16 weights (RowCodec)
 constexpr size_t kWriteBufferBytes = 4 << 20;
 
 // The CRC32C of RocksDB's checksum generator: its public face is a generator that hashes bytes
@@ -162,18 +163,30 @@ absl::StatusOr<FileDigest> ChecksummedWriter::Close() {
 
 absl::StatusOr<std::unique_ptr<RowFileWriter>> RowFileWriter::Create(const std::string& path,
                                                                      int table, int row_floats) {
-  if (table < 0 || row_floats <= 0) {
+  return Create(path, table, RowCodec{RowDtype::kFp32, row_floats, 0});
+}
+
+absl::StatusOr<std::unique_ptr<RowFileWriter>> RowFileWriter::Create(const std::string& path,
+                                                                     int table,
+                                                                     const RowCodec& codec) {
+  const int row_floats = codec.row_floats();
+  if (table < 0 || codec.dim <= 0 || codec.state_floats < 0 || codec.dim > 0xFFFFFF) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": bad table ", table, " or row width ", row_floats));
   }
   std::unique_ptr<RowFileWriter> w(new RowFileWriter());
   w->path_ = path;
   w->row_floats_ = row_floats;
+  w->codec_ = codec;
+  const bool half = codec.dtype != RowDtype::kFp32;
+  if (half) w->encoded_.resize(static_cast<size_t>(codec.bytes()));
   DLRM_ASSIGN_OR_RETURN(w->out_, ChecksummedWriter::Create(path));
   char header[kRowFileHeaderBytes] = {};
   std::memcpy(header, kRowMagic, 8);
-  const uint32_t fields[4] = {kRowVersion, static_cast<uint32_t>(table),
-                              static_cast<uint32_t>(row_floats), 0};
+  const uint32_t format =
+      half ? static_cast<uint32_t>(codec.dtype) | static_cast<uint32_t>(codec.dim) << 8 : 0;
+  const uint32_t fields[4] = {half ? kRowVersionHalf : kRowVersion, static_cast<uint32_t>(table),
+                              static_cast<uint32_t>(row_floats), format};
   std::memcpy(header + 8, fields, sizeof(fields));
   DLRM_RETURN_IF_ERROR(w->out_->Append(header, sizeof(header)));
   return w;
@@ -181,7 +194,12 @@ absl::StatusOr<std::unique_ptr<RowFileWriter>> RowFileWriter::Create(const std::
 
 absl::Status RowFileWriter::AppendRow(int64_t id, const float* row) {
   DLRM_RETURN_IF_ERROR(out_->Append(&id, sizeof(id)));
-  DLRM_RETURN_IF_ERROR(out_->Append(row, sizeof(float) * row_floats_));
+  if (!encoded_.empty()) {
+    codec_.Encode(row, encoded_.data());
+    DLRM_RETURN_IF_ERROR(out_->Append(encoded_.data(), encoded_.size()));
+  } else {
+    DLRM_RETURN_IF_ERROR(out_->Append(row, sizeof(float) * row_floats_));
+  }
   ++rows_;
   return absl::OkStatus();
 }
@@ -217,17 +235,30 @@ absl::Status ReadRowFile(
   if (std::memcmp(header, kRowMagic, 8) != 0) return fail("not a row file (bad magic)");
   uint32_t fields[4];
   std::memcpy(fields, header + 8, sizeof(fields));
-  if (fields[0] != kRowVersion) {
-    return fail(absl::StrCat("row file version ", fields[0], ", this build reads ", kRowVersion));
+  if (fields[0] != kRowVersion && fields[0] != kRowVersionHalf) {
+    return fail(absl::StrCat("row file version ", fields[0], ", this build reads ", kRowVersion,
+                             " and ", kRowVersionHalf));
   }
   if (fields[1] != static_cast<uint32_t>(table) || fields[2] != static_cast<uint32_t>(row_floats)) {
     return fail(absl::StrCat("holds table ", fields[1], " with rows of ", fields[2],
                              " floats; expected table ", table, " with ", row_floats));
   }
+  RowCodec codec{RowDtype::kFp32, row_floats, 0};
+  if (fields[0] == kRowVersionHalf) {
+    const uint32_t dtype = fields[3] & 0xFF, dim = fields[3] >> 8;
+    if ((dtype != static_cast<uint32_t>(RowDtype::kFp16) &&
+         dtype != static_cast<uint32_t>(RowDtype::kBf16)) ||
+        dim < 1 || dim > static_cast<uint32_t>(row_floats)) {
+      return fail(absl::StrCat("half-precision row format ", fields[3], " (dtype ", dtype, ", dim ",
+                               dim, ") for rows of ", row_floats, " floats"));
+    }
+    codec = {static_cast<RowDtype>(dtype), static_cast<int>(dim),
+             row_floats - static_cast<int>(dim)};
+  }
   // The record count follows from the size; the trailer must agree with it.
   if (std::fseek(f, 0, SEEK_END) != 0) return fail("cannot seek");
   const int64_t size = std::ftell(f);
-  const int64_t record_size = 8 + static_cast<int64_t>(sizeof(float)) * row_floats;
+  const int64_t record_size = 8 + codec.bytes();
   const int64_t body = size - kRowFileHeaderBytes - kRowFileTrailerBytes;
   if (body < 0 || body % record_size != 0) {
     return fail(absl::StrCat(size, " bytes is not a whole number of ", record_size, "-byte rows"));
@@ -245,7 +276,7 @@ absl::Status ReadRowFile(
         absl::StrCat("trailer counts ", rows, " rows, the file holds ", body / record_size));
   }
   if (std::fseek(f, kRowFileHeaderBytes, SEEK_SET) != 0) return fail("cannot seek");
-  const size_t record_bytes = 8 + sizeof(float) * row_floats;
+  const size_t record_bytes = static_cast<size_t>(record_size);
   std::vector<char> buf;
   std::vector<int64_t> ids;
   std::vector<float> values;
@@ -260,8 +291,7 @@ absl::Status ReadRowFile(
     values.resize(n * row_floats);
     for (size_t i = 0; i < n; ++i) {
       std::memcpy(&ids[i], buf.data() + i * record_bytes, 8);
-      std::memcpy(values.data() + i * row_floats, buf.data() + i * record_bytes + 8,
-                  record_bytes - 8);
+      codec.Decode(buf.data() + i * record_bytes + 8, values.data() + i * row_floats);
     }
     absl::Status st = apply(ids, values.data());
     if (!st.ok()) {

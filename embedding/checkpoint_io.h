@@ -7,8 +7,11 @@
 //   VerifyFile: size and CRC32C of a file against the manifest's record.
 //
 // Row file layout (little-endian):
-//   header  "DLRMROWS" (8 bytes) | u32 version = 1 | u32 table | u32 row_floats | u32 reserved
-//   records rows x (i64 id, row_floats x f32)
+//   header  "DLRMROWS" (8 bytes) | u32 version | u32 table | u32 row_floats | u32 format
+//   records rows x (i64 id, row)
+// Version 1: format 0, each row row_floats x f32. Version 2 (tables of fp16/bf16 rows): format =
+// dtype | dim << 8 (row_dtype.h), each row as RowCodec::Encode lays it out (dim half weights
+// padded to 4 bytes, then the fp32 state): half the bytes of a dim-16 row-wise Adagrad row.
 //   trailer u64 rows | "ROWSEND!" (8 bytes)
 // The count sits in a trailer so the file is written in one pass and checksummed as it goes. A
 // reader checks the magic, the version, the table and row width it expects, and that the trailer
@@ -27,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "embedding/row_dtype.h"
 
 namespace dlrm::embedding {
 
@@ -70,6 +74,10 @@ class RowFileWriter {
  public:
   static absl::StatusOr<std::unique_ptr<RowFileWriter>> Create(const std::string& path, int table,
                                                                int row_floats);
+  // Rows stored as `codec` says (version 2 when its dtype is not fp32); Append still takes
+  // widened rows of codec.row_floats() floats.
+  static absl::StatusOr<std::unique_ptr<RowFileWriter>> Create(const std::string& path, int table,
+                                                               const RowCodec& codec);
   // Appends one row (row_floats floats), straight into the file's write buffer.
   absl::Status AppendRow(int64_t id, const float* row);
   // Appends ids.size() rows (rows: ids.size() * row_floats floats).
@@ -83,6 +91,8 @@ class RowFileWriter {
   std::string path_;
   std::unique_ptr<ChecksummedWriter> out_;
   int row_floats_ = 0;
+  RowCodec codec_;
+  std::vector<char> encoded_;  // one encoded row (version 2)
   int64_t rows_ = 0;
 };
 
@@ -90,8 +100,9 @@ inline constexpr int64_t kRowFileHeaderBytes = 24;
 inline constexpr int64_t kRowFileTrailerBytes = 16;
 
 // Reads a row file written by RowFileWriter, calling `apply` with chunks of at most `chunk_rows`
-// rows (ids, rows x row_floats floats). DATA_LOSS naming the file for a bad header, a table or
-// width other than expected, or a short or long file. Verify the CRC first (VerifyFile).
+// rows (ids, rows x row_floats floats; half rows widened). DATA_LOSS naming the file for a bad
+// header, a table or width other than expected, or a short or long file. Verify the CRC first
+// (VerifyFile).
 absl::Status ReadRowFile(
     const std::string& path, int table, int row_floats,
     const std::function<absl::Status(absl::Span<const int64_t> ids, const float* rows)>& apply,

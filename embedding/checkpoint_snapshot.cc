@@ -10,8 +10,10 @@
 namespace dlrm::embedding {
 
 absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
-    const std::string& snapshot_dir, const std::vector<int>& row_floats, const std::string& out_dir,
-    int part, const std::vector<std::vector<int64_t>>* only_ids) {
+    const std::string& snapshot_dir, const std::vector<RowCodec>& codecs,
+    const std::string& out_dir, int part, const std::vector<std::vector<int64_t>>* only_ids) {
+  std::vector<int> row_floats;
+  for (const RowCodec& c : codecs) row_floats.push_back(c.row_floats());
   if (only_ids != nullptr && only_ids->size() != row_floats.size()) {
     return absl::InvalidArgumentError(absl::StrCat("incremental checkpoint: ", only_ids->size(),
                                                    " id lists for ", row_floats.size(), " tables"));
@@ -19,14 +21,15 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
   RocksDbTierOptions options;
   options.path = snapshot_dir;
   options.row_floats = row_floats;
+  options.codecs = codecs;
   options.block_cache_bytes = 8 << 20;  // one sequential scan: little is read twice
   options.disable_wal = true;
   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbTier> db, RocksDbTier::Open(options));
   std::vector<CheckpointFileEntry> files;
   for (int t = 0; t < static_cast<int>(row_floats.size()); ++t) {
     const std::string name = RowFileName(t, part);
-    DLRM_ASSIGN_OR_RETURN(
-        auto writer, RowFileWriter::Create(absl::StrCat(out_dir, "/", name), t, row_floats[t]));
+    DLRM_ASSIGN_OR_RETURN(auto writer,
+                          RowFileWriter::Create(absl::StrCat(out_dir, "/", name), t, codecs[t]));
     if (only_ids == nullptr) {
       DLRM_RETURN_IF_ERROR(db->ForEachRow(t, [&](absl::Span<const int64_t> ids, const float* rows) {
         return writer->Append(ids, rows);

@@ -9,18 +9,21 @@
 
 #include "absl/status/statusor.h"
 #include "embedding/checkpoint_manifest.h"
+#include "embedding/row_dtype.h"
 
 namespace dlrm::embedding {
 
 // Writes RowFileName(t, part) into `out_dir` for every table t of the RocksDB copy at
-// `snapshot_dir` (row widths `row_floats`, one per table), each row [weights | optimizer state]
-// in id order. Returns the files' manifest entries.
+// `snapshot_dir` (rows stored as `codecs` say, one per table: TieredStore::codec), each row
+// [weights | optimizer state] in id order, half-precision weights kept as they are (row file
+// version 2). Returns the files' manifest entries.
 //
 // With `only_ids` (one sorted list per table): an incremental checkpoint's files, holding just
 // those rows (point reads of the copy, no scan). An id the copy lacks was never written: it is
 // still its initial value, and is left out as a full checkpoint leaves it out.
 absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
-    const std::string& snapshot_dir, const std::vector<int>& row_floats, const std::string& out_dir,
-    int part, const std::vector<std::vector<int64_t>>* only_ids = nullptr);
+    const std::string& snapshot_dir, const std::vector<RowCodec>& codecs,
+    const std::string& out_dir, int part,
+    const std::vector<std::vector<int64_t>>* only_ids = nullptr);
 
 }  // namespace dlrm::embedding

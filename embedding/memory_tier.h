@@ -1,6 +1,7 @@
 // In-memory storage of embedding rows.
 //
-// MemoryRowMap: the rows of one table, id -> slot in a slab of fixed-width rows allocated in
+// MemoryRowMap: the rows of one table, id -> slot in a slab of fixed-width rows (of row_floats
+// 4-byte words: TieredStore packs two half-precision weights per word) allocated in
 // chunks (row pointers stay valid until the row is erased; freed slots are reused). Not
 // synchronised: the owner locks. Used by MemoryTier and by TieredStore's memory tier.
 //

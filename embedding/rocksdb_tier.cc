@@ -3,7 +3,6 @@
 #include <cstring>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
@@ -60,6 +59,8 @@ struct RocksDbTier::Impl {
   std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;  // [0] default, [1 + t] table t
   rocksdb::WriteOptions write_options;
+  std::vector<RowCodec> codecs;           // per table (fp32 ones when options gave none)
+  std::vector<std::string> width_labels;  // per table, as recorded under WidthKey
 
   ~Impl() {
     if (db) {
@@ -90,8 +91,27 @@ absl::StatusOr<std::unique_ptr<RocksDbTier>> RocksDbTier::Open(const RocksDbTier
                                                      " must be > 0"));
     }
   }
+  if (!options.codecs.empty() && options.codecs.size() != options.row_floats.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rocksdb ", options.path, ": ",
+                                                   options.codecs.size(), " row codecs for ",
+                                                   options.row_floats.size(), " tables"));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  for (size_t t = 0; t < options.row_floats.size(); ++t) {
+    RowCodec codec{RowDtype::kFp32, options.row_floats[t], 0};
+    if (!options.codecs.empty()) codec = options.codecs[t];
+    if (codec.dim < 1 || codec.state_floats < 0 || codec.row_floats() != options.row_floats[t]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rocksdb ", options.path, ": table ", t, ": codec of dim ", codec.dim, " and ",
+          codec.state_floats, " state floats for rows of ", options.row_floats[t], " floats"));
+    }
+    impl->codecs.push_back(codec);
+    impl->width_labels.push_back(
+        codec.dtype == RowDtype::kFp32
+            ? std::to_string(options.row_floats[t])
+            : absl::StrCat(options.row_floats[t], " ", RowDtypeName(codec.dtype), " ", codec.dim));
+  }
   impl->write_options.disableWAL = options.disable_wal;
 
   rocksdb::BlockBasedTableOptions table_options;
@@ -136,16 +156,15 @@ absl::StatusOr<std::unique_ptr<RocksDbTier>> RocksDbTier::Open(const RocksDbTier
     std::string value;
     s = db->Get(rocksdb::ReadOptions(), impl->handles[0], WidthKey(static_cast<int>(t)), &value);
     if (s.IsNotFound()) {
-      batch.Put(impl->handles[0], WidthKey(static_cast<int>(t)),
-                std::to_string(options.row_floats[t]));
+      batch.Put(impl->handles[0], WidthKey(static_cast<int>(t)), impl->width_labels[t]);
       continue;
     }
     if (!s.ok()) return FromRocks(s, options.path, "read table widths");
-    int stored = 0;
-    if (!absl::SimpleAtoi(value, &stored) || stored != options.row_floats[t]) {
-      return absl::FailedPreconditionError(absl::StrCat("rocksdb ", options.path, ": table ", t,
-                                                        " was stored with row_floats ", value,
-                                                        ", opened with ", options.row_floats[t]));
+    if (value != impl->width_labels[t]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rocksdb ", options.path, ": table ", t, " was stored with rows of '", value,
+                       "', opened with '", impl->width_labels[t],
+                       "' (row floats, then dtype and dim when not fp32)"));
     }
   }
   s = db->Write(impl->write_options, &batch);
@@ -164,7 +183,8 @@ absl::Status RocksDbTier::MultiGet(int table, absl::Span<const int64_t> keys, fl
   found->assign(keys.size(), false);
   if (keys.empty()) return absl::OkStatus();
   const size_t n = keys.size();
-  const size_t width_bytes = static_cast<size_t>(row_floats(table)) * sizeof(float);
+  const RowCodec& codec = impl_->codecs[table];
+  const size_t width_bytes = static_cast<size_t>(codec.bytes());
   std::vector<char> key_bytes(n * 8);
   std::vector<rocksdb::Slice> slices(n);
   for (size_t j = 0; j < n; ++j) {
@@ -186,7 +206,7 @@ absl::Status RocksDbTier::MultiGet(int table, absl::Span<const int64_t> keys, fl
                                               " id ", keys[j], ": value of ", results[j].size(),
                                               " bytes, expected ", width_bytes));
     }
-    std::memcpy(values + j * row_floats(table), results[j].data(), width_bytes);
+    codec.Decode(results[j].data(), values + j * row_floats(table));
     (*found)[j] = true;
   }
   return absl::OkStatus();
@@ -197,13 +217,19 @@ absl::Status RocksDbTier::MultiPut(int table, absl::Span<const int64_t> keys, co
   if (!status.ok()) return status;
   if (keys.empty()) return absl::OkStatus();
   const size_t width = static_cast<size_t>(row_floats(table));
-  rocksdb::WriteBatch batch(keys.size() * (width * sizeof(float) + 24));
+  const RowCodec& codec = impl_->codecs[table];
+  const size_t value_bytes = static_cast<size_t>(codec.bytes());
+  rocksdb::WriteBatch batch(keys.size() * (value_bytes + 24));
   char key[8];
+  std::vector<char> encoded(codec.dtype == RowDtype::kFp32 ? 0 : value_bytes);
   for (size_t j = 0; j < keys.size(); ++j) {
     EncodeKey(keys[j], key);
-    batch.Put(
-        impl_->Cf(table), rocksdb::Slice(key, 8),
-        rocksdb::Slice(reinterpret_cast<const char*>(values + j * width), width * sizeof(float)));
+    const char* value = reinterpret_cast<const char*>(values + j * width);
+    if (!encoded.empty()) {
+      codec.Encode(values + j * width, encoded.data());
+      value = encoded.data();
+    }
+    batch.Put(impl_->Cf(table), rocksdb::Slice(key, 8), rocksdb::Slice(value, value_bytes));
   }
   return FromRocks(impl_->db->Write(impl_->write_options, &batch), impl_->options.path,
                    absl::StrCat("MultiPut table ", table));
@@ -241,7 +267,8 @@ absl::Status RocksDbTier::ForEachRow(
   absl::Status status = impl_->CheckTable(table);
   if (!status.ok()) return status;
   const int width = impl_->options.row_floats[table];
-  const size_t value_bytes = sizeof(float) * width;
+  const RowCodec& codec = impl_->codecs[table];
+  const size_t value_bytes = static_cast<size_t>(codec.bytes());
   std::unique_ptr<rocksdb::Iterator> it(
       impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->Cf(table)));
   std::vector<int64_t> ids;
@@ -266,7 +293,7 @@ absl::Status RocksDbTier::ForEachRow(
     ids.push_back(static_cast<int64_t>(u ^ (1ull << 63)));
     const size_t at = rows.size();
     rows.resize(at + width);
-    std::memcpy(rows.data() + at, value.data(), value_bytes);
+    codec.Decode(value.data(), rows.data() + at);
     if (static_cast<int64_t>(ids.size()) >= chunk_rows) {
       status = flush();
       if (!status.ok()) return status;

@@ -3,8 +3,10 @@
 // Layout: one column family per table, named "table_<index>"; the key is the row id as 8
 // big-endian bytes with the sign bit flipped (so byte order is numeric order and an iterator walks
 // ids in order); the value is the row's floats packed in native byte order (row_floats * 4
-// bytes). The default column family holds "row_floats/<index>" -> decimal width, checked when an
-// existing directory is opened again (a width mismatch is FAILED_PRECONDITION).
+// bytes), or with a half-precision codec the row as RowCodec::Encode lays it out (weights in 2
+// bytes each, state in fp32). The default column family holds "row_floats/<index>" -> the width
+// in decimal ("17"), or with a half codec the width, dtype and dim ("17 fp16 16"), checked when an
+// existing directory is opened again (a mismatch is FAILED_PRECONDITION).
 //
 // Options: bloom filters (10 bits/key) on full filters, so MultiGet of absent keys rarely touches
 // disk; an LRU block cache of `block_cache_bytes`; the write-ahead log on by default (disable it
@@ -14,15 +16,15 @@
 // Thread-safe (RocksDB is). No RocksDB header appears here: the implementation is private.
 #pragma once
 
-#include <functional>
-
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "embedding/row_dtype.h"
 #include "embedding/tier.h"
 
 namespace dlrm::embedding {
@@ -30,6 +32,9 @@ namespace dlrm::embedding {
 struct RocksDbTierOptions {
   std::string path;             // directory; created when missing
   std::vector<int> row_floats;  // per table; must be > 0
+  // Per table, how a row is stored; empty: every row as row_floats fp32 floats. The float API
+  // (MultiGet, MultiPut, ForEachRow) always takes and gives widened rows of row_floats floats.
+  std::vector<RowCodec> codecs;
   int64_t block_cache_bytes = 64ll << 20;
   int64_t write_buffer_bytes = 32ll << 20;  // memtable size per column family
   bool disable_wal = false;

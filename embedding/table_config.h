@@ -6,13 +6,15 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "embedding/row_dtype.h"
 
 namespace dlrm::embedding {
 
 struct TableConfig {
-  std::string name;  // e.g. "C3"
-  int64_t rows = 0;  // ids are in [0, rows)
-  int dim = 0;       // floats per row (weights only; optimizer state is extra)
+  std::string name;                  // e.g. "C3"
+  int64_t rows = 0;                  // ids are in [0, rows)
+  int dim = 0;                       // weights per row (optimizer state is extra)
+  RowDtype dtype = RowDtype::kFp32;  // how the weights are stored and sent (row_dtype.h)
 };
 
 // "table 3 (C4)", or "table 3" for a table without a name.

@@ -35,18 +35,22 @@ struct TieredStore::Batch {
 };
 
 struct TieredStore::Table {
-  Table(int index_in, const TableConfig& config_in, int row_floats_in, int64_t capacity)
+  Table(int index_in, const TableConfig& config_in, const RowCodec& codec_in, int64_t capacity)
       : index(index_in),
         config(config_in),
-        row_floats(row_floats_in),
+        codec(codec_in),
+        row_floats(codec_in.row_floats()),
         capacity_rows(capacity),
-        rows(row_floats_in),
+        rows(codec_in.words()),
         sketch_max_width(std::clamp<int64_t>(capacity, 256, 1 << 20)),
         sketch(256),
         rng(0x853C49E6748FEA9Bull ^ static_cast<uint64_t>(index_in)) {}
 
   const int index;
   const TableConfig config;
+  // How a resident row is held: `codec.words()` words in the memory tier's slots (fp32: the row
+  // itself; fp16/bf16: half weights and fp32 state). row_floats: the widened row.
+  const RowCodec codec;
   const int row_floats;
   const int64_t capacity_rows;
 
@@ -59,12 +63,36 @@ struct TieredStore::Table {
   // Rows updated or written since the last CreateCheckpoint (incremental checkpoints).
   absl::flat_hash_set<int64_t> changed ABSL_GUARDED_BY(mu);
   uint64_t rng ABSL_GUARDED_BY(mu);
+  uint64_t rounding_rng ABSL_GUARDED_BY(mu) = 0x9E3779B97F4A7C15ull;  // stochastic rounding
   // Per-call scratch, kept to reuse its capacity.
   std::vector<size_t> miss_pos ABSL_GUARDED_BY(mu);
   std::vector<int64_t> miss_keys ABSL_GUARDED_BY(mu);
   std::vector<const float*> found ABSL_GUARDED_BY(mu);
   std::vector<float> cold ABSL_GUARDED_BY(mu);
+  std::vector<float> widened ABSL_GUARDED_BY(mu);  // one resident half row, widened
   Batch batch ABSL_GUARDED_BY(mu);
+
+  // Row j of a lookup's output: the weights of a stored slot, as the dtype's bytes (`encoded`)
+  // or as floats.
+  void CopyWeights(const float* slot, void* out, size_t j, bool encoded) const {
+    const int64_t bytes = encoded ? codec.weight_bytes() : int64_t{4} * config.dim;
+    char* dst = static_cast<char*>(out) + j * bytes;
+    if (encoded || codec.dtype == RowDtype::kFp32) {
+      std::memcpy(dst, slot, bytes);
+    } else {
+      DecodeValues(codec.dtype, slot, config.dim, reinterpret_cast<float*>(dst));
+    }
+  }
+  // The same from a widened row (cold, just fetched or initialised; its weights already exact in
+  // the dtype).
+  void CopyWidenedWeights(const float* row, void* out, size_t j, bool encoded) const {
+    if (encoded) {
+      EncodeValues(codec.dtype, row, config.dim,
+                   static_cast<char*>(out) + j * codec.weight_bytes());
+    } else {
+      std::memcpy(static_cast<float*>(out) + j * config.dim, row, sizeof(float) * config.dim);
+    }
+  }
 
   uint64_t NextRandom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     rng ^= rng << 13;
@@ -90,6 +118,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(
   }
   const int num_tables = static_cast<int>(options.tables.size());
   std::vector<int> widths(num_tables);
+  std::vector<RowCodec> codecs(num_tables);
   std::vector<int64_t> need(num_tables);
   for (int t = 0; t < num_tables; ++t) {
     const TableConfig& c = options.tables[t];
@@ -99,7 +128,8 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(
                                                      " must be > 0"));
     }
     widths[t] = StoredRowFloats(options.optimizer.type, c.dim);
-    need[t] = c.rows * MemoryRowMap::BytesPerRow(widths[t]);
+    codecs[t] = {c.dtype, c.dim, widths[t] - c.dim};
+    need[t] = c.rows * MemoryRowMap::BytesPerRow(codecs[t].words());
   }
   // Water-filling with equal weights: tables that fit whole get what they need, the rest share.
   std::vector<int64_t> given(num_tables, 0);
@@ -127,15 +157,17 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Create(
 
   auto store = std::unique_ptr<TieredStore>(new TieredStore(options));
   store->options_.rocksdb.row_floats = widths;
+  store->options_.rocksdb.codecs = codecs;
   DLRM_ASSIGN_OR_RETURN(store->rocksdb_, RocksDbTier::Open(store->options_.rocksdb));
   for (int t = 0; t < num_tables; ++t) {
-    const int64_t capacity = given[t] / MemoryRowMap::BytesPerRow(widths[t]);
-    store->tables_.push_back(std::make_unique<Table>(t, options.tables[t], widths[t], capacity));
+    const int64_t capacity = given[t] / MemoryRowMap::BytesPerRow(codecs[t].words());
+    store->tables_.push_back(std::make_unique<Table>(t, options.tables[t], codecs[t], capacity));
   }
   return store;
 }
 
 int TieredStore::row_floats(int table) const { return tables_[table]->row_floats; }
+const RowCodec& TieredStore::codec(int table) const { return tables_[table]->codec; }
 
 int64_t TieredStore::memory_capacity_rows(int table) const { return tables_[table]->capacity_rows; }
 
@@ -158,6 +190,7 @@ absl::Status TieredStore::FetchCold(Table& t, absl::Span<const int64_t> keys, fl
     }
     InitRowWithState(t.index, keys[k], options_.seed, t.config.rows, options_.optimizer,
                      rows + k * t.row_floats, t.config.dim);
+    t.codec.RoundWeights(rows + k * t.row_floats);
   }
   rocksdb_reads_ += static_cast<int64_t>(keys.size());
   rocksdb_hits_ += hits;
@@ -168,7 +201,7 @@ absl::Status TieredStore::FetchCold(Table& t, absl::Span<const int64_t> keys, fl
 bool TieredStore::TryAdmit(Table& t, int64_t id, const float* row, Batch* batch) {
   if (t.capacity_rows == 0) return false;
   if (!t.pending.empty()) CountPending(t);  // frequencies must be current
-  const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.row_floats);
+  const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.codec.words());
   if (t.rows.size() >= t.capacity_rows) {
     const uint32_t incoming = t.sketch.Estimate(id);
     int64_t victim = 0;
@@ -185,7 +218,9 @@ bool TieredStore::TryAdmit(Table& t, int64_t id, const float* row, Batch* batch)
     if (victim_freq == UINT32_MAX || incoming <= victim_freq) return false;
     const float* victim_row = t.rows.Find(victim);
     batch->evicted_keys.push_back(victim);
-    batch->evicted_rows.insert(batch->evicted_rows.end(), victim_row, victim_row + t.row_floats);
+    const size_t at = batch->evicted_rows.size();
+    batch->evicted_rows.resize(at + t.row_floats);
+    t.codec.Decode(victim_row, batch->evicted_rows.data() + at);
     t.rows.Erase(victim);
     memory_rows_ -= 1;
     memory_bytes_ -= bytes_per_row;
@@ -193,7 +228,7 @@ bool TieredStore::TryAdmit(Table& t, int64_t id, const float* row, Batch* batch)
   }
   bool inserted;
   float* dst = t.rows.Insert(id, &inserted);
-  std::memcpy(dst, row, sizeof(float) * t.row_floats);
+  t.codec.Encode(row, dst);
   batch->admitted.push_back(id);
   memory_rows_ += 1;
   memory_bytes_ += bytes_per_row;
@@ -218,7 +253,7 @@ absl::Status TieredStore::Commit(Table& t, Batch* batch) {
   // Undo: drop this call's admissions (their RocksDB copy or initialisation is still valid for
   // lookups; updates to them are lost), then put the evicted rows back. Evictions never outnumber
   // admissions, so this stays within the budget.
-  const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.row_floats);
+  const int64_t bytes_per_row = MemoryRowMap::BytesPerRow(t.codec.words());
   absl::flat_hash_set<int64_t> admitted(batch->admitted.begin(), batch->admitted.end());
   for (int64_t key : batch->admitted) {
     if (t.rows.Erase(key)) {
@@ -230,7 +265,7 @@ absl::Status TieredStore::Commit(Table& t, Batch* batch) {
     if (admitted.contains(batch->evicted_keys[i])) continue;
     bool inserted;
     float* dst = t.rows.Insert(batch->evicted_keys[i], &inserted);
-    std::memcpy(dst, &batch->evicted_rows[i * t.row_floats], sizeof(float) * t.row_floats);
+    t.codec.Encode(&batch->evicted_rows[i * t.row_floats], dst);
     memory_rows_ += 1;
     memory_bytes_ += bytes_per_row;
   }
@@ -263,16 +298,15 @@ bool TieredStore::FindRows(Table& t, absl::Span<const int64_t> ids, bool stop_at
   return all;
 }
 
-void TieredStore::CopyFoundRows(Table& t, float* weights_out) {
-  const int dim = t.config.dim;
-  const size_t row_bytes = sizeof(float) * dim;
+void TieredStore::CopyFoundRows(Table& t, void* weights_out, bool encoded) {
+  const size_t row_bytes = t.codec.weight_bytes();
   const size_t n = t.found.size();
   for (size_t j = 0; j < n; ++j) {
     if (j + kAhead < n) {
       const char* next = reinterpret_cast<const char*>(t.found[j + kAhead]);
       for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
     }
-    std::memcpy(weights_out + j * dim, t.found[j], row_bytes);
+    t.CopyWeights(t.found[j], weights_out, j, encoded);
   }
 }
 
@@ -300,14 +334,23 @@ void TieredStore::CountPendingAccesses() {
 }
 
 absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float* weights_out) {
+  return LookupRows(table, ids, weights_out, /*encoded=*/false);
+}
+
+absl::Status TieredStore::LookupEncoded(int table, absl::Span<const int64_t> ids,
+                                        void* weights_out) {
+  return LookupRows(table, ids, weights_out, /*encoded=*/true);
+}
+
+absl::Status TieredStore::LookupRows(int table, absl::Span<const int64_t> ids, void* weights_out,
+                                     bool encoded) {
   DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
   Table& t = *tables_[table];
-  const int dim = t.config.dim;
-  const size_t row_bytes = sizeof(float) * dim;
+  const size_t row_bytes = t.codec.weight_bytes();
   absl::MutexLock lock(&t.mu);
   if (FindRows(t, ids, /*stop_at_miss=*/false)) {
     // All resident: nothing is admitted, so counting can wait (see the header).
-    CopyFoundRows(t, weights_out);
+    CopyFoundRows(t, weights_out, encoded);
     DeferCounts(t, ids);
     return absl::OkStatus();
   }
@@ -323,7 +366,7 @@ absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float
       for (size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
     }
     if (const float* row = t.found[j]) {
-      std::memcpy(weights_out + j * dim, row, row_bytes);
+      t.CopyWeights(row, weights_out, j, encoded);
     } else {
       t.miss_pos.push_back(j);
       t.miss_keys.push_back(ids[j]);
@@ -337,17 +380,27 @@ absl::Status TieredStore::Lookup(int table, absl::Span<const int64_t> ids, float
     const float* src = t.cold.data() + k * t.row_floats;
     // A repeated id may have been admitted a few entries earlier in this call.
     if (const float* resident = t.rows.Find(id)) {
-      src = resident;
+      t.CopyWeights(resident, weights_out, t.miss_pos[k], encoded);
     } else {
       TryAdmit(t, id, src, &t.batch);
+      t.CopyWidenedWeights(src, weights_out, t.miss_pos[k], encoded);
     }
-    std::memcpy(weights_out + t.miss_pos[k] * dim, src, row_bytes);
   }
   return Commit(t, &t.batch);
 }
 
 absl::StatusOr<bool> TieredStore::TryLookupResident(int table, absl::Span<const int64_t> ids,
                                                     float* weights_out) {
+  return TryLookupResidentRows(table, ids, weights_out, /*encoded=*/false);
+}
+
+absl::StatusOr<bool> TieredStore::TryLookupResidentEncoded(int table, absl::Span<const int64_t> ids,
+                                                           void* weights_out) {
+  return TryLookupResidentRows(table, ids, weights_out, /*encoded=*/true);
+}
+
+absl::StatusOr<bool> TieredStore::TryLookupResidentRows(int table, absl::Span<const int64_t> ids,
+                                                        void* weights_out, bool encoded) {
   DLRM_RETURN_IF_ERROR(CheckIds(table, ids));
   Table& t = *tables_[table];
   if (!t.mu.TryLock()) return false;
@@ -357,7 +410,7 @@ absl::StatusOr<bool> TieredStore::TryLookupResident(int table, absl::Span<const 
   } unlock{&t.mu};
   // The rows are found before anything is recorded, so that a miss leaves the table as it was.
   if (!FindRows(t, ids, /*stop_at_miss=*/true)) return false;
-  CopyFoundRows(t, weights_out);
+  CopyFoundRows(t, weights_out, encoded);
   DeferCounts(t, ids);
   return true;
 }
@@ -381,9 +434,19 @@ absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> un
   if (tracking_changes_) t.changed.insert(unique_ids.begin(), unique_ids.end());
   t.miss_pos.clear();
   t.miss_keys.clear();
+  const bool half = t.codec.dtype != RowDtype::kFp32;
+  if (half) t.widened.resize(t.row_floats);
   for (size_t j = 0; j < unique_ids.size(); ++j) {
     if (float* row = t.rows.Find(unique_ids[j])) {
-      ApplySparseOptimizerToRow(options_.optimizer, dim, grads + j * dim, row);
+      if (!half) {
+        ApplySparseOptimizerToRow(options_.optimizer, dim, grads + j * dim, row);
+        continue;
+      }
+      // Widen, update in fp32, round the weights stochastically, store.
+      t.codec.Decode(row, t.widened.data());
+      ApplySparseOptimizerToRow(options_.optimizer, dim, grads + j * dim, t.widened.data());
+      StochasticRound(t.codec.dtype, t.widened.data(), dim, &t.rounding_rng);
+      t.codec.Encode(t.widened.data(), row);
     } else {
       t.miss_pos.push_back(j);
       t.miss_keys.push_back(unique_ids[j]);
@@ -396,6 +459,7 @@ absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> un
   for (size_t k = 0; k < t.miss_keys.size(); ++k) {
     float* row = t.cold.data() + k * t.row_floats;
     ApplySparseOptimizerToRow(options_.optimizer, dim, grads + t.miss_pos[k] * dim, row);
+    StochasticRound(t.codec.dtype, row, dim, &t.rounding_rng);
     if (!TryAdmit(t, t.miss_keys[k], row, &t.batch)) {
       t.batch.cold_keys.push_back(t.miss_keys[k]);
       t.batch.cold_rows.insert(t.batch.cold_rows.end(), row, row + t.row_floats);
@@ -413,7 +477,7 @@ absl::Status TieredStore::ReadRows(int table, absl::Span<const int64_t> ids, flo
   std::vector<size_t> miss_pos;
   for (size_t j = 0; j < ids.size(); ++j) {
     if (const float* row = t.rows.Find(ids[j])) {
-      std::memcpy(rows_out + j * width, row, width * sizeof(float));
+      t.codec.Decode(row, rows_out + j * width);
     } else {
       miss_keys.push_back(ids[j]);
       miss_pos.push_back(j);
@@ -430,6 +494,7 @@ absl::Status TieredStore::ReadRows(int table, absl::Span<const int64_t> ids, flo
     } else {
       InitRowWithState(t.index, miss_keys[k], options_.seed, t.config.rows, options_.optimizer, dst,
                        t.config.dim);
+      t.codec.RoundWeights(dst);
     }
   }
   return absl::OkStatus();
@@ -456,7 +521,7 @@ absl::Status TieredStore::WriteRows(int table, absl::Span<const int64_t> unique_
   for (size_t j = 0; j < unique_ids.size(); ++j) {
     const float* src = rows + j * width;
     if (float* row = t.rows.Find(unique_ids[j])) {
-      std::memcpy(row, src, width * sizeof(float));
+      t.codec.Encode(src, row);
     } else if (!TryAdmit(t, unique_ids[j], src, &t.batch)) {
       t.batch.cold_keys.push_back(unique_ids[j]);
       t.batch.cold_rows.insert(t.batch.cold_rows.end(), src, src + width);
@@ -471,7 +536,7 @@ constexpr size_t kFlushChunkRows = 4096;
 
 // Writes every row of `rows` to RocksDB in chunks. REQUIRES: the table's mutex held.
 absl::Status WriteResident(RocksDbTier& rocksdb, int table, const MemoryRowMap& rows,
-                           int64_t* written) {
+                           const RowCodec& codec, int64_t* written) {
   std::vector<int64_t> keys;
   std::vector<float> values;
   absl::Status status;
@@ -484,7 +549,9 @@ absl::Status WriteResident(RocksDbTier& rocksdb, int table, const MemoryRowMap& 
   };
   rows.ForEach([&](int64_t key, const float* row) {
     keys.push_back(key);
-    values.insert(values.end(), row, row + rows.row_floats());
+    const size_t at = values.size();
+    values.resize(at + codec.row_floats());
+    codec.Decode(row, values.data() + at);
     if (keys.size() >= kFlushChunkRows) flush();
   });
   flush();
@@ -497,7 +564,7 @@ absl::Status TieredStore::Flush() {
   for (auto& t : tables_) {
     absl::MutexLock lock(&t->mu);
     int64_t written = 0;
-    absl::Status status = WriteResident(*rocksdb_, t->index, t->rows, &written);
+    absl::Status status = WriteResident(*rocksdb_, t->index, t->rows, t->codec, &written);
     rocksdb_writes_ += written;
     DLRM_RETURN_IF_ERROR(status);
   }
@@ -524,7 +591,7 @@ absl::Status TieredStore::CreateCheckpoint(const std::string& dir,
   absl::Status status;
   for (auto& t : tables_) {
     int64_t written = 0;
-    status = WriteResident(*rocksdb_, t->index, t->rows, &written);
+    status = WriteResident(*rocksdb_, t->index, t->rows, t->codec, &written);
     rocksdb_writes_ += written;
     if (!status.ok()) break;
   }

@@ -7,8 +7,14 @@
 // rows that are not admitted to memory do not write them to RocksDB (the row is its
 // initialisation until updated).
 //
+// Half-precision rows: a table whose TableConfig::dtype is fp16 or bf16 keeps its weights in that
+// type in both tiers (row_dtype.h: RowCodec; the optimizer state stays fp32). An update widens the
+// row, applies the optimizer in fp32 and rounds the weights back stochastically; rows written by
+// WriteRows and initialised rows round to nearest. Lookup widens the weights to floats;
+// LookupEncoded copies the stored half weights as they are (the wire format).
+//
 // Memory budget (HARD INVARIANT): the memory tier never holds more than `memory_budget_bytes`,
-// counting each resident row as MemoryRowMap::BytesPerRow(row_floats) = payload + 48 bytes of
+// counting each resident row as MemoryRowMap::BytesPerRow(codec.words()) = payload + 48 bytes of
 // per-entry overhead. The budget is split between tables up front by water-filling with equal
 // weights (in DLRM every table gets the same number of lookups per sample): a table that fits
 // whole gets what it needs, the others share the rest equally. Not counted: the per-table
@@ -80,10 +86,15 @@ class TieredStore {
 
   const std::vector<TableConfig>& tables() const { return options_.tables; }
   int row_floats(int table) const;  // dim + optimizer state floats
+  // How the table's rows are stored (its TableConfig::dtype; see "Half-precision rows").
+  const RowCodec& codec(int table) const;
 
   // weights_out[j * dim ..) = weights of ids[j] (duplicates allowed); counts each access and may
   // admit rows to memory (evicting colder ones to RocksDB).
   absl::Status Lookup(int table, absl::Span<const int64_t> ids, float* weights_out);
+  // Lookup with the weights in the table's dtype (ids.size() x codec(table).weight_bytes()
+  // bytes, no alignment needed): what the wire carries, copied from the stored rows as they are.
+  absl::Status LookupEncoded(int table, absl::Span<const int64_t> ids, void* weights_out);
 
   // Lookup's non-blocking fast path, for callers that must not wait (a gRPC reactor thread):
   // when the table's mutex is free (TryLock) and every row of `ids` is resident in the memory
@@ -93,6 +104,8 @@ class TieredStore {
   // Never touches RocksDB and never waits on a lock. Errors: as Lookup's for bad ids.
   absl::StatusOr<bool> TryLookupResident(int table, absl::Span<const int64_t> ids,
                                          float* weights_out);
+  absl::StatusOr<bool> TryLookupResidentEncoded(int table, absl::Span<const int64_t> ids,
+                                                void* weights_out);
 
   // One optimizer step on each row of `unique_ids` (distinct) with grads[j * dim ..).
   absl::Status ApplyGradients(int table, absl::Span<const int64_t> unique_ids, const float* grads);
@@ -131,6 +144,10 @@ class TieredStore {
   struct Batch;
   explicit TieredStore(const TieredStoreOptions& options);
   absl::Status CheckIds(int table, absl::Span<const int64_t> ids) const;
+  absl::Status LookupRows(int table, absl::Span<const int64_t> ids, void* weights_out,
+                          bool encoded);
+  absl::StatusOr<bool> TryLookupResidentRows(int table, absl::Span<const int64_t> ids,
+                                             void* weights_out, bool encoded);
   // Fetches rows of `keys` from RocksDB into `rows`, initialising the ones it lacks.
   absl::Status FetchCold(Table& t, absl::Span<const int64_t> keys, float* rows);
   // Admission (see the header comment). REQUIRES: t.mu held.
@@ -140,7 +157,7 @@ class TieredStore {
   // copies t.found's rows, all non-null, to weights_out. DeferCounts records accesses;
   // CountPending counts the recorded ones in the sketch.
   static bool FindRows(Table& t, absl::Span<const int64_t> ids, bool stop_at_miss);
-  static void CopyFoundRows(Table& t, float* weights_out);
+  static void CopyFoundRows(Table& t, void* weights_out, bool encoded);
   static void DeferCounts(Table& t, absl::Span<const int64_t> ids);
   static void CountPending(Table& t);
   // Writes batch->writes to RocksDB; on failure undoes the batch's admissions and evictions.

@@ -4,7 +4,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +26,7 @@ constexpr int kResponseTables = 1;
 constexpr int kRowsTable = 1;
 constexpr int kRowsDim = 2;
 constexpr int kRowsRows = 3;
+constexpr int kRowsDtype = 4;
 constexpr size_t kAlignment = 64;
 
 uint32_t Tag(int field, WireFormatLite::WireType type) {
@@ -50,10 +54,15 @@ char* PutVarint(uint64_t v, char* p) {
 // Fields of one TableRows, the rows going straight to `target`.
 absl::Status DecodeTable(google::protobuf::io::CodedInputStream* in, const LookupRowsTarget& target,
                          int index) {
-  const int64_t row_bytes = static_cast<int64_t>(target.dim) * static_cast<int64_t>(sizeof(float));
+  const embedding::RowDtype dtype = target.dtype;
+  const int64_t row_bytes =
+      static_cast<int64_t>(target.dim) * static_cast<int64_t>(embedding::DtypeBytes(dtype));
   const int64_t expected = target.count * row_bytes;
   int64_t table = 0, dim = 0;
+  std::string dtype_name;
   bool rows_seen = false;
+  // Half rows arrive here first and are widened into target.out.
+  thread_local std::vector<char> narrow;
   auto error = [&](const std::string& what) {
     return absl::InternalError(
         absl::StrCat("Lookup answer, table ", index, " (table ", target.table, " asked): ", what));
@@ -76,16 +85,35 @@ absl::Status DecodeTable(google::protobuf::io::CodedInputStream* in, const Looku
                                   target.dim, " (expected ", expected, ")"));
       }
       bool ok = true;
+      const bool wide = dtype == embedding::RowDtype::kFp32;
       if (target.positions == nullptr) {
-        ok = in->ReadRaw(target.out, static_cast<int>(length));
+        if (wide) {
+          ok = in->ReadRaw(target.out, static_cast<int>(length));
+        } else {
+          narrow.resize(length);
+          ok = in->ReadRaw(narrow.data(), static_cast<int>(length));
+          if (ok) embedding::DecodeValues(dtype, narrow.data(), target.count * dim, target.out);
+        }
       } else {
+        if (!wide) narrow.resize(row_bytes);
         for (int64_t j = 0; j < target.count && ok; ++j) {
-          ok = in->ReadRaw(target.out + static_cast<int64_t>(target.positions[j]) * target.dim,
-                           static_cast<int>(row_bytes));
+          float* out = target.out + static_cast<int64_t>(target.positions[j]) * target.dim;
+          if (wide) {
+            ok = in->ReadRaw(out, static_cast<int>(row_bytes));
+          } else {
+            ok = in->ReadRaw(narrow.data(), static_cast<int>(row_bytes));
+            if (ok) embedding::DecodeValues(dtype, narrow.data(), target.dim, out);
+          }
         }
       }
       if (!ok) return error("truncated rows");
       rows_seen = true;
+    } else if (field == kRowsDtype && type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length = 0;
+      if (!in->ReadVarint32(&length) || length > 16 ||
+          !in->ReadString(&dtype_name, static_cast<int>(length))) {
+        return error("malformed dtype field");
+      }
     } else if (!WireFormatLite::SkipField(in, tag)) {
       return error(absl::StrCat("malformed field ", field));
     }
@@ -94,6 +122,10 @@ absl::Status DecodeTable(google::protobuf::io::CodedInputStream* in, const Looku
   if (table != target.table) return error(absl::StrCat("answers table ", table));
   if (dim != target.dim) {
     return error(absl::StrCat("rows of dim ", dim, ", expected ", target.dim));
+  }
+  const char* asked = dtype == embedding::RowDtype::kFp32 ? "" : embedding::RowDtypeName(dtype);
+  if (dtype_name != asked) {
+    return error(absl::StrCat("rows of dtype '", dtype_name, "', expected '", asked, "'"));
   }
   if (!rows_seen && expected != 0) return error("no rows");
   return absl::OkStatus();
@@ -163,16 +195,15 @@ class BufferPool {
 void LookupAnswer::Reset(absl::Span<const Table> tables) {
   tables_.assign(tables.begin(), tables.end());
   offsets_.resize(tables_.size());
-  int64_t floats = 0;
+  int64_t bytes = 0;
   for (size_t i = 0; i < tables_.size(); ++i) {
-    offsets_[i] = floats;
-    floats += tables_[i].rows * tables_[i].dim;
+    offsets_[i] = bytes;
+    bytes += tables_[i].rows * tables_[i].dim * embedding::DtypeBytes(tables_[i].dtype);
   }
   // Another buffer each time: the last one may still be on its way out through gRPC.
-  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  BufferPool::Buffer* b = BufferPool::Get().Take(bytes);
-  buffer_ = grpc::Slice(b->data, bytes, &BufferPool::Return, b);
-  base_ = static_cast<float*>(b->data);
+  BufferPool::Buffer* b = BufferPool::Get().Take(static_cast<size_t>(bytes));
+  buffer_ = grpc::Slice(b->data, static_cast<size_t>(bytes), &BufferPool::Return, b);
+  base_ = static_cast<char*>(b->data);
 }
 
 grpc::ByteBuffer LookupAnswer::Release() {
@@ -180,12 +211,16 @@ grpc::ByteBuffer LookupAnswer::Release() {
   slices.reserve(2 * tables_.size());
   for (size_t i = 0; i < tables_.size(); ++i) {
     const Table& t = tables_[i];
-    const uint64_t row_bytes = static_cast<uint64_t>(t.rows) * t.dim * sizeof(float);
+    const uint64_t row_bytes =
+        static_cast<uint64_t>(t.rows) * t.dim * embedding::DtypeBytes(t.dtype);
+    const std::string_view dtype =
+        t.dtype == embedding::RowDtype::kFp32 ? "" : embedding::RowDtypeName(t.dtype);
     // int32 fields are varints of their sign-extended 64-bit value.
     const uint64_t table = static_cast<uint64_t>(static_cast<int64_t>(t.table));
     const uint64_t dim = static_cast<uint64_t>(static_cast<int64_t>(t.dim));
-    const uint64_t inner =
-        1 + VarintSize(table) + 1 + VarintSize(dim) + 1 + VarintSize(row_bytes) + row_bytes;
+    const uint64_t dtype_bytes = dtype.empty() ? 0 : 1 + VarintSize(dtype.size()) + dtype.size();
+    const uint64_t inner = 1 + VarintSize(table) + 1 + VarintSize(dim) + dtype_bytes + 1 +
+                           VarintSize(row_bytes) + row_bytes;
     char header[64];
     char* p = header;
     p = PutVarint(Tag(kResponseTables, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
@@ -194,11 +229,17 @@ grpc::ByteBuffer LookupAnswer::Release() {
     p = PutVarint(table, p);
     p = PutVarint(Tag(kRowsDim, WireFormatLite::WIRETYPE_VARINT), p);
     p = PutVarint(dim, p);
+    if (!dtype.empty()) {
+      p = PutVarint(Tag(kRowsDtype, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+      p = PutVarint(dtype.size(), p);
+      std::memcpy(p, dtype.data(), dtype.size());
+      p += dtype.size();
+    }
     p = PutVarint(Tag(kRowsRows, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
     p = PutVarint(row_bytes, p);
     slices.emplace_back(header, static_cast<size_t>(p - header));
     if (row_bytes > 0) {
-      const size_t begin = static_cast<size_t>(offsets_[i]) * sizeof(float);
+      const size_t begin = static_cast<size_t>(offsets_[i]);
       slices.push_back(buffer_.sub(begin, begin + row_bytes));
     }
   }

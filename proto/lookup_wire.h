@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "embedding/row_dtype.h"
 #include "grpcpp/impl/codegen/serialization_traits.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -38,15 +39,17 @@ class LookupAnswer {
   struct Table {
     int32_t table = 0;  // index in the job
     int32_t dim = 0;
-    int64_t rows = 0;  // ids asked
+    int64_t rows = 0;                                        // ids asked
+    embedding::RowDtype dtype = embedding::RowDtype::kFp32;  // of the rows
   };
 
   // Lays out an answer for `tables` (in request order) with room for their rows, uninitialised.
   // A buffer earlier given to gRPC by Release stays with gRPC; others are dropped.
   void Reset(absl::Span<const Table> tables);
   int num_tables() const { return static_cast<int>(tables_.size()); }
-  // The rows of table i: tables[i].rows x tables[i].dim floats, to be filled by the caller.
-  float* rows(int i) { return base_ + offsets_[i]; }
+  // The rows of table i: tables[i].rows x tables[i].dim values of tables[i].dtype (2 or 4 bytes
+  // each, no alignment promised), to be filled by the caller.
+  void* rows(int i) { return base_ + offsets_[i]; }
 
   // The serialised LookupResponse: per table a header slice of a few bytes and a slice of the
   // rows, which gRPC sends from this answer's buffer (it frees the buffer when done). The answer
@@ -55,25 +58,27 @@ class LookupAnswer {
 
  private:
   std::vector<Table> tables_;
-  std::vector<int64_t> offsets_;  // floats from base_ to each table's rows
+  std::vector<int64_t> offsets_;  // bytes from base_ to each table's rows
   grpc::Slice buffer_;            // owns the rows
-  float* base_ = nullptr;
+  char* base_ = nullptr;
 };
 
 // Client side: where the rows of one table of the answer go.
 struct LookupRowsTarget {
   int32_t table = 0;  // the table asked for (the answer must name it)
   int32_t dim = 0;
-  int64_t count = 0;  // ids asked: the answer carries count x dim floats
+  int64_t count = 0;  // ids asked: the answer carries count x dim values of `dtype`
   // Row j lands at out + positions[j] * dim, or at out + j * dim when positions is null.
   float* out = nullptr;
   const int32_t* positions = nullptr;
+  // The table's dtype: the answer must say the same; its rows are widened to floats here.
+  embedding::RowDtype dtype = embedding::RowDtype::kFp32;
 };
 
 // Decodes a serialised LookupResponse whose tables answer `targets` one for one, in order, and
 // copies each table's rows to its target. INTERNAL naming the table and the mismatch when the
-// answer has another number of tables, another table or dim than asked, rows that are not
-// count x dim x 4 bytes, or is not a well-formed message. Unknown fields are skipped.
+// answer has another number of tables, another table, dim or dtype than asked, rows that are not
+// count x dim x (4 or 2) bytes, or is not a well-formed message. Unknown fields are skipped.
 absl::Status DecodeLookupResponse(grpc::ByteBuffer* buffer,
                                   absl::Span<const LookupRowsTarget> targets);
 

@@ -129,6 +129,10 @@ absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& r) {
         AtMost(where + table, "rows", t.rows(), common::kMaxTableRows, "kMaxTableRows"));
     DLRM_RETURN_IF_ERROR(
         AtMost(where + table, "dim", t.dim(), common::kMaxEmbeddingDim, "kMaxEmbeddingDim"));
+    if (!t.dtype().empty()) {
+      auto dtype = embedding::ParseRowDtype(t.dtype());
+      if (!dtype.ok()) return Annotate(dtype.status(), where + table);
+    }
   }
   auto type = embedding::ParseSparseOptimizerType(r.optimizer().type());
   if (!type.ok()) return Annotate(type.status(), where + "optimizer");
@@ -231,8 +235,11 @@ PsJob::PsJob(const PsJobOptions& options, std::string path)
       gate_(
           StepGate::Create(options.spec.num_workers(), options.spec.staleness(), options.timers)) {
   for (const dlrm::v1::TableDef& t : spec_.tables()) {
-    tables_.push_back(
-        {t.name().empty() ? absl::StrCat("table_", t.table()) : t.name(), t.rows(), t.dim()});
+    // Validated by ValidateLoadRequest before a PsJob is made.
+    const embedding::RowDtype dtype =
+        t.dtype().empty() ? embedding::RowDtype::kFp32 : *embedding::ParseRowDtype(t.dtype());
+    tables_.push_back({t.name().empty() ? absl::StrCat("table_", t.table()) : t.name(), t.rows(),
+                       t.dim(), dtype});
   }
 }
 
@@ -384,7 +391,8 @@ absl::Status PsJob::CheckPayloads(int table, const std::string& ids_bytes,
   (*seen_tables)[table] = true;
   const int64_t n = static_cast<int64_t>(ids_bytes.size() / sizeof(int64_t));
   const int width = full_rows ? store_->row_floats(table) : config->dim;
-  const int64_t expected = n * width * static_cast<int64_t>(sizeof(float));
+  const int value_bytes = full_rows ? 4 : embedding::DtypeBytes(config->dtype);
+  const int64_t expected = n * width * static_cast<int64_t>(value_bytes);
   if (static_cast<int64_t>(payload.size()) != expected) {
     return absl::InvalidArgumentError(
         full_rows
@@ -392,7 +400,8 @@ absl::Status PsJob::CheckPayloads(int table, const std::string& ids_bytes,
                            " bytes, expected ", expected, " (", n, " ids x row_floats ", width,
                            " x 4)")
             : absl::StrCat("table ", table, ": gradient payload is ", payload.size(),
-                           " bytes, expected ", expected, " (", n, " ids x dim ", width, " x 4)"));
+                           " bytes, expected ", expected, " (", n, " ids x dim ", width, " x ",
+                           value_bytes, " bytes of ", embedding::RowDtypeName(config->dtype), ")"));
   }
   std::vector<int64_t> ids;
   UnpackIds(ids_bytes, &ids);
@@ -483,7 +492,7 @@ void PsJob::PrepareLookup(const dlrm::v1::LookupRequest& request,
   for (int i = 0; i < request.tables_size(); ++i) {
     const dlrm::v1::TableIds& t = request.tables(i);
     layout[i] = {t.table(), tables_[t.table()].dim,
-                 static_cast<int64_t>(t.ids().size() / sizeof(int64_t))};
+                 static_cast<int64_t>(t.ids().size() / sizeof(int64_t)), tables_[t.table()].dtype};
   }
   answer->Reset(layout);
 }
@@ -495,7 +504,7 @@ absl::StatusOr<int64_t> PsJob::LookupTables(const dlrm::v1::LookupRequest& reque
   for (int i = begin; i < end; ++i) {
     const dlrm::v1::TableIds& t = request.tables(i);
     const absl::Span<const int64_t> ids = IdSpan(t.ids(), &scratch);
-    DLRM_RETURN_IF_ERROR(store_->Lookup(t.table(), ids, answer->rows(i)));
+    DLRM_RETURN_IF_ERROR(store_->LookupEncoded(t.table(), ids, answer->rows(i)));
     rows += static_cast<int64_t>(ids.size());
   }
   return rows;
@@ -509,7 +518,8 @@ absl::StatusOr<int> PsJob::LookupTablesResident(const dlrm::v1::LookupRequest& r
     const dlrm::v1::TableIds& t = request.tables(i);
     const absl::Span<const int64_t> ids = IdSpan(t.ids(), &scratch);
     bool served;
-    DLRM_ASSIGN_OR_RETURN(served, store_->TryLookupResident(t.table(), ids, answer->rows(i)));
+    DLRM_ASSIGN_OR_RETURN(served,
+                          store_->TryLookupResidentEncoded(t.table(), ids, answer->rows(i)));
     if (!served) return i;
     *rows += static_cast<int64_t>(ids.size());
   }
@@ -537,7 +547,17 @@ absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& reques
   for (const dlrm::v1::TableGradients& t : request.tables()) {
     UnpackIds(t.ids(), &ids);
     if (ids.empty()) continue;
-    status = store_->ApplyGradients(t.table(), ids, FloatsOf(t.grads(), &aligned));
+    const embedding::RowDtype dtype = tables_[t.table()].dtype;
+    const float* grads = nullptr;
+    if (dtype == embedding::RowDtype::kFp32) {
+      grads = FloatsOf(t.grads(), &aligned);
+    } else {
+      aligned.resize(ids.size() * tables_[t.table()].dim);
+      embedding::DecodeValues(dtype, t.grads().data(), static_cast<int64_t>(aligned.size()),
+                              aligned.data());
+      grads = aligned.data();
+    }
+    status = store_->ApplyGradients(t.table(), ids, grads);
     if (!status.ok()) break;
     rows += static_cast<int64_t>(ids.size());
   }

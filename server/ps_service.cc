@@ -693,17 +693,17 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", request.job_id(), ": no snapshot of step ", request.step(), " (SNAPSHOT first)"));
   }
-  std::vector<int> row_floats;
+  std::vector<embedding::RowCodec> codecs;
   for (int t = 0; t < static_cast<int>(job->store().tables().size()); ++t) {
-    row_floats.push_back(job->store().row_floats(t));
+    codecs.push_back(job->store().codec(t));
   }
   std::optional<std::vector<std::vector<int64_t>>> changed;
   if (request.incremental()) changed = job->ChangedSince(request.parent_step(), request.step());
   fs::create_directories(out, ec);
   DLRM_ASSIGN_OR_RETURN(
       std::vector<embedding::CheckpointFileEntry> files,
-      embedding::WriteRowFilesFromSnapshot(snapshot.string(), row_floats, out.string(),
-                                           request.part(), changed ? &*changed : nullptr));
+      embedding::WriteRowFilesFromSnapshot(snapshot.string(), codecs, out.string(), request.part(),
+                                           changed ? &*changed : nullptr));
   fs::remove_all(snapshot, ec);
   // Later checkpoints build on this one or on its parent, never on anything older.
   job->ForgetBefore(changed ? request.parent_step() : request.step());

@@ -428,6 +428,7 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
       target.table = out.table;
       target.dim = dim;
       target.count = e.count;
+      target.dtype = options_.tables[out.table].dtype;
       if (e.positions == nullptr) {
         target.out = out.values.data() + e.begin * dim;
       } else {
@@ -470,21 +471,22 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableR
     for (const Plan::Entry& e : chunk.entries) {
       const embedding::TableRows& in = grads[e.request];
       const int dim = options_.tables[in.table].dim;
-      const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+      // Gradients go in the table's dtype (rounded to nearest): half the bytes for fp16/bf16.
+      const embedding::RowDtype dtype = options_.tables[in.table].dtype;
+      const size_t row_bytes = static_cast<size_t>(dim) * embedding::DtypeBytes(dtype);
       dlrm::v1::TableGradients* t = req.add_tables();
       t->set_table(in.table);
       t->set_ids(reinterpret_cast<const char*>(e.ids + e.begin),
                  static_cast<size_t>(e.count) * sizeof(int64_t));
       std::string* g = t->mutable_grads();
+      g->resize(static_cast<size_t>(e.count) * row_bytes);
       if (e.positions == nullptr) {
-        g->assign(reinterpret_cast<const char*>(in.values.data() + e.begin * dim),
-                  static_cast<size_t>(e.count) * row_bytes);
+        embedding::EncodeValues(dtype, in.values.data() + e.begin * dim, e.count * dim, g->data());
       } else {
-        g->resize(static_cast<size_t>(e.count) * row_bytes);
         for (int64_t j = 0; j < e.count; ++j) {
-          std::memcpy(g->data() + j * row_bytes,
-                      in.values.data() + static_cast<int64_t>(e.positions[e.begin + j]) * dim,
-                      row_bytes);
+          embedding::EncodeValues(
+              dtype, in.values.data() + static_cast<int64_t>(e.positions[e.begin + j]) * dim, dim,
+              g->data() + j * row_bytes);
         }
       }
     }
@@ -665,6 +667,9 @@ dlrm::v1::LoadJobRequest MakeLoadJobRequest(const PsClientOptions& options,
     def->set_name(options.tables[t].name);
     def->set_rows(options.tables[t].rows);
     def->set_dim(options.tables[t].dim);
+    if (options.tables[t].dtype != embedding::RowDtype::kFp32) {
+      def->set_dtype(embedding::RowDtypeName(options.tables[t].dtype));
+    }
   }
   *r.mutable_optimizer() = SparseOptimizerToProto(params.optimizer);
   r.set_seed(params.seed);

@@ -52,6 +52,14 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                             options.device_override.empty() ? spec.device : options.device_override,
                             spec.math_mode, options.threads));
 
+  for (const common::TableSpec& t : spec.tables) {
+    if (t.dtype != "fp32") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", t.name, ": dtype ", t.dtype,
+          ": dlrm train keeps its tables in process as fp32; half-precision rows are stored by "
+          "parameter servers (dlrm local, a cluster job). Set tables.dtype: fp32 here."));
+    }
+  }
   embedding::LocalStoreOptions store_options;
   store_options.tables = TableConfigsFromSpec(spec);
   store_options.seed = spec.seed;

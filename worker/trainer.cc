@@ -58,7 +58,11 @@ std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& 
   std::vector<embedding::TableConfig> tables;
   tables.reserve(spec.tables.size());
   for (const auto& t : spec.tables) {
-    tables.push_back({.name = t.name, .rows = t.rows, .dim = spec.embedding_dim});
+    // The spec was validated: its dtype names parse.
+    tables.push_back({.name = t.name,
+                      .rows = t.rows,
+                      .dim = spec.embedding_dim,
+                      .dtype = *embedding::ParseRowDtype(t.dtype)});
   }
   return tables;
 }

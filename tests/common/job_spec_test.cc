@@ -115,6 +115,34 @@ std::string Replace(std::string text, const std::string& from, const std::string
   return text.replace(pos, from.size(), to);
 }
 
+TEST(JobSpec, TableDtypeIsReadForAllOrPerTableAndRoundTrips) {
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok());
+  for (const TableSpec& t : spec->tables) EXPECT_EQ(t.dtype, "fp32");
+  auto half = ParseJobSpec(Replace(kValid, "cardinalities: [100, 2000, 30]",
+                                   "{cardinalities: [100, 2000, 30], dtype: fp16}"));
+  ASSERT_TRUE(half.ok()) << half.status();
+  for (const TableSpec& t : half->tables) EXPECT_EQ(t.dtype, "fp16");
+  auto again = ParseJobSpec(JobSpecToYaml(*half));
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (const TableSpec& t : again->tables) EXPECT_EQ(t.dtype, "fp16");
+  auto listed =
+      ParseJobSpec(Replace(kValid, "  cardinalities: [100, 2000, 30]",
+                           "  - {name: a, rows: 10, dtype: bf16}\n  - {name: b, rows: 5}"));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->tables[0].dtype, "bf16");
+  EXPECT_EQ(listed->tables[1].dtype, "fp32");
+  auto bad = ParseJobSpec(
+      Replace(kValid, "cardinalities: [100, 2000, 30]", "{cardinalities: [100], dtype: fp8}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("tables.dtype: 'fp8' is not one of fp32, fp16, bf16"));
+  bad = ParseJobSpec(
+      Replace(kValid, "  cardinalities: [100, 2000, 30]", "  - {name: a, rows: 10, dtype: half}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tables[0].dtype: 'half'"));
+}
+
 TEST(JobSpec, HotBudgetIsAutoByDefaultAndTheNetworkRateIsChecked) {
   auto spec = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "network_gbps: 1"));
   ASSERT_TRUE(spec.ok()) << spec.status();

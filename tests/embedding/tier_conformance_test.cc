@@ -183,7 +183,8 @@ TEST(RocksDbTierTest, ReopenKeepsDataAndChecksWidths) {
   options.row_floats = {4, 3};
   auto mismatch = RocksDbTier::Open(options);
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(mismatch.status().message(), HasSubstr("table 1 was stored with row_floats 2"));
+  EXPECT_THAT(mismatch.status().message(),
+              HasSubstr("table 1 was stored with rows of '2', opened with '3'"));
 }
 
 TEST(RocksDbTierTest, ErrorsNameThePath) {

@@ -62,7 +62,9 @@ TEST(LookupWireTest, AnswerParsesAsTheGeneratedMessage) {
     const auto& t = kTables[i];
     EXPECT_EQ(reinterpret_cast<uintptr_t>(answer.rows(i)) % alignof(float), 0u);
     for (int64_t r = 0; r < t.rows; ++r) {
-      for (int k = 0; k < t.dim; ++k) answer.rows(i)[r * t.dim + k] = Value(t.table, r, k);
+      for (int k = 0; k < t.dim; ++k) {
+        static_cast<float*>(answer.rows(i))[r * t.dim + k] = Value(t.table, r, k);
+      }
     }
   }
   const grpc::ByteBuffer bytes = answer.Release();
@@ -77,6 +79,74 @@ TEST(LookupWireTest, AnswerParsesAsTheGeneratedMessage) {
     EXPECT_EQ(parsed.tables(i).dim(), expected.tables(i).dim());
     EXPECT_EQ(parsed.tables(i).rows(), expected.tables(i).rows()) << "table " << i;
   }
+}
+
+// Tables of fp16 and bf16 rows (2 bytes a value) next to an fp32 one: the answer names each
+// dtype, parses as the generated message, and decodes back to the same floats in any slicing; a
+// decoder expecting another dtype refuses it.
+TEST(LookupWireTest, HalfPrecisionRowsGoAsTwoBytesAValueAndNameTheirDtype) {
+  using embedding::RowDtype;
+  const std::vector<LookupAnswer::Table> tables = {
+      {0, 16, 5, RowDtype::kFp16}, {1, 3, 7, RowDtype::kFp32}, {2, 8, 9, RowDtype::kBf16}};
+  // Values each dtype holds exactly: small multiples of 1/8.
+  auto value = [](int table, int64_t r, int k) { return table * 4.0f + r + k * 0.125f; };
+  LookupAnswer answer;
+  answer.Reset(tables);
+  for (int i = 0; i < 3; ++i) {
+    const auto& t = tables[i];
+    std::vector<float> v(t.rows * t.dim);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      for (int k = 0; k < t.dim; ++k) v[r * t.dim + k] = value(t.table, r, k);
+    }
+    embedding::EncodeValues(t.dtype, v.data(), static_cast<int64_t>(v.size()), answer.rows(i));
+  }
+  const std::string bytes = Flatten(answer.Release());
+  dlrm::v1::LookupResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  ASSERT_EQ(parsed.tables_size(), 3);
+  EXPECT_EQ(parsed.tables(0).dtype(), "fp16");
+  EXPECT_EQ(parsed.tables(0).rows().size(), 5u * 16 * 2);
+  EXPECT_EQ(parsed.tables(1).dtype(), "");
+  EXPECT_EQ(parsed.tables(1).rows().size(), 7u * 3 * 4);
+  EXPECT_EQ(parsed.tables(2).dtype(), "bf16");
+  EXPECT_EQ(parsed.tables(2).rows().size(), 9u * 8 * 2);
+  for (size_t piece : {size_t{1}, size_t{5}, size_t{64}, bytes.size()}) {
+    std::vector<std::vector<float>> out(3);
+    std::vector<LookupRowsTarget> targets;
+    for (int i = 0; i < 3; ++i) {
+      out[i].assign(tables[i].rows * tables[i].dim, -1.0f);
+      targets.push_back({tables[i].table, tables[i].dim, tables[i].rows, out[i].data(), nullptr,
+                         tables[i].dtype});
+    }
+    grpc::ByteBuffer buffer = Sliced(bytes, piece);
+    ASSERT_TRUE(DecodeLookupResponse(&buffer, targets).ok()) << "slices of " << piece;
+    for (int i = 0; i < 3; ++i) {
+      const auto& t = tables[i];
+      for (int64_t r = 0; r < t.rows; ++r) {
+        for (int k = 0; k < t.dim; ++k) {
+          ASSERT_EQ(out[i][r * t.dim + k], value(t.table, r, k)) << "table " << i << " row " << r;
+        }
+      }
+    }
+  }
+  // Scattered to positions too.
+  const std::vector<int32_t> positions = {8, 0, 6, 2, 5, 1, 3, 7, 4};
+  std::vector<float> scattered(9 * 8, -1.0f);
+  dlrm::v1::LookupResponse only_bf16;
+  *only_bf16.add_tables() = parsed.tables(2);
+  grpc::ByteBuffer buffer = Sliced(only_bf16.SerializeAsString(), 7);
+  ASSERT_TRUE(DecodeLookupResponse(&buffer,
+                                   {{2, 8, 9, scattered.data(), positions.data(), RowDtype::kBf16}})
+                  .ok());
+  for (int j = 0; j < 9; ++j) EXPECT_EQ(scattered[positions[j] * 8 + 3], value(2, j, 3));
+  // Another dtype than asked, even of the same width, is refused by name.
+  std::vector<float> out(9 * 8);
+  buffer = Sliced(only_bf16.SerializeAsString(), 7);
+  absl::Status s = DecodeLookupResponse(&buffer, {{2, 8, 9, out.data(), nullptr, RowDtype::kFp16}});
+  EXPECT_NE(s.message().find("rows of dtype 'bf16', expected 'fp16'"), std::string::npos) << s;
+  buffer = Sliced(only_bf16.SerializeAsString(), 7);
+  s = DecodeLookupResponse(&buffer, {{2, 8, 9, out.data()}});
+  EXPECT_NE(s.message().find("144 bytes of rows for 9 ids of dim 8"), std::string::npos) << s;
 }
 
 TEST(LookupWireTest, DecodesGeneratedBytesInAnySlicing) {

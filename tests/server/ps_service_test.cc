@@ -201,7 +201,7 @@ TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
   }
 
   expect(Push(PushOf("j", 0, {1, 2}, std::vector<float>(7))), grpc::StatusCode::INVALID_ARGUMENT,
-         "gradient payload is 28 bytes, expected 32 (2 ids x dim 4 x 4)");
+         "gradient payload is 28 bytes, expected 32 (2 ids x dim 4 x 4 bytes of fp32)");
   expect(Push(PushOf("j", 0, {3, 3}, std::vector<float>(8))), grpc::StatusCode::INVALID_ARGUMENT,
          "id 3 repeated");
   expect(Push(PushOf("j", 0, {100}, std::vector<float>(4))), grpc::StatusCode::INVALID_ARGUMENT,

@@ -105,6 +105,17 @@ TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
   ExpectBitIdentical(reference, resumed);
 }
 
+// dlrm train keeps fp32 tables in process: a half dtype is refused by name, not ignored.
+TEST_F(CheckpointTest, DlrmTrainRefusesHalfPrecisionTables) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), "");
+  spec.tables[2].dtype = "bf16";
+  auto report = TrainInProcess(spec, Quiet());
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr(absl::StrCat("table ", spec.tables[2].name, ": dtype bf16: dlrm train")));
+}
+
 TEST_F(CheckpointTest, FlippedByteIsRefusedNamingTheFileAndTheFolderFallsBackToThePrevious) {
   common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("c"));
   spec.max_steps = 20;
@@ -282,6 +293,51 @@ TEST(CheckpointFilesTest, RowFileRoundTripsAndRejectsATruncatedFile) {
   EXPECT_EQ(cut.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(cut.message()), HasSubstr("rows.bin"));
   EXPECT_EQ(embedding::VerifyFile(path, *digest).code(), absl::StatusCode::kDataLoss);
+}
+
+// A table of bf16 weights writes version-2 row files: 2 bytes a weight, the state in fp32, read
+// back widened to the same floats; a forged format is refused by name.
+TEST(CheckpointFilesTest, HalfPrecisionRowFilesKeepHalfTheWeightBytes) {
+  testing::TempDir dir;
+  const std::string path = dir.File("half.bin");
+  const embedding::RowCodec codec{embedding::RowDtype::kBf16, 5, 1};
+  auto w = embedding::RowFileWriter::Create(path, 4, codec);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<int64_t> ids = {3, 1, 8};
+  // Weights bf16 holds exactly; the state (last of each row) any float.
+  const std::vector<float> rows = {0.5f,  -1.25f, 2, 0.0078125f, -3, 0.333333f,
+                                   1,     2,      3, 4,          5,  1e-7f,
+                                   -0.5f, 0,      0, 0,          8,  12345.678f};
+  ASSERT_TRUE((*w)->Append(ids, rows.data()).ok());
+  auto digest = (*w)->Close();
+  ASSERT_TRUE(digest.ok());
+  // Per row: the id, 5 weights x 2 bytes padded to 12, the state's 4 (24 bytes in fp32).
+  EXPECT_EQ(digest->bytes,
+            embedding::kRowFileHeaderBytes + 3 * (8 + 12 + 4) + embedding::kRowFileTrailerBytes);
+  std::vector<int64_t> got_ids;
+  std::vector<float> got_rows;
+  ASSERT_TRUE(embedding::ReadRowFile(path, 4, 6, [&](absl::Span<const int64_t> i, const float* r) {
+                got_ids.insert(got_ids.end(), i.begin(), i.end());
+                got_rows.insert(got_rows.end(), r, r + i.size() * 6);
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(got_ids, ids);
+  EXPECT_EQ(got_rows, rows);
+  // A format word naming no half dtype.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[20] = 7;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto forged = embedding::ReadRowFile(
+      path, 4, 6, [](absl::Span<const int64_t>, const float*) { return absl::OkStatus(); });
+  EXPECT_EQ(forged.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(forged.message()), HasSubstr("half-precision row format"));
 }
 
 }  // namespace

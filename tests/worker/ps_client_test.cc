@@ -12,8 +12,11 @@
 
 #include "absl/time/clock.h"
 #include "embedding/local_store.h"
+#include "embedding/row_dtype.h"
+#include "embedding/sparse_optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/ps_job.h"
 #include "server/ps_server.h"
 #include "tests/server/ps_test_util.h"
 #include "tests/worker/tcp_proxy.h"
@@ -289,6 +292,94 @@ TEST_F(PsClientTest, StoredRowsRoundTripBitExactThroughTwoShards) {
     EXPECT_THAT(s.message(), HasSubstr("table 0 (C1): id 1000 >= rows 1000"));
     ASSERT_TRUE(client->UnloadJobOnAll().ok());
   }
+}
+
+// Tables of fp16 and bf16 rows next to an fp32 one, through two shards (one request split in
+// pieces): lookups give the stored half values (the in-process store's initial rows rounded to
+// nearest), gradients go as half values, and each updated weight is a neighbour of the fp32
+// update of the stored row by the rounded gradient; the fp32 table matches bit for bit. A
+// parameter server told a dtype it does not know refuses the job by name.
+TEST_F(PsClientTest, HalfPrecisionTablesStoreAndSendHalfValues) {
+  using embedding::RowDtype;
+  StartShards(2, absl::ZeroDuration(), /*budget=*/16 << 10);  // rows go to RocksDB and back
+  PsClientOptions options = ClientOptions();
+  options.tables[0].dtype = RowDtype::kFp16;
+  options.tables[2].dtype = RowDtype::kBf16;
+  options.max_rows_per_request = 101;
+  auto client = Client(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->LoadJobOnAll({Optimizer(), 42, 0, 1}).ok());
+  embedding::LocalStoreOptions local_options;
+  local_options.tables = kTables;
+  local_options.seed = 42;
+  local_options.optimizer = Optimizer();
+  auto local = embedding::LocalEmbeddingStore::Create(local_options);
+  ASSERT_TRUE(local.ok()) << local.status();
+
+  auto rounded = [](RowDtype dtype, float x) {
+    uint16_t h[2];
+    embedding::EncodeValues(dtype, &x, 1, h);
+    embedding::DecodeValues(dtype, h, 1, &x);
+    return x;
+  };
+  Xoshiro256 rng(9);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<embedding::TableRows> ids = RandomIds(rng, 300);
+    std::vector<embedding::TableRows> looked = ids, before = ids, expected = ids;
+    ASSERT_TRUE(client->Lookup(step, absl::MakeSpan(looked)).ok());
+    ASSERT_TRUE(client->ReadStoredRows(absl::MakeSpan(before)).ok());
+    ASSERT_TRUE((*local)->Lookup(step, absl::MakeSpan(expected)).ok());
+    std::vector<embedding::TableRows> grads = looked;
+    for (auto& r : grads) {
+      for (float& v : r.values) v = static_cast<float>(rng.NextGaussian()) * 0.1f;
+    }
+    ASSERT_TRUE(client->Push(step, grads).ok());
+    std::vector<embedding::TableRows> after = ids;
+    ASSERT_TRUE(client->ReadStoredRows(absl::MakeSpan(after)).ok());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const RowDtype dtype = options.tables[t].dtype;
+      const int dim = kTables[t].dim, width = dim + 1;
+      for (size_t j = 0; j < ids[t].ids.size(); ++j) {
+        for (int i = 0; i < dim; ++i) {
+          const float w = looked[t].values[j * dim + i];
+          ASSERT_EQ(w, before[t].values[j * width + i]) << "table " << t;
+          // Rows untouched before this step hold their initial values, rounded.
+          if (step == 0) {
+            ASSERT_EQ(w, rounded(dtype, expected[t].values[j * dim + i]));
+          }
+        }
+        std::vector<float> want(before[t].values.begin() + j * width,
+                                before[t].values.begin() + (j + 1) * width);
+        std::vector<float> g(grads[t].values.begin() + j * dim,
+                             grads[t].values.begin() + (j + 1) * dim);
+        for (float& x : g) x = rounded(dtype, x);
+        embedding::ApplySparseOptimizerToRow(Optimizer(), dim, g.data(), want.data());
+        for (int i = 0; i < dim; ++i) {
+          const float w = after[t].values[j * width + i];
+          if (dtype == RowDtype::kFp32) {
+            ASSERT_EQ(w, want[i]) << "table " << t;
+            continue;
+          }
+          // Stochastic rounding: the value of the dtype just below or just above the update.
+          const float near = rounded(dtype, want[i]);
+          const float step_size =
+              std::fabs(near) * (dtype == RowDtype::kFp16 ? 0x1.0p-10f : 0x1.0p-7f);
+          ASSERT_EQ(w, rounded(dtype, w));
+          ASSERT_LE(std::fabs(w - want[i]), step_size * 1.01f + 1e-7f)
+              << "table " << t << " id " << ids[t].ids[j] << " weight " << i;
+        }
+        ASSERT_EQ(after[t].values[j * width + dim], want[dim]) << "state, table " << t;
+      }
+    }
+  }
+  ASSERT_TRUE(client->UnloadJobOnAll().ok());
+
+  // A dtype the parameter server does not know.
+  dlrm::v1::LoadJobRequest bad = MakeLoadJobRequest(options, {Optimizer(), 42, 0, 1}, 0, 1);
+  bad.mutable_tables(1)->set_dtype("fp8");
+  absl::Status s = server::ValidateLoadRequest(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dtype 'fp8' is not one of fp32, fp16, bf16"));
 }
 
 TEST_F(PsClientTest, ValidatesBeforeSending) {

@@ -1,0 +1,227 @@
+#include "embedding/row_dtype.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace dlrm::embedding {
+namespace {
+
+uint32_t FloatBits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof(b));
+  return b;
+}
+float BitsFloat(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof(f));
+  return f;
+}
+
+uint16_t Bf16Nearest(float f) {
+  const uint32_t b = FloatBits(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((b >> 16) | 0x0040);  // stays a (quiet) NaN
+  return static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
+
+uint16_t HalfBits(_Float16 h) {
+  uint16_t b;
+  std::memcpy(&b, &h, sizeof(b));
+  return b;
+}
+_Float16 BitsHalf(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, sizeof(h));
+  return h;
+}
+
+constexpr float kFp16Max = 65504.0f;
+constexpr uint32_t kBf16MaxBits = 0x7F7F0000u;  // the largest finite bf16
+
+// A uniform float in [0, 1) from 24 random bits.
+float Uniform(uint64_t bits) { return static_cast<float>(bits >> 40) * 0x1.0p-24f; }
+
+float StochasticFp16(float x, uint64_t bits) {
+  // Normal halves (2^-14 <= |x| < 65504): a half keeps the top 10 of a float's 23 mantissa bits,
+  // so adding 13 random bits below them and truncating rounds up with probability equal to the
+  // dropped fraction (a carry moves into the exponent correctly).
+  const uint32_t b = FloatBits(x);
+  const uint32_t magnitude = b & 0x7FFFFFFFu;
+  constexpr uint32_t kMinNormal = 0x38800000u;  // 2^-14
+  constexpr uint32_t kMaxBits = 0x477FE000u;    // 65504
+  if (magnitude >= kMinNormal && magnitude < kMaxBits) {
+    uint32_t r = (b + static_cast<uint32_t>(bits >> 51)) & ~0x1FFFu;
+    if ((r & 0x7FFFFFFFu) > kMaxBits) r = (b & 0x80000000u) | kMaxBits;
+    return BitsFloat(r);
+  }
+  // Subnormal halves, the largest value, out of range, NaN: by the neighbours.
+  if (!std::isfinite(x)) return std::isnan(x) ? x : std::copysign(kFp16Max, x);
+  const float a = std::fabs(x);
+  if (a >= kFp16Max) return std::copysign(kFp16Max, x);
+  // The neighbours below and above |x|; the magnitude bits of halves order like their values.
+  uint16_t near = HalfBits(static_cast<_Float16>(a));
+  float near_value = static_cast<float>(BitsHalf(near));
+  if (near_value == a) return x;
+  uint16_t lo = near, hi = near;
+  if (near_value > a) {
+    lo = static_cast<uint16_t>(near - 1);
+  } else {
+    hi = static_cast<uint16_t>(near + 1);
+  }
+  const float lo_value = static_cast<float>(BitsHalf(lo));
+  const float hi_value = static_cast<float>(BitsHalf(hi));
+  if (std::isinf(hi_value)) return std::copysign(lo_value, x);
+  const float p = (a - lo_value) / (hi_value - lo_value);
+  return std::copysign(Uniform(bits) < p ? hi_value : lo_value, x);
+}
+
+float StochasticBf16(float x, uint64_t bits) {
+  if (!std::isfinite(x)) {
+    return std::isnan(x) ? x : std::copysign(BitsFloat(kBf16MaxBits), x);
+  }
+  // Adding 16 random bits below the kept ones and truncating rounds up with probability equal
+  // to the dropped fraction (the carry moves the magnitude up, whatever the sign).
+  const uint32_t b = FloatBits(x);
+  uint32_t r = (b + static_cast<uint32_t>(bits >> 48)) & 0xFFFF0000u;
+  if ((r & 0x7F800000u) == 0x7F800000u) r = (b & 0x80000000u) | kBf16MaxBits;  // saturate
+  return BitsFloat(r);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c,avx"))) void EncodeFp16F16c(const float* in, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = HalfBits(static_cast<_Float16>(in[i]));
+    std::memcpy(out + i, &h, 2);
+  }
+}
+__attribute__((target("f16c,avx"))) void DecodeFp16F16c(const uint16_t* in, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + i, 2);
+    out[i] = static_cast<float>(BitsHalf(h));
+  }
+}
+const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#else
+const bool kHaveF16c = false;
+#endif
+
+}  // namespace
+
+absl::StatusOr<RowDtype> ParseRowDtype(std::string_view name) {
+  if (name == "fp32") return RowDtype::kFp32;
+  if (name == "fp16") return RowDtype::kFp16;
+  if (name == "bf16") return RowDtype::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dtype '", absl::string_view(name.data(), name.size()), "' is not one of fp32, fp16, bf16"));
+}
+
+const char* RowDtypeName(RowDtype dtype) {
+  switch (dtype) {
+    case RowDtype::kFp16:
+      return "fp16";
+    case RowDtype::kBf16:
+      return "bf16";
+    default:
+      return "fp32";
+  }
+}
+
+void StochasticRound(RowDtype dtype, float* values, int64_t n, uint64_t* rng) {
+  if (dtype == RowDtype::kFp16) {
+    for (int64_t i = 0; i < n; ++i) values[i] = StochasticFp16(values[i], NextRoundingBits(rng));
+  } else if (dtype == RowDtype::kBf16) {
+    for (int64_t i = 0; i < n; ++i) values[i] = StochasticBf16(values[i], NextRoundingBits(rng));
+  }
+}
+
+void EncodeValues(RowDtype dtype, const float* in, int64_t n, void* out) {
+  if (dtype == RowDtype::kFp32) {
+    std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  // Byte-wise stores: `out` may sit at any offset of a message buffer.
+  auto* bytes = static_cast<unsigned char*>(out);
+  if (dtype == RowDtype::kBf16) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = Bf16Nearest(in[i]);
+      std::memcpy(bytes + 2 * i, &h, 2);
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  if (kHaveF16c) return EncodeFp16F16c(in, n, static_cast<uint16_t*>(out));
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = HalfBits(static_cast<_Float16>(in[i]));
+    std::memcpy(bytes + 2 * i, &h, 2);
+  }
+}
+
+void DecodeValues(RowDtype dtype, const void* in, int64_t n, float* out) {
+  if (dtype == RowDtype::kFp32) {
+    std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto* bytes = static_cast<const unsigned char*>(in);
+  if (dtype == RowDtype::kBf16) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes + 2 * i, 2);
+      out[i] = Bf16ToFloat(h);
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  if (kHaveF16c) return DecodeFp16F16c(static_cast<const uint16_t*>(in), n, out);
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, 2);
+    out[i] = static_cast<float>(BitsHalf(h));
+  }
+}
+
+void RowCodec::Encode(const float* row, void* stored) const {
+  auto* out = static_cast<unsigned char*>(stored);
+  const int64_t weight_bytes = 4 * (words() - state_floats);
+  if (dtype != RowDtype::kFp32) std::memset(out + weight_bytes - 4, 0, 4);  // odd dim's padding
+  EncodeValues(dtype, row, dim, out);
+  std::memcpy(out + weight_bytes, row + dim, sizeof(float) * state_floats);
+}
+
+void RowCodec::Decode(const void* stored, float* row) const {
+  const auto* in = static_cast<const unsigned char*>(stored);
+  const int64_t weight_bytes = 4 * (words() - state_floats);
+  DecodeValues(dtype, in, dim, row);
+  std::memcpy(row + dim, in + weight_bytes, sizeof(float) * state_floats);
+}
+
+void RowCodec::RoundWeights(float* row) const {
+  if (dtype == RowDtype::kFp32) return;
+  uint16_t half[64];
+  for (int begin = 0; begin < dim; begin += 64) {
+    const int n = std::min(64, dim - begin);
+    EncodeValues(dtype, row + begin, n, half);
+    DecodeValues(dtype, half, n, row + begin);
+  }
+}
+
+}  // namespace dlrm::embedding
