@@ -18,3 +18,4 @@ run "$bin/hot_traffic_bench"
 run "$bin/checkpoint_bench"
 run "$(dirname "$0")/recovery_bench.sh" "$build"
 run "$(dirname "$0")/local_vs_train.sh" "$build"
+run "$(dirname "$0")/row_memory.sh" "$build" 1000000 16
