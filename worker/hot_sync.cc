@@ -25,8 +25,8 @@ absl::Status CheckRows(absl::Span<const int32_t> rows, int64_t total_rows, absl:
 }  // namespace
 
 absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
-                                      const HotRowGradients& local,
-                                      GatheredHotGradients* gathered) {
+                                      const HotRowGradients& local, GatheredHotGradients* gathered,
+                                      embedding::RowDtype dtype) {
   const size_t n = local.rows.size();
   if (dim <= 0 || total_rows > std::numeric_limits<int32_t>::max() ||
       local.grads.size() != n * static_cast<size_t>(dim)) {
@@ -61,22 +61,32 @@ absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t
   gathered->grads.resize(total * dim);
   if (total == 0) return absl::OkStatus();
   // One allgather for ids and gradients: each rank's piece is its row ids (their bits in float
-  // slots: an allgather copies bytes, it adds nothing) followed by their gradients.
-  const size_t stride = 1 + static_cast<size_t>(dim);
-  packed_in_.resize(n * stride);
+  // slots: an allgather copies bytes, it adds nothing) followed by their gradients, in `dtype`
+  // (a half piece padded to whole float slots).
+  const auto grad_slots = [&](size_t rows) {
+    return (rows * dim * embedding::DtypeBytes(dtype) + 3) / 4;
+  };
+  packed_in_.resize(n + grad_slots(n));
   std::memcpy(packed_in_.data(), local.rows.data(), n * sizeof(int32_t));
-  std::copy(local.grads.begin(), local.grads.end(), packed_in_.begin() + n);
+  if (n > 0) packed_in_.back() = 0;  // a half piece's padding
+  embedding::EncodeValues(dtype, local.grads.data(), static_cast<int64_t>(n * dim),
+                          packed_in_.data() + n);
   std::vector<size_t> packed_counts(world);
-  for (int r = 0; r < world; ++r) packed_counts[r] = gathered->counts[r] * stride;
-  packed_out_.resize(total * stride);
+  size_t packed_total = 0;
+  for (int r = 0; r < world; ++r) {
+    packed_counts[r] = gathered->counts[r] + grad_slots(gathered->counts[r]);
+    packed_total += packed_counts[r];
+  }
+  packed_out_.resize(packed_total);
   DLRM_RETURN_IF_ERROR(reducer->AllGatherV(packed_in_.data(), packed_counts, packed_out_.data()));
   const float* piece = packed_out_.data();
   for (int r = 0; r < world; ++r) {
     const size_t c = gathered->counts[r];
     const size_t offset = gathered->Offset(r);
     std::memcpy(gathered->rows.data() + offset, piece, c * sizeof(int32_t));
-    std::copy(piece + c, piece + c * stride, gathered->grads.begin() + offset * dim);
-    piece += c * stride;
+    embedding::DecodeValues(dtype, piece + c, static_cast<int64_t>(c * dim),
+                            gathered->grads.data() + offset * dim);
+    piece += packed_counts[r];
     DLRM_RETURN_IF_ERROR(CheckRows(gathered->Rows(r), total_rows, absl::StrCat("rank ", r, "'s"),
                                    absl::StatusCode::kInternal));
   }

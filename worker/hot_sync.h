@@ -9,9 +9,11 @@
 //
 // What travels grows with the rows touched in the step, never with the size of the hot set: the
 // number of rows each worker touched (one integer per worker), then in one allgather each worker's
-// touched row indices (4 bytes a row) with their gradients (4 x dim bytes a row). A
+// touched row indices (4 bytes a row) with their gradients (4 x dim bytes a row; 2 x dim with a
+// half `dtype`, the tables' tables.dtype: each rank's gradients are rounded to nearest before they
+// go, and every rank, the sender too, applies the rounded values, so the replicas stay equal). A
 // row nobody touched costs nothing; a row one worker touched is sent by that worker only, once
-// around the ring. With one worker the exchange sends nothing.
+// around the ring. With one worker the exchange sends nothing (and rounds nothing).
 //
 //   HotGradientExchange exchange;
 //   DLRM_RETURN_IF_ERROR(exchange.Run(reducer, dim, hot->total_rows(), local, &gathered));
@@ -23,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "embedding/row_dtype.h"
 #include "worker/collective.h"
 
 namespace dlrm::worker {
@@ -62,7 +65,8 @@ class HotGradientExchange {
   // row indices (INVALID_ARGUMENT for one outside it, or for rows not ascending; INTERNAL when a
   // peer sends such).
   absl::Status Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
-                   const HotRowGradients& local, GatheredHotGradients* gathered);
+                   const HotRowGradients& local, GatheredHotGradients* gathered,
+                   embedding::RowDtype dtype = embedding::RowDtype::kFp32);
 
  private:
   std::vector<int32_t> count_in_, counts_out_;

@@ -70,6 +70,13 @@ std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& 
 Trainer::Trainer(const TrainerOptions& options) : options_(options) {
   // One reducer decides the number of workers for every scaling (dense, hot and cold rows).
   if (options_.allreducer == nullptr) options_.allreducer = options_.device_allreducer;
+  const std::vector<embedding::TableConfig> tables = TableConfigsFromSpec(options_.spec);
+  if (!tables.empty() &&
+      std::all_of(tables.begin(), tables.end(), [&](const embedding::TableConfig& t) {
+        return t.dtype == tables.front().dtype;
+      })) {
+    hot_wire_dtype_ = tables.front().dtype;
+  }
 }
 
 Trainer::~Trainer() {
@@ -398,8 +405,8 @@ absl::Status Trainer::ApplyHotGradients() {
   }
   DenseAllReducer* reducer = options_.allreducer;
   const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
-  DLRM_RETURN_IF_ERROR(
-      hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_gathered_));
+  DLRM_RETURN_IF_ERROR(hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_,
+                                         &hot_gathered_, hot_wire_dtype_));
   const int world = static_cast<int>(hot_gathered_.counts.size());
   if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
   // Scaled by 1/world like the cold rows' pushes.

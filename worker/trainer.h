@@ -269,6 +269,9 @@ class Trainer {
   HotRowGradients hot_summed_;                     // HotUpdates::kSummed: the sums
   std::vector<uint8_t> hot_marked_;                // and the rows listed in them
   HotGradientExchange hot_exchange_;
+  // The hot exchange's gradients travel in the tables' dtype when they all share a half one
+  // (as their cold rows' gradients do to the parameter servers); fp32 otherwise.
+  embedding::RowDtype hot_wire_dtype_ = embedding::RowDtype::kFp32;
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
     std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0};

@@ -230,6 +230,68 @@ TEST_F(GlooAllReducerTest, HotRowExchangeGivesEveryReplicaEveryGradientAndCostsW
   }
 }
 
+// With half-precision tables the exchange sends each gradient in 2 bytes: every rank, the sender
+// included, ends with the same rounded gradients (so the replicas stay equal), for half the
+// gradient bytes.
+TEST_F(GlooAllReducerTest, HotRowExchangeOfHalfTablesSendsHalfGradientsEveryRankAgreesOn) {
+  constexpr int kWorld = 3;
+  constexpr int kDim = 6;
+  for (embedding::RowDtype dtype : {embedding::RowDtype::kFp16, embedding::RowDtype::kBf16}) {
+    SCOPED_TRACE(embedding::RowDtypeName(dtype));
+    auto reducers =
+        Connect(kWorld, absl::StrCat("job/hot-half-", static_cast<int>(dtype), "/gloo/"));
+    ASSERT_EQ(reducers.size(), static_cast<size_t>(kWorld));
+    std::vector<HotRowGradients> local(kWorld);
+    std::mt19937 rng(5);
+    for (int r = 0; r < kWorld; ++r) {
+      std::set<int32_t> rows;
+      for (int i = 0; i < 50 + 101 * r; ++i) rows.insert(static_cast<int32_t>(rng() % 3000));
+      for (int32_t row : rows) {
+        local[r].rows.push_back(row);
+        for (int k = 0; k < kDim; ++k) {
+          local[r].grads.push_back(std::uniform_real_distribution<float>(-1, 1)(rng));
+        }
+      }
+    }
+    std::vector<GatheredHotGradients> out(kWorld);
+    std::vector<int64_t> sent(kWorld);
+    auto status = OnEveryRank(kWorld, [&](int r) {
+      HotGradientExchange exchange;
+      const int64_t before = reducers[r]->sent_bytes();
+      DLRM_RETURN_IF_ERROR(exchange.Run(reducers[r].get(), kDim, 3000, local[r], &out[r], dtype));
+      sent[r] = reducers[r]->sent_bytes() - before;
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+    size_t all = 0;
+    for (int from = 0; from < kWorld; ++from) all += local[from].rows.size();
+    for (int r = 0; r < kWorld; ++r) {
+      SCOPED_TRACE(r);
+      EXPECT_EQ(out[r].rows, out[0].rows);
+      EXPECT_EQ(out[r].grads, out[0].grads) << "every replica applies the same values";
+      for (int from = 0; from < kWorld; ++from) {
+        const float* got = out[r].Grads(from);
+        for (size_t i = 0; i < local[from].grads.size(); ++i) {
+          uint16_t h;
+          float want;
+          embedding::EncodeValues(dtype, &local[from].grads[i], 1, &h);
+          embedding::DecodeValues(dtype, &h, 1, &want);
+          ASSERT_EQ(got[i], want) << "rank " << from << " value " << i;
+        }
+      }
+      // Counts, then (4 + 2 x dim) bytes a row, padded to 4 bytes per piece.
+      int64_t pieces = 0;
+      for (int from = 0; from < kWorld; ++from) {
+        if (from == (r + 1) % kWorld) continue;
+        const size_t c = local[from].rows.size();
+        pieces += static_cast<int64_t>(4 * c + (c * kDim * 2 + 3) / 4 * 4);
+      }
+      EXPECT_EQ(sent[r], static_cast<int64_t>(4 * (kWorld - 1)) + pieces);
+      EXPECT_LT(sent[r], static_cast<int64_t>(4 * (kWorld - 1) + all * (4 + 4 * kDim)) * 0.6);
+    }
+  }
+}
+
 TEST_F(GlooAllReducerTest, APeerThatIsGoneFailsWithUnavailableInsteadOfHanging) {
   auto reducers = Connect(2, "job/dead/gloo/");
   ASSERT_NE(reducers[1], nullptr);
