@@ -207,6 +207,12 @@ absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bo
   return absl::OkStatus();
 }
 
+// A table's own pooling: "" (model.pooling's), sum or mean.
+absl::Status CheckPooling(const std::string& key, const std::string& pooling) {
+  if (pooling.empty() || pooling == "sum" || pooling == "mean") return absl::OkStatus();
+  return Invalid(key, absl::StrCat("must be sum or mean, got '", pooling, "'"));
+}
+
 // The names embedding/row_dtype.h parses (common/ does not depend on embedding/).
 absl::Status CheckRowDtype(const std::string& key, const std::string& dtype) {
   if (dtype == "fp32" || dtype == "fp16" || dtype == "bf16") return absl::OkStatus();
@@ -221,13 +227,15 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
         AtMost("tables (count)", static_cast<int64_t>(node.size()), kMaxTables, "kMaxTables"));
     for (size_t i = 0; i < node.size(); ++i) {
       std::string prefix = absl::StrCat("tables[", i, "]");
-      DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows", "dtype"}));
+      DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows", "dtype", "pooling"}));
       TableSpec t;
       t.name = absl::StrCat("C", i + 1);
       DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "name", &t.name));
       DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "rows", &t.rows));
       DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "dtype", &t.dtype));
       DLRM_RETURN_IF_ERROR(CheckRowDtype(Join(prefix, "dtype"), t.dtype));
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "pooling", &t.pooling));
+      DLRM_RETURN_IF_ERROR(CheckPooling(Join(prefix, "pooling"), t.pooling));
       if (t.rows <= 0)
         return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
       DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, "rows"), t.rows, kMaxTableRows, "kMaxTableRows"));
@@ -235,10 +243,13 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       out->push_back(t);
     }
   } else {
-    DLRM_RETURN_IF_ERROR(CheckKeys(node, "tables", {"cardinalities", "max_rows", "dtype"}));
-    std::string dtype = "fp32";
+    DLRM_RETURN_IF_ERROR(
+        CheckKeys(node, "tables", {"cardinalities", "max_rows", "dtype", "pooling"}));
+    std::string dtype = "fp32", pooling;
     DLRM_RETURN_IF_ERROR(Read(node, "tables", "dtype", &dtype));
     DLRM_RETURN_IF_ERROR(CheckRowDtype("tables.dtype", dtype));
+    DLRM_RETURN_IF_ERROR(Read(node, "tables", "pooling", &pooling));
+    DLRM_RETURN_IF_ERROR(CheckPooling("tables.pooling", pooling));
     YAML::Node cards = node["cardinalities"];
     if (!cards || !cards.IsSequence()) return Invalid("tables.cardinalities", "must be a list");
     DLRM_RETURN_IF_ERROR(AtMost("tables.cardinalities (count)", static_cast<int64_t>(cards.size()),
@@ -252,6 +263,7 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       TableSpec t;
       t.name = absl::StrCat("C", i + 1);
       t.dtype = dtype;
+      t.pooling = pooling;
       std::string key = absl::StrCat("tables.cardinalities[", i, "]");
       try {
         t.rows = cards[i].as<int64_t>();
@@ -622,6 +634,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key
         << "rows" << YAML::Value << t.rows;
     if (t.dtype != "fp32") out << YAML::Key << "dtype" << YAML::Value << t.dtype;
+    if (!t.pooling.empty()) out << YAML::Key << "pooling" << YAML::Value << t.pooling;
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;

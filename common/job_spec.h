@@ -12,6 +12,7 @@
 //   tables:                            # either a list of {name, rows} or `cardinalities: [...]`
 //     cardinalities: [1460, 583, ...]
 //     dtype: fp32                      # fp32 | fp16 | bf16 rows on the parameter servers
+//     pooling: mean                    # optional: these tables' pooling (else model.pooling)
 //   optimizer:
 //     dense: {type: adam, learning_rate: 0.001}
 //     sparse: {type: rowwise_adagrad, learning_rate: 0.05}
@@ -53,6 +54,9 @@ struct TableSpec {
   // How the parameter servers store the weights and send rows and gradients: fp32 | fp16 | bf16
   // (embedding/row_dtype.h). `tables.dtype` next to `cardinalities`, or `dtype` per listed table.
   std::string dtype = "fp32";
+  // How a bag of ids is pooled: sum | mean; "" = model.pooling (JobSpec::TablePooling).
+  // `tables.pooling` next to `cardinalities`, or `pooling` per listed table.
+  std::string pooling = "";
 };
 
 // When and where the trained state is written (docs/CHECKPOINTS.md). With a dir, a checkpoint
@@ -126,6 +130,10 @@ struct JobSpec {
 
   // Width of the top MLP input: embedding_dim + (T+1)T/2 for dot, (T+1) embedding_dim for dcnv2.
   int TopInputWidth() const;
+  // Table t's pooling: its own, else model.pooling.
+  const std::string& TablePooling(int t) const {
+    return tables[t].pooling.empty() ? pooling : tables[t].pooling;
+  }
 };
 
 // Parses and validates a job spec. `source` names the text in messages (a path or "<submitted>").

@@ -79,6 +79,18 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
   }
 }
 
+absl::StatusOr<embedding::PoolingMode> Trainer::OnePooling(const char* what) const {
+  for (int t = 1; t < num_tables_; ++t) {
+    if (poolings_[t] != poolings_[0]) {
+      return absl::UnimplementedError(absl::StrCat(
+          what, " pool every table one way; table ", options_.spec.tables[t].name, " pools by ",
+          options_.spec.TablePooling(t), ", table ", options_.spec.tables[0].name, " by ",
+          options_.spec.TablePooling(0), " (per-table pooling runs on the CPU: device: cpu)"));
+    }
+  }
+  return poolings_.empty() ? embedding::PoolingMode::kSum : poolings_[0];
+}
+
 Trainer::~Trainer() {
   // They may still have work queued that reads the buffers below.
   gpu_tables_.reset();
@@ -111,8 +123,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   std::unique_ptr<Trainer> trainer(new Trainer(options));
   trainer->num_tables_ = static_cast<int>(tables.size());
   trainer->dim_ = spec.embedding_dim;
-  trainer->pooling_ =
-      spec.pooling == "mean" ? embedding::PoolingMode::kMean : embedding::PoolingMode::kSum;
+  for (int t = 0; t < trainer->num_tables_; ++t) {
+    trainer->poolings_.push_back(spec.TablePooling(t) == "mean" ? embedding::PoolingMode::kMean
+                                                                : embedding::PoolingMode::kSum);
+  }
   DLRM_ASSIGN_OR_RETURN(trainer->model_, dense::DlrmDenseModel::Create(
                                              options.backend, DenseModelOptionsFromSpec(spec)));
   trainer->kernels_ = embedding::CreateCpuKernels();
@@ -155,7 +169,7 @@ absl::Status Trainer::InitGpu() {
   GpuHotRowsOptions hot;
   hot.tables = options_.store->tables();
   DLRM_ASSIGN_OR_RETURN(hot.optimizer, SparseOptimizerFromSpec(spec));
-  hot.pooling = pooling_;
+  DLRM_ASSIGN_OR_RETURN(hot.pooling, OnePooling("GPU hot rows"));
   hot.backend = b;
   hot.device_reducer = options_.device_allreducer;
   hot.host_reducer = options_.allreducer;
@@ -199,7 +213,7 @@ absl::Status Trainer::InitGpuTables() {
   gpu_options.tables = options_.store->tables();
   gpu_options.optimizer = optimizer;
   gpu_options.seed = spec.seed;
-  gpu_options.pooling = pooling_;
+  DLRM_ASSIGN_OR_RETURN(gpu_options.pooling, OnePooling("GPU embedding tables"));
   gpu_options.backend = b;
   gpu_options.init_threads = options_.threads;
   gpu_options.pool = pool_.get();
@@ -356,12 +370,13 @@ void Trainer::Pool(const Batch& batch, const SparseWork& work) {
     if (work.in_place) {
       local_->ReadTable(t, [&](const embedding::EmbeddingTable& table) {
         kernels_->PooledGather(table.data(), table.row_stride(), dim_, batch.sparse[t].ids.data(),
-                               batch.sparse[t].offsets.data(), batch.size, pooling_, out, stride);
+                               batch.sparse[t].offsets.data(), batch.size, poolings_[t], out,
+                               stride);
       });
       return;
     }
     kernels_->PooledGather(CombinedRows(work, t), dim_, dim_, work.inverse[t].data(),
-                           batch.sparse[t].offsets.data(), batch.size, pooling_, out, stride);
+                           batch.sparse[t].offsets.data(), batch.size, poolings_[t], out, stride);
   });
 }
 
@@ -377,7 +392,7 @@ void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) 
     grads.indices = work.inverse[t].data();
     grads.offsets = batch.sparse[t].offsets.data();
     grads.batch = batch.size;
-    grads.mode = pooling_;
+    grads.mode = poolings_[t];
     grads.num_rows = static_cast<int64_t>(ids.size());
     local_->UpdateTable(t, ids, [&](embedding::EmbeddingTable& table) {
       updates_[t].Apply(table.optimizer(), grads, ids, table.mutable_data(), table.row_stride());
@@ -644,7 +659,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     }
     kernels_->PooledScatterGrad(demb_host_.data() + static_cast<int64_t>(t) * dim_, stride, dim_,
                                 work->inverse[t].data(), batch.sparse[t].offsets.data(), batch.size,
-                                pooling_, static_cast<int64_t>(cold + hot), out);
+                                poolings_[t], static_cast<int64_t>(cold + hot), out);
     if (hot > 0) {
       g.values.assign(out, out + cold * dim_);
       float* hot_grads = hot_grads_.data() + hot_->grad_offset(t);

@@ -143,6 +143,31 @@ TEST(JobSpec, TableDtypeIsReadForAllOrPerTableAndRoundTrips) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tables[0].dtype: 'half'"));
 }
 
+TEST(JobSpec, TablePoolingDefaultsToTheModelsAndIsReadPerTable) {
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok());
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(spec->TablePooling(t), "sum");
+  auto listed =
+      ParseJobSpec(Replace(kValid, "  cardinalities: [100, 2000, 30]",
+                           "  - {name: a, rows: 10, pooling: mean}\n  - {name: b, rows: 5}"));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->TablePooling(0), "mean");
+  EXPECT_EQ(listed->TablePooling(1), "sum");
+  auto again = ParseJobSpec(JobSpecToYaml(*listed));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->TablePooling(0), "mean");
+  EXPECT_EQ(again->TablePooling(1), "sum");
+  auto all = ParseJobSpec(Replace(kValid, "cardinalities: [100, 2000, 30]",
+                                  "{cardinalities: [100, 2000], pooling: mean}"));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->TablePooling(1), "mean");
+  auto bad = ParseJobSpec(
+      Replace(kValid, "  cardinalities: [100, 2000, 30]", "  - {name: a, rows: 10, pooling: max}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("tables[0].pooling: must be sum or mean, got 'max'"));
+}
+
 TEST(JobSpec, HotBudgetIsAutoByDefaultAndTheNetworkRateIsChecked) {
   auto spec = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "network_gbps: 1"));
   ASSERT_TRUE(spec.ok()) << spec.status();

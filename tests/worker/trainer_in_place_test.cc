@@ -34,9 +34,11 @@ common::JobSpec Spec(const Shape& s) {
   spec.bottom_mlp = {16, s.dim};
   spec.top_mlp = {16, 1};
   spec.embedding_dim = s.dim;
-  spec.pooling = s.pooling;
+  // "mixed": tables alternate sum and mean (per-table pooling).
+  spec.pooling = s.pooling == "mixed" ? "sum" : s.pooling;
   for (size_t t = 0; t < kRows.size(); ++t) {
     spec.tables.push_back({.name = "T" + std::to_string(t), .rows = kRows[t]});
+    if (s.pooling == "mixed") spec.tables.back().pooling = t % 2 ? "mean" : "sum";
   }
   spec.dense_optimizer = {.type = "adam", .learning_rate = 0.01};
   spec.sparse_optimizer = {.type = s.sparse_optimizer, .learning_rate = 0.1};
@@ -181,7 +183,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TrainerInPlaceTest,
                          ::testing::Values(Shape{16, "sum", "rowwise_adagrad", 256},
                                            Shape{64, "mean", "rowwise_adagrad", 1024},
                                            Shape{8, "sum", "adam", 1024},
-                                           Shape{16, "mean", "adagrad", 64}));
+                                           Shape{16, "mean", "adagrad", 64},
+                                           Shape{16, "mixed", "rowwise_adagrad", 256}));
+
+// Per-table pooling: tables that all name a pooling train exactly as model.pooling saying it; a
+// mix pools each table its own way, so its first loss is neither the all-sum nor the all-mean
+// one. (The in-place and copying paths agree on a mix: the "mixed" shape above.)
+TEST(TrainerPoolingTest, EachTablePoolsItsOwnWay) {
+  auto first_loss = [](const common::JobSpec& spec) {
+    auto rig = MakeRig(spec, /*copying=*/false);
+    auto loss = rig->trainer->Step(RandomBatch(spec, 7));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    return loss.ok() ? *loss : -1.0f;
+  };
+  const common::JobSpec sum = Spec({16, "sum", "rowwise_adagrad", 256});
+  const common::JobSpec mean = Spec({16, "mean", "rowwise_adagrad", 256});
+  const common::JobSpec mixed = Spec({16, "mixed", "rowwise_adagrad", 256});
+  common::JobSpec mean_by_table = sum;
+  for (auto& t : mean_by_table.tables) t.pooling = "mean";
+  const float l_sum = first_loss(sum), l_mean = first_loss(mean), l_mixed = first_loss(mixed);
+  EXPECT_EQ(first_loss(mean_by_table), l_mean);
+  EXPECT_NE(l_mixed, l_sum);
+  EXPECT_NE(l_mixed, l_mean);
+  EXPECT_NE(l_sum, l_mean);
+}
 
 }  // namespace
 }  // namespace dlrm::worker
