@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -31,15 +32,35 @@ uint16_t Bf16Nearest(float f) {
 }
 float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
 
-uint16_t HalfBits(_Float16 h) {
-  uint16_t b;
-  std::memcpy(&b, &h, sizeof(b));
-  return b;
+// fp32 -> IEEE binary16, round to nearest even; overflow to infinity, NaN stays NaN.
+uint16_t HalfNearest(float f) {
+  const uint32_t b = FloatBits(f);
+  const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
+  const uint32_t a = b & 0x7FFFFFFFu;
+  if (a >= 0x7F800000u) {  // infinity or NaN (a NaN keeps a mantissa bit)
+    return static_cast<uint16_t>(sign | 0x7C00u | (a > 0x7F800000u ? 0x0200u : 0u));
+  }
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
+  if (a < 0x38800000u) {
+    // Below the smallest normal half: a multiple of 2^-24, rounded to nearest even by the FPU
+    // (1024 is the smallest normal's encoding, which is right).
+    const float scaled = std::nearbyint(BitsFloat(a) * 0x1.0p24f);
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(scaled));
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits.
+  const uint32_t rounded = a + 0xFFFu + ((a >> 13) & 1u) - 0x38000000u;
+  return static_cast<uint16_t>(sign | (rounded >> 13));
 }
-_Float16 BitsHalf(uint16_t b) {
-  _Float16 h;
-  std::memcpy(&h, &b, sizeof(h));
-  return h;
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
+    return BitsFloat(sign | FloatBits(static_cast<float>(mantissa) * 0x1.0p-24f));
+  }
+  if (exponent == 31) return BitsFloat(sign | 0x7F800000u | (mantissa << 13));
+  return BitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
 constexpr float kFp16Max = 65504.0f;
@@ -66,8 +87,8 @@ float StochasticFp16(float x, uint64_t bits) {
   const float a = std::fabs(x);
   if (a >= kFp16Max) return std::copysign(kFp16Max, x);
   // The neighbours below and above |x|; the magnitude bits of halves order like their values.
-  uint16_t near = HalfBits(static_cast<_Float16>(a));
-  float near_value = static_cast<float>(BitsHalf(near));
+  const uint16_t near = HalfNearest(a);
+  const float near_value = HalfToFloat(near);
   if (near_value == a) return x;
   uint16_t lo = near, hi = near;
   if (near_value > a) {
@@ -75,8 +96,8 @@ float StochasticFp16(float x, uint64_t bits) {
   } else {
     hi = static_cast<uint16_t>(near + 1);
   }
-  const float lo_value = static_cast<float>(BitsHalf(lo));
-  const float hi_value = static_cast<float>(BitsHalf(hi));
+  const float lo_value = HalfToFloat(lo);
+  const float hi_value = HalfToFloat(hi);
   if (std::isinf(hi_value)) return std::copysign(lo_value, x);
   const float p = (a - lo_value) / (hi_value - lo_value);
   return std::copysign(Uniform(bits) < p ? hi_value : lo_value, x);
@@ -102,7 +123,7 @@ __attribute__((target("f16c,avx"))) void EncodeFp16F16c(const float* in, int64_t
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
   }
   for (; i < n; ++i) {
-    const uint16_t h = HalfBits(static_cast<_Float16>(in[i]));
+    const uint16_t h = HalfNearest(in[i]);
     std::memcpy(out + i, &h, 2);
   }
 }
@@ -115,10 +136,17 @@ __attribute__((target("f16c,avx"))) void DecodeFp16F16c(const uint16_t* in, int6
   for (; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, in + i, 2);
-    out[i] = static_cast<float>(BitsHalf(h));
+    out[i] = HalfToFloat(h);
   }
 }
-const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+// AVX with the OS's support for its registers (the builtin checks both), and F16C (CPUID leaf 1,
+// ECX bit 29; not every compiler's builtin knows its name).
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+         (ecx & bit_F16C) != 0;
+}
+const bool kHaveF16c = CpuHasF16c();
 #else
 const bool kHaveF16c = false;
 #endif
@@ -170,7 +198,7 @@ void EncodeValues(RowDtype dtype, const float* in, int64_t n, void* out) {
   if (kHaveF16c) return EncodeFp16F16c(in, n, static_cast<uint16_t*>(out));
 #endif
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = HalfBits(static_cast<_Float16>(in[i]));
+    const uint16_t h = HalfNearest(in[i]);
     std::memcpy(bytes + 2 * i, &h, 2);
   }
 }
@@ -195,7 +223,7 @@ void DecodeValues(RowDtype dtype, const void* in, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, bytes + 2 * i, 2);
-    out[i] = static_cast<float>(BitsHalf(h));
+    out[i] = HalfToFloat(h);
   }
 }
 

@@ -16,7 +16,7 @@
 // finite value under stochastic rounding; NaN stays NaN.
 //
 // fp16 conversions use the F16C instructions when the CPU has them (checked once at run time),
-// the compiler's _Float16 otherwise.
+// bit arithmetic otherwise (the same results, checked by tests/embedding/half_rows_test.cc).
 #pragma once
 
 #include <cstdint>

@@ -92,7 +92,9 @@ absl::Status DecodeTable(google::protobuf::io::CodedInputStream* in, const Looku
         } else {
           narrow.resize(length);
           ok = in->ReadRaw(narrow.data(), static_cast<int>(length));
-          if (ok) embedding::DecodeValues(dtype, narrow.data(), target.count * dim, target.out);
+          if (ok) {
+            embedding::DecodeValues(dtype, narrow.data(), target.count * target.dim, target.out);
+          }
         }
       } else {
         if (!wide) narrow.resize(row_bytes);

@@ -1,7 +1,8 @@
-// Half-precision rows (embedding/row_dtype.h): conversions against the compiler's _Float16 and
-// known bit patterns, stochastic rounding that is unbiased and lands on a neighbour, and a
-// TieredStore of fp16/bf16 rows that stores them in both tiers without losing a bit, rounds each
-// update to a neighbour of the fp32 update, and keeps tiny updates that rounding to nearest loses.
+// Half-precision rows (embedding/row_dtype.h): conversions against known bit patterns, every
+// half, the vector path against the scalar one and the compiler's _Float16 where it has one,
+// stochastic rounding that is unbiased and lands on a neighbour, and a TieredStore of fp16/bf16
+// rows that stores them in both tiers without losing a bit, rounds each update to a neighbour of
+// the fp32 update, and keeps tiny updates that rounding to nearest loses.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -75,7 +76,7 @@ TEST(RowDtypeTest, RoundToNearestMatchesKnownBitsAndTheCompiler) {
   EncodeValues(RowDtype::kBf16, &x, 1, &h);
   EXPECT_EQ(h, 0x3F80);
   // Many values, both odd and even lengths (the vector path and its tail), subnormals, the
-  // largest half, overflow and NaN: fp16 against _Float16, bf16 against a double reference.
+  // largest half, overflow and NaN; bf16 against a double reference.
   std::mt19937 rng(3);
   std::vector<float> in;
   for (int i = 0; i < 1003; ++i) {
@@ -91,9 +92,19 @@ TEST(RowDtypeTest, RoundToNearestMatchesKnownBitsAndTheCompiler) {
   std::vector<float> back(in.size());
   DecodeValues(RowDtype::kFp16, fp16.data(), static_cast<int64_t>(in.size()), back.data());
   for (size_t i = 0; i < in.size(); ++i) {
+    // One value at a time takes the scalar path; the batch above the vector one (F16C) where
+    // the CPU has it: they agree.
+    uint16_t one;
+    float one_back;
+    EncodeValues(RowDtype::kFp16, &in[i], 1, &one);
+    DecodeValues(RowDtype::kFp16, &one, 1, &one_back);
+    ASSERT_EQ(one, fp16[i]) << in[i];
+    ASSERT_EQ(one_back, back[i]) << in[i];
+#if defined(__FLT16_MAX__)  // the compiler's _Float16, where it has one, as a third reference
     const _Float16 want = static_cast<_Float16>(in[i]);
     ASSERT_EQ(fp16[i], Bits16(&want)) << in[i];
     ASSERT_EQ(back[i], static_cast<float>(want)) << in[i];
+#endif
     // bf16: the nearest of the two truncations, ties to even.
     uint32_t b;
     std::memcpy(&b, &in[i], 4);
@@ -106,6 +117,36 @@ TEST(RowDtypeTest, RoundToNearestMatchesKnownBitsAndTheCompiler) {
     if (!std::isinf(in[i])) {
       ASSERT_EQ(bf16[i], nearest >> 16) << in[i];
     }
+  }
+  // Every half: decoding and encoding again gives the same bits (NaNs stay NaN), on both paths;
+  // the value is the formula's.
+  std::vector<uint16_t> every(65536), again(65536);
+  for (int h = 0; h < 65536; ++h) every[h] = static_cast<uint16_t>(h);
+  std::vector<float> wide(65536);
+  DecodeValues(RowDtype::kFp16, every.data(), 65536, wide.data());
+  EncodeValues(RowDtype::kFp16, wide.data(), 65536, again.data());
+  for (int h = 0; h < 65536; ++h) {
+    const int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    const double magnitude = exponent == 0    ? std::ldexp(mantissa, -24)
+                             : exponent == 31 ? (mantissa ? std::nan("") : HUGE_VAL)
+                                              : std::ldexp(1024 + mantissa, exponent - 25);
+    const double value = (h & 0x8000) ? -magnitude : magnitude;
+    if (std::isnan(value)) {
+      ASSERT_TRUE(std::isnan(wide[h])) << h;
+      ASSERT_EQ(again[h] & 0x7C00, 0x7C00) << h;
+      ASSERT_NE(again[h] & 0x3FF, 0) << h;
+      continue;
+    }
+    ASSERT_EQ(wide[h], value) << h;
+    ASSERT_EQ(again[h], h) << h;
+    float w = wide[h];
+    uint16_t single, single_again;
+    float single_wide;
+    std::memcpy(&single, &every[h], 2);
+    DecodeValues(RowDtype::kFp16, &single, 1, &single_wide);
+    EncodeValues(RowDtype::kFp16, &w, 1, &single_again);
+    ASSERT_EQ(single_wide, value) << h;
+    ASSERT_EQ(single_again, h) << h;
   }
   float nan = std::numeric_limits<float>::quiet_NaN(), out;
   EncodeValues(RowDtype::kBf16, &nan, 1, &h);

@@ -1,6 +1,7 @@
 // Fuzz target: the client's in-place decoder of LookupResponse bytes (proto/lookup_wire.h). The
-// first bytes choose what was asked (tables, dims, counts); the rest is the answer. Any answer
-// is decoded or refused (INTERNAL naming the mismatch); nothing is written outside the targets.
+// first bytes choose what was asked (tables, dims, dtypes, counts); the rest is the answer. Any
+// answer is decoded or refused (INTERNAL naming the mismatch); nothing is written outside the
+// targets.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -20,6 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t b = pos < size ? data[pos++] : 1;
     targets[t].table = t;
     targets[t].dim = 1 + a % 16;
+    targets[t].dtype = static_cast<dlrm::embedding::RowDtype>((a >> 4) % 3);  // fp32 fp16 bf16
     targets[t].count = b % 8;
     out[t].assign(targets[t].dim * targets[t].count, 0.0f);
     targets[t].out = out[t].data();

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
+#include "embedding/row_dtype.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_util.h"
 #include "worker/train_report.h"
@@ -237,8 +238,11 @@ TEST_F(ClusterCheckpointTest, HalfPrecisionTablesCheckpointHalfWeightsAndResume)
       << wide_rows << " fp32 rows";
   for (const auto& [key, row] : AllRows(Newest("half"))) {
     for (int i = 0; i < 8; ++i) {
-      ASSERT_EQ(row[i], static_cast<float>(static_cast<_Float16>(row[i])))
-          << "table " << key.first << " id " << key.second;
+      uint16_t h;
+      float back;
+      embedding::EncodeValues(embedding::RowDtype::kFp16, &row[i], 1, &h);
+      embedding::DecodeValues(embedding::RowDtype::kFp16, &h, 1, &back);
+      ASSERT_EQ(row[i], back) << "table " << key.first << " id " << key.second;
     }
   }
 

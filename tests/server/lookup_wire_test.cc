@@ -144,6 +144,13 @@ TEST(LookupWireTest, HalfPrecisionRowsGoAsTwoBytesAValueAndNameTheirDtype) {
   buffer = Sliced(only_bf16.SerializeAsString(), 7);
   absl::Status s = DecodeLookupResponse(&buffer, {{2, 8, 9, out.data(), nullptr, RowDtype::kFp16}});
   EXPECT_NE(s.message().find("rows of dtype 'bf16', expected 'fp16'"), std::string::npos) << s;
+  // An answer whose dim field says more than was asked, with rows of the asked size: refused by
+  // name, and nothing is read or written past the rows (found by fuzz_lookup_wire).
+  dlrm::v1::LookupResponse wider = only_bf16;
+  wider.mutable_tables(0)->set_dim(64);
+  buffer = Sliced(wider.SerializeAsString(), 7);
+  s = DecodeLookupResponse(&buffer, {{2, 8, 9, out.data(), nullptr, RowDtype::kBf16}});
+  EXPECT_NE(s.message().find("rows of dim 64, expected 8"), std::string::npos) << s;
   buffer = Sliced(only_bf16.SerializeAsString(), 7);
   s = DecodeLookupResponse(&buffer, {{2, 8, 9, out.data()}});
   EXPECT_NE(s.message().find("144 bytes of rows for 9 ids of dim 8"), std::string::npos) << s;
