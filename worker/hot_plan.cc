@@ -59,8 +59,9 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   }
 
-  const double ps_per_row = 2.0 * (8 + 4.0 * dim);
-  const double sync_per_row = 4 + 4.0 * dim;
+  const double v = options.value_bytes;
+  const double ps_per_row = 2.0 * (8 + v * dim);
+  const double sync_per_row = 4 + v * dim;
   for (size_t k : sizes) {
     HotPlanCandidate c;
     c.rows = static_cast<int64_t>(k);

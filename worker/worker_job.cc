@@ -112,6 +112,9 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   plan_options.ceiling_bytes = spec.hot_budget_ceiling();
   plan_options.link_bytes_per_second = spec.network_gbps * 1e9 / 8;
   plan_options.apply_seconds_per_row = apply_seconds;
+  const bool all_half = std::all_of(spec.tables.begin(), spec.tables.end(),
+                                    [](const common::TableSpec& t) { return t.dtype != "fp32"; });
+  plan_options.value_bytes = all_half ? 2 : 4;
   const HotPlan plan = PlanHotSet(*sample_counts, plan_options);
   DLRM_LOG(INFO) << "job " << job.job_id() << ": " << plan.Describe();
   std::vector<std::vector<int64_t>> hot_ids = plan.hot_ids;

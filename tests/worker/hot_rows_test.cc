@@ -126,6 +126,25 @@ TEST_F(HotPlanTest, HotRowsPayWithTwoWorkersAndNotWithFour) {
                           [](const auto& ids) { return ids.empty(); }));
 }
 
+// Half-precision tables: rows and gradients take 2 bytes a value on both paths, so each
+// candidate's PS bytes per cold row are 2 x (8 + 32) and its exchange 4 + 32 a hot row.
+TEST_F(HotPlanTest, HalfPrecisionTablesCountTwoBytesAValue) {
+  HotPlanOptions half = Options(2);
+  half.value_bytes = 2;
+  const HotPlan plan = PlanHotSet(sample_, half);
+  const HotPlan wide = PlanHotSet(sample_, Options(2));
+  ASSERT_EQ(plan.candidates.size(), wide.candidates.size());
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const HotPlanCandidate& c = plan.candidates[i];
+    EXPECT_NEAR(c.ps_bytes_per_step, c.cold_rows_per_step * 2 * (8 + 2 * 16), 1e-6);
+    if (c.rows > 0) {
+      EXPECT_NEAR(c.sync_bytes_per_step, c.hot_rows_per_step * (4 + 2 * 16) + 4, 1e-6);
+    }
+    EXPECT_NEAR(wide.candidates[i].ps_bytes_per_step, c.cold_rows_per_step * 2 * (8 + 4 * 16),
+                1e-6);
+  }
+}
+
 TEST_F(HotPlanTest, TakesTheSmallestSetWithinTheToleranceOfTheBest) {
   HotPlanOptions exact = Options(2);
   exact.tolerance = 0;
