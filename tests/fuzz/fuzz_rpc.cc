@@ -440,6 +440,7 @@ class Cluster {
       table->set_name(absl::StrCat("t", t));
       table->set_rows(10 * (t + 1));
       table->set_dim(4);
+      if (t == 1) table->set_dtype("fp16");  // half rows: 2-byte gradients and answers
     }
     load_.mutable_optimizer()->set_type("adagrad");
     load_.mutable_optimizer()->set_learning_rate(0.01f);
