@@ -4,6 +4,7 @@
 // that copy into the checkpoint's row files, without holding any lock of the live store.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,13 @@ namespace dlrm::embedding {
 // With `only_ids` (one sorted list per table): an incremental checkpoint's files, holding just
 // those rows (point reads of the copy, no scan). An id the copy lacks was never written: it is
 // still its initial value, and is left out as a full checkpoint leaves it out.
+//
+// `keep_going`, when given, is asked before each table and each chunk of rows: an error from it
+// stops the write, removes the files this call wrote, and is returned.
 absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFilesFromSnapshot(
     const std::string& snapshot_dir, const std::vector<RowCodec>& codecs,
     const std::string& out_dir, int part,
-    const std::vector<std::vector<int64_t>>* only_ids = nullptr);
+    const std::vector<std::vector<int64_t>>* only_ids = nullptr,
+    const std::function<absl::Status()>& keep_going = nullptr);
 
 }  // namespace dlrm::embedding

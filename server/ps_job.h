@@ -120,6 +120,8 @@ class PsJob {
   int shard_count() const { return spec_.shard_count(); }
   int64_t memory_budget_bytes() const { return memory_budget_bytes_; }
   int64_t epoch() const;
+  // FAILED_PRECONDITION naming both epochs unless `epoch` is the loaded one.
+  absl::Status CheckEpoch(int64_t epoch) const;
   // The store's directory.
   const std::string& path() const { return path_; }
 
@@ -191,7 +193,6 @@ class PsJob {
 
  private:
   PsJob(const PsJobOptions& options, std::string path);
-  absl::Status CheckEpoch(int64_t epoch) const;
   absl::Status CheckRank(int64_t step, int rank) const;
   // Checks one table entry: table known, ids length, range and ownership. Returns the table's
   // config through `config`.

@@ -649,6 +649,8 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
   }
+  const int64_t epoch = request.job_epoch();
+  if (epoch > 0) DLRM_RETURN_IF_ERROR(job->CheckEpoch(epoch));
   namespace fs = std::filesystem;
   // The snapshot lives in this server's data folder, named by job and step only.
   const fs::path snapshot = fs::path(options_.data_dir) / "snapshots" /
@@ -702,8 +704,18 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   fs::create_directories(out, ec);
   DLRM_ASSIGN_OR_RETURN(
       std::vector<embedding::CheckpointFileEntry> files,
-      embedding::WriteRowFilesFromSnapshot(snapshot.string(), codecs, out.string(), request.part(),
-                                           changed ? &*changed : nullptr));
+      embedding::WriteRowFilesFromSnapshot(
+          snapshot.string(), codecs, out.string(), request.part(), changed ? &*changed : nullptr,
+          [&]() -> absl::Status {
+            // The job was unloaded, reloaded or moved on (a recovery) while this ran.
+            absl::StatusOr<std::shared_ptr<PsJob>> now = FindJob(request.job_id());
+            if (epoch > 0 && (!now.ok() || now->get() != job.get() || job->epoch() != epoch)) {
+              return absl::AbortedError(absl::StrCat(
+                  "job ", request.job_id(), " left epoch ", epoch, " while its checkpoint of step ",
+                  request.step(), " was being written; the files written are removed"));
+            }
+            return absl::OkStatus();
+          }));
   fs::remove_all(snapshot, ec);
   // Later checkpoints build on this one or on its parent, never on anything older.
   job->ForgetBefore(changed ? request.parent_step() : request.step());

@@ -728,6 +728,7 @@ absl::StatusOr<std::vector<embedding::CheckpointFileEntry>> GrpcPsClient::Checkp
                                                  &CheckpointCall::Stub::PrepareAsyncCheckpoint,
                                                  write ? absl::Hours(1) : options_.rpc_timeout * 6);
     call->request.set_job_id(options_.job_id);
+    call->request.set_job_epoch(options_.job_epoch);
     call->request.set_step(step);
     call->request.set_phase(write ? dlrm::v1::CheckpointRequest::WRITE
                                   : dlrm::v1::CheckpointRequest::SNAPSHOT);

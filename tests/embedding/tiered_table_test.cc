@@ -4,11 +4,13 @@
 #include "embedding/tiered_table.h"
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "embedding/checkpoint_snapshot.h"
 #include "embedding/embedding_table.h"
 #include "embedding/memory_tier.h"
 #include "embedding/row_init.h"
@@ -161,6 +163,35 @@ TEST(TieredStoreTest, CheckpointsHandOverTheRowsChangedSinceThePreviousOne) {
   ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c3")).ok());  // without `changed`: kept
   ASSERT_TRUE(store->CreateCheckpoint(dir.Sub("c4"), &changed).ok());
   EXPECT_EQ(changed, (std::vector<std::vector<int64_t>>{{7}, {}}));
+}
+
+// A row-file write that is told to stop (its job left the epoch it was started in) stops,
+// returns why, and leaves none of the files it began.
+TEST(TieredStoreTest, RowFileWriteThatIsToldToStopLeavesNoFiles) {
+  ScopedTempDir dir;
+  TieredStoreOptions options = Options(dir.Sub("db"), 1 << 20);
+  auto store = TieredStore::Create(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<int64_t> ids(3000);
+  for (int64_t i = 0; i < 3000; ++i) ids[i] = i;
+  std::vector<float> rows(ids.size() * (kDim + 1), 0.5f);
+  ASSERT_TRUE((*store)->WriteRows(0, ids, rows.data()).ok());
+  ASSERT_TRUE((*store)->CreateCheckpoint(dir.Sub("snap")).ok());
+  std::vector<RowCodec> codecs = {(*store)->codec(0), (*store)->codec(1)};
+  const std::string out = dir.Sub("out");
+  std::filesystem::create_directories(out);
+  int asked = 0;
+  auto files = WriteRowFilesFromSnapshot(dir.Sub("snap"), codecs, out, 0, nullptr, [&] {
+    return ++asked < 3 ? absl::OkStatus() : absl::AbortedError("left epoch 1");
+  });
+  ASSERT_FALSE(files.ok());
+  EXPECT_EQ(files.status().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(std::filesystem::is_empty(out)) << "the files begun are removed";
+  files = WriteRowFilesFromSnapshot(dir.Sub("snap"), codecs, out, 0, nullptr,
+                                    [] { return absl::OkStatus(); });
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[0].rows, 3000);
 }
 
 TEST(TieredStoreTest, ZeroBudgetKeepsEverythingInRocksDb) {

@@ -421,6 +421,22 @@ TEST_F(PsServiceTest, CheckpointWritesTheSnapshotsRowsAndRefusesBadCalls) {
   ASSERT_TRUE(digest.ok());
   EXPECT_EQ(digest->crc32c, response.files(0).crc32c());
   EXPECT_EQ(digest->bytes, response.files(0).bytes());
+
+  // After the job moved to epoch 2 (a recovery), a checkpoint call of epoch 1 is refused.
+  job.set_job_epoch(2);
+  ASSERT_TRUE(Load(job).ok());
+  dlrm::v1::CheckpointRequest old;
+  old.set_job_id("c");
+  old.set_job_epoch(1);
+  old.set_step(6);
+  old.set_phase(dlrm::v1::CheckpointRequest::SNAPSHOT);
+  s = stub_->Checkpoint(common::MakeClientContext(kTimeout).get(), old, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("request from epoch 1 is older than the loaded epoch 2"));
+  old.set_job_epoch(2);
+  s = stub_->Checkpoint(common::MakeClientContext(kTimeout).get(), old, &response);
+  EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 // dlrm ps --checkpoint-root: row files only go under the root, also not through a symbolic link
