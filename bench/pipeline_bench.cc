@@ -32,6 +32,7 @@
 #include "common/allocator.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
+#include "dense/cpu/blas_env.h"
 #include "embedding/local_store.h"
 #include "nlohmann/json.hpp"
 #include "worker/delayed_store.h"
@@ -292,6 +293,7 @@ absl::Status RunBench(const Options& o) {
 }  // namespace dlrm::bench
 
 int main(int argc, char** argv) {
+  dlrm::dense::ReexecWithBlasDefaults(argv);          // as the dlrm processes
   dlrm::common::ConfigureAllocatorForLargeBuffers();  // as the dlrm processes
   dlrm::bench::Options o;
   CLI::App app{"Pipelined against unpipelined training with injected parameter-server latency"};

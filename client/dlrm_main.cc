@@ -18,6 +18,7 @@
 #include "client/dlrm_commands.h"
 #include "common/allocator.h"
 #include "common/logging.h"
+#include "dense/cpu/blas_env.h"
 #include "worker/input/binary_format.h"
 #include "worker/input/synthetic.h"
 #include "worker/train_command.h"
@@ -187,6 +188,7 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
 }  // namespace dlrm
 
 int main(int argc, char** argv) {
+  dlrm::dense::ReexecWithBlasDefaults(argv);
   dlrm::common::ConfigureAllocatorForLargeBuffers();
   CLI::App app{"dlrm: distributed DLRM training service"};
   app.require_subcommand(1);

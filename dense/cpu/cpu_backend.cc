@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "dense/cpu/blas_env.h"
 #include "dense/cpu/interaction_avx2.h"
 
 namespace dlrm::dense {
@@ -142,9 +143,10 @@ float* CpuBackend::Scratch(size_t count) {
 }
 
 std::string CpuBackend::name() const {
+  const std::string timeout = BlasThreadTimeout();
   return absl::StrCat(
       "cpu(openblas, threads=", threads_ > 0 ? threads_ : openblas_get_num_threads(),
-      avx2_ ? ", avx2)" : ")");
+      timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout), avx2_ ? ", avx2)" : ")");
 }
 
 float* CpuBackend::Allocate(size_t count) {
