@@ -1,6 +1,8 @@
 // LocalEmbeddingStore: lookup / push round trips, validation, concurrency.
 #include "embedding/local_store.h"
 
+#include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -121,6 +123,29 @@ TEST(LocalStoreTest, UpdateTableInPlaceMatchesPushAndIsTracked) {
     in_place->ReadTable(0, [&](const EmbeddingTable& table) {
       for (int i = 0; i < 17; ++i) ASSERT_EQ(table.Row(id)[i], pushed->table(0).Row(id)[i]);
     });
+  }
+}
+
+// TouchedIds lists every updated row once, in id order, whether few rows of a table were updated
+// (the ids are sorted) or many (the store scans its per-row flags instead).
+TEST(LocalStoreTest, TouchedIdsAreSortedAndUniqueForFewAndManyRows) {
+  auto store = *LocalEmbeddingStore::Create(Options(-1));
+  std::mt19937_64 rng(5);
+  std::set<int64_t> expected;
+  // Table 0 has 1000 rows: 39 touched rows are sorted, then 189 and more are scanned.
+  for (int64_t count : {int64_t{40}, int64_t{150}, int64_t{900}}) {
+    for (int push = 0; push < 3; ++push) {
+      std::vector<int64_t> ids;
+      std::set<int64_t> unique;
+      while (static_cast<int64_t>(unique.size()) < count / 3) {
+        const int64_t id = static_cast<int64_t>(rng() % 1000);
+        if (unique.insert(id).second) ids.push_back(id);
+      }
+      expected.insert(ids.begin(), ids.end());
+      ASSERT_TRUE(store->Push(0, {{0, ids, std::vector<float>(ids.size() * 16, 0.5f)}}).ok());
+      EXPECT_EQ(store->TouchedIds(0), std::vector<int64_t>(expected.begin(), expected.end()))
+          << count << " rows, push " << push;
+    }
   }
 }
 
