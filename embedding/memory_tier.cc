@@ -1,13 +1,11 @@
 #include "embedding/memory_tier.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 namespace dlrm::embedding {
-namespace {
-constexpr int64_t kFreeSlot = -1;
-}  // namespace
 
 float* MemoryRowMap::Insert(int64_t key, bool* inserted) {
   auto [it, is_new] = slots_.try_emplace(key, 0);
@@ -27,6 +25,17 @@ float* MemoryRowMap::Insert(int64_t key, bool* inserted) {
   slot_keys_[slot] = key;
   it->second = slot;
   return SlotRow(slot);
+}
+
+void MemoryRowMap::CopySlots(int64_t* keys, float* rows) const {
+  const int64_t n = slot_count();
+  if (n == 0) return;
+  std::memcpy(keys, slot_keys_.data(), n * sizeof(int64_t));
+  for (int64_t begin = 0, c = 0; begin < n; begin += kChunkRows, ++c) {
+    const int64_t count = std::min(kChunkRows, n - begin);
+    std::memcpy(rows + begin * row_floats_, chunks_[c].get(),
+                static_cast<size_t>(count) * row_floats_ * sizeof(float));
+  }
 }
 
 bool MemoryRowMap::Erase(int64_t key) {

@@ -27,6 +27,7 @@ class MemoryRowMap {
  public:
   static constexpr int64_t kEntryOverheadBytes = 48;
   static constexpr int64_t kChunkRows = 1024;
+  static constexpr int64_t kFreeSlot = -1;  // the key CopySlots gives a free slot
   static int64_t BytesPerRow(int row_floats) { return row_floats * 4 + kEntryOverheadBytes; }
 
   explicit MemoryRowMap(int row_floats) : row_floats_(row_floats) {}
@@ -53,6 +54,12 @@ class MemoryRowMap {
   int64_t size() const { return static_cast<int64_t>(slots_.size()); }
   int64_t bytes() const { return size() * BytesPerRow(row_floats_); }
   int row_floats() const { return row_floats_; }
+
+  // The slab's extent in rows: every slot in use, and the free ones among them.
+  int64_t slot_count() const { return static_cast<int64_t>(slot_keys_.size()); }
+  // Copies every slot's key (kFreeSlot when free) to keys[0, slot_count()) and its row to
+  // rows[slot * row_floats ..): one memcpy per chunk of the slab, no hash-table walk.
+  void CopySlots(int64_t* keys, float* rows) const;
 
   // Calls fn(key, const float* row) for every row, in no particular order.
   template <typename Fn>

@@ -1,6 +1,7 @@
 #include "embedding/tiered_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -9,6 +10,7 @@
 #include "common/status.h"
 #include "embedding/frequency_sketch.h"
 #include "embedding/memory_tier.h"
+#include "embedding/parallel.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer.h"
 
@@ -575,19 +577,7 @@ absl::Status TieredStore::CreateCheckpoint(const std::string& dir,
                                            std::vector<std::vector<int64_t>>* changed) {
   // Every table locked (in index order, as no other path holds two) for one consistent state.
   for (auto& t : tables_) t->mu.Lock();
-  if (changed != nullptr) {
-    // Taken whatever happens below: the caller keeps them even when this checkpoint fails, so
-    // that the next incremental one still holds these rows. From the first call on, updates are
-    // tracked (before it nothing can build on a checkpoint, so nothing is tracked).
-    tracking_changes_ = true;
-    changed->assign(tables_.size(), {});
-    for (auto& t : tables_) {
-      std::vector<int64_t>& ids = (*changed)[t->index];
-      ids.assign(t->changed.begin(), t->changed.end());
-      std::sort(ids.begin(), ids.end());
-      t->changed.clear();
-    }
-  }
+  if (changed != nullptr) TakeChanged(changed);
   absl::Status status;
   for (auto& t : tables_) {
     int64_t written = 0;
@@ -598,6 +588,55 @@ absl::Status TieredStore::CreateCheckpoint(const std::string& dir,
   if (status.ok()) status = rocksdb_->Flush();
   if (status.ok()) status = rocksdb_->CreateCheckpoint(dir);
   for (auto it = tables_.rbegin(); it != tables_.rend(); ++it) (*it)->mu.Unlock();
+  return status;
+}
+
+void TieredStore::TakeChanged(std::vector<std::vector<int64_t>>* changed) {
+  // Taken whatever happens after: the caller keeps them even when the checkpoint fails, so that
+  // the next incremental one still holds these rows. From the first call on, updates are
+  // tracked (before it nothing can build on a checkpoint, so nothing is tracked).
+  tracking_changes_ = true;
+  changed->assign(tables_.size(), {});
+  for (auto& t : tables_) {
+    std::vector<int64_t>& ids = (*changed)[t->index];
+    ids.assign(t->changed.begin(), t->changed.end());
+    std::sort(ids.begin(), ids.end());
+    t->changed.clear();
+  }
+}
+
+absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* snapshot,
+                                       std::vector<std::vector<int64_t>>* changed) {
+  snapshot->rocksdb_dir = dir;
+  snapshot->resident.clear();
+  snapshot->resident.resize(tables_.size());
+  // Every table locked (in index order, as no other path holds two) for one consistent state.
+  for (auto& t : tables_) t->mu.Lock();
+  if (changed != nullptr) TakeChanged(changed);
+  std::atomic<bool> allocated{true};
+  ParallelForOnce(static_cast<int64_t>(tables_.size()), 2, [&](int64_t i) {
+    const Table& t = *tables_[i];
+    ResidentRowsCopy& copy = snapshot->resident[i];
+    const int64_t slots = t.rows.slot_count();
+    copy.ids.resize(slots);
+    copy.words = AllocateSnapshotBuffer(static_cast<size_t>(slots) * t.codec.words());
+    if (copy.words == nullptr) {
+      allocated = false;
+      return;
+    }
+    t.rows.CopySlots(copy.ids.data(), copy.words.get());
+  });
+  absl::Status status;
+  if (!allocated) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint snapshot: cannot allocate a copy of the ", memory_bytes_.load(),
+                     " bytes of resident rows"));
+  }
+  // Rows evicted since the last flush may sit in the memtable: the checkpoint needs them on disk.
+  if (status.ok()) status = rocksdb_->Flush();
+  if (status.ok()) status = rocksdb_->CreateCheckpoint(dir);
+  for (auto it = tables_.rbegin(); it != tables_.rend(); ++it) (*it)->mu.Unlock();
+  if (!status.ok()) snapshot->resident.clear();
   return status;
 }
 

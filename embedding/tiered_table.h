@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "embedding/checkpoint_snapshot.h"
 #include "embedding/rocksdb_tier.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "embedding/table_config.h"
@@ -134,6 +135,13 @@ class TieredStore {
   // insert per updated row, so no scan of a table is needed to find them.
   absl::Status CreateCheckpoint(const std::string& dir,
                                 std::vector<std::vector<int64_t>>* changed = nullptr);
+  // A checkpoint's cut without CreateCheckpoint's flush: with every table locked, copies each
+  // table's memory-tier rows into *snapshot (memory for one more copy of the resident rows: a
+  // few memcpy calls per table, on two threads) and makes the RocksDB checkpoint in `dir` (must
+  // not exist), whose copies of resident rows may be stale: WriteRowFilesFromSnapshot takes the
+  // resident copy first. `changed` as for CreateCheckpoint.
+  absl::Status TakeSnapshot(const std::string& dir, StoreSnapshot* snapshot,
+                            std::vector<std::vector<int64_t>>* changed = nullptr);
 
   TieredStoreStats stats() const;
   bool IsResident(int table, int64_t id) const;
@@ -160,6 +168,9 @@ class TieredStore {
   static void CopyFoundRows(Table& t, void* weights_out, bool encoded);
   static void DeferCounts(Table& t, absl::Span<const int64_t> ids);
   static void CountPending(Table& t);
+  // Moves the ids changed since the last call into *changed (see CreateCheckpoint). REQUIRES:
+  // every table's mutex held.
+  void TakeChanged(std::vector<std::vector<int64_t>>* changed);
   // Writes batch->writes to RocksDB; on failure undoes the batch's admissions and evictions.
   absl::Status Commit(Table& t, Batch* batch);
 

@@ -606,6 +606,25 @@ std::optional<std::vector<std::vector<int64_t>>> PsJob::ChangedSince(int64_t par
   return rows;
 }
 
+void PsJob::KeepStoreSnapshot(int64_t step,
+                              std::shared_ptr<const embedding::StoreSnapshot> snapshot) {
+  absl::MutexLock lock(&snapshots_mu_);
+  kept_snapshot_step_ = step;
+  kept_snapshot_ = std::move(snapshot);
+}
+
+std::shared_ptr<const embedding::StoreSnapshot> PsJob::StoreSnapshotOf(int64_t step) const {
+  absl::MutexLock lock(&snapshots_mu_);
+  return kept_snapshot_step_ == step ? kept_snapshot_ : nullptr;
+}
+
+void PsJob::ForgetStoreSnapshot(int64_t step) {
+  absl::MutexLock lock(&snapshots_mu_);
+  if (kept_snapshot_step_ != step) return;
+  kept_snapshot_step_ = -1;
+  kept_snapshot_.reset();
+}
+
 void PsJob::ForgetBefore(int64_t step) {
   absl::MutexLock lock(&snapshots_mu_);
   changed_by_snapshot_.erase(changed_by_snapshot_.begin(), changed_by_snapshot_.lower_bound(step));

@@ -662,11 +662,14 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
     fs::create_directories(snapshot.parent_path(), ec);
     if (ec) return absl::UnavailableError(absl::StrCat(snapshot.string(), ": ", ec.message()));
     std::vector<std::vector<int64_t>> changed;
-    const absl::Status taken = job->store().CreateCheckpoint(snapshot.string(), &changed);
+    job->KeepStoreSnapshot(-1, nullptr);  // an unwritten older one's memory goes first
+    auto copy = std::make_shared<embedding::StoreSnapshot>();
+    const absl::Status taken = job->store().TakeSnapshot(snapshot.string(), copy.get(), &changed);
     // Recorded even when the snapshot failed: those rows changed all the same, and the next
     // incremental checkpoint must hold them.
     job->RecordSnapshot(request.step(), std::move(changed));
     DLRM_RETURN_IF_ERROR(taken);
+    job->KeepStoreSnapshot(request.step(), std::move(copy));
     response.set_directory(snapshot.string());
     return response;
   }
@@ -691,7 +694,9 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
                        options_.checkpoint_root, "'"));
     }
   }
-  if (!fs::exists(snapshot)) {
+  // The resident rows copied at the SNAPSHOT live in this process: a restarted server has none.
+  const std::shared_ptr<const embedding::StoreSnapshot> copy = job->StoreSnapshotOf(request.step());
+  if (copy == nullptr || !fs::exists(snapshot)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", request.job_id(), ": no snapshot of step ", request.step(), " (SNAPSHOT first)"));
   }
@@ -705,7 +710,7 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   DLRM_ASSIGN_OR_RETURN(
       std::vector<embedding::CheckpointFileEntry> files,
       embedding::WriteRowFilesFromSnapshot(
-          snapshot.string(), codecs, out.string(), request.part(), changed ? &*changed : nullptr,
+          *copy, codecs, out.string(), request.part(), changed ? &*changed : nullptr,
           [&]() -> absl::Status {
             // The job was unloaded, reloaded or moved on (a recovery) while this ran.
             absl::StatusOr<std::shared_ptr<PsJob>> now = FindJob(request.job_id());
@@ -717,6 +722,7 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
             return absl::OkStatus();
           }));
   fs::remove_all(snapshot, ec);
+  job->ForgetStoreSnapshot(request.step());
   // Later checkpoints build on this one or on its parent, never on anything older.
   job->ForgetBefore(changed ? request.parent_step() : request.step());
   response.set_incremental(changed.has_value());

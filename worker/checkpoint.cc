@@ -1,7 +1,5 @@
 #include "worker/checkpoint.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
+#include "embedding/checkpoint_snapshot.h"
 #include "embedding/parallel.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "worker/ps_client.h"
@@ -32,23 +31,8 @@ constexpr char kDenseMagic[8] = {'D', 'L', 'R', 'M', 'D', 'E', 'N', 'S'};
 constexpr uint32_t kDenseVersion = 1;
 constexpr char kDenseFile[] = "dense.bin";
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-using SnapshotBuffer = std::unique_ptr<float[], FreeDeleter>;
-
-// `floats` uninitialised floats for a checkpoint snapshot. Large buffers are 2 MiB aligned and
-// asked for transparent huge pages: copying a few hundred MB into fresh 4 KiB pages spends most
-// of its time in page faults, which training would wait for.
-SnapshotBuffer AllocateSnapshotBuffer(size_t floats) {
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t bytes = std::max<size_t>(floats * sizeof(float), 1);
-  if (bytes < kHugePage) return SnapshotBuffer(static_cast<float*>(std::malloc(bytes)));
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, rounded);
-  if (p != nullptr) (void)madvise(p, rounded, MADV_HUGEPAGE);
-  return SnapshotBuffer(static_cast<float*>(p));
-}
+using embedding::AllocateSnapshotBuffer;
+using embedding::SnapshotBuffer;
 
 // The bytes of dense.bin for the trainer's dense parameters and optimizer state now.
 std::string DenseBytes(Trainer& trainer) {

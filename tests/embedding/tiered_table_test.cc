@@ -5,11 +5,13 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_snapshot.h"
 #include "embedding/embedding_table.h"
 #include "embedding/memory_tier.h"
@@ -176,22 +178,108 @@ TEST(TieredStoreTest, RowFileWriteThatIsToldToStopLeavesNoFiles) {
   for (int64_t i = 0; i < 3000; ++i) ids[i] = i;
   std::vector<float> rows(ids.size() * (kDim + 1), 0.5f);
   ASSERT_TRUE((*store)->WriteRows(0, ids, rows.data()).ok());
-  ASSERT_TRUE((*store)->CreateCheckpoint(dir.Sub("snap")).ok());
+  StoreSnapshot snapshot;
+  ASSERT_TRUE((*store)->TakeSnapshot(dir.Sub("snap"), &snapshot).ok());
   std::vector<RowCodec> codecs = {(*store)->codec(0), (*store)->codec(1)};
   const std::string out = dir.Sub("out");
   std::filesystem::create_directories(out);
   int asked = 0;
-  auto files = WriteRowFilesFromSnapshot(dir.Sub("snap"), codecs, out, 0, nullptr, [&] {
+  auto files = WriteRowFilesFromSnapshot(snapshot, codecs, out, 0, nullptr, [&] {
     return ++asked < 3 ? absl::OkStatus() : absl::AbortedError("left epoch 1");
   });
   ASSERT_FALSE(files.ok());
   EXPECT_EQ(files.status().code(), absl::StatusCode::kAborted);
   EXPECT_TRUE(std::filesystem::is_empty(out)) << "the files begun are removed";
-  files = WriteRowFilesFromSnapshot(dir.Sub("snap"), codecs, out, 0, nullptr,
-                                    [] { return absl::OkStatus(); });
+  files =
+      WriteRowFilesFromSnapshot(snapshot, codecs, out, 0, nullptr, [] { return absl::OkStatus(); });
   ASSERT_TRUE(files.ok()) << files.status();
   ASSERT_EQ(files->size(), 2u);
   EXPECT_EQ((*files)[0].rows, 3000);
+}
+
+// Every row of a table in a row file, by id.
+std::map<int64_t, std::vector<float>> ReadRows(const std::string& path, int table, int floats) {
+  std::map<int64_t, std::vector<float>> rows;
+  EXPECT_TRUE(ReadRowFile(path, table, floats, [&](absl::Span<const int64_t> ids, const float* r) {
+                for (size_t j = 0; j < ids.size(); ++j) {
+                  rows[ids[j]].assign(r + j * floats, r + (j + 1) * floats);
+                }
+                return absl::OkStatus();
+              }).ok());
+  return rows;
+}
+
+// TakeSnapshot's cut copies the resident rows instead of flushing them, so RocksDB's copy of a
+// resident row may be stale: the files written from the snapshot hold, for every row written
+// before the cut, exactly its value at the cut (the resident copy where there is one, RocksDB's
+// otherwise), in id order, whatever training does after the cut; the incremental files hold just
+// the changed rows, from wherever they were.
+TEST(TieredStoreTest, FilesFromASnapshotHoldEveryRowAsItWasAtTheCut) {
+  ScopedTempDir dir;
+  // Room for 300 of table A's 4000 rows: updates evict rows to RocksDB and readmit them, so
+  // RocksDB holds stale copies of resident rows.
+  auto store = *TieredStore::Create(Options(dir.Sub("db"), 350 * MemoryRowMap::BytesPerRow(9)));
+  std::mt19937_64 rng(3);
+  auto train = [&](int steps) {
+    for (int step = 0; step < steps; ++step) {
+      for (int t = 0; t < 2; ++t) {
+        std::vector<int64_t> ids;
+        for (int64_t id = static_cast<int64_t>(rng() % 7); id < (t == 0 ? 4000 : 50);
+             id += 1 + static_cast<int64_t>(rng() % (t == 0 ? 40 : 5))) {
+          ids.push_back(id);
+        }
+        std::vector<float> out(ids.size() * kDim), grads(ids.size() * kDim, 0.25f);
+        ASSERT_TRUE(store->Lookup(t, ids, out.data()).ok());
+        ASSERT_TRUE(store->ApplyGradients(t, ids, grads.data()).ok());
+      }
+    }
+  };
+  std::vector<std::vector<int64_t>> changed;
+  StoreSnapshot first;
+  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s0"), &first, &changed).ok());  // tracking starts
+  train(30);
+  ASSERT_GT(store->stats().evictions, 0);
+  // The values at the cut, read from the live store before it.
+  std::vector<std::map<int64_t, std::vector<float>>> want(2);
+  for (int t = 0; t < 2; ++t) {
+    const int floats = store->row_floats(t);
+    std::vector<float> row(floats);
+    for (int64_t id = 0; id < (t == 0 ? 4000 : 50); ++id) {
+      ASSERT_TRUE(store->ReadRows(t, {id}, row.data()).ok());
+      want[t][id] = row;
+    }
+  }
+  StoreSnapshot snapshot;
+  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s1"), &snapshot, &changed).ok());
+  int64_t resident = 0;
+  for (const ResidentRowsCopy& r : snapshot.resident) {
+    for (int64_t id : r.ids) resident += id >= 0;
+  }
+  EXPECT_EQ(resident, store->stats().memory_rows);
+  train(10);  // after the cut: not in the files
+
+  const std::vector<RowCodec> codecs = {store->codec(0), store->codec(1)};
+  for (bool incremental : {false, true}) {
+    const std::string out = dir.Sub(incremental ? "inc" : "full");
+    std::filesystem::create_directories(out);
+    auto files =
+        WriteRowFilesFromSnapshot(snapshot, codecs, out, 0, incremental ? &changed : nullptr);
+    ASSERT_TRUE(files.ok()) << files.status();
+    for (int t = 0; t < 2; ++t) {
+      const auto got = ReadRows(out + "/" + (*files)[t].name, t, store->row_floats(t));
+      const std::vector<int64_t>& ids = changed[t];
+      EXPECT_EQ(static_cast<int64_t>(got.size()),
+                incremental ? static_cast<int64_t>(ids.size()) : (*files)[t].rows);
+      EXPECT_GT(got.size(), t == 0 ? 2000u : 40u) << "written rows of table " << t;
+      for (const auto& [id, row] : got) {
+        ASSERT_EQ(row, want[t][id])
+            << (incremental ? "incremental" : "full") << ", table " << t << ", id " << id;
+        if (incremental) {
+          EXPECT_TRUE(std::binary_search(ids.begin(), ids.end(), id));
+        }
+      }
+    }
+  }
 }
 
 TEST(TieredStoreTest, ZeroBudgetKeepsEverythingInRocksDb) {
