@@ -13,6 +13,17 @@
 //                             checkpoint after the first does); first_stall_vs_full_write: the
 //                             first one's, which also pays for mapping the snapshot's memory.
 //
+//   ps_cut_vs_write           a parameter server's part of a cluster checkpoint, on the same
+//                             tables in one TieredStore (every row changed and held in its memory
+//                             tier, as on a server whose budget holds its shard): the cut
+//                             (TieredStore::TakeSnapshot, every table locked: what training
+//                             waits for) over the write of the row files from that snapshot
+//                             (WriteRowFilesFromSnapshot, while training goes on). The cluster's
+//                             cut adds its barriers, dense.bin and the hot rows (a few ms here).
+//                             ps_later_cut_vs_full_write: the second cut (before the incremental
+//                             write; it copies every resident row as a full one does, into memory
+//                             the first one freed) over the full write.
+//
 //   build/bin/checkpoint_bench --dir /tmp/ckbench [--max-rows 1000000] [--touched-fraction 0.01]
 #include <fcntl.h>
 #include <unistd.h>
@@ -26,8 +37,12 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/allocator.h"
+#include "common/status.h"
 #include "dense/backend_factory.h"
 #include "embedding/checkpoint_manifest.h"
+#include "embedding/checkpoint_snapshot.h"
+#include "embedding/tiered_table.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
 #include "worker/input/synthetic.h"
@@ -58,9 +73,83 @@ double SequentialWrite(const std::string& path, int64_t bytes) {
   return Since(start);
 }
 
+// The parameter-server figures (ps_* keys): a full cut and write of every table of `spec`, then
+// an incremental one after `touched_fraction` of the rows changed.
+nlohmann::json PsCheckpoint(const dlrm::common::JobSpec& spec, const std::string& dir,
+                            double touched_fraction) {
+  using namespace dlrm;
+  embedding::TieredStoreOptions options;
+  options.tables = worker::TableConfigsFromSpec(spec);
+  options.optimizer = *worker::SparseOptimizerFromSpec(spec);
+  options.seed = 1;
+  options.memory_budget_bytes = int64_t{4} << 30;  // the whole shard resident
+  options.rocksdb.path = dir + "/ps-db";
+  options.rocksdb.disable_wal = true;
+  auto store = embedding::TieredStore::Create(options);
+  if (!store.ok()) return {{"ps_error", std::string(store.status().message())}};
+  std::vector<embedding::RowCodec> codecs;
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<int64_t>> sample(spec.tables.size());
+  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+    codecs.push_back((*store)->codec(t));
+    const int64_t rows = spec.tables[t].rows;
+    constexpr int64_t kChunk = 65536;
+    std::vector<int64_t> ids;
+    std::vector<float> grads(kChunk * spec.embedding_dim, 0.01f);
+    for (int64_t begin = 0; begin < rows; begin += kChunk) {
+      ids.clear();
+      for (int64_t i = begin; i < std::min(rows, begin + kChunk); ++i) ids.push_back(i);
+      if (!(*store)->ApplyGradients(t, ids, grads.data()).ok()) return {{"ps_error", "update"}};
+    }
+    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rows * touched_fraction));
+    std::vector<int64_t> all(rows);
+    for (int64_t i = 0; i < rows; ++i) all[i] = i;
+    std::shuffle(all.begin(), all.end(), rng);
+    sample[t].assign(all.begin(), all.begin() + n);
+  }
+  auto checkpoint = [&](const std::string& name, bool incremental, double* cut, double* write,
+                        int64_t* bytes) -> absl::Status {
+    std::vector<std::vector<int64_t>> changed;
+    embedding::StoreSnapshot snapshot;
+    auto start = Clock::now();
+    DLRM_RETURN_IF_ERROR((*store)->TakeSnapshot(dir + "/snap-" + name, &snapshot, &changed));
+    *cut = Since(start);
+    const std::string out = dir + "/ps-" + name;
+    fs::create_directories(out);
+    start = Clock::now();
+    DLRM_ASSIGN_OR_RETURN(auto files,
+                          embedding::WriteRowFilesFromSnapshot(snapshot, codecs, out, 0,
+                                                               incremental ? &changed : nullptr));
+    *write = Since(start);
+    *bytes = 0;
+    for (const auto& f : files) *bytes += f.bytes;
+    fs::remove_all(dir + "/snap-" + name);
+    return absl::OkStatus();
+  };
+  double full_cut = 0, full_write = 0, inc_cut = 0, inc_write = 0;
+  int64_t full_bytes = 0, inc_bytes = 0;
+  absl::Status status = checkpoint("full", false, &full_cut, &full_write, &full_bytes);
+  for (int t = 0; status.ok() && t < static_cast<int>(spec.tables.size()); ++t) {
+    std::vector<float> grads(sample[t].size() * spec.embedding_dim, 0.01f);
+    status = (*store)->ApplyGradients(t, sample[t], grads.data());
+  }
+  if (status.ok()) status = checkpoint("inc", true, &inc_cut, &inc_write, &inc_bytes);
+  if (!status.ok()) return {{"ps_error", std::string(status.message())}};
+  return {{"ps_resident_rows", (*store)->stats().memory_rows},
+          {"ps_full_bytes", full_bytes},
+          {"ps_full_cut_seconds", full_cut},
+          {"ps_full_write_seconds", full_write},
+          {"ps_cut_vs_write", full_cut / full_write},
+          {"ps_later_cut_vs_full_write", inc_cut / full_write},
+          {"ps_incremental_bytes", inc_bytes},
+          {"ps_incremental_cut_seconds", inc_cut},
+          {"ps_incremental_write_seconds", inc_write}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  dlrm::common::ConfigureAllocatorForLargeBuffers();  // as the dlrm processes
   CLI::App app{"checkpoint write speed against a sequential write of the same bytes"};
   std::string dir = "/tmp/dlrm-checkpoint-bench";
   int64_t max_rows = 1000000;
@@ -184,6 +273,11 @@ int main(int argc, char** argv) {
       {"full_stall_seconds", *warm_stall},
       {"full2_seconds", warm->seconds},
       {"stall_vs_full_write", *warm_stall / warm->seconds}};
+  // The in-process store's memory goes before the parameter server's part.
+  checkpointer->reset();
+  trainer->reset();
+  store->reset();
+  out.update(PsCheckpoint(spec, dir, touched_fraction));
   std::printf("%s\n", out.dump().c_str());
   fs::remove_all(dir);
   return 0;
