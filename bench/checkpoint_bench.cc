@@ -21,8 +21,9 @@
 //                             (WriteRowFilesFromSnapshot, while training goes on). The cluster's
 //                             cut adds its barriers, dense.bin and the hot rows (a few ms here).
 //                             ps_later_cut_vs_full_write: the second cut (before the incremental
-//                             write; it copies every resident row as a full one does, into memory
-//                             the first one freed) over the full write.
+//                             write; it copies every resident row as a full one does, into the
+//                             first one's buffers, as a server's later checkpoints do) over the
+//                             full write.
 //
 //   build/bin/checkpoint_bench --dir /tmp/ckbench [--max-rows 1000000] [--touched-fraction 0.01]
 #include <fcntl.h>
@@ -107,10 +108,11 @@ nlohmann::json PsCheckpoint(const dlrm::common::JobSpec& spec, const std::string
     std::shuffle(all.begin(), all.end(), rng);
     sample[t].assign(all.begin(), all.begin() + n);
   }
+  // One object for both cuts: the second reuses the first one's buffers, as a server does.
+  embedding::StoreSnapshot snapshot;
   auto checkpoint = [&](const std::string& name, bool incremental, double* cut, double* write,
                         int64_t* bytes) -> absl::Status {
     std::vector<std::vector<int64_t>> changed;
-    embedding::StoreSnapshot snapshot;
     auto start = Clock::now();
     DLRM_RETURN_IF_ERROR((*store)->TakeSnapshot(dir + "/snap-" + name, &snapshot, &changed));
     *cut = Since(start);

@@ -32,6 +32,7 @@ SnapshotBuffer AllocateSnapshotBuffer(size_t floats);
 struct ResidentRowsCopy {
   std::vector<int64_t> ids;  // per slot; MemoryRowMap::kFreeSlot (-1) for a free slot
   SnapshotBuffer words;      // ids.size() rows
+  size_t capacity = 0;       // floats allocated in `words` (a later snapshot reuses them)
 };
 
 // A TieredStore at one instant. A row is the copy in `resident` when it is there (the memory

@@ -608,7 +608,6 @@ void TieredStore::TakeChanged(std::vector<std::vector<int64_t>>* changed) {
 absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* snapshot,
                                        std::vector<std::vector<int64_t>>* changed) {
   snapshot->rocksdb_dir = dir;
-  snapshot->resident.clear();
   snapshot->resident.resize(tables_.size());
   // Every table locked (in index order, as no other path holds two) for one consistent state.
   for (auto& t : tables_) t->mu.Lock();
@@ -619,7 +618,12 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
     ResidentRowsCopy& copy = snapshot->resident[i];
     const int64_t slots = t.rows.slot_count();
     copy.ids.resize(slots);
-    copy.words = AllocateSnapshotBuffer(static_cast<size_t>(slots) * t.codec.words());
+    const size_t floats = static_cast<size_t>(slots) * t.codec.words();
+    if (copy.words == nullptr || copy.capacity < floats) {
+      copy.words.reset();  // freed before the larger one is asked for
+      copy.words = AllocateSnapshotBuffer(floats);
+      copy.capacity = copy.words == nullptr ? 0 : floats;
+    }
     if (copy.words == nullptr) {
       allocated = false;
       return;

@@ -139,7 +139,8 @@ class TieredStore {
   // table's memory-tier rows into *snapshot (memory for one more copy of the resident rows: a
   // few memcpy calls per table, on two threads) and makes the RocksDB checkpoint in `dir` (must
   // not exist), whose copies of resident rows may be stale: WriteRowFilesFromSnapshot takes the
-  // resident copy first. `changed` as for CreateCheckpoint.
+  // resident copy first. `changed` as for CreateCheckpoint. The buffers a previous snapshot
+  // left in *snapshot are reused when large enough: their pages are already mapped.
   absl::Status TakeSnapshot(const std::string& dir, StoreSnapshot* snapshot,
                             std::vector<std::vector<int64_t>>* changed = nullptr);
 

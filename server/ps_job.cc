@@ -606,8 +606,7 @@ std::optional<std::vector<std::vector<int64_t>>> PsJob::ChangedSince(int64_t par
   return rows;
 }
 
-void PsJob::KeepStoreSnapshot(int64_t step,
-                              std::shared_ptr<const embedding::StoreSnapshot> snapshot) {
+void PsJob::KeepStoreSnapshot(int64_t step, std::shared_ptr<embedding::StoreSnapshot> snapshot) {
   absl::MutexLock lock(&snapshots_mu_);
   kept_snapshot_step_ = step;
   kept_snapshot_ = std::move(snapshot);
@@ -620,9 +619,17 @@ std::shared_ptr<const embedding::StoreSnapshot> PsJob::StoreSnapshotOf(int64_t s
 
 void PsJob::ForgetStoreSnapshot(int64_t step) {
   absl::MutexLock lock(&snapshots_mu_);
-  if (kept_snapshot_step_ != step) return;
+  // Kept (not freed) for the next SNAPSHOT to reuse; no WRITE finds it any more.
+  if (kept_snapshot_step_ == step) kept_snapshot_step_ = -1;
+}
+
+std::shared_ptr<embedding::StoreSnapshot> PsJob::RecycledStoreSnapshot() {
+  absl::MutexLock lock(&snapshots_mu_);
+  std::shared_ptr<embedding::StoreSnapshot> last = std::move(kept_snapshot_);
   kept_snapshot_step_ = -1;
-  kept_snapshot_.reset();
+  // A WRITE still reading the last one (an older epoch's, stopping) keeps it until it is done.
+  if (last != nullptr && last.use_count() == 1) return last;
+  return std::make_shared<embedding::StoreSnapshot>();
 }
 
 void PsJob::ForgetBefore(int64_t step) {

@@ -190,10 +190,13 @@ class PsJob {
   void RecordSnapshot(int64_t step, std::vector<std::vector<int64_t>> changed);
   // The newest SNAPSHOT's copy of the store (its RocksDB checkpoint and resident rows), kept for
   // the WRITE of the same step; one at a time (a newer snapshot replaces it). StoreSnapshotOf:
-  // null when none of `step` is held. ForgetStoreSnapshot(step): drops it if it is of `step`.
-  void KeepStoreSnapshot(int64_t step, std::shared_ptr<const embedding::StoreSnapshot> snapshot);
+  // null when none of `step` is held. ForgetStoreSnapshot(step): done with it if it is of
+  // `step`. RecycledStoreSnapshot: the object for the next SNAPSHOT, the last one's when nobody
+  // reads it any more (TakeSnapshot reuses its buffers: memory already mapped), else a new one.
+  void KeepStoreSnapshot(int64_t step, std::shared_ptr<embedding::StoreSnapshot> snapshot);
   std::shared_ptr<const embedding::StoreSnapshot> StoreSnapshotOf(int64_t step) const;
   void ForgetStoreSnapshot(int64_t step);
+  std::shared_ptr<embedding::StoreSnapshot> RecycledStoreSnapshot();
   std::optional<std::vector<std::vector<int64_t>>> ChangedSince(int64_t parent, int64_t step) const;
   void ForgetBefore(int64_t step);
 
@@ -221,7 +224,7 @@ class PsJob {
   std::map<int64_t, std::vector<std::vector<int64_t>>> changed_by_snapshot_
       ABSL_GUARDED_BY(snapshots_mu_);
   int64_t kept_snapshot_step_ ABSL_GUARDED_BY(snapshots_mu_) = -1;
-  std::shared_ptr<const embedding::StoreSnapshot> kept_snapshot_ ABSL_GUARDED_BY(snapshots_mu_);
+  std::shared_ptr<embedding::StoreSnapshot> kept_snapshot_ ABSL_GUARDED_BY(snapshots_mu_);
   PushDedupe push_dedupe_;
 
   mutable absl::Mutex mu_;

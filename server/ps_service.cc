@@ -662,8 +662,7 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
     fs::create_directories(snapshot.parent_path(), ec);
     if (ec) return absl::UnavailableError(absl::StrCat(snapshot.string(), ": ", ec.message()));
     std::vector<std::vector<int64_t>> changed;
-    job->KeepStoreSnapshot(-1, nullptr);  // an unwritten older one's memory goes first
-    auto copy = std::make_shared<embedding::StoreSnapshot>();
+    std::shared_ptr<embedding::StoreSnapshot> copy = job->RecycledStoreSnapshot();
     const absl::Status taken = job->store().TakeSnapshot(snapshot.string(), copy.get(), &changed);
     // Recorded even when the snapshot failed: those rows changed all the same, and the next
     // incremental checkpoint must hold them.

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_snapshot.h"
 #include "embedding/embedding_table.h"
@@ -235,47 +236,54 @@ TEST(TieredStoreTest, FilesFromASnapshotHoldEveryRowAsItWasAtTheCut) {
     }
   };
   std::vector<std::vector<int64_t>> changed;
-  StoreSnapshot first;
-  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s0"), &first, &changed).ok());  // tracking starts
-  train(30);
-  ASSERT_GT(store->stats().evictions, 0);
-  // The values at the cut, read from the live store before it.
-  std::vector<std::map<int64_t, std::vector<float>>> want(2);
-  for (int t = 0; t < 2; ++t) {
-    const int floats = store->row_floats(t);
-    std::vector<float> row(floats);
-    for (int64_t id = 0; id < (t == 0 ? 4000 : 50); ++id) {
-      ASSERT_TRUE(store->ReadRows(t, {id}, row.data()).ok());
-      want[t][id] = row;
-    }
-  }
+  // One object for every cut, as a server recycles it: the first holds no rows, the second
+  // grows its buffers, the third reuses them.
   StoreSnapshot snapshot;
-  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s1"), &snapshot, &changed).ok());
-  int64_t resident = 0;
-  for (const ResidentRowsCopy& r : snapshot.resident) {
-    for (int64_t id : r.ids) resident += id >= 0;
-  }
-  EXPECT_EQ(resident, store->stats().memory_rows);
-  train(10);  // after the cut: not in the files
-
+  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s0"), &snapshot, &changed).ok());  // tracking starts
   const std::vector<RowCodec> codecs = {store->codec(0), store->codec(1)};
-  for (bool incremental : {false, true}) {
-    const std::string out = dir.Sub(incremental ? "inc" : "full");
-    std::filesystem::create_directories(out);
-    auto files =
-        WriteRowFilesFromSnapshot(snapshot, codecs, out, 0, incremental ? &changed : nullptr);
-    ASSERT_TRUE(files.ok()) << files.status();
+  for (int cut = 1; cut <= 2; ++cut) {
+    train(30);
+    ASSERT_GT(store->stats().evictions, 0);
+    // The values at the cut, read from the live store before it.
+    std::vector<std::map<int64_t, std::vector<float>>> want(2);
     for (int t = 0; t < 2; ++t) {
-      const auto got = ReadRows(out + "/" + (*files)[t].name, t, store->row_floats(t));
-      const std::vector<int64_t>& ids = changed[t];
-      EXPECT_EQ(static_cast<int64_t>(got.size()),
-                incremental ? static_cast<int64_t>(ids.size()) : (*files)[t].rows);
-      EXPECT_GT(got.size(), t == 0 ? 2000u : 40u) << "written rows of table " << t;
-      for (const auto& [id, row] : got) {
-        ASSERT_EQ(row, want[t][id])
-            << (incremental ? "incremental" : "full") << ", table " << t << ", id " << id;
-        if (incremental) {
-          EXPECT_TRUE(std::binary_search(ids.begin(), ids.end(), id));
+      const int floats = store->row_floats(t);
+      std::vector<float> row(floats);
+      for (int64_t id = 0; id < (t == 0 ? 4000 : 50); ++id) {
+        ASSERT_TRUE(store->ReadRows(t, {id}, row.data()).ok());
+        want[t][id] = row;
+      }
+    }
+    const float* buffer = snapshot.resident.empty() ? nullptr : snapshot.resident[0].words.get();
+    ASSERT_TRUE(store->TakeSnapshot(dir.Sub(absl::StrCat("s", cut)), &snapshot, &changed).ok());
+    if (cut == 2) {
+      EXPECT_EQ(snapshot.resident[0].words.get(), buffer) << "buffer reused";
+    }
+    int64_t resident = 0;
+    for (const ResidentRowsCopy& r : snapshot.resident) {
+      for (int64_t id : r.ids) resident += id >= 0;
+    }
+    EXPECT_EQ(resident, store->stats().memory_rows);
+    train(10);  // after the cut: not in the files
+
+    for (bool incremental : {false, true}) {
+      const std::string out = dir.Sub(absl::StrCat(incremental ? "inc" : "full", cut));
+      std::filesystem::create_directories(out);
+      auto files =
+          WriteRowFilesFromSnapshot(snapshot, codecs, out, 0, incremental ? &changed : nullptr);
+      ASSERT_TRUE(files.ok()) << files.status();
+      for (int t = 0; t < 2; ++t) {
+        const auto got = ReadRows(out + "/" + (*files)[t].name, t, store->row_floats(t));
+        const std::vector<int64_t>& ids = changed[t];
+        EXPECT_EQ(static_cast<int64_t>(got.size()),
+                  incremental ? static_cast<int64_t>(ids.size()) : (*files)[t].rows);
+        EXPECT_GT(got.size(), t == 0 ? 2000u : 40u) << "written rows of table " << t;
+        for (const auto& [id, row] : got) {
+          ASSERT_EQ(row, want[t][id]) << (incremental ? "incremental" : "full") << " of cut " << cut
+                                      << ", table " << t << ", id " << id;
+          if (incremental) {
+            EXPECT_TRUE(std::binary_search(ids.begin(), ids.end(), id));
+          }
         }
       }
     }
