@@ -40,6 +40,10 @@ struct ResidentRowsCopy {
 struct StoreSnapshot {
   std::string rocksdb_dir;                 // a RocksDB checkpoint (RocksDbTier::CreateCheckpoint)
   std::vector<ResidentRowsCopy> resident;  // per table; empty: every row is in the RocksDB copy
+  // TieredStore::TakeSnapshot's own record of which store and which of its snapshots this copy
+  // is (so that the next one may copy only what changed since); -1: none.
+  const void* taken_from = nullptr;
+  int64_t generation = -1;
 };
 
 // Writes RowFileName(t, part) into `out_dir` for every table t of `snapshot` (rows stored as

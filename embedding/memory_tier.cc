@@ -38,6 +38,29 @@ void MemoryRowMap::CopySlots(int64_t* keys, float* rows) const {
   }
 }
 
+void MemoryRowMap::RefreshCopy(int64_t* keys, float* rows, int64_t copied,
+                               absl::Span<const int64_t> changed) const {
+  const int64_t n = slot_count();
+  const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+  for (int64_t slot = 0; slot < copied; ++slot) {
+    if (keys[slot] == slot_keys_[slot]) continue;
+    keys[slot] = slot_keys_[slot];
+    std::memcpy(rows + slot * row_floats_, SlotRow(slot), row_bytes);
+  }
+  // The slots the copy did not have: in chunk-sized runs, as CopySlots.
+  for (int64_t begin = copied; begin < n;) {
+    const int64_t end = std::min(n, (begin / kChunkRows + 1) * kChunkRows);
+    std::memcpy(keys + begin, slot_keys_.data() + begin, (end - begin) * sizeof(int64_t));
+    std::memcpy(rows + begin * row_floats_, SlotRow(begin), (end - begin) * row_bytes);
+    begin = end;
+  }
+  for (int64_t key : changed) {
+    auto it = slots_.find(key);
+    if (it == slots_.end() || it->second >= copied) continue;
+    std::memcpy(rows + it->second * row_floats_, SlotRow(it->second), row_bytes);
+  }
+}
+
 bool MemoryRowMap::Erase(int64_t key) {
   auto it = slots_.find(key);
   if (it == slots_.end()) return false;

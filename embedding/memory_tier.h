@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "embedding/tier.h"
 
 namespace dlrm::embedding {
@@ -60,6 +61,12 @@ class MemoryRowMap {
   // Copies every slot's key (kFreeSlot when free) to keys[0, slot_count()) and its row to
   // rows[slot * row_floats ..): one memcpy per chunk of the slab, no hash-table walk.
   void CopySlots(int64_t* keys, float* rows) const;
+  // Brings such a copy, whose first `copied` slots were taken by an earlier CopySlots (or
+  // RefreshCopy) and whose other slots are unset, up to date, given every key whose row changed
+  // since that copy (`changed`, any order): copies the slots whose key differs, every slot from
+  // `copied` on, and the rows of `changed` keys. REQUIRES: copied <= slot_count().
+  void RefreshCopy(int64_t* keys, float* rows, int64_t copied,
+                   absl::Span<const int64_t> changed) const;
 
   // Calls fn(key, const float* row) for every row, in no particular order.
   template <typename Fn>

@@ -596,6 +596,7 @@ void TieredStore::TakeChanged(std::vector<std::vector<int64_t>>* changed) {
   // the next incremental one still holds these rows. From the first call on, updates are
   // tracked (before it nothing can build on a checkpoint, so nothing is tracked).
   tracking_changes_ = true;
+  ++changes_taken_;
   changed->assign(tables_.size(), {});
   for (auto& t : tables_) {
     std::vector<int64_t>& ids = (*changed)[t->index];
@@ -611,24 +612,36 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
   snapshot->resident.resize(tables_.size());
   // Every table locked (in index order, as no other path holds two) for one consistent state.
   for (auto& t : tables_) t->mu.Lock();
+  // The copy in *snapshot holds this store's rows as of its generation: when no changes were
+  // taken since, it differs from now only in the rows changed since and in reused slots.
+  const bool refresh = changed != nullptr && snapshot->taken_from == this &&
+                       snapshot->generation == changes_taken_ && tracking_changes_;
   if (changed != nullptr) TakeChanged(changed);
+  snapshot->taken_from = nullptr;  // until this one is complete
   std::atomic<bool> allocated{true};
   ParallelForOnce(static_cast<int64_t>(tables_.size()), 2, [&](int64_t i) {
     const Table& t = *tables_[i];
     ResidentRowsCopy& copy = snapshot->resident[i];
     const int64_t slots = t.rows.slot_count();
-    copy.ids.resize(slots);
+    const int64_t copied = static_cast<int64_t>(copy.ids.size());
     const size_t floats = static_cast<size_t>(slots) * t.codec.words();
-    if (copy.words == nullptr || copy.capacity < floats) {
+    const bool fits = copy.words != nullptr && copy.capacity >= floats;
+    if (!fits) {
       copy.words.reset();  // freed before the larger one is asked for
       copy.words = AllocateSnapshotBuffer(floats);
       copy.capacity = copy.words == nullptr ? 0 : floats;
     }
     if (copy.words == nullptr) {
+      copy.ids.clear();
       allocated = false;
       return;
     }
-    t.rows.CopySlots(copy.ids.data(), copy.words.get());
+    copy.ids.resize(slots);
+    if (refresh && fits && copied <= slots) {
+      t.rows.RefreshCopy(copy.ids.data(), copy.words.get(), copied, (*changed)[i]);
+    } else {
+      t.rows.CopySlots(copy.ids.data(), copy.words.get());
+    }
   });
   absl::Status status;
   if (!allocated) {
@@ -639,6 +652,10 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
   // Rows evicted since the last flush may sit in the memtable: the checkpoint needs them on disk.
   if (status.ok()) status = rocksdb_->Flush();
   if (status.ok()) status = rocksdb_->CreateCheckpoint(dir);
+  if (status.ok() && changed != nullptr) {
+    snapshot->taken_from = this;
+    snapshot->generation = changes_taken_;
+  }
   for (auto it = tables_.rbegin(); it != tables_.rend(); ++it) (*it)->mu.Unlock();
   if (!status.ok()) snapshot->resident.clear();
   return status;

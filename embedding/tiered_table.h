@@ -140,7 +140,9 @@ class TieredStore {
   // few memcpy calls per table, on two threads) and makes the RocksDB checkpoint in `dir` (must
   // not exist), whose copies of resident rows may be stale: WriteRowFilesFromSnapshot takes the
   // resident copy first. `changed` as for CreateCheckpoint. The buffers a previous snapshot
-  // left in *snapshot are reused when large enough: their pages are already mapped.
+  // left in *snapshot are reused when large enough: their pages are already mapped. When that
+  // snapshot was this store's latest with `changed` (no other call took the changes since), only
+  // the rows changed since, and the slots that now hold another row, are copied again.
   absl::Status TakeSnapshot(const std::string& dir, StoreSnapshot* snapshot,
                             std::vector<std::vector<int64_t>>* changed = nullptr);
 
@@ -190,6 +192,9 @@ class TieredStore {
   // Whether updates are recorded for incremental checkpoints: set with every table lock held
   // (CreateCheckpoint), read under one.
   bool tracking_changes_ = false;
+  // Calls of TakeChanged so far (under every table lock): a snapshot taken at generation g may be
+  // refreshed by the next TakeSnapshot only while this is still g.
+  int64_t changes_taken_ = 0;
 };
 
 }  // namespace dlrm::embedding
