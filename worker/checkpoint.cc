@@ -64,10 +64,6 @@ absl::StatusOr<CheckpointFileEntry> WriteDenseBytes(const std::string& dir,
       .name = kDenseFile, .kind = "dense", .bytes = d.bytes, .crc32c = d.crc32c};
 }
 
-absl::StatusOr<CheckpointFileEntry> WriteDense(const std::string& dir, Trainer& trainer) {
-  return WriteDenseBytes(dir, DenseBytes(trainer));
-}
-
 absl::Status ReadDense(const std::string& path, Trainer& trainer) {
   dense::DlrmDenseModel& model = trainer.model();
   std::ifstream in(path, std::ios::binary);
@@ -529,7 +525,8 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   DLRM_ASSIGN_OR_RETURN(const std::string dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
   // The cut: from here on the servers may take pushes of later steps.
   DLRM_RETURN_IF_ERROR(options_.ps->CheckpointAll(position.step, /*write=*/false, "").status());
-  DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDense(dir, trainer));
+  // dense.bin is written with the servers' parts, from this copy.
+  std::string dense = DenseBytes(trainer);
   // The hot rows are newer than the servers' copies: their part is listed after the servers'.
   std::vector<CheckpointFileEntry> hot_files;
   DLRM_RETURN_IF_ERROR(WriteHotPart(dir, trainer, options_.ps->shard_count(), &hot_files));
@@ -540,9 +537,10 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   // write only the rows changed since its snapshot. The first one of a run is full.
   const int full_every = spec.checkpoint.full_every;
   const bool incremental = !parent_name_.empty() && full_every > 1 && since_full_ < full_every;
-  writer_ = std::thread([this, m = std::move(m), dir, dense_entry, hot_files, cut_seconds, start,
-                         incremental]() mutable {
+  writer_ = std::thread([this, m = std::move(m), dir, dense = std::move(dense), hot_files,
+                         cut_seconds, start, incremental]() mutable {
     write_status_ = [&]() -> absl::Status {
+      DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDenseBytes(dir, dense));
       int incremental_shards = 0;
       DLRM_ASSIGN_OR_RETURN(
           std::vector<CheckpointFileEntry> ps_files,

@@ -94,15 +94,17 @@ class GrpcPsClient;
 // A cluster job's checkpoints (docs/CHECKPOINTS.md "Cluster jobs"). Every rank calls Due and,
 // at a pipeline-drained step boundary between two barriers, Cut; only rank 0's calls do work:
 //   Cut    waits for the previous checkpoint's write, asks every parameter server for a SNAPSHOT
-//          (the cut: each flushes its memory tier and takes a RocksDB checkpoint), and writes
-//          dense.bin and the hot rows' part itself. Then training may go on (second barrier).
-//   ...    a background thread asks every server to WRITE its rows from the snapshot, commits
-//          the manifest and applies keep_last, while training continues.
+//          (the cut: each copies its memory tier's rows and takes a RocksDB checkpoint), writes
+//          the hot rows' part itself and copies the dense state into memory. Then training may
+//          go on (second barrier).
+//   ...    a background thread writes dense.bin from that copy, asks every server to WRITE its
+//          rows from the snapshot, commits the manifest and applies keep_last, while training
+//          continues.
 //   Finish waits for the write in flight and returns its status (a failed write is reported at
 //          the next Cut or at Finish).
 // Incremental checkpoints (full_every > 1) hold the rows each server changed since the snapshot
 // of the parent (the last checkpoint this run committed; the first of a run is full), which the
-// servers track as they apply updates (TieredStore::CreateCheckpoint). every_steps is the
+// servers track as they apply updates (TieredStore::TakeSnapshot). every_steps is the
 // same on every rank; every_seconds and `dlrmctl checkpoint` are rank 0's to decide (DueByTime,
 // the job's checkpoint requests), and the ranks agree at a decision boundary (worker_job.cc).
 class ClusterCheckpointer {
