@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
@@ -33,15 +34,25 @@ namespace {
 // How many resident rows are written between two questions to keep_going.
 constexpr size_t kResidentRowsPerCheck = 1024;
 
-// A table's resident rows in id order: (id, slot) pairs of the used slots.
-std::vector<std::pair<int64_t, int64_t>> ResidentInIdOrder(const StoreSnapshot& snapshot,
-                                                           int table) {
+// A table's resident rows in id order: (id, slot) pairs of the used slots; with `only`, just
+// those of its ids (an incremental write: one pass over the slots, and the few found sorted).
+std::vector<std::pair<int64_t, int64_t>> ResidentInIdOrder(const StoreSnapshot& snapshot, int table,
+                                                           const std::vector<int64_t>* only) {
   std::vector<std::pair<int64_t, int64_t>> order;
   if (table >= static_cast<int>(snapshot.resident.size())) return order;
   const std::vector<int64_t>& ids = snapshot.resident[table].ids;
-  order.reserve(ids.size());
-  for (size_t slot = 0; slot < ids.size(); ++slot) {
-    if (ids[slot] >= 0) order.emplace_back(ids[slot], static_cast<int64_t>(slot));
+  if (only == nullptr) {
+    order.reserve(ids.size());
+    for (size_t slot = 0; slot < ids.size(); ++slot) {
+      if (ids[slot] >= 0) order.emplace_back(ids[slot], static_cast<int64_t>(slot));
+    }
+  } else if (!only->empty()) {
+    const absl::flat_hash_set<int64_t> wanted(only->begin(), only->end());
+    for (size_t slot = 0; slot < ids.size(); ++slot) {
+      if (ids[slot] >= 0 && wanted.contains(ids[slot])) {
+        order.emplace_back(ids[slot], static_cast<int64_t>(slot));
+      }
+    }
   }
   std::sort(order.begin(), order.end());
   return order;
@@ -77,7 +88,8 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
     const RowCodec& codec = codecs[t];
     const size_t floats = static_cast<size_t>(row_floats[t]);
     // The resident copy, merged into the RocksDB rows by id: it wins where both have a row.
-    const std::vector<std::pair<int64_t, int64_t>> resident = ResidentInIdOrder(snapshot, t);
+    const std::vector<std::pair<int64_t, int64_t>> resident =
+        ResidentInIdOrder(snapshot, t, only_ids == nullptr ? nullptr : &(*only_ids)[t]);
     const float* resident_words = resident.empty() ? nullptr : snapshot.resident[t].words.get();
     std::vector<float> decoded(floats);
     size_t next = 0;  // the first resident row not written yet
