@@ -29,8 +29,12 @@ absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std
       DLRM_LOG(INFO) << "device auto: a CUDA device is visible, training on " << backend->name();
     } else if (dense::BuiltWithCuda()) {
       DLRM_LOG(INFO) << "device auto: built with CUDA but no CUDA device is visible, training on "
-                     << "the CPU";
+                     << backend->name();
+    } else {
+      DLRM_LOG(INFO) << "training on " << backend->name();
     }
+  } else {
+    DLRM_LOG(INFO) << "training on " << backend->name();
   }
   return backend;
 }

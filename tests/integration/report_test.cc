@@ -2,6 +2,7 @@
 // self-contained page with the loss, eval AUC, eval logloss and throughput charts, whose final
 // AUC is the one the run printed to --metrics-out; a path that cannot be written is refused before
 // training starts.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -115,6 +116,26 @@ TEST_F(ReportTest, LocalWritesThePageOfTheJob) {
   const std::string html = ReadFileOrEmpty(html_path);
   ExpectPageOfRun(html, ReadFileOrEmpty(*dir_ + "/local.json"));
   EXPECT_GE(Count(Figure(html, "chart-auc"), "<circle"), 1);
+}
+
+// dlrm starts OpenBLAS with OPENBLAS_THREAD_TIMEOUT=4 (dense/cpu/blas_env.h) unless the
+// environment sets it; either way the log's backend name shows what OpenBLAS read.
+TEST_F(ReportTest, TrainStartsOpenBlasWithoutItsSpinUnlessTheUserSetsIt) {
+  for (const char* value : {"", "9"}) {
+    if (*value == 0) {
+      unsetenv("OPENBLAS_THREAD_TIMEOUT");
+    } else {
+      setenv("OPENBLAS_THREAD_TIMEOUT", value, 1);
+    }
+    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+                                  "--no-progress", "--threads", "1", "--device", "cpu"},
+                                 *dir_, absl::StrCat("train-timeout", value), absl::Seconds(120));
+    unsetenv("OPENBLAS_THREAD_TIMEOUT");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string shown = absl::StrCat("thread_timeout=", *value == 0 ? "4" : value);
+    EXPECT_TRUE(absl::StrContains(r.err, shown + ",") || absl::StrContains(r.err, shown + ")"))
+        << r.err;
+  }
 }
 
 TEST_F(ReportTest, AnUnwritablePathIsRefusedBeforeTraining) {
