@@ -19,13 +19,15 @@
 //                             (TieredStore::TakeSnapshot, every table locked: what training
 //                             waits for) over the write of the row files from that snapshot
 //                             (WriteRowFilesFromSnapshot, while training goes on). The cluster's
-//                             cut adds its barriers, dense.bin and the hot rows (a few ms here).
-//                             ps_later_cut_vs_full_write: the second cut (before the incremental
-//                             write; it copies every resident row as a full one does, into the
-//                             first one's buffers, as a server's later checkpoints do) over the
-//                             full write. ps_flush_cut_seconds: the cut of the other code path
-//                             (CreateCheckpoint: every resident row written to RocksDB under the
-//                             locks, as servers cut before TakeSnapshot), taken last.
+//                             cut adds its barriers, the dense copy and the hot rows.
+//                             ps_incremental_vs_full_time/_bytes: the incremental write after 1 %
+//                             of the rows changed over the full one. ps_later_cut_vs_full_write:
+//                             the second cut (before the incremental write; it reuses the first
+//                             one's buffers and copies only the rows changed since, as a server's
+//                             later checkpoints do) over the full write. ps_flush_cut_seconds:
+//                             the cut of the other code path (CreateCheckpoint: every resident
+//                             row written to RocksDB under the locks, as servers cut before
+//                             TakeSnapshot), taken last.
 //
 //   build/bin/checkpoint_bench --dir /tmp/ckbench [--max-rows 1000000] [--touched-fraction 0.01]
 #include <fcntl.h>
@@ -156,6 +158,8 @@ nlohmann::json PsCheckpoint(const dlrm::common::JobSpec& spec, const std::string
           {"ps_incremental_bytes", inc_bytes},
           {"ps_incremental_cut_seconds", inc_cut},
           {"ps_incremental_write_seconds", inc_write},
+          {"ps_incremental_vs_full_time", inc_write / full_write},
+          {"ps_incremental_vs_full_bytes", static_cast<double>(inc_bytes) / full_bytes},
           {"ps_flush_cut_seconds", flush_cut},
           {"ps_flush_cut_over_later_cut", flush_cut / inc_cut}};
 }

@@ -78,7 +78,14 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
   options.codecs = codecs;
   options.block_cache_bytes = 8 << 20;  // one sequential scan: little is read twice
   options.disable_wal = true;
-  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbTier> db, RocksDbTier::Open(options));
+  // Opened when a row is first needed from it (a few hundred ms for 26 tables here): an
+  // incremental write whose changed rows are all resident never opens it.
+  std::unique_ptr<RocksDbTier> db;
+  auto open_db = [&]() -> absl::Status {
+    if (db != nullptr) return absl::OkStatus();
+    DLRM_ASSIGN_OR_RETURN(db, RocksDbTier::Open(options));
+    return absl::OkStatus();
+  };
   std::vector<CheckpointFileEntry> files;
   for (int t = 0; t < static_cast<int>(row_floats.size()); ++t) {
     DLRM_RETURN_IF_ERROR(keep_going());
@@ -107,6 +114,7 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
       return absl::OkStatus();
     };
     if (only_ids == nullptr) {
+      DLRM_RETURN_IF_ERROR(open_db());
       DLRM_RETURN_IF_ERROR(db->ForEachRow(t, [&](absl::Span<const int64_t> ids, const float* rows) {
         DLRM_RETURN_IF_ERROR(keep_going());
         for (size_t j = 0; j < ids.size(); ++j) {
@@ -141,7 +149,11 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
             cold.push_back(chunk[j]);
           }
         }
-        DLRM_RETURN_IF_ERROR(db->MultiGet(t, cold, rows.data(), &found));
+        found.clear();
+        if (!cold.empty()) {
+          DLRM_RETURN_IF_ERROR(open_db());
+          DLRM_RETURN_IF_ERROR(db->MultiGet(t, cold, rows.data(), &found));
+        }
         for (size_t j = 0, c = 0; j < n; ++j) {
           if (at[j] >= 0) {
             DLRM_RETURN_IF_ERROR(append_resident(static_cast<size_t>(at[j])));
