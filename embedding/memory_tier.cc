@@ -27,17 +27,6 @@ float* MemoryRowMap::Insert(int64_t key, bool* inserted) {
   return SlotRow(slot);
 }
 
-void MemoryRowMap::CopySlots(int64_t* keys, float* rows) const {
-  const int64_t n = slot_count();
-  if (n == 0) return;
-  std::memcpy(keys, slot_keys_.data(), n * sizeof(int64_t));
-  for (int64_t begin = 0, c = 0; begin < n; begin += kChunkRows, ++c) {
-    const int64_t count = std::min(kChunkRows, n - begin);
-    std::memcpy(rows + begin * row_floats_, chunks_[c].get(),
-                static_cast<size_t>(count) * row_floats_ * sizeof(float));
-  }
-}
-
 void MemoryRowMap::RefreshCopy(int64_t* keys, float* rows, int64_t copied,
                                absl::Span<const int64_t> changed) const {
   const int64_t n = slot_count();
@@ -47,7 +36,7 @@ void MemoryRowMap::RefreshCopy(int64_t* keys, float* rows, int64_t copied,
     keys[slot] = slot_keys_[slot];
     std::memcpy(rows + slot * row_floats_, SlotRow(slot), row_bytes);
   }
-  // The slots the copy did not have: in chunk-sized runs, as CopySlots.
+  // The slots the copy did not have: one memcpy per chunk of the slab.
   for (int64_t begin = copied; begin < n;) {
     const int64_t end = std::min(n, (begin / kChunkRows + 1) * kChunkRows);
     std::memcpy(keys + begin, slot_keys_.data() + begin, (end - begin) * sizeof(int64_t));

@@ -60,7 +60,7 @@ class MemoryRowMap {
   int64_t slot_count() const { return static_cast<int64_t>(slot_keys_.size()); }
   // Copies every slot's key (kFreeSlot when free) to keys[0, slot_count()) and its row to
   // rows[slot * row_floats ..): one memcpy per chunk of the slab, no hash-table walk.
-  void CopySlots(int64_t* keys, float* rows) const;
+  void CopySlots(int64_t* keys, float* rows) const { RefreshCopy(keys, rows, 0, {}); }
   // Brings such a copy, whose first `copied` slots were taken by an earlier CopySlots (or
   // RefreshCopy) and whose other slots are unset, up to date, given every key whose row changed
   // since that copy (`changed`, any order): copies the slots whose key differs, every slot from
