@@ -28,6 +28,9 @@ using embedding::cuda::GpuEmbeddingTable;
 // small launches.
 class CudaGpuEmbeddings : public GpuEmbeddings {
  public:
+  // Rows per chunk of CopyToStore and CopyFromStore.
+  static constexpr int64_t kCopyChunkRows = 1 << 18;
+
   explicit CudaGpuEmbeddings(const GpuEmbeddingsOptions& options) : options_(options) {}
 
   absl::Status Init() {
@@ -99,20 +102,25 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
   }
 
   absl::Status CopyToStore(embedding::EmbeddingStore* store) override {
-    constexpr int64_t kChunkRows = 1 << 18;
-    embedding::TableRows r;
-    for (int t = 0; t < num_tables(); ++t) {
-      const int64_t rows = options_.tables[t].rows;
-      for (int64_t first = 0; first < rows; first += kChunkRows) {
-        const int64_t count = std::min(kChunkRows, rows - first);
-        r.table = t;
-        r.ids.resize(count);
-        for (int64_t i = 0; i < count; ++i) r.ids[i] = first + i;
-        DLRM_RETURN_IF_ERROR(ReadStoredRows(absl::MakeSpan(&r, 1)));
-        DLRM_RETURN_IF_ERROR(store->WriteStoredRows(absl::MakeConstSpan(&r, 1)));
+    return ForEachRowChunk([&](embedding::TableRows& r) -> absl::Status {
+      DLRM_RETURN_IF_ERROR(ReadStoredRows(absl::MakeSpan(&r, 1)));
+      return store->WriteStoredRows(absl::MakeConstSpan(&r, 1));
+    });
+  }
+
+  absl::Status CopyFromStore(embedding::EmbeddingStore* store) override {
+    const int64_t stride = table_->row_stride();
+    DLRM_RETURN_IF_ERROR(ForEachRowChunk([&](embedding::TableRows& r) -> absl::Status {
+      DLRM_RETURN_IF_ERROR(store->ReadStoredRows(absl::MakeSpan(&r, 1)));
+      const int64_t count = static_cast<int64_t>(r.ids.size());
+      if (r.values.size() != static_cast<size_t>(count * stride)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", r.table, ": the store returned ", r.values.size(), " floats for ", count,
+            " rows; the GPU table stores ", stride, " floats a row"));
       }
-    }
-    return absl::OkStatus();
+      return table_->WriteRows(bases_[r.table] + r.ids.front(), count, r.values.data());
+    }));
+    return table_->Synchronize();
   }
 
   int64_t device_bytes() const override { return bytes_; }
@@ -123,6 +131,23 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
   int TableOfRow(int64_t row) const {
     return static_cast<int>(std::upper_bound(bases_.begin(), bases_.end(), row) - bases_.begin()) -
            1;
+  }
+  // Calls fn(r) with r.table and r.ids (consecutive rows, at most kCopyChunkRows) set, for every
+  // row of every table in order; stops at the first error.
+  template <typename Fn>
+  absl::Status ForEachRowChunk(Fn fn) {
+    embedding::TableRows r;
+    for (int t = 0; t < num_tables(); ++t) {
+      const int64_t rows = options_.tables[t].rows;
+      for (int64_t first = 0; first < rows; first += kCopyChunkRows) {
+        const int64_t count = std::min(kCopyChunkRows, rows - first);
+        r.table = t;
+        r.ids.resize(count);
+        for (int64_t i = 0; i < count; ++i) r.ids[i] = first + i;
+        DLRM_RETURN_IF_ERROR(fn(r));
+      }
+    }
+    return absl::OkStatus();
   }
   absl::Status CheckIds(int t, absl::Span<const int64_t> ids) const {
     return embedding::CheckIdsInTable(t, options_.tables[t], ids);

@@ -79,6 +79,10 @@ class GpuEmbeddings {
   // Copies every row, with its optimizer state, into `store` (WriteStoredRows, in chunks), e.g.
   // so that a run's tables can be inspected or checkpointed through the store.
   virtual absl::Status CopyToStore(embedding::EmbeddingStore* store) = 0;
+  // The other way: replaces every row on the device, with its optimizer state, by the store's
+  // (ReadStoredRows, in chunks), e.g. after a checkpoint was restored into the store. Waits for
+  // the uploads. INVALID_ARGUMENT when the store's rows do not have this table's shape.
+  virtual absl::Status CopyFromStore(embedding::EmbeddingStore* store) = 0;
   virtual int64_t device_bytes() const = 0;
 };
 

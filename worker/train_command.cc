@@ -77,13 +77,6 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   trainer_options.store = store.get();
   trainer_options.threads = options.threads;
   trainer_options.gpu_table_budget_bytes = options.gpu_table_budget_bytes;
-  if (!options.resume_from.empty() && trainer_options.gpu_table_budget_bytes != 0 &&
-      backend->device() == dense::Device::kCuda) {
-    // GPU tables start from the deterministic initialisation and cannot be loaded yet.
-    DLRM_LOG(WARNING) << "resuming: the embedding tables stay in host memory (loading a "
-                         "checkpoint into GPU-resident tables is not built yet)";
-    trainer_options.gpu_table_budget_bytes = 0;
-  }
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
 
   TrainPosition position;
@@ -91,6 +84,8 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   if (!options.resume_from.empty()) {
     DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
                           RestoreCheckpoint(options.resume_from, {}, trainer.get(), store.get()));
+    // GPU-resident tables were initialised on the device: they take the restored rows now.
+    DLRM_RETURN_IF_ERROR(trainer->LoadEmbeddingsFromStore());
     store->ClearChanged();
     position = restored.position;
     resumed_dir = restored.dir;

@@ -235,6 +235,11 @@ absl::Status Trainer::CopyEmbeddingsToStore() {
   return gpu_tables_->CopyToStore(options_.store);
 }
 
+absl::Status Trainer::LoadEmbeddingsFromStore() {
+  if (gpu_tables_ == nullptr) return absl::OkStatus();
+  return gpu_tables_->CopyFromStore(options_.store);
+}
+
 absl::Status Trainer::CheckBatch(const Batch& batch) const {
   const common::JobSpec& spec = options_.spec;
   if (batch.size <= 0 || batch.size > spec.batch_size) {

@@ -155,6 +155,9 @@ class Trainer {
   // With GPU tables: writes every row with its optimizer state to the store (the store is not
   // updated while training). A no-op otherwise. REQUIRES: no step in flight.
   absl::Status CopyEmbeddingsToStore();
+  // With GPU tables: replaces the device's rows by the store's (after a checkpoint was restored
+  // into the store). A no-op otherwise. REQUIRES: no step in flight.
+  absl::Status LoadEmbeddingsFromStore();
 
   // Runs the model without updating anything over every batch of `reader` (from its current
   // position) and returns AUC, logloss and accuracy.

@@ -19,8 +19,11 @@
 #include "embedding/local_store.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/worker/test_util.h"
 #include "worker/gpu_allreducer.h"
 #include "worker/hot_rows.h"
+#include "worker/input/synthetic.h"
+#include "worker/train_command.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
@@ -208,6 +211,57 @@ TEST(TrainerCudaErrors, TablesOverTheBudgetStayInTheStore) {
   TrainingRun gpu = MakeRun(spec, dense::BackendOptions::Kind::kCuda, /*gpu_budget=*/1024);
   ASSERT_NE(gpu.trainer, nullptr);
   EXPECT_FALSE(gpu.trainer->gpu_tables());
+}
+
+// ---- Resuming into GPU-resident tables ----
+
+// dlrm train on the GPU with its tables in device memory: 40 steps in one go, and 20 steps +
+// checkpoint + resume + 20 steps. The resumed run uploads the restored rows into its device tables
+// (Trainer::LoadEmbeddingsFromStore) before its first step, so both end at the same model; a
+// resume that kept the device's initial rows would be off by the whole first half's training.
+TEST(TrainerCudaResume, ResumedGpuTablesContinueFromTheCheckpoint) {
+  DLRM_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  GenDataOptions gen;
+  gen.output = dir.File("train.tsv");
+  gen.num_rows = 15000;
+  gen.seed = 3;
+  gen.cardinalities = CappedKaggleCardinalities(1000);
+  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  TrainRunOptions run;
+  run.device_override = "cuda";
+  run.show_progress = false;
+  run.threads = 1;
+
+  common::JobSpec straight = testing::SmallGeneratedJob(gen.output, /*seed=*/5);
+  straight.max_steps = 40;
+  TrainArtifacts reference;
+  auto r0 = TrainInProcess(straight, run, &reference);
+  ASSERT_TRUE(r0.ok()) << r0.status();
+
+  common::JobSpec split = straight;
+  split.checkpoint.dir = dir.File("ckpt");
+  split.max_steps = 20;
+  auto r1 = TrainInProcess(split, run);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  split.max_steps = 40;
+  TrainRunOptions resume = run;
+  resume.resume_from = split.checkpoint.dir;
+  TrainArtifacts resumed;
+  auto r2 = TrainInProcess(split, resume, &resumed);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->steps, 40);
+
+  ExpectClose(resumed.dense_params, reference.dense_params, 2e-3, 1e-5, "dense parameters");
+  ASSERT_EQ(resumed.store->tables().size(), reference.store->tables().size());
+  for (size_t t = 0; t < reference.store->tables().size(); ++t) {
+    const embedding::EmbeddingTable& want = reference.store->table(static_cast<int>(t));
+    const embedding::EmbeddingTable& got = resumed.store->table(static_cast<int>(t));
+    const size_t floats = static_cast<size_t>(want.rows()) * want.row_stride();
+    ExpectClose(std::vector<float>(got.data(), got.data() + floats),
+                std::vector<float>(want.data(), want.data() + floats), 2e-3, 1e-5,
+                ("table " + std::to_string(t)).c_str());
+  }
 }
 
 // ---- GPU hot rows (tables in the store) ----
