@@ -19,15 +19,19 @@
 //                             (TieredStore::TakeSnapshot, every table locked: what training
 //                             waits for) over the write of the row files from that snapshot
 //                             (WriteRowFilesFromSnapshot, while training goes on). The cluster's
-//                             cut adds its barriers, the dense copy and the hot rows.
-//                             ps_incremental_vs_full_time/_bytes: the incremental write after 1 %
-//                             of the rows changed over the full one. ps_later_cut_vs_full_write:
-//                             the second cut (before the incremental write; it reuses the first
-//                             one's buffers and copies only the rows changed since, as a server's
-//                             later checkpoints do) over the full write. ps_flush_cut_seconds:
-//                             the cut of the other code path (CreateCheckpoint: every resident
-//                             row written to RocksDB under the locks, as servers cut before
-//                             TakeSnapshot), taken last.
+//                             cut adds its barriers, the dense copy and the hot rows. This first
+//                             cut copies into memory TieredStore::PrepareSnapshot readied before
+//                             (as a server does for a job with periodic checkpoints; its time is
+//                             ps_prepare_seconds, off the training path);
+//                             ps_unprepared_cut_vs_write: the same cut into fresh memory (a job
+//                             without them), taken before. ps_incremental_vs_full_time/_bytes: the
+//                             incremental write after 1 % of the rows changed over the full one.
+//                             ps_later_cut_vs_full_write: the second cut (before the incremental
+//                             write; it reuses the first one's buffers and copies only the rows
+//                             changed since, as a server's later checkpoints do) over the full
+//                             write. ps_flush_cut_seconds: the cut of the other code path
+//                             (CreateCheckpoint: every resident row written to RocksDB under the
+//                             locks, as servers cut before TakeSnapshot), taken last.
 //
 //   build/bin/checkpoint_bench --dir /tmp/ckbench [--max-rows 1000000] [--touched-fraction 0.01]
 #include <fcntl.h>
@@ -132,9 +136,22 @@ nlohmann::json PsCheckpoint(const dlrm::common::JobSpec& spec, const std::string
     fs::remove_all(dir + "/snap-" + name);
     return absl::OkStatus();
   };
+  // The first cut into fresh memory (changes not taken, so the cuts below are as without it).
+  double unprepared_cut = 0;
+  {
+    embedding::StoreSnapshot fresh;
+    const auto start = Clock::now();
+    const absl::Status cut = (*store)->TakeSnapshot(dir + "/snap-fresh", &fresh);
+    unprepared_cut = Since(start);
+    if (!cut.ok()) return {{"ps_error", std::string(cut.message())}};
+    fs::remove_all(dir + "/snap-fresh");
+  }
+  auto prepare_start = Clock::now();
+  absl::Status status = (*store)->PrepareSnapshot(&snapshot);
+  const double prepare = Since(prepare_start);
   double full_cut = 0, full_write = 0, inc_cut = 0, inc_write = 0;
   int64_t full_bytes = 0, inc_bytes = 0;
-  absl::Status status = checkpoint("full", false, &full_cut, &full_write, &full_bytes);
+  if (status.ok()) status = checkpoint("full", false, &full_cut, &full_write, &full_bytes);
   for (int t = 0; status.ok() && t < static_cast<int>(spec.tables.size()); ++t) {
     std::vector<float> grads(sample[t].size() * spec.embedding_dim, 0.01f);
     status = (*store)->ApplyGradients(t, sample[t], grads.data());
@@ -154,6 +171,9 @@ nlohmann::json PsCheckpoint(const dlrm::common::JobSpec& spec, const std::string
           {"ps_full_cut_seconds", full_cut},
           {"ps_full_write_seconds", full_write},
           {"ps_cut_vs_write", full_cut / full_write},
+          {"ps_prepare_seconds", prepare},
+          {"ps_unprepared_cut_seconds", unprepared_cut},
+          {"ps_unprepared_cut_vs_write", unprepared_cut / full_write},
           {"ps_later_cut_vs_full_write", inc_cut / full_write},
           {"ps_incremental_bytes", inc_bytes},
           {"ps_incremental_cut_seconds", inc_cut},

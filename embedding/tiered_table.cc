@@ -661,6 +661,32 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
   return status;
 }
 
+absl::Status TieredStore::PrepareSnapshot(StoreSnapshot* snapshot) const {
+  snapshot->resident.resize(tables_.size());
+  for (const auto& t : tables_) {
+    ResidentRowsCopy& copy = snapshot->resident[t->index];
+    const int64_t rows = std::min(t->capacity_rows, t->config.rows);
+    const size_t floats = static_cast<size_t>(rows) * t->codec.words();
+    if (copy.words == nullptr || copy.capacity < floats) {
+      copy.words.reset();
+      copy.words = AllocateSnapshotBuffer(floats);
+      copy.capacity = copy.words == nullptr ? 0 : floats;
+    }
+    if (copy.words == nullptr) {
+      snapshot->resident.clear();
+      return absl::ResourceExhaustedError(absl::StrCat("checkpoint snapshot of table ", t->index,
+                                                       ": cannot allocate ", floats * sizeof(float),
+                                                       " bytes for its ", rows, " resident rows"));
+    }
+    // One write per page maps it (the kernel zero-fills it); the slot ids likewise.
+    constexpr size_t kPageFloats = 4096 / sizeof(float);
+    for (size_t i = 0; i < floats; i += kPageFloats) copy.words[i] = 0;
+    copy.ids.assign(static_cast<size_t>(rows), MemoryRowMap::kFreeSlot);
+    copy.ids.clear();  // the capacity stays
+  }
+  return absl::OkStatus();
+}
+
 TieredStoreStats TieredStore::stats() const {
   TieredStoreStats s;
   s.memory_rows = memory_rows_.load();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/limits.h"
+#include "common/logging.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -244,6 +245,10 @@ PsJob::PsJob(const PsJobOptions& options, std::string path)
 }
 
 PsJob::~PsJob() {
+  {
+    absl::MutexLock lock(&preparer_mu_);
+    if (preparer_.joinable()) preparer_.join();
+  }
   std::shared_ptr<StepGate> gate = this->gate();
   gate->Close(absl::AbortedError(absl::StrCat("job ", job_id(), " was unloaded")));
 }
@@ -272,6 +277,23 @@ absl::StatusOr<std::unique_ptr<PsJob>> PsJob::Create(const PsJobOptions& options
   store_options.rocksdb.path = job->path_;
   store_options.rocksdb.disable_wal = !options.rocksdb_wal;
   DLRM_ASSIGN_OR_RETURN(job->store_, embedding::TieredStore::Create(store_options));
+  if (spec.periodic_checkpoints()) {
+    PsJob* j = job.get();
+    absl::MutexLock lock(&j->preparer_mu_);
+    j->preparer_ = std::thread([j] {
+      auto snapshot = std::make_shared<embedding::StoreSnapshot>();
+      const absl::Status prepared = j->store_->PrepareSnapshot(snapshot.get());
+      if (!prepared.ok()) {
+        // The first cut allocates the memory itself, as without periodic checkpoints.
+        DLRM_LOG(WARNING) << "job " << j->job_id() << " shard " << j->shard_index()
+                          << ": the first snapshot's memory was not prepared: "
+                          << prepared.message();
+        return;
+      }
+      absl::MutexLock snapshots(&j->snapshots_mu_);
+      if (j->kept_snapshot_ == nullptr) j->kept_snapshot_ = std::move(snapshot);
+    });
+  }
   return job;
 }
 
@@ -624,6 +646,10 @@ void PsJob::ForgetStoreSnapshot(int64_t step) {
 }
 
 std::shared_ptr<embedding::StoreSnapshot> PsJob::RecycledStoreSnapshot() {
+  {
+    absl::MutexLock lock(&preparer_mu_);
+    if (preparer_.joinable()) preparer_.join();
+  }
   absl::MutexLock lock(&snapshots_mu_);
   std::shared_ptr<embedding::StoreSnapshot> last = std::move(kept_snapshot_);
   kept_snapshot_step_ = -1;

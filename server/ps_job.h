@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -193,6 +194,9 @@ class PsJob {
   // null when none of `step` is held. ForgetStoreSnapshot(step): done with it if it is of
   // `step`. RecycledStoreSnapshot: the object for the next SNAPSHOT, the last one's when nobody
   // reads it any more (TakeSnapshot reuses its buffers: memory already mapped), else a new one.
+  // A job loaded with periodic_checkpoints prepares the first one's memory on a thread of its
+  // own from the load on (TieredStore::PrepareSnapshot); the first RecycledStoreSnapshot waits
+  // for that thread and returns its object.
   void KeepStoreSnapshot(int64_t step, std::shared_ptr<embedding::StoreSnapshot> snapshot);
   std::shared_ptr<const embedding::StoreSnapshot> StoreSnapshotOf(int64_t step) const;
   void ForgetStoreSnapshot(int64_t step);
@@ -226,6 +230,8 @@ class PsJob {
   int64_t kept_snapshot_step_ ABSL_GUARDED_BY(snapshots_mu_) = -1;
   std::shared_ptr<embedding::StoreSnapshot> kept_snapshot_ ABSL_GUARDED_BY(snapshots_mu_);
   PushDedupe push_dedupe_;
+  absl::Mutex preparer_mu_;                             // held to join preparer_
+  std::thread preparer_ ABSL_GUARDED_BY(preparer_mu_);  // PrepareSnapshot of the first snapshot
 
   mutable absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_);

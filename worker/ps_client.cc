@@ -674,6 +674,7 @@ dlrm::v1::LoadJobRequest MakeLoadJobRequest(const PsClientOptions& options,
   *r.mutable_optimizer() = SparseOptimizerToProto(params.optimizer);
   r.set_seed(params.seed);
   r.set_restart(params.restart);
+  r.set_periodic_checkpoints(params.periodic_checkpoints);
   r.set_staleness(params.staleness);
   r.set_num_workers(params.num_workers);
   return r;

@@ -78,6 +78,8 @@ struct PsJobParams {
   int num_workers = 1;
   // The job starts over at this epoch (a recovery): shards drop tables of an older epoch.
   bool restart = false;
+  // The job checkpoints while it trains: the servers prepare their first snapshot's memory.
+  bool periodic_checkpoints = false;
 };
 
 class GrpcPsClient : public embedding::EmbeddingStore {

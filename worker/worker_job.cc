@@ -265,6 +265,9 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // After a recovery the job starts over from its checkpoint: the servers drop what an older
   // epoch left in its tables.
   ps_params.restart = job.recovery() > 0;
+  ps_params.periodic_checkpoints =
+      !spec.checkpoint.dir.empty() &&
+      (spec.checkpoint.every_steps > 0 || spec.checkpoint.every_seconds > 0);
   DLRM_ASSIGN_OR_RETURN(auto store, GrpcPsClient::Create(ps_options));
   // From here on, stopping the run also cancels the store's calls (a retry against a server that
   // is gone, a checkpoint write), so that a recovery does not wait for their deadlines.

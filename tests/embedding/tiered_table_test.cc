@@ -3,6 +3,7 @@
 // reopen.
 #include "embedding/tiered_table.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -287,6 +288,55 @@ TEST(TieredStoreTest, FilesFromASnapshotHoldEveryRowAsItWasAtTheCut) {
         }
       }
     }
+  }
+}
+
+// A snapshot prepared before the first cut (PrepareSnapshot, as a server does for a job with
+// periodic checkpoints) has room for a full memory tier: the first cut copies into its buffers
+// instead of allocating, and the files written from it hold every row as it was at the cut.
+TEST(TieredStoreTest, APreparedSnapshotTakesTheFirstCutIntoItsBuffers) {
+  ScopedTempDir dir;
+  auto store = *TieredStore::Create(Options(dir.Sub("db"), 350 * MemoryRowMap::BytesPerRow(9)));
+  StoreSnapshot snapshot;
+  ASSERT_TRUE(store->PrepareSnapshot(&snapshot).ok());
+  ASSERT_EQ(snapshot.resident.size(), 2u);
+  std::vector<const float*> buffers;
+  for (int t = 0; t < 2; ++t) {
+    const int64_t rows = std::min<int64_t>(store->memory_capacity_rows(t), t == 0 ? 4000 : 50);
+    EXPECT_GE(snapshot.resident[t].capacity, static_cast<size_t>(rows) * store->codec(t).words());
+    EXPECT_TRUE(snapshot.resident[t].ids.empty());
+    buffers.push_back(snapshot.resident[t].words.get());
+  }
+  // Every row written, twice over: the tier fills to its capacity, the rest goes to RocksDB.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int t = 0; t < 2; ++t) {
+      std::vector<int64_t> ids;
+      for (int64_t id = 0; id < (t == 0 ? 4000 : 50); ++id) ids.push_back(id);
+      std::vector<float> grads(ids.size() * kDim, 0.25f + pass);
+      ASSERT_TRUE(store->ApplyGradients(t, ids, grads.data()).ok());
+    }
+  }
+  ASSERT_GT(store->stats().memory_rows, 300);
+  ASSERT_GT(store->stats().rocksdb_writes, 0);
+  std::vector<std::map<int64_t, std::vector<float>>> want(2);
+  for (int t = 0; t < 2; ++t) {
+    std::vector<float> row(store->row_floats(t));
+    for (int64_t id = 0; id < (t == 0 ? 4000 : 50); ++id) {
+      ASSERT_TRUE(store->ReadRows(t, {id}, row.data()).ok());
+      want[t][id] = row;
+    }
+  }
+  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s"), &snapshot).ok());
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(snapshot.resident[t].words.get(), buffers[t]) << "table " << t << ": not prepared";
+  }
+  const std::string out = dir.Sub("full");
+  std::filesystem::create_directories(out);
+  auto files = WriteRowFilesFromSnapshot(snapshot, {store->codec(0), store->codec(1)}, out, 0);
+  ASSERT_TRUE(files.ok()) << files.status();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(ReadRows(out + "/" + (*files)[t].name, t, store->row_floats(t)), want[t])
+        << "table " << t;
   }
 }
 
