@@ -171,21 +171,27 @@ void LocalEmbeddingStore::Table::MarkUpdated(absl::Span<const int64_t> ids) {
 }
 
 std::vector<int64_t> LocalEmbeddingStore::TouchedIds(int table) const {
+  std::vector<int64_t> ids;
+  TouchedIds(table, &ids);
+  return ids;
+}
+
+void LocalEmbeddingStore::TouchedIds(int table, std::vector<int64_t>* ids) const {
   const Table& t = *tables_[table];
   absl::ReaderMutexLock lock(&t.mu);
   // Ids come in the order rows were first updated. When they are a large part of the table, one
   // pass over the flags lists them in order (a few ms for 1M rows) where sorting would take tens.
   if (t.touched.size() * 16 < t.flags.size()) {
-    std::vector<int64_t> ids = t.touched;
-    std::sort(ids.begin(), ids.end());
-    return ids;
+    ids->assign(t.touched.begin(), t.touched.end());
+    std::sort(ids->begin(), ids->end());
+    return;
   }
-  std::vector<int64_t> ids;
-  ids.reserve(t.touched.size());
+  ids->resize(t.touched.size());
+  size_t n = 0;
   for (size_t id = 0; id < t.flags.size(); ++id) {
-    if (t.flags[id] & 1) ids.push_back(static_cast<int64_t>(id));
+    if (t.flags[id] & 1) (*ids)[n++] = static_cast<int64_t>(id);
   }
-  return ids;
+  ids->resize(n);
 }
 
 std::vector<int64_t> LocalEmbeddingStore::TakeChangedIds(int table) {

@@ -64,6 +64,9 @@ class LocalEmbeddingStore : public EmbeddingStore {
   // since the store was created (TouchedIds: every row not listed still holds its deterministic
   // initialisation) or since the last TakeChangedIds / ClearChanged. Sorted ascending.
   std::vector<int64_t> TouchedIds(int table) const;
+  // The same into *ids, whose memory is reused (a checkpoint's snapshot lists millions of ids:
+  // fresh memory for them each time costs page faults while training waits).
+  void TouchedIds(int table, std::vector<int64_t>* ids) const;
   std::vector<int64_t> TakeChangedIds(int table);
   // Forgets the changes so far in every table (e.g. right after loading a checkpoint).
   void ClearChanged();

@@ -366,7 +366,16 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
     Snapshot::Table& rows = snapshot->tables.emplace_back();
     rows.table = t;
     rows.row_floats = table.row_stride();
-    rows.ids = m.incremental ? std::move(changed) : store.TouchedIds(t);  // sorted
+    // The ids go into the last snapshot's list when there is one: its memory is mapped already
+    // (a full checkpoint lists millions), and an incremental one passes it on to the next.
+    if (last_snapshot_ != nullptr && t < static_cast<int>(last_snapshot_->tables.size())) {
+      rows.ids.swap(last_snapshot_->tables[t].ids);
+    }
+    if (m.incremental) {
+      rows.ids.assign(changed.begin(), changed.end());
+    } else {
+      store.TouchedIds(t, &rows.ids);  // sorted
+    }
     // Uninitialised (no zero fill to pay for); the previous snapshot's buffer when it is large
     // enough, since its pages are already mapped. CopySnapshotRows fills it below.
     const size_t floats = rows.ids.size() * rows.row_floats;

@@ -127,7 +127,8 @@ TEST(LocalStoreTest, UpdateTableInPlaceMatchesPushAndIsTracked) {
 }
 
 // TouchedIds lists every updated row once, in id order, whether few rows of a table were updated
-// (the ids are sorted) or many (the store scans its per-row flags instead).
+// (the ids are sorted) or many (the store scans its per-row flags instead), also into a list
+// that held other ids before (a checkpoint reuses the last one's).
 TEST(LocalStoreTest, TouchedIdsAreSortedAndUniqueForFewAndManyRows) {
   auto store = *LocalEmbeddingStore::Create(Options(-1));
   std::mt19937_64 rng(5);
@@ -143,8 +144,11 @@ TEST(LocalStoreTest, TouchedIdsAreSortedAndUniqueForFewAndManyRows) {
       }
       expected.insert(ids.begin(), ids.end());
       ASSERT_TRUE(store->Push(0, {{0, ids, std::vector<float>(ids.size() * 16, 0.5f)}}).ok());
-      EXPECT_EQ(store->TouchedIds(0), std::vector<int64_t>(expected.begin(), expected.end()))
-          << count << " rows, push " << push;
+      const std::vector<int64_t> want(expected.begin(), expected.end());
+      EXPECT_EQ(store->TouchedIds(0), want) << count << " rows, push " << push;
+      std::vector<int64_t> reused(2000, 7);
+      store->TouchedIds(0, &reused);
+      EXPECT_EQ(reused, want) << count << " rows, push " << push << ", into a used list";
     }
   }
 }
