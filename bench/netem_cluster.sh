@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # A dlrm cluster on an emulated network (docs/BENCHMARKS.md, "Emulated network"): the
-# coordinator, each parameter server and each worker in its own network namespace, linked by a
-# veth pair each to one bridge (in a namespace of its own), every link shaped by tc
-# (bench/netem_lib.sh: --rate per direction, --delay one way between two processes). Each process
-# binds and advertises its namespace's address (10.213.X.0/24, which exists only inside these
-# namespaces). For each requested
+# coordinator, each parameter server and each worker in its own network namespace, each with one
+# link `eth0` to a switch in a namespace of its own, every link shaped to --rate per direction and
+# --delay one way between two processes (bench/netem_lib.sh). The shaper is the best this kernel
+# allows (or --shaper): netem, veth pairs to a bridge shaped by tc's netem qdisc; userspace (no
+# sch_netem), TUN devices joined by build/bin/delay_switch (bench/delay_switch.cc), a userspace
+# switch that serialises each packet at the rate on the sender's uplink and the receiver's
+# downlink and delays it; tbf, veth pairs to a bridge shaped by tc's tbf, the rate only and no
+# delay. Each process binds and advertises its namespace's address (10.213.X.0/24, which exists
+# only inside these namespaces). For each requested
 # combination of hot rows on/off and pipeline on/off it starts a fresh cluster with the flags
 # `dlrm local` uses, submits the job with dlrmctl from the coordinator's namespace, waits for it
 # and prints one JSON object:
@@ -15,11 +19,13 @@
 #   network_bytes_per_sample_by_part   rank 0's bytes by purpose, counted where they are sent
 #                           (worker/network_bytes.h: gRPC messages per method, collectives by
 #                           their ring share), and its total: compare with wire_bytes_per_sample
-#   wire_bytes_per_sample   bytes sent into the bridge by every namespace (tx of each eth0: each
+#   wire_bytes_per_sample   bytes sent into the switch by every namespace (tx of each eth0: each
 #                           byte counted once, where it is sent; IP packets with their headers, a
-#                           GSO packet's headers once) between submit and the job's end, over the
-#                           samples trained; includes the job's start (LoadJob, hot-set sampling),
-#                           the collectives, heartbeats and the final evaluation
+#                           GSO packet's headers once; a veth's count has each packet's Ethernet
+#                           header, a TUN device's (userspace) has none) between submit and the
+#                           job's end, over the samples trained; includes the job's start
+#                           (LoadJob, hot-set sampling), the collectives, heartbeats and the final
+#                           evaluation
 #   wire_bytes_per_sample_by_role       the same by the role that sent them
 #   received_bytes_per_sample_by_role   bytes delivered to each role (rx of each eth0): the PS's
 #                           is what workers sent it; the workers' minus what the PS sent is about
@@ -29,14 +35,23 @@
 #                           over job_seconds x cores
 #   machine_cpu_busy, other_cpu_seconds   the whole machine's busy share over the job, and the CPU
 #                           seconds that were not this cluster's (other work, and the kernel's
-#                           softirq time for the links); a busy machine makes samples/s noise
-#   shaper_drops, shaper_overlimits packets the shapers dropped / held back to keep to the rate
+#                           softirq time for the links, the delay_switch's); a busy machine makes
+#                           samples/s noise
+#   switch_cpu_seconds      userspace: the delay_switch's CPU seconds over the job (else null)
+#   shaper_drops, shaper_overlimits packets the shapers dropped / held back to keep to the rate:
+#                           the qdiscs' counts, and with userspace also the switch's (drops for
+#                           any reason, packets that waited for a busy link; its counters by
+#                           reason are printed on stderr when it stops)
+#   shaper, delay_emulated  netem, userspace or tbf; false with tbf and a --delay other than 0
 # and, when both sides of a comparison ran, one summary line with the ratios.
 #
 #   bench/netem_cluster.sh [BUILD_DIR] [flags]           (root; make netem NETEM_ARGS="...")
-#     --build DIR          build folder holding bin/dlrm and bin/dlrmctl (default: build)
+#     --build DIR          build folder holding bin/dlrm, bin/dlrmctl and bin/delay_switch
+#                          (default: build)
 #     --rate R             rate of each link, each direction, tc syntax (default 1gbit)
 #     --delay D            one-way delay between two processes (default 1ms; 0: none)
+#     --shaper S           netem, userspace or tbf (default: the first of these that works here;
+#                          userspace needs the build's bin/delay_switch)
 #     --ps N --workers N   cluster size (default 2 and 2)
 #     --config job.yaml    the job (default: generated, below); hot rows on uses its hot_budget
 #     --rows N             samples to generate (default 400000; --smoke: 80000)
@@ -55,11 +70,13 @@
 #     --skip-if-not-root   not root: say skipped and exit 77 instead of refusing (for ctest)
 #
 # Exit codes: 0 done; 1 a job or a check failed; 2 usage, or not root; 77 skipped: network
-# namespaces cannot be created here (no CAP_NET_ADMIN, or no veth/bridge/tc support).
-# Everything it creates (processes, namespaces, links, the bridge, the work folder) is removed on
-# exit, also on Ctrl-C, SIGTERM or failure; a SIGKILLed run leaves namespaces dlrm-<pid>-*, which
-# `ip netns del` removes. Kernels without sch_netem get rate shaping only (tbf); every JSON line
-# then says "delay_emulated": false.
+# namespaces cannot be created here (no CAP_NET_ADMIN, or no shaper works: no veth/bridge/tc
+# support and no TUN devices), or the --shaper asked for does not work here.
+# Everything it creates (processes, namespaces, links, the bridge, the switch process, the work
+# folder) is removed on exit, also on Ctrl-C, SIGTERM or failure; a SIGKILLed run leaves
+# namespaces dlrm-<pid>-* (and the delay_switch process in one of them, whose TUN devices go when
+# it is killed), which `ip netns del` removes. With tbf every JSON line says "delay_emulated":
+# false.
 # shellcheck disable=SC2317  # cleanup runs via trap
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -71,17 +88,18 @@ die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
 zipf="" hot_budget=auto hot_mode=on pipe_mode=on rounds=1 smoke=0 keep=0 job_timeout=900
-skip_not_root=0
+skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build | --rate | --delay | --ps | --workers | --config | --rows | --max-rows | --zipf | \
-      --hot-budget | --hot-rows | --pipeline | --rounds | --job-timeout)
+    --build | --rate | --delay | --shaper | --ps | --workers | --config | --rows | --max-rows | \
+      --zipf | --hot-budget | --hot-rows | --pipeline | --rounds | --job-timeout)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
     --build) build="$2"; shift ;;
     --rate) rate="$2"; shift ;;
     --delay) delay="$2"; shift ;;
+    --shaper) shaper="$2"; shift ;;
     --ps) num_ps="$2"; shift ;;
     --workers) num_workers="$2"; shift ;;
     --config) config="$2"; shift ;;
@@ -115,6 +133,10 @@ case "$pipe_mode" in
   on | off | both) ;;
   *) die_usage "--pipeline $pipe_mode: on, off or both" ;;
 esac
+case "$shaper" in
+  "" | netem | userspace | tbf) ;;
+  *) die_usage "--shaper $shaper: netem, userspace or tbf" ;;
+esac
 rate_bits=$(netem_rate_bits "$rate") || die_usage "--rate $rate: e.g. 1gbit, 100mbit, 10gbit"
 delay_us=$(netem_delay_us "$delay") || die_usage "--delay $delay: e.g. 1ms, 100us, 0"
 [ "$rate_bits" -gt 0 ] || die_usage "--rate $rate: must be > 0"
@@ -126,6 +148,7 @@ fi
 case "$build" in /*) ;; *) build="$(pwd)/$build" ;; esac
 dlrm="$build/bin/dlrm"
 dlrmctl="$build/bin/dlrmctl"
+delay_switch="$build/bin/delay_switch"
 
 if [ "$(id -u)" -ne 0 ]; then
   if [ "$skip_not_root" = 1 ]; then echo "skipped: netem_cluster needs root"; exit 77; fi
@@ -140,15 +163,21 @@ if [ ! -x "$dlrm" ] || [ ! -x "$dlrmctl" ]; then
   echo "netem_cluster: no $dlrm or $dlrmctl (make build)" >&2
   exit 2
 fi
-if ! netem_shaper=$(netem_probe); then
-  echo "skipped: network namespaces are not available here: $netem_shaper"
+if ! netem_shaper=$(netem_probe "$delay_switch" "$shaper"); then
+  if [ -n "$shaper" ]; then
+    echo "skipped: --shaper $shaper does not work here: $netem_shaper"
+  else
+    echo "skipped: network namespaces are not available here: $netem_shaper"
+  fi
   exit 77
 fi
 delay_emulated=true
-if [ "$netem_shaper" != netem ]; then
-  [ "$delay_us" = 0 ] || echo "netem_cluster: WARNING: this kernel has no sch_netem: links are" \
-    "rate-shaped with tbf, and the ${delay} delay is NOT emulated" >&2
-  [ "$delay_us" = 0 ] || delay_emulated=false
+if [ "$netem_shaper" = tbf ] && [ "$delay_us" != 0 ]; then
+  why="--shaper tbf"
+  [ -n "$shaper" ] || why="this kernel has no sch_netem, and TUN devices or $delay_switch are missing"
+  echo "netem_cluster: WARNING: links are rate-shaped with tbf ($why), and the ${delay} delay" \
+    "is NOT emulated" >&2
+  delay_emulated=false
 fi
 
 cores=$(nproc)
@@ -189,7 +218,7 @@ stop_processes() {
 cleanup() {
   local rc=$?
   set +e
-  trap '' INT TERM
+  trap '' INT TERM PIPE  # PIPE: a closed stderr must not stop the clean-up at its first message
   local pid
   for pid in $ctl_pid $gen_pid; do kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   stop_processes
@@ -216,6 +245,10 @@ trap 'exit 143' TERM
 mkdir "$work/bin"
 cp "$dlrm" "$dlrmctl" "$work/bin/"
 dlrm="$work/bin/dlrm" dlrmctl="$work/bin/dlrmctl"
+if [ "$netem_shaper" = userspace ]; then
+  cp "$delay_switch" "$work/bin/"
+  delay_switch="$work/bin/delay_switch"
+fi
 
 # A /24 from the pid; a clash is impossible (it exists only inside our namespaces), but one the
 # host also uses would confuse whoever reads `ip route`, so it is skipped.
@@ -242,6 +275,7 @@ else
   for ((i = 0; i < num_ps; i++)); do ps_ns+=(${#ns_names[@]}); add_ns "ps$i" ps; done
   for ((i = 0; i < num_workers; i++)); do worker_ns+=(${#ns_names[@]}); add_ns "w$i" worker; done
 fi
+netem_start_switch "$delay_switch" "$rate_bits" "$delay_us" "$work/delay_switch" || exit 1
 coord_addr="${ns_addrs[$coord_ns]}:50051"
 # Mutual TLS as a deployment runs it (plaintext off loopback is refused): one CA, certificates
 # naming every namespace's address. The wire bytes counted below include TLS's framing.
@@ -249,9 +283,10 @@ tls="$work/tls"
 tls_hosts=()
 for addr in "${ns_addrs[@]}"; do tls_hosts+=(--host "$addr"); done
 "$dlrm" certs --out "$tls" "${tls_hosts[@]}" >/dev/null
+per_egress=""
+[ "$netem_shaper" != netem ] || per_egress=" (per egress ${half_delay_us}us)"
 echo "netem_cluster: ${#ns_names[@]} namespaces and a switch on $subnet.0/24," \
-  "shaper $netem_shaper," \
-  "rate $rate, one-way delay $delay (per egress ${half_delay_us}us)" >&2
+  "shaper $netem_shaper, rate $rate, one-way delay $delay$per_egress" >&2
 
 # The data and the job.
 if [ -n "$config" ]; then
@@ -320,6 +355,7 @@ fail() {
 all_alive() {
   local pid
   for pid in "${proc_pids[@]}"; do kill -0 "$pid" 2>/dev/null || return 1; done
+  netem_switch_running
 }
 # cpu_seconds PID: user + system CPU seconds of the process (all its threads).
 cpu_seconds() {
@@ -332,7 +368,7 @@ cpu_seconds() {
 }
 snapshot() {  # snapshot FILE: one line per namespace (tx bytes) and per process (CPU seconds)
   local i
-  local drops overlimits tx rx
+  local drops overlimits tx rx counters
   for i in "${!ns_names[@]}"; do
     read -r tx rx < <(netem_link_bytes "${ns_names[$i]}")
     echo "ns ${ns_roles[$i]} $tx ${ns_names[$i]}"
@@ -341,6 +377,15 @@ snapshot() {  # snapshot FILE: one line per namespace (tx bytes) and per process
     echo "drops - $drops ${ns_names[$i]}"
     echo "overlimits - $overlimits ${ns_names[$i]}"
   done >"$1"
+  if [ "$netem_shaper" = userspace ]; then
+    counters=$(netem_switch_counters) || fail "the delay_switch stopped"
+    read -r drops overlimits <<<"$counters"
+    {
+      echo "drops - $drops delay_switch"
+      echo "overlimits - $overlimits delay_switch"
+      echo "switch_cpu - $(cpu_seconds "$netem_switch_pid") delay_switch"
+    } >>"$1"
+  fi
   for i in "${!proc_pids[@]}"; do
     echo "proc ${proc_roles[$i]} $(cpu_seconds "${proc_pids[$i]}") ${proc_names[$i]}"
   done >>"$1"
@@ -402,7 +447,10 @@ print(roles.count("ROLE_PS"), roles.count("ROLE_WORKER"))
     >"$run_dir/final.json" 2>"$run_dir/submit.err" &
   ctl_pid=$!
   local deadline=$((SECONDS + job_timeout))
-  while kill -0 "$ctl_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do nap 0.1; done
+  while kill -0 "$ctl_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
+    netem_switch_running || fail "the delay_switch exited during the job"
+    nap 0.1
+  done
   if kill -0 "$ctl_pid" 2>/dev/null; then fail "the job did not end within $job_timeout s"; fi
   wait "$ctl_pid" || rc=$?
   ctl_pid=""
@@ -469,6 +517,8 @@ print(json.dumps({
     "other_cpu_seconds": round(max(0.0, machine.get("busy", 0) - sum(cpu.values())), 2),
     "shaper_drops": int(qdisc.get("drops", 0)),
     "shaper_overlimits": int(qdisc.get("overlimits", 0)),
+    "switch_cpu_seconds":
+        round(qdisc["switch_cpu"], 2) if "$netem_shaper" == "userspace" else None,
 }))
 EOF
 }
@@ -495,8 +545,9 @@ for line in open(sys.argv[1]):
         "job trained": r["samples"] > 0 and r["steps"] > 0,
         "AUC > 0.6 (planted signal learned)": r["auc"] > 0.6,
         "both namespaces sent bytes": all(by.get(k, 0) > 0 for k in ("coordinator+ps", "worker")),
-        # Two namespaces: what one sent, the other received, through the bridge (nothing bypassed
-        # the links). 1 %: ARP and IPv6 neighbour traffic the bridge floods or drops.
+        # Two namespaces: what one sent, the other received, through the bridge or the switch
+        # (nothing bypassed the links). 1 %: ARP and IPv6 neighbour traffic the bridge floods or
+        # drops.
         "received == sent across the link (%.1f, %.1f per sample)" % (got, sent):
             abs(got - sent) <= 0.01 * sent,
         "wire bytes >= PS payload (%.1f >= %.1f per sample)" % (r["wire_bytes_per_sample"],
