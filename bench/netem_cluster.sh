@@ -52,6 +52,9 @@
 #     --delay D            one-way delay between two processes (default 1ms; 0: none)
 #     --shaper S           netem, userspace or tbf (default: the first of these that works here;
 #                          userspace needs the build's bin/delay_switch)
+#     --mtu M              userspace: MTU of the TUN links (default 65000: TCP sends 64 KB
+#                          segments, as GSO would, and few packets cross the switch; 1500 makes
+#                          TCP's windows count Ethernet-sized segments, at many more packets)
 #     --ps N --workers N   cluster size (default 2 and 2)
 #     --config job.yaml    the job (default: generated, below); hot rows on uses its hot_budget
 #     --rows N             samples to generate (default 400000; --smoke: 80000)
@@ -91,8 +94,8 @@ zipf="" hot_budget=auto hot_mode=on pipe_mode=on rounds=1 smoke=0 keep=0 job_tim
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build | --rate | --delay | --shaper | --ps | --workers | --config | --rows | --max-rows | \
-      --zipf | --hot-budget | --hot-rows | --pipeline | --rounds | --job-timeout)
+    --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
+      --max-rows | --zipf | --hot-budget | --hot-rows | --pipeline | --rounds | --job-timeout)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -100,6 +103,7 @@ while [ $# -gt 0 ]; do
     --rate) rate="$2"; shift ;;
     --delay) delay="$2"; shift ;;
     --shaper) shaper="$2"; shift ;;
+    --mtu) netem_tun_mtu="$2"; shift ;;
     --ps) num_ps="$2"; shift ;;
     --workers) num_workers="$2"; shift ;;
     --config) config="$2"; shift ;;
@@ -140,6 +144,10 @@ esac
 rate_bits=$(netem_rate_bits "$rate") || die_usage "--rate $rate: e.g. 1gbit, 100mbit, 10gbit"
 delay_us=$(netem_delay_us "$delay") || die_usage "--delay $delay: e.g. 1ms, 100us, 0"
 [ "$rate_bits" -gt 0 ] || die_usage "--rate $rate: must be > 0"
+if ! [[ "$netem_tun_mtu" =~ ^[0-9]+$ ]] || [ "$netem_tun_mtu" -lt 1280 ] ||
+  [ "$netem_tun_mtu" -gt 65535 ]; then
+  die_usage "--mtu $netem_tun_mtu: must be in [1280, 65535]"
+fi
 if [ "$smoke" = 1 ]; then num_ps=1 num_workers=1; fi
 if [ -n "$config" ]; then
   [ -f "$config" ] || die_usage "--config $config: no such file"
