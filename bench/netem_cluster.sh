@@ -30,6 +30,9 @@
 #   received_bytes_per_sample_by_role   bytes delivered to each role (rx of each eth0): the PS's
 #                           is what workers sent it; the workers' minus what the PS sent is about
 #                           what the workers sent each other (the allreduces)
+#   round_trip_ms           the round trip between the first worker's namespace and the
+#                           coordinator's, measured before the job (median of 20 TCP connects
+#                           to a closed port); --smoke checks it is twice the delay
 #   job_seconds             submit to the job's end, as dlrmctl saw it
 #   cpu_seconds_by_role, cpu_busy   CPU (user + system) of each process over the job; all of it
 #                           over job_seconds x cores
@@ -193,6 +196,27 @@ clk_tck=$(getconf CLK_TCK)
 work="$(mktemp -d /tmp/dlrm-netem-XXXXXX)"
 proc_pids=() proc_names=() proc_roles=()
 ctl_pid="" gen_pid=""
+
+# round_trip_ms NS ADDR: the median of 20 TCP connects from namespace NS to port 9 of ADDR, where
+# nothing listens: the reset comes back after one round trip (SYN out, RST back), with no server
+# in the way. Prints milliseconds.
+round_trip_ms() {
+  ip netns exec "$1" python3 - "$2" <<'EOF'
+import socket, statistics, sys, time
+times = []
+for _ in range(20):
+    s = socket.socket()
+    s.settimeout(2)
+    start = time.perf_counter()
+    try:
+        s.connect((sys.argv[1], 9))
+    except (ConnectionRefusedError, socket.timeout):
+        pass
+    times.append(time.perf_counter() - start)
+    s.close()
+print("%.3f" % (statistics.median(times) * 1000))
+EOF
+}
 
 # nap SECONDS: a sleep that a signal to this script cuts short. Bash runs an INT trap only after
 # the foreground command ends, and not at all when that command did not itself die of SIGINT (a
@@ -445,6 +469,10 @@ print(roles.count("ROLE_PS"), roles.count("ROLE_WORKER"))
   [ "$ready" = "${#ps_ns[@]} ${#worker_ns[@]}" ] ||
     fail "the cluster was not ready within 60 s (ps, workers alive: ${ready:-none})"
 
+  # The round trip the processes see: before the counters are read, so its packets are not
+  # counted.
+  local rtt
+  rtt=$(round_trip_ms "${ns_names[${worker_ns[0]}]}" "${ns_addrs[$coord_ns]}") || rtt=null
   snapshot "$run_dir/before"
   local t0 t1 rc=0
   t0=$(date +%s.%N)
@@ -517,6 +545,7 @@ print(json.dumps({
     "wire_bytes_per_sample": round(wire_total / samples, 1) if samples else None,
     "wire_bytes_per_sample_by_role": per_sample(wire),
     "received_bytes_per_sample_by_role": per_sample(received),
+    "round_trip_ms": $rtt,
     "job_seconds": round(seconds, 2), "train_seconds": round(fm.get("train_seconds", 0), 2),
     "cpu_seconds_by_role": {r: round(c, 2) for r, c in sorted(cpu.items())},
     "cpu_busy": round(sum(cpu.values()) / (seconds * cores), 3), "cores": cores,
@@ -543,8 +572,9 @@ done
 if [ "$smoke" = 1 ]; then
   # The PS is in the coordinator's namespace, the worker in the other: the worker's lookups and
   # pushes must have crossed the link, so the bytes counted there are at least that payload.
-  python3 - "$work/results.jsonl" <<'EOF' || exit 1
+  python3 - "$work/results.jsonl" "$delay_us" <<'EOF' || exit 1
 import json, sys
+delay_ms = int(sys.argv[2]) / 1000
 for line in open(sys.argv[1]):
     r = json.loads(line)
     by = r["wire_bytes_per_sample_by_role"]
@@ -562,6 +592,11 @@ for line in open(sys.argv[1]):
                                                              r["ps_bytes_per_sample"]):
             r["wire_bytes_per_sample"] >= r["ps_bytes_per_sample"],
     }
+    if r["delay_emulated"] and r["round_trip_ms"] is not None:
+        # The delay is really there, each way: a round trip takes twice it (and little more).
+        rtt = r["round_trip_ms"]
+        checks["round trip %.2f ms ~ 2 x %g ms delay" % (rtt, delay_ms)] = (
+            0.95 * 2 * delay_ms <= rtt <= 2 * delay_ms + 50)
     for what, ok in checks.items():
         print(("PASS  " if ok else "FAIL  ") + what, file=sys.stderr)
     if not all(checks.values()):
