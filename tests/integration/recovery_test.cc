@@ -1,7 +1,8 @@
 // A job survives the loss of any one process: `dlrm local` (real coordinator, 2 parameter
 // servers and 2 workers on loopback, each a child process it restarts when it dies) runs a job
 // with checkpoints every 20 steps; once the first checkpoint is committed one child is killed
-// with SIGKILL (a parameter server, a worker, the coordinator) or stopped for 10 s with SIGSTOP.
+// with SIGKILL (a parameter server, a worker, the coordinator), evicted with SIGTERM (a parameter
+// server) or stopped for 10 s with SIGSTOP.
 // The job must end SUCCEEDED with an AUC within 0.003 of an undisturbed run, and the job state
 // the coordinator serves (what `dlrmctl status` shows) must tell the truth throughout: RECOVERING
 // after a lost member, RUNNING again, and progress that never drops back to zero.
@@ -224,6 +225,22 @@ TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobRollsBack) {
   EXPECT_EQ(seen.last.recoveries(), 1);
   EXPECT_FALSE(seen.progress_went_to_zero);
   EXPECT_NEAR(Report("kill-worker").auc, baseline, kAucTolerance);
+}
+
+// Kubernetes evicts a pod with SIGTERM (SIGKILL only after its grace period) and its StatefulSet
+// starts a replacement, as `dlrm local` restarts a child that exited: a parameter server that
+// shuts down cleanly mid-job sends the job to RECOVERING as a killed one does, and the job ends
+// with the undisturbed run's AUC.
+TEST_F(RecoveryTest, EvictedParameterServerIsReplacedAndTheJobRollsBack) {
+  const double baseline = BaselineAuc();
+  Observed seen =
+      RunDisturbed("evict-ps", " ps ", [](pid_t pid) { ASSERT_EQ(kill(pid, SIGTERM), 0); });
+  const auto recovering =
+      std::find(seen.states.begin(), seen.states.end(), dlrm::v1::JOB_STATE_RECOVERING);
+  ASSERT_NE(recovering, seen.states.end()) << "RECOVERING was never shown";
+  EXPECT_EQ(seen.last.recoveries(), 1);
+  EXPECT_FALSE(seen.progress_went_to_zero);
+  EXPECT_NEAR(Report("evict-ps").auc, baseline, kAucTolerance);
 }
 
 // The coordinator keeps its jobs and members in its store: restarted on the same port and data
