@@ -2,7 +2,7 @@
 // servers and 2 workers on loopback, each a child process it restarts when it dies) runs a job
 // with checkpoints every 20 steps; once the first checkpoint is committed one child is killed
 // with SIGKILL (a parameter server, a worker, the coordinator), evicted with SIGTERM (a parameter
-// server) or stopped for 10 s with SIGSTOP.
+// server, a worker) or stopped for 10 s with SIGSTOP.
 // The job must end SUCCEEDED with an AUC within 0.003 of an undisturbed run, and the job state
 // the coordinator serves (what `dlrmctl status` shows) must tell the truth throughout: RECOVERING
 // after a lost member, RUNNING again, and progress that never drops back to zero.
@@ -241,6 +241,18 @@ TEST_F(RecoveryTest, EvictedParameterServerIsReplacedAndTheJobRollsBack) {
   EXPECT_EQ(seen.last.recoveries(), 1);
   EXPECT_FALSE(seen.progress_went_to_zero);
   EXPECT_NEAR(Report("evict-ps").auc, baseline, kAucTolerance);
+}
+
+// The same for a worker (a Deployment's pod): its clean shutdown mid-job is a lost member.
+TEST_F(RecoveryTest, EvictedWorkerIsReplacedAndTheJobRollsBack) {
+  const double baseline = BaselineAuc();
+  Observed seen =
+      RunDisturbed("evict-worker", " worker ", [](pid_t pid) { ASSERT_EQ(kill(pid, SIGTERM), 0); });
+  EXPECT_NE(std::find(seen.states.begin(), seen.states.end(), dlrm::v1::JOB_STATE_RECOVERING),
+            seen.states.end());
+  EXPECT_EQ(seen.last.recoveries(), 1);
+  EXPECT_FALSE(seen.progress_went_to_zero);
+  EXPECT_NEAR(Report("evict-worker").auc, baseline, kAucTolerance);
 }
 
 // The coordinator keeps its jobs and members in its store: restarted on the same port and data
