@@ -187,12 +187,25 @@ checkpoint: {dir: )",
     return seen;
   }
 
+  // A job that lost one member: RECOVERING was shown, one recovery, progress that never fell back
+  // to zero, and the undisturbed run's AUC.
+  static void ExpectOneRecovery(const std::string& name, const Observed& seen, double baseline) {
+    EXPECT_NE(std::find(seen.states.begin(), seen.states.end(), dlrm::v1::JOB_STATE_RECOVERING),
+              seen.states.end())
+        << "RECOVERING was never shown";
+    EXPECT_EQ(seen.last.recoveries(), 1);
+    EXPECT_FALSE(seen.progress_went_to_zero);
+    EXPECT_NEAR(Report(name).auc, baseline, kAucTolerance);
+  }
+
   static std::string* dir_;
 };
 
 std::string* RecoveryTest::dir_ = nullptr;
 
 void Kill9(pid_t pid) { ASSERT_EQ(kill(pid, SIGKILL), 0); }
+// What Kubernetes sends a pod it evicts (SIGKILL only after the grace period).
+void Evict(pid_t pid) { ASSERT_EQ(kill(pid, SIGTERM), 0); }
 
 TEST_F(RecoveryTest, KilledParameterServerIsReplacedAndTheJobRollsBack) {
   const double baseline = BaselineAuc();
@@ -219,12 +232,7 @@ TEST_F(RecoveryTest, KilledParameterServerIsReplacedAndTheJobRollsBack) {
 
 TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobRollsBack) {
   const double baseline = BaselineAuc();
-  Observed seen = RunDisturbed("kill-worker", " worker ", Kill9);
-  EXPECT_NE(std::find(seen.states.begin(), seen.states.end(), dlrm::v1::JOB_STATE_RECOVERING),
-            seen.states.end());
-  EXPECT_EQ(seen.last.recoveries(), 1);
-  EXPECT_FALSE(seen.progress_went_to_zero);
-  EXPECT_NEAR(Report("kill-worker").auc, baseline, kAucTolerance);
+  ExpectOneRecovery("kill-worker", RunDisturbed("kill-worker", " worker ", Kill9), baseline);
 }
 
 // Kubernetes evicts a pod with SIGTERM (SIGKILL only after its grace period) and its StatefulSet
@@ -233,26 +241,13 @@ TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobRollsBack) {
 // with the undisturbed run's AUC.
 TEST_F(RecoveryTest, EvictedParameterServerIsReplacedAndTheJobRollsBack) {
   const double baseline = BaselineAuc();
-  Observed seen =
-      RunDisturbed("evict-ps", " ps ", [](pid_t pid) { ASSERT_EQ(kill(pid, SIGTERM), 0); });
-  const auto recovering =
-      std::find(seen.states.begin(), seen.states.end(), dlrm::v1::JOB_STATE_RECOVERING);
-  ASSERT_NE(recovering, seen.states.end()) << "RECOVERING was never shown";
-  EXPECT_EQ(seen.last.recoveries(), 1);
-  EXPECT_FALSE(seen.progress_went_to_zero);
-  EXPECT_NEAR(Report("evict-ps").auc, baseline, kAucTolerance);
+  ExpectOneRecovery("evict-ps", RunDisturbed("evict-ps", " ps ", Evict), baseline);
 }
 
 // The same for a worker (a Deployment's pod): its clean shutdown mid-job is a lost member.
 TEST_F(RecoveryTest, EvictedWorkerIsReplacedAndTheJobRollsBack) {
   const double baseline = BaselineAuc();
-  Observed seen =
-      RunDisturbed("evict-worker", " worker ", [](pid_t pid) { ASSERT_EQ(kill(pid, SIGTERM), 0); });
-  EXPECT_NE(std::find(seen.states.begin(), seen.states.end(), dlrm::v1::JOB_STATE_RECOVERING),
-            seen.states.end());
-  EXPECT_EQ(seen.last.recoveries(), 1);
-  EXPECT_FALSE(seen.progress_went_to_zero);
-  EXPECT_NEAR(Report("evict-worker").auc, baseline, kAucTolerance);
+  ExpectOneRecovery("evict-worker", RunDisturbed("evict-worker", " worker ", Evict), baseline);
 }
 
 // The coordinator keeps its jobs and members in its store: restarted on the same port and data
