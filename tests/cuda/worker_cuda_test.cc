@@ -22,7 +22,6 @@
 #include "tests/worker/test_util.h"
 #include "worker/gpu_allreducer.h"
 #include "worker/hot_rows.h"
-#include "worker/input/synthetic.h"
 #include "worker/train_command.h"
 #include "worker/trainer.h"
 
@@ -222,18 +221,14 @@ TEST(TrainerCudaErrors, TablesOverTheBudgetStayInTheStore) {
 TEST(TrainerCudaResume, ResumedGpuTablesContinueFromTheCheckpoint) {
   DLRM_SKIP_WITHOUT_GPU();
   testing::TempDir dir;
-  GenDataOptions gen;
-  gen.output = dir.File("train.tsv");
-  gen.num_rows = 15000;
-  gen.seed = 3;
-  gen.cardinalities = CappedKaggleCardinalities(1000);
-  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  const std::string train = dir.File("train.tsv");
+  ASSERT_TRUE(testing::GenerateCappedTsv(train, 15000, /*seed=*/3, 1000).ok());
   TrainRunOptions run;
   run.device_override = "cuda";
   run.show_progress = false;
   run.threads = 1;
 
-  common::JobSpec straight = testing::SmallGeneratedJob(gen.output, /*seed=*/5);
+  common::JobSpec straight = testing::SmallGeneratedJob(train, /*seed=*/5);
   straight.max_steps = 40;
   TrainArtifacts reference;
   auto r0 = TrainInProcess(straight, run, &reference);

@@ -15,7 +15,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
-#include "worker/input/synthetic.h"
 #include "worker/train_command.h"
 
 namespace dlrm::worker {
@@ -35,12 +34,7 @@ common::JobSpec SmallJob(const std::string& train_path, const std::string& check
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    GenDataOptions gen;
-    gen.output = dir_.File("train.tsv");
-    gen.num_rows = 15000;
-    gen.seed = 3;
-    gen.cardinalities = CappedKaggleCardinalities(1000);
-    ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+    ASSERT_TRUE(testing::GenerateCappedTsv(dir_.File("train.tsv"), 15000, /*seed=*/3, 1000).ok());
   }
   TrainRunOptions Quiet(const std::string& resume = "") {
     TrainRunOptions o;

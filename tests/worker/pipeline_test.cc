@@ -210,12 +210,7 @@ class PipelineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    GenDataOptions gen;
-    gen.output = dir_->File("train.tsv");
-    gen.num_rows = 2400;
-    gen.seed = 3;
-    gen.cardinalities = CappedKaggleCardinalities(1000);
-    ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+    ASSERT_TRUE(testing::GenerateCappedTsv(dir_->File("train.tsv"), 2400, /*seed=*/3, 1000).ok());
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -24,6 +24,16 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+absl::Status GenerateCappedTsv(const std::string& path, int64_t rows, uint64_t seed,
+                               int64_t max_rows) {
+  GenDataOptions gen;
+  gen.output = path;
+  gen.num_rows = rows;
+  gen.seed = seed;
+  gen.cardinalities = CappedKaggleCardinalities(max_rows);
+  return GenerateCriteoTsv(gen);
+}
+
 std::string CriteoSamplePath() {
   return std::string(DLRM_SOURCE_DIR) + "/tests/worker/data/criteo_sample.tsv";
 }

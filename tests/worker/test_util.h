@@ -1,8 +1,10 @@
 // Helpers shared by the worker tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "common/job_spec.h"
 #include "tests/common/temp_dir.h"
 
@@ -22,6 +24,11 @@ std::string ReadFile(const std::string& path);
 // 26 tables capped at 1000 rows, dim 8, bottom 32-8, top 32-1, Adam and row-wise Adagrad, batch
 // 256, 2 epochs, 20% held out, on the CPU.
 common::JobSpec SmallGeneratedJob(const std::string& train_path, uint64_t seed);
+
+// Writes `rows` generated Criteo TSV lines (worker/input/synthetic.h, seed `seed`) to `path`, every
+// table capped at `max_rows` (CappedKaggleCardinalities).
+absl::Status GenerateCappedTsv(const std::string& path, int64_t rows, uint64_t seed,
+                               int64_t max_rows);
 
 // tests/worker/data/criteo_sample.tsv: 200 real rows of the Criteo Kaggle data.
 std::string CriteoSamplePath();
