@@ -34,6 +34,16 @@ struct ResidentRowsCopy {
   std::vector<int64_t> ids;  // per slot; MemoryRowMap::kFreeSlot (-1) for a free slot
   SnapshotBuffer words;      // ids.size() rows
   size_t capacity = 0;       // floats allocated in `words` (a later snapshot reuses them)
+
+  // Makes `words` hold at least `floats` floats: kept when it does (its pages are mapped), else
+  // freed and allocated anew (AllocateSnapshotBuffer). False when the memory is not there.
+  bool Reserve(size_t floats) {
+    if (words != nullptr && capacity >= floats) return true;
+    words.reset();  // freed before the larger one is asked for
+    words = AllocateSnapshotBuffer(floats);
+    capacity = words == nullptr ? 0 : floats;
+    return words != nullptr;
+  }
 };
 
 // A TieredStore at one instant. A row is the copy in `resident` when it is there (the memory

@@ -626,12 +626,7 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
     const int64_t copied = static_cast<int64_t>(copy.ids.size());
     const size_t floats = static_cast<size_t>(slots) * t.codec.words();
     const bool fits = copy.words != nullptr && copy.capacity >= floats;
-    if (!fits) {
-      copy.words.reset();  // freed before the larger one is asked for
-      copy.words = AllocateSnapshotBuffer(floats);
-      copy.capacity = copy.words == nullptr ? 0 : floats;
-    }
-    if (copy.words == nullptr) {
+    if (!copy.Reserve(floats)) {
       copy.ids.clear();
       allocated = false;
       return;
@@ -667,12 +662,7 @@ absl::Status TieredStore::PrepareSnapshot(StoreSnapshot* snapshot) const {
     ResidentRowsCopy& copy = snapshot->resident[t->index];
     const int64_t rows = std::min(t->capacity_rows, t->config.rows);
     const size_t floats = static_cast<size_t>(rows) * t->codec.words();
-    if (copy.words == nullptr || copy.capacity < floats) {
-      copy.words.reset();
-      copy.words = AllocateSnapshotBuffer(floats);
-      copy.capacity = copy.words == nullptr ? 0 : floats;
-    }
-    if (copy.words == nullptr) {
+    if (!copy.Reserve(floats)) {
       snapshot->resident.clear();
       return absl::ResourceExhaustedError(absl::StrCat("checkpoint snapshot of table ", t->index,
                                                        ": cannot allocate ", floats * sizeof(float),

@@ -245,10 +245,7 @@ PsJob::PsJob(const PsJobOptions& options, std::string path)
 }
 
 PsJob::~PsJob() {
-  {
-    absl::MutexLock lock(&preparer_mu_);
-    if (preparer_.joinable()) preparer_.join();
-  }
+  JoinPreparer();
   std::shared_ptr<StepGate> gate = this->gate();
   gate->Close(absl::AbortedError(absl::StrCat("job ", job_id(), " was unloaded")));
 }
@@ -645,11 +642,13 @@ void PsJob::ForgetStoreSnapshot(int64_t step) {
   if (kept_snapshot_step_ == step) kept_snapshot_step_ = -1;
 }
 
+void PsJob::JoinPreparer() {
+  absl::MutexLock lock(&preparer_mu_);
+  if (preparer_.joinable()) preparer_.join();
+}
+
 std::shared_ptr<embedding::StoreSnapshot> PsJob::RecycledStoreSnapshot() {
-  {
-    absl::MutexLock lock(&preparer_mu_);
-    if (preparer_.joinable()) preparer_.join();
-  }
+  JoinPreparer();
   absl::MutexLock lock(&snapshots_mu_);
   std::shared_ptr<embedding::StoreSnapshot> last = std::move(kept_snapshot_);
   kept_snapshot_step_ = -1;

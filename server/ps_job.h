@@ -230,6 +230,7 @@ class PsJob {
   int64_t kept_snapshot_step_ ABSL_GUARDED_BY(snapshots_mu_) = -1;
   std::shared_ptr<embedding::StoreSnapshot> kept_snapshot_ ABSL_GUARDED_BY(snapshots_mu_);
   PushDedupe push_dedupe_;
+  void JoinPreparer();                                  // waits for preparer_ when it runs
   absl::Mutex preparer_mu_;                             // held to join preparer_
   std::thread preparer_ ABSL_GUARDED_BY(preparer_mu_);  // PrepareSnapshot of the first snapshot
 
