@@ -218,6 +218,7 @@ struct WorkerFlags {
   std::string metrics_listen = "0.0.0.0";
   bool no_pipeline = false;
   bool no_hot_rows = false;
+  bool sync_hot_exchange = false;
 };
 
 int RunWorker(WorkerFlags& flags) {
@@ -232,6 +233,7 @@ int RunWorker(WorkerFlags& flags) {
   flags.options.metrics = metrics->get();
   flags.options.use_pipeline = !flags.no_pipeline;
   flags.options.use_hot_rows = !flags.no_hot_rows;
+  flags.options.overlap_hot_exchange = !flags.sync_hot_exchange;
   if ((*metrics)->port() > 0) {
     flags.options.metrics_address = absl::StrCat(
         flags.options.advertise_host.empty() ? HostName() : flags.options.advertise_host, ":",
@@ -266,6 +268,9 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
                 "Run the plain Trainer::Step loop instead of the pipelined trainer");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows,
                 "Keep no hot rows here, whatever the job's hot_budget (every row on the PS)");
+  cmd->add_flag("--sync-hot-exchange", flags.sync_hot_exchange,
+                "Exchange hot-row gradients on the compute thread before the next step (fresh hot "
+                "rows) instead of while it computes (one step stale, with staleness >= 1)");
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunWorker(flags); }; });
 }
@@ -277,6 +282,7 @@ struct LocalFlags {
   std::string lease_ttl = "14s";
   bool no_pipeline = false;
   bool no_hot_rows = false;
+  bool sync_hot_exchange = false;
   bool no_progress = false;
   bool insecure = false;
 };
@@ -312,6 +318,9 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
                   "CPU threads per worker (0 = cores / workers)");
   cmd->add_flag("--no-pipeline", flags.no_pipeline, "Workers run the plain Trainer::Step loop");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows, "Workers keep no hot rows (all on the PS)");
+  cmd->add_flag("--sync-hot-exchange", flags.sync_hot_exchange,
+                "Workers exchange hot-row gradients before the next step instead of while it "
+                "computes");
   cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
   cmd->add_flag("--insecure", flags.insecure,
                 "Plaintext gRPC between the processes (default: mutual TLS with certificates "
@@ -330,6 +339,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       flags.options.cluster.lease_ttl = *ttl;
       flags.options.cluster.worker_pipeline = !flags.no_pipeline;
       flags.options.cluster.worker_hot_rows = !flags.no_hot_rows;
+      flags.options.cluster.worker_overlap_hot_exchange = !flags.sync_hot_exchange;
       flags.options.show_progress = !flags.no_progress;
       flags.options.cluster.tls = !flags.insecure;
       if (!flags.options.cluster.memory_budget.empty()) {

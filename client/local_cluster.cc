@@ -348,6 +348,7 @@ absl::Status LocalCluster::Launch() {
                                      absl::StrCat("worker-", i)};
     if (!options_.worker_pipeline) args.push_back("--no-pipeline");
     if (!options_.worker_hot_rows) args.push_back("--no-hot-rows");
+    if (!options_.worker_overlap_hot_exchange) args.push_back("--sync-hot-exchange");
     DLRM_ASSIGN_OR_RETURN(metrics_args, MetricsArgs("worker"));
     args.insert(args.end(), metrics_args.begin(), metrics_args.end());
     tls_args = TlsArgs("worker");

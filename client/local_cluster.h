@@ -43,6 +43,8 @@ struct LocalClusterOptions {
   std::string device = "auto";  // workers' --device
   int worker_threads = 0;       // workers' --threads; 0 = cores / workers (at least 1)
   bool worker_pipeline = true;  // false: workers run the plain Trainer::Step loop
+  // false: workers exchange hot-row gradients before the next step (--sync-hot-exchange)
+  bool worker_overlap_hot_exchange = true;
   bool worker_hot_rows = true;  // false: workers keep no hot rows (every row on the PS)
   std::string log_level;        // children's --log-level ("" = theirs)
   // Every child serves Prometheus metrics on 127.0.0.1: the coordinator on metrics_base_port,

@@ -11,10 +11,13 @@ int64_t Both(const common::RpcBytes& b) { return b.sent + b.received; }
 
 }  // namespace
 
-NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer, const DenseAllReducer* reducer) {
+NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
+                                    std::initializer_list<const DenseAllReducer*> reducers) {
   NetworkSnapshot s;
   s.rpc = common::RpcByteCounters::ProcessClient().Snapshot();
-  s.collective_sent = reducer != nullptr ? reducer->sent_bytes() : 0;
+  for (const DenseAllReducer* reducer : reducers) {
+    if (reducer != nullptr) s.collective_sent += reducer->sent_bytes();
+  }
   const TrainerCounters c = trainer.counters();
   s.dense_sync = c.dense_sync_bytes;
   s.hot_sync = c.hot_sync_bytes;

@@ -13,7 +13,7 @@
 //     (`tcp_sent`, `tcp_received`: they include TLS, HTTP/2 and Gloo's own framing, and every
 //     connection of the process).
 //
-//   const NetworkSnapshot before = TakeNetworkSnapshot(*trainer, reducer);
+//   const NetworkSnapshot before = TakeNetworkSnapshot(*trainer, {reducer, hot_reducer});
 //   ... train ...
 //   for (auto& [key, value] : NetworkBytesPerSample(before, TakeNetworkSnapshot(...), samples))
 //     metrics[key] = value;   // "network_bytes_per_sample",
@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 
@@ -39,7 +40,9 @@ struct NetworkSnapshot {
   common::TcpBytes tcp;
 };
 
-NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer, const DenseAllReducer* reducer);
+// `reducers`: the job's collectives (null entries are skipped).
+NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
+                                    std::initializer_list<const DenseAllReducer*> reducers);
 
 // Per sample of `samples` between the snapshots: network_bytes_per_sample (the sum of the five
 // parts), network_{ps_lookup,ps_push,hot_sync,dense_allreduce,control}_bytes_per_sample,

@@ -92,6 +92,8 @@ absl::StatusOr<embedding::PoolingMode> Trainer::OnePooling(const char* what) con
 }
 
 Trainer::~Trainer() {
+  // An exchange in flight ends with its collective (or its timeout when a peer is gone).
+  if (hot_thread_.joinable()) hot_thread_.join();
   // They may still have work queued that reads the buffers below.
   gpu_tables_.reset();
   gpu_hot_.reset();
@@ -407,6 +409,9 @@ void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) 
 
 absl::Status Trainer::ApplyHotGradients() {
   if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
+  // Overlapped: the previous step's exchange is applied first, in step order on every rank, and
+  // its input buffer is free again.
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
   // This step's touched rows, ascending in the flat layout (tables in order, slots sorted), with
   // their gradients; the accumulation buffer is left zero for the next step.
   hot_local_.clear();
@@ -423,12 +428,36 @@ absl::Status Trainer::ApplyHotGradients() {
     }
     slots.clear();
   }
+  if (DenseAllReducer* hot_reducer = options_.hot_allreducer; hot_reducer != nullptr) {
+    // The previous step's exchange was applied above (DrainHotExchange, before the packing).
+    hot_thread_ = std::thread([this, hot_reducer, rows = hot_->total_rows()] {
+      const int64_t sent_before = hot_reducer->sent_bytes();
+      hot_thread_status_ =
+          hot_exchange_.Run(hot_reducer, dim_, rows, hot_local_, &hot_gathered_, hot_wire_dtype_);
+      hot_thread_sent_ = hot_reducer->sent_bytes() - sent_before;
+    });
+    return absl::OkStatus();
+  }
   DenseAllReducer* reducer = options_.allreducer;
   const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
   DLRM_RETURN_IF_ERROR(hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_,
                                          &hot_gathered_, hot_wire_dtype_));
-  const int world = static_cast<int>(hot_gathered_.counts.size());
   if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
+  ApplyGatheredHotGradients();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::DrainHotExchange() {
+  if (!hot_thread_.joinable()) return absl::OkStatus();
+  hot_thread_.join();
+  counters_.hot_sync_bytes += hot_thread_sent_;
+  DLRM_RETURN_IF_ERROR(hot_thread_status_);
+  ApplyGatheredHotGradients();
+  return absl::OkStatus();
+}
+
+void Trainer::ApplyGatheredHotGradients() {
+  const int world = static_cast<int>(hot_gathered_.counts.size());
   // Scaled by 1/world like the cold rows' pushes.
   if (world > 1) {
     const float scale = 1.0f / static_cast<float>(world);
@@ -437,14 +466,13 @@ absl::Status Trainer::ApplyHotGradients() {
   if (world > 1 && options_.hot_updates == TrainerOptions::HotUpdates::kSummed) {
     SumGatheredHotGradients();
     hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data());
-    return absl::OkStatus();
+    return;
   }
   // Each worker's gradient is its own step, in rank order, as the parameter servers apply each
   // worker's push.
   for (int r = 0; r < world; ++r) {
     hot_->ApplyRowGradients(hot_gathered_.Rows(r), hot_gathered_.Grads(r));
   }
-  return absl::OkStatus();
 }
 
 void Trainer::SumGatheredHotGradients() {
@@ -473,6 +501,7 @@ void Trainer::SumGatheredHotGradients() {
 }
 
 absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
   if (gpu_tables_ != nullptr && cache != nullptr && cache->total_rows() > 0) {
     return absl::FailedPreconditionError(
         "every embedding table lives in GPU memory: there is no hot set to replicate");
@@ -503,6 +532,7 @@ absl::Status Trainer::SyncHotRowsToHost() {
 
 absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids,
                                     bool write_back) {
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
   if (hot_ids.size() != static_cast<size_t>(num_tables_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("hot set has ", hot_ids.size(), " tables, the model ", num_tables_));
@@ -729,6 +759,7 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
 
 absl::Status Trainer::Predict(BatchReader* reader, std::vector<float>* scores_out,
                               std::vector<float>* labels_out) {
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
   std::vector<float>& scores = *scores_out;
   std::vector<float>& labels = *labels_out;
   std::vector<float> probs(options_.spec.batch_size);

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -129,6 +130,13 @@ struct TrainerOptions {
   // Adagrad and Adam take larger steps per worker under kPerWorker.
   enum class HotUpdates { kPerWorker, kSummed };
   HotUpdates hot_updates = HotUpdates::kPerWorker;
+  // CPU hot rows of a multi-worker job: a second set of collectives (its own connections) for
+  // the hot rows' exchange, which then runs on a thread of its own while the next step computes
+  // (overlapped): the exchange of step t is applied at the end of step t + 1, so a step reads
+  // hot rows without the previous step's updates, one step stale as the parameter servers'
+  // rows are with staleness >= 1. Null: the exchange runs on the compute thread and a step
+  // reads every earlier update. Not owned.
+  DenseAllReducer* hot_allreducer = nullptr;
 };
 
 class Trainer {
@@ -165,6 +173,13 @@ class Trainer {
   // The click probability of every sample of every batch of `reader` (from its current position),
   // in order, and their labels.
   absl::Status Predict(BatchReader* reader, std::vector<float>* scores, std::vector<float>* labels);
+
+  // With an overlapped hot-row exchange (TrainerOptions::hot_allreducer): waits for the one in
+  // flight and applies it, so the hot rows hold every step's updates. Evaluate, Predict,
+  // SetHotRows and MigrateHotSet do it themselves; call it before reading hot_rows() (a
+  // checkpoint) and at the end of training. A no-op otherwise. Every rank must call it at the
+  // same step boundary (it applies, it does not communicate). REQUIRES: no step in flight.
+  absl::Status DrainHotExchange();
 
   // Replicates the rows of `cache` on this worker from the next step on; their gradients are
   // summed over the workers (when there is an allreducer) and applied locally. Every worker of a
@@ -219,11 +234,12 @@ class Trainer {
   const float* CombinedRows(const SparseWork& work, int t);
   // Runs fn(t) for every table, on the pool when the batch has at least kParallelMinIds ids.
   void ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const;
-  // Sums the hot rows' gradients over the workers and applies them.
+  // Sums the hot rows' gradients over the workers and applies them (overlapped: applies the
+  // previous step's exchange and starts this step's).
   absl::Status ApplyHotGradients();
+  // Applies hot_gathered_ (the exchange's output) to the hot rows.
+  void ApplyGatheredHotGradients();
   void SumGatheredHotGradients();
-  // Sums the workers' touch marks of the `rows` hot rows in place (touched[r] becomes the number
-  // of workers that touched row r), packing many rows into each float on the wire.
   // Averages the dense gradients over the workers (no-op for a single worker).
   absl::Status AllReduceDenseGradients();
   // Sets up input staging and GPU tables when the budget allows, else GPU hot rows (CUDA
@@ -275,6 +291,11 @@ class Trainer {
   HotRowGradients hot_summed_;                     // HotUpdates::kSummed: the sums
   std::vector<uint8_t> hot_marked_;                // and the rows listed in them
   HotGradientExchange hot_exchange_;
+  // The overlapped exchange in flight (joinable) and its outcome: it reads hot_local_ and writes
+  // hot_gathered_, hot_exchange_ and these two, nothing else of the trainer.
+  std::thread hot_thread_;
+  absl::Status hot_thread_status_;
+  int64_t hot_thread_sent_ = 0;
   // The hot exchange's gradients travel in the tables' dtype when they all share a half one
   // (as their cold rows' gradients do to the parameter servers); fp32 otherwise.
   embedding::RowDtype hot_wire_dtype_ = embedding::RowDtype::kFp32;

@@ -152,7 +152,8 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
 // outcome is reported.
 struct WorkerProcess::JobResources {
   std::unique_ptr<dense::Backend> backend;
-  std::unique_ptr<GlooAllReducer> gloo;  // declared after the backend: destroyed before it
+  std::unique_ptr<GlooAllReducer> gloo;      // declared after the backend: destroyed before it
+  std::unique_ptr<GlooAllReducer> hot_gloo;  // the overlapped hot-row exchange's own connections
   std::unique_ptr<NcclAllReducer> nccl;
 };
 
@@ -321,7 +322,24 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                    .op_timeout = options_.collective_timeout,
                    .cancelled = [this] { return cancel_job_.load(); }}));
     reducer = gloo.get();
+    if (options_.overlap_hot_exchange && options_.use_hot_rows && spec.hot_budget_bytes != 0 &&
+        spec.staleness >= 1) {
+      // The same rendezvous under a prefix of its own: a second mesh of connections, so that the
+      // exchange's collectives never interleave with the compute thread's on one context.
+      DLRM_ASSIGN_OR_RETURN(
+          resources->hot_gloo,
+          GlooAllReducer::Create(
+              {.client = client_.get(),
+               .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo-hot/"),
+               .rank = rank,
+               .world_size = world,
+               .hostname = options_.advertise_host,
+               .rendezvous_timeout = options_.collective_timeout,
+               .op_timeout = options_.collective_timeout,
+               .cancelled = [this] { return cancel_job_.load(); }}));
+    }
   }
+  DenseAllReducer* hot_reducer = resources->hot_gloo.get();
   auto barrier = [&]() -> absl::Status {
     if (gloo != nullptr) return gloo->Barrier();
     float token = 0;  // a blocking allreduce of one float
@@ -337,6 +355,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.store = store.get();
   trainer_options.allreducer = reducer;
   trainer_options.device_allreducer = nccl.get();
+  trainer_options.hot_allreducer = hot_reducer;
   trainer_options.threads = options_.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
 
@@ -405,7 +424,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
   // runs.
   const auto start = Clock::now();
-  const NetworkSnapshot network_start = TakeNetworkSnapshot(*trainer, reducer);
+  const NetworkSnapshot network_start = TakeNetworkSnapshot(*trainer, {reducer, hot_reducer});
   auto last_report = Clock::now();
   auto last_step = Clock::now();
   int64_t samples = 0;
@@ -500,6 +519,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // At a drained step boundary of every rank: all pushes of earlier steps are applied (first
   // barrier); rank 0 takes the cut; nobody pushes a later step before it is taken (second).
   auto cut = [&](int64_t run_steps) -> absl::Status {
+    DLRM_RETURN_IF_ERROR(trainer->DrainHotExchange());  // the hot rows hold every step's updates
     DLRM_RETURN_IF_ERROR(barrier());
     DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(run_steps)));
     return barrier();
@@ -628,8 +648,10 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       }
     }
   }
+  // The last step's hot-row exchange (overlapped) is part of training.
+  DLRM_RETURN_IF_ERROR(trainer->DrainHotExchange());
   const double train_seconds = SecondsSince(start);
-  const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer, reducer);
+  const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer, {reducer, hot_reducer});
   if (steps == 0 && !nothing_left) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
                                                       ": no training batches in its slice of ",

@@ -65,6 +65,10 @@ struct WorkerProcessOptions {
   // Trainer::Step loop. Both give the same model for k = 0.
   bool use_pipeline = true;
   bool use_hot_rows = true;  // replicate the job's hot rows here when its spec has a hot_budget
+  // With hot rows, more than one worker, CPU collectives and staleness >= 1: exchange the hot
+  // rows' gradients over connections of their own while the next step computes, one step stale
+  // (TrainerOptions::hot_allreducer). false: on the compute thread, before the next step.
+  bool overlap_hot_exchange = true;
   absl::Duration progress_interval = absl::Seconds(1);
   absl::Duration rpc_timeout = absl::Seconds(10);
   absl::Duration collective_timeout = absl::Seconds(120);
