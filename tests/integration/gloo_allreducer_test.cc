@@ -19,6 +19,9 @@
 #include "common/status.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "tests/worker/local_run.h"
+#include "tests/worker/test_util.h"
+#include "worker/hot_rows.h"
 #include "worker/hot_sync.h"
 
 namespace dlrm::worker {
@@ -334,6 +337,109 @@ TEST_F(GlooAllReducerTest, ACancelledRendezvousStopsWaitingPromptly) {
 TEST_F(GlooAllReducerTest, BadRankIsInvalidArgument) {
   EXPECT_EQ(GlooAllReducer::Create(Options(2, 2, "x/")).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Every stored float of every hot row, table after table.
+std::vector<float> HotRowValues(const HotRowCache& cache) {
+  std::vector<float> out;
+  for (int t = 0; t < cache.num_tables(); ++t) {
+    for (int64_t slot = 0; slot < cache.num_rows(t); ++slot) {
+      const float* row = cache.StoredRow(t, static_cast<int32_t>(slot));
+      out.insert(out.end(), row, row + cache.row_floats(t));
+    }
+  }
+  return out;
+}
+
+// The hot-row exchange overlapped with compute (TrainerOptions::hot_allreducer, its own Gloo
+// connections): a step leaves the hot rows as they were (its exchange is in flight) and
+// DrainHotExchange applies it, giving exactly the rows of the synchronous exchange after that
+// step; after more steps, drained, the two ranks' replicas are equal bit for bit.
+TEST_F(GlooAllReducerTest, OverlappedHotExchangeAppliesEachStepOnceItIsDrained) {
+  constexpr int kWorld = 2;
+  const std::string data = dir_ + "/train.tsv";
+  ASSERT_TRUE(testing::GenerateCappedTsv(data, 3000, /*seed=*/4, 1000).ok());
+  common::JobSpec spec = testing::SmallGeneratedJob(data, /*seed=*/6);
+  auto dense = Connect(kWorld, "job/overlap/gloo/");
+  auto hot = Connect(kWorld, "job/overlap/gloo-hot/");
+  ASSERT_TRUE(dense[0] != nullptr && dense[1] != nullptr && hot[0] != nullptr && hot[1] != nullptr);
+
+  // The hot set: every id of the first two batches (up to 64 a table), the same on both ranks.
+  std::vector<std::vector<int64_t>> hot_ids(spec.tables.size());
+  {
+    auto probe = testing::MakeLocalRun(spec, data);
+    Batch batch;
+    for (int b = 0; b < 2; ++b) {
+      ASSERT_TRUE(*probe->reader->Next(&batch));
+      for (size_t t = 0; t < hot_ids.size(); ++t) {
+        std::set<int64_t> ids(hot_ids[t].begin(), hot_ids[t].end());
+        for (int64_t id : batch.sparse[t].ids) {
+          if (ids.size() < 64) ids.insert(id);
+        }
+        hot_ids[t].assign(ids.begin(), ids.end());
+      }
+    }
+  }
+  // Each rank trains on batches of its own (rank 1 skips one) with the given hot collectives.
+  auto make_run = [&](int rank, bool overlapped) {
+    auto run = testing::MakeLocalRun(spec, data, [&](TrainerOptions& o) {
+      o.allreducer = dense[rank].get();
+      if (overlapped) o.hot_allreducer = hot[rank].get();
+    });
+    HotRowCacheOptions cache_options{.tables = TableConfigsFromSpec(spec),
+                                     .optimizer = *SparseOptimizerFromSpec(spec),
+                                     .seed = spec.seed};
+    auto cache = HotRowCache::Create(cache_options, hot_ids);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    EXPECT_TRUE(run->trainer->SetHotRows(std::move(*cache)).ok());
+    Batch skipped;
+    if (rank == 1) {
+      EXPECT_TRUE(*run->reader->Next(&skipped));
+    }
+    return run;
+  };
+  auto step = [](testing::LocalRun& run) -> absl::Status {
+    Batch batch;
+    DLRM_ASSIGN_OR_RETURN(bool more, run.reader->Next(&batch));
+    if (!more) return absl::OutOfRangeError("out of batches");
+    return run.trainer->Step(batch).status();
+  };
+
+  std::vector<std::unique_ptr<testing::LocalRun>> overlapped(kWorld), synchronous(kWorld);
+  std::vector<std::vector<float>> initial(kWorld), after_one(kWorld), after_many(kWorld);
+  std::vector<absl::Status> status = OnEveryRank(kWorld, [&](int r) -> absl::Status {
+    overlapped[r] = make_run(r, /*overlapped=*/true);
+    initial[r] = HotRowValues(*overlapped[r]->trainer->hot_rows());
+    DLRM_RETURN_IF_ERROR(step(*overlapped[r]));
+    if (HotRowValues(*overlapped[r]->trainer->hot_rows()) != initial[r]) {
+      return absl::InternalError("the step's hot-row update was applied before the drain");
+    }
+    DLRM_RETURN_IF_ERROR(overlapped[r]->trainer->DrainHotExchange());
+    after_one[r] = HotRowValues(*overlapped[r]->trainer->hot_rows());
+    for (int i = 0; i < 6; ++i) DLRM_RETURN_IF_ERROR(step(*overlapped[r]));
+    DLRM_RETURN_IF_ERROR(overlapped[r]->trainer->DrainHotExchange());
+    after_many[r] = HotRowValues(*overlapped[r]->trainer->hot_rows());
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << status[r];
+  EXPECT_NE(after_one[0], initial[0]) << "the first step changed no hot row: a weak test";
+  EXPECT_TRUE(after_many[0] == after_many[1]) << "the replicas differ";
+
+  std::vector<std::vector<float>> sync_one(kWorld);
+  status = OnEveryRank(kWorld, [&](int r) -> absl::Status {
+    synchronous[r] = make_run(r, /*overlapped=*/false);
+    DLRM_RETURN_IF_ERROR(step(*synchronous[r]));
+    sync_one[r] = HotRowValues(*synchronous[r]->trainer->hot_rows());
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << status[r];
+    EXPECT_TRUE(after_one[r] == sync_one[r]) << "rank " << r << ": one drained step is not the "
+                                             << "synchronous exchange's";
+  }
+  // Both runs exchanged bytes for their hot rows, counted where they were sent.
+  EXPECT_GT(overlapped[0]->trainer->counters().hot_sync_bytes, 0);
+  EXPECT_GT(synchronous[0]->trainer->counters().hot_sync_bytes, 0);
 }
 
 }  // namespace

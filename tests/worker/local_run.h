@@ -2,6 +2,7 @@
 // hot-row and pipeline tests put together again and again.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,9 +22,11 @@ struct LocalRun {
   std::unique_ptr<BatchReader> reader;
 };
 
-// One CPU thread everywhere, so runs are deterministic and comparable bit for bit.
-inline std::unique_ptr<LocalRun> MakeLocalRun(const common::JobSpec& spec,
-                                              const std::string& data_path) {
+// One CPU thread everywhere, so runs are deterministic and comparable bit for bit. `adjust`, when
+// given, changes the trainer's options before it is made (e.g. its collectives).
+inline std::unique_ptr<LocalRun> MakeLocalRun(
+    const common::JobSpec& spec, const std::string& data_path,
+    const std::function<void(TrainerOptions&)>& adjust = nullptr) {
   auto run = std::make_unique<LocalRun>();
   auto backend =
       dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu, .cpu_threads = 1});
@@ -40,6 +43,7 @@ inline std::unique_ptr<LocalRun> MakeLocalRun(const common::JobSpec& spec,
   to.backend = run->backend.get();
   to.store = run->store.get();
   to.threads = 1;
+  if (adjust) adjust(to);
   run->trainer = *Trainer::Create(to);
   BatchReaderOptions ro;
   ro.paths = {data_path};
