@@ -66,6 +66,8 @@
 #     --hot-budget B       hot_budget of the generated job (default auto, the service's default:
 #                          the planner's choice under a 256 MiB ceiling)
 #     --hot-rows on|off|both    --pipeline on|off|both    (default on, on)
+#     --hot-exchange overlapped|sync   how workers exchange hot-row gradients (default
+#                          overlapped, the service's default: while the next step computes)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
 #                          compares medians (the byte counts repeat exactly; samples/s on a shared
 #                          machine does not)
@@ -93,12 +95,14 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_mode=on pipe_mode=on rounds=1 smoke=0 keep=0 job_timeout=900
+zipf="" hot_budget=auto hot_mode=on pipe_mode=on hot_exchange=overlapped rounds=1 smoke=0 keep=0
+job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
-      --max-rows | --zipf | --hot-budget | --hot-rows | --pipeline | --rounds | --job-timeout)
+      --max-rows | --zipf | --hot-budget | --hot-rows | --pipeline | --hot-exchange | --rounds | \
+      --job-timeout)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -116,6 +120,7 @@ while [ $# -gt 0 ]; do
     --hot-budget) hot_budget="$2"; shift ;;
     --hot-rows) hot_mode="$2"; shift ;;
     --pipeline) pipe_mode="$2"; shift ;;
+    --hot-exchange) hot_exchange="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --smoke) smoke=1 ;;
     --keep) keep=1 ;;
@@ -139,6 +144,10 @@ case "$hot_mode" in on | off | both) ;; *) die_usage "--hot-rows $hot_mode: on, 
 case "$pipe_mode" in
   on | off | both) ;;
   *) die_usage "--pipeline $pipe_mode: on, off or both" ;;
+esac
+case "$hot_exchange" in
+  overlapped | sync) ;;
+  *) die_usage "--hot-exchange $hot_exchange: overlapped or sync" ;;
 esac
 case "$shaper" in
   "" | netem | userspace | tbf) ;;
@@ -447,6 +456,7 @@ run_one() {  # run_one HOT PIPELINE ROUND (on|off, on|off, 1..)
   done
   [ "$hot" = on ] || worker_args+=(--no-hot-rows)
   [ "$pipe" = on ] || worker_args+=(--no-pipeline)
+  [ "$hot_exchange" = overlapped ] || worker_args+=(--sync-hot-exchange)
   local threads=$((cores / num_workers))
   [ "$threads" -ge 1 ] || threads=1
   for i in "${!worker_ns[@]}"; do
@@ -530,7 +540,8 @@ print(json.dumps({
     "bench": "netem_cluster", "smoke": $smoke == 1,
     "rate": "$rate", "delay": "$delay", "delay_emulated": "$delay_emulated" == "true",
     "shaper": "$netem_shaper", "ps": ${#ps_ns[@]}, "workers": ${#worker_ns[@]},
-    "hot_rows": "$hot", "pipeline": "$pipe", "round": $round, "samples": samples,
+    "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange", "round": $round,
+    "samples": samples,
     "steps": int(fm.get("steps", 0)),
     "samples_per_sec": round(fm.get("samples_per_sec", 0), 1),
     "auc": round(fm.get("auc", 0), 5),
