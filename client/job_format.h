@@ -47,7 +47,6 @@ std::string ToDocument(const google::protobuf::Message& message, OutputFormat fo
 std::string VersionDocument(const std::string& client_version,
                             const std::optional<std::string>& server_version, OutputFormat format);
 
-
 // What the client read from the coordinator to explain why PENDING jobs wait. Either part may
 // be missing when the call that reads it failed; explanations then say less.
 struct ClusterSnapshot {
