@@ -22,7 +22,7 @@ inline constexpr char kManifestName[] = "MANIFEST.json";
 
 struct CheckpointFileEntry {
   std::string name;  // relative to the checkpoint directory
-  std::string kind;    // "dense" | "rows" | "hot_rows" (a worker's hot rows: newer than "rows")
+  std::string kind;  // "dense" | "rows" | "hot_rows" (a worker's hot rows: newer than "rows")
   int table = -1;    // rows: the table
   int part = 0;      // rows: which writer (a parameter server's shard, 0 for dlrm train)
   int64_t rows = 0;  // rows: records in the file

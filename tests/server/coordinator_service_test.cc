@@ -228,8 +228,8 @@ TEST_F(CoordinatorServiceTest, MembersProveTheirIdWithTheirKeyAndOnlyRankZeroGet
 TEST_F(CoordinatorServiceTest, GarbageBytesAreInvalidArgumentNamingTheMessage) {
   const google::protobuf::FileDescriptor* coordinator =
       dlrm::v1::RegisterRequest::descriptor()->file();
-  ::dlrm::testing::ExpectEveryMethodRefusesGarbage(
-      channel_, *coordinator->FindServiceByName("Coordinator"));
+  ::dlrm::testing::ExpectEveryMethodRefusesGarbage(channel_,
+                                                   *coordinator->FindServiceByName("Coordinator"));
   ::dlrm::testing::ExpectEveryMethodRefusesGarbage(
       channel_, *dlrm::v1::SubmitJobRequest::descriptor()->file()->FindServiceByName("Jobs"));
   EXPECT_FALSE(Register(dlrm::v1::ROLE_PS).empty());
