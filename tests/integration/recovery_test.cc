@@ -340,16 +340,21 @@ TEST_F(RecoveryTest, TimedCheckpointsOfAClusterJob) {
 }
 
 // Every committed checkpoint under `root` loads (its whole chain verifies): a checkpoint is the
-// previous state or the new one, never a mix. Returns how many there are.
+// previous state or the new one, never a mix. Returns how many there are. A running job's
+// keep_last may retire one while it is read: retention removes the manifest before the files,
+// so a checkpoint whose manifest is gone when its load failed was retired, not broken.
 int ExpectEveryCommittedCheckpointLoads(const std::string& root) {
   auto all = embedding::ListCheckpoints(root);
   EXPECT_TRUE(all.ok()) << all.status();
   if (!all.ok()) return 0;
+  int loaded = 0;
   for (const auto& m : *all) {
     auto chain = embedding::LoadChain(root + "/" + m.name);
+    if (!chain.ok() && !fs::exists(fs::path(root) / m.name / embedding::kManifestName)) continue;
     EXPECT_TRUE(chain.ok()) << m.name << ": " << chain.status();
+    ++loaded;
   }
-  return static_cast<int>(all->size());
+  return loaded;
 }
 
 // A parameter server killed at 20 seeded points of checkpoint writes (a checkpoint folder exists
