@@ -311,32 +311,25 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     reducer = nccl.get();
     DLRM_LOG(INFO) << "job " << job_id << ": NCCL allreduce, rank " << rank << " of " << world;
   } else if (world > 1) {
-    DLRM_ASSIGN_OR_RETURN(
-        gloo, GlooAllReducer::Create(
-                  {.client = client_.get(),
-                   .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo/"),
-                   .rank = rank,
-                   .world_size = world,
-                   .hostname = options_.advertise_host,
-                   .rendezvous_timeout = options_.collective_timeout,
-                   .op_timeout = options_.collective_timeout,
-                   .cancelled = [this] { return cancel_job_.load(); }}));
+    // A job's Gloo connections, under a rendezvous prefix of their own (`name`).
+    auto connect = [&](const std::string& name) {
+      return GlooAllReducer::Create(
+          {.client = client_.get(),
+           .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/", name, "/"),
+           .rank = rank,
+           .world_size = world,
+           .hostname = options_.advertise_host,
+           .rendezvous_timeout = options_.collective_timeout,
+           .op_timeout = options_.collective_timeout,
+           .cancelled = [this] { return cancel_job_.load(); }});
+    };
+    DLRM_ASSIGN_OR_RETURN(gloo, connect("gloo"));
     reducer = gloo.get();
     if (options_.overlap_hot_exchange && options_.use_hot_rows && spec.hot_budget_bytes != 0 &&
         spec.staleness >= 1) {
-      // The same rendezvous under a prefix of its own: a second mesh of connections, so that the
-      // exchange's collectives never interleave with the compute thread's on one context.
-      DLRM_ASSIGN_OR_RETURN(
-          resources->hot_gloo,
-          GlooAllReducer::Create(
-              {.client = client_.get(),
-               .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/gloo-hot/"),
-               .rank = rank,
-               .world_size = world,
-               .hostname = options_.advertise_host,
-               .rendezvous_timeout = options_.collective_timeout,
-               .op_timeout = options_.collective_timeout,
-               .cancelled = [this] { return cancel_job_.load(); }}));
+      // A second mesh of connections, so that the exchange's collectives never interleave with
+      // the compute thread's on one context.
+      DLRM_ASSIGN_OR_RETURN(resources->hot_gloo, connect("gloo-hot"));
     }
   }
   DenseAllReducer* hot_reducer = resources->hot_gloo.get();
