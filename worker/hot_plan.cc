@@ -24,7 +24,18 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
                    const HotRowCache* current) {
   HotPlan plan;
   plan.hot_ids.resize(sample.tables().size());
-  const std::vector<HotSetSelector::Ranked> ranked = sample.Rank(current);
+  // No more rows than fit in the ceiling can be chosen: only those are ranked in order (a full
+  // sort of every sampled id took 20-100 ms of a refresh, while every worker waited).
+  int64_t min_row_bytes = std::numeric_limits<int64_t>::max();
+  for (size_t t = 0; t < sample.tables().size(); ++t) {
+    min_row_bytes = std::min(min_row_bytes, sample.row_bytes(static_cast<int>(t)));
+  }
+  const size_t limit =
+      sample.tables().empty()
+          ? 0
+          : static_cast<size_t>(std::max<int64_t>(0, options.ceiling_bytes) / min_row_bytes) + 1;
+  const std::vector<HotSetSelector::Ranked> ranked = sample.Rank(current, limit);
+  const HotSetSelector::Totals totals = sample.Total();
   const int dim = sample.tables().empty() ? 1 : sample.tables().front().dim;
   const int world = std::max(1, options.world_size);
 
@@ -38,11 +49,10 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
     if (bytes[i + 1] <= options.ceiling_bytes) fit = i + 1;
   }
   const bool held_out = sample.slices() >= 2;
-  std::vector<HotSetSelector::Ranked> judged = ranked;
-  if (held_out) {
-    std::stable_sort(judged.begin(), judged.end(),
-                     [](const auto& a, const auto& b) { return a.count_even > b.count_even; });
-  }
+  const std::vector<HotSetSelector::Ranked> judged =
+      held_out ? sample.RankByEvenCount(current, limit) : ranked;
+  const double total_presence =
+      static_cast<double>(held_out ? totals.presence_odd : totals.presence);
   const double slices =
       static_cast<double>(std::max<int64_t>(1, held_out ? sample.slices() / 2 : sample.slices()));
   std::vector<double> presence(judged.size() + 1, 0);
@@ -67,7 +77,7 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
     c.rows = static_cast<int64_t>(k);
     c.bytes = bytes[k];
     c.hot_rows_per_step = presence[k] / slices;
-    c.cold_rows_per_step = (presence[ranked.size()] - presence[k]) / slices;
+    c.cold_rows_per_step = (total_presence - presence[k]) / slices;
     c.ps_bytes_per_step = c.cold_rows_per_step * ps_per_row;
     c.sync_bytes_per_step = k == 0 ? 0 : (world - 1) * (c.hot_rows_per_step * sync_per_row + 4);
     c.seconds_per_step =

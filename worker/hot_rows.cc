@@ -63,8 +63,53 @@ void HotSetSelector::Decay() {
   slices_ /= 2;
 }
 
-std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favoured) const {
-  std::vector<std::pair<int64_t, Ranked>> all;  // (rank key, row)
+namespace {
+
+// (rank key, row): the key is the count, kKeepFactor times it for a row of the favoured set.
+using KeyedRow = std::pair<int64_t, HotSetSelector::Ranked>;
+
+// Rank's order: most frequent first; (table, id) breaks ties so the choice is deterministic.
+bool RankedBefore(const KeyedRow& a, const KeyedRow& b) {
+  return std::tie(b.first, a.second.table, a.second.id) <
+         std::tie(a.first, b.second.table, b.second.id);
+}
+
+// The first `limit` of `all` in the order `before`, sorted; the rest is only partitioned off.
+template <typename Before>
+std::vector<HotSetSelector::Ranked> FirstInOrder(std::vector<KeyedRow> all, size_t limit,
+                                                 Before before) {
+  if (limit < all.size()) {
+    std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(limit), all.end(),
+                     before);
+    all.resize(limit);
+  }
+  std::sort(all.begin(), all.end(), before);
+  std::vector<HotSetSelector::Ranked> out;
+  out.reserve(all.size());
+  for (const auto& [key, row] : all) out.push_back(row);
+  return out;
+}
+
+}  // namespace
+
+std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favoured,
+                                                         size_t limit) const {
+  return FirstInOrder(Keyed(favoured), limit, RankedBefore);
+}
+
+std::vector<HotSetSelector::Ranked> HotSetSelector::RankByEvenCount(const HotRowCache* favoured,
+                                                                    size_t limit) const {
+  return FirstInOrder(Keyed(favoured), limit, [](const KeyedRow& a, const KeyedRow& b) {
+    if (a.second.count_even != b.second.count_even) {
+      return a.second.count_even > b.second.count_even;
+    }
+    return RankedBefore(a, b);
+  });
+}
+
+std::vector<std::pair<int64_t, HotSetSelector::Ranked>> HotSetSelector::Keyed(
+    const HotRowCache* favoured) const {
+  std::vector<KeyedRow> all;
   for (size_t t = 0; t < counts_.size(); ++t) {
     for (const auto& [id, stat] : counts_[t]) {
       if (stat.count < min_count_) continue;
@@ -75,15 +120,20 @@ std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favo
                       stat.presence_odd}});
     }
   }
-  // Most frequent first; (table, id) breaks ties so the choice is deterministic.
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    return std::tie(b.first, a.second.table, a.second.id) <
-           std::tie(a.first, b.second.table, b.second.id);
-  });
-  std::vector<Ranked> out;
-  out.reserve(all.size());
-  for (const auto& [key, row] : all) out.push_back(row);
-  return out;
+  return all;
+}
+
+HotSetSelector::Totals HotSetSelector::Total() const {
+  Totals totals;
+  for (const auto& counts : counts_) {
+    for (const auto& [id, stat] : counts) {
+      if (stat.count < min_count_) continue;
+      ++totals.rows;
+      totals.presence += stat.presence;
+      totals.presence_odd += stat.presence_odd;
+    }
+  }
+  return totals;
 }
 
 std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) const {

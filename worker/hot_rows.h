@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -55,8 +56,20 @@ class HotSetSelector {
   // Every id seen at least min_count times, most frequent first (the order Select takes them).
   // With `favoured` (the hot set in use), its rows rank as if seen kKeepFactor times as often:
   // a row leaves the set only for one clearly more frequent, not for sampling noise.
+  // At most `limit` rows: the first of that order, found without sorting the rest (the planner
+  // needs no more than fit in its ceiling).
   static constexpr int64_t kKeepFactor = 2;
-  std::vector<Ranked> Rank(const HotRowCache* favoured = nullptr) const;
+  std::vector<Ranked> Rank(const HotRowCache* favoured = nullptr,
+                           size_t limit = std::numeric_limits<size_t>::max()) const;
+  // The same rows ordered by count_even (most first; ties in Rank's order), at most `limit`.
+  std::vector<Ranked> RankByEvenCount(const HotRowCache* favoured, size_t limit) const;
+  // Over every row Rank lists: how many, and their summed presence and presence_odd.
+  struct Totals {
+    size_t rows = 0;
+    int64_t presence = 0;
+    int64_t presence_odd = 0;
+  };
+  Totals Total() const;
   // Halves every count (dropping ids that reach zero): a window that decays at each refresh
   // remembers the ids of earlier windows at half weight, so that rows too rare to show in every
   // window are not swapped in and out by chance.
@@ -70,6 +83,8 @@ class HotSetSelector {
   const std::vector<embedding::TableConfig>& tables() const { return tables_; }
 
  private:
+  // Every row Rank lists, with its rank key (the count, times kKeepFactor when favoured), unsorted.
+  std::vector<std::pair<int64_t, Ranked>> Keyed(const HotRowCache* favoured) const;
   struct Stat {
     int64_t count = 0;
     int64_t presence = 0;

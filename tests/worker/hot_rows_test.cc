@@ -75,6 +75,62 @@ TEST(HotSetSelector, CountsTheWorkerBatchesARowAppearsIn) {
   EXPECT_EQ(got[5], std::make_pair(int64_t{2}, int64_t{1}));
 }
 
+// Rank with a limit is the first rows of the full ranking (found by a partial selection, not a
+// sort of every id); RankByEvenCount is that ranking re-sorted by the even slices' counts, ties
+// kept in rank order; Total sums every ranked row. Many ties: counts are small integers.
+TEST(HotSetSelector, LimitedRankingsArePrefixesOfTheFullOnes) {
+  std::vector<embedding::TableConfig> tables = {{"a", 5000, 4}, {"b", 5000, 4}};
+  HotSetSelector selector(tables, /*state_floats=*/1, /*min_count=*/2);
+  std::mt19937_64 rng(3);
+  for (int b = 0; b < 40; ++b) {
+    Batch batch;
+    batch.size = 64;
+    batch.sparse.resize(2);
+    for (int t = 0; t < 2; ++t) {
+      batch.sparse[t].offsets.push_back(0);
+      for (int s = 0; s < batch.size; ++s) {
+        for (int k = 0; k < 3; ++k) {
+          // Skewed: small ids often, large ones rarely.
+          batch.sparse[t].ids.push_back(static_cast<int64_t>((rng() % 70) * (rng() % 70)));
+        }
+        batch.sparse[t].offsets.push_back(static_cast<int32_t>(batch.sparse[t].ids.size()));
+      }
+    }
+    selector.Add(batch, /*slices=*/4);
+  }
+  HotRowCacheOptions cache_options;
+  cache_options.tables = tables;
+  auto favoured = HotRowCache::Create(cache_options, selector.Select(200 * 20));
+  ASSERT_TRUE(favoured.ok());
+  const std::vector<HotSetSelector::Ranked> full = selector.Rank(favoured->get());
+  ASSERT_GT(full.size(), 1000u);
+  std::vector<HotSetSelector::Ranked> by_even = full;
+  std::stable_sort(by_even.begin(), by_even.end(),
+                   [](const auto& a, const auto& b) { return a.count_even > b.count_even; });
+  auto same = [](const HotSetSelector::Ranked& a, const HotSetSelector::Ranked& b) {
+    return a.table == b.table && a.id == b.id;
+  };
+  for (size_t limit : {size_t{1}, size_t{37}, size_t{500}, full.size(), full.size() + 5}) {
+    const auto ranked = selector.Rank(favoured->get(), limit);
+    const auto judged = selector.RankByEvenCount(favoured->get(), limit);
+    ASSERT_EQ(ranked.size(), std::min(limit, full.size()));
+    ASSERT_EQ(judged.size(), ranked.size());
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      ASSERT_TRUE(same(ranked[i], full[i])) << "limit " << limit << ", rank " << i;
+      ASSERT_TRUE(same(judged[i], by_even[i])) << "limit " << limit << ", rank " << i;
+    }
+  }
+  const HotSetSelector::Totals totals = selector.Total();
+  EXPECT_EQ(totals.rows, full.size());
+  int64_t presence = 0, presence_odd = 0;
+  for (const auto& r : full) {
+    presence += r.presence;
+    presence_odd += r.presence_odd;
+  }
+  EXPECT_EQ(totals.presence, presence);
+  EXPECT_EQ(totals.presence_odd, presence_odd);
+}
+
 class HotPlanTest : public ::testing::Test {
  protected:
   void SetUp() override {
