@@ -34,8 +34,9 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
       sample.tables().empty()
           ? 0
           : static_cast<size_t>(std::max<int64_t>(0, options.ceiling_bytes) / min_row_bytes) + 1;
-  const std::vector<HotSetSelector::Ranked> ranked = sample.Rank(current, limit);
-  const HotSetSelector::Totals totals = sample.Total();
+  const bool held_out = sample.slices() >= 2;
+  const HotSetSelector::Ranking ranking = sample.RankForPlan(current, limit, held_out);
+  const std::vector<HotSetSelector::Ranked>& ranked = ranking.by_count;
   const int dim = sample.tables().empty() ? 1 : sample.tables().front().dim;
   const int world = std::max(1, options.world_size);
 
@@ -48,11 +49,9 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
     bytes[i + 1] = bytes[i] + sample.row_bytes(ranked[i].table);
     if (bytes[i + 1] <= options.ceiling_bytes) fit = i + 1;
   }
-  const bool held_out = sample.slices() >= 2;
-  const std::vector<HotSetSelector::Ranked> judged =
-      held_out ? sample.RankByEvenCount(current, limit) : ranked;
+  const std::vector<HotSetSelector::Ranked>& judged = held_out ? ranking.by_even_count : ranked;
   const double total_presence =
-      static_cast<double>(held_out ? totals.presence_odd : totals.presence);
+      static_cast<double>(held_out ? ranking.presence_odd : ranking.presence);
   const double slices =
       static_cast<double>(std::max<int64_t>(1, held_out ? sample.slices() / 2 : sample.slices()));
   std::vector<double> presence(judged.size() + 1, 0);

@@ -97,14 +97,24 @@ std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favo
   return FirstInOrder(Keyed(favoured), limit, RankedBefore);
 }
 
-std::vector<HotSetSelector::Ranked> HotSetSelector::RankByEvenCount(const HotRowCache* favoured,
-                                                                    size_t limit) const {
-  return FirstInOrder(Keyed(favoured), limit, [](const KeyedRow& a, const KeyedRow& b) {
-    if (a.second.count_even != b.second.count_even) {
-      return a.second.count_even > b.second.count_even;
-    }
-    return RankedBefore(a, b);
-  });
+HotSetSelector::Ranking HotSetSelector::RankForPlan(const HotRowCache* favoured, size_t limit,
+                                                    bool by_even_count) const {
+  Ranking ranking;
+  std::vector<KeyedRow> all = Keyed(favoured);
+  for (const auto& [key, row] : all) {
+    ranking.presence += row.presence;
+    ranking.presence_odd += row.presence_odd;
+  }
+  if (by_even_count) {
+    ranking.by_even_count = FirstInOrder(all, limit, [](const KeyedRow& a, const KeyedRow& b) {
+      if (a.second.count_even != b.second.count_even) {
+        return a.second.count_even > b.second.count_even;
+      }
+      return RankedBefore(a, b);
+    });
+  }
+  ranking.by_count = FirstInOrder(std::move(all), limit, RankedBefore);
+  return ranking;
 }
 
 std::vector<std::pair<int64_t, HotSetSelector::Ranked>> HotSetSelector::Keyed(
@@ -121,19 +131,6 @@ std::vector<std::pair<int64_t, HotSetSelector::Ranked>> HotSetSelector::Keyed(
     }
   }
   return all;
-}
-
-HotSetSelector::Totals HotSetSelector::Total() const {
-  Totals totals;
-  for (const auto& counts : counts_) {
-    for (const auto& [id, stat] : counts) {
-      if (stat.count < min_count_) continue;
-      ++totals.rows;
-      totals.presence += stat.presence;
-      totals.presence_odd += stat.presence_odd;
-    }
-  }
-  return totals;
 }
 
 std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) const {

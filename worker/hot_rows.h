@@ -61,15 +61,16 @@ class HotSetSelector {
   static constexpr int64_t kKeepFactor = 2;
   std::vector<Ranked> Rank(const HotRowCache* favoured = nullptr,
                            size_t limit = std::numeric_limits<size_t>::max()) const;
-  // The same rows ordered by count_even (most first; ties in Rank's order), at most `limit`.
-  std::vector<Ranked> RankByEvenCount(const HotRowCache* favoured, size_t limit) const;
-  // Over every row Rank lists: how many, and their summed presence and presence_odd.
-  struct Totals {
-    size_t rows = 0;
+  // What the planner reads, from one pass over the counts: Rank(favoured, limit); with
+  // `by_even_count`, the first `limit` of the same rows by count_even (most first, ties in Rank's
+  // order); and presence and presence_odd summed over every row Rank lists.
+  struct Ranking {
+    std::vector<Ranked> by_count;
+    std::vector<Ranked> by_even_count;
     int64_t presence = 0;
     int64_t presence_odd = 0;
   };
-  Totals Total() const;
+  Ranking RankForPlan(const HotRowCache* favoured, size_t limit, bool by_even_count) const;
   // Halves every count (dropping ids that reach zero): a window that decays at each refresh
   // remembers the ids of earlier windows at half weight, so that rows too rare to show in every
   // window are not swapped in and out by chance.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -76,8 +77,9 @@ TEST(HotSetSelector, CountsTheWorkerBatchesARowAppearsIn) {
 }
 
 // Rank with a limit is the first rows of the full ranking (found by a partial selection, not a
-// sort of every id); RankByEvenCount is that ranking re-sorted by the even slices' counts, ties
-// kept in rank order; Total sums every ranked row. Many ties: counts are small integers.
+// sort of every id); RankForPlan gives the same, that ranking re-sorted by the even slices'
+// counts (ties kept in rank order), and the presence summed over every ranked row. Many ties:
+// counts are small integers.
 TEST(HotSetSelector, LimitedRankingsArePrefixesOfTheFullOnes) {
   std::vector<embedding::TableConfig> tables = {{"a", 5000, 4}, {"b", 5000, 4}};
   HotSetSelector selector(tables, /*state_floats=*/1, /*min_count=*/2);
@@ -112,7 +114,10 @@ TEST(HotSetSelector, LimitedRankingsArePrefixesOfTheFullOnes) {
   };
   for (size_t limit : {size_t{1}, size_t{37}, size_t{500}, full.size(), full.size() + 5}) {
     const auto ranked = selector.Rank(favoured->get(), limit);
-    const auto judged = selector.RankByEvenCount(favoured->get(), limit);
+    const HotSetSelector::Ranking plan = selector.RankForPlan(favoured->get(), limit, true);
+    ASSERT_EQ(plan.by_count.size(), ranked.size());
+    for (size_t i = 0; i < ranked.size(); ++i) ASSERT_TRUE(same(plan.by_count[i], ranked[i]));
+    const auto& judged = plan.by_even_count;
     ASSERT_EQ(ranked.size(), std::min(limit, full.size()));
     ASSERT_EQ(judged.size(), ranked.size());
     for (size_t i = 0; i < ranked.size(); ++i) {
@@ -120,8 +125,9 @@ TEST(HotSetSelector, LimitedRankingsArePrefixesOfTheFullOnes) {
       ASSERT_TRUE(same(judged[i], by_even[i])) << "limit " << limit << ", rank " << i;
     }
   }
-  const HotSetSelector::Totals totals = selector.Total();
-  EXPECT_EQ(totals.rows, full.size());
+  const HotSetSelector::Ranking totals =
+      selector.RankForPlan(favoured->get(), std::numeric_limits<size_t>::max(), true);
+  EXPECT_EQ(totals.by_count.size(), full.size());
   int64_t presence = 0, presence_odd = 0;
   for (const auto& r : full) {
     presence += r.presence;
