@@ -1,0 +1,197 @@
+// Trainer's hot rows (worker/trainer.h): the exchange of their gradients between the workers
+// (on the compute thread, or overlapped with the next step on a thread of its own), and
+// installing or migrating the hot set.
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker {
+
+absl::Status Trainer::ApplyHotGradients() {
+  if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
+  // Overlapped: the previous step's exchange is applied first, in step order on every rank, and
+  // its input buffer is free again.
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
+  // This step's touched rows, ascending in the flat layout (tables in order, slots sorted), with
+  // their gradients; the accumulation buffer is left zero for the next step.
+  hot_local_.clear();
+  for (int t = 0; t < num_tables_; ++t) {
+    std::vector<int32_t>& slots = hot_touched_[t];
+    std::sort(slots.begin(), slots.end());
+    const int64_t base = hot_->grad_offset(t) / dim_;
+    for (int32_t slot : slots) {
+      const int64_t row = base + slot;
+      float* g = hot_grads_.data() + row * dim_;
+      hot_local_.rows.push_back(static_cast<int32_t>(row));
+      hot_local_.grads.insert(hot_local_.grads.end(), g, g + dim_);
+      std::fill(g, g + dim_, 0.0f);
+    }
+    slots.clear();
+  }
+  if (DenseAllReducer* hot_reducer = options_.hot_allreducer; hot_reducer != nullptr) {
+    // The previous step's exchange was applied above (DrainHotExchange, before the packing).
+    hot_thread_ = std::thread([this, hot_reducer, rows = hot_->total_rows()] {
+      const int64_t sent_before = hot_reducer->sent_bytes();
+      hot_thread_status_ =
+          hot_exchange_.Run(hot_reducer, dim_, rows, hot_local_, &hot_gathered_, hot_wire_dtype_);
+      hot_thread_sent_ = hot_reducer->sent_bytes() - sent_before;
+    });
+    return absl::OkStatus();
+  }
+  DenseAllReducer* reducer = options_.allreducer;
+  const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
+  DLRM_RETURN_IF_ERROR(hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_,
+                                         &hot_gathered_, hot_wire_dtype_));
+  if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
+  ApplyGatheredHotGradients();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::DrainHotExchange() {
+  if (!hot_thread_.joinable()) return absl::OkStatus();
+  hot_thread_.join();
+  counters_.hot_sync_bytes += hot_thread_sent_;
+  DLRM_RETURN_IF_ERROR(hot_thread_status_);
+  ApplyGatheredHotGradients();
+  return absl::OkStatus();
+}
+
+void Trainer::ApplyGatheredHotGradients() {
+  const int world = static_cast<int>(hot_gathered_.counts.size());
+  // Scaled by 1/world like the cold rows' pushes.
+  if (world > 1) {
+    const float scale = 1.0f / static_cast<float>(world);
+    for (float& v : hot_gathered_.grads) v *= scale;
+  }
+  if (world > 1 && options_.hot_updates == TrainerOptions::HotUpdates::kSummed) {
+    SumGatheredHotGradients();
+    hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data());
+    return;
+  }
+  // Each worker's gradient is its own step, in rank order, as the parameter servers apply each
+  // worker's push.
+  for (int r = 0; r < world; ++r) {
+    hot_->ApplyRowGradients(hot_gathered_.Rows(r), hot_gathered_.Grads(r));
+  }
+}
+
+void Trainer::SumGatheredHotGradients() {
+  // Summed in rank order in the (zero) accumulation buffer: the same bits on every replica.
+  hot_summed_.clear();
+  hot_marked_.resize(hot_->total_rows(), 0);
+  for (size_t r = 0; r < hot_gathered_.counts.size(); ++r) {
+    const float* g = hot_gathered_.Grads(static_cast<int>(r));
+    for (int32_t row : hot_gathered_.Rows(static_cast<int>(r))) {
+      float* dst = hot_grads_.data() + static_cast<int64_t>(row) * dim_;
+      if (hot_marked_[row] == 0) {
+        hot_marked_[row] = 1;
+        hot_summed_.rows.push_back(row);
+      }
+      for (int k = 0; k < dim_; ++k) dst[k] += g[k];
+      g += dim_;
+    }
+  }
+  std::sort(hot_summed_.rows.begin(), hot_summed_.rows.end());
+  for (int32_t row : hot_summed_.rows) {
+    hot_marked_[row] = 0;
+    float* src = hot_grads_.data() + static_cast<int64_t>(row) * dim_;
+    hot_summed_.grads.insert(hot_summed_.grads.end(), src, src + dim_);
+    std::fill(src, src + dim_, 0.0f);
+  }
+}
+
+absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
+  if (gpu_tables_ != nullptr && cache != nullptr && cache->total_rows() > 0) {
+    return absl::FailedPreconditionError(
+        "every embedding table lives in GPU memory: there is no hot set to replicate");
+  }
+  if (cache != nullptr && cache->num_tables() != num_tables_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot set has ", cache->num_tables(), " tables, the model ", num_tables_));
+  }
+  if (gpu_hot_ != nullptr) {
+    if (cache != nullptr) {
+      DLRM_RETURN_IF_ERROR(gpu_hot_->Upload(*cache));
+    } else {
+      gpu_hot_->Clear();
+    }
+  }
+  hot_ = std::move(cache);
+  combined_.assign(num_tables_, {});
+  // The host cache's gradient buffers; GPU hot rows keep theirs on the device.
+  hot_grads_.assign(hot_ && gpu_hot_ == nullptr ? hot_->grad_floats() : 0, 0.0f);
+  hot_touched_.assign(num_tables_, {});
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SyncHotRowsToHost() {
+  if (gpu_hot_ == nullptr || hot_ == nullptr) return absl::OkStatus();
+  return gpu_hot_->Download(hot_.get());
+}
+
+absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot_ids,
+                                    bool write_back) {
+  DLRM_RETURN_IF_ERROR(DrainHotExchange());
+  if (hot_ids.size() != static_cast<size_t>(num_tables_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot set has ", hot_ids.size(), " tables, the model ", num_tables_));
+  }
+  if (gpu_tables_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "every embedding table lives in GPU memory: there is no hot set to migrate");
+  }
+  if (hot_ == nullptr) {
+    HotRowCacheOptions options;
+    options.tables = options_.store->tables();
+    DLRM_ASSIGN_OR_RETURN(options.optimizer, SparseOptimizerFromSpec(options_.spec));
+    options.seed = options_.spec.seed;
+    DLRM_ASSIGN_OR_RETURN(
+        auto empty, HotRowCache::Create(options, std::vector<std::vector<int64_t>>(num_tables_)));
+    DLRM_RETURN_IF_ERROR(SetHotRows(std::move(empty)));
+  }
+  // The trained values of GPU hot rows: those leaving are written back, those staying kept.
+  DLRM_RETURN_IF_ERROR(SyncHotRowsToHost());
+  const auto leaving = hot_->LeavingIds(hot_ids);
+  const auto missing = hot_->MissingIds(hot_ids);
+  if (write_back) {
+    std::vector<embedding::TableRows> out;
+    for (int t = 0; t < num_tables_; ++t) {
+      if (leaving[t].empty()) continue;
+      embedding::TableRows r;
+      r.table = t;
+      r.ids = leaving[t];
+      const int rf = hot_->row_floats(t);
+      r.values.resize(r.ids.size() * rf);
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        std::memcpy(r.values.data() + i * rf, hot_->StoredRow(t, hot_->Find(t, r.ids[i])),
+                    rf * sizeof(float));
+      }
+      out.push_back(std::move(r));
+    }
+    if (!out.empty()) DLRM_RETURN_IF_ERROR(options_.store->WriteStoredRows(out));
+  }
+  std::vector<embedding::TableRows> in;
+  for (int t = 0; t < num_tables_; ++t) {
+    if (missing[t].empty()) continue;
+    embedding::TableRows r;
+    r.table = t;
+    r.ids = missing[t];
+    in.push_back(std::move(r));
+  }
+  if (!in.empty()) DLRM_RETURN_IF_ERROR(options_.store->ReadStoredRows(absl::MakeSpan(in)));
+  std::vector<std::vector<float>> incoming(num_tables_);
+  for (auto& r : in) incoming[r.table] = std::move(r.values);
+  hot_->Rebuild(hot_ids, incoming);
+  if (gpu_hot_ != nullptr) return gpu_hot_->Upload(*hot_);
+  hot_grads_.assign(hot_->grad_floats(), 0.0f);
+  hot_touched_.assign(num_tables_, {});
+  return absl::OkStatus();
+}
+
+}  // namespace dlrm::worker
