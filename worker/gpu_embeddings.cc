@@ -31,7 +31,11 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
   // Rows per chunk of CopyToStore and CopyFromStore.
   static constexpr int64_t kCopyChunkRows = 1 << 18;
 
-  explicit CudaGpuEmbeddings(const GpuEmbeddingsOptions& options) : options_(options) {}
+  explicit CudaGpuEmbeddings(const GpuEmbeddingsOptions& options) : options_(options) {
+    if (options_.poolings.empty()) {
+      options_.poolings.assign(options_.tables.size(), embedding::PoolingMode::kSum);
+    }
+  }
 
   absl::Status Init() {
     const int threads = options_.init_threads > 0
@@ -72,8 +76,9 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
 
   absl::Status Lookup(const Batch& batch, float* device_emb) override {
     DLRM_RETURN_IF_ERROR(FuseBags(batch));
+    // Bag b * T + t is table t's: pooled by poolings[t] (fused_bags.h).
     return table_->Lookup(bags_.ids.data(), bags_.offsets.data(), batch.size * num_tables(),
-                          options_.pooling, device_emb, dim());
+                          options_.poolings, device_emb, dim());
   }
 
   absl::Status ApplyGradients(const float* device_demb) override {
@@ -181,6 +186,11 @@ absl::StatusOr<std::unique_ptr<GpuEmbeddings>> GpuEmbeddings::Create(
                                                      options.tables[t].dim, ", table 0 has ",
                                                      options.tables.front().dim));
     }
+  }
+  if (!options.poolings.empty() && options.poolings.size() != options.tables.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU embedding tables: ", options.poolings.size(), " poolings for ",
+                     options.tables.size(), " tables"));
   }
   auto gpu = std::make_unique<CudaGpuEmbeddings>(options);
   DLRM_RETURN_IF_ERROR(gpu->Init());

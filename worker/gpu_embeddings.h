@@ -35,7 +35,9 @@ struct GpuEmbeddingsOptions {
   std::vector<embedding::TableConfig> tables;  // every table has the same dim
   embedding::SparseOptimizerOptions optimizer;
   uint64_t seed = 0;
-  embedding::PoolingMode pooling = embedding::PoolingMode::kSum;
+  // Each table's pooling (JobSpec::TablePooling), one per table; empty: every table sums. Tables
+  // that pool differently still share one gather and one sort-and-apply a step.
+  std::vector<embedding::PoolingMode> poolings;
   // A CUDA backend (dense::cuda::CreateCudaBackend); not owned, must outlive this.
   dense::Backend* backend = nullptr;
   // Host threads that compute the initial rows (InitRowWithState); 0 = the machine's cores.
@@ -60,13 +62,15 @@ class GpuEmbeddings {
     return bytes;
   }
 
-  // Allocates and initialises every table. INVALID_ARGUMENT for a non-CUDA backend or tables of
-  // different dims, RESOURCE_EXHAUSTED when they do not fit, UNIMPLEMENTED without CUDA.
+  // Allocates and initialises every table. INVALID_ARGUMENT for a non-CUDA backend, tables of
+  // different dims or poolings for another number of tables, RESOURCE_EXHAUSTED when they do not
+  // fit, UNIMPLEMENTED without CUDA.
   static absl::StatusOr<std::unique_ptr<GpuEmbeddings>> Create(const GpuEmbeddingsOptions& options);
   virtual ~GpuEmbeddings() = default;
 
-  // device_emb[b * T * dim + t * dim + k] = pool of table t's rows for sample b (the layout of
-  // DlrmDenseModel's emb input). INVALID_ARGUMENT naming the table and id for an id out of range.
+  // device_emb[b * T * dim + t * dim + k] = pool of table t's rows for sample b, by table t's
+  // pooling (the layout of DlrmDenseModel's emb input). INVALID_ARGUMENT naming the table and id
+  // for an id out of range.
   virtual absl::Status Lookup(const Batch& batch, float* device_emb) = 0;
   // Backward of the last Lookup (device_demb in its layout) and one sparse optimizer step per
   // distinct row its batch touched (gradients of duplicate ids summed first, as the store's Push

@@ -20,7 +20,11 @@ using embedding::cuda::GpuHotCache;
 
 class CudaGpuHotRows : public GpuHotRows {
  public:
-  explicit CudaGpuHotRows(const GpuHotRowsOptions& options) : options_(options) {}
+  explicit CudaGpuHotRows(const GpuHotRowsOptions& options) : options_(options) {
+    if (options_.poolings.empty()) {
+      options_.poolings.assign(options_.tables.size(), embedding::PoolingMode::kSum);
+    }
+  }
 
   absl::Status Upload(const HotRowCache& cache) override {
     absl::Status status = Install(cache);
@@ -83,7 +87,7 @@ class CudaGpuHotRows : public GpuHotRows {
     step.indices = bags_.indices.data();
     step.offsets = bags_.offsets.data();
     step.batch = batch.size * num_tables();
-    step.mode = options_.pooling;
+    step.table_modes = options_.poolings;  // bag b * T + t is table t's (fused_bags.h)
     return cache_->Lookup(step, device_emb, dim());
   }
 
@@ -211,6 +215,11 @@ absl::StatusOr<std::unique_ptr<GpuHotRows>> GpuHotRows::Create(const GpuHotRowsO
                                                      options.tables[t].dim, ", table 0 has ",
                                                      options.tables.front().dim));
     }
+  }
+  if (!options.poolings.empty() && options.poolings.size() != options.tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU hot rows: ", options.poolings.size(),
+                                                   " poolings for ", options.tables.size(),
+                                                   " tables"));
   }
   return std::unique_ptr<GpuHotRows>(new CudaGpuHotRows(options));
 }

@@ -38,7 +38,8 @@ struct SparseWork;  // worker/trainer.h
 struct GpuHotRowsOptions {
   std::vector<embedding::TableConfig> tables;  // every table has the same dim
   embedding::SparseOptimizerOptions optimizer;
-  embedding::PoolingMode pooling = embedding::PoolingMode::kSum;
+  // Each table's pooling (JobSpec::TablePooling), one per table; empty: every table sums.
+  std::vector<embedding::PoolingMode> poolings;
   // A CUDA backend (dense::cuda::CreateCudaBackend); not owned, must outlive this.
   dense::Backend* backend = nullptr;
   // Sum the hot rows' gradients over the workers: the device reducer when set, else the host
@@ -54,8 +55,8 @@ class GpuHotRows {
  public:
   // True in builds with CUDA (whether or not a device is present).
   static bool Available();
-  // Starts with no hot rows (every row is cold). INVALID_ARGUMENT for a non-CUDA backend or
-  // tables of different dims, UNIMPLEMENTED without CUDA.
+  // Starts with no hot rows (every row is cold). INVALID_ARGUMENT for a non-CUDA backend, tables
+  // of different dims or poolings for another number of tables, UNIMPLEMENTED without CUDA.
   static absl::StatusOr<std::unique_ptr<GpuHotRows>> Create(const GpuHotRowsOptions& options);
   virtual ~GpuHotRows() = default;
 
@@ -69,7 +70,8 @@ class GpuHotRows {
   virtual absl::Status Download(HotRowCache* cache) = 0;
 
   // Pools the batch's rows (work's cold rows and hot slots, Trainer::PrepareSparse/FetchRows)
-  // into device_emb, laid out [batch x T x dim] (DlrmDenseModel's emb input).
+  // into device_emb, laid out [batch x T x dim] (DlrmDenseModel's emb input), each table by its
+  // pooling.
   virtual absl::Status Lookup(const Batch& batch, const SparseWork& work, float* device_emb) = 0;
   // Backward of the last Lookup (device_demb in its layout): fills work->grads with the cold ids
   // and their summed gradients times cold_scale, then applies the hot rows' gradients (summed

@@ -79,18 +79,6 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
   }
 }
 
-absl::StatusOr<embedding::PoolingMode> Trainer::OnePooling(const char* what) const {
-  for (int t = 1; t < num_tables_; ++t) {
-    if (poolings_[t] != poolings_[0]) {
-      return absl::UnimplementedError(absl::StrCat(
-          what, " pool every table one way; table ", options_.spec.tables[t].name, " pools by ",
-          options_.spec.TablePooling(t), ", table ", options_.spec.tables[0].name, " by ",
-          options_.spec.TablePooling(0), " (per-table pooling runs on the CPU: device: cpu)"));
-    }
-  }
-  return poolings_.empty() ? embedding::PoolingMode::kSum : poolings_[0];
-}
-
 Trainer::~Trainer() {
   // An exchange in flight ends with its collective (or its timeout when a peer is gone).
   if (hot_thread_.joinable()) hot_thread_.join();
@@ -171,7 +159,7 @@ absl::Status Trainer::InitGpu() {
   GpuHotRowsOptions hot;
   hot.tables = options_.store->tables();
   DLRM_ASSIGN_OR_RETURN(hot.optimizer, SparseOptimizerFromSpec(spec));
-  DLRM_ASSIGN_OR_RETURN(hot.pooling, OnePooling("GPU hot rows"));
+  hot.poolings = poolings_;
   hot.backend = b;
   hot.device_reducer = options_.device_allreducer;
   hot.host_reducer = options_.allreducer;
@@ -215,7 +203,7 @@ absl::Status Trainer::InitGpuTables() {
   gpu_options.tables = options_.store->tables();
   gpu_options.optimizer = optimizer;
   gpu_options.seed = spec.seed;
-  DLRM_ASSIGN_OR_RETURN(gpu_options.pooling, OnePooling("GPU embedding tables"));
+  gpu_options.poolings = poolings_;
   gpu_options.backend = b;
   gpu_options.init_threads = options_.threads;
   gpu_options.pool = pool_.get();

@@ -255,9 +255,6 @@ class Trainer {
   int num_tables_ = 0;
   int dim_ = 0;
   std::vector<embedding::PoolingMode> poolings_;  // per table
-  // The one pooling of every table, for the GPU paths (which pool all tables in one kernel);
-  // UNIMPLEMENTED naming two tables when they differ.
-  absl::StatusOr<embedding::PoolingMode> OnePooling(const char* what) const;
   std::unique_ptr<dense::DlrmDenseModel> model_;
   std::unique_ptr<embedding::EmbeddingKernels> kernels_;  // host-side pooling
   embedding::LocalEmbeddingStore* local_ = nullptr;       // the store, when it is in-process

@@ -36,8 +36,8 @@ class CudaEmbeddingKernels final : public EmbeddingKernels {
                     const int32_t* offsets, int batch, PoolingMode mode, float* out,
                     int64_t out_stride) override {
     DLRM_CUDA_CHECK(cudaSetDevice(device_));
-    LaunchPooledGather(rows, row_stride, dim, indices, offsets, batch, mode, out, out_stride,
-                       stream_);
+    LaunchPooledGather(rows, row_stride, dim, indices, offsets, batch, BagPooling::All(mode), out,
+                       out_stride, stream_);
     Finish();
   }
 
@@ -61,8 +61,9 @@ class CudaEmbeddingKernels final : public EmbeddingKernels {
       DLRM_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
       workspace_bytes_ = bytes;
     }
-    LaunchPooledScatterGrad(dout, out_stride, dim, indices, offsets, batch, nnz, mode, num_rows,
-                            grad_rows, workspace_, workspace_bytes_, stream_);
+    LaunchPooledScatterGrad(dout, out_stride, dim, indices, offsets, batch, nnz,
+                            BagPooling::All(mode), num_rows, grad_rows, workspace_,
+                            workspace_bytes_, stream_);
     Finish();
   }
 

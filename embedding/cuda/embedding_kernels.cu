@@ -54,12 +54,20 @@ __device__ __forceinline__ void Store(float* p, T v) {
   *reinterpret_cast<T*>(p) = v;
 }
 
+// Whether bag `bag` is mean-pooled (embedding_kernels.h BagPooling): one test of a kernel
+// parameter with one mode, one byte read (the same few bytes for every bag, cached) per table.
+__device__ __forceinline__ bool MeanBag(const BagPooling& pooling, int bag) {
+  return pooling.table_means == nullptr ? pooling.mean
+                                        : pooling.table_means[bag % pooling.num_tables] != 0;
+}
+
 // ---- pooled gather: a team of `lanes` lanes per bag, four rows in flight per lane ----
 template <typename T>
 __global__ void PooledGatherKernel(const float* __restrict__ rows, int64_t row_stride, int dim,
                                    const int64_t* __restrict__ indices,
-                                   const int32_t* __restrict__ offsets, int batch, bool mean,
-                                   float* __restrict__ out, int64_t out_stride, int lanes) {
+                                   const int32_t* __restrict__ offsets, int batch,
+                                   BagPooling pooling, float* __restrict__ out, int64_t out_stride,
+                                   int lanes) {
   constexpr int kV = sizeof(T) / sizeof(float);
   const int b = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
   if (b >= batch) return;  // no warp-collective operations below
@@ -67,6 +75,7 @@ __global__ void PooledGatherKernel(const float* __restrict__ rows, int64_t row_s
   const int vectors = dim / kV;
   const int begin = offsets[b];
   const int end = offsets[b + 1];
+  const bool mean = MeanBag(pooling, b);
   float* out_b = out + static_cast<int64_t>(b) * out_stride;
   for (int col = c; col < vectors; col += lanes) {
     const float* base = rows + col * kV;
@@ -107,7 +116,7 @@ template <typename T>
 __global__ void SegmentSumKernel(const int64_t* __restrict__ keys,
                                  const int32_t* __restrict__ samples, int nnz,
                                  const float* __restrict__ dout, int64_t out_stride,
-                                 const int32_t* __restrict__ offsets, bool mean, int dim,
+                                 const int32_t* __restrict__ offsets, BagPooling pooling, int dim,
                                  int64_t num_rows, float* __restrict__ grad_rows, int lanes,
                                  const int32_t* __restrict__ segment_index,
                                  int64_t* __restrict__ compact_slots) {
@@ -135,7 +144,8 @@ __global__ void SegmentSumKernel(const int64_t* __restrict__ keys,
       for (int64_t e = p + g; e < nnz && keys[e] == key; e += groups) {
         const int b = samples[e];
         float scale = 1.0f;
-        if (mean) scale = 1.0f / static_cast<float>(offsets[b + 1] - offsets[b]);
+        // b holds entry e, so its length is >= 1.
+        if (MeanBag(pooling, b)) scale = 1.0f / static_cast<float>(offsets[b + 1] - offsets[b]);
         acc = Add(acc, Scale(Load<T>(dout + b * out_stride + col * kV), scale));
       }
     }
@@ -245,20 +255,21 @@ __global__ void SparseOptimizerKernel(OptimizerParams o, float* __restrict__ row
 }  // namespace
 
 void LaunchPooledGather(const float* rows, int64_t row_stride, int dim, const int64_t* indices,
-                        const int32_t* offsets, int batch, PoolingMode mode, float* out,
+                        const int32_t* offsets, int batch, const BagPooling& pooling, float* out,
                         int64_t out_stride, cudaStream_t stream) {
   if (batch <= 0 || dim <= 0) return;
-  const bool mean = mode == PoolingMode::kMean;
+  DLRM_CHECK(pooling.table_means == nullptr || pooling.num_tables > 0)
+      << "per-table pooling of " << pooling.num_tables << " tables";
   const bool vec4 = dim % 4 == 0 && row_stride % 4 == 0 && out_stride % 4 == 0 && Aligned16(rows) &&
                     Aligned16(out);
   const int lanes = LanesFor(vec4 ? dim / 4 : dim);
   const int blocks = BlocksFor(static_cast<int64_t>(batch) * lanes);
   if (vec4) {
     PooledGatherKernel<float4><<<blocks, kBlock, 0, stream>>>(
-        rows, row_stride, dim, indices, offsets, batch, mean, out, out_stride, lanes);
+        rows, row_stride, dim, indices, offsets, batch, pooling, out, out_stride, lanes);
   } else {
     PooledGatherKernel<float><<<blocks, kBlock, 0, stream>>>(
-        rows, row_stride, dim, indices, offsets, batch, mean, out, out_stride, lanes);
+        rows, row_stride, dim, indices, offsets, batch, pooling, out, out_stride, lanes);
   }
   DLRM_CUDA_CHECK_LAUNCH();
 }
@@ -275,12 +286,14 @@ namespace {
 // Shared by both scatter forms: compact_slots == nullptr writes rows by index (grad_rows is
 // num_rows x dim, zeroed first), otherwise rows by segment rank (grad_rows is nnz x dim).
 void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
-                 const int32_t* offsets, int batch, int nnz, PoolingMode mode, int64_t num_rows,
-                 float* grad_rows, int64_t* compact_slots, void* workspace, size_t workspace_bytes,
-                 cudaStream_t stream) {
+                 const int32_t* offsets, int batch, int nnz, const BagPooling& pooling,
+                 int64_t num_rows, float* grad_rows, int64_t* compact_slots, void* workspace,
+                 size_t workspace_bytes, cudaStream_t stream) {
   const size_t n = static_cast<size_t>(nnz);
   DLRM_CHECK(workspace_bytes >= ScatterGradWorkspaceBytes(nnz, num_rows))
       << "scatter workspace of " << workspace_bytes << " bytes is too small for nnz=" << nnz;
+  DLRM_CHECK(pooling.table_means == nullptr || pooling.num_tables > 0)
+      << "per-table pooling of " << pooling.num_tables << " tables";
   char* cursor = static_cast<char*>(workspace);
   auto take = [&cursor](size_t bytes) {
     char* p = cursor;
@@ -314,17 +327,16 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
     // Slots past the last segment stay -1 (all bits set): the optimizer skips them.
     DLRM_CUDA_CHECK(cudaMemsetAsync(compact_slots, 0xff, n * sizeof(int64_t), stream));
   }
-  const bool mean = mode == PoolingMode::kMean;
   const bool vec4 = dim % 4 == 0 && out_stride % 4 == 0 && Aligned16(dout) && Aligned16(grad_rows);
   const int lanes = LanesFor(vec4 ? dim / 4 : dim);
   const int blocks = BlocksFor(static_cast<int64_t>(nnz) * kWarp);
   if (vec4) {
     SegmentSumKernel<float4><<<blocks, kBlock, 0, stream>>>(
-        keys_out, samples_out, nnz, dout, out_stride, offsets, mean, dim, num_rows, grad_rows,
+        keys_out, samples_out, nnz, dout, out_stride, offsets, pooling, dim, num_rows, grad_rows,
         lanes, segment_index, compact_slots);
   } else {
     SegmentSumKernel<float><<<blocks, kBlock, 0, stream>>>(
-        keys_out, samples_out, nnz, dout, out_stride, offsets, mean, dim, num_rows, grad_rows,
+        keys_out, samples_out, nnz, dout, out_stride, offsets, pooling, dim, num_rows, grad_rows,
         lanes, segment_index, compact_slots);
   }
   DLRM_CUDA_CHECK_LAUNCH();
@@ -333,24 +345,24 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
 }  // namespace
 
 void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
-                             const int32_t* offsets, int batch, int nnz, PoolingMode mode,
+                             const int32_t* offsets, int batch, int nnz, const BagPooling& pooling,
                              int64_t num_rows, float* grad_rows, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream) {
   if (num_rows <= 0 || dim <= 0) return;
   DLRM_CUDA_CHECK(
       cudaMemsetAsync(grad_rows, 0, static_cast<size_t>(num_rows) * dim * sizeof(float), stream));
   if (batch <= 0 || nnz <= 0) return;
-  ScatterGrad(dout, out_stride, dim, indices, offsets, batch, nnz, mode, num_rows, grad_rows,
+  ScatterGrad(dout, out_stride, dim, indices, offsets, batch, nnz, pooling, num_rows, grad_rows,
               nullptr, workspace, workspace_bytes, stream);
 }
 
 void LaunchPooledScatterGradCompact(const float* dout, int64_t out_stride, int dim,
                                     const int64_t* indices, const int32_t* offsets, int batch,
-                                    int nnz, PoolingMode mode, int64_t num_rows, float* grads,
-                                    int64_t* slots, void* workspace, size_t workspace_bytes,
-                                    cudaStream_t stream) {
+                                    int nnz, const BagPooling& pooling, int64_t num_rows,
+                                    float* grads, int64_t* slots, void* workspace,
+                                    size_t workspace_bytes, cudaStream_t stream) {
   if (num_rows <= 0 || dim <= 0 || batch <= 0 || nnz <= 0) return;
-  ScatterGrad(dout, out_stride, dim, indices, offsets, batch, nnz, mode, num_rows, grads, slots,
+  ScatterGrad(dout, out_stride, dim, indices, offsets, batch, nnz, pooling, num_rows, grads, slots,
               workspace, workspace_bytes, stream);
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "embedding/cuda/bag_pooling.h"
 #include "embedding/kernels.h"
 
 namespace dlrm::embedding::cuda {
@@ -14,7 +15,7 @@ namespace dlrm::embedding::cuda {
 // Team of lanes per bag (float4 loads when dim, strides and pointers allow), bag entries summed
 // in index order: the same order as the CPU reference.
 void LaunchPooledGather(const float* rows, int64_t row_stride, int dim, const int64_t* indices,
-                        const int32_t* offsets, int batch, PoolingMode mode, float* out,
+                        const int32_t* offsets, int batch, const BagPooling& pooling, float* out,
                         int64_t out_stride, cudaStream_t stream);
 
 // Bytes of device workspace LaunchPooledScatterGrad needs for `nnz` indices.
@@ -26,7 +27,7 @@ size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows);
 // atomics: the same input gives bit-identical output on every run. `nnz` = offsets[batch].
 // Indices outside [0, num_rows) are ignored. `workspace` holds ScatterGradWorkspaceBytes bytes.
 void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
-                             const int32_t* offsets, int batch, int nnz, PoolingMode mode,
+                             const int32_t* offsets, int batch, int nnz, const BagPooling& pooling,
                              int64_t num_rows, float* grad_rows, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream);
 
@@ -36,9 +37,9 @@ void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim, con
 // Feed both straight to LaunchApplySparseOptimizer with n = nnz. Fully asynchronous.
 void LaunchPooledScatterGradCompact(const float* dout, int64_t out_stride, int dim,
                                     const int64_t* indices, const int32_t* offsets, int batch,
-                                    int nnz, PoolingMode mode, int64_t num_rows, float* grads,
-                                    int64_t* slots, void* workspace, size_t workspace_bytes,
-                                    cudaStream_t stream);
+                                    int nnz, const BagPooling& pooling, int64_t num_rows,
+                                    float* grads, int64_t* slots, void* workspace,
+                                    size_t workspace_bytes, cudaStream_t stream);
 
 // One team of lanes per row, all four optimizers fused into one pass over [weights | state].
 // Negative slots are skipped.

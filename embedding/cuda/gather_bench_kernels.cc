@@ -112,12 +112,14 @@ absl::StatusOr<GatherBenchResult> RunGatherBench(const GatherBenchOptions& o) {
                         }));
   DLRM_ASSIGN_OR_RETURN(result.gather_us, TimeMedianUs(r, o.iterations, [&] {
                           LaunchPooledGather(table, o.row_stride, o.dim, d_ids, d_offsets, o.batch,
-                                             PoolingMode::kSum, out, o.dim, r.stream);
+                                             BagPooling::All(PoolingMode::kSum), out, o.dim,
+                                             r.stream);
                         }));
   DLRM_ASSIGN_OR_RETURN(result.scatter_us, TimeMedianUs(r, o.iterations, [&] {
                           LaunchPooledScatterGradCompact(
-                              out, o.dim, o.dim, d_ids, d_offsets, o.batch, nnz, PoolingMode::kSum,
-                              o.rows, grads, slots, workspace, workspace_bytes, r.stream);
+                              out, o.dim, o.dim, d_ids, d_offsets, o.batch, nnz,
+                              BagPooling::All(PoolingMode::kSum), o.rows, grads, slots, workspace,
+                              workspace_bytes, r.stream);
                         }));
   const double row_bytes = o.dim * sizeof(float);
   // GB/s = bytes / (us * 1e3).

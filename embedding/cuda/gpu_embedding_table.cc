@@ -11,18 +11,20 @@
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/device_buffer.h"
 #include "embedding/cuda/embedding_kernels.h"
+#include "embedding/cuda/table_poolings.h"
 
 namespace dlrm::embedding::cuda {
 struct GpuEmbeddingTable::Scratch {
   DeviceBuffer ids;        // int64 ids, nnz
-  DeviceBuffer offsets;    // int32, batch + 1
+  DeviceBuffer offsets;    // int32, batch + 1; then, 256-byte aligned, per-table mean flags
   DeviceBuffer grads;      // float, nnz x dim (compact gradients) or n x row_stride (ReadRows)
   DeviceBuffer slots;      // int64, nnz
   DeviceBuffer workspace;  // scatter sort workspace
   // Pinned staging of host inputs; `staged` is recorded after the copies out of it.
   PinnedBuffer pinned;
   cudaEvent_t staged = nullptr;
-  std::vector<int32_t> iota;  // offsets 0..n for ReadRows
+  std::vector<int32_t> iota;   // offsets 0..n for ReadRows
+  std::vector<uint8_t> means;  // per-table mean flags of a call (table_poolings.h)
   ~Scratch() {
     if (staged != nullptr) {
       cudaEventSynchronize(staged);
@@ -138,11 +140,14 @@ absl::Status GpuEmbeddingTable::CheckBags(const int32_t* offsets, int batch) con
 }
 
 absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets,
-                                            int batch) {
+                                            int batch, absl::Span<const uint8_t> means) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   const size_t id_bytes = static_cast<size_t>(n) * sizeof(int64_t);
   const size_t offset_bytes = offsets == nullptr ? 0 : (static_cast<size_t>(batch) + 1) * 4;
-  const size_t needed = AlignUp(id_bytes) + AlignUp(offset_bytes);
+  // The flags follow the offsets in the same copy: [offsets | padding | flags].
+  const size_t flag_bytes = offsets == nullptr ? 0 : means.size();
+  const size_t offsets_copy = flag_bytes > 0 ? AlignUp(offset_bytes) + flag_bytes : offset_bytes;
+  const size_t needed = AlignUp(id_bytes) + AlignUp(offsets_copy);
   Scratch& s = *scratch_;
   last_lookup_.valid = false;  // the device copies of its ids and offsets are overwritten
   // The previous call's copies out of the staging buffer must be done before it is rewritten.
@@ -156,14 +161,23 @@ absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const
         cudaMemcpyAsync(s.ids.ptr, host, id_bytes, cudaMemcpyHostToDevice, stream));
   }
   if (offset_bytes > 0) {
-    DLRM_RETURN_IF_ERROR(s.offsets.Reserve(offset_bytes, stream));
+    DLRM_RETURN_IF_ERROR(s.offsets.Reserve(offsets_copy, stream));
     char* host_offsets = host + AlignUp(id_bytes);
     std::memcpy(host_offsets, offsets, offset_bytes);
+    if (flag_bytes > 0) std::memcpy(host_offsets + AlignUp(offset_bytes), means.data(), flag_bytes);
     DLRM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(s.offsets.ptr, host_offsets, offset_bytes, cudaMemcpyHostToDevice, stream));
+        cudaMemcpyAsync(s.offsets.ptr, host_offsets, offsets_copy, cudaMemcpyHostToDevice, stream));
   }
   DLRM_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.staged, stream));
   return absl::OkStatus();
+}
+
+BagPooling GpuEmbeddingTable::StagedPooling(absl::Span<const PoolingMode> modes, int batch,
+                                            absl::Span<const uint8_t> means) {
+  if (means.empty()) return BagPooling::All(modes.front());
+  const size_t flags_at = AlignUp((static_cast<size_t>(batch) + 1) * sizeof(int32_t));
+  return BagPooling::PerTable(scratch_->offsets.as<uint8_t>() + flags_at,
+                              static_cast<int>(means.size()));
 }
 
 absl::Status GpuEmbeddingTable::Initialize(
@@ -239,17 +253,19 @@ absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* h
   const size_t out_bytes = static_cast<size_t>(n) * row_stride_ * sizeof(float);
   DLRM_RETURN_IF_ERROR(s.grads.Reserve(out_bytes, stream));
   LaunchPooledGather(rows_, row_stride_, static_cast<int>(row_stride_), s.ids.as<int64_t>(),
-                     s.offsets.as<int32_t>(), static_cast<int>(n), PoolingMode::kSum,
-                     s.grads.as<float>(), row_stride_, stream);
+                     s.offsets.as<int32_t>(), static_cast<int>(n),
+                     BagPooling::All(PoolingMode::kSum), s.grads.as<float>(), row_stride_, stream);
   DLRM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host_out, s.grads.ptr, out_bytes, cudaMemcpyDeviceToHost, stream));
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offsets, int batch,
-                                       PoolingMode mode, float* device_out, int64_t out_stride) {
+                                       absl::Span<const PoolingMode> table_modes, float* device_out,
+                                       int64_t out_stride) {
   last_lookup_.valid = false;
   DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
+  DLRM_RETURN_IF_ERROR(CheckTableModes(table_modes, batch, "table ", options_.name));
   const int nnz = offsets[batch];
   DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
   if (out_stride < options_.dim) {
@@ -257,23 +273,27 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
                                                    out_stride, " < dim ", options_.dim));
   }
   if (batch == 0) {
-    last_lookup_ = {.valid = true, .batch = 0, .nnz = 0, .mode = mode};  // nothing to apply
+    last_lookup_ = {.valid = true, .batch = 0, .nnz = 0, .pooling = {}};  // nothing to apply
     return absl::OkStatus();
   }
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
+  std::vector<uint8_t>& means = scratch_->means;
+  TableMeanFlags(table_modes, &means);
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch, means));
+  const BagPooling pooling = StagedPooling(table_modes, batch, means);
   LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
-                     scratch_->offsets.as<int32_t>(), batch, mode, device_out, out_stride,
+                     scratch_->offsets.as<int32_t>(), batch, pooling, device_out, out_stride,
                      static_cast<cudaStream_t>(stream_));
-  last_lookup_ = {.valid = true, .batch = batch, .nnz = nnz, .mode = mode};
+  last_lookup_ = {.valid = true, .batch = batch, .nnz = nnz, .pooling = pooling};
   return Finish();
 }
 
 absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t* offsets,
-                                               int batch, PoolingMode mode,
+                                               int batch, absl::Span<const PoolingMode> table_modes,
                                                const float* device_dout, int64_t out_stride) {
   last_lookup_.valid = false;
   DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
+  DLRM_RETURN_IF_ERROR(CheckTableModes(table_modes, batch, "table ", options_.name));
   const int nnz = offsets[batch];
   DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
   if (out_stride < options_.dim) {
@@ -282,8 +302,10 @@ absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t
   }
   if (nnz == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch));
-  return ApplyStaged(batch, nnz, mode, device_dout, out_stride);
+  std::vector<uint8_t>& means = scratch_->means;
+  TableMeanFlags(table_modes, &means);
+  DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch, means));
+  return ApplyStaged(batch, nnz, StagedPooling(table_modes, batch, means), device_dout, out_stride);
 }
 
 absl::Status GpuEmbeddingTable::ApplyGradientsOfLastLookup(const float* device_dout,
@@ -300,10 +322,10 @@ absl::Status GpuEmbeddingTable::ApplyGradientsOfLastLookup(const float* device_d
   last_lookup_.valid = false;  // one backward per lookup
   if (last.nnz == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  return ApplyStaged(last.batch, last.nnz, last.mode, device_dout, out_stride);
+  return ApplyStaged(last.batch, last.nnz, last.pooling, device_dout, out_stride);
 }
 
-absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, PoolingMode mode,
+absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, const BagPooling& pooling,
                                             const float* device_dout, int64_t out_stride) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   Scratch& s = *scratch_;
@@ -313,7 +335,7 @@ absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, PoolingMode mode
   const size_t workspace_bytes = ScatterGradWorkspaceBytes(nnz, options_.rows);
   DLRM_RETURN_IF_ERROR(s.workspace.Reserve(workspace_bytes, stream));
   LaunchPooledScatterGradCompact(device_dout, out_stride, options_.dim, s.ids.as<int64_t>(),
-                                 s.offsets.as<int32_t>(), batch, nnz, mode, options_.rows,
+                                 s.offsets.as<int32_t>(), batch, nnz, pooling, options_.rows,
                                  s.grads.as<float>(), s.slots.as<int64_t>(), s.workspace.ptr,
                                  s.workspace.bytes, stream);
   LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim,

@@ -21,6 +21,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "embedding/cuda/bag_pooling.h"
 #include "embedding/kernels.h"
 #include "embedding/sparse_optimizer_options.h"
 
@@ -67,11 +69,27 @@ class GpuEmbeddingTable {
   // device_out[b * out_stride + 0..dim) = pool of rows ids[offsets[b] .. offsets[b+1]).
   // `ids` and `offsets` (batch + 1 entries, offsets[0] == 0, non-decreasing) are host memory.
   absl::Status Lookup(const int64_t* ids, const int32_t* offsets, int batch, PoolingMode mode,
-                      float* device_out, int64_t out_stride);
+                      float* device_out, int64_t out_stride) {
+    return Lookup(ids, offsets, batch, absl::MakeConstSpan(&mode, 1), device_out, out_stride);
+  }
+  // The same with a pooling per table, for the bags of T = table_modes.size() tables laid out
+  // sample-major (worker/fused_bags.h): bag b is pooled by table_modes[b % T], and batch (the
+  // number of bags) must be a multiple of T (INVALID_ARGUMENT otherwise). Tables that all pool
+  // alike cost what one mode does; a mix stages T bytes of flags with the offsets.
+  absl::Status Lookup(const int64_t* ids, const int32_t* offsets, int batch,
+                      absl::Span<const PoolingMode> table_modes, float* device_out,
+                      int64_t out_stride);
 
   // Backward of Lookup followed by one optimizer step: device_dout has the layout of device_out.
   absl::Status ApplyGradients(const int64_t* ids, const int32_t* offsets, int batch,
-                              PoolingMode mode, const float* device_dout, int64_t out_stride);
+                              PoolingMode mode, const float* device_dout, int64_t out_stride) {
+    return ApplyGradients(ids, offsets, batch, absl::MakeConstSpan(&mode, 1), device_dout,
+                          out_stride);
+  }
+  // With a pooling per table, as Lookup's.
+  absl::Status ApplyGradients(const int64_t* ids, const int32_t* offsets, int batch,
+                              absl::Span<const PoolingMode> table_modes, const float* device_dout,
+                              int64_t out_stride);
 
   // The same for the bags of the last Lookup, whose ids and offsets are still on the device: no
   // host work and no copy. FAILED_PRECONDITION when there was no Lookup since the last call of
@@ -90,19 +108,26 @@ class GpuEmbeddingTable {
   absl::Status Init();
   absl::Status CheckIds(const int64_t* ids, int64_t n) const;
   absl::Status CheckBags(const int32_t* offsets, int batch) const;
-  // Copies ids (and offsets when not null) to device scratch through pinned staging.
-  absl::Status StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets, int batch);
+  // Copies ids (and offsets when not null, followed by the per-table flags `means` when not
+  // empty) to device scratch through pinned staging.
+  absl::Status StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets, int batch,
+                           absl::Span<const uint8_t> means = {});
+  // The pooling of the bags just staged with StageInputs(..., batch, means): by modes[0] when
+  // `means` is empty, else by the staged flags.
+  BagPooling StagedPooling(absl::Span<const PoolingMode> modes, int batch,
+                           absl::Span<const uint8_t> means);
   absl::Status Finish();  // synchronises when the table owns its stream
-  // Backward and optimizer step on the staged ids and offsets.
-  absl::Status ApplyStaged(int batch, int nnz, PoolingMode mode, const float* device_dout,
+  // Backward and optimizer step on the staged ids and offsets (and flags).
+  absl::Status ApplyStaged(int batch, int nnz, const BagPooling& pooling, const float* device_dout,
                            int64_t out_stride);
   struct Scratch;
-  // The bags the last Lookup staged, while the scratch still holds them.
+  // The bags the last Lookup staged, while the scratch still holds them (their per-table flags
+  // included: `pooling` may point into it).
   struct StagedLookup {
     bool valid = false;
     int batch = 0;
     int nnz = 0;
-    PoolingMode mode = PoolingMode::kSum;
+    BagPooling pooling;
   };
   StagedLookup last_lookup_;
 

@@ -12,10 +12,16 @@
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/device_buffer.h"
 #include "embedding/cuda/embedding_kernels.h"
+#include "embedding/cuda/table_poolings.h"
 #include "embedding/sparse_optimizer_options.h"
 
 namespace dlrm::embedding::cuda {
 namespace {
+
+// The pooling modes of a step: its table_modes, else its one mode.
+absl::Span<const PoolingMode> StepModes(const HotColdStep& step) {
+  return step.table_modes.empty() ? absl::MakeConstSpan(&step.mode, 1) : step.table_modes;
+}
 
 absl::Status OutOfMemory(int64_t rows, size_t bytes, const char* what, cudaError_t err) {
   size_t free_bytes = 0, total_bytes = 0;
@@ -36,7 +42,7 @@ struct GpuHotCache::State {
   DeviceBuffer scan_workspace;
   DeviceBuffer packed;           // up to rows x dim summed gradients of touched rows
   DeviceBuffer packed_slots;     // up to rows int64 touched rows
-  DeviceBuffer inputs;           // the step's indices | offsets | hot slots
+  DeviceBuffer inputs;           // the step's indices | offsets | hot slots | per-table flags
   DeviceBuffer step_rows;        // (num_cold + num_hot) x dim
   DeviceBuffer step_grads;       // (num_cold + num_hot) x dim
   DeviceBuffer workspace;        // scatter sort workspace
@@ -44,6 +50,7 @@ struct GpuHotCache::State {
   cudaEvent_t staged = nullptr;  // recorded after the copies out of `staging`
   PinnedBuffer cold_grads;       // cold gradients on their way to the host
   std::vector<uint8_t> seen;     // rows flags, all 0 between calls: repeated-slot check
+  std::vector<uint8_t> means;    // the step's per-table mean flags (table_poolings.h)
 
   // The last Lookup's inputs, as staged on the device.
   bool has_step = false;
@@ -52,7 +59,7 @@ struct GpuHotCache::State {
   int nnz = 0;
   int64_t num_cold = 0;
   int64_t num_hot = 0;
-  PoolingMode mode = PoolingMode::kSum;
+  BagPooling pooling;  // its per-table flags, if any, are in `inputs`
   const int64_t* indices = nullptr;
   const int32_t* offsets = nullptr;
   const int64_t* hot_slots = nullptr;
@@ -242,6 +249,7 @@ absl::Status GpuHotCache::Check(const HotColdStep& step) {
                                                      "] = ", step.offsets[b]));
     }
   }
+  DLRM_RETURN_IF_ERROR(CheckTableModes(StepModes(step), step.batch, "", name));
   const int64_t step_rows = step.num_cold + step.num_hot;
   const int32_t nnz = step.offsets[step.batch];
   if (nnz > 0 && step.indices == nullptr) {
@@ -291,10 +299,14 @@ absl::Status GpuHotCache::Lookup(const HotColdStep& step, float* device_out, int
   const size_t index_bytes = static_cast<size_t>(nnz) * sizeof(int64_t);
   const size_t offset_bytes = (static_cast<size_t>(step.batch) + 1) * sizeof(int32_t);
   const size_t slot_bytes = static_cast<size_t>(step.num_hot) * sizeof(int64_t);
-  // Device layout of the inputs: indices | offsets | hot slots, each 256-byte aligned.
+  const absl::Span<const PoolingMode> modes = StepModes(step);
+  TableMeanFlags(modes, &s.means);  // empty when every table pools alike
+  const size_t flag_bytes = s.means.size();
+  // Device layout of the inputs: indices | offsets | hot slots | flags, each 256-byte aligned.
   const size_t offsets_at = AlignUp(index_bytes);
   const size_t slots_at = offsets_at + AlignUp(offset_bytes);
-  const size_t input_bytes = slots_at + AlignUp(slot_bytes);
+  const size_t flags_at = slots_at + AlignUp(slot_bytes);
+  const size_t input_bytes = flags_at + AlignUp(flag_bytes);
   const size_t rows_bytes = static_cast<size_t>(step.num_cold + step.num_hot) * dim * sizeof(float);
   DLRM_RETURN_IF_ERROR(s.inputs.Reserve(input_bytes, s.stream));
   DLRM_RETURN_IF_ERROR(s.step_rows.Reserve(std::max<size_t>(rows_bytes, 16), s.stream));
@@ -314,6 +326,7 @@ absl::Status GpuHotCache::Lookup(const HotColdStep& step, float* device_out, int
   if (index_bytes > 0) std::memcpy(host + inputs_at, step.indices, index_bytes);
   std::memcpy(host + inputs_at + offsets_at, step.offsets, offset_bytes);
   if (slot_bytes > 0) std::memcpy(host + inputs_at + slots_at, step.hot_slots, slot_bytes);
+  if (flag_bytes > 0) std::memcpy(host + inputs_at + flags_at, s.means.data(), flag_bytes);
   if (cold_bytes > 0) {
     DLRM_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(s.step_rows.ptr, host, cold_bytes, cudaMemcpyHostToDevice, s.stream));
@@ -330,13 +343,16 @@ absl::Status GpuHotCache::Lookup(const HotColdStep& step, float* device_out, int
   s.nnz = nnz;
   s.num_cold = step.num_cold;
   s.num_hot = step.num_hot;
-  s.mode = step.mode;
+  s.pooling = flag_bytes > 0
+                  ? BagPooling::PerTable(reinterpret_cast<const uint8_t*>(inputs + flags_at),
+                                         static_cast<int>(flag_bytes))
+                  : BagPooling::All(modes.front());
   float* rows = s.step_rows.as<float>();
   // The hot rows' weights next to the cold rows, then one gather for every bag.
   LaunchGatherRows(s.rows, row_stride_, dim, s.hot_slots, s.num_hot, rows + s.num_cold * dim, dim,
                    s.stream);
   if (step.batch > 0) {
-    LaunchPooledGather(rows, dim, dim, s.indices, s.offsets, step.batch, step.mode, device_out,
+    LaunchPooledGather(rows, dim, dim, s.indices, s.offsets, step.batch, s.pooling, device_out,
                        out_stride, s.stream);
   }
   s.has_step = true;
@@ -370,7 +386,7 @@ absl::Status GpuHotCache::Backward(const float* device_dout, int64_t out_stride,
     const size_t workspace_bytes = ScatterGradWorkspaceBytes(s.nnz, step_rows);
     DLRM_RETURN_IF_ERROR(s.workspace.Reserve(std::max<size_t>(workspace_bytes, 16), s.stream));
     LaunchPooledScatterGrad(device_dout, out_stride, dim, s.indices, s.offsets, s.batch, s.nnz,
-                            s.mode, step_rows, s.step_grads.as<float>(), s.workspace.ptr,
+                            s.pooling, step_rows, s.step_grads.as<float>(), s.workspace.ptr,
                             s.workspace.bytes, s.stream);
   }
   if (cold_bytes > 0) {

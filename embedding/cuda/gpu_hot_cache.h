@@ -64,7 +64,11 @@ struct HotColdStep {
   const int64_t* indices = nullptr;
   const int32_t* offsets = nullptr;
   int batch = 0;
-  PoolingMode mode = PoolingMode::kSum;
+  PoolingMode mode = PoolingMode::kSum;  // every bag's, unless table_modes is given
+  // A pooling per table instead, for the bags of T = table_modes.size() tables laid out
+  // sample-major (worker/fused_bags.h FuseHotColdBags): bag b is pooled by table_modes[b % T]
+  // and batch must be a multiple of T. Tables that all pool alike cost what `mode` does.
+  absl::Span<const PoolingMode> table_modes;
 };
 
 class GpuHotCache {
@@ -91,7 +95,8 @@ class GpuHotCache {
   absl::Status ReadRows(int64_t first, int64_t count, float* host_rows);
 
   // device_out[b * out_stride + 0..dim) = pool of bag b over the step's rows. INVALID_ARGUMENT
-  // naming the value for malformed bags, an index or slot out of range, or a repeated slot.
+  // naming the value for malformed bags, an index or slot out of range, a repeated slot, or
+  // table_modes that do not divide the bags.
   absl::Status Lookup(const HotColdStep& step, float* device_out, int64_t out_stride);
   // Backward of the last Lookup (device_dout in its output layout): the cold rows' summed
   // gradients (num_cold x dim floats) go to host memory, split over `cold_grad_parts` as the cold

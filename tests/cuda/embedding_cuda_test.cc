@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "embedding/cpu_kernels.h"
@@ -357,6 +358,133 @@ TEST_P(GpuTableTest, ApplyGradientsOfLastLookupOncePerLookup) {
   ASSERT_TRUE(table.ReadRows(all.data(), 3, read.data()).ok());
   EXPECT_EQ(table.ApplyGradientsOfLastLookup(d_dout.get(), options.dim).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Three tables fused into one GPU table, as worker/gpu_embeddings.cc stores them: table t's rows
+// are fused rows [ranges[t].first, ranges[t].second), sample s's bag of table t is bag s * 3 + t,
+// and each table pools its own way. Every table has an empty bag (sample 0) and a bag of one id
+// (sample 1). Lookups and steps match the CPU kernels run table by table.
+TEST_P(GpuTableTest, PerTablePoolingMatchesCpuTableByTable) {
+  const auto options = Options(SparseOptimizerType::kAdagrad);
+  auto created = cuda::GpuEmbeddingTable::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  cuda::GpuEmbeddingTable& table = **created;
+  const int dim = options.dim;
+  const int64_t stride = table.row_stride();
+  std::vector<float> host(size_t{1} * options.rows * stride);
+  FillRows(options.optimizer, dim, 0, options.rows, host.data());
+  ASSERT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+  std::vector<int64_t> all(options.rows);
+  for (int64_t i = 0; i < options.rows; ++i) all[i] = i;
+  std::vector<float> read(host.size());
+  // Small tables: their ids repeat within and across bags.
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 30}, {30, 45}, {45, 500}};
+  const int samples = 64;
+  const int bags = samples * 3;
+  // The steps mix the modes in opposite ways (the flags are staged with each call). Step 0
+  // applies its gradients to the bags its Lookup staged, step 1 passes them again.
+  const std::vector<std::vector<PoolingMode>> step_modes = {
+      {PoolingMode::kMean, PoolingMode::kSum, PoolingMode::kMean},
+      {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kSum}};
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::vector<PoolingMode>& modes = step_modes[step];
+    const cuda_test::TableBags b = cuda_test::RandomTableBags(samples, 4, ranges, 100 + step);
+    std::vector<float> want(size_t{1} * bags * dim);
+    cuda_test::ReferenceTableGather(*cpu_, host.data(), stride, dim, b, samples, modes,
+                                    want.data());
+    DeviceArray<float> d_out(std::vector<float>(want.size(), 3.0f));
+    ASSERT_TRUE(
+        table.Lookup(b.fused.ids.data(), b.fused.offsets.data(), bags, modes, d_out.get(), dim)
+            .ok());
+    ASSERT_TRUE(table.Synchronize().ok());
+    const std::vector<float> got = d_out.ToHost();
+    ExpectClose(got, want, 1e-6, 1e-7, "lookup");
+    // Sample 0's bags are empty: zeros, summed or averaged. Sample 1's hold one row: that row.
+    for (int t = 0; t < 3; ++t) {
+      const int64_t id = b.tables[t].ids[0];
+      for (int k = 0; k < dim; ++k) {
+        EXPECT_EQ(got[t * dim + k], 0.0f) << "empty bag of table " << t;
+        EXPECT_EQ(got[(3 + t) * dim + k], host[id * stride + k]) << "one-id bag of table " << t;
+      }
+    }
+
+    const auto dout = RandomVector(want.size(), 110 + step);
+    const std::vector<float> grads =
+        cuda_test::ReferenceTableScatter(*cpu_, dout, dim, b, samples, modes, options.rows);
+    cuda_test::ApplyReferenceRows(*cpu_, options.optimizer, dim, stride, b.fused.ids, grads, &host);
+    DeviceArray<float> d_dout(dout);
+    if (step == 0) {
+      ASSERT_TRUE(table.ApplyGradientsOfLastLookup(d_dout.get(), dim).ok());
+    } else {
+      ASSERT_TRUE(table
+                      .ApplyGradients(b.fused.ids.data(), b.fused.offsets.data(), bags, modes,
+                                      d_dout.get(), dim)
+                      .ok());
+    }
+    ASSERT_TRUE(table.ReadRows(all.data(), options.rows, read.data()).ok());
+    ExpectClose(read, host, 1e-5, 1e-6, "rows after the step");
+  }
+}
+
+// A fused lookup with a pooling per table writes the bits of one lookup per table (each table's
+// bags alone, into its columns of the output), and tables that all pool alike the bits of the
+// one-mode call. Modes that do not divide the bags are an error.
+TEST_P(GpuTableTest, PerTableModesMatchOneLookupPerTableBitForBit) {
+  const auto options = Options(SparseOptimizerType::kSgd);
+  auto created = cuda::GpuEmbeddingTable::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  cuda::GpuEmbeddingTable& table = **created;
+  const int dim = options.dim;
+  std::vector<float> host(size_t{1} * options.rows * table.row_stride());
+  FillRows(options.optimizer, dim, 0, options.rows, host.data());
+  ASSERT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 100}, {100, 140}, {140, 500}};
+  const int samples = 50;
+  const int bags = samples * 3;
+  const cuda_test::TableBags b = cuda_test::RandomTableBags(samples, 6, ranges, 130);
+  const size_t out_floats = size_t{1} * bags * dim;
+  const std::vector<PoolingMode> mixed = {PoolingMode::kSum, PoolingMode::kMean,
+                                          PoolingMode::kMean};
+  DeviceArray<float> d_fused(std::vector<float>(out_floats, 3.0f));
+  ASSERT_TRUE(
+      table.Lookup(b.fused.ids.data(), b.fused.offsets.data(), bags, mixed, d_fused.get(), dim)
+          .ok());
+  DeviceArray<float> d_split(std::vector<float>(out_floats, 3.0f));
+  for (int t = 0; t < 3; ++t) {
+    ASSERT_TRUE(table
+                    .Lookup(b.tables[t].ids.data(), b.tables[t].offsets.data(), samples, mixed[t],
+                            d_split.get() + t * dim, 3 * dim)
+                    .ok());
+  }
+  ASSERT_TRUE(table.Synchronize().ok());
+  EXPECT_EQ(d_fused.ToHost(), d_split.ToHost());
+
+  for (PoolingMode mode : {PoolingMode::kSum, PoolingMode::kMean}) {
+    SCOPED_TRACE(mode == PoolingMode::kSum ? "sum" : "mean");
+    const std::vector<PoolingMode> alike(3, mode);
+    DeviceArray<float> d_one(std::vector<float>(out_floats, 3.0f));
+    DeviceArray<float> d_alike(std::vector<float>(out_floats, 3.0f));
+    ASSERT_TRUE(
+        table.Lookup(b.fused.ids.data(), b.fused.offsets.data(), bags, mode, d_one.get(), dim)
+            .ok());
+    ASSERT_TRUE(
+        table.Lookup(b.fused.ids.data(), b.fused.offsets.data(), bags, alike, d_alike.get(), dim)
+            .ok());
+    ASSERT_TRUE(table.Synchronize().ok());
+    EXPECT_EQ(d_alike.ToHost(), d_one.ToHost());
+  }
+
+  const std::vector<PoolingMode> seven(7, PoolingMode::kMean);
+  absl::Status st =
+      table.Lookup(b.fused.ids.data(), b.fused.offsets.data(), bags, seven, d_fused.get(), dim);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("table C7: 150 bags for 7 tables"), std::string::npos)
+      << st;
+  st = table.ApplyGradients(b.fused.ids.data(), b.fused.offsets.data(), bags,
+                            absl::Span<const PoolingMode>(), d_fused.get(), dim);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("no pooling mode"), std::string::npos) << st;
 }
 
 INSTANTIATE_TEST_SUITE_P(Streams, GpuTableTest, ::testing::Bool(),

@@ -306,6 +306,96 @@ TEST_F(GpuHotCacheTest, ReduceAndApplyUpdatesTheRowsAnyWorkerTouched) {
   ExpectClose(read, hot, 1e-5, 1e-6, "rows after touching only the last one");
 }
 
+// A step of three tables whose bags are fused sample-major over the step's rows, as the worker
+// lays them out (worker/fused_bags.h FuseHotColdBags): table 0's rows are cold, table 1's cold
+// and hot, table 2's hot. Each table pools its own way, and every table has an empty bag
+// (sample 0) and a bag of one id (sample 1). The lookup, the cold gradients and the hot rows'
+// step match the CPU kernels run table by table.
+TEST_F(GpuHotCacheTest, PerTablePoolingMatchesTheCpuKernelsTableByTable) {
+  const auto options = Options(SparseOptimizerType::kAdagrad);
+  std::vector<float> hot;
+  std::unique_ptr<cuda::GpuHotCache> filled = FilledCache(SparseOptimizerType::kAdagrad, &hot);
+  ASSERT_NE(filled, nullptr);
+  cuda::GpuHotCache& cache = *filled;
+  const int dim = options.dim;
+  const int64_t stride = cache.row_stride();
+  const int samples = 40;
+  const int batch = samples * 3;
+  const int num_cold = 24;
+  const int num_hot = 12;
+  const int64_t n = num_cold + num_hot;
+  HotColdInputs in = RandomHotColdInputs(options.rows, dim, num_cold, num_hot, batch, 120);
+  // The step's rows: [cold 0..24 | hot 24..36].
+  const cuda_test::TableBags b =
+      cuda_test::RandomTableBags(samples, 3, {{0, 8}, {8, 30}, {30, 36}}, 121);
+  in.bags = b.fused;
+  const std::vector<PoolingMode> modes = {PoolingMode::kMean, PoolingMode::kSum,
+                                          PoolingMode::kMean};
+  cuda::HotColdStep s = in.Step(batch, PoolingMode::kSum);
+  s.table_modes = modes;
+  std::vector<float> step_rows = in.cold_rows;
+  for (int64_t slot : in.hot_slots) {
+    step_rows.insert(step_rows.end(), hot.begin() + slot * stride,
+                     hot.begin() + slot * stride + dim);
+  }
+  std::vector<float> want(size_t{1} * batch * dim);
+  cuda_test::ReferenceTableGather(*cpu_, step_rows.data(), dim, dim, b, samples, modes,
+                                  want.data());
+  DeviceArray<float> d_out(std::vector<float>(want.size(), 3.0f));
+  ASSERT_TRUE(cache.Lookup(s, d_out.get(), dim).ok());
+  const std::vector<float> got = d_out.ToHost();
+  ExpectClose(got, want, 1e-6, 1e-7, "lookup");
+  for (int t = 0; t < 3; ++t) {
+    const int64_t row = b.tables[t].ids[0];
+    for (int k = 0; k < dim; ++k) {
+      EXPECT_EQ(got[t * dim + k], 0.0f) << "empty bag of table " << t;
+      EXPECT_EQ(got[(3 + t) * dim + k], step_rows[row * dim + k]) << "one-id bag of table " << t;
+    }
+  }
+
+  const auto dout = RandomVector(want.size(), 122);
+  std::vector<float> abs_dout(dout.size());
+  for (size_t i = 0; i < dout.size(); ++i) abs_dout[i] = std::fabs(dout[i]);
+  const std::vector<float> grads =
+      cuda_test::ReferenceTableScatter(*cpu_, dout, dim, b, samples, modes, n);
+  const std::vector<float> magnitude =
+      cuda_test::ReferenceTableScatter(*cpu_, abs_dout, dim, b, samples, modes, n);
+  DeviceArray<float> d_dout(dout);
+  std::vector<float> cold_grads(size_t{1} * num_cold * dim, 5.0f);
+  ASSERT_TRUE(cache.Backward(d_dout.get(), dim, InTwoParts(absl::MakeSpan(cold_grads), dim)).ok());
+  const std::vector<float> want_cold(grads.begin(), grads.begin() + num_cold * dim);
+  const std::vector<float> cold_scale(magnitude.begin(), magnitude.begin() + num_cold * dim);
+  ExpectClose(cold_grads, want_cold, 1e-5, 1e-6, "cold gradients", &cold_scale);
+  ASSERT_TRUE(cache.ApplyHot().ok());
+  const std::vector<float> hot_grads(grads.begin() + num_cold * dim, grads.end());
+  cpu_->ApplySparseOptimizer(options.optimizer, hot.data(), stride, dim, in.hot_slots.data(),
+                             hot_grads.data(), num_hot);
+  std::vector<float> read(hot.size());
+  ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
+  ExpectClose(read, hot, 1e-5, 1e-6, "hot rows after the step");
+
+  // Tables that all pool alike: the bits of the one-mode step. Modes that do not divide the bags
+  // are an error.
+  for (PoolingMode mode : {PoolingMode::kSum, PoolingMode::kMean}) {
+    SCOPED_TRACE(mode == PoolingMode::kSum ? "sum" : "mean");
+    const std::vector<PoolingMode> alike(3, mode);
+    cuda::HotColdStep one = in.Step(batch, mode);
+    DeviceArray<float> d_one(std::vector<float>(want.size(), 3.0f));
+    ASSERT_TRUE(cache.Lookup(one, d_one.get(), dim).ok());
+    cuda::HotColdStep per_table = in.Step(batch, PoolingMode::kSum);
+    per_table.table_modes = alike;
+    DeviceArray<float> d_alike(std::vector<float>(want.size(), 3.0f));
+    ASSERT_TRUE(cache.Lookup(per_table, d_alike.get(), dim).ok());
+    EXPECT_EQ(d_alike.ToHost(), d_one.ToHost());
+  }
+  const std::vector<PoolingMode> seven(7, PoolingMode::kMean);
+  cuda::HotColdStep bad = in.Step(batch, PoolingMode::kSum);
+  bad.table_modes = seven;
+  const absl::Status st = cache.Lookup(bad, d_out.get(), dim);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("120 bags for 7 tables"), std::string::npos) << st;
+}
+
 TEST_F(GpuHotCacheTest, BadInputIsAnErrorNamingTheValue) {
   auto created = cuda::GpuHotCache::Create(Options(SparseOptimizerType::kAdagrad));
   ASSERT_TRUE(created.ok()) << created.status();

@@ -1,8 +1,9 @@
 // The trainer on a CUDA backend against the same trainer on the CPU backend: N whole training
 // steps from the same seed, with the tables in GPU memory (GpuEmbeddings) or in the host store
 // (GPU hot rows, cold rows uploaded per step, pinned input staging), for every sparse optimizer;
-// with a hot set that changes while training, and with the hot rows' gradients summed over
-// workers in device or host memory. Skipped without a GPU.
+// with a hot set that changes while training, with the hot rows' gradients summed over workers
+// in device or host memory, and with tables that each pool their own way (per-table pooling,
+// empty bags included) on both GPU paths. Skipped without a GPU.
 //
 // Tolerances: the losses agree to 1e-4 relative and the dense parameters and stored rows
 // (weights and optimizer state) to 2e-3 relative + 1e-5 absolute after 6 steps. The two sides
@@ -32,7 +33,7 @@ using cuda_test::ExpectClose;
 
 struct Case {
   std::string sparse_optimizer;
-  std::string pooling;
+  std::string pooling;  // sum | mean | mixed (per table: mean, sum, mean)
   bool gpu_tables;
 };
 
@@ -44,7 +45,14 @@ common::JobSpec SmallSpec(const Case& c) {
   spec.top_mlp = {16, 1};
   spec.tables = {
       {.name = "small", .rows = 7}, {.name = "mid", .rows = 300}, {.name = "big", .rows = 5000}};
-  spec.pooling = c.pooling;
+  if (c.pooling == "mixed") {
+    // Per-table pooling: the middle table pools by model.pooling, the others by their own.
+    spec.pooling = "sum";
+    spec.tables[0].pooling = "mean";
+    spec.tables[2].pooling = "mean";
+  } else {
+    spec.pooling = c.pooling;
+  }
   spec.batch_size = 64;
   spec.seed = 11;
   spec.dense_optimizer.type = "sgd";
@@ -55,8 +63,10 @@ common::JobSpec SmallSpec(const Case& c) {
   return spec;
 }
 
-// Bags of 1..3 ids; table 0 has 7 rows, so its ids repeat within a batch.
-std::vector<Batch> MakeBatches(const common::JobSpec& spec, int count, uint64_t seed) {
+// Bags of min_bag..3 ids (min_bag 0: some bags are empty); table 0 has 7 rows, so its ids repeat
+// within a batch.
+std::vector<Batch> MakeBatches(const common::JobSpec& spec, int count, uint64_t seed,
+                               int min_bag = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   std::vector<Batch> batches(count);
@@ -72,7 +82,7 @@ std::vector<Batch> MakeBatches(const common::JobSpec& spec, int count, uint64_t 
       SparseFeature& f = b.sparse[t];
       f.offsets.assign(1, 0);
       for (int i = 0; i < b.size; ++i) {
-        const int n = 1 + static_cast<int>(rng() % 3);
+        const int n = min_bag + static_cast<int>(rng() % (4 - min_bag));
         for (int k = 0; k < n; ++k) {
           f.ids.push_back(static_cast<int64_t>(rng() % spec.tables[t].rows));
         }
@@ -82,6 +92,9 @@ std::vector<Batch> MakeBatches(const common::JobSpec& spec, int count, uint64_t 
   }
   return batches;
 }
+
+// Mixed pooling runs also meet empty bags (whose mean is zero) and bags of one id.
+int MinBag(const std::string& pooling) { return pooling == "mixed" ? 0 : 1; }
 
 struct TrainingRun {
   std::unique_ptr<dense::Backend> backend;
@@ -168,7 +181,7 @@ TEST_P(TrainerCudaTest, StepsMatchTheCpuTrainer) {
   ASSERT_NE(cpu.trainer, nullptr);
   ASSERT_NE(gpu.trainer, nullptr);
   EXPECT_EQ(gpu.trainer->gpu_tables(), GetParam().gpu_tables);
-  ExpectSameTraining(cpu, gpu, MakeBatches(spec, 6, 5));
+  ExpectSameTraining(cpu, gpu, MakeBatches(spec, 6, 5, MinBag(GetParam().pooling)));
   if (GetParam().gpu_tables) {
     // Nothing went through the store while training.
     EXPECT_EQ(gpu.trainer->counters().store_rows, 0);
@@ -178,8 +191,9 @@ TEST_P(TrainerCudaTest, StepsMatchTheCpuTrainer) {
 INSTANTIATE_TEST_SUITE_P(Optimizers, TrainerCudaTest,
                          ::testing::Values(Case{"sgd", "sum", true}, Case{"adagrad", "mean", true},
                                            Case{"rowwise_adagrad", "sum", true},
-                                           Case{"adam", "sum", true},
-                                           Case{"adagrad", "sum", false}),
+                                           Case{"adam", "sum", true}, Case{"adagrad", "sum", false},
+                                           Case{"adagrad", "mixed", true},
+                                           Case{"rowwise_adagrad", "mixed", false}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.sparse_optimizer + "_" + info.param.pooling +
                                   (info.param.gpu_tables ? "_gpu_tables" : "_host_tables");
@@ -389,7 +403,7 @@ TEST_P(TrainerCudaHotRowsTest, StepsAndMigrationsMatchTheCpuTrainer) {
   InstallHotSet(cpu, spec, HotSet(spec, 37));
   InstallHotSet(gpu, spec, HotSet(spec, 37));
 
-  const std::vector<Batch> batches = MakeBatches(spec, 8, 21);
+  const std::vector<Batch> batches = MakeBatches(spec, 8, 21, MinBag(c.pooling));
   const std::vector<Batch> first(batches.begin(), batches.begin() + 4);
   const std::vector<Batch> second(batches.begin() + 4, batches.end());
   ExpectSameTraining(cpu, gpu, first);
@@ -407,7 +421,8 @@ TEST_P(TrainerCudaHotRowsTest, StepsAndMigrationsMatchTheCpuTrainer) {
   ExpectSameTraining(cpu, gpu, second);
   ExpectClose(HotRows(gpu), HotRows(cpu), 2e-3, 1e-5, "hot rows at the end");
   // Evaluation pools the same rows (hot ones from the device) into the same predictions.
-  VectorReader cpu_eval(MakeBatches(spec, 3, 77)), gpu_eval(MakeBatches(spec, 3, 77));
+  VectorReader cpu_eval(MakeBatches(spec, 3, 77, MinBag(c.pooling))),
+      gpu_eval(MakeBatches(spec, 3, 77, MinBag(c.pooling)));
   absl::StatusOr<EvalMetrics> want = cpu.trainer->Evaluate(&cpu_eval);
   absl::StatusOr<EvalMetrics> got = gpu.trainer->Evaluate(&gpu_eval);
   ASSERT_TRUE(want.ok()) << want.status();
@@ -427,7 +442,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, TrainerCudaHotRowsTest,
                                            HotCase{"adagrad", "mean", HotReduce::kNone},
                                            HotCase{"rowwise_adagrad", "sum", HotReduce::kDevice},
                                            HotCase{"adam", "sum", HotReduce::kDevice},
-                                           HotCase{"adagrad", "sum", HotReduce::kHost}),
+                                           HotCase{"adagrad", "sum", HotReduce::kHost},
+                                           HotCase{"adagrad", "mixed", HotReduce::kNone},
+                                           HotCase{"adam", "mixed", HotReduce::kDevice}),
                          [](const ::testing::TestParamInfo<HotCase>& info) {
                            return info.param.sparse_optimizer + "_" + info.param.pooling + "_" +
                                   ReduceName(info.param.reduce);
