@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/thread_name.h"
 #include "worker/bounded_queue.h"
 
 namespace dlrm::worker {
@@ -146,22 +147,32 @@ absl::Status TrainingPipeline::Run() {
     last_computed_ = first_step_ - 1;
   }
   std::vector<std::thread> threads;
-  threads.emplace_back([this] { ReadLoop(); });
   threads.emplace_back([this] {
+    common::NameThisThread("dlrm-read");
+    ReadLoop();
+  });
+  threads.emplace_back([this] {
+    common::NameThisThread("dlrm-prepare");
     StageLoop(PipelineStage::kPrepare, [this](StepItem& item, double*) { return Prepare(item); });
   });
   threads.emplace_back([this] {
+    common::NameThisThread("dlrm-prefetch");
     StageLoop(PipelineStage::kPrefetch,
               [this](StepItem& item, double* stall) { return Prefetch(item, stall); });
   });
   threads.emplace_back([this] {
+    common::NameThisThread("dlrm-fetch");
     StageLoop(PipelineStage::kFetch,
               [this](StepItem& item, double* stall) { return FetchLate(item, stall); });
   });
   threads.emplace_back([this] {
+    common::NameThisThread("dlrm-compute");
     StageLoop(PipelineStage::kCompute, [this](StepItem& item, double*) { return Compute(item); });
   });
-  threads.emplace_back([this] { PushLoop(); });
+  threads.emplace_back([this] {
+    common::NameThisThread("dlrm-push");
+    PushLoop();
+  });
   for (auto& t : threads) t.join();
   absl::MutexLock lock(&mu_);
   return error_;
