@@ -1,10 +1,13 @@
 #include "worker/hot_refresh.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/thread_name.h"
 
 namespace dlrm::worker {
 namespace {
@@ -65,23 +68,59 @@ HotSetRefresher::HotSetRefresher(Trainer* trainer, const HotRefreshOptions& opti
     window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(spec), state);
   }
   if (options_.rank == 0) {
-    trainer_->set_batch_observer([this](const Batch& batch) {
-      if (batches_seen_++ % kWindowEvery == 0) window_->Add(batch);
-    });
+    trainer_->set_batch_observer(
+        [this](const Batch& batch, int64_t step) { Observe(batch, step); });
   }
 }
 
+HotSetRefresher::~HotSetRefresher() {
+  if (plan_thread_.joinable()) plan_thread_.join();
+}
+
+void HotSetRefresher::Observe(const Batch& batch, int64_t step) {
+  if (batches_seen_++ % kWindowEvery == 0) window_->Add(batch);
+  const int64_t boundary = step + options_.lead_steps;
+  if (options_.every <= 0 || options_.lead_steps <= 0 || boundary % options_.every != 0) return;
+  // One whose boundary never came (the run started after it) is done by now.
+  if (plan_thread_.joinable()) plan_thread_.join();
+  // The hot set changes only at boundaries, when this thread is idle: it is the one the
+  // boundary's plan must weigh against.
+  HotPlanOptions plan_options = options_.plan;
+  const HotRowCache* current = trainer_->hot_rows();
+  plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
+  auto window = std::make_shared<HotSetSelector>(*window_);
+  plan_thread_ = std::thread([this, window, plan_options, current, boundary] {
+    common::NameThisThread("dlrm-hot-plan");
+    early_plan_ = PlanHotSet(*window, plan_options, current);
+    early_step_ = boundary;
+  });
+}
+
 absl::Status HotSetRefresher::Refresh(int64_t step) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  const auto start = Clock::now();
   const int num_tables = static_cast<int>(trainer_->spec().tables.size());
   std::string proposal;
   if (options_.rank == 0) {
-    HotPlanOptions plan_options = options_.plan;
-    const HotRowCache* current = trainer_->hot_rows();
-    plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
-    const HotPlan plan = PlanHotSet(*window_, plan_options, current);
+    if (plan_thread_.joinable()) plan_thread_.join();
+    HotPlan plan;
+    if (early_step_ == step) {
+      plan = std::move(early_plan_);
+      ++stats_.early_plans;
+    } else {
+      HotPlanOptions plan_options = options_.plan;
+      const HotRowCache* current = trainer_->hot_rows();
+      plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
+      plan = PlanHotSet(*window_, plan_options, current);
+    }
+    early_step_ = -1;
     DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << plan.Describe();
     proposal = SerializeHotSet(plan.hot_ids);
   }
+  const double plan_ms = since(start);
   std::string agreed = proposal;
   if (options_.agree) {
     DLRM_ASSIGN_OR_RETURN(agreed, options_.agree(step, proposal));
@@ -89,6 +128,7 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
   DLRM_ASSIGN_OR_RETURN(auto hot_ids, ParseHotSet(agreed, num_tables));
 
   DLRM_RETURN_IF_ERROR(Annotate(Barrier(options_.barrier), "hot-set barrier before migration"));
+  const double agreed_ms = since(start);
   const HotRowCache* before = trainer_->hot_rows();
   const int64_t joined = stats_.rows_joined, left = stats_.rows_left;
   if (before != nullptr) {
@@ -97,10 +137,15 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
   } else {
     for (const auto& ids : hot_ids) stats_.rows_joined += ids.size();
   }
-  DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << stats_.rows_joined - joined
-                 << " rows join, " << stats_.rows_left - left << " leave";
+  const auto migrate_start = Clock::now();
   DLRM_RETURN_IF_ERROR(trainer_->MigrateHotSet(hot_ids, /*write_back=*/options_.rank == 0));
+  const double migrate_ms = since(migrate_start);
   DLRM_RETURN_IF_ERROR(Annotate(Barrier(options_.barrier), "hot-set barrier after migration"));
+  DLRM_LOG(INFO) << absl::StrFormat(
+      "hot-set refresh at step %d: %d rows join, %d leave; %.1f ms (plan %.1f, agreement and "
+      "barrier %.1f, migration %.1f)",
+      step, stats_.rows_joined - joined, stats_.rows_left - left, since(start), plan_ms,
+      agreed_ms - plan_ms, migrate_ms);
   ++stats_.refreshes;
   // The next choice weighs the data since this boundary fully and what came before at half.
   if (options_.decay_window) {

@@ -4,7 +4,9 @@
 // It counts the ids of one in kWindowEvery of the batches this worker trains on (a window whose
 // counts halve at each refresh). At a step boundary, with the worker's pipeline drained
 // (TrainingPipeline::on_boundary):
-//   1. rank 0 plans the set from its window (worker/hot_plan.h, under the byte ceiling); `agree`
+//   1. rank 0 plans the set from its window (worker/hot_plan.h, under the byte ceiling): with
+//      `every` set, on a thread of its own from a copy of the window taken `lead_steps` batches
+//      before the boundary, so that the boundary finds the plan made; `agree`
 //      hands rank 0's choice to every rank (a broadcast over the workers' collectives in a
 //      cluster, BroadcastFromRankZero; the identity for
 //      one worker), so every replica installs the same set;
@@ -13,14 +15,16 @@
 //   3. every rank migrates: rank 0 writes the leaving rows back with their optimizer state, every
 //      rank reads the joining rows;
 //   4. a second barrier, so no worker looks up a leaving row before rank 0 has written it.
-// Counting runs on the compute thread, Refresh on the pipeline's read thread while the other
-// stages are idle: no locking is needed between them.
+// Counting runs on the pipeline's prepare thread (Trainer::PrepareSparse), off the compute
+// thread's critical path; Refresh on its read thread while the other stages are idle (the drain
+// orders the two): no locking is needed between them.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +46,12 @@ struct HotRefreshOptions {
   // Halve the window's counts at each refresh (HotSetSelector::Decay); false starts every window
   // afresh (more rows move; tests use it to exercise migrations).
   bool decay_window = true;
+  // The boundaries' period in steps (training.hot_refresh_steps), for planning ahead of them;
+  // 0: rank 0 plans at the boundary while the others wait.
+  int64_t every = 0;
+  // How many batches before a boundary rank 0 starts planning: those batches are left out of
+  // the plan (the window still counts them for the next one).
+  int64_t lead_steps = 8;
   // The counts the first set was chosen from, to start the window with (null: an empty window).
   // Without them the first window, a few batches, would judge the set on far less data than
   // chose it.
@@ -52,6 +62,7 @@ struct HotRefreshStats {
   int64_t refreshes = 0;
   int64_t rows_joined = 0;  // cold -> hot
   int64_t rows_left = 0;    // hot -> cold
+  int64_t early_plans = 0;  // refreshes whose plan was made ahead of the boundary
 };
 
 class HotSetRefresher {
@@ -60,6 +71,7 @@ class HotSetRefresher {
   static constexpr int kWindowEvery = 4;
   // Installs itself as `trainer`'s batch observer. `trainer` must outlive it.
   HotSetRefresher(Trainer* trainer, const HotRefreshOptions& options);
+  ~HotSetRefresher();  // waits for a plan in the making
 
   // Runs the protocol above for boundary `step`. REQUIRES: the caller's pipeline is drained.
   absl::Status Refresh(int64_t step);
@@ -68,10 +80,19 @@ class HotSetRefresher {
 
  private:
   Trainer* trainer_;
+  // On the prepare thread: counts `batch` and, `lead_steps` before a boundary, starts planning.
+  void Observe(const Batch& batch, int64_t step);
+
   HotRefreshOptions options_;
   std::unique_ptr<HotSetSelector> window_;
   int64_t batches_seen_ = 0;
   HotRefreshStats stats_;
+  // Rank 0's plan for boundary early_step_, made on plan_thread_ from a copy of the window
+  // (started by Observe on the prepare thread, joined by Refresh on the read thread at the
+  // drained boundary, or by the destructor).
+  std::thread plan_thread_;
+  HotPlan early_plan_;
+  int64_t early_step_ = -1;
 };
 
 // A hot set as bytes: per table, a count then the ids (little-endian int64).

@@ -81,7 +81,10 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
 
 Trainer::~Trainer() {
   // An exchange in flight ends with its collective (or its timeout when a peer is gone).
-  if (hot_thread_.joinable()) hot_thread_.join();
+  if (hot_thread_.joinable()) {
+    AllowHotApply();
+    hot_thread_.join();
+  }
   // They may still have work queued that reads the buffers below.
   gpu_tables_.reset();
   gpu_hot_.reset();
@@ -265,6 +268,11 @@ void Trainer::ForEachTable(int64_t total_ids, const std::function<void(int)>& fn
 }
 
 void Trainer::PrepareSparse(const Batch& batch, int64_t step, SparseWork* work) const {
+  if (batch_observer_) batch_observer_(batch, step);
+  SplitSparse(batch, step, work);
+}
+
+void Trainer::SplitSparse(const Batch& batch, int64_t step, SparseWork* work) const {
   work->step = step;
   work->in_place = false;
   work->rows.resize(num_tables_);
@@ -430,7 +438,6 @@ absl::Status Trainer::AllReduceDenseGradients() {
 
 absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   DLRM_RETURN_IF_ERROR(CheckBatch(batch));
-  if (batch_observer_) batch_observer_(batch);
   const float* dense_in = batch.dense.data();
   const float* labels = batch.labels.data();
   const float* emb = emb_host_.data();
@@ -441,6 +448,8 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     DLRM_RETURN_IF_ERROR(gpu_hot_->Lookup(batch, *work, emb_dev_));
   } else {
     Pool(batch, *work);
+    // The hot rows' values are read: the previous step's exchange may update them now.
+    if (hot_thread_.joinable()) AllowHotApply();
   }
   GpuInputStager::Staged staged;
   if (emb_dev_ != nullptr) {
@@ -576,7 +585,7 @@ absl::Status Trainer::Predict(BatchReader* reader, std::vector<float>* scores_ou
     DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&batch));
     if (!more) break;
     DLRM_RETURN_IF_ERROR(CheckBatch(batch));
-    PrepareSparse(batch, steps_done_, &work);
+    SplitSparse(batch, steps_done_, &work);  // not a training batch: not observed
     DLRM_RETURN_IF_ERROR(FetchRows(&work));
     if (gpu_tables_ != nullptr) {
       DLRM_RETURN_IF_ERROR(gpu_tables_->Lookup(batch, emb_dev_));

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "dense/backend.h"
 #include "dense/dlrm_model.h"
@@ -198,9 +199,10 @@ class Trainer {
   // With GPU hot rows: copies their trained values into hot_rows(). A no-op otherwise.
   // REQUIRES: no step in flight.
   absl::Status SyncHotRowsToHost();
-  // Called by Compute with every training batch (on the compute thread), e.g. to count ids for
-  // re-checking the hot set. Set before training starts.
-  void set_batch_observer(std::function<void(const Batch&)> observer) {
+  // Called by PrepareSparse with every training batch (on the pipeline's prepare thread, off the
+  // compute thread's critical path), e.g. to count ids for re-checking the hot set. Set before
+  // training starts.
+  void set_batch_observer(std::function<void(const Batch&, int64_t step)> observer) {
     batch_observer_ = std::move(observer);
   }
   // A snapshot; any thread may call it while another trains.
@@ -222,6 +224,8 @@ class Trainer {
   explicit Trainer(const TrainerOptions& options);
   // Pools the fetched rows of every table (or, work.in_place, the store's rows) into the model's
   // embedding input.
+  // PrepareSparse without the batch observer (evaluation batches are not counted).
+  void SplitSparse(const Batch& batch, int64_t step, SparseWork* work) const;
   void Pool(const Batch& batch, const SparseWork& work);
   // True when FetchRows leaves the rows in the store for Compute to read and update in place:
   // the store's tables are in this process (a LocalEmbeddingStore), the dense model runs on the
@@ -239,6 +243,9 @@ class Trainer {
   absl::Status ApplyHotGradients();
   // Applies hot_gathered_ (the exchange's output) to the hot rows.
   void ApplyGatheredHotGradients();
+  // Lets the overlapped exchange in flight apply its gradients: the hot rows' values are no
+  // longer read until the next step's Pool, which comes after DrainHotExchange.
+  void AllowHotApply();
   void SumGatheredHotGradients();
   // Averages the dense gradients over the workers (no-op for a single worker).
   absl::Status AllReduceDenseGradients();
@@ -275,7 +282,7 @@ class Trainer {
   std::unique_ptr<GpuEmbeddings> gpu_tables_;     // CUDA backend: tables in device memory
   std::unique_ptr<GpuHotRows> gpu_hot_;           // CUDA backend without gpu_tables_
   std::unique_ptr<HotRowCache> hot_;
-  std::function<void(const Batch&)> batch_observer_;
+  std::function<void(const Batch&, int64_t step)> batch_observer_;
   std::vector<std::vector<float>> combined_;        // per table: [cold..., hot...] rows (hot path)
   std::vector<std::vector<float>> combined_grads_;  // per table: [cold + hot unique x dim]
   // Below this many ids a thread hand-off costs more than the per-table work it would share.
@@ -287,12 +294,17 @@ class Trainer {
   GatheredHotGradients hot_gathered_;              // and its output
   HotRowGradients hot_summed_;                     // HotUpdates::kSummed: the sums
   std::vector<uint8_t> hot_marked_;                // and the rows listed in them
+  std::vector<float> hot_sum_acc_;  // kSummed: where they are summed (zero between uses)
   HotGradientExchange hot_exchange_;
-  // The overlapped exchange in flight (joinable) and its outcome: it reads hot_local_ and writes
-  // hot_gathered_, hot_exchange_ and these two, nothing else of the trainer.
+  // The overlapped exchange in flight (joinable) and its outcome: it reads hot_local_, writes
+  // hot_gathered_, hot_exchange_, hot_summed_, hot_marked_, hot_sum_acc_ and these two, and
+  // once the next step has pooled (hot_may_apply_) applies the gradients to the hot rows'
+  // values, which nothing else reads until the step after (the next Pool, or a drain).
   std::thread hot_thread_;
   absl::Status hot_thread_status_;
   int64_t hot_thread_sent_ = 0;
+  absl::Mutex hot_mu_;
+  bool hot_may_apply_ ABSL_GUARDED_BY(hot_mu_) = true;
   // The hot exchange's gradients travel in the tables' dtype when they all share a half one
   // (as their cold rows' gradients do to the parameter servers); fp32 otherwise.
   embedding::RowDtype hot_wire_dtype_ = embedding::RowDtype::kFp32;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/thread_name.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
@@ -35,11 +36,24 @@ absl::Status Trainer::ApplyHotGradients() {
   }
   if (DenseAllReducer* hot_reducer = options_.hot_allreducer; hot_reducer != nullptr) {
     // The previous step's exchange was applied above (DrainHotExchange, before the packing).
+    // This one travels while the next step computes and is applied, on its thread, once that
+    // step has pooled: its update overlaps the rest of the step too.
+    {
+      absl::MutexLock lock(&hot_mu_);
+      hot_may_apply_ = false;
+    }
     hot_thread_ = std::thread([this, hot_reducer, rows = hot_->total_rows()] {
+      common::NameThisThread("dlrm-hot-xchg");
       const int64_t sent_before = hot_reducer->sent_bytes();
       hot_thread_status_ =
           hot_exchange_.Run(hot_reducer, dim_, rows, hot_local_, &hot_gathered_, hot_wire_dtype_);
       hot_thread_sent_ = hot_reducer->sent_bytes() - sent_before;
+      if (!hot_thread_status_.ok()) return;
+      {
+        absl::MutexLock lock(&hot_mu_);
+        hot_mu_.Await(absl::Condition(&hot_may_apply_));
+      }
+      ApplyGatheredHotGradients();
     });
     return absl::OkStatus();
   }
@@ -52,13 +66,17 @@ absl::Status Trainer::ApplyHotGradients() {
   return absl::OkStatus();
 }
 
+void Trainer::AllowHotApply() {
+  absl::MutexLock lock(&hot_mu_);
+  hot_may_apply_ = true;
+}
+
 absl::Status Trainer::DrainHotExchange() {
   if (!hot_thread_.joinable()) return absl::OkStatus();
-  hot_thread_.join();
+  AllowHotApply();
+  hot_thread_.join();  // the exchange, then its update of the hot rows
   counters_.hot_sync_bytes += hot_thread_sent_;
-  DLRM_RETURN_IF_ERROR(hot_thread_status_);
-  ApplyGatheredHotGradients();
-  return absl::OkStatus();
+  return hot_thread_status_;
 }
 
 void Trainer::ApplyGatheredHotGradients() {
@@ -84,10 +102,13 @@ void Trainer::SumGatheredHotGradients() {
   // Summed in rank order in the (zero) accumulation buffer: the same bits on every replica.
   hot_summed_.clear();
   hot_marked_.resize(hot_->total_rows(), 0);
+  // Not hot_grads_: the next step's backward fills that one while an overlapped exchange sums.
+  const size_t acc = static_cast<size_t>(hot_->total_rows()) * dim_;
+  if (hot_sum_acc_.size() != acc) hot_sum_acc_.assign(acc, 0.0f);
   for (size_t r = 0; r < hot_gathered_.counts.size(); ++r) {
     const float* g = hot_gathered_.Grads(static_cast<int>(r));
     for (int32_t row : hot_gathered_.Rows(static_cast<int>(r))) {
-      float* dst = hot_grads_.data() + static_cast<int64_t>(row) * dim_;
+      float* dst = hot_sum_acc_.data() + static_cast<int64_t>(row) * dim_;
       if (hot_marked_[row] == 0) {
         hot_marked_[row] = 1;
         hot_summed_.rows.push_back(row);
@@ -99,7 +120,7 @@ void Trainer::SumGatheredHotGradients() {
   std::sort(hot_summed_.rows.begin(), hot_summed_.rows.end());
   for (int32_t row : hot_summed_.rows) {
     hot_marked_[row] = 0;
-    float* src = hot_grads_.data() + static_cast<int64_t>(row) * dim_;
+    float* src = hot_sum_acc_.data() + static_cast<int64_t>(row) * dim_;
     hot_summed_.grads.insert(hot_summed_.grads.end(), src, src + dim_);
     std::fill(src, src + dim_, 0.0f);
   }

@@ -12,6 +12,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -137,6 +138,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   refresh.plan = plan_options;
   if (!resumed && rank == 0) refresh.initial_counts = std::move(sample_counts);
   refresh.rank = rank;
+  refresh.every = spec.hot_refresh_steps;
   refresh.barrier = reducer;
   if (world > 1) {
     // Rank 0's choice reaches every rank through the workers' own collectives: a hot set can be
@@ -613,6 +615,16 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
       absl::MutexLock lock(&mu_);
       cancel_hook_ = store_hook;
     }
+    const PipelineMetrics pm = pipeline->metrics();
+    std::string stages;
+    for (int i = 0; i < kNumPipelineStages; ++i) {
+      const StageMetrics& s = pm.stages[i];
+      absl::StrAppendFormat(&stages, " %s %.2f/%.2f",
+                            PipelineStageName(static_cast<PipelineStage>(i)), s.busy_seconds,
+                            s.stall_seconds);
+    }
+    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank
+                   << ": pipeline stages, busy/stalled seconds:" << stages;
     DLRM_RETURN_IF_ERROR(status);
   } else {
     Batch batch;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -352,7 +353,8 @@ std::vector<float> HotRowValues(const HotRowCache& cache) {
 }
 
 // The hot-row exchange overlapped with compute (TrainerOptions::hot_allreducer, its own Gloo
-// connections): a step leaves the hot rows as they were (its exchange is in flight) and
+// connections): a step leaves the hot rows as they were (its exchange is in flight; its update
+// waits for the next step's pooling or a drain, however long the exchange took) and
 // DrainHotExchange applies it, giving exactly the rows of the synchronous exchange after that
 // step; after more steps, drained, the two ranks' replicas are equal bit for bit.
 TEST_F(GlooAllReducerTest, OverlappedHotExchangeAppliesEachStepOnceItIsDrained) {
@@ -411,12 +413,20 @@ TEST_F(GlooAllReducerTest, OverlappedHotExchangeAppliesEachStepOnceItIsDrained) 
     overlapped[r] = make_run(r, /*overlapped=*/true);
     initial[r] = HotRowValues(*overlapped[r]->trainer->hot_rows());
     DLRM_RETURN_IF_ERROR(step(*overlapped[r]));
+    // Time for the exchange to arrive: its update must still wait for the next step's pooling.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (HotRowValues(*overlapped[r]->trainer->hot_rows()) != initial[r]) {
       return absl::InternalError("the step's hot-row update was applied before the drain");
     }
     DLRM_RETURN_IF_ERROR(overlapped[r]->trainer->DrainHotExchange());
     after_one[r] = HotRowValues(*overlapped[r]->trainer->hot_rows());
-    for (int i = 0; i < 6; ++i) DLRM_RETURN_IF_ERROR(step(*overlapped[r]));
+    // The same after a step that follows a drain.
+    DLRM_RETURN_IF_ERROR(step(*overlapped[r]));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (HotRowValues(*overlapped[r]->trainer->hot_rows()) != after_one[r]) {
+      return absl::InternalError("the second step's update was applied before the next step");
+    }
+    for (int i = 0; i < 5; ++i) DLRM_RETURN_IF_ERROR(step(*overlapped[r]));
     DLRM_RETURN_IF_ERROR(overlapped[r]->trainer->DrainHotExchange());
     after_many[r] = HotRowValues(*overlapped[r]->trainer->hot_rows());
     return absl::OkStatus();

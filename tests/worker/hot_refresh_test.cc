@@ -48,6 +48,8 @@ class HotRefreshTest : public ::testing::Test {
     spec_.seed = 2;
   }
 
+  void ExpectRefreshesLoseNothing(bool early);
+
   using Run = testing::LocalRun;
   std::unique_ptr<Run> MakeRun() { return testing::MakeLocalRun(spec_, dir_.File("train.tsv")); }
 
@@ -55,7 +57,9 @@ class HotRefreshTest : public ::testing::Test {
   common::JobSpec spec_;
 };
 
-TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
+// Trains with a refresh every 10 steps and checks the model against plain training. `early`:
+// rank 0 plans each refresh on a thread of its own, 3 batches before the boundary.
+void HotRefreshTest::ExpectRefreshesLoseNothing(bool early) {
   auto plain = MakeRun();
   Batch batch;
   while (*plain->reader->Next(&batch)) ASSERT_TRUE(plain->trainer->Step(batch).ok());
@@ -65,6 +69,10 @@ TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
   ro.plan.ceiling_bytes = 6 << 10;  // a few hundred rows: the set changes between windows
   ro.plan.tolerance = 0;            // the largest set under the ceiling
   ro.decay_window = false;          // every window afresh: rows move both ways
+  if (early) {
+    ro.every = 10;
+    ro.lead_steps = 3;
+  }
   HotSetRefresher refresher(hot->trainer.get(), ro);
   PipelineOptions po;
   po.trainer = hot->trainer.get();
@@ -81,6 +89,7 @@ TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
   EXPECT_EQ(stats.refreshes, (plain->trainer->steps_done() - 1) / 10);
   EXPECT_GT(stats.rows_joined, 0);
   EXPECT_GT(stats.rows_left, 0);
+  EXPECT_EQ(stats.early_plans, early ? stats.refreshes : 0);
   EXPECT_GT(hot->trainer->counters().hot_ids, 0);
 
   // Flush the hot rows to the store, then every row and every dense parameter must match.
@@ -94,6 +103,14 @@ TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
     ASSERT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.rows() * ta.row_stride() * sizeof(float)))
         << "table " << t;
   }
+}
+
+TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
+  ExpectRefreshesLoseNothing(/*early=*/false);
+}
+
+TEST_F(HotRefreshTest, PlansMadeAheadOfTheBoundaryLoseNothing) {
+  ExpectRefreshesLoseNothing(/*early=*/true);
 }
 
 TEST_F(HotRefreshTest, FailingBoundaryStopsThePipeline) {
