@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -12,10 +13,14 @@ namespace dlrm::worker {
 namespace {
 
 std::string Line(const HotPlanCandidate& c) {
-  return absl::StrFormat(
+  std::string line = absl::StrFormat(
       "%d rows (%.1f MiB): %.0f hot + %.0f cold rows touched, PS %.1f KB + sync %.1f KB, %.3f ms",
       c.rows, static_cast<double>(c.bytes) / (1 << 20), c.hot_rows_per_step, c.cold_rows_per_step,
       c.ps_bytes_per_step / 1e3, c.sync_bytes_per_step / 1e3, c.seconds_per_step * 1e3);
+  if (c.migrate_seconds_per_step > 0) {
+    absl::StrAppendFormat(&line, " (%.3f ms of it migration)", c.migrate_seconds_per_step * 1e3);
+  }
+  return line;
 }
 
 }  // namespace
@@ -71,6 +76,14 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
   const double v = options.value_bytes;
   const double ps_per_row = 2.0 * (8 + v * dim);
   const double sync_per_row = 4 + v * dim;
+  double migrate_per_row = 0;
+  if (options.current_rows >= 0 && options.refresh_steps > 0) {
+    const double row_bytes = sample.tables().empty() ? 0 : static_cast<double>(min_row_bytes);
+    migrate_per_row = options.migrate_seconds_per_row > 0
+                          ? options.migrate_seconds_per_row
+                          : (8 + row_bytes) / options.link_bytes_per_second;
+    migrate_per_row /= static_cast<double>(options.refresh_steps);
+  }
   for (size_t k : sizes) {
     HotPlanCandidate c;
     c.rows = static_cast<int64_t>(k);
@@ -79,9 +92,11 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
     c.cold_rows_per_step = (total_presence - presence[k]) / slices;
     c.ps_bytes_per_step = c.cold_rows_per_step * ps_per_row;
     c.sync_bytes_per_step = k == 0 ? 0 : (world - 1) * (c.hot_rows_per_step * sync_per_row + 4);
+    c.migrate_seconds_per_step =
+        migrate_per_row * static_cast<double>(std::llabs(c.rows - options.current_rows));
     c.seconds_per_step =
         (c.ps_bytes_per_step + c.sync_bytes_per_step) / options.link_bytes_per_second +
-        world * c.hot_rows_per_step * options.apply_seconds_per_row;
+        world * c.hot_rows_per_step * options.apply_seconds_per_row + c.migrate_seconds_per_step;
     plan.candidates.push_back(c);
   }
   double best = std::numeric_limits<double>::infinity();

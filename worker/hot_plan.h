@@ -14,7 +14,9 @@
 //                     allgathers send from this worker (every byte once, at its sender);
 //   seconds           (PS + sync bytes) / the link rate (training.network_gbps), plus
 //                     world x u_hot x the measured time to apply one row's update (every replica
-//                     applies every worker's gradient).
+//                     applies every worker's gradient), plus, at a refresh, the migration a new
+//                     size needs (|k - the size in use| rows, each read or written back once)
+//                     spread over the steps until the next refresh.
 // v = value_bytes: 4, or 2 when the tables' rows and gradients travel as fp16/bf16.
 // It picks the smallest set whose estimated seconds are within `tolerance` of the best: a larger
 // set costs memory on every worker and rows to migrate at each refresh, and must buy something.
@@ -43,6 +45,11 @@ struct HotPlanOptions {
   // A refresh passes the size of the set in use: it is a candidate too, and kept while its
   // estimate is within the tolerance of the best (a new size moves rows for little gain). -1: none.
   int64_t current_rows = -1;
+  // With current_rows: what moving one row between the hot set and the parameter servers costs
+  // (0: its bytes, id and stored row, over the link), and the steps it is paid over (the refresh
+  // period; 0: migrations are not counted).
+  double migrate_seconds_per_row = 0;
+  int64_t refresh_steps = 0;
 };
 
 struct HotPlanCandidate {
@@ -52,6 +59,7 @@ struct HotPlanCandidate {
   double cold_rows_per_step = 0;
   double ps_bytes_per_step = 0;
   double sync_bytes_per_step = 0;
+  double migrate_seconds_per_step = 0;  // included in seconds_per_step
   double seconds_per_step = 0;
 };
 

@@ -85,15 +85,23 @@ void HotSetRefresher::Observe(const Batch& batch, int64_t step) {
   if (plan_thread_.joinable()) plan_thread_.join();
   // The hot set changes only at boundaries, when this thread is idle: it is the one the
   // boundary's plan must weigh against.
-  HotPlanOptions plan_options = options_.plan;
+  HotPlanOptions plan_options = PlanOptions();
   const HotRowCache* current = trainer_->hot_rows();
-  plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
   auto window = std::make_shared<HotSetSelector>(*window_);
   plan_thread_ = std::thread([this, window, plan_options, current, boundary] {
     common::NameThisThread("dlrm-hot-plan");
     early_plan_ = PlanHotSet(*window, plan_options, current);
     early_step_ = boundary;
   });
+}
+
+HotPlanOptions HotSetRefresher::PlanOptions() const {
+  HotPlanOptions plan_options = options_.plan;
+  const HotRowCache* current = trainer_->hot_rows();
+  plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
+  plan_options.migrate_seconds_per_row = migrate_seconds_per_row_;
+  plan_options.refresh_steps = options_.every;
+  return plan_options;
 }
 
 absl::Status HotSetRefresher::Refresh(int64_t step) {
@@ -111,10 +119,7 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
       plan = std::move(early_plan_);
       ++stats_.early_plans;
     } else {
-      HotPlanOptions plan_options = options_.plan;
-      const HotRowCache* current = trainer_->hot_rows();
-      plan_options.current_rows = current != nullptr ? current->total_rows() : -1;
-      plan = PlanHotSet(*window_, plan_options, current);
+      plan = PlanHotSet(*window_, PlanOptions(), trainer_->hot_rows());
     }
     early_step_ = -1;
     DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << plan.Describe();
@@ -140,6 +145,8 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
   const auto migrate_start = Clock::now();
   DLRM_RETURN_IF_ERROR(trainer_->MigrateHotSet(hot_ids, /*write_back=*/options_.rank == 0));
   const double migrate_ms = since(migrate_start);
+  const int64_t moved = (stats_.rows_joined - joined) + (stats_.rows_left - left);
+  if (moved >= 1000) migrate_seconds_per_row_ = migrate_ms / 1e3 / static_cast<double>(moved);
   DLRM_RETURN_IF_ERROR(Annotate(Barrier(options_.barrier), "hot-set barrier after migration"));
   DLRM_LOG(INFO) << absl::StrFormat(
       "hot-set refresh at step %d: %d rows join, %d leave; %.1f ms (plan %.1f, agreement and "

@@ -82,11 +82,16 @@ class HotSetRefresher {
   Trainer* trainer_;
   // On the prepare thread: counts `batch` and, `lead_steps` before a boundary, starts planning.
   void Observe(const Batch& batch, int64_t step);
+  // The planner's options for the next boundary (the set in use, the price of moving a row).
+  HotPlanOptions PlanOptions() const;
 
   HotRefreshOptions options_;
   std::unique_ptr<HotSetSelector> window_;
   int64_t batches_seen_ = 0;
   HotRefreshStats stats_;
+  // The seconds rank 0's last migration took per row moved (0 before the first): the planner's
+  // price of moving a row (HotPlanOptions::migrate_seconds_per_row).
+  double migrate_seconds_per_row_ = 0;
   // Rank 0's plan for boundary early_step_, made on plan_thread_ from a copy of the window
   // (started by Observe on the prepare thread, joined by Refresh on the read thread at the
   // drained boundary, or by the destructor).

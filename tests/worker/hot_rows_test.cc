@@ -230,6 +230,29 @@ TEST_F(HotPlanTest, TakesTheSmallestSetWithinTheToleranceOfTheBest) {
   EXPECT_EQ(PlanHotSet(sample_, slow).chosen, 0u);
 }
 
+// At a refresh, a new size costs the rows it moves (|k - the size in use|, each read or written
+// back once) spread over the refresh period: dear enough, the size in use stays; free, the best
+// size wins again.
+TEST_F(HotPlanTest, AMigrationDearerThanItsGainKeepsTheSizeInUse) {
+  HotPlanOptions free_moves = Options(2);
+  free_moves.tolerance = 0;
+  const HotPlan best = PlanHotSet(sample_, free_moves);
+  const int64_t best_rows = best.candidates[best.chosen].rows;
+  ASSERT_GT(best_rows, 0) << best.Describe();
+  free_moves.current_rows = 0;  // e.g. a refresh after the first plan chose no rows
+  free_moves.refresh_steps = 100;
+  free_moves.migrate_seconds_per_row = 1e-12;
+  const HotPlan moved = PlanHotSet(sample_, free_moves);
+  EXPECT_EQ(moved.candidates[moved.chosen].rows, best_rows) << moved.Describe();
+  HotPlanOptions dear = free_moves;
+  dear.migrate_seconds_per_row = 1e-3;  // 10 us a row and step: more than a row saves
+  const HotPlan kept = PlanHotSet(sample_, dear);
+  EXPECT_EQ(kept.candidates[kept.chosen].rows, 0) << kept.Describe();
+  for (const HotPlanCandidate& c : kept.candidates) {
+    EXPECT_NEAR(c.migrate_seconds_per_step, 1e-5 * static_cast<double>(c.rows), 1e-12);
+  }
+}
+
 class HotTrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {
