@@ -49,6 +49,8 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
     o.rows = total_rows;
     o.dim = dim();
     o.optimizer = options_.optimizer;
+    o.dtype = options_.tables.front().dtype;  // Create checked that every table shares it
+    o.rounding_seed = options_.seed;
     o.device = dense::cuda::CudaDeviceOf(*options_.backend);
     o.stream = dense::cuda::CudaStreamOf(*options_.backend);
     DLRM_ASSIGN_OR_RETURN(table_, GpuEmbeddingTable::Create(o));
@@ -70,7 +72,6 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
         }
       });
     }));
-    bytes_ = total_rows * stride * static_cast<int64_t>(sizeof(float));
     return absl::OkStatus();
   }
 
@@ -128,7 +129,7 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
     return table_->Synchronize();
   }
 
-  int64_t device_bytes() const override { return bytes_; }
+  int64_t device_bytes() const override { return table_->device_bytes(); }
 
  private:
   int dim() const { return options_.tables.front().dim; }
@@ -165,7 +166,6 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
   std::vector<int64_t> bases_;  // fused row of each table's row 0, then the total rows
   std::unique_ptr<GpuEmbeddingTable> table_;
   FusedBags bags_;  // the last batch's bags (fused_bags.h)
-  int64_t bytes_ = 0;
 };
 
 }  // namespace
@@ -180,11 +180,19 @@ absl::StatusOr<std::unique_ptr<GpuEmbeddings>> GpuEmbeddings::Create(
   if (options.tables.empty()) {
     return absl::InvalidArgumentError("GPU embedding tables: no tables");
   }
+  const embedding::TableConfig& first = options.tables.front();
   for (size_t t = 0; t < options.tables.size(); ++t) {
-    if (options.tables[t].dim != options.tables.front().dim) {
+    const embedding::TableConfig& c = options.tables[t];
+    if (c.dim != first.dim) {
       return absl::InvalidArgumentError(absl::StrCat("GPU embedding tables: table ", t, " has dim ",
-                                                     options.tables[t].dim, ", table 0 has ",
-                                                     options.tables.front().dim));
+                                                     c.dim, ", table 0 has ", first.dim));
+    }
+    if (c.dtype != first.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPU embedding tables: ", embedding::TableLabel(static_cast<int>(t), c), " has dtype ",
+          embedding::RowDtypeName(c.dtype), ", ", embedding::TableLabel(0, first), " has ",
+          embedding::RowDtypeName(first.dtype),
+          ": the tables share one device table, so their tables.dtype must be the same"));
     }
   }
   if (!options.poolings.empty() && options.poolings.size() != options.tables.size()) {

@@ -4,7 +4,13 @@
 // table t's rows follow table t-1's) on the backend's device and stream, so that a step's lookup
 // and its sparse update are one gather and one sort-and-apply for all tables. Filled with the same
 // initial rows as the in-process store (embedding/row_init.h InitRowWithState), so
-// a CUDA run and a CPU run with the same seed start from the same model. Lookup pools a batch's
+// a CUDA run and a CPU run with the same seed start from the same model.
+//
+// Tables of a half dtype (TableConfig::dtype fp16 / bf16, the spec's tables.dtype) store their
+// weights in 2 bytes each on the device, their optimizer state in fp32 (GpuEmbeddingTable's
+// dtype): the initial rows are rounded to nearest, each update stochastically with the job's seed.
+// Every table must then have the same dtype (they share one fused table). The host side stays
+// fp32: ReadStoredRows, CopyToStore and CopyFromStore move widened rows. Lookup pools a batch's
 // ids straight into the backend's embedding activation buffer and ApplyGradients runs the fused
 // sparse optimizer on the device: no row crosses to the host during training.
 //
@@ -24,6 +30,7 @@
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
 #include "embedding/parallel.h"
+#include "embedding/row_dtype.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "embedding/table_config.h"
@@ -32,9 +39,11 @@
 namespace dlrm::worker {
 
 struct GpuEmbeddingsOptions {
-  std::vector<embedding::TableConfig> tables;  // every table has the same dim
+  // Every table has the same dim and the same dtype (fp32, fp16 or bf16: how the device stores
+  // the weights).
+  std::vector<embedding::TableConfig> tables;
   embedding::SparseOptimizerOptions optimizer;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // of the initial rows and of half rows' stochastic rounding
   // Each table's pooling (JobSpec::TablePooling), one per table; empty: every table sums. Tables
   // that pool differently still share one gather and one sort-and-apply a step.
   std::vector<embedding::PoolingMode> poolings;
@@ -51,20 +60,23 @@ class GpuEmbeddings {
  public:
   // True in builds with CUDA (whether or not a device is present).
   static bool Available();
-  // Device bytes the tables take with their optimizer state.
+  // Device bytes the tables take with their optimizer state, in their dtypes (4-byte words of
+  // embedding::RowWords a row: half weights take half the bytes).
   static int64_t DeviceBytes(const std::vector<embedding::TableConfig>& tables,
                              embedding::SparseOptimizerType optimizer) {
     int64_t bytes = 0;
     for (const auto& c : tables) {
-      bytes += c.rows * int64_t{embedding::StoredRowFloats(optimizer, c.dim)} *
-               static_cast<int64_t>(sizeof(float));
+      bytes += c.rows *
+               int64_t{embedding::RowWords(
+                   c.dtype, c.dim, embedding::SparseOptimizerStateFloats(optimizer, c.dim))} *
+               4;
     }
     return bytes;
   }
 
   // Allocates and initialises every table. INVALID_ARGUMENT for a non-CUDA backend, tables of
-  // different dims or poolings for another number of tables, RESOURCE_EXHAUSTED when they do not
-  // fit, UNIMPLEMENTED without CUDA.
+  // different dims or dtypes or poolings for another number of tables, RESOURCE_EXHAUSTED when
+  // they do not fit, UNIMPLEMENTED without CUDA.
   static absl::StatusOr<std::unique_ptr<GpuEmbeddings>> Create(const GpuEmbeddingsOptions& options);
   virtual ~GpuEmbeddings() = default;
 

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/checkpoint.h"
+#include "worker/gpu_embeddings.h"
 #include "worker/input/batch_reader.h"
 #include "worker/job_input.h"
 #include "worker/progress.h"
@@ -56,13 +57,17 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                             options.device_override.empty() ? spec.device : options.device_override,
                             spec.math_mode, options.threads));
 
+  // Half rows live only in GPU tables here: the in-process store keeps fp32 rows.
+  const common::TableSpec* half_table = nullptr;
   for (const common::TableSpec& t : spec.tables) {
-    if (t.dtype != "fp32") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", t.name, ": dtype ", t.dtype,
-          ": dlrm train keeps its tables in process as fp32; half-precision rows are stored by "
-          "parameter servers (dlrm local, a cluster job). Set tables.dtype: fp32 here."));
-    }
+    if (t.dtype != "fp32" && half_table == nullptr) half_table = &t;
+  }
+  if (half_table != nullptr && backend->device() != dense::Device::kCuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", half_table->name, ": dtype ", half_table->dtype,
+        ": dlrm train on the CPU keeps its tables in process as fp32; half-precision rows are "
+        "stored by the CUDA device (--device cuda, GPU tables) and by parameter servers (dlrm "
+        "local, a cluster job). Set tables.dtype: fp32 here."));
   }
   embedding::LocalStoreOptions store_options;
   store_options.tables = TableConfigsFromSpec(spec);
@@ -78,6 +83,19 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   trainer_options.threads = options.threads;
   trainer_options.gpu_table_budget_bytes = options.gpu_table_budget_bytes;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
+  if (half_table != nullptr && !trainer->gpu_tables()) {
+    const int64_t bytes =
+        GpuEmbeddings::DeviceBytes(store_options.tables, store_options.optimizer.type);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table ", half_table->name, ": dtype ", half_table->dtype,
+        ": the CUDA device stores half rows only in GPU tables, but the embedding tables (", bytes,
+        " bytes with optimizer state) stay in host memory, which keeps fp32 rows: they exceed "
+        "the GPU table budget (--gpu-table-budget ",
+        options.gpu_table_budget_bytes < 0 ? std::string("auto: 80% of free device memory")
+                                           : absl::StrCat(options.gpu_table_budget_bytes),
+        ") or do not fit on the device. Raise the budget, shrink the tables or set "
+        "tables.dtype: fp32."));
+  }
 
   TrainPosition position;
   std::string resumed_dir;

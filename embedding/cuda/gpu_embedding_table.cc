@@ -11,13 +11,15 @@
 #include "embedding/cuda/cuda_util.h"
 #include "embedding/cuda/device_buffer.h"
 #include "embedding/cuda/embedding_kernels.h"
+#include "embedding/cuda/half_row_kernels.h"
 #include "embedding/cuda/table_poolings.h"
 
 namespace dlrm::embedding::cuda {
 struct GpuEmbeddingTable::Scratch {
-  DeviceBuffer ids;        // int64 ids, nnz
-  DeviceBuffer offsets;    // int32, batch + 1; then, 256-byte aligned, per-table mean flags
-  DeviceBuffer grads;      // float, nnz x dim (compact gradients) or n x row_stride (ReadRows)
+  DeviceBuffer ids;      // int64 ids, nnz
+  DeviceBuffer offsets;  // int32, batch + 1; then, 256-byte aligned, per-table mean flags
+  // float, nnz x dim (compact gradients) or n x row_stride (ReadRows, and half rows' WriteRows)
+  DeviceBuffer grads;
   DeviceBuffer slots;      // int64, nnz
   DeviceBuffer workspace;  // scatter sort workspace
   // Pinned staging of host inputs; `staged` is recorded after the copies out of it.
@@ -36,6 +38,8 @@ struct GpuEmbeddingTable::Scratch {
 GpuEmbeddingTable::GpuEmbeddingTable(const GpuEmbeddingTableOptions& options)
     : options_(options),
       row_stride_(options.dim + SparseOptimizerStateFloats(options.optimizer.type, options.dim)),
+      row_words_(RowWords(options.dtype, options.dim,
+                          SparseOptimizerStateFloats(options.optimizer.type, options.dim))),
       scratch_(std::make_unique<Scratch>()) {}
 
 GpuEmbeddingTable::~GpuEmbeddingTable() {
@@ -58,6 +62,11 @@ absl::StatusOr<std::unique_ptr<GpuEmbeddingTable>> GpuEmbeddingTable::Create(
     cudaGetLastError();
     count = 0;
   }
+  if (options.dtype != RowDtype::kFp32 && options.dtype != RowDtype::kFp16 &&
+      options.dtype != RowDtype::kBf16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU table ", options.name, ": dtype ", static_cast<int>(options.dtype)));
+  }
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
   if (options.device < 0 || options.device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("GPU table ", options.name, ": CUDA device ",
@@ -79,14 +88,14 @@ absl::Status GpuEmbeddingTable::Init() {
   } else {
     stream_ = options_.stream;
   }
-  const size_t bytes = static_cast<size_t>(options_.rows) * row_stride_ * sizeof(float);
+  const size_t bytes = static_cast<size_t>(options_.rows) * row_words_ * sizeof(float);
   if (cudaError_t err = cudaMalloc(&rows_, bytes); err != cudaSuccess) {
     cudaGetLastError();
     rows_ = nullptr;
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
     return absl::ResourceExhaustedError(absl::StrCat(
-        options_.rows, " rows x ", row_stride_, " floats = ", bytes, " bytes do not fit (",
+        options_.rows, " rows x ", row_words_, " words = ", bytes, " bytes do not fit (",
         free_bytes, " of ", total_bytes, " bytes free): ", cudaGetErrorString(err)));
   }
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
@@ -187,10 +196,14 @@ absl::Status GpuEmbeddingTable::Initialize(
   const size_t row_bytes = static_cast<size_t>(row_stride_) * sizeof(float);
   const int64_t chunk_rows = std::min<int64_t>(
       options_.rows, std::max<int64_t>(1, options_.upload_chunk_bytes / row_bytes));
-  // Two pinned buffers: the host fills one while the other uploads.
+  // Two pinned buffers: the host fills one while the other uploads. Half rows upload into one
+  // device buffer and are rounded from it into the table (stream order keeps the next upload
+  // behind the rounding).
   void* pinned[2] = {nullptr, nullptr};
   cudaEvent_t uploaded[2] = {nullptr, nullptr};
+  DeviceBuffer widened;
   absl::Status status;
+  if (half()) status = widened.Reserve(chunk_rows * row_bytes, stream, /*headroom=*/false);
   for (int i = 0; i < 2 && status.ok(); ++i) {
     status = CudaStatus(cudaMallocHost(&pinned[i], chunk_rows * row_bytes), "cudaMallocHost");
     if (status.ok()) {
@@ -204,10 +217,12 @@ absl::Status GpuEmbeddingTable::Initialize(
     if (k >= 2) status = CudaStatus(cudaEventSynchronize(uploaded[i]), "cudaEventSynchronize");
     if (!status.ok()) break;
     fill(first, count, static_cast<float*>(pinned[i]));
-    status = CudaStatus(cudaMemcpyAsync(rows_ + first * row_stride_, pinned[i], count * row_bytes,
-                                        cudaMemcpyHostToDevice, stream),
-                        "cudaMemcpyAsync");
+    void* target = half() ? widened.ptr : rows_ + first * row_stride_;
+    status = CudaStatus(
+        cudaMemcpyAsync(target, pinned[i], count * row_bytes, cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync");
     if (status.ok()) status = CudaStatus(cudaEventRecord(uploaded[i], stream), "cudaEventRecord");
+    if (status.ok() && half()) PackRows(widened.as<float>(), first, count);
   }
   // Wait before freeing the pinned buffers, whatever happened.
   absl::Status sync = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -228,11 +243,26 @@ absl::Status GpuEmbeddingTable::WriteRows(int64_t first_row, int64_t count,
   }
   if (count == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  // Pageable source: the copy has taken the data when the call returns.
-  DLRM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(rows_ + first_row * row_stride_, host_rows,
-                      static_cast<size_t>(count) * row_stride_ * sizeof(float),
-                      cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const size_t row_bytes = static_cast<size_t>(row_stride_) * sizeof(float);
+  if (!half()) {
+    // Pageable source: the copy has taken the data when the call returns.
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows_ + first_row * row_stride_, host_rows,
+                                              static_cast<size_t>(count) * row_bytes,
+                                              cudaMemcpyHostToDevice, stream));
+    return Finish();
+  }
+  // Half rows: widened rows go to device scratch, piece by piece, and are rounded from there.
+  const int64_t piece_rows =
+      std::min<int64_t>(count, std::max<int64_t>(1, options_.upload_chunk_bytes / row_bytes));
+  DeviceBuffer& widened = scratch_->grads;
+  DLRM_RETURN_IF_ERROR(widened.Reserve(piece_rows * row_bytes, stream));
+  for (int64_t done = 0; done < count; done += piece_rows) {
+    const int64_t n = std::min(piece_rows, count - done);
+    DLRM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(widened.ptr, host_rows + done * row_stride_,
+                                              n * row_bytes, cudaMemcpyHostToDevice, stream));
+    PackRows(widened.as<float>(), first_row + done, n);
+  }
   return Finish();
 }
 
@@ -246,11 +276,19 @@ absl::Status GpuEmbeddingTable::ReadRows(const int64_t* ids, int64_t n, float* h
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   Scratch& s = *scratch_;
+  const size_t out_bytes = static_cast<size_t>(n) * row_stride_ * sizeof(float);
+  if (half()) {
+    DLRM_RETURN_IF_ERROR(StageInputs(ids, n, nullptr, 0));
+    DLRM_RETURN_IF_ERROR(s.grads.Reserve(out_bytes, stream));
+    LaunchUnpackHalfRows(HalfView(), s.ids.as<int64_t>(), n, s.grads.as<float>(), stream);
+    DLRM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_out, s.grads.ptr, out_bytes, cudaMemcpyDeviceToHost, stream));
+    return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
   // A gather of bags of one id with dim = row_stride copies whole stored rows.
   s.iota.resize(n + 1);
   for (int64_t i = 0; i <= n; ++i) s.iota[i] = static_cast<int32_t>(i);
   DLRM_RETURN_IF_ERROR(StageInputs(ids, n, s.iota.data(), static_cast<int>(n)));
-  const size_t out_bytes = static_cast<size_t>(n) * row_stride_ * sizeof(float);
   DLRM_RETURN_IF_ERROR(s.grads.Reserve(out_bytes, stream));
   LaunchPooledGather(rows_, row_stride_, static_cast<int>(row_stride_), s.ids.as<int64_t>(),
                      s.offsets.as<int32_t>(), static_cast<int>(n),
@@ -281,9 +319,15 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
   TableMeanFlags(table_modes, &means);
   DLRM_RETURN_IF_ERROR(StageInputs(ids, nnz, offsets, batch, means));
   const BagPooling pooling = StagedPooling(table_modes, batch, means);
-  LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
-                     scratch_->offsets.as<int32_t>(), batch, pooling, device_out, out_stride,
-                     static_cast<cudaStream_t>(stream_));
+  if (half()) {
+    LaunchHalfPooledGather(HalfView(), scratch_->ids.as<int64_t>(), scratch_->offsets.as<int32_t>(),
+                           batch, pooling, device_out, out_stride,
+                           static_cast<cudaStream_t>(stream_));
+  } else {
+    LaunchPooledGather(rows_, row_stride_, options_.dim, scratch_->ids.as<int64_t>(),
+                       scratch_->offsets.as<int32_t>(), batch, pooling, device_out, out_stride,
+                       static_cast<cudaStream_t>(stream_));
+  }
   last_lookup_ = {.valid = true, .batch = batch, .nnz = nnz, .pooling = pooling};
   return Finish();
 }
@@ -338,8 +382,7 @@ absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, const BagPooling
                                  s.offsets.as<int32_t>(), batch, nnz, pooling, options_.rows,
                                  s.grads.as<float>(), s.slots.as<int64_t>(), s.workspace.ptr,
                                  s.workspace.bytes, stream);
-  LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim,
-                             s.slots.as<int64_t>(), s.grads.as<float>(), nnz, stream);
+  LaunchOptimizer(s.slots.as<int64_t>(), s.grads.as<float>(), nnz);
   return Finish();
 }
 
@@ -356,10 +399,33 @@ absl::Status GpuEmbeddingTable::ApplyRowGradients(const int64_t* ids, int64_t n,
   }
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   DLRM_RETURN_IF_ERROR(StageInputs(ids, n, nullptr, 0));
-  LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim,
-                             scratch_->ids.as<int64_t>(), device_grads, n,
-                             static_cast<cudaStream_t>(stream_));
+  LaunchOptimizer(scratch_->ids.as<int64_t>(), device_grads, n);
   return Finish();
+}
+
+HalfRows GpuEmbeddingTable::HalfView() {
+  HalfRows t;
+  t.rows = rows_;
+  t.row_words = row_words_;
+  t.dim = options_.dim;
+  t.state_floats = static_cast<int>(row_stride_) - options_.dim;
+  t.dtype = options_.dtype;
+  return t;
+}
+
+void GpuEmbeddingTable::LaunchOptimizer(const int64_t* slots, const float* grads, int64_t n) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  if (!half()) {
+    LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim, slots, grads,
+                               n, stream);
+    return;
+  }
+  const StochasticRounding rounding{.seed = options_.rounding_seed, .call = optimizer_calls_++};
+  LaunchApplySparseOptimizerHalf(options_.optimizer, HalfView(), slots, grads, n, rounding, stream);
+}
+
+void GpuEmbeddingTable::PackRows(const float* rows, int64_t first, int64_t count) {
+  LaunchPackHalfRows(HalfView(), rows, first, count, static_cast<cudaStream_t>(stream_));
 }
 
 }  // namespace dlrm::embedding::cuda

@@ -1,7 +1,22 @@
-// A device-resident embedding table: rows x [weights (dim) | optimizer state] floats in GPU
-// memory, for a worker's hot rows (ids are then the hot-set slots) or a whole table that fits.
+// A device-resident embedding table: rows x [weights (dim) | optimizer state] in GPU memory, for a
+// worker's hot rows (ids are then the hot-set slots) or a whole table that fits.
 // Lookups and gradient application take host ids (validated here, so a bad id is an
 // INVALID_ARGUMENT naming it, never a device fault) and device activations/gradients.
+//
+// Stored dtype (options.dtype, embedding/row_dtype.h): with kFp32 a stored row is row_stride()
+// floats. With kFp16 / kBf16 the weights take 2 bytes each (padded to 4 bytes) and the optimizer
+// state stays fp32: a stored row is stored_row_words() 4-byte words laid out as
+// embedding::RowCodec's, e.g. 33 words instead of 65 for dim 64 with row-wise Adagrad. Every host
+// interface stays fp32 whatever the dtype: Initialize, WriteRows and ReadRows move widened rows
+// of row_stride() floats, and Lookup pools widened weights in fp32 into fp32 outputs. Half rows
+// round as the parameter servers' do: Initialize and WriteRows to nearest even;
+// ApplyGradients and ApplyRowGradients update a widened copy in fp32 and store it rounded
+// stochastically (up with probability equal to the distance from the lower neighbour), so
+// updates below half a unit in the last place still move a row on average. The random bits of
+// weight k of stored row r in the c-th call that updates rows (ApplyGradients,
+// ApplyGradientsOfLastLookup or ApplyRowGradients with at least one id; c counts from 0 at
+// Create) are a hash of (options.rounding_seed, c, r, k): for a given seed and sequence of calls
+// the rows are the same bits on every run, whatever the thread scheduling.
 //
 // Ordering: with options.stream == nullptr the table owns a stream and every call has finished
 // when it returns. With a caller's stream (e.g. the dense backend's, dense::cuda::CudaStreamOf) the
@@ -24,9 +39,12 @@
 #include "absl/types/span.h"
 #include "embedding/cuda/bag_pooling.h"
 #include "embedding/kernels.h"
+#include "embedding/row_dtype.h"
 #include "embedding/sparse_optimizer_options.h"
 
 namespace dlrm::embedding::cuda {
+
+struct HalfRows;  // half_row_kernels.h (private)
 
 struct GpuEmbeddingTableOptions {
   std::string name;  // used in error messages, e.g. "C3" or "hot"
@@ -35,8 +53,13 @@ struct GpuEmbeddingTableOptions {
   SparseOptimizerOptions optimizer;
   int device = 0;
   void* stream = nullptr;  // cudaStream_t to enqueue on (not owned); nullptr: own stream
-  // Size of each of the two pinned buffers that stream rows to the device in Initialize().
+  // Size of each of the two pinned buffers that stream rows to the device in Initialize() (and,
+  // for half rows, of the device buffer they are rounded from, and of WriteRows' pieces).
   size_t upload_chunk_bytes = size_t{64} << 20;
+  // How the weights are stored (see the file comment); the optimizer state is always fp32.
+  RowDtype dtype = RowDtype::kFp32;
+  // Half rows: the seed of stochastic rounding's random bits. Ignored for fp32.
+  uint64_t rounding_seed = 0;
 };
 
 class GpuEmbeddingTable {
@@ -51,19 +74,28 @@ class GpuEmbeddingTable {
 
   int64_t rows() const { return options_.rows; }
   int dim() const { return options_.dim; }
-  // Floats per stored row: dim + SparseOptimizerStateFloats(optimizer, dim).
+  RowDtype dtype() const { return options_.dtype; }
+  // Floats per widened row, as the host interfaces take and give them:
+  // dim + SparseOptimizerStateFloats(optimizer, dim).
   int64_t row_stride() const { return row_stride_; }
-  // rows() x row_stride() floats of device memory.
-  float* device_rows() { return rows_; }
+  // 4-byte words per stored row on the device: row_stride() for fp32,
+  // RowWords(dtype, dim, state floats) for half rows.
+  int64_t stored_row_words() const { return row_words_; }
+  // Bytes of the stored rows on the device (not counting per-call scratch).
+  int64_t device_bytes() const { return options_.rows * row_words_ * 4; }
+  // rows() x stored_row_words() words of device memory (floats for fp32).
+  void* device_rows() { return rows_; }
 
   // Fills every stored row. `fill(first_id, count, out)` writes rows [first_id, first_id + count)
   // (count * row_stride() floats, e.g. with InitRowWithState) into a pinned buffer; it is called
   // chunk by chunk on this thread while the previous chunk uploads. Waits for the upload.
   absl::Status Initialize(
       const std::function<void(int64_t first_id, int64_t count, float* out)>& fill);
-  // Uploads stored rows [first_row, first_row + count) from host memory (count x row_stride).
+  // Uploads stored rows [first_row, first_row + count) from host memory (count x row_stride
+  // widened floats; half weights are rounded to nearest even).
   absl::Status WriteRows(int64_t first_row, int64_t count, const float* host_rows);
-  // Copies the stored rows of `ids` to host_out (n x row_stride). Waits for the copy.
+  // Copies the stored rows of `ids` to host_out (n x row_stride, weights widened). Waits for the
+  // copy.
   absl::Status ReadRows(const int64_t* ids, int64_t n, float* host_out);
 
   // device_out[b * out_stride + 0..dim) = pool of rows ids[offsets[b] .. offsets[b+1]).
@@ -120,6 +152,14 @@ class GpuEmbeddingTable {
   // Backward and optimizer step on the staged ids and offsets (and flags).
   absl::Status ApplyStaged(int batch, int nnz, const BagPooling& pooling, const float* device_dout,
                            int64_t out_stride);
+  bool half() const { return options_.dtype != RowDtype::kFp32; }
+  // One optimizer step on rows `slots` (device, n; negative ones skipped) with gradients `grads`
+  // (device, n x dim), by the stored dtype's kernel.
+  void LaunchOptimizer(const int64_t* slots, const float* grads, int64_t n);
+  // Stores `count` widened rows from device memory `rows` at stored row `first` (half rows).
+  void PackRows(const float* rows, int64_t first, int64_t count);
+  // The device rows as the half-row kernels take them (half_row_kernels.h).
+  HalfRows HalfView();
   struct Scratch;
   // The bags the last Lookup staged, while the scratch still holds them (their per-table flags
   // included: `pooling` may point into it).
@@ -133,8 +173,10 @@ class GpuEmbeddingTable {
 
   const GpuEmbeddingTableOptions options_;
   const int64_t row_stride_;
-  float* rows_ = nullptr;
-  void* stream_ = nullptr;  // cudaStream_t
+  const int64_t row_words_;
+  float* rows_ = nullptr;         // rows x row_words_ 4-byte words
+  uint64_t optimizer_calls_ = 0;  // half rows: the call counter of stochastic rounding
+  void* stream_ = nullptr;        // cudaStream_t
   bool owns_stream_ = false;
   std::unique_ptr<Scratch> scratch_;
 };

@@ -19,6 +19,10 @@
 // the same rows, no other row changes, and the traffic is the counts plus the touched rows (as
 // the host cache's mask-then-packed exchange), not the whole hot set.
 //
+// The hot rows stay fp32 whatever the tables' dtype (tables.dtype): they are a replica of rows
+// whose own copy lives elsewhere (the parameter servers, in the tables' dtype), and the hot set is
+// small. Half rows on the device are GpuEmbeddingTable's (options.dtype), for whole tables.
+//
 // Every call enqueues on options.stream (the dense backend's stream, dense::cuda::CudaStreamOf),
 // after the model's work; host inputs may be reused when a call returns. Backward and ReadRows
 // wait for their results. Not thread-safe: the trainer's compute thread owns it.

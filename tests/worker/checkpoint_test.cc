@@ -99,15 +99,21 @@ TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
   ExpectBitIdentical(reference, resumed);
 }
 
-// dlrm train keeps fp32 tables in process: a half dtype is refused by name, not ignored.
-TEST_F(CheckpointTest, DlrmTrainRefusesHalfPrecisionTables) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), "");
-  spec.tables[2].dtype = "bf16";
-  auto report = TrainInProcess(spec, Quiet());
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(report.status().message()),
-              HasSubstr(absl::StrCat("table ", spec.tables[2].name, ": dtype bf16: dlrm train")));
+// dlrm train on the CPU keeps fp32 tables in process: a half dtype is refused by name, not
+// ignored (only the CUDA device's GPU tables store half rows).
+TEST_F(CheckpointTest, DlrmTrainRefusesHalfPrecisionTablesOnTheCpu) {
+  for (const char* dtype : {"fp16", "bf16"}) {
+    common::JobSpec spec = SmallJob(dir_.File("train.tsv"), "");
+    ASSERT_EQ(spec.device, "cpu");
+    spec.tables[2].name = "C3";
+    spec.tables[2].dtype = dtype;
+    auto report = TrainInProcess(spec, Quiet());
+    ASSERT_FALSE(report.ok()) << dtype;
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(report.status().message()),
+                HasSubstr(absl::StrCat("table C3: dtype ", dtype, ": dlrm train on the CPU")));
+    EXPECT_THAT(std::string(report.status().message()), HasSubstr("stored by the CUDA device"));
+  }
 }
 
 TEST_F(CheckpointTest, FlippedByteIsRefusedNamingTheFileAndTheFolderFallsBackToThePrevious) {
