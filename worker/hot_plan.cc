@@ -84,20 +84,27 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
                           : (8 + row_bytes) / options.link_bytes_per_second;
     migrate_per_row /= static_cast<double>(options.refresh_steps);
   }
-  for (size_t k : sizes) {
+  // A set of `rows` rows, `bytes` bytes, whose rows appear in `hot_presence` of the slices'
+  // worker batches (summed over its rows), with `migrate` seconds per step of migration.
+  auto estimate = [&](int64_t rows, int64_t set_bytes, double hot_presence, double migrate) {
     HotPlanCandidate c;
-    c.rows = static_cast<int64_t>(k);
-    c.bytes = bytes[k];
-    c.hot_rows_per_step = presence[k] / slices;
-    c.cold_rows_per_step = (total_presence - presence[k]) / slices;
+    c.rows = rows;
+    c.bytes = set_bytes;
+    c.hot_rows_per_step = hot_presence / slices;
+    c.cold_rows_per_step = (total_presence - hot_presence) / slices;
     c.ps_bytes_per_step = c.cold_rows_per_step * ps_per_row;
-    c.sync_bytes_per_step = k == 0 ? 0 : (world - 1) * (c.hot_rows_per_step * sync_per_row + 4);
-    c.migrate_seconds_per_step =
-        migrate_per_row * static_cast<double>(std::llabs(c.rows - options.current_rows));
+    c.sync_bytes_per_step = rows == 0 ? 0 : (world - 1) * (c.hot_rows_per_step * sync_per_row + 4);
+    c.migrate_seconds_per_step = migrate;
     c.seconds_per_step =
         (c.ps_bytes_per_step + c.sync_bytes_per_step) / options.link_bytes_per_second +
         world * c.hot_rows_per_step * options.apply_seconds_per_row + c.migrate_seconds_per_step;
-    plan.candidates.push_back(c);
+    return c;
+  };
+  for (size_t k : sizes) {
+    const int64_t rows = static_cast<int64_t>(k);
+    plan.candidates.push_back(
+        estimate(rows, bytes[k], presence[k],
+                 migrate_per_row * static_cast<double>(std::llabs(rows - options.current_rows))));
   }
   double best = std::numeric_limits<double>::infinity();
   for (const HotPlanCandidate& c : plan.candidates) best = std::min(best, c.seconds_per_step);
@@ -115,9 +122,19 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
       break;
     }
   }
-  const size_t k = static_cast<size_t>(plan.candidates[plan.chosen].rows);
-  for (size_t i = 0; i < k; ++i) plan.hot_ids[ranked[i].table].push_back(ranked[i].id);
+  const int64_t chosen_rows = plan.candidates[plan.chosen].rows;
+  for (int64_t i = 0; i < chosen_rows; ++i) plan.hot_ids[ranked[i].table].push_back(ranked[i].id);
   for (auto& ids : plan.hot_ids) std::sort(ids.begin(), ids.end());
+  if (current != nullptr && current->total_rows() > 0) {
+    // The set in use as it is and the chosen rows, judged on the same slices: what a refresh
+    // gains.
+    const auto [in_use, in_use_odd] = sample.PresenceOf(*current);
+    plan.current = estimate(current->total_rows(), current->bytes(),
+                            static_cast<double>(held_out ? in_use_odd : in_use), 0);
+    const auto [chosen, chosen_odd] = sample.PresenceOf(plan.hot_ids);
+    plan.proposed = estimate(chosen_rows, plan.candidates[plan.chosen].bytes,
+                             static_cast<double>(held_out ? chosen_odd : chosen), 0);
+  }
   return plan;
 }
 
@@ -125,6 +142,8 @@ std::string HotPlan::Describe() const {
   std::string out = absl::StrCat("hot-set plan: chose ", Line(candidates[chosen]));
   absl::StrAppend(&out, "; no hot rows: ", Line(candidates.front()));
   if (candidates.size() > 1) absl::StrAppend(&out, "; largest: ", Line(candidates.back()));
+  if (current.has_value()) absl::StrAppend(&out, "; the set in use: ", Line(*current));
+  if (proposed.has_value()) absl::StrAppend(&out, "; the chosen rows: ", Line(*proposed));
   return out;
 }
 

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ struct HotPlan {
   std::vector<std::vector<int64_t>> hot_ids;  // per table, ascending
   std::vector<HotPlanCandidate> candidates;   // by size, the first is the empty set
   size_t chosen = 0;                          // index into candidates
+  // What a refresh gains (HotSetRefresher weighs it against what the refresh costs): the set in
+  // use (PlanHotSet's `current`) kept as it is, and the chosen rows, both estimated like the
+  // candidates (no migration) from the presences of their own rows, measured the same way so
+  // that the same rows give the same estimate. Empty when no set is in use.
+  std::optional<HotPlanCandidate> current;
+  std::optional<HotPlanCandidate> proposed;
   // One line: the choice and its estimate, next to the empty set's and the largest's.
   std::string Describe() const;
 };

@@ -67,6 +67,7 @@ HotSetRefresher::HotSetRefresher(Trainer* trainer, const HotRefreshOptions& opti
   } else {
     window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(spec), state);
   }
+  row_bytes_ = static_cast<int64_t>(spec.embedding_dim + state) * 4;
   if (options_.rank == 0) {
     trainer_->set_batch_observer(
         [this](const Batch& batch, int64_t step) { Observe(batch, step); });
@@ -78,6 +79,18 @@ HotSetRefresher::~HotSetRefresher() {
 }
 
 void HotSetRefresher::Observe(const Batch& batch, int64_t step) {
+  const auto now = std::chrono::steady_clock::now();
+  if (batches_seen_ > 0) {
+    const double took = std::chrono::duration<double>(now - last_observed_).count();
+    const double average = step_seconds_.load(std::memory_order_relaxed);
+    step_seconds_.store(average == 0 ? took : 0.9 * average + 0.1 * took,
+                        std::memory_order_relaxed);
+  }
+  last_observed_ = now;
+  if (step >= restart_window_at_.load()) {
+    restart_window_at_.store(std::numeric_limits<int64_t>::max());
+    RestartWindow();
+  }
   if (batches_seen_++ % kWindowEvery == 0) window_->Add(batch);
   const int64_t boundary = step + options_.lead_steps;
   if (options_.every <= 0 || options_.lead_steps <= 0 || boundary % options_.every != 0) return;
@@ -102,6 +115,65 @@ HotPlanOptions HotSetRefresher::PlanOptions() const {
   plan_options.migrate_seconds_per_row = migrate_seconds_per_row_;
   plan_options.refresh_steps = options_.every;
   return plan_options;
+}
+
+void HotSetRefresher::RestartWindow() {
+  // The next choice weighs the data since this boundary fully and what came before at half.
+  if (options_.decay_window) {
+    window_->Decay();
+  } else {
+    window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(trainer_->spec()),
+                                               window_->state_floats());
+  }
+}
+
+bool HotSetRefresher::Pays(int64_t step) const {
+  const HotPlan& plan = early_plan_;
+  const HotRowCache* in_use = trainer_->hot_rows();
+  if (!plan.current.has_value() || !plan.proposed.has_value() || in_use == nullptr) {
+    return true;  // nothing to keep
+  }
+  int64_t moved = 0;
+  for (const auto& ids : in_use->LeavingIds(plan.hot_ids)) moved += ids.size();
+  for (const auto& ids : in_use->MissingIds(plan.hot_ids)) moved += ids.size();
+  const double gain = plan.current->seconds_per_step - plan.proposed->seconds_per_step;
+  const double row_price = migrate_seconds_per_row_ > 0 ? migrate_seconds_per_row_
+                                                        : (8.0 + static_cast<double>(row_bytes_)) /
+                                                              options_.plan.link_bytes_per_second;
+  const double step_seconds = step_seconds_.load(std::memory_order_relaxed);
+  const double cost =
+      static_cast<double>(moved) * row_price + refresh_fixed_seconds_ + kRefillSteps * step_seconds;
+  const double gained = gain * static_cast<double>(options_.every);
+  const bool pays = moved > 0 && gained > cost;
+  DLRM_LOG(INFO) << absl::StrFormat(
+      "hot-set refresh at step %d %s: it moves %d rows and would gain %.3f ms a step over the "
+      "set in use, %.1f ms over the %d steps to the next boundary, against %.1f ms it costs "
+      "(migration %.1f, the last refresh's other work %.1f, refill %.1f)",
+      step, pays ? "pays" : "skipped", moved, gain * 1e3, gained * 1e3, options_.every, cost * 1e3,
+      static_cast<double>(moved) * row_price * 1e3, refresh_fixed_seconds_ * 1e3,
+      kRefillSteps * step_seconds * 1e3);
+  return pays;
+}
+
+absl::StatusOr<bool> HotSetRefresher::Wanted(int64_t step) {
+  bool wanted = true;
+  if (options_.rank == 0) {
+    if (plan_thread_.joinable()) plan_thread_.join();
+    // Without a plan made ahead (none was due, or the run began after its start) the boundary
+    // plans while drained, as it always did.
+    if (options_.skip_unprofitable && early_step_ == step) wanted = Pays(step);
+  }
+  if (options_.share_decision) {
+    DLRM_ASSIGN_OR_RETURN(wanted, options_.share_decision(step, wanted));
+  }
+  if (!wanted) {
+    ++stats_.skipped;
+    early_step_ = -1;
+    // The window restarts as at a refresh, from the boundary's batch on (the prepare thread
+    // counts into it; Observe does the restart).
+    if (options_.rank == 0) restart_window_at_.store(step);
+  }
+  return wanted;
 }
 
 absl::Status HotSetRefresher::Refresh(int64_t step) {
@@ -154,13 +226,8 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
       step, stats_.rows_joined - joined, stats_.rows_left - left, since(start), plan_ms,
       agreed_ms - plan_ms, migrate_ms);
   ++stats_.refreshes;
-  // The next choice weighs the data since this boundary fully and what came before at half.
-  if (options_.decay_window) {
-    window_->Decay();
-  } else {
-    window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(trainer_->spec()),
-                                               window_->state_floats());
-  }
+  refresh_fixed_seconds_ = (since(start) - migrate_ms) / 1e3;
+  RestartWindow();
   return absl::OkStatus();
 }
 

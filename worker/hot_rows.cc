@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "embedding/row_init.h"
@@ -90,47 +92,138 @@ std::vector<HotSetSelector::Ranked> FirstInOrder(std::vector<KeyedRow> all, size
   return out;
 }
 
+// How many keys are at least k, for k up to kBuckets - 1 (larger keys count in the last bucket):
+// the least a row's key must be to be among the first `limit` of an order that ranks larger keys
+// first, found before any row is copied out.
+class KeyHistogram {
+ public:
+  static constexpr int64_t kBuckets = int64_t{1} << 16;
+  KeyHistogram() : counts_(kBuckets, 0) {}
+  void Add(int64_t key) { ++counts_[std::clamp<int64_t>(key, 0, kBuckets - 1)]; }
+  // The largest k with at least `limit` keys >= k (0 when there are fewer); rows whose key is
+  // below it have `limit` rows ahead of them.
+  int64_t Threshold(size_t limit) const {
+    size_t seen = 0;
+    for (int64_t k = kBuckets - 1; k > 0; --k) {
+      seen += counts_[k];
+      if (seen >= limit) return k;
+    }
+    return 0;
+  }
+
+ private:
+  std::vector<uint32_t> counts_;
+};
+
 }  // namespace
 
 std::vector<HotSetSelector::Ranked> HotSetSelector::Rank(const HotRowCache* favoured,
                                                          size_t limit) const {
-  return FirstInOrder(Keyed(favoured), limit, RankedBefore);
+  if (limit == std::numeric_limits<size_t>::max()) {
+    return FirstInOrder(Keyed(favoured, 0, -1), limit, RankedBefore);
+  }
+  KeyHistogram keys;
+  ForEachRow(favoured, [&](int64_t key, const Stat&) { keys.Add(key); });
+  return FirstInOrder(Keyed(favoured, keys.Threshold(limit), -1), limit, RankedBefore);
 }
 
 HotSetSelector::Ranking HotSetSelector::RankForPlan(const HotRowCache* favoured, size_t limit,
                                                     bool by_even_count) const {
+  // Two passes: the first sums the presences and finds the least key (and even count) a row
+  // needs to be among the first `limit`, the second copies out only those rows (a window holds
+  // several times the rows a plan can choose; copying and ordering all of them was most of a
+  // plan's time and memory).
   Ranking ranking;
-  std::vector<KeyedRow> all = Keyed(favoured);
-  for (const auto& [key, row] : all) {
-    ranking.presence += row.presence;
-    ranking.presence_odd += row.presence_odd;
-  }
+  KeyHistogram keys, evens;
+  ForEachRow(favoured, [&](int64_t key, const Stat& stat) {
+    ranking.presence += stat.presence;
+    ranking.presence_odd += stat.presence_odd;
+    keys.Add(key);
+    if (by_even_count) evens.Add(stat.count_even);
+  });
+  const int64_t min_key = keys.Threshold(limit);
+  const int64_t min_even = by_even_count ? evens.Threshold(limit) : -1;
+  std::vector<KeyedRow> by_key = Keyed(favoured, min_key, min_even);
   if (by_even_count) {
-    ranking.by_even_count = FirstInOrder(all, limit, [](const KeyedRow& a, const KeyedRow& b) {
-      if (a.second.count_even != b.second.count_even) {
-        return a.second.count_even > b.second.count_even;
-      }
-      return RankedBefore(a, b);
-    });
+    std::vector<KeyedRow> by_even;
+    by_even.reserve(by_key.size());
+    for (const KeyedRow& row : by_key) {
+      if (row.second.count_even >= min_even) by_even.push_back(row);
+    }
+    ranking.by_even_count =
+        FirstInOrder(std::move(by_even), limit, [](const KeyedRow& a, const KeyedRow& b) {
+          if (a.second.count_even != b.second.count_even) {
+            return a.second.count_even > b.second.count_even;
+          }
+          return RankedBefore(a, b);
+        });
+    std::erase_if(by_key, [min_key](const KeyedRow& row) { return row.first < min_key; });
   }
-  ranking.by_count = FirstInOrder(std::move(all), limit, RankedBefore);
+  ranking.by_count = FirstInOrder(std::move(by_key), limit, RankedBefore);
   return ranking;
 }
 
-std::vector<std::pair<int64_t, HotSetSelector::Ranked>> HotSetSelector::Keyed(
-    const HotRowCache* favoured) const {
-  std::vector<KeyedRow> all;
+template <typename Fn>
+void HotSetSelector::ForEachRow(const HotRowCache* favoured, Fn fn) const {
   for (size_t t = 0; t < counts_.size(); ++t) {
+    const bool any_favoured = favoured != nullptr && static_cast<int>(t) < favoured->num_tables() &&
+                              favoured->num_rows(static_cast<int>(t)) > 0;
     for (const auto& [id, stat] : counts_[t]) {
       if (stat.count < min_count_) continue;
-      const bool kept = favoured != nullptr && static_cast<int>(t) < favoured->num_tables() &&
-                        favoured->Find(static_cast<int>(t), id) >= 0;
-      all.push_back({kept ? stat.count * kKeepFactor : stat.count,
+      const bool kept = any_favoured && favoured->Find(static_cast<int>(t), id) >= 0;
+      fn(kept ? int64_t{stat.count} * kKeepFactor : int64_t{stat.count}, stat);
+    }
+  }
+}
+
+std::vector<std::pair<int64_t, HotSetSelector::Ranked>> HotSetSelector::Keyed(
+    const HotRowCache* favoured, int64_t min_key, int64_t min_even) const {
+  std::vector<KeyedRow> all;
+  for (size_t t = 0; t < counts_.size(); ++t) {
+    const bool any_favoured = favoured != nullptr && static_cast<int>(t) < favoured->num_tables() &&
+                              favoured->num_rows(static_cast<int>(t)) > 0;
+    for (const auto& [id, stat] : counts_[t]) {
+      if (stat.count < min_count_) continue;
+      // A row below both bars whatever its key (at most kKeepFactor x its count) needs no Find.
+      if (int64_t{stat.count} * kKeepFactor < min_key &&
+          (min_even < 0 || stat.count_even < min_even)) {
+        continue;
+      }
+      const bool kept = any_favoured && favoured->Find(static_cast<int>(t), id) >= 0;
+      const int64_t key = kept ? int64_t{stat.count} * kKeepFactor : int64_t{stat.count};
+      if (key < min_key && (min_even < 0 || stat.count_even < min_even)) continue;
+      all.push_back({key,
                      {static_cast<int>(t), id, stat.count, stat.presence, stat.count_even,
                       stat.presence_odd}});
     }
   }
   return all;
+}
+
+void HotSetSelector::AddPresence(int table, const std::vector<int64_t>& ids, int64_t* presence,
+                                 int64_t* presence_odd) const {
+  if (table >= static_cast<int>(counts_.size())) return;
+  for (int64_t id : ids) {
+    auto it = counts_[table].find(id);
+    if (it == counts_[table].end() || it->second.count < min_count_) continue;  // as RankForPlan
+    *presence += it->second.presence;
+    *presence_odd += it->second.presence_odd;
+  }
+}
+
+std::pair<int64_t, int64_t> HotSetSelector::PresenceOf(const HotRowCache& set) const {
+  int64_t presence = 0, presence_odd = 0;
+  for (int t = 0; t < set.num_tables(); ++t) AddPresence(t, set.ids(t), &presence, &presence_odd);
+  return {presence, presence_odd};
+}
+
+std::pair<int64_t, int64_t> HotSetSelector::PresenceOf(
+    const std::vector<std::vector<int64_t>>& ids) const {
+  int64_t presence = 0, presence_odd = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    AddPresence(static_cast<int>(t), ids[t], &presence, &presence_odd);
+  }
+  return {presence, presence_odd};
 }
 
 std::vector<std::vector<int64_t>> HotSetSelector::Select(int64_t budget_bytes) const {
@@ -239,13 +332,33 @@ void HotRowCache::ApplyRowGradients(absl::Span<const int32_t> rows, const float*
   }
 }
 
+namespace {
+
+// The ids of `from` that `other` lacks, in `from`'s order: a merge when both ascend (the hot sets
+// the selector and the planner make do), else through `contains` (whether `other` holds an id).
+template <typename Contains>
+std::vector<int64_t> IdsNotIn(const std::vector<int64_t>& from, const std::vector<int64_t>& other,
+                              Contains contains) {
+  std::vector<int64_t> out;
+  if (std::is_sorted(from.begin(), from.end()) && std::is_sorted(other.begin(), other.end())) {
+    std::set_difference(from.begin(), from.end(), other.begin(), other.end(),
+                        std::back_inserter(out));
+  } else {
+    for (int64_t id : from) {
+      if (!contains(id)) out.push_back(id);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> HotRowCache::MissingIds(
     const std::vector<std::vector<int64_t>>& hot_ids) const {
   std::vector<std::vector<int64_t>> missing(tables_.size());
   for (size_t t = 0; t < tables_.size() && t < hot_ids.size(); ++t) {
-    for (int64_t id : hot_ids[t]) {
-      if (Find(static_cast<int>(t), id) < 0) missing[t].push_back(id);
-    }
+    missing[t] = IdsNotIn(hot_ids[t], ids_[t],
+                          [&](int64_t id) { return Find(static_cast<int>(t), id) >= 0; });
   }
   return missing;
 }
@@ -254,13 +367,13 @@ std::vector<std::vector<int64_t>> HotRowCache::LeavingIds(
     const std::vector<std::vector<int64_t>>& hot_ids) const {
   std::vector<std::vector<int64_t>> leaving(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t) {
-    absl::flat_hash_map<int64_t, bool> keep;
-    if (t < hot_ids.size()) {
-      for (int64_t id : hot_ids[t]) keep[id] = true;
-    }
-    for (int64_t id : ids_[t]) {
-      if (!keep.contains(id)) leaving[t].push_back(id);
-    }
+    static const std::vector<int64_t> kNone;
+    const std::vector<int64_t>& keep = t < hot_ids.size() ? hot_ids[t] : kNone;
+    absl::flat_hash_set<int64_t> keep_set;
+    leaving[t] = IdsNotIn(ids_[t], keep, [&](int64_t id) {
+      if (keep_set.empty() && !keep.empty()) keep_set.insert(keep.begin(), keep.end());
+      return keep_set.contains(id);
+    });
   }
   return leaving;
 }
@@ -270,10 +383,23 @@ void HotRowCache::Rebuild(const std::vector<std::vector<int64_t>>& hot_ids,
   std::vector<std::vector<float>> rows(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t) {
     const int rf = row_floats_[t];
+    const std::vector<int64_t>& old_ids = ids_[t];
+    // Both ascending: the rows that stay are found by walking the old ids alongside.
+    const bool merge = std::is_sorted(hot_ids[t].begin(), hot_ids[t].end()) &&
+                       std::is_sorted(old_ids.begin(), old_ids.end());
     rows[t].resize(hot_ids[t].size() * rf);
-    size_t next_incoming = 0;
+    size_t next_incoming = 0, next_old = 0;
     for (size_t i = 0; i < hot_ids[t].size(); ++i) {
-      const int32_t slot = Find(static_cast<int>(t), hot_ids[t][i]);
+      const int64_t id = hot_ids[t][i];
+      int32_t slot = -1;
+      if (merge) {
+        while (next_old < old_ids.size() && old_ids[next_old] < id) ++next_old;
+        if (next_old < old_ids.size() && old_ids[next_old] == id) {
+          slot = static_cast<int32_t>(next_old);
+        }
+      } else {
+        slot = Find(static_cast<int>(t), id);
+      }
       const float* src = slot >= 0 ? StoredRow(static_cast<int>(t), slot)
                                    : incoming[t].data() + (next_incoming++) * rf;
       std::memcpy(rows[t].data() + i * rf, src, rf * sizeof(float));

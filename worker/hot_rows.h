@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -71,6 +72,10 @@ class HotSetSelector {
     int64_t presence_odd = 0;
   };
   Ranking RankForPlan(const HotRowCache* favoured, size_t limit, bool by_even_count) const;
+  // presence and presence_odd summed over the rows `set` holds, or over `ids` (per table);
+  // rows never seen add nothing.
+  std::pair<int64_t, int64_t> PresenceOf(const HotRowCache& set) const;
+  std::pair<int64_t, int64_t> PresenceOf(const std::vector<std::vector<int64_t>>& ids) const;
   // Halves every count (dropping ids that reach zero): a window that decays at each refresh
   // remembers the ids of earlier windows at half weight, so that rows too rare to show in every
   // window are not swapped in and out by chance.
@@ -84,15 +89,27 @@ class HotSetSelector {
   const std::vector<embedding::TableConfig>& tables() const { return tables_; }
 
  private:
-  // Every row Rank lists, with its rank key (the count, times kKeepFactor when favoured), unsorted.
-  std::vector<std::pair<int64_t, Ranked>> Keyed(const HotRowCache* favoured) const;
+  // 32-bit counts (a sample is a few thousand batches at most, and a refresher's window halves
+  // its counts at every refresh): a smaller entry makes counting (Add) and copying a window for
+  // a plan cheaper.
   struct Stat {
-    int64_t count = 0;
-    int64_t presence = 0;
-    int64_t count_even = 0;
-    int64_t presence_odd = 0;
+    int32_t count = 0;
+    int32_t presence = 0;
+    int32_t count_even = 0;
+    int32_t presence_odd = 0;
     int64_t last_slice = -1;
   };
+  // Adds the presences of `ids` of table `table` to *presence and *presence_odd.
+  void AddPresence(int table, const std::vector<int64_t>& ids, int64_t* presence,
+                   int64_t* presence_odd) const;
+  // Calls fn(rank key, stat) for every row Rank lists; the key is the count, times kKeepFactor
+  // when `favoured` holds the row.
+  template <typename Fn>
+  void ForEachRow(const HotRowCache* favoured, Fn fn) const;
+  // The rows Rank lists whose key is at least `min_key` or whose count_even is at least
+  // `min_even` (-1: no second bar), with their keys, unsorted.
+  std::vector<std::pair<int64_t, Ranked>> Keyed(const HotRowCache* favoured, int64_t min_key,
+                                                int64_t min_even) const;
   std::vector<embedding::TableConfig> tables_;
   int state_floats_;
   int min_count_;

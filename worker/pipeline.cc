@@ -189,8 +189,19 @@ void TrainingPipeline::ReadLoop() {
       if (!s.ok()) return Fail(Annotate(s, "rewinding the training data"));
     }
     while (options_.max_steps == 0 || step - first_step_ < options_.max_steps) {
-      if (options_.boundary_every > 0 && options_.on_boundary && step > first_step_ &&
-          step % options_.boundary_every == 0) {
+      bool boundary = options_.boundary_every > 0 && options_.on_boundary && step > first_step_ &&
+                      step % options_.boundary_every == 0;
+      if (boundary && options_.boundary_needed) {
+        const auto start = std::chrono::steady_clock::now();
+        absl::StatusOr<bool> needed = options_.boundary_needed(step);
+        recorder_.AddStall(PipelineStage::kRead, SecondsSince(start));
+        if (!needed.ok()) {
+          return Fail(
+              Annotate(needed.status(), absl::StrCat("deciding the boundary before step ", step)));
+        }
+        boundary = *needed;
+      }
+      if (boundary) {
         double stall = 0;
         if (!WaitPushed(step - 1, &stall).ok()) return;  // the pipeline failed
         recorder_.AddStall(PipelineStage::kRead, stall);

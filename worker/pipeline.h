@@ -97,6 +97,10 @@ struct PipelineOptions {
   // change the hot set (Trainer::MigrateHotSet). A non-OK return stops the pipeline.
   int64_t boundary_every = 0;
   std::function<absl::Status(int64_t step)> on_boundary;
+  // Optional: asked on the read thread at each such step before anything drains, while the other
+  // stages still work on earlier steps. false: no drain and no on_boundary(s) (e.g. a hot-set
+  // refresh that would not pay for itself); an error stops the pipeline. Null: always true.
+  std::function<absl::StatusOr<bool>(int64_t step)> boundary_needed;
 };
 
 // staleness, epochs and max_steps of the job spec; the pointers are left null.

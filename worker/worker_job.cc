@@ -4,6 +4,7 @@
 // worker_process.cc.
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <map>
 #include <new>
@@ -145,6 +146,31 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
     // megabytes, more than the coordinator's key-value store takes.
     refresh.agree = [reducer](int64_t, const std::string& proposal) {
       return BroadcastFromRankZero(reducer, proposal);
+    };
+  }
+  if (world > 1) {
+    // Whether a boundary refreshes is decided before the pipelines drain, while the workers'
+    // collectives carry the steps: rank 0's word goes through the coordinator's key-value store.
+    // A decision is deleted once every rank is past it (the steps' allreduces keep the ranks
+    // within a few steps of each other).
+    const std::string prefix =
+        absl::StrCat("job/", job.job_id(), "/", job.job_epoch(), "/hot-refresh/");
+    auto published = std::make_shared<std::deque<int64_t>>();
+    const int64_t keep_steps = std::max<int64_t>(2 * spec.hot_refresh_steps, 64);
+    refresh.share_decision = [this, prefix, rank, published, keep_steps](
+                                 int64_t step, bool wanted) -> absl::StatusOr<bool> {
+      const std::string key = absl::StrCat(prefix, step);
+      if (rank != 0) {
+        DLRM_ASSIGN_OR_RETURN(std::string word, client_->KvGet(key, options_.collective_timeout));
+        return word == "1";
+      }
+      DLRM_RETURN_IF_ERROR(client_->KvSet(key, wanted ? "1" : "0"));
+      published->push_back(step);
+      while (published->front() < step - keep_steps) {
+        (void)client_->KvDelete(absl::StrCat(prefix, published->front()));
+        published->pop_front();
+      }
+      return wanted;
     };
   }
   return std::make_unique<HotSetRefresher>(trainer, refresh);
@@ -591,6 +617,18 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
     if (refresh_every > 0 || decide_every > 0 || eval_every > 0) {
       pipeline_options.boundary_every = std::gcd(std::gcd(refresh_every, decide_every), eval_every);
+      // A boundary drains the pipeline only when it has work: a checkpoint decision or cut, an
+      // evaluation, or a hot-set refresh that pays (HotSetRefresher::Wanted).
+      pipeline_options.boundary_needed = [&](int64_t step) -> absl::StatusOr<bool> {
+        if ((eval_every > 0 && step % eval_every == 0) ||
+            (checkpointer != nullptr &&
+             ((decide_every > 0 && step % decide_every == 0) ||
+              (checkpoint_every > 0 && checkpointer->Due(base.step + step))))) {
+          return true;
+        }
+        if (refresh_every > 0 && step % refresh_every == 0) return refresher->Wanted(step);
+        return false;
+      };
       pipeline_options.on_boundary = [&](int64_t step) -> absl::Status {
         if (refresh_every > 0 && step % refresh_every == 0) {
           DLRM_RETURN_IF_ERROR(refresher->Refresh(step));

@@ -131,5 +131,101 @@ TEST_F(HotRefreshTest, FailingBoundaryStopsThePipeline) {
   EXPECT_EQ(run->trainer->steps_done(), 5);
 }
 
+TEST_F(HotRefreshTest, FailingBoundaryDecisionStopsThePipeline) {
+  auto run = MakeRun();
+  PipelineOptions po;
+  po.trainer = run->trainer.get();
+  po.store = run->store.get();
+  po.reader = run->reader.get();
+  po.boundary_every = 5;
+  po.boundary_needed = [](int64_t step) -> absl::StatusOr<bool> {
+    if (step < 10) return false;
+    return absl::DeadlineExceededError(absl::StrCat("no word from rank 0 at ", step));
+  };
+  int drained = 0;
+  po.on_boundary = [&drained](int64_t) {
+    ++drained;
+    return absl::OkStatus();
+  };
+  auto pipeline = TrainingPipeline::Create(po);
+  ASSERT_TRUE(pipeline.ok());
+  absl::Status st = (*pipeline)->Run();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(std::string(st.message()).find("deciding the boundary before step 10"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(drained, 0);                      // step 5 was not needed
+  EXPECT_LE(run->trainer->steps_done(), 10);  // undrained: the steps in flight are dropped
+}
+
+// The boundary is asked first (TrainingPipeline's boundary_needed): a refresh that would not pay
+// for itself is skipped before anything drains; one that pays runs. Either way nothing is lost.
+// The job starts with a poor hot set (one rarely used row per table). Over a very slow link the
+// rows a better set keeps off it are worth far more than moving them costs, so the first
+// boundary refreshes; over a very fast one they are worth less than the boundary's refill, so
+// every boundary is skipped.
+TEST_F(HotRefreshTest, RefreshesThatWouldNotPayAreSkippedBeforeTheDrain) {
+  auto plain = MakeRun();
+  Batch batch;
+  while (*plain->reader->Next(&batch)) ASSERT_TRUE(plain->trainer->Step(batch).ok());
+  const int64_t boundaries = (plain->trainer->steps_done() - 1) / 10;
+  ASSERT_GE(boundaries, 4);
+
+  for (const double link : {1e12, 1e6}) {
+    SCOPED_TRACE(link == 1e12 ? "fast link" : "slow link");
+    auto hot = MakeRun();
+    HotRowCacheOptions cache_options;
+    cache_options.tables = TableConfigsFromSpec(spec_);
+    cache_options.optimizer = *SparseOptimizerFromSpec(spec_);
+    cache_options.seed = spec_.seed;
+    std::vector<std::vector<int64_t>> poor(spec_.tables.size());
+    for (size_t t = 0; t < poor.size(); ++t) poor[t] = {spec_.tables[t].rows - 1};
+    ASSERT_TRUE(hot->trainer->SetHotRows(*HotRowCache::Create(cache_options, poor)).ok());
+    HotRefreshOptions ro;
+    ro.plan.ceiling_bytes = 6 << 10;
+    ro.plan.tolerance = 0;
+    ro.plan.link_bytes_per_second = link;
+    ro.every = 10;
+    ro.lead_steps = 6;  // more than the read thread runs ahead of the prepare thread (4 + 1)
+    HotSetRefresher refresher(hot->trainer.get(), ro);
+    int drained = 0;
+    PipelineOptions po;
+    po.trainer = hot->trainer.get();
+    po.store = hot->store.get();
+    po.reader = hot->reader.get();
+    po.staleness = 0;
+    po.boundary_every = 10;
+    po.boundary_needed = [&refresher](int64_t step) { return refresher.Wanted(step); };
+    po.on_boundary = [&](int64_t step) {
+      ++drained;
+      return refresher.Refresh(step);
+    };
+    auto pipeline = TrainingPipeline::Create(po);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ASSERT_TRUE((*pipeline)->Run().ok());
+    const HotRefreshStats stats = refresher.stats();
+    EXPECT_EQ(stats.refreshes + stats.skipped, boundaries);
+    EXPECT_EQ(drained, stats.refreshes);
+    EXPECT_EQ(stats.early_plans, stats.refreshes);
+    if (link == 1e12) {
+      EXPECT_EQ(stats.refreshes, 0);
+    } else {
+      EXPECT_GE(stats.refreshes, 1);
+      EXPECT_GE(stats.rows_left, 20);  // the poor rows, at the first boundary
+      EXPECT_GT(stats.rows_joined, 50);
+    }
+    ASSERT_TRUE(hot->trainer->MigrateHotSet(std::vector<std::vector<int64_t>>(26), true).ok());
+    auto& ma = plain->trainer->model();
+    auto& mb = hot->trainer->model();
+    EXPECT_EQ(0, std::memcmp(ma.params(), mb.params(), ma.num_params() * sizeof(float)));
+    for (int t = 0; t < 26; ++t) {
+      const auto& ta = plain->store->table(t);
+      const auto& tb = hot->store->table(t);
+      ASSERT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.rows() * ta.row_stride() * sizeof(float)))
+          << "table " << t;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::worker

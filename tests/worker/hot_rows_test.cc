@@ -407,5 +407,49 @@ TEST(HotRowCache, PerWorkerStepsEqualTheStoresPushes) {
   }
 }
 
+// A rebuild keeps the trained values of the rows that stay and takes the incoming ones for the
+// rest, whether the id lists ascend (walked side by side) or not (looked up).
+TEST(HotRowCache, RebuildKeepsStayingRowsInEitherIdOrder) {
+  const std::vector<embedding::TableConfig> tables = {{"a", 100, 2}};
+  embedding::SparseOptimizerOptions sgd;
+  for (const bool sorted : {true, false}) {
+    SCOPED_TRACE(sorted ? "ascending" : "unordered");
+    const std::vector<int64_t> before =
+        sorted ? std::vector<int64_t>{1, 5, 9, 40} : std::vector<int64_t>{9, 1, 40, 5};
+    const std::vector<int64_t> after =
+        sorted ? std::vector<int64_t>{2, 5, 9, 70} : std::vector<int64_t>{70, 9, 2, 5};
+    auto cache = HotRowCache::Create({tables, sgd, 1}, {before}).value();
+    // Mark each row with its id, as if trained.
+    for (size_t slot = 0; slot < before.size(); ++slot) {
+      float* row = cache->MutableStoredRow(0, static_cast<int32_t>(slot));
+      row[0] = static_cast<float>(before[slot]);
+      row[1] = -1;
+    }
+    const auto leaving = cache->LeavingIds({after});
+    const auto missing = cache->MissingIds({after});
+    std::vector<int64_t> left = leaving[0], joined = missing[0];
+    std::sort(left.begin(), left.end());
+    std::sort(joined.begin(), joined.end());
+    EXPECT_EQ(left, (std::vector<int64_t>{1, 40}));
+    EXPECT_EQ(joined, (std::vector<int64_t>{2, 70}));
+    // The incoming rows, in the order MissingIds listed them.
+    std::vector<float> incoming;
+    for (int64_t id : missing[0]) {
+      incoming.push_back(static_cast<float>(id));
+      incoming.push_back(+1);
+    }
+    cache->Rebuild({after}, {incoming});
+    ASSERT_EQ(cache->num_rows(0), 4);
+    for (int64_t id : after) {
+      const int32_t slot = cache->Find(0, id);
+      ASSERT_GE(slot, 0) << id;
+      const float* row = cache->StoredRow(0, slot);
+      EXPECT_EQ(row[0], static_cast<float>(id));
+      EXPECT_EQ(row[1], id == 5 || id == 9 ? -1.0f : 1.0f) << id;  // kept, or came in
+    }
+    for (int64_t id : {1, 40}) EXPECT_LT(cache->Find(0, id), 0);
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::worker
