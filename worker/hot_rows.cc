@@ -320,15 +320,20 @@ int64_t HotRowCache::bytes() const {
 }
 
 void HotRowCache::ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads) {
-  size_t t = 0;
-  for (int32_t row : rows) {
-    // rows ascend, so the table only moves forward
-    while (t + 1 < tables_.size() && row >= row_offsets_[t + 1]) ++t;
+  // Table by table (rows ascend, so a table's rows are one run), through the batched update,
+  // which prefetches rows and overlaps several rows' arithmetic (the same bits as one at a time).
+  size_t t = 0, i = 0;
+  while (i < rows.size()) {
+    while (t + 1 < tables_.size() && rows[i] >= row_offsets_[t + 1]) ++t;
+    const int64_t end = t + 1 < tables_.size() ? row_offsets_[t + 1] : total_rows_;
+    row_ptrs_.clear();
+    for (; i < rows.size() && rows[i] < end; ++i) {
+      row_ptrs_.push_back(rows_[t].data() + (rows[i] - row_offsets_[t]) * row_floats_[t]);
+    }
     const int dim = tables_[t].dim;
-    const int64_t slot = row - row_offsets_[t];
-    embedding::ApplySparseOptimizerToRow(optimizer_, dim, grads,
-                                         rows_[t].data() + slot * row_floats_[t]);
-    grads += dim;
+    const int64_t n = static_cast<int64_t>(row_ptrs_.size());
+    embedding::ApplySparseOptimizerToRows(optimizer_, dim, row_ptrs_.data(), grads, n);
+    grads += n * dim;
   }
 }
 

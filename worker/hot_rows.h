@@ -197,6 +197,7 @@ class HotRowCache {
   std::vector<int64_t> row_offsets_;  // first flat row of each table
   int64_t grad_floats_ = 0;
   int64_t total_rows_ = 0;
+  std::vector<float*> row_ptrs_;  // ApplyRowGradients' scratch
 };
 
 }  // namespace dlrm::worker

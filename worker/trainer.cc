@@ -492,7 +492,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   work->grads.resize(num_tables_);
   combined_grads_.resize(num_tables_);
-  // Tables write their own gradient buffers and disjoint rows of hot_grads_.
+  // Tables write their own gradient buffers and hot-row lists.
   ForEachTable(work->ids, [&](int t) {
     embedding::TableRows& g = work->grads[t];
     g.table = t;
@@ -512,16 +512,13 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
                                 poolings_[t], static_cast<int64_t>(cold + hot), out);
     if (hot > 0) {
       g.values.assign(out, out + cold * dim_);
-      float* hot_grads = hot_grads_.data() + hot_->grad_offset(t);
-      // A batch's hot slots are distinct (one per unique id), so each is recorded once.
-      std::vector<int32_t>& touched = hot_touched_[t];
-      for (size_t h = 0; h < hot; ++h) {
-        const int32_t slot = work->hot_slots[t][h];
-        const float* src = out + (cold + h) * dim_;
-        float* dst = hot_grads + static_cast<int64_t>(slot) * dim_;
-        for (int k = 0; k < dim_; ++k) dst[k] += src[k];
-        touched.push_back(slot);
-      }
+      // The hot rows' gradients stay where the scatter put them, after the cold ones, until
+      // ApplyHotGradients packs them (a batch's hot slots are distinct: one per unique id).
+      std::vector<std::pair<int32_t, int32_t>>& touched = hot_touched_[t];
+      touched.resize(hot);
+      for (size_t h = 0; h < hot; ++h)
+        touched[h] = {work->hot_slots[t][h], static_cast<int32_t>(h)};
+      hot_first_[t] = cold;
     }
     if (world > 1) {
       const float scale = 1.0f / static_cast<float>(world);

@@ -288,13 +288,15 @@ class Trainer {
   // Below this many ids a thread hand-off costs more than the per-table work it would share.
   static constexpr int64_t kParallelMinIds = 16384;
   std::unique_ptr<embedding::ParallelPool> pool_;
-  std::vector<float> hot_grads_;  // [hot rows x dim] flat: this step's gradients, zero elsewhere
-  std::vector<std::vector<int32_t>> hot_touched_;  // per table: the slots touched this step
-  HotRowGradients hot_local_;                      // the exchange's input
-  GatheredHotGradients hot_gathered_;              // and its output
-  HotRowGradients hot_summed_;                     // HotUpdates::kSummed: the sums
-  std::vector<uint8_t> hot_marked_;                // and the rows listed in them
-  std::vector<float> hot_sum_acc_;  // kSummed: where they are summed (zero between uses)
+  // Per table, this step's hot rows: (slot, h) with the row's gradient at
+  // combined_grads_[t][(hot_first_[t] + h) * dim] (a batch's hot slots are distinct).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> hot_touched_;
+  std::vector<size_t> hot_first_;
+  HotRowGradients hot_local_;          // the exchange's input
+  GatheredHotGradients hot_gathered_;  // and its output
+  HotRowGradients hot_summed_;         // HotUpdates::kSummed: the sums
+  std::vector<uint8_t> hot_marked_;    // and the rows listed in them
+  std::vector<float> hot_sum_acc_;     // kSummed: where they are summed (zero between uses)
   HotGradientExchange hot_exchange_;
   // The overlapped exchange in flight (joinable) and its outcome: it reads hot_local_, writes
   // hot_gathered_, hot_exchange_, hot_summed_, hot_marked_, hot_sum_acc_ and these two, and

@@ -22,17 +22,18 @@ absl::Status Trainer::ApplyHotGradients() {
   // their gradients; the accumulation buffer is left zero for the next step.
   hot_local_.clear();
   for (int t = 0; t < num_tables_; ++t) {
-    std::vector<int32_t>& slots = hot_touched_[t];
-    std::sort(slots.begin(), slots.end());
+    std::vector<std::pair<int32_t, int32_t>>& touched = hot_touched_[t];
+    // Ascending already when the batch's ids were deduplicated in id order (the hot set's
+    // slots follow its ids).
+    if (!std::is_sorted(touched.begin(), touched.end())) std::sort(touched.begin(), touched.end());
     const int64_t base = hot_->grad_offset(t) / dim_;
-    for (int32_t slot : slots) {
-      const int64_t row = base + slot;
-      float* g = hot_grads_.data() + row * dim_;
-      hot_local_.rows.push_back(static_cast<int32_t>(row));
+    const float* grads = combined_grads_[t].data() + hot_first_[t] * dim_;
+    for (const auto& [slot, h] : touched) {
+      const float* g = grads + static_cast<int64_t>(h) * dim_;
+      hot_local_.rows.push_back(static_cast<int32_t>(base + slot));
       hot_local_.grads.insert(hot_local_.grads.end(), g, g + dim_);
-      std::fill(g, g + dim_, 0.0f);
     }
-    slots.clear();
+    touched.clear();
   }
   if (DenseAllReducer* hot_reducer = options_.hot_allreducer; hot_reducer != nullptr) {
     // The previous step's exchange was applied above (DrainHotExchange, before the packing).
@@ -102,7 +103,7 @@ void Trainer::SumGatheredHotGradients() {
   // Summed in rank order in the (zero) accumulation buffer: the same bits on every replica.
   hot_summed_.clear();
   hot_marked_.resize(hot_->total_rows(), 0);
-  // Not hot_grads_: the next step's backward fills that one while an overlapped exchange sums.
+  // A buffer of its own: the next step's backward may run while an overlapped exchange sums.
   const size_t acc = static_cast<size_t>(hot_->total_rows()) * dim_;
   if (hot_sum_acc_.size() != acc) hot_sum_acc_.assign(acc, 0.0f);
   for (size_t r = 0; r < hot_gathered_.counts.size(); ++r) {
@@ -145,9 +146,8 @@ absl::Status Trainer::SetHotRows(std::unique_ptr<HotRowCache> cache) {
   }
   hot_ = std::move(cache);
   combined_.assign(num_tables_, {});
-  // The host cache's gradient buffers; GPU hot rows keep theirs on the device.
-  hot_grads_.assign(hot_ && gpu_hot_ == nullptr ? hot_->grad_floats() : 0, 0.0f);
   hot_touched_.assign(num_tables_, {});
+  hot_first_.assign(num_tables_, 0);
   return absl::OkStatus();
 }
 
@@ -210,8 +210,8 @@ absl::Status Trainer::MigrateHotSet(const std::vector<std::vector<int64_t>>& hot
   for (auto& r : in) incoming[r.table] = std::move(r.values);
   hot_->Rebuild(hot_ids, incoming);
   if (gpu_hot_ != nullptr) return gpu_hot_->Upload(*hot_);
-  hot_grads_.assign(hot_->grad_floats(), 0.0f);
   hot_touched_.assign(num_tables_, {});
+  hot_first_.assign(num_tables_, 0);
   return absl::OkStatus();
 }
 
