@@ -49,6 +49,20 @@ class HotRefreshTest : public ::testing::Test {
   }
 
   void ExpectRefreshesLoseNothing(bool early);
+  // Flushes `hot`'s hot rows to its store, then every row and every dense parameter must equal
+  // `plain`'s bit for bit.
+  static void ExpectSameModel(const testing::LocalRun& plain, testing::LocalRun* hot) {
+    ASSERT_TRUE(hot->trainer->MigrateHotSet(std::vector<std::vector<int64_t>>(26), true).ok());
+    auto& ma = plain.trainer->model();
+    auto& mb = hot->trainer->model();
+    EXPECT_EQ(0, std::memcmp(ma.params(), mb.params(), ma.num_params() * sizeof(float)));
+    for (int t = 0; t < 26; ++t) {
+      const auto& ta = plain.store->table(t);
+      const auto& tb = hot->store->table(t);
+      ASSERT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.rows() * ta.row_stride() * sizeof(float)))
+          << "table " << t;
+    }
+  }
 
   using Run = testing::LocalRun;
   std::unique_ptr<Run> MakeRun() { return testing::MakeLocalRun(spec_, dir_.File("train.tsv")); }
@@ -91,18 +105,7 @@ void HotRefreshTest::ExpectRefreshesLoseNothing(bool early) {
   EXPECT_GT(stats.rows_left, 0);
   EXPECT_EQ(stats.early_plans, early ? stats.refreshes : 0);
   EXPECT_GT(hot->trainer->counters().hot_ids, 0);
-
-  // Flush the hot rows to the store, then every row and every dense parameter must match.
-  ASSERT_TRUE(hot->trainer->MigrateHotSet(std::vector<std::vector<int64_t>>(26), true).ok());
-  auto& ma = plain->trainer->model();
-  auto& mb = hot->trainer->model();
-  EXPECT_EQ(0, std::memcmp(ma.params(), mb.params(), ma.num_params() * sizeof(float)));
-  for (int t = 0; t < 26; ++t) {
-    const auto& ta = plain->store->table(t);
-    const auto& tb = hot->store->table(t);
-    ASSERT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.rows() * ta.row_stride() * sizeof(float)))
-        << "table " << t;
-  }
+  ExpectSameModel(*plain, hot.get());
 }
 
 TEST_F(HotRefreshTest, PipelineWithRefreshesMatchesPlainTraining) {
@@ -214,16 +217,7 @@ TEST_F(HotRefreshTest, RefreshesThatWouldNotPayAreSkippedBeforeTheDrain) {
       EXPECT_GE(stats.rows_left, 20);  // the poor rows, at the first boundary
       EXPECT_GT(stats.rows_joined, 50);
     }
-    ASSERT_TRUE(hot->trainer->MigrateHotSet(std::vector<std::vector<int64_t>>(26), true).ok());
-    auto& ma = plain->trainer->model();
-    auto& mb = hot->trainer->model();
-    EXPECT_EQ(0, std::memcmp(ma.params(), mb.params(), ma.num_params() * sizeof(float)));
-    for (int t = 0; t < 26; ++t) {
-      const auto& ta = plain->store->table(t);
-      const auto& tb = hot->store->table(t);
-      ASSERT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.rows() * ta.row_stride() * sizeof(float)))
-          << "table " << t;
-    }
+    ExpectSameModel(*plain, hot.get());
   }
 }
 
