@@ -34,6 +34,14 @@ namespace fs = std::filesystem;
 constexpr double kSameModelTolerance = 1e-5;
 // Two workers train on the batches of dlrm train (issue 12: within 0.003).
 constexpr double kSameBatchesAucTolerance = 0.003;
+// With row-wise Adagrad the servers (and the hot rows' replicas) apply each worker's push as a
+// step of its own, as they must to stay deterministic per push; dlrm train takes one step with
+// the whole batch's gradient. Two Adagrad steps on half-batch gradients are not one on their sum,
+// and on this data that moves the AUC one way: 0.0011-0.0047 above dlrm train's in 19 runs
+// of the default-optimizers job (with and without hot rows, the synchronous hot exchange,
+// staleness 0 and 1, four pairs of learning rates; 2026-12-03). With SGD both are the same step
+// (kSameBatchesAucTolerance holds).
+constexpr double kPerWorkerStepsAucTolerance = 0.006;
 
 // hot_budget 0: every row on the parameter servers (what the exact-match tests compare).
 std::string JobYaml(int epochs, int staleness, const std::string& name,
@@ -194,17 +202,18 @@ TEST_F(ClusterTest, PeriodicEvaluationIsReportedAndLeavesTheModelAlone) {
 // training.batch_size is the global batch: two workers take a half of every batch of dlrm train
 // (interleaved shards) and average their gradients, so they train the model one process trains.
 // With the default optimizers the job runs as users run it: reads up to one step stale (when they
-// are exactly one step stale depends on timing) and hot rows (64 KiB, re-chosen every 20 steps,
-// read fresh, unlike dlrm train's rows). With plain SGD, where a per-worker batch shows at once (it
-// doubled the effective batch: AUC 0.762 -> 0.715 on the demo data before the change), staleness
-// 0 and no hot rows make it the same computation up to the order of float sums: the servers apply
-// the two workers' pushes of a row in either order, so losses differ in the last bit from the
-// first steps on. The learning rates keep training out of the regime that amplifies that: with
-// dense 0.5 and sparse 2 the final loss of a step moved from 0.545 to 0.470 between runs and the
-// AUC by up to 0.0037 (a flaky failure); with 0.3 and 1.5, 16 runs under load gave the AUC of
-// dlrm train to the last digit.
+// are exactly one step stale depends on timing) and hot rows (64 KiB, re-checked every 20 steps,
+// read one step stale too), within kPerWorkerStepsAucTolerance. With plain SGD, where a per-worker
+// batch shows at once (it doubled the effective batch: AUC 0.762 -> 0.715 on the demo data before
+// the change), staleness 0 and no hot rows make it the same computation up to the order of float
+// sums: the servers apply the two workers' pushes of a row in either order, so losses differ in the
+// last bit from the first steps on. The learning rates keep training out of the regime that
+// amplifies that: with dense 0.5 and sparse 2 the final loss of a step moved from 0.545 to 0.470
+// between runs and the AUC by up to 0.0037 (a flaky failure); with 0.3 and 1.5, 16 runs under load
+// gave the AUC of dlrm train to the last digit.
 void ExpectTwoWorkersMatchDlrmTrain(const std::string& dir, const std::string& config,
-                                    const std::string& name) {
+                                    const std::string& name,
+                                    double auc_tolerance = kSameBatchesAucTolerance) {
   const std::string reference_json = absl::StrCat(dir, "/", name, "-reference.json");
   ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", dir + "/" + config,
                                     "--metrics-out", reference_json, "--no-progress"},
@@ -222,7 +231,7 @@ void ExpectTwoWorkersMatchDlrmTrain(const std::string& dir, const std::string& c
   ASSERT_EQ(local.exit_code, 0) << local.err;
   auto report = worker::TrainReportFromJson(ReadFileOrEmpty(local_json));
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_NEAR(report->auc, reference->auc, kSameBatchesAucTolerance)
+  EXPECT_NEAR(report->auc, reference->auc, auc_tolerance)
       << "dlrm train " << reference->auc << ", 2 PS + 2 workers " << report->auc;
   // The same steps of the same global batch (each rank's shard drops at most one record per
   // epoch so that both take the same number of steps).
@@ -257,7 +266,8 @@ void ExpectTwoWorkersMatchDlrmTrain(const std::string& dir, const std::string& c
 }
 
 TEST_F(ClusterTest, TwoWorkersTrainTheModelOfDlrmTrain) {
-  ExpectTwoWorkersMatchDlrmTrain(Dir(), "job3.yaml", "default-optimizers");
+  ExpectTwoWorkersMatchDlrmTrain(Dir(), "job3.yaml", "default-optimizers",
+                                 kPerWorkerStepsAucTolerance);
 }
 
 TEST_F(ClusterTest, TwoWorkersTrainTheModelOfDlrmTrainWithSgd) {
