@@ -1,0 +1,399 @@
+// Reads each section of a job spec's YAML into a JobSpec, checking every value as it is read
+// (the checks are in job_spec_checks.cc).
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/job_spec_internal.h"
+#include "common/limits.h"
+#include "common/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dlrm::common::job_spec_internal {
+namespace {
+
+std::string Join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+template <typename T>
+absl::Status Read(const YAML::Node& parent, const std::string& prefix, const std::string& key,
+                  T* out) {
+  YAML::Node node = parent[key];
+  if (!node) return absl::OkStatus();
+  try {
+    *out = node.as<T>();
+  } catch (const YAML::Exception&) {
+    return Invalid(Join(prefix, key), absl::StrCat("cannot read '", YAML::Dump(node), "' as ",
+                                                   std::is_same_v<T, std::string> ? "a string"
+                                                   : std::is_floating_point_v<T>  ? "a number"
+                                                   : std::is_same_v<T, bool>      ? "a boolean"
+                                                                                  : "an integer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadIntList(const YAML::Node& parent, const std::string& prefix,
+                         const std::string& key, std::vector<int>* out) {
+  YAML::Node node = parent[key];
+  if (!node) return absl::OkStatus();
+  if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a list of integers");
+  DLRM_RETURN_IF_ERROR(AtMost(absl::StrCat(Join(prefix, key), " (layers)"),
+                              static_cast<int64_t>(node.size()), kMaxMlpLayers, "kMaxMlpLayers"));
+  out->clear();
+  for (size_t i = 0; i < node.size(); ++i) {
+    int v = 0;
+    try {
+      v = node[i].as<int>();
+    } catch (const YAML::Exception&) {
+      return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
+                     absl::StrCat("cannot read '", YAML::Dump(node[i]), "' as an integer"));
+    }
+    if (v <= 0) {
+      return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
+                     absl::StrCat("width must be > 0, got ", v));
+    }
+    DLRM_RETURN_IF_ERROR(
+        AtMost(absl::StrCat(Join(prefix, key), "[", i, "]"), v, kMaxMlpWidth, "kMaxMlpWidth"));
+    out->push_back(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, const std::string& key,
+                       std::vector<std::string>* out) {
+  YAML::Node node = parent[key];
+  if (!node) return absl::OkStatus();
+  out->clear();
+  if (node.IsScalar()) {
+    out->push_back(node.as<std::string>());
+    return CheckText(Join(prefix, key), out->back(), kMaxPathBytes, "kMaxPathBytes");
+  }
+  if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a path or a list of paths");
+  for (const auto& item : node) {
+    out->push_back(item.as<std::string>());
+    DLRM_RETURN_IF_ERROR(CheckText(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"),
+                                   out->back(), kMaxPathBytes, "kMaxPathBytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bool dense,
+                           OptimizerSpec* out) {
+  if (!node) return absl::OkStatus();
+  std::set<std::string> allowed = {"type", "learning_rate", "epsilon", "beta1", "beta2"};
+  if (dense) {
+    allowed.insert("weight_decay");
+  } else {
+    allowed.insert("initial_accumulator");
+  }
+  DLRM_RETURN_IF_ERROR(CheckKeys(node, prefix, allowed));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "type", &out->type));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "learning_rate", &out->learning_rate));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "epsilon", &out->epsilon));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "beta1", &out->beta1));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "beta2", &out->beta2));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "weight_decay", &out->weight_decay));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "initial_accumulator", &out->initial_accumulator));
+  std::set<std::string> types =
+      dense ? std::set<std::string>{"sgd", "adagrad", "adam"}
+            : std::set<std::string>{"sgd", "adagrad", "rowwise_adagrad", "adam"};
+  if (!types.count(out->type)) {
+    return Invalid(Join(prefix, "type"),
+                   absl::StrCat("unknown optimizer '", out->type, "' (one of ",
+                                absl::StrJoin(types, ", "), ")"));
+  }
+  DLRM_RETURN_IF_ERROR(
+      CheckOptimizerValue(Join(prefix, "learning_rate"), out->learning_rate, /*zero_ok=*/false));
+  DLRM_RETURN_IF_ERROR(CheckOptimizerValue(Join(prefix, "epsilon"), out->epsilon, false));
+  if (!(out->beta1 >= 0 && out->beta1 < 1)) {
+    return Invalid(Join(prefix, "beta1"), absl::StrCat("must be in [0, 1), got ", out->beta1));
+  }
+  if (!(out->beta2 >= 0 && out->beta2 < 1)) {
+    return Invalid(Join(prefix, "beta2"), absl::StrCat("must be in [0, 1), got ", out->beta2));
+  }
+  DLRM_RETURN_IF_ERROR(
+      CheckOptimizerValue(Join(prefix, "weight_decay"), out->weight_decay, /*zero_ok=*/true));
+  DLRM_RETURN_IF_ERROR(CheckOptimizerValue(Join(prefix, "initial_accumulator"),
+                                           out->initial_accumulator, /*zero_ok=*/true));
+  return absl::OkStatus();
+}
+
+absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
+  out->clear();
+  if (!node) return Invalid("tables", "missing (a list of {name, rows} or {cardinalities: [...]})");
+  if (node.IsSequence()) {
+    DLRM_RETURN_IF_ERROR(
+        AtMost("tables (count)", static_cast<int64_t>(node.size()), kMaxTables, "kMaxTables"));
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string prefix = absl::StrCat("tables[", i, "]");
+      DLRM_RETURN_IF_ERROR(CheckKeys(node[i], prefix, {"name", "rows", "dtype", "pooling"}));
+      TableSpec t;
+      t.name = absl::StrCat("C", i + 1);
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "name", &t.name));
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "rows", &t.rows));
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "dtype", &t.dtype));
+      DLRM_RETURN_IF_ERROR(CheckRowDtype(Join(prefix, "dtype"), t.dtype));
+      DLRM_RETURN_IF_ERROR(Read(node[i], prefix, "pooling", &t.pooling));
+      DLRM_RETURN_IF_ERROR(CheckPooling(Join(prefix, "pooling"), t.pooling));
+      if (t.rows <= 0)
+        return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
+      DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, "rows"), t.rows, kMaxTableRows, "kMaxTableRows"));
+      DLRM_RETURN_IF_ERROR(CheckText(Join(prefix, "name"), t.name, kMaxNameBytes, "kMaxNameBytes"));
+      out->push_back(t);
+    }
+  } else {
+    DLRM_RETURN_IF_ERROR(
+        CheckKeys(node, "tables", {"cardinalities", "max_rows", "dtype", "pooling"}));
+    std::string dtype = "fp32", pooling;
+    DLRM_RETURN_IF_ERROR(Read(node, "tables", "dtype", &dtype));
+    DLRM_RETURN_IF_ERROR(CheckRowDtype("tables.dtype", dtype));
+    DLRM_RETURN_IF_ERROR(Read(node, "tables", "pooling", &pooling));
+    DLRM_RETURN_IF_ERROR(CheckPooling("tables.pooling", pooling));
+    YAML::Node cards = node["cardinalities"];
+    if (!cards || !cards.IsSequence()) return Invalid("tables.cardinalities", "must be a list");
+    DLRM_RETURN_IF_ERROR(AtMost("tables.cardinalities (count)", static_cast<int64_t>(cards.size()),
+                                kMaxTables, "kMaxTables"));
+    int64_t max_rows = 0;
+    DLRM_RETURN_IF_ERROR(Read(node, "tables", "max_rows", &max_rows));
+    if (max_rows < 0) {
+      return Invalid("tables.max_rows", absl::StrCat("must be >= 0, got ", max_rows));
+    }
+    for (size_t i = 0; i < cards.size(); ++i) {
+      TableSpec t;
+      t.name = absl::StrCat("C", i + 1);
+      t.dtype = dtype;
+      t.pooling = pooling;
+      std::string key = absl::StrCat("tables.cardinalities[", i, "]");
+      try {
+        t.rows = cards[i].as<int64_t>();
+      } catch (const YAML::Exception&) {
+        return Invalid(key, absl::StrCat("cannot read '", YAML::Dump(cards[i]), "' as an integer"));
+      }
+      if (t.rows <= 0) return Invalid(key, absl::StrCat("must be > 0, got ", t.rows));
+      if (max_rows > 0 && t.rows > max_rows) t.rows = max_rows;
+      DLRM_RETURN_IF_ERROR(AtMost(key, t.rows, kMaxTableRows, "kMaxTableRows"));
+      out->push_back(t);
+    }
+  }
+  if (out->empty()) return Invalid("tables", "at least one table is required");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
+  JobSpec spec;
+  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
+  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
+  DLRM_RETURN_IF_ERROR(CheckKeys(
+      root, "", {"name", "model", "tables", "optimizer", "training", "data", "checkpoint"}));
+  DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
+  DLRM_RETURN_IF_ERROR(CheckText("name", spec.name, kMaxNameBytes, "kMaxNameBytes"));
+
+  YAML::Node model = root["model"];
+  if (!model) return Invalid("model", "missing");
+  DLRM_RETURN_IF_ERROR(CheckKeys(model, "model",
+                                 {"dense_features", "bottom_mlp", "top_mlp", "embedding_dim",
+                                  "pooling", "interaction", "cross_layers", "low_rank"}));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "dense_features", &spec.dense_features));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "embedding_dim", &spec.embedding_dim));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "pooling", &spec.pooling));
+  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "bottom_mlp", &spec.bottom_mlp));
+  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "top_mlp", &spec.top_mlp));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "interaction", &spec.interaction));
+  if (spec.interaction != "dot" && spec.interaction != "dcnv2") {
+    return Invalid("model.interaction",
+                   absl::StrCat("must be dot or dcnv2, got '", spec.interaction, "'"));
+  }
+  if (spec.interaction != "dcnv2" && (model["cross_layers"] || model["low_rank"])) {
+    return Invalid(model["cross_layers"] ? "model.cross_layers" : "model.low_rank",
+                   "applies to interaction: dcnv2 only");
+  }
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "cross_layers", &spec.cross_layers));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "low_rank", &spec.low_rank));
+  if (spec.cross_layers <= 0) {
+    return Invalid("model.cross_layers", absl::StrCat("must be > 0, got ", spec.cross_layers));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.cross_layers", spec.cross_layers, kMaxCrossLayers, "kMaxCrossLayers"));
+  if (spec.low_rank <= 0) {
+    return Invalid("model.low_rank", absl::StrCat("must be > 0, got ", spec.low_rank));
+  }
+  DLRM_RETURN_IF_ERROR(AtMost("model.low_rank", spec.low_rank, kMaxLowRank, "kMaxLowRank"));
+  if (spec.dense_features <= 0) {
+    return Invalid("model.dense_features", absl::StrCat("must be > 0, got ", spec.dense_features));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.dense_features", spec.dense_features, kMaxDenseFeatures, "kMaxDenseFeatures"));
+  if (spec.embedding_dim <= 0) {
+    return Invalid("model.embedding_dim", absl::StrCat("must be > 0, got ", spec.embedding_dim));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.embedding_dim", spec.embedding_dim, kMaxEmbeddingDim, "kMaxEmbeddingDim"));
+  if (spec.pooling != "sum" && spec.pooling != "mean") {
+    return Invalid("model.pooling", absl::StrCat("must be sum or mean, got '", spec.pooling, "'"));
+  }
+  if (spec.bottom_mlp.empty()) return Invalid("model.bottom_mlp", "missing or empty");
+  if (spec.top_mlp.empty()) return Invalid("model.top_mlp", "missing or empty");
+  if (spec.bottom_mlp.back() != spec.embedding_dim) {
+    return Invalid(
+        "model.bottom_mlp",
+        absl::StrCat("last width ", spec.bottom_mlp.back(), " must equal model.embedding_dim ",
+                     spec.embedding_dim, " (the interaction stacks equal widths)"));
+  }
+  if (spec.top_mlp.back() != 1) {
+    return Invalid("model.top_mlp",
+                   absl::StrCat("last width must be 1 (one logit), got ", spec.top_mlp.back()));
+  }
+
+  DLRM_RETURN_IF_ERROR(ReadTables(root["tables"], &spec.tables));
+
+  if (YAML::Node opt = root["optimizer"]) {
+    DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse"}));
+    DLRM_RETURN_IF_ERROR(
+        ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer));
+    DLRM_RETURN_IF_ERROR(
+        ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer));
+  }
+
+  if (YAML::Node tr = root["training"]) {
+    DLRM_RETURN_IF_ERROR(
+        CheckKeys(tr, "training",
+                  {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
+                   "hot_sample_batches", "hot_refresh_steps", "device", "math_mode",
+                   "eval_every_steps", "max_recoveries", "network_gbps"}));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_steps", &spec.max_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "staleness", &spec.staleness));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sample_batches", &spec.hot_sample_batches));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_refresh_steps", &spec.hot_refresh_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "device", &spec.device));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "math_mode", &spec.math_mode));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "eval_every_steps", &spec.eval_every_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_recoveries", &spec.max_recoveries));
+    std::string hot_budget;
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "network_gbps", &spec.network_gbps));
+    if (hot_budget == "auto") {
+      spec.hot_budget_bytes = JobSpec::kHotBudgetAuto;
+    } else if (!hot_budget.empty()) {
+      auto bytes = ParseByteSize(hot_budget);
+      if (!bytes.ok()) return Invalid("training.hot_budget", std::string(bytes.status().message()));
+      spec.hot_budget_bytes = *bytes;
+    }
+  }
+  if (spec.batch_size <= 0) {
+    return Invalid("training.batch_size", absl::StrCat("must be > 0, got ", spec.batch_size));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("training.batch_size", spec.batch_size, kMaxBatchSize, "kMaxBatchSize"));
+  if (spec.epochs <= 0) {
+    return Invalid("training.epochs", absl::StrCat("must be > 0, got ", spec.epochs));
+  }
+  DLRM_RETURN_IF_ERROR(AtMost("training.epochs", spec.epochs, kMaxEpochs, "kMaxEpochs"));
+  if (spec.max_steps < 0) {
+    return Invalid("training.max_steps", absl::StrCat("must be >= 0, got ", spec.max_steps));
+  }
+  if (spec.staleness < 0) {
+    return Invalid("training.staleness", absl::StrCat("must be >= 0, got ", spec.staleness));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("training.staleness", spec.staleness, kMaxStaleness, "kMaxStaleness"));
+  if (spec.hot_sample_batches <= 0) {
+    return Invalid("training.hot_sample_batches",
+                   absl::StrCat("must be > 0, got ", spec.hot_sample_batches));
+  }
+  DLRM_RETURN_IF_ERROR(AtMost("training.hot_sample_batches", spec.hot_sample_batches,
+                              kMaxHotSampleBatches, "kMaxHotSampleBatches"));
+  if (!std::isfinite(spec.network_gbps) || spec.network_gbps <= 0 || spec.network_gbps > 1e4) {
+    return Invalid("training.network_gbps",
+                   absl::StrCat("must be in (0, 10000] Gbit/s, got ", spec.network_gbps));
+  }
+  if (spec.hot_refresh_steps < 0) {
+    return Invalid("training.hot_refresh_steps",
+                   absl::StrCat("must be >= 0, got ", spec.hot_refresh_steps));
+  }
+  if (spec.max_recoveries < 0) {
+    return Invalid("training.max_recoveries",
+                   absl::StrCat("must be >= 0, got ", spec.max_recoveries));
+  }
+  DLRM_RETURN_IF_ERROR(
+      AtMost("training.max_recoveries", spec.max_recoveries, kMaxRecoveries, "kMaxRecoveries"));
+  DLRM_RETURN_IF_ERROR(CheckModelSize(spec));
+  if (spec.eval_every_steps < 0) {
+    return Invalid("training.eval_every_steps",
+                   absl::StrCat("must be >= 0, got ", spec.eval_every_steps));
+  }
+  if (spec.device != "auto" && spec.device != "cpu" && spec.device != "cuda") {
+    return Invalid("training.device",
+                   absl::StrCat("must be auto, cpu or cuda, got '", spec.device, "'"));
+  }
+  if (spec.math_mode != "fp32" && spec.math_mode != "tf32" && spec.math_mode != "bf16") {
+    return Invalid("training.math_mode",
+                   absl::StrCat("must be fp32, tf32 or bf16, got '", spec.math_mode, "'"));
+  }
+
+  if (YAML::Node ck = root["checkpoint"]) {
+    DLRM_RETURN_IF_ERROR(CheckKeys(
+        ck, "checkpoint",
+        {"dir", "every_steps", "every_seconds", "keep_last", "full_every", "resume_from"}));
+    CheckpointSpec& c = spec.checkpoint;
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "dir", &c.dir));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_steps", &c.every_steps));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_seconds", &c.every_seconds));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "keep_last", &c.keep_last));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "full_every", &c.full_every));
+    DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "resume_from", &c.resume_from));
+    DLRM_RETURN_IF_ERROR(CheckText("checkpoint.dir", c.dir, kMaxPathBytes, "kMaxPathBytes"));
+    DLRM_RETURN_IF_ERROR(
+        CheckText("checkpoint.resume_from", c.resume_from, kMaxPathBytes, "kMaxPathBytes"));
+    if (c.every_steps < 0) {
+      return Invalid("checkpoint.every_steps", absl::StrCat("must be >= 0, got ", c.every_steps));
+    }
+    if (!(c.every_seconds >= 0) || c.every_seconds > 1e9) {
+      return Invalid("checkpoint.every_seconds",
+                     absl::StrCat("must be in [0, 1e9], got ", c.every_seconds));
+    }
+    if (c.keep_last < 1 || c.keep_last > 1000) {
+      return Invalid("checkpoint.keep_last",
+                     absl::StrCat("must be in [1, 1000], got ", c.keep_last));
+    }
+    if (c.full_every < 1 || c.full_every > 1000) {
+      return Invalid("checkpoint.full_every",
+                     absl::StrCat("must be in [1, 1000], got ", c.full_every));
+    }
+    if (c.dir.empty() && (c.every_steps > 0 || c.every_seconds > 0)) {
+      return Invalid("checkpoint.dir", "required when every_steps or every_seconds is set");
+    }
+  }
+
+  if (YAML::Node data = root["data"]) {
+    DLRM_RETURN_IF_ERROR(
+        CheckKeys(data, "data", {"train", "eval", "format", "eval_fraction", "strict"}));
+    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "train", &spec.train_paths));
+    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "eval", &spec.eval_paths));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "format", &spec.format));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "eval_fraction", &spec.eval_fraction));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "strict", &spec.strict));
+  }
+  if (spec.format != "auto" && spec.format != "tsv" && spec.format != "binary") {
+    return Invalid("data.format",
+                   absl::StrCat("must be auto, tsv or binary, got '", spec.format, "'"));
+  }
+  if (!(spec.eval_fraction >= 0 && spec.eval_fraction < 1)) {
+    return Invalid("data.eval_fraction",
+                   absl::StrCat("must be in [0, 1), got ", spec.eval_fraction));
+  }
+  return spec;
+}
+
+}  // namespace dlrm::common::job_spec_internal

@@ -1,0 +1,89 @@
+// The fixture of the parameter-server service tests (ps_service_*_test.cc): a parameter server on
+// loopback with its data in a fresh folder, a stub, and the requests and calls the tests make.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/ps_server.h"
+#include "tests/server/ps_test_util.h"
+
+namespace dlrm::server::testing {
+
+// The deadline of every call the tests make (a call that needs a shorter one says so).
+inline constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+class PsServiceTest : public ::testing::Test {
+ protected:
+  void StartPs(int64_t budget = 1 << 20) {
+    auto ps = ParameterServer::Start(TestPsOptions(dir_.path(), budget));
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    ps_ = std::move(*ps);
+    stub_ = PsStub(ps_->address());
+  }
+  grpc::Status Load(const dlrm::v1::LoadJobRequest& r) {
+    dlrm::v1::LoadJobResponse resp;
+    return stub_->LoadJob(common::MakeClientContext(kTimeout).get(), r, &resp);
+  }
+  grpc::Status Lookup(const dlrm::v1::LookupRequest& r, dlrm::v1::LookupResponse* resp) {
+    return stub_->Lookup(common::MakeClientContext(kTimeout).get(), r, resp);
+  }
+  grpc::Status Push(const dlrm::v1::PushGradientsRequest& r) {
+    dlrm::v1::PushGradientsResponse resp;
+    return stub_->PushGradients(common::MakeClientContext(kTimeout).get(), r, &resp);
+  }
+  static dlrm::v1::LookupRequest LookupOf(const std::string& job, int table,
+                                          const std::vector<int64_t>& ids, int64_t epoch = 1) {
+    dlrm::v1::LookupRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(epoch);
+    r.set_step(-1);
+    dlrm::v1::TableIds* t = r.add_tables();
+    t->set_table(table);
+    t->set_ids(PackIds(ids));
+    return r;
+  }
+  static dlrm::v1::WriteRowsRequest WriteRowsOf(const std::string& job, int table,
+                                                const std::vector<int64_t>& ids,
+                                                const std::vector<float>& rows) {
+    dlrm::v1::WriteRowsRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(1);
+    dlrm::v1::TableIdsRows* t = r.add_tables();
+    t->set_table(table);
+    t->set_ids(PackIds(ids));
+    t->set_rows(PackFloats(rows));
+    return r;
+  }
+  grpc::Status WriteRows(const dlrm::v1::WriteRowsRequest& r,
+                         dlrm::v1::WriteRowsResponse* resp = nullptr) {
+    dlrm::v1::WriteRowsResponse unused;
+    return stub_->WriteRows(common::MakeClientContext(kTimeout).get(), r,
+                            resp != nullptr ? resp : &unused);
+  }
+  static dlrm::v1::PushGradientsRequest PushOf(const std::string& job, int table,
+                                               const std::vector<int64_t>& ids,
+                                               const std::vector<float>& grads) {
+    dlrm::v1::PushGradientsRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(1);
+    r.set_step(-1);
+    dlrm::v1::TableGradients* t = r.add_tables();
+    t->set_table(table);
+    t->set_ids(PackIds(ids));
+    t->set_grads(PackFloats(grads));
+    return r;
+  }
+
+  PsTempDir dir_;
+  std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<dlrm::v1::ParameterServer::Stub> stub_;
+};
+
+}  // namespace dlrm::server::testing
