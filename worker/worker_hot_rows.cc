@@ -1,0 +1,125 @@
+// WorkerProcess::SetUpHotRows (worker_process.h): a cluster job's hot rows. Every rank samples
+// the same records and plans the same first set; rank 0 re-checks it while the job trains
+// (worker/hot_refresh.h), its choices reaching the other ranks over the workers' collectives and
+// its decisions to skip a re-check through the coordinator's key-value store.
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/collective.h"
+#include "worker/hot_plan.h"
+#include "worker/hot_refresh.h"
+#include "worker/hot_rows.h"
+#include "worker/input/batch_reader.h"
+#include "worker/input/record_reader.h"
+#include "worker/trainer.h"
+#include "worker/worker_process.h"
+
+namespace dlrm::worker {
+
+absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
+    const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
+    Trainer* trainer, DenseAllReducer* reducer, bool resumed,
+    std::vector<std::vector<int64_t>> resumed_hot_ids) {
+  if (spec.hot_budget_bytes == 0 || !options_.use_hot_rows) return nullptr;
+  // Every rank samples the same records, the first batches of the whole training set, so all
+  // choose the same hot set; their rows start from the deterministic initialisation, which is
+  // what the parameter servers would create (the job's tables are new).
+  BatchReaderOptions sample;
+  DLRM_ASSIGN_OR_RETURN(sample.format, ParseInputFormat(spec.format));
+  sample.paths = spec.train_paths;
+  sample.batch_size = spec.batch_size * world;  // the global batch: every rank samples the same
+  for (const auto& t : spec.tables) sample.table_rows.push_back(t.rows);
+  DLRM_ASSIGN_OR_RETURN(auto reader, BatchReader::Create(sample));
+  HotRowCacheOptions cache_options;
+  cache_options.tables = TableConfigsFromSpec(spec);
+  DLRM_ASSIGN_OR_RETURN(cache_options.optimizer, SparseOptimizerFromSpec(spec));
+  cache_options.seed = spec.seed;
+  const int state =
+      embedding::SparseOptimizerStateFloats(cache_options.optimizer.type, spec.embedding_dim);
+  auto sample_counts = std::make_shared<HotSetSelector>(cache_options.tables, state);
+  DLRM_RETURN_IF_ERROR(
+      SampleBatches(reader.get(), spec.hot_sample_batches, world, sample_counts.get()));
+  // Every rank must choose the same set: the measured cost of applying a row is averaged over
+  // the ranks (an allreduce gives every rank the same bits).
+  float apply_seconds =
+      static_cast<float>(MeasureApplySecondsPerRow(cache_options.optimizer, spec.embedding_dim));
+  if (reducer != nullptr && world > 1) {
+    DLRM_RETURN_IF_ERROR(reducer->AllReduceSum(&apply_seconds, 1));
+    apply_seconds /= static_cast<float>(world);
+  }
+  HotPlanOptions plan_options;
+  plan_options.world_size = world;
+  plan_options.ceiling_bytes = spec.hot_budget_ceiling();
+  plan_options.link_bytes_per_second = spec.network_gbps * 1e9 / 8;
+  plan_options.apply_seconds_per_row = apply_seconds;
+  const bool all_half = std::all_of(spec.tables.begin(), spec.tables.end(),
+                                    [](const common::TableSpec& t) { return t.dtype != "fp32"; });
+  plan_options.value_bytes = all_half ? 2 : 4;
+  const HotPlan plan = PlanHotSet(*sample_counts, plan_options);
+  DLRM_LOG(INFO) << "job " << job.job_id() << ": " << plan.Describe();
+  std::vector<std::vector<int64_t>> hot_ids = plan.hot_ids;
+  if (resumed) {
+    // The trained rows are on the parameter servers (loaded from the checkpoint): read them, for
+    // the hot set the checkpoint was taken with when it has one.
+    if (!resumed_hot_ids.empty()) hot_ids = std::move(resumed_hot_ids);
+    DLRM_RETURN_IF_ERROR(trainer->MigrateHotSet(hot_ids, /*write_back=*/false));
+    DLRM_LOG(INFO) << "job " << job.job_id() << ": " << trainer->hot_rows()->total_rows()
+                   << " hot rows read from the parameter servers (resumed)";
+  } else {
+    DLRM_ASSIGN_OR_RETURN(auto cache, HotRowCache::Create(cache_options, hot_ids));
+    DLRM_LOG(INFO) << "job " << job.job_id() << ": " << cache->total_rows() << " hot rows ("
+                   << cache->bytes() << " bytes) replicated on this worker";
+    DLRM_RETURN_IF_ERROR(trainer->SetHotRows(std::move(cache)));
+  }
+  if (spec.hot_refresh_steps <= 0) return nullptr;
+
+  HotRefreshOptions refresh;
+  refresh.plan = plan_options;
+  if (!resumed && rank == 0) refresh.initial_counts = std::move(sample_counts);
+  refresh.rank = rank;
+  refresh.every = spec.hot_refresh_steps;
+  refresh.barrier = reducer;
+  if (world > 1) {
+    // Rank 0's choice reaches every rank through the workers' own collectives: a hot set can be
+    // megabytes, more than the coordinator's key-value store takes.
+    refresh.agree = [reducer](int64_t, const std::string& proposal) {
+      return BroadcastFromRankZero(reducer, proposal);
+    };
+  }
+  if (world > 1) {
+    // Whether a boundary refreshes is decided before the pipelines drain, while the workers'
+    // collectives carry the steps: rank 0's word goes through the coordinator's key-value store.
+    // A decision is deleted once every rank is past it (the steps' allreduces keep the ranks
+    // within a few steps of each other).
+    const std::string prefix =
+        absl::StrCat("job/", job.job_id(), "/", job.job_epoch(), "/hot-refresh/");
+    auto published = std::make_shared<std::deque<int64_t>>();
+    const int64_t keep_steps = std::max<int64_t>(2 * spec.hot_refresh_steps, 64);
+    refresh.share_decision = [this, prefix, rank, published, keep_steps](
+                                 int64_t step, bool wanted) -> absl::StatusOr<bool> {
+      const std::string key = absl::StrCat(prefix, step);
+      if (rank != 0) {
+        DLRM_ASSIGN_OR_RETURN(std::string word, client_->KvGet(key, options_.collective_timeout));
+        return word == "1";
+      }
+      DLRM_RETURN_IF_ERROR(client_->KvSet(key, wanted ? "1" : "0"));
+      published->push_back(step);
+      while (published->front() < step - keep_steps) {
+        (void)client_->KvDelete(absl::StrCat(prefix, published->front()));
+        published->pop_front();
+      }
+      return wanted;
+    };
+  }
+  return std::make_unique<HotSetRefresher>(trainer, refresh);
+}
+
+}  // namespace dlrm::worker
