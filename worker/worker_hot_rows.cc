@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -107,8 +108,9 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
                                  int64_t step, bool wanted) -> absl::StatusOr<bool> {
       const std::string key = absl::StrCat(prefix, step);
       if (rank != 0) {
-        DLRM_ASSIGN_OR_RETURN(std::string word, client_->KvGet(key, options_.collective_timeout));
-        return word == "1";
+        absl::StatusOr<std::string> word = client_->KvGet(key, options_.collective_timeout);
+        if (!word.ok()) return word.status();
+        return absl::string_view(*word) == "1";
       }
       DLRM_RETURN_IF_ERROR(client_->KvSet(key, wanted ? "1" : "0"));
       published->push_back(step);
