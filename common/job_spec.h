@@ -110,6 +110,10 @@ struct JobSpec {
   }
   // The network between the workers and the parameter servers, for the planner's time estimate.
   double network_gbps = 10;
+  // The number type of the hot rows' gradients in the workers' exchange: fp32 | fp16 | bf16
+  // (rounded to nearest; every replica applies the same decoded values). Empty: the tables'
+  // dtype when they all share one, else fp32.
+  std::string hot_sync_dtype;
   int hot_sample_batches = 64;     // batches sampled to choose the hot set
   int hot_refresh_steps = 1000;    // re-check the hot set every N steps (0 = never)
   std::string device = "auto";     // auto | cpu | cuda

@@ -268,7 +268,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
         CheckKeys(tr, "training",
                   {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
                    "hot_sample_batches", "hot_refresh_steps", "device", "math_mode",
-                   "eval_every_steps", "max_recoveries", "network_gbps"}));
+                   "eval_every_steps", "max_recoveries", "network_gbps", "hot_sync_dtype"}));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
@@ -283,6 +283,10 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     std::string hot_budget;
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "network_gbps", &spec.network_gbps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sync_dtype", &spec.hot_sync_dtype));
+    if (!spec.hot_sync_dtype.empty()) {
+      DLRM_RETURN_IF_ERROR(CheckRowDtype("training.hot_sync_dtype", spec.hot_sync_dtype));
+    }
     if (hot_budget == "auto") {
       spec.hot_budget_bytes = JobSpec::kHotBudgetAuto;
     } else if (!hot_budget.empty()) {

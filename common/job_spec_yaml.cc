@@ -60,6 +60,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
       << (spec.hot_budget_bytes == JobSpec::kHotBudgetAuto ? std::string("auto")
                                                            : std::to_string(spec.hot_budget_bytes));
   out << YAML::Key << "network_gbps" << YAML::Value << spec.network_gbps;
+  if (!spec.hot_sync_dtype.empty()) {
+    out << YAML::Key << "hot_sync_dtype" << YAML::Value << spec.hot_sync_dtype;
+  }
   out << YAML::Key << "hot_sample_batches" << YAML::Value << spec.hot_sample_batches;
   out << YAML::Key << "hot_refresh_steps" << YAML::Value << spec.hot_refresh_steps;
   out << YAML::Key << "device" << YAML::Value << spec.device;

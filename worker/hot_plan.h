@@ -10,14 +10,15 @@
 //                     in, / worker batches counted; cold rows touched u_cold(k) likewise for the
 //                     rest;
 //   PS bytes          u_cold x (8-byte id + v x dim values) x 2 (the lookup and the push);
-//   sync bytes        (world - 1) x (u_hot x (4-byte id + v x dim values) + 4): what the ring
+//   sync bytes        (world - 1) x (u_hot x (4-byte id + s x dim values) + 4): what the ring
 //                     allgathers send from this worker (every byte once, at its sender);
 //   seconds           (PS + sync bytes) / the link rate (training.network_gbps), plus
 //                     world x u_hot x the measured time to apply one row's update (every replica
 //                     applies every worker's gradient), plus, at a refresh, the migration a new
 //                     size needs (|k - the size in use| rows, each read or written back once)
 //                     spread over the steps until the next refresh.
-// v = value_bytes: 4, or 2 when the tables' rows and gradients travel as fp16/bf16.
+// v = value_bytes: 4, or 2 when the tables' rows and gradients travel as fp16/bf16; s =
+// sync_value_bytes, the same for the hot rows' exchange (training.hot_sync_dtype).
 // It picks the smallest set whose estimated seconds are within `tolerance` of the best: a larger
 // set costs memory on every worker and rows to migrate at each refresh, and must buy something.
 // What it leaves out: the CPU the parameter servers and gRPC spend per cold row (so it leans
@@ -39,9 +40,11 @@ struct HotPlanOptions {
   int64_t ceiling_bytes = 0;              // the most the set may take on each worker
   double link_bytes_per_second = 1.25e9;  // 10 Gbit/s
   double apply_seconds_per_row = 0;       // MeasureApplySecondsPerRow
-  // Bytes of one weight or gradient on the wire: 4; 2 when every table is fp16 or bf16
-  // (tables.dtype; the hot exchange uses their dtype then too).
+  // Bytes of one weight or gradient on the wire to the parameter servers: 4; 2 when every table
+  // is fp16 or bf16 (tables.dtype); and of one gradient in the hot rows' exchange (their dtype,
+  // or training.hot_sync_dtype).
   int value_bytes = 4;
+  int sync_value_bytes = 4;
   double tolerance = 0.01;
   // A refresh passes the size of the set in use: it is a candidate too, and kept while its
   // estimate is within the tolerance of the best (a new size moves rows for little gain). -1: none.

@@ -77,6 +77,10 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
       })) {
     hot_wire_dtype_ = tables.front().dtype;
   }
+  // The spec was validated: the name parses.
+  if (!options_.spec.hot_sync_dtype.empty()) {
+    hot_wire_dtype_ = *embedding::ParseRowDtype(options_.spec.hot_sync_dtype);
+  }
 }
 
 Trainer::~Trainer() {

@@ -192,6 +192,22 @@ TEST(JobSpec, HotBudgetIsAutoByDefaultAndTheNetworkRateIsChecked) {
   EXPECT_THAT(std::string(word.status().message()), HasSubstr("training.hot_budget"));
 }
 
+TEST(JobSpec, HotSyncDtypeIsReadCheckedAndRoundTrips) {
+  auto unset = ParseJobSpec(kValid);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->hot_sync_dtype, "");  // the tables' dtype
+  auto spec = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "hot_sync_dtype: bf16"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->hot_sync_dtype, "bf16");
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->hot_sync_dtype, "bf16");
+  auto refused = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "hot_sync_dtype: fp8"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.hot_sync_dtype"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("fp8"));
+}
+
 TEST(JobSpec, UnknownKeyIsNamed) {
   auto spec = ParseJobSpec(Replace(kValid, "batch_size: 128", "batchsize: 128"));
   ASSERT_FALSE(spec.ok());

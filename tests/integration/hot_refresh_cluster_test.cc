@@ -104,5 +104,21 @@ TEST_F(HotRefreshClusterTest, UnchangingIdsAtLoopbackSpeedSkipEveryRefresh) {
   EXPECT_GT(report.auc, 0.6);
 }
 
+// training.hot_sync_dtype: bf16 over fp32 tables sends each hot-row gradient in 2 bytes instead
+// of 4: the exchange's bytes fall to about (4 + 2 x 8) / (4 + 4 x 8) of fp32's (row ids stay 4
+// bytes), the parameter servers' do not change, and the model learns the same.
+TEST_F(HotRefreshClusterTest, AHalfPrecisionHotExchangeSendsAboutHalfTheBytes) {
+  const worker::TrainReport wide = RunJob("sync-fp32", "[train.tsv]", "hot_sync_dtype: fp32");
+  const worker::TrainReport half = RunJob("sync-bf16", "[train.tsv]", "hot_sync_dtype: bf16");
+  const auto bytes = [](const worker::TrainReport& r, const char* part) {
+    const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
+    return r.network.contains(key) ? r.network.at(key) : -1.0;
+  };
+  ASSERT_GT(bytes(wide, "hot_sync"), 0);
+  EXPECT_NEAR(bytes(half, "hot_sync") / bytes(wide, "hot_sync"), 20.0 / 36.0, 0.03);
+  EXPECT_NEAR(bytes(half, "ps_lookup"), bytes(wide, "ps_lookup"), 0.01 * bytes(wide, "ps_lookup"));
+  EXPECT_NEAR(half.auc, wide.auc, 0.003);
+}
+
 }  // namespace
 }  // namespace dlrm::testing

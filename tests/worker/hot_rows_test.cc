@@ -189,20 +189,30 @@ TEST_F(HotPlanTest, HotRowsPayWithTwoWorkersAndNotWithFour) {
 }
 
 // Half-precision tables: rows and gradients take 2 bytes a value on both paths, so each
-// candidate's PS bytes per cold row are 2 x (8 + 32) and its exchange 4 + 32 a hot row.
+// candidate's PS bytes per cold row are 2 x (8 + 32) and its exchange 4 + 32 a hot row. A half
+// exchange over fp32 tables (training.hot_sync_dtype) halves only the exchange's values.
 TEST_F(HotPlanTest, HalfPrecisionTablesCountTwoBytesAValue) {
   HotPlanOptions half = Options(2);
   half.value_bytes = 2;
+  half.sync_value_bytes = 2;
+  HotPlanOptions half_sync = Options(2);
+  half_sync.sync_value_bytes = 2;
   const HotPlan plan = PlanHotSet(sample_, half);
   const HotPlan wide = PlanHotSet(sample_, Options(2));
+  const HotPlan sync_only = PlanHotSet(sample_, half_sync);
   ASSERT_EQ(plan.candidates.size(), wide.candidates.size());
+  ASSERT_EQ(sync_only.candidates.size(), wide.candidates.size());
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const HotPlanCandidate& c = plan.candidates[i];
     EXPECT_NEAR(c.ps_bytes_per_step, c.cold_rows_per_step * 2 * (8 + 2 * 16), 1e-6);
     if (c.rows > 0) {
       EXPECT_NEAR(c.sync_bytes_per_step, c.hot_rows_per_step * (4 + 2 * 16) + 4, 1e-6);
+      EXPECT_NEAR(sync_only.candidates[i].sync_bytes_per_step,
+                  c.hot_rows_per_step * (4 + 2 * 16) + 4, 1e-6);
     }
     EXPECT_NEAR(wide.candidates[i].ps_bytes_per_step, c.cold_rows_per_step * 2 * (8 + 4 * 16),
+                1e-6);
+    EXPECT_NEAR(sync_only.candidates[i].ps_bytes_per_step, wide.candidates[i].ps_bytes_per_step,
                 1e-6);
   }
 }
