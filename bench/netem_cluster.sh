@@ -66,6 +66,8 @@
 #     --hot-budget B       hot_budget of the generated job (default auto, the service's default:
 #                          the planner's choice under a 256 MiB ceiling)
 #     --hot-rows on|off|both    --pipeline on|off|both    (default on, on)
+#     --hot-sync-dtype T   training.hot_sync_dtype of the generated job: fp32, fp16 or bf16
+#                          (default: unset, the tables' fp32)
 #     --hot-exchange overlapped|sync   how workers exchange hot-row gradients (default
 #                          overlapped, the service's default: while the next step computes)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
@@ -95,14 +97,14 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_mode=on pipe_mode=on hot_exchange=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" hot_mode=on pipe_mode=on hot_exchange=overlapped rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
-      --max-rows | --zipf | --hot-budget | --hot-rows | --pipeline | --hot-exchange | --rounds | \
-      --job-timeout)
+      --max-rows | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
+      --hot-exchange | --rounds | --job-timeout)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -118,6 +120,7 @@ while [ $# -gt 0 ]; do
     --max-rows) max_rows="$2"; shift ;;
     --zipf) zipf="$2"; shift ;;
     --hot-budget) hot_budget="$2"; shift ;;
+    --hot-sync-dtype) hot_sync_dtype="$2"; shift ;;
     --hot-rows) hot_mode="$2"; shift ;;
     --pipeline) pipe_mode="$2"; shift ;;
     --hot-exchange) hot_exchange="$2"; shift ;;
@@ -367,7 +370,7 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget}
+training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi
@@ -540,7 +543,8 @@ print(json.dumps({
     "bench": "netem_cluster", "smoke": $smoke == 1,
     "rate": "$rate", "delay": "$delay", "delay_emulated": "$delay_emulated" == "true",
     "shaper": "$netem_shaper", "ps": ${#ps_ns[@]}, "workers": ${#worker_ns[@]},
-    "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange", "round": $round,
+    "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange",
+    "hot_sync_dtype": "${hot_sync_dtype:-tables}", "round": $round,
     "samples": samples,
     "steps": int(fm.get("steps", 0)),
     "samples_per_sec": round(fm.get("samples_per_sec", 0), 1),
