@@ -5,20 +5,12 @@
 
 #include <cstdint>
 
+#include "common/mix64.h"
+
 namespace dlrm::common {
 
-// The splitmix64 finalizer: a cheap bijective mix with good avalanche, so consecutive ids and
-// the low tables spread evenly over shards.
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-// Shard of row `id` of table `table` among `shard_count` shards, in [0, shard_count).
+// Shard of row `id` of table `table` among `shard_count` shards, in [0, shard_count); Mix64
+// spreads consecutive ids and the low tables evenly over the shards.
 // REQUIRES: shard_count >= 1.
 inline int ShardOf(int table, int64_t id, int shard_count) {
   const uint64_t h =

@@ -2,19 +2,12 @@
 
 #include <cmath>
 
+#include "common/mix64.h"
 #include "embedding/sparse_optimizer.h"
 
 namespace dlrm::embedding {
-namespace {
 
-inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
+using common::SplitMix64;
 
 void InitRow(int table, int64_t id, uint64_t seed, int64_t table_rows, float* out, int dim) {
   // Chained hashing keeps (table, id) pairs apart even when ids are large or tables many.

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/mix64.h"
+
 #if defined(__CUDACC__)
 #define DLRM_HOST_DEVICE __host__ __device__
 #else
@@ -82,22 +84,14 @@ DLRM_HOST_DEVICE inline uint32_t StochasticBf16Bits(float x, uint64_t bits) {
 
 // The random bits of weight `column` of stored row `row` in optimizer call `call` of a table
 // whose rounding seed is `seed`: rounds of the splitmix64 finalizer over the four.
-DLRM_HOST_DEVICE inline uint64_t MixBits64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
 DLRM_HOST_DEVICE inline uint64_t RoundingCallKey(uint64_t seed, uint64_t call) {
-  return MixBits64(seed ^ MixBits64(call + 0x9e3779b97f4a7c15ull));
+  return common::Mix64(seed ^ common::Mix64(call + 0x9e3779b97f4a7c15ull));
 }
 DLRM_HOST_DEVICE inline uint64_t RoundingRowKey(uint64_t call_key, int64_t row) {
-  return MixBits64(call_key ^ (static_cast<uint64_t>(row) * 0xd6e8feb86659fd93ull));
+  return common::Mix64(call_key ^ (static_cast<uint64_t>(row) * 0xd6e8feb86659fd93ull));
 }
 DLRM_HOST_DEVICE inline uint64_t RoundingBits(uint64_t row_key, int column) {
-  return MixBits64(row_key + static_cast<uint64_t>(column) * 0x9e3779b97f4a7c15ull);
+  return common::Mix64(row_key + static_cast<uint64_t>(column) * 0x9e3779b97f4a7c15ull);
 }
 
 }  // namespace dlrm::embedding::cuda

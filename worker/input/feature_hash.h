@@ -4,16 +4,13 @@
 
 #include <cstdint>
 
+#include "common/mix64.h"
+
 namespace dlrm::worker {
 
-// The 64-bit finalizer of splitmix64 (Steele, Lea, Flood 2014): a bijection on uint64 with full
-// avalanche. Exposed for callers that need the same mix (e.g. the synthetic generator).
-inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// splitmix64 (common/mix64.h), also for callers that need the same mix (e.g. the synthetic
+// generator).
+using common::SplitMix64;
 
 // Row of `token` in table `table` (0-based) with `rows` rows:
 //   missing            -> 0 (row 0 is reserved for "field was empty");
