@@ -33,6 +33,15 @@ namespace {
 
 using cuda_test::ExpectClose;
 
+// dlrm train's options for a quiet run on the GPU, one CPU thread.
+TrainRunOptions OnTheGpu() {
+  TrainRunOptions run;
+  run.device_override = "cuda";
+  run.show_progress = false;
+  run.threads = 1;
+  return run;
+}
+
 struct Case {
   std::string sparse_optimizer;
   std::string pooling;  // sum | mean | mixed (per table: mean, sum, mean)
@@ -238,10 +247,7 @@ TEST(TrainerCudaHalfRows, DlrmTrainStoresHalfRowsInGpuTables) {
   testing::TempDir dir;
   const std::string train = dir.File("train.tsv");
   ASSERT_TRUE(testing::GenerateCappedTsv(train, 15000, /*seed=*/3, 1000).ok());
-  TrainRunOptions run;
-  run.device_override = "cuda";
-  run.show_progress = false;
-  run.threads = 1;
+  TrainRunOptions run = OnTheGpu();
   common::JobSpec spec = testing::SmallGeneratedJob(train, /*seed=*/5);
   spec.max_steps = 40;
   auto fp32 = TrainInProcess(spec, run);
@@ -281,10 +287,7 @@ TEST(TrainerCudaHalfRows, HalfTablesOutsideTheGpuAreRefusedNamingTheTable) {
   testing::TempDir dir;
   const std::string train = dir.File("train.tsv");
   ASSERT_TRUE(testing::GenerateCappedTsv(train, 3000, /*seed=*/3, 1000).ok());
-  TrainRunOptions run;
-  run.device_override = "cuda";
-  run.show_progress = false;
-  run.threads = 1;
+  TrainRunOptions run = OnTheGpu();
   run.gpu_table_budget_bytes = 1024;
   common::JobSpec spec = testing::SmallGeneratedJob(train, /*seed=*/5);
   spec.max_steps = 2;
@@ -317,10 +320,7 @@ TEST(TrainerCudaResume, ResumedGpuTablesContinueFromTheCheckpoint) {
   testing::TempDir dir;
   const std::string train = dir.File("train.tsv");
   ASSERT_TRUE(testing::GenerateCappedTsv(train, 15000, /*seed=*/3, 1000).ok());
-  TrainRunOptions run;
-  run.device_override = "cuda";
-  run.show_progress = false;
-  run.threads = 1;
+  TrainRunOptions run = OnTheGpu();
 
   common::JobSpec straight = testing::SmallGeneratedJob(train, /*seed=*/5);
   straight.max_steps = 40;
