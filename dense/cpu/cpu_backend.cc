@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/denormals.h"
 #include "common/logging.h"
 #include "dense/cpu/blas_env.h"
 #include "dense/cpu/interaction_avx2.h"
@@ -146,7 +147,8 @@ std::string CpuBackend::name() const {
   const std::string timeout = BlasThreadTimeout();
   return absl::StrCat(
       "cpu(openblas, threads=", threads_ > 0 ? threads_ : openblas_get_num_threads(),
-      timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout), avx2_ ? ", avx2)" : ")");
+      timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout), avx2_ ? ", avx2" : "",
+      common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
 }
 
 float* CpuBackend::Allocate(size_t count) {
