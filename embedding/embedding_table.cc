@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "embedding/parallel.h"
+#include "common/parallel.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer.h"
 
@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
                                          : static_cast<int>(std::thread::hardware_concurrency());
   constexpr int64_t kBlock = 1 << 14;  // rows per task
   const int64_t blocks = (c.rows + kBlock - 1) / kBlock;
-  ParallelForOnce(blocks, std::max(1, threads), [&](int64_t b) {
+  common::ParallelForOnce(blocks, std::max(1, threads), [&](int64_t b) {
     const int64_t end = std::min(c.rows, (b + 1) * kBlock);
     for (int64_t id = b * kBlock; id < end; ++id) {
       InitRowWithState(options.table_index, id, options.seed, c.rows, options.optimizer,

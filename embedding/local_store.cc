@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel.h"
 #include "common/status.h"
-#include "embedding/parallel.h"
 
 namespace dlrm::embedding {
 
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<LocalEmbeddingStore>> LocalEmbeddingStore::Create
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     threads = std::clamp(hw, 1, 8) - 1;
   }
-  store->pool_ = std::make_unique<ParallelPool>(std::max(0, threads));
+  store->pool_ = std::make_unique<common::ParallelPool>(std::max(0, threads));
   return store;
 }
 

@@ -21,9 +21,11 @@
 #include "embedding/embedding_table.h"
 #include "embedding/sparse_optimizer_options.h"
 
-namespace dlrm::embedding {
-
+namespace dlrm::common {
 class ParallelPool;
+}  // namespace dlrm::common
+
+namespace dlrm::embedding {
 
 struct LocalStoreOptions {
   std::vector<TableConfig> tables;
@@ -102,7 +104,7 @@ class LocalEmbeddingStore : public EmbeddingStore {
 
   LocalStoreOptions options_;
   std::vector<std::unique_ptr<Table>> tables_;
-  std::unique_ptr<ParallelPool> pool_;
+  std::unique_ptr<common::ParallelPool> pool_;
 };
 
 }  // namespace dlrm::embedding

@@ -7,10 +7,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/parallel.h"
 #include "common/status.h"
 #include "embedding/frequency_sketch.h"
 #include "embedding/memory_tier.h"
-#include "embedding/parallel.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer.h"
 
@@ -619,7 +619,7 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
   if (changed != nullptr) TakeChanged(changed);
   snapshot->taken_from = nullptr;  // until this one is complete
   std::atomic<bool> allocated{true};
-  ParallelForOnce(static_cast<int64_t>(tables_.size()), 2, [&](int64_t i) {
+  common::ParallelForOnce(static_cast<int64_t>(tables_.size()), 2, [&](int64_t i) {
     const Table& t = *tables_[i];
     ResidentRowsCopy& copy = snapshot->resident[i];
     const int64_t slots = t.rows.slot_count();

@@ -11,10 +11,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/parallel.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_snapshot.h"
-#include "embedding/parallel.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "worker/ps_client.h"
 
@@ -319,7 +319,7 @@ void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
       chunks.push_back({&rows, i, std::min(rows.ids.size(), i + kChunkRows)});
     }
   }
-  embedding::ParallelForOnce(static_cast<int64_t>(chunks.size()), 2, [&](int64_t c) {
+  common::ParallelForOnce(static_cast<int64_t>(chunks.size()), 2, [&](int64_t c) {
     const Chunk& chunk = chunks[c];
     SnapshotTable& rows = *chunk.rows;
     const embedding::EmbeddingTable& table = store.table(rows.table);

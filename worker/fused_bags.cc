@@ -18,7 +18,7 @@ constexpr int kSamplesPerPiece = 1024;
 // run on `pool` (when given): sample b starts at the sum over tables of their offsets[b].
 template <typename Map>
 void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
-                       int32_t* out_offsets, embedding::ParallelPool* pool) {
+                       int32_t* out_offsets, common::ParallelPool* pool) {
   const int num_tables = static_cast<int>(batch.sparse.size());
   auto piece = [&](int64_t p) {
     const int first = static_cast<int>(p * kSamplesPerPiece);
@@ -46,7 +46,7 @@ void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
 
 // Runs check(t) for every table (on `pool` when given) and returns the first table's error.
 absl::Status CheckTables(int num_tables, const std::function<absl::Status(int)>& check,
-                         embedding::ParallelPool* pool) {
+                         common::ParallelPool* pool) {
   std::vector<absl::Status> status(num_tables);
   if (pool != nullptr) {
     pool->ParallelFor(num_tables, [&](int64_t t) { status[t] = check(static_cast<int>(t)); });
@@ -74,8 +74,7 @@ std::vector<int64_t> FusedBases(absl::Span<const embedding::TableConfig> tables)
 }
 
 absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfig> tables,
-                      absl::Span<const int64_t> bases, FusedBags* out,
-                      embedding::ParallelPool* pool) {
+                      absl::Span<const int64_t> bases, FusedBags* out, common::ParallelPool* pool) {
   const int num_tables = static_cast<int>(tables.size());
   if (batch.size < 0) return absl::InvalidArgumentError(absl::StrCat("batch of ", batch.size));
   if (static_cast<int>(batch.sparse.size()) != num_tables) {
@@ -123,7 +122,7 @@ absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_
                              absl::Span<const std::vector<int32_t>> hot_slots,
                              absl::Span<const std::vector<int64_t>> inverse,
                              absl::Span<const int64_t> hot_bases, HotColdBags* out,
-                             embedding::ParallelPool* pool) {
+                             common::ParallelPool* pool) {
   const size_t num_tables = batch.sparse.size();
   if (batch.size < 0) return absl::InvalidArgumentError(absl::StrCat("batch of ", batch.size));
   if (cold_counts.size() != num_tables || hot_slots.size() != num_tables ||

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "embedding/parallel.h"
+#include "common/parallel.h"
 #include "embedding/table_config.h"
 #include "worker/batch.h"
 
@@ -33,7 +33,7 @@ struct FusedBags {
 // The checks (per table) and the layout (per 1024 samples) run on `pool` when one is given.
 absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfig> tables,
                       absl::Span<const int64_t> bases, FusedBags* out,
-                      embedding::ParallelPool* pool = nullptr);
+                      common::ParallelPool* pool = nullptr);
 
 // The bags of a step whose distinct rows are laid out as
 //   [cold rows of table 0, of table 1, ... | hot rows of table 0, of table 1, ...]
@@ -56,6 +56,6 @@ absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_
                              absl::Span<const std::vector<int32_t>> hot_slots,
                              absl::Span<const std::vector<int64_t>> inverse,
                              absl::Span<const int64_t> hot_bases, HotColdBags* out,
-                             embedding::ParallelPool* pool = nullptr);
+                             common::ParallelPool* pool = nullptr);
 
 }  // namespace dlrm::worker

@@ -8,10 +8,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel.h"
 #include "common/status.h"
 #include "dense/cuda/cuda_backend.h"
 #include "embedding/cuda/gpu_embedding_table.h"
-#include "embedding/parallel.h"
 #include "embedding/row_init.h"
 #include "worker/fused_bags.h"
 
@@ -41,7 +41,7 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
     const int threads = options_.init_threads > 0
                             ? options_.init_threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    embedding::ParallelPool pool(threads - 1);
+    common::ParallelPool pool(threads - 1);
     bases_ = FusedBases(options_.tables);
     const int64_t total_rows = bases_.back();
     embedding::cuda::GpuEmbeddingTableOptions o;

@@ -26,10 +26,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/parallel.h"
 #include "dense/backend.h"
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
-#include "embedding/parallel.h"
 #include "embedding/row_dtype.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer_options.h"
@@ -53,7 +53,7 @@ struct GpuEmbeddingsOptions {
   int init_threads = 0;
   // Shares a step's host work (checking and laying out the bags); null = the calling thread.
   // Not owned; must outlive this.
-  embedding::ParallelPool* pool = nullptr;
+  common::ParallelPool* pool = nullptr;
 };
 
 class GpuEmbeddings {

@@ -21,9 +21,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/parallel.h"
 #include "dense/backend.h"
 #include "embedding/kernels.h"
-#include "embedding/parallel.h"
 #include "embedding/sparse_optimizer_options.h"
 #include "embedding/table_config.h"
 #include "worker/batch.h"
@@ -48,7 +48,7 @@ struct GpuHotRowsOptions {
   DenseAllReducer* host_reducer = nullptr;
   // Shares a step's host work (checking and laying out the bags); null = the calling thread.
   // Not owned; must outlive this.
-  embedding::ParallelPool* pool = nullptr;
+  common::ParallelPool* pool = nullptr;
 };
 
 class GpuHotRows {

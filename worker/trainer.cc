@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/parallel.h"
 #include "common/status.h"
 #include "dense/metrics.h"
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
-#include "embedding/parallel.h"
 #include "embedding/table_config.h"
 #ifdef DLRM_WITH_CUDA
 #include "dense/cuda/cuda_backend.h"
@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   if (trainer->local_ != nullptr) trainer->updates_.resize(trainer->num_tables_);
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-  if (threads > 1) trainer->pool_ = std::make_unique<embedding::ParallelPool>(threads - 1);
+  if (threads > 1) trainer->pool_ = std::make_unique<common::ParallelPool>(threads - 1);
   const size_t emb_floats =
       static_cast<size_t>(spec.batch_size) * trainer->num_tables_ * trainer->dim_;
   if (options.backend->device() == dense::Device::kCpu) {

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "common/parallel.h"
 #include "dense/backend.h"
 #include "dense/dlrm_model.h"
 #include "embedding/cpu_kernels.h"
@@ -49,7 +50,6 @@
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
 #include "embedding/local_store.h"
-#include "embedding/parallel.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
 #include "worker/gpu_allreducer.h"
@@ -287,7 +287,7 @@ class Trainer {
   std::vector<std::vector<float>> combined_grads_;  // per table: [cold + hot unique x dim]
   // Below this many ids a thread hand-off costs more than the per-table work it would share.
   static constexpr int64_t kParallelMinIds = 16384;
-  std::unique_ptr<embedding::ParallelPool> pool_;
+  std::unique_ptr<common::ParallelPool> pool_;
   // Per table, this step's hot rows: (slot, h) with the row's gradient at
   // combined_grads_[t][(hot_first_[t] + h) * dim] (a batch's hot slots are distinct).
   std::vector<std::vector<std::pair<int32_t, int32_t>>> hot_touched_;

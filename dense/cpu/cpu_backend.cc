@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/denormals.h"
 #include "common/logging.h"
+#include "common/parallel.h"
 #include "dense/cpu/blas_env.h"
 #include "dense/cpu/interaction_avx2.h"
 
@@ -20,6 +21,13 @@ namespace dlrm::dense {
 namespace {
 
 constexpr size_t kAlignment = 64;
+
+// Element-wise loops are split only into parts of at least this many floats (64 KB): below it,
+// waking a helper costs more than the part it would take.
+constexpr int kMinFloatsPerPart = 1 << 14;
+
+// ColumnSum's block of rows (see there).
+constexpr int64_t kColumnSumRows = 128;
 
 // The interaction kernels, templated on the embedding width so that the common widths get fully
 // unrolled inner loops; kDim == 0 means "runtime width".
@@ -136,11 +144,33 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendO
       new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma()));
 }
 
-CpuBackend::CpuBackend(int threads, bool avx2) : threads_(threads), avx2_(avx2) {}
+CpuBackend::CpuBackend(int threads, bool avx2) : threads_(threads), avx2_(avx2) {
+  const int total = threads > 0 ? threads : openblas_get_num_threads();
+  if (total > 1) pool_ = std::make_unique<common::ParallelPool>(total - 1);
+}
 
-float* CpuBackend::Scratch(size_t count) {
-  if (scratch_.size() < count) scratch_.resize(count);
-  return scratch_.data();
+CpuBackend::~CpuBackend() = default;
+
+float* CpuBackend::Scratch(size_t count, int part) {
+  std::vector<float>& s = scratch_[part];
+  if (s.size() < count) s.resize(count);
+  return s.data();
+}
+
+void CpuBackend::ForParts(int64_t n, int64_t min_per_part,
+                          const std::function<void(int64_t, int64_t, int)>& fn) {
+  // Twice as many parts as threads, so that a helper that wakes late costs at most a small part
+  // (the caller takes the parts nobody has started).
+  const int64_t parts = pool_ == nullptr
+                            ? 1
+                            : std::min<int64_t>({kMaxParts, 2 * (pool_->num_threads() + 1),
+                                                 n / std::max<int64_t>(1, min_per_part)});
+  if (parts < 2) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  pool_->ParallelFor(
+      parts, [&](int64_t p) { fn(n * p / parts, n * (p + 1) / parts, static_cast<int>(p)); });
 }
 
 std::string CpuBackend::name() const {
@@ -190,29 +220,56 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
 }
 
 void CpuBackend::BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) {
-  for (int r = 0; r < rows; ++r) {
-    float* __restrict row = y + static_cast<size_t>(r) * cols;
-    const float* __restrict bb = bias;
-    if (relu) {
-      for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bb[c], 0.0f);
-    } else {
-      for (int c = 0; c < cols; ++c) row[c] += bb[c];
-    }
-  }
+  ForParts(rows, std::max(1, kMinFloatsPerPart / std::max(1, cols)),
+           [&](int64_t first, int64_t last, int) {
+             for (int64_t r = first; r < last; ++r) {
+               float* __restrict row = y + static_cast<size_t>(r) * cols;
+               const float* __restrict bb = bias;
+               if (relu) {
+                 for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bb[c], 0.0f);
+               } else {
+                 for (int c = 0; c < cols; ++c) row[c] += bb[c];
+               }
+             }
+           });
 }
 
 void CpuBackend::ReluBackward(const float* y, float* dy, size_t count) {
-  const float* __restrict yy = y;
-  float* __restrict g = dy;
-  for (size_t i = 0; i < count; ++i) g[i] = yy[i] > 0.0f ? g[i] : 0.0f;
+  ForParts(static_cast<int64_t>(count), kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    const float* __restrict yy = y;
+    float* __restrict g = dy;
+    for (int64_t i = first; i < last; ++i) g[i] = yy[i] > 0.0f ? g[i] : 0.0f;
+  });
 }
 
 void CpuBackend::ColumnSum(const float* dy, int rows, int cols, float* db) {
+  // Rows are summed in fixed blocks of kColumnSumRows, in order, then the blocks' sums in order:
+  // the same additions whatever the thread count, and blocks can go to different threads.
+  const int64_t blocks = (std::max(rows, 1) + kColumnSumRows - 1) / kColumnSumRows;
+  auto sum_block = [&](int64_t block, float* __restrict out) {
+    std::fill(out, out + cols, 0.0f);
+    const int last = std::min<int64_t>(rows, (block + 1) * kColumnSumRows);
+    for (int r = static_cast<int>(block * kColumnSumRows); r < last; ++r) {
+      const float* __restrict row = dy + static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) out[c] += row[c];
+    }
+  };
+  if (blocks == 1) {
+    sum_block(0, db);
+    return;
+  }
+  column_partials_.resize(static_cast<size_t>(blocks) * cols);
+  float* partials = column_partials_.data();
+  const int64_t rows_per_part = std::max<int64_t>(1, kMinFloatsPerPart / std::max(1, cols));
+  ForParts(blocks, (rows_per_part + kColumnSumRows - 1) / kColumnSumRows,
+           [&](int64_t first, int64_t last, int) {
+             for (int64_t b = first; b < last; ++b) sum_block(b, partials + b * cols);
+           });
   float* __restrict out = db;
-  std::fill(out, out + cols, 0.0f);
-  for (int r = 0; r < rows; ++r) {
-    const float* __restrict row = dy + static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) out[c] += row[c];
+  std::copy(partials, partials + cols, out);
+  for (int64_t b = 1; b < blocks; ++b) {
+    const float* __restrict part = partials + b * cols;
+    for (int c = 0; c < cols; ++c) out[c] += part[c];
   }
 }
 
@@ -227,58 +284,87 @@ void CpuBackend::Copy2D(const float* src, int src_stride, float* dst, int dst_st
 }
 
 void CpuBackend::Axpy(float alpha, const float* x, float* y, size_t count) {
-  const float* __restrict xx = x;
-  float* __restrict yy = y;
-  for (size_t i = 0; i < count; ++i) yy[i] += alpha * xx[i];
+  ForParts(static_cast<int64_t>(count), kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    const float* __restrict xx = x;
+    float* __restrict yy = y;
+    for (int64_t i = first; i < last; ++i) yy[i] += alpha * xx[i];
+  });
 }
 
 void CpuBackend::CrossCombine(const float* x0, const float* h, const float* xl, float* out,
                               size_t count) {
-  // out may alias xl (element i reads xl[i] before writing out[i]), so no __restrict on them.
-  const float* __restrict a = x0;
-  const float* __restrict b = h;
-  for (size_t i = 0; i < count; ++i) out[i] = a[i] * b[i] + xl[i];
+  ForParts(static_cast<int64_t>(count), kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    // out may alias xl (element i reads xl[i] before writing out[i]), so no __restrict on them.
+    const float* __restrict a = x0;
+    const float* __restrict b = h;
+    for (int64_t i = first; i < last; ++i) out[i] = a[i] * b[i] + xl[i];
+  });
 }
 
 void CpuBackend::CrossCombineBackward(const float* x0, const float* h, const float* g, float* dh,
                                       float* dx0, size_t count) {
-  const float* __restrict a = x0;
-  const float* __restrict b = h;
-  const float* __restrict gg = g;
-  float* __restrict da = dx0;
-  float* __restrict db = dh;
-  for (size_t i = 0; i < count; ++i) {
-    db[i] = gg[i] * a[i];
-    da[i] += gg[i] * b[i];
-  }
+  ForParts(static_cast<int64_t>(count), kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    const float* __restrict a = x0;
+    const float* __restrict b = h;
+    const float* __restrict gg = g;
+    float* __restrict da = dx0;
+    float* __restrict db = dh;
+    for (int64_t i = first; i < last; ++i) {
+      db[i] = gg[i] * a[i];
+      da[i] += gg[i] * b[i];
+    }
+  });
 }
 
+// Samples are independent: parts of the batch go to different threads, each with its own
+// scratch, and each part is the same kernel over fewer samples.
 void CpuBackend::InteractionForward(const float* bottom, const float* emb, int batch,
                                     int num_tables, int dim, float* out) {
-  if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
-    cpu::Avx2InteractionForward(bottom, emb, batch, num_tables, dim, out,
-                                Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim)));
-    return;
-  }
-  float* zt = Scratch(static_cast<size_t>(dim) * (num_tables + 1));
-  DispatchDim(dim, [&](auto k) {
-    InteractionForwardImpl<decltype(k)::value>(bottom, emb, batch, num_tables, dim, out, zt);
-  });
+  const int64_t width = dim + static_cast<int64_t>(num_tables + 1) * num_tables / 2;
+  const int64_t per_sample = static_cast<int64_t>(num_tables + 1) * (num_tables + 1) * dim;
+  ForParts(batch, std::max<int64_t>(1, kMinFloatsPerPart / per_sample),
+           [&](int64_t first, int64_t last, int part) {
+             const int n = static_cast<int>(last - first);
+             const float* b = bottom + first * dim;
+             const float* e = emb + first * num_tables * dim;
+             float* o = out + first * width;
+             if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
+               cpu::Avx2InteractionForward(
+                   b, e, n, num_tables, dim, o,
+                   Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim), part));
+               return;
+             }
+             float* zt = Scratch(static_cast<size_t>(dim) * (num_tables + 1), part);
+             DispatchDim(dim, [&](auto k) {
+               InteractionForwardImpl<decltype(k)::value>(b, e, n, num_tables, dim, o, zt);
+             });
+           });
 }
 
 void CpuBackend::InteractionBackward(const float* bottom, const float* emb, const float* dout,
                                      int batch, int num_tables, int dim, float* dbottom,
                                      float* demb) {
-  if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
-    cpu::Avx2InteractionBackward(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
-                                 Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim)));
-    return;
-  }
-  float* s = Scratch(static_cast<size_t>(num_tables + 1) * (num_tables + 1));
-  DispatchDim(dim, [&](auto k) {
-    InteractionBackwardImpl<decltype(k)::value>(bottom, emb, dout, batch, num_tables, dim, dbottom,
-                                                demb, s);
-  });
+  const int64_t width = dim + static_cast<int64_t>(num_tables + 1) * num_tables / 2;
+  const int64_t per_sample = static_cast<int64_t>(num_tables + 1) * (num_tables + 1) * dim;
+  ForParts(batch, std::max<int64_t>(1, kMinFloatsPerPart / per_sample),
+           [&](int64_t first, int64_t last, int part) {
+             const int n = static_cast<int>(last - first);
+             const float* b = bottom + first * dim;
+             const float* e = emb + first * num_tables * dim;
+             const float* d = dout + first * width;
+             float* db = dbottom + first * dim;
+             float* de = demb + first * num_tables * dim;
+             if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
+               cpu::Avx2InteractionBackward(
+                   b, e, d, n, num_tables, dim, db, de,
+                   Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim), part));
+               return;
+             }
+             float* s = Scratch(static_cast<size_t>(num_tables + 1) * (num_tables + 1), part);
+             DispatchDim(dim, [&](auto k) {
+               InteractionBackwardImpl<decltype(k)::value>(b, e, d, n, num_tables, dim, db, de, s);
+             });
+           });
 }
 
 double CpuBackend::SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
@@ -302,42 +388,45 @@ double CpuBackend::SigmoidBinaryCrossEntropy(const float* logits, const float* l
 
 void CpuBackend::OptimizerStep(const DenseOptimizerOptions& options, int64_t step, float* params,
                                const float* grads, float* state, size_t count) {
-  float* __restrict p = params;
-  const float* __restrict g = grads;
   const float lr = options.learning_rate;
   const float wd = options.weight_decay;
   const float eps = options.epsilon;
-  switch (options.type) {
-    case DenseOptimizerType::kSgd:
-      for (size_t i = 0; i < count; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      return;
-    case DenseOptimizerType::kAdagrad: {
-      float* __restrict h = state;
-      for (size_t i = 0; i < count; ++i) {
-        const float gi = g[i] + wd * p[i];
-        h[i] += gi * gi;
-        p[i] -= lr * gi / (std::sqrt(h[i]) + eps);
+  // Adam's bias corrections, once for all parts.
+  const float b1 = options.beta1;
+  const float b2 = options.beta2;
+  const double t = static_cast<double>(step < 1 ? 1 : step);
+  const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, t)));
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+  ForParts(static_cast<int64_t>(count), kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    float* __restrict p = params;
+    const float* __restrict g = grads;
+    switch (options.type) {
+      case DenseOptimizerType::kSgd:
+        for (int64_t i = first; i < last; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+        return;
+      case DenseOptimizerType::kAdagrad: {
+        float* __restrict h = state;
+        for (int64_t i = first; i < last; ++i) {
+          const float gi = g[i] + wd * p[i];
+          h[i] += gi * gi;
+          p[i] -= lr * gi / (std::sqrt(h[i]) + eps);
+        }
+        return;
       }
-      return;
-    }
-    case DenseOptimizerType::kAdam: {
-      float* __restrict m = state;
-      float* __restrict v = state + count;
-      const float b1 = options.beta1;
-      const float b2 = options.beta2;
-      const double t = static_cast<double>(step < 1 ? 1 : step);
-      // p -= lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / bc1 and v_hat = v / bc2.
-      const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, t)));
-      const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
-      for (size_t i = 0; i < count; ++i) {
-        const float gi = g[i] + wd * p[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        p[i] -= lr * (m[i] * inv_bc1) / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      case DenseOptimizerType::kAdam: {
+        float* __restrict m = state;
+        float* __restrict v = state + count;
+        // p -= lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / bc1 and v_hat = v / bc2.
+        for (int64_t i = first; i < last; ++i) {
+          const float gi = g[i] + wd * p[i];
+          m[i] = b1 * m[i] + (1.0f - b1) * gi;
+          v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+          p[i] -= lr * (m[i] * inv_bc1) / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+        }
+        return;
       }
-      return;
     }
-  }
+  });
 }
 
 }  // namespace dlrm::dense

@@ -2,11 +2,15 @@
 // (cblas_sgemm, row-major); everything else is plain loops written so the compiler vectorises the
 // inner dimension. Memory is 64-byte aligned host memory, and every call is synchronous.
 //
-// The element-wise, interaction and optimizer loops run on the calling thread, so their results
-// do not depend on the thread count; only OpenBLAS uses worker threads. The interaction uses AVX2
-// kernels when the CPU has them (checked at run time). Not thread-safe: one thread at a time.
+// The element-wise, interaction and optimizer loops of large arrays are split into contiguous
+// parts that the calling thread and the backend's own helper threads (threads - 1 of them) run;
+// every output element is computed by the same operations in the same order whatever the split,
+// so results do not depend on the thread count. The interaction uses AVX2 kernels when the CPU
+// has them (checked at run time). Not thread-safe: one thread at a time.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,11 +18,16 @@
 #include "absl/status/statusor.h"
 #include "dense/backend.h"
 
+namespace dlrm::common {
+class ParallelPool;
+}  // namespace dlrm::common
+
 namespace dlrm::dense {
 
 struct CpuBackendOptions {
   // OpenBLAS threads; 0 keeps OpenBLAS's default (all cores). Note that OpenBLAS's thread count is
-  // process-wide: the last CpuBackend created with threads > 0 sets it for every backend.
+  // process-wide: the last CpuBackend created with threads > 0 sets it for every backend. The
+  // element-wise loops use as many threads (this backend's own).
   int threads = 0;
   // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
   // (tests compare the two).
@@ -29,6 +38,7 @@ class CpuBackend final : public Backend {
  public:
   // INVALID_ARGUMENT for negative threads.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const CpuBackendOptions& options);
+  ~CpuBackend() override;
 
   Device device() const override { return Device::kCpu; }
   std::string name() const override;
@@ -64,12 +74,20 @@ class CpuBackend final : public Backend {
 
  private:
   CpuBackend(int threads, bool avx2);
-  // Returns at least `count` floats of scratch memory, reused across calls.
-  float* Scratch(size_t count);
+  // Returns at least `count` floats of scratch memory for part `part` of a split loop, reused
+  // across calls.
+  float* Scratch(size_t count, int part = 0);
+  // Runs fn(begin, end, part) over [0, n) in contiguous parts of at least min_per_part items (all
+  // on the calling thread when n is below two of them); part < kMaxParts.
+  void ForParts(int64_t n, int64_t min_per_part,
+                const std::function<void(int64_t, int64_t, int)>& fn);
 
+  static constexpr int kMaxParts = 8;
   int threads_;
   bool avx2_;
-  std::vector<float> scratch_;
+  std::unique_ptr<common::ParallelPool> pool_;  // threads - 1 helpers; null with one thread
+  std::vector<float> scratch_[kMaxParts];
+  std::vector<float> column_partials_;  // ColumnSum's per-block sums
 };
 
 }  // namespace dlrm::dense

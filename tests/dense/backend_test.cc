@@ -425,5 +425,85 @@ TYPED_TEST(PortableCpuTest, InteractionMatchesTheDefaultCpuBackend) {
   }
 }
 
+// The CPU backend splits large element-wise, interaction and optimizer loops over its threads;
+// every element must come out with the same bits as on one thread. The arrays are large enough to
+// be split (tens of thousands of floats and more).
+TEST(CpuBackendThreads, LargeArraysGiveTheSameBitsOnOneAndTwoThreads) {
+  auto one = CpuBackend::Create({.threads = 1});
+  auto two = CpuBackend::Create({.threads = 2});
+  ASSERT_TRUE(one.ok() && two.ok());
+  CpuBackend* backends[2] = {one->get(), two->get()};
+  std::mt19937_64 rng(21);
+  const int rows = 2048, cols = 300;
+  const std::vector<float> y0 = RandomVector(rows * cols, rng);
+  const std::vector<float> bias = RandomVector(cols, rng, -0.5f, 0.5f);
+  const std::vector<float> dy0 = RandomVector(rows * cols, rng);
+  std::vector<float> y[2], dy[2], db[2];
+  for (int k = 0; k < 2; ++k) {
+    y[k] = y0;
+    dy[k] = dy0;
+    db[k].assign(cols, -1.0f);
+    backends[k]->BiasActivation(y[k].data(), bias.data(), rows, cols, /*relu=*/true);
+    backends[k]->ReluBackward(y[k].data(), dy[k].data(), dy[k].size());
+    backends[k]->ColumnSum(dy[k].data(), rows, cols, db[k].data());
+  }
+  EXPECT_EQ(y[0], y[1]);
+  EXPECT_EQ(dy[0], dy[1]);
+  EXPECT_EQ(db[0], db[1]);
+  for (int c = 0; c < cols; ++c) {
+    double expected = 0;
+    for (int r = 0; r < rows; ++r) expected += dy[0][static_cast<size_t>(r) * cols + c];
+    ASSERT_NEAR(db[0][c], expected, 1e-3) << "column " << c;
+  }
+
+  const int batch = 2048, tables = 26, dim = 16;
+  const int width = dim + (tables + 1) * tables / 2;
+  const std::vector<float> bottom = RandomVector(batch * dim, rng);
+  const std::vector<float> emb = RandomVector(batch * tables * dim, rng);
+  const std::vector<float> dout = RandomVector(batch * width, rng);
+  std::vector<float> out[2], dbottom[2], demb[2];
+  for (int k = 0; k < 2; ++k) {
+    out[k].assign(batch * width, -1.0f);
+    dbottom[k].assign(batch * dim, -1.0f);
+    demb[k].assign(batch * tables * dim, -1.0f);
+    backends[k]->InteractionForward(bottom.data(), emb.data(), batch, tables, dim, out[k].data());
+    backends[k]->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables, dim,
+                                     dbottom[k].data(), demb[k].data());
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(dbottom[0], dbottom[1]);
+  EXPECT_EQ(demb[0], demb[1]);
+  // The last sample against the reference: the split parts write where the samples are.
+  const std::vector<float> last_bottom(bottom.end() - dim, bottom.end());
+  const std::vector<float> last_emb(emb.end() - tables * dim, emb.end());
+  std::vector<float> last_out(width);
+  backends[0]->InteractionForward(last_bottom.data(), last_emb.data(), 1, tables, dim,
+                                  last_out.data());
+  EXPECT_EQ(std::vector<float>(out[1].end() - width, out[1].end()), last_out);
+
+  const size_t n = 1 << 20;
+  const std::vector<float> grads = RandomVector(n, rng);
+  const std::vector<float> params0 = RandomVector(n, rng);
+  for (DenseOptimizerType type :
+       {DenseOptimizerType::kSgd, DenseOptimizerType::kAdagrad, DenseOptimizerType::kAdam}) {
+    DenseOptimizerOptions options;
+    options.type = type;
+    options.learning_rate = 0.01f;
+    options.weight_decay = 0.001f;
+    std::vector<float> params[2], state[2];
+    for (int k = 0; k < 2; ++k) {
+      params[k] = params0;
+      state[k].assign(2 * n, 0.1f);
+      for (int64_t step = 1; step <= 2; ++step) {
+        backends[k]->OptimizerStep(options, step, params[k].data(), grads.data(), state[k].data(),
+                                   n);
+      }
+    }
+    EXPECT_EQ(params[0], params[1]) << "optimizer " << static_cast<int>(type);
+    EXPECT_EQ(state[0], state[1]) << "optimizer " << static_cast<int>(type);
+    EXPECT_NE(params[0], params0);
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::dense::testing

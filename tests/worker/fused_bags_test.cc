@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "common/parallel.h"
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
-#include "embedding/parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -191,7 +191,7 @@ TEST(FusedBagsTest, APoolLaysOutTheSameBagsAsOneThread) {
   // 3000 samples: three pieces of 1024 samples, the last one short.
   const Batch batch = RandomBatch(3000, 12);
   const std::vector<int64_t> bases = FusedBases(kTables);
-  embedding::ParallelPool pool(2);
+  common::ParallelPool pool(2);
   FusedBags serial, parallel;
   ASSERT_TRUE(FuseBags(batch, kTables, bases, &serial).ok());
   ASSERT_TRUE(FuseBags(batch, kTables, bases, &parallel, &pool).ok());

@@ -1,5 +1,5 @@
-// A small fixed pool of threads for data-parallel loops inside the embedding library (per-table
-// work in LocalEmbeddingStore, row initialisation). Internal to dlrm_embedding.
+// A small fixed pool of threads for data-parallel loops inside the libraries (per-table
+// work in LocalEmbeddingStore, row initialisation, the CPU backend's element-wise kernels).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 
-namespace dlrm::embedding {
+namespace dlrm::common {
 
 class ParallelPool {
  public:
@@ -40,4 +40,4 @@ class ParallelPool {
 // bulk work such as initialising a large table).
 void ParallelForOnce(int64_t n, int threads, const std::function<void(int64_t)>& fn);
 
-}  // namespace dlrm::embedding
+}  // namespace dlrm::common

@@ -1,10 +1,10 @@
-#include "embedding/parallel.h"
+#include "common/parallel.h"
 
 #include <algorithm>
 #include <atomic>
 #include <memory>
 
-namespace dlrm::embedding {
+namespace dlrm::common {
 namespace {
 
 // Shared between a ParallelFor call and the helper tasks it queued; helpers that start after
@@ -90,4 +90,4 @@ void ParallelForOnce(int64_t n, int threads, const std::function<void(int64_t)>&
   for (auto& t : pool) t.join();
 }
 
-}  // namespace dlrm::embedding
+}  // namespace dlrm::common
