@@ -318,53 +318,57 @@ void CpuBackend::CrossCombineBackward(const float* x0, const float* h, const flo
 
 // Samples are independent: parts of the batch go to different threads, each with its own
 // scratch, and each part is the same kernel over fewer samples.
-void CpuBackend::InteractionForward(const float* bottom, const float* emb, int batch,
-                                    int num_tables, int dim, float* out) {
-  const int64_t width = dim + static_cast<int64_t>(num_tables + 1) * num_tables / 2;
+void CpuBackend::ForSampleParts(int batch, int num_tables, int dim,
+                                const std::function<void(int64_t, int, int)>& fn) {
+  // About (T + 1)^2 dim multiply-adds a sample, each way.
   const int64_t per_sample = static_cast<int64_t>(num_tables + 1) * (num_tables + 1) * dim;
   ForParts(batch, std::max<int64_t>(1, kMinFloatsPerPart / per_sample),
            [&](int64_t first, int64_t last, int part) {
-             const int n = static_cast<int>(last - first);
-             const float* b = bottom + first * dim;
-             const float* e = emb + first * num_tables * dim;
-             float* o = out + first * width;
-             if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
-               cpu::Avx2InteractionForward(
-                   b, e, n, num_tables, dim, o,
-                   Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim), part));
-               return;
-             }
-             float* zt = Scratch(static_cast<size_t>(dim) * (num_tables + 1), part);
-             DispatchDim(dim, [&](auto k) {
-               InteractionForwardImpl<decltype(k)::value>(b, e, n, num_tables, dim, o, zt);
-             });
+             fn(first, static_cast<int>(last - first), part);
            });
+}
+
+void CpuBackend::InteractionForward(const float* bottom, const float* emb, int batch,
+                                    int num_tables, int dim, float* out) {
+  const int64_t width = dim + static_cast<int64_t>(num_tables + 1) * num_tables / 2;
+  ForSampleParts(batch, num_tables, dim, [&](int64_t first, int n, int part) {
+    const float* b = bottom + first * dim;
+    const float* e = emb + first * num_tables * dim;
+    float* o = out + first * width;
+    if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
+      cpu::Avx2InteractionForward(
+          b, e, n, num_tables, dim, o,
+          Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim), part));
+      return;
+    }
+    float* zt = Scratch(static_cast<size_t>(dim) * (num_tables + 1), part);
+    DispatchDim(dim, [&](auto k) {
+      InteractionForwardImpl<decltype(k)::value>(b, e, n, num_tables, dim, o, zt);
+    });
+  });
 }
 
 void CpuBackend::InteractionBackward(const float* bottom, const float* emb, const float* dout,
                                      int batch, int num_tables, int dim, float* dbottom,
                                      float* demb) {
   const int64_t width = dim + static_cast<int64_t>(num_tables + 1) * num_tables / 2;
-  const int64_t per_sample = static_cast<int64_t>(num_tables + 1) * (num_tables + 1) * dim;
-  ForParts(batch, std::max<int64_t>(1, kMinFloatsPerPart / per_sample),
-           [&](int64_t first, int64_t last, int part) {
-             const int n = static_cast<int>(last - first);
-             const float* b = bottom + first * dim;
-             const float* e = emb + first * num_tables * dim;
-             const float* d = dout + first * width;
-             float* db = dbottom + first * dim;
-             float* de = demb + first * num_tables * dim;
-             if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
-               cpu::Avx2InteractionBackward(
-                   b, e, d, n, num_tables, dim, db, de,
-                   Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim), part));
-               return;
-             }
-             float* s = Scratch(static_cast<size_t>(num_tables + 1) * (num_tables + 1), part);
-             DispatchDim(dim, [&](auto k) {
-               InteractionBackwardImpl<decltype(k)::value>(b, e, d, n, num_tables, dim, db, de, s);
-             });
-           });
+  ForSampleParts(batch, num_tables, dim, [&](int64_t first, int n, int part) {
+    const float* b = bottom + first * dim;
+    const float* e = emb + first * num_tables * dim;
+    const float* d = dout + first * width;
+    float* db = dbottom + first * dim;
+    float* de = demb + first * num_tables * dim;
+    if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
+      cpu::Avx2InteractionBackward(
+          b, e, d, n, num_tables, dim, db, de,
+          Scratch(cpu::Avx2InteractionScratchFloats(num_tables, dim), part));
+      return;
+    }
+    float* s = Scratch(static_cast<size_t>(num_tables + 1) * (num_tables + 1), part);
+    DispatchDim(dim, [&](auto k) {
+      InteractionBackwardImpl<decltype(k)::value>(b, e, d, n, num_tables, dim, db, de, s);
+    });
+  });
 }
 
 double CpuBackend::SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,

@@ -82,6 +82,10 @@ class CpuBackend final : public Backend {
   void ForParts(int64_t n, int64_t min_per_part,
                 const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // ForParts over the samples of a batch for the interaction: fn(first sample, samples, part).
+  void ForSampleParts(int batch, int num_tables, int dim,
+                      const std::function<void(int64_t, int, int)>& fn);
+
   static constexpr int kMaxParts = 8;
   int threads_;
   bool avx2_;
