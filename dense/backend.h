@@ -52,6 +52,12 @@ class Backend {
   virtual void ReluBackward(const float* y, float* dy, size_t count) = 0;
   // db[cols] = sum over rows of dy[rows x cols] (overwrites db).
   virtual void ColumnSum(const float* dy, int rows, int cols, float* db) = 0;
+  // ReluBackward(y, dy, rows * cols), then ColumnSum(dy, rows, cols, db): a ReLU layer's bias
+  // gradient. Backends may do both in one pass over dy; the results are the same bits.
+  virtual void ReluBackwardColumnSum(const float* y, float* dy, int rows, int cols, float* db) {
+    ReluBackward(y, dy, static_cast<size_t>(rows) * cols);
+    ColumnSum(dy, rows, cols, db);
+  }
 
   // dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols (strides in floats,
   // >= cols): moves blocks of columns between row-major matrices (concatenation and its split).

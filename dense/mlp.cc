@@ -58,9 +58,13 @@ const float* Linear::Forward(const float* x, int batch) {
 
 void Linear::Backward(float* dy, int batch, float* dx) {
   DLRM_CHECK(batch >= 0 && batch <= max_batch_) << "batch " << batch << " > max " << max_batch_;
-  if (relu_) backend_->ReluBackward(y_.data(), dy, static_cast<size_t>(batch) * out_);
+  float* db = slice_.grads + static_cast<size_t>(out_) * in_;
+  if (relu_) {
+    backend_->ReluBackwardColumnSum(y_.data(), dy, batch, out_, db);
+  } else {
+    backend_->ColumnSum(dy, batch, out_, db);
+  }
   WeightGradGemm(dy, batch);
-  backend_->ColumnSum(dy, batch, out_, slice_.grads + static_cast<size_t>(out_) * in_);
   if (dx != nullptr) InputGradGemm(dy, batch, dx);
 }
 

@@ -243,14 +243,27 @@ void CpuBackend::ReluBackward(const float* y, float* dy, size_t count) {
 }
 
 void CpuBackend::ColumnSum(const float* dy, int rows, int cols, float* db) {
+  MaskedColumnSum(nullptr, const_cast<float*>(dy), rows, cols, db);  // dy is only read
+}
+
+void CpuBackend::ReluBackwardColumnSum(const float* y, float* dy, int rows, int cols, float* db) {
+  MaskedColumnSum(y, dy, rows, cols, db);
+}
+
+void CpuBackend::MaskedColumnSum(const float* y, float* dy, int rows, int cols, float* db) {
   // Rows are summed in fixed blocks of kColumnSumRows, in order, then the blocks' sums in order:
-  // the same additions whatever the thread count, and blocks can go to different threads.
+  // the same additions whatever the thread count, and blocks can go to different threads. With
+  // y, each row is masked (ReluBackward's rule) just before it is added, in the same pass.
   const int64_t blocks = (std::max(rows, 1) + kColumnSumRows - 1) / kColumnSumRows;
   auto sum_block = [&](int64_t block, float* __restrict out) {
     std::fill(out, out + cols, 0.0f);
     const int last = std::min<int64_t>(rows, (block + 1) * kColumnSumRows);
     for (int r = static_cast<int>(block * kColumnSumRows); r < last; ++r) {
-      const float* __restrict row = dy + static_cast<size_t>(r) * cols;
+      float* __restrict row = dy + static_cast<size_t>(r) * cols;
+      if (y != nullptr) {
+        const float* __restrict yy = y + static_cast<size_t>(r) * cols;
+        for (int c = 0; c < cols; ++c) row[c] = yy[c] > 0.0f ? row[c] : 0.0f;
+      }
       for (int c = 0; c < cols; ++c) out[c] += row[c];
     }
   };

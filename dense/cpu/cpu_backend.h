@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
   void BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) override;
   void ReluBackward(const float* y, float* dy, size_t count) override;
   void ColumnSum(const float* dy, int rows, int cols, float* db) override;
+  void ReluBackwardColumnSum(const float* y, float* dy, int rows, int cols, float* db) override;
   void Copy2D(const float* src, int src_stride, float* dst, int dst_stride, int rows,
               int cols) override;
   void Axpy(float alpha, const float* x, float* y, size_t count) override;
@@ -82,6 +83,8 @@ class CpuBackend final : public Backend {
   void ForParts(int64_t n, int64_t min_per_part,
                 const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // ColumnSum of dy, after dy = y > 0 ? dy : 0 when y is not null, row block by row block.
+  void MaskedColumnSum(const float* y, float* dy, int rows, int cols, float* db);
   // ForParts over the samples of a batch for the interaction: fn(first sample, samples, part).
   void ForSampleParts(int batch, int num_tables, int dim,
                       const std::function<void(int64_t, int, int)>& fn);

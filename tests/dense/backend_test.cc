@@ -94,6 +94,32 @@ TYPED_TEST(BackendOpsTest, BiasActivationReluBackwardColumnSum) {
   }
 }
 
+// The fused ReLU backward and bias gradient equals the two calls, bit for bit, with enough rows
+// for several of the CPU backend's row blocks.
+TYPED_TEST(BackendOpsTest, ReluBackwardColumnSumEqualsTheTwoCalls) {
+  std::mt19937_64 rng(22);
+  const int rows = 300, cols = 37;
+  const std::vector<float> y = RandomVector(rows * cols, rng);  // about half negative
+  const std::vector<float> g0 = RandomVector(rows * cols, rng);
+  Tensor dy = this->Upload(y, rows, cols);
+  Tensor fused_g = this->Upload(g0, rows, cols), split_g = this->Upload(g0, rows, cols);
+  Tensor fused_db = this->Upload(std::vector<float>(cols, 7.0f));
+  Tensor split_db = this->Upload(std::vector<float>(cols, 7.0f));
+  this->backend()->ReluBackwardColumnSum(dy.data(), fused_g.data(), rows, cols, fused_db.data());
+  this->backend()->ReluBackward(dy.data(), split_g.data(), rows * cols);
+  this->backend()->ColumnSum(split_g.data(), rows, cols, split_db.data());
+  EXPECT_EQ(fused_g.ToHost(), split_g.ToHost());
+  const std::vector<float> db = fused_db.ToHost();
+  EXPECT_EQ(db, split_db.ToHost());
+  for (int c = 0; c < cols; ++c) {
+    double expected = 0.0;
+    for (int r = 0; r < rows; ++r) {
+      if (y[r * cols + c] > 0.0f) expected += g0[r * cols + c];
+    }
+    EXPECT_NEAR(db[c], expected, 1e-4) << c;
+  }
+}
+
 // Reference interaction in double: [bottom, dot(z_i, z_j) for i > j].
 std::vector<double> ReferenceInteraction(const std::vector<float>& bottom,
                                          const std::vector<float>& emb, int batch, int tables,
@@ -450,6 +476,16 @@ TEST(CpuBackendThreads, LargeArraysGiveTheSameBitsOnOneAndTwoThreads) {
   EXPECT_EQ(y[0], y[1]);
   EXPECT_EQ(dy[0], dy[1]);
   EXPECT_EQ(db[0], db[1]);
+  std::vector<float> fused_dy[2] = {dy0, dy0}, fused_db[2];
+  for (int k = 0; k < 2; ++k) {
+    fused_db[k].assign(cols, -1.0f);
+    backends[k]->ReluBackwardColumnSum(y[k].data(), fused_dy[k].data(), rows, cols,
+                                       fused_db[k].data());
+  }
+  EXPECT_EQ(fused_dy[0], dy[0]);
+  EXPECT_EQ(fused_dy[1], dy[0]);
+  EXPECT_EQ(fused_db[0], db[0]);
+  EXPECT_EQ(fused_db[1], db[0]);
   for (int c = 0; c < cols; ++c) {
     double expected = 0;
     for (int r = 0; r < rows; ++r) expected += dy[0][static_cast<size_t>(r) * cols + c];
