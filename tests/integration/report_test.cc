@@ -138,6 +138,21 @@ TEST_F(ReportTest, TrainStartsOpenBlasWithoutItsSpinUnlessTheUserSetsIt) {
   }
 }
 
+// Every dlrm process flushes denormals to zero (common/denormals.h) unless DLRM_DENORMALS=keep;
+// the log's backend name says which.
+TEST_F(ReportTest, TrainFlushesDenormalsUnlessTheUserKeepsThem) {
+  for (const bool keep : {false, true}) {
+    if (keep) setenv("DLRM_DENORMALS", "keep", 1);
+    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+                                  "--no-progress", "--threads", "1", "--device", "cpu"},
+                                 *dir_, absl::StrCat("train-denormals-", keep), absl::Seconds(120));
+    unsetenv("DLRM_DENORMALS");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "training on cpu(openblas")) << r.err;
+    EXPECT_EQ(absl::StrContains(r.err, ", ftz)"), !keep) << r.err;
+  }
+}
+
 TEST_F(ReportTest, AnUnwritablePathIsRefusedBeforeTraining) {
   const std::string bad = *dir_ + "/no/such/folder/report.html";
   ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
