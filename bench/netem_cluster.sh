@@ -68,6 +68,7 @@
 #     --hot-rows on|off|both    --pipeline on|off|both    (default on, on)
 #     --hot-sync-dtype T   training.hot_sync_dtype of the generated job: fp32, fp16 or bf16
 #                          (default: unset, the tables' fp32)
+#     --dense-sync-dtype T training.dense_sync_dtype of the generated job: fp32 (default) or bf16
 #     --hot-exchange overlapped|sync   how workers exchange hot-row gradients (default
 #                          overlapped, the service's default: while the next step computes)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
@@ -97,7 +98,7 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" hot_mode=on pipe_mode=on hot_exchange=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 hot_mode=on pipe_mode=on hot_exchange=overlapped rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
@@ -121,6 +122,7 @@ while [ $# -gt 0 ]; do
     --zipf) zipf="$2"; shift ;;
     --hot-budget) hot_budget="$2"; shift ;;
     --hot-sync-dtype) hot_sync_dtype="$2"; shift ;;
+    --dense-sync-dtype) dense_sync_dtype="$2"; shift ;;
     --hot-rows) hot_mode="$2"; shift ;;
     --pipeline) pipe_mode="$2"; shift ;;
     --hot-exchange) hot_exchange="$2"; shift ;;
@@ -370,7 +372,7 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}}
+training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi
@@ -544,7 +546,8 @@ print(json.dumps({
     "rate": "$rate", "delay": "$delay", "delay_emulated": "$delay_emulated" == "true",
     "shaper": "$netem_shaper", "ps": ${#ps_ns[@]}, "workers": ${#worker_ns[@]},
     "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange",
-    "hot_sync_dtype": "${hot_sync_dtype:-tables}", "round": $round,
+    "hot_sync_dtype": "${hot_sync_dtype:-tables}", "dense_sync_dtype": "$dense_sync_dtype",
+    "round": $round,
     "samples": samples,
     "steps": int(fm.get("steps", 0)),
     "samples_per_sec": round(fm.get("samples_per_sec", 0), 1),

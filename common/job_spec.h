@@ -114,6 +114,11 @@ struct JobSpec {
   // (rounded to nearest; every replica applies the same decoded values). Empty: the tables'
   // dtype when they all share one, else fp32.
   std::string hot_sync_dtype;
+  // The number type of the dense gradients in the workers' allreduce: fp32 | bf16 (each step of
+  // Gloo's ring sums in fp32 and rounds to nearest even; every replica gets the same bits), as
+  // PyTorch DDP's bf16_compress_hook. fp16 is refused: gradients below 2^-24 would flush to zero.
+  // GPU workers (NCCL) allreduce fp32 and refuse bf16 (planned).
+  std::string dense_sync_dtype = "fp32";
   int hot_sample_batches = 64;     // batches sampled to choose the hot set
   int hot_refresh_steps = 1000;    // re-check the hot set every N steps (0 = never)
   std::string device = "auto";     // auto | cpu | cuda

@@ -264,11 +264,11 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   }
 
   if (YAML::Node tr = root["training"]) {
-    DLRM_RETURN_IF_ERROR(
-        CheckKeys(tr, "training",
-                  {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
-                   "hot_sample_batches", "hot_refresh_steps", "device", "math_mode",
-                   "eval_every_steps", "max_recoveries", "network_gbps", "hot_sync_dtype"}));
+    DLRM_RETURN_IF_ERROR(CheckKeys(
+        tr, "training",
+        {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
+         "hot_sample_batches", "hot_refresh_steps", "device", "math_mode", "eval_every_steps",
+         "max_recoveries", "network_gbps", "hot_sync_dtype", "dense_sync_dtype"}));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
@@ -286,6 +286,14 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sync_dtype", &spec.hot_sync_dtype));
     if (!spec.hot_sync_dtype.empty()) {
       DLRM_RETURN_IF_ERROR(CheckRowDtype("training.hot_sync_dtype", spec.hot_sync_dtype));
+    }
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "dense_sync_dtype", &spec.dense_sync_dtype));
+    if (spec.dense_sync_dtype != "fp32" && spec.dense_sync_dtype != "bf16") {
+      return Invalid("training.dense_sync_dtype",
+                     absl::StrCat("'", spec.dense_sync_dtype, "' is not fp32 or bf16",
+                                  spec.dense_sync_dtype == "fp16"
+                                      ? " (fp16 would flush dense gradients below 2^-24 to zero)"
+                                      : ""));
     }
     if (hot_budget == "auto") {
       spec.hot_budget_bytes = JobSpec::kHotBudgetAuto;

@@ -63,6 +63,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   if (!spec.hot_sync_dtype.empty()) {
     out << YAML::Key << "hot_sync_dtype" << YAML::Value << spec.hot_sync_dtype;
   }
+  out << YAML::Key << "dense_sync_dtype" << YAML::Value << spec.dense_sync_dtype;
   out << YAML::Key << "hot_sample_batches" << YAML::Value << spec.hot_sample_batches;
   out << YAML::Key << "hot_refresh_steps" << YAML::Value << spec.hot_refresh_steps;
   out << YAML::Key << "device" << YAML::Value << spec.device;

@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "embedding/row_dtype.h"
 
 namespace dlrm::worker {
 namespace {
@@ -22,6 +24,16 @@ absl::Status CheckCounts(const std::vector<size_t>& counts, int world_size) {
 }
 
 }  // namespace
+
+absl::Status DenseAllReducer::AllReduceSumBf16(uint16_t* data, size_t count) {
+  std::vector<float> wide(count);
+  embedding::DecodeValues(embedding::RowDtype::kBf16, data, static_cast<int64_t>(count),
+                          wide.data());
+  DLRM_RETURN_IF_ERROR(AllReduceSum(wide.data(), count));
+  embedding::EncodeValues(embedding::RowDtype::kBf16, wide.data(), static_cast<int64_t>(count),
+                          data);
+  return absl::OkStatus();
+}
 
 absl::Status DenseAllReducer::AllGatherV(const float* in, const std::vector<size_t>& counts,
                                          float* out) {

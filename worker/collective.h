@@ -21,6 +21,11 @@ class DenseAllReducer {
   // In place: data[i] = sum over ranks of data[i]. `data` is host memory. Every rank calls it
   // with the same count in the same order. UNAVAILABLE / DEADLINE_EXCEEDED when a peer is gone.
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
+  // The same for bf16 values (their raw 16 bits), for gradients sent in half the bytes: each sum
+  // is made in fp32 and rounded to nearest even, and every rank ends with the same bits. The
+  // base class widens to floats, calls AllReduceSum (fp32 on the wire) and rounds once; Gloo
+  // sends the 2-byte values and rounds after each addition of its ring (once for two ranks).
+  virtual absl::Status AllReduceSumBf16(uint16_t* data, size_t count);
 
   // out = the pieces of every rank, in rank order: rank r contributes counts[r] elements (this
   // rank's are `in`, counts[rank()] of them), and every rank passes the same `counts`. `out`

@@ -1,5 +1,6 @@
 #include "worker/gloo_allreducer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -8,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "embedding/row_dtype.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
@@ -31,6 +33,20 @@ absl::Status FromGlooException(const std::exception& e, const std::string& what)
     return absl::DeadlineExceededError(message);
   }
   return absl::UnavailableError(message);
+}
+
+// Gloo's reduce function for bf16 values: c = round_to_nearest_even(a + b), the sum in fp32.
+// c may be a or b (Gloo reduces in place), so each chunk is read before it is written.
+void SumBf16(void* c, const void* a, const void* b, size_t n) {
+  constexpr size_t kChunk = 256;
+  float fa[kChunk], fb[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const int64_t m = static_cast<int64_t>(std::min(kChunk, n - i));
+    embedding::DecodeValues(embedding::RowDtype::kBf16, static_cast<const uint16_t*>(a) + i, m, fa);
+    embedding::DecodeValues(embedding::RowDtype::kBf16, static_cast<const uint16_t*>(b) + i, m, fb);
+    for (int64_t j = 0; j < m; ++j) fa[j] += fb[j];
+    embedding::EncodeValues(embedding::RowDtype::kBf16, fa, m, static_cast<uint16_t*>(c) + i);
+  }
 }
 
 }  // namespace
@@ -93,6 +109,28 @@ absl::Status GlooAllReducer::AllReduceSum(float* data, size_t count) {
     broken_ = true;
     return FromGlooException(
         e, absl::StrCat("gloo allreduce of ", count, " floats on rank ", rank_, "/", world_size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooAllReducer::AllReduceSumBf16(uint16_t* data, size_t count) {
+  if (world_size_ == 1 || count == 0) return absl::OkStatus();
+  if (broken_) {
+    return absl::UnavailableError(
+        absl::StrCat("gloo allreduce on rank ", rank_, ": an earlier collective failed"));
+  }
+  try {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(&SumBf16);
+    opts.setTimeout(ToChrono(op_timeout_));
+    gloo::allreduce(opts);
+    sent_bytes_ +=
+        RingAllReduceSentBytes(static_cast<int64_t>(count * sizeof(uint16_t)), world_size_);
+  } catch (const std::exception& e) {
+    broken_ = true;
+    return FromGlooException(e, absl::StrCat("gloo allreduce of ", count, " bf16 values on rank ",
+                                             rank_, "/", world_size_));
   }
   return absl::OkStatus();
 }

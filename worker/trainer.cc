@@ -12,6 +12,7 @@
 #include "dense/metrics.h"
 #include "embedding/cpu_kernels.h"
 #include "embedding/dedup.h"
+#include "embedding/row_dtype.h"
 #include "embedding/table_config.h"
 #ifdef DLRM_WITH_CUDA
 #include "dense/cuda/cuda_backend.h"
@@ -116,6 +117,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
           "table ", t, " (", spec.tables[t].name, "): job spec says ", spec.tables[t].rows, " x ",
           spec.embedding_dim, " but the store has ", tables[t].rows, " x ", tables[t].dim));
     }
+  }
+  if (spec.dense_sync_dtype == "bf16" && options.device_allreducer != nullptr) {
+    return absl::UnimplementedError(
+        "training.dense_sync_dtype bf16 applies to CPU workers' allreduce (Gloo); GPU workers "
+        "allreduce their dense gradients in fp32 over NCCL (bf16 there is planned): use fp32");
   }
   std::unique_ptr<Trainer> trainer(new Trainer(options));
   trainer->num_tables_ = static_cast<int>(tables.size());
@@ -432,7 +438,17 @@ absl::Status Trainer::AllReduceDenseGradients() {
     grads = grads_host_.data();
   }
   const int64_t sent_before = options_.allreducer->sent_bytes();
-  DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
+  if (options_.spec.dense_sync_dtype == "bf16") {
+    // Rounded to nearest even before they travel; every rank decodes the same summed bits.
+    dense_wire_.resize(n);
+    embedding::EncodeValues(embedding::RowDtype::kBf16, grads, static_cast<int64_t>(n),
+                            dense_wire_.data());
+    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSumBf16(dense_wire_.data(), n));
+    embedding::DecodeValues(embedding::RowDtype::kBf16, dense_wire_.data(), static_cast<int64_t>(n),
+                            grads);
+  } else {
+    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
+  }
   counters_.dense_sync_bytes += options_.allreducer->sent_bytes() - sent_before;
   const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
   for (size_t i = 0; i < n; ++i) grads[i] *= scale;

@@ -277,7 +277,8 @@ class Trainer {
   float* emb_dev_ = nullptr;
   float* demb_dev_ = nullptr;
   float* probs_dev_ = nullptr;
-  std::vector<float> grads_host_;  // dense gradients staged for the allreduce (non-CPU backends)
+  std::vector<float> grads_host_;     // dense gradients staged for the allreduce (non-CPU backends)
+  std::vector<uint16_t> dense_wire_;  // dense gradients in bf16 (training.dense_sync_dtype)
   std::unique_ptr<GpuInputStager> input_stager_;  // CUDA backend: dense features and labels
   std::unique_ptr<GpuEmbeddings> gpu_tables_;     // CUDA backend: tables in device memory
   std::unique_ptr<GpuHotRows> gpu_hot_;           // CUDA backend without gpu_tables_

@@ -192,6 +192,25 @@ TEST(JobSpec, HotBudgetIsAutoByDefaultAndTheNetworkRateIsChecked) {
   EXPECT_THAT(std::string(word.status().message()), HasSubstr("training.hot_budget"));
 }
 
+TEST(JobSpec, DenseSyncDtypeIsReadCheckedAndRoundTrips) {
+  auto unset = ParseJobSpec(kValid);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->dense_sync_dtype, "fp32");
+  auto spec = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "dense_sync_dtype: bf16"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dense_sync_dtype, "bf16");
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->dense_sync_dtype, "bf16");
+  for (const char* bad : {"fp16", "int8"}) {
+    auto refused =
+        ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", absl::StrCat("dense_sync_dtype: ", bad)));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.dense_sync_dtype"));
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(bad));
+  }
+}
+
 TEST(JobSpec, HotSyncDtypeIsReadCheckedAndRoundTrips) {
   auto unset = ParseJobSpec(kValid);
   ASSERT_TRUE(unset.ok()) << unset.status();

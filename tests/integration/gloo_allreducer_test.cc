@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "common/status.h"
+#include "embedding/row_dtype.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "tests/worker/local_run.h"
@@ -118,6 +119,56 @@ std::vector<absl::Status> OnEveryRank(int world, Fn fn) {
   for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { status[r] = fn(r); });
   for (auto& t : threads) t.join();
   return status;
+}
+
+// training.dense_sync_dtype: bf16. Two bytes a value on the wire, every rank the same bits; with
+// two ranks each value is the fp32 sum of the two rounded once to nearest even, and with three
+// it stays within the two roundings of the ring of the exact sum.
+TEST_F(GlooAllReducerTest, Bf16AllReduceSendsHalfTheBytesAndEveryRankAgrees) {
+  constexpr size_t kCount = 300001;
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "world " << world);
+    auto reducers = Connect(world, absl::StrCat("job/bf16-", world, "/gloo/"));
+    ASSERT_EQ(reducers.size(), static_cast<size_t>(world));
+    std::mt19937 rng(world);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<std::vector<uint16_t>> data(world, std::vector<uint16_t>(kCount));
+    std::vector<std::vector<float>> wide(world, std::vector<float>(kCount));
+    for (int r = 0; r < world; ++r) {
+      std::vector<float> v(kCount);
+      for (float& x : v) x = value(rng) * (r + 1);
+      embedding::EncodeValues(embedding::RowDtype::kBf16, v.data(), kCount, data[r].data());
+      embedding::DecodeValues(embedding::RowDtype::kBf16, data[r].data(), kCount, wide[r].data());
+    }
+    std::vector<float> sum(kCount, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < kCount; ++i) sum[i] += wide[r][i];
+    }
+    std::vector<int64_t> sent(world);
+    auto status = OnEveryRank(world, [&](int r) {
+      const int64_t before = reducers[r]->sent_bytes();
+      DLRM_RETURN_IF_ERROR(reducers[r]->AllReduceSumBf16(data[r].data(), kCount));
+      sent[r] = reducers[r]->sent_bytes() - before;
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      EXPECT_EQ(data[r], data[0]) << "rank " << r;
+      EXPECT_EQ(sent[r], RingAllReduceSentBytes(2 * kCount, world));
+      EXPECT_NEAR(2 * sent[r], RingAllReduceSentBytes(4 * kCount, world), 2);  // rounding
+    }
+    std::vector<float> got(kCount);
+    embedding::DecodeValues(embedding::RowDtype::kBf16, data[0].data(), kCount, got.data());
+    if (world == 2) {
+      std::vector<uint16_t> rounded(kCount);
+      embedding::EncodeValues(embedding::RowDtype::kBf16, sum.data(), kCount, rounded.data());
+      EXPECT_EQ(data[0], rounded);
+    }
+    for (size_t i = 0; i < kCount; i += 7) {
+      // A bf16 value is within 2^-9 of its magnitude after rounding; two roundings, sums <= 6.
+      ASSERT_NEAR(got[i], sum[i], 2 * 6.0f / 256) << "index " << i;
+    }
+  }
 }
 
 TEST_F(GlooAllReducerTest, AllGatherGivesEveryRankEveryPieceInRankOrder) {
