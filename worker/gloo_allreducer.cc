@@ -91,7 +91,9 @@ absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
   return reducer;
 }
 
-absl::Status GlooAllReducer::AllReduceSum(float* data, size_t count) {
+template <typename T>
+absl::Status GlooAllReducer::RingAllReduce(T* data, size_t count, ReduceFn reduce,
+                                           const char* values) {
   if (world_size_ == 1 || count == 0) return absl::OkStatus();
   if (broken_) {
     return absl::UnavailableError(
@@ -100,39 +102,24 @@ absl::Status GlooAllReducer::AllReduceSum(float* data, size_t count) {
   try {
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setReduceFunction(reduce);
     opts.setTimeout(ToChrono(op_timeout_));
     gloo::allreduce(opts);
-    sent_bytes_ += RingAllReduceSentBytes(static_cast<int64_t>(count * sizeof(float)), world_size_);
+    sent_bytes_ += RingAllReduceSentBytes(static_cast<int64_t>(count * sizeof(T)), world_size_);
   } catch (const std::exception& e) {
     broken_ = true;
-    return FromGlooException(
-        e, absl::StrCat("gloo allreduce of ", count, " floats on rank ", rank_, "/", world_size_));
+    return FromGlooException(e, absl::StrCat("gloo allreduce of ", count, " ", values, " on rank ",
+                                             rank_, "/", world_size_));
   }
   return absl::OkStatus();
 }
 
+absl::Status GlooAllReducer::AllReduceSum(float* data, size_t count) {
+  return RingAllReduce(data, count, static_cast<ReduceFn>(&gloo::sum<float>), "floats");
+}
+
 absl::Status GlooAllReducer::AllReduceSumBf16(uint16_t* data, size_t count) {
-  if (world_size_ == 1 || count == 0) return absl::OkStatus();
-  if (broken_) {
-    return absl::UnavailableError(
-        absl::StrCat("gloo allreduce on rank ", rank_, ": an earlier collective failed"));
-  }
-  try {
-    gloo::AllreduceOptions opts(context_);
-    opts.setOutput(data, count);
-    opts.setReduceFunction(&SumBf16);
-    opts.setTimeout(ToChrono(op_timeout_));
-    gloo::allreduce(opts);
-    sent_bytes_ +=
-        RingAllReduceSentBytes(static_cast<int64_t>(count * sizeof(uint16_t)), world_size_);
-  } catch (const std::exception& e) {
-    broken_ = true;
-    return FromGlooException(e, absl::StrCat("gloo allreduce of ", count, " bf16 values on rank ",
-                                             rank_, "/", world_size_));
-  }
-  return absl::OkStatus();
+  return RingAllReduce(data, count, &SumBf16, "bf16 values");
 }
 
 absl::Status GlooAllReducer::GatherBytes(const void* in, const std::vector<size_t>& counts,

@@ -67,6 +67,11 @@ class GlooAllReducer : public DenseAllReducer {
 
  private:
   GlooAllReducer(int rank, int world_size, absl::Duration op_timeout);
+  using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+  // Gloo's ring allreduce of count values of T in place, with `reduce` as its sum; `values`
+  // names them in errors.
+  template <typename T>
+  absl::Status RingAllReduce(T* data, size_t count, ReduceFn reduce, const char* values);
   absl::Status GatherBytes(const void* in, const std::vector<size_t>& counts, size_t element_bytes,
                            void* out);
 
