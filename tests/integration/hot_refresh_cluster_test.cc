@@ -82,6 +82,12 @@ training:
     return report.ok() ? *report : worker::TrainReport{};
   }
 
+  // A report's bytes a sample for one purpose (`hot_sync`, `ps_lookup`, ...); -1 when missing.
+  static double BytesPerSample(const worker::TrainReport& r, const char* part) {
+    const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
+    return r.network.contains(key) ? r.network.at(key) : -1.0;
+  }
+
   static std::string* dir_;
 };
 
@@ -110,13 +116,11 @@ TEST_F(HotRefreshClusterTest, UnchangingIdsAtLoopbackSpeedSkipEveryRefresh) {
 TEST_F(HotRefreshClusterTest, AHalfPrecisionHotExchangeSendsAboutHalfTheBytes) {
   const worker::TrainReport wide = RunJob("sync-fp32", "[train.tsv]", "hot_sync_dtype: fp32");
   const worker::TrainReport half = RunJob("sync-bf16", "[train.tsv]", "hot_sync_dtype: bf16");
-  const auto bytes = [](const worker::TrainReport& r, const char* part) {
-    const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
-    return r.network.contains(key) ? r.network.at(key) : -1.0;
-  };
-  ASSERT_GT(bytes(wide, "hot_sync"), 0);
-  EXPECT_NEAR(bytes(half, "hot_sync") / bytes(wide, "hot_sync"), 20.0 / 36.0, 0.03);
-  EXPECT_NEAR(bytes(half, "ps_lookup"), bytes(wide, "ps_lookup"), 0.01 * bytes(wide, "ps_lookup"));
+  ASSERT_GT(BytesPerSample(wide, "hot_sync"), 0);
+  EXPECT_NEAR(BytesPerSample(half, "hot_sync") / BytesPerSample(wide, "hot_sync"), 20.0 / 36.0,
+              0.03);
+  EXPECT_NEAR(BytesPerSample(half, "ps_lookup"), BytesPerSample(wide, "ps_lookup"),
+              0.01 * BytesPerSample(wide, "ps_lookup"));
   EXPECT_NEAR(half.auc, wide.auc, 0.003);
 }
 
@@ -125,13 +129,11 @@ TEST_F(HotRefreshClusterTest, AHalfPrecisionHotExchangeSendsAboutHalfTheBytes) {
 TEST_F(HotRefreshClusterTest, ABf16DenseAllReduceSendsHalfItsBytes) {
   const worker::TrainReport wide = RunJob("dense-fp32", "[train.tsv]", "dense_sync_dtype: fp32");
   const worker::TrainReport half = RunJob("dense-bf16", "[train.tsv]", "dense_sync_dtype: bf16");
-  const auto bytes = [](const worker::TrainReport& r, const char* part) {
-    const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
-    return r.network.contains(key) ? r.network.at(key) : -1.0;
-  };
-  ASSERT_GT(bytes(wide, "dense_allreduce"), 0);
-  EXPECT_NEAR(bytes(half, "dense_allreduce") / bytes(wide, "dense_allreduce"), 0.5, 0.01);
-  EXPECT_NEAR(bytes(half, "ps_lookup"), bytes(wide, "ps_lookup"), 0.01 * bytes(wide, "ps_lookup"));
+  ASSERT_GT(BytesPerSample(wide, "dense_allreduce"), 0);
+  EXPECT_NEAR(BytesPerSample(half, "dense_allreduce") / BytesPerSample(wide, "dense_allreduce"),
+              0.5, 0.01);
+  EXPECT_NEAR(BytesPerSample(half, "ps_lookup"), BytesPerSample(wide, "ps_lookup"),
+              0.01 * BytesPerSample(wide, "ps_lookup"));
   EXPECT_NEAR(half.auc, wide.auc, 0.003);
 }
 
