@@ -1,10 +1,12 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/parallel.h"
@@ -458,6 +460,13 @@ absl::Status Trainer::AllReduceDenseGradients() {
 
 absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   DLRM_RETURN_IF_ERROR(CheckBatch(batch));
+  // Each part's host seconds go to its counter (TrainerCounters).
+  auto mark = std::chrono::steady_clock::now();
+  auto lap = [&mark](std::atomic<int64_t>* ns) {
+    const auto now = std::chrono::steady_clock::now();
+    *ns += std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count();
+    mark = now;
+  };
   const float* dense_in = batch.dense.data();
   const float* labels = batch.labels.data();
   const float* emb = emb_host_.data();
@@ -471,6 +480,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     // The hot rows' values are read: the previous step's exchange may update them now.
     if (hot_thread_.joinable()) AllowHotApply();
   }
+  lap(&counters_.pool_ns);
   GpuInputStager::Staged staged;
   if (emb_dev_ != nullptr) {
     DLRM_ASSIGN_OR_RETURN(staged, input_stager_->Stage(batch));
@@ -484,8 +494,12 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     // TrainStep was the last reader of the staged inputs.
     DLRM_RETURN_IF_ERROR(input_stager_->Release(staged));
   }
+  lap(&counters_.dense_ns);
   DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
+  lap(&counters_.allreduce_ns);
   model_->ApplyOptimizer();
+  lap(&counters_.dense_optimizer_ns);
+  absl::Cleanup sparse_time = [&] { lap(&counters_.sparse_ns); };
 
   if (gpu_tables_ != nullptr) {
     DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(demb_dev_));

@@ -95,6 +95,15 @@ struct TrainerCounters {
   // (worker/hot_sync.h: counts, touched row indices, gradients).
   int64_t dense_sync_bytes = 0;
   int64_t hot_sync_bytes = 0;
+  // Host seconds in the parts of Compute (with a CUDA backend, the time to enqueue the work, not
+  // to run it): pooling the embeddings (the batch's lookups), the dense forward and backward,
+  // the dense gradients' allreduce, the dense optimizer, and the embedding gradients with the
+  // sparse update (hot rows' included).
+  double pool_seconds = 0;
+  double dense_seconds = 0;
+  double allreduce_seconds = 0;
+  double dense_optimizer_seconds = 0;
+  double sparse_seconds = 0;
 };
 
 struct EvalMetrics {
@@ -207,10 +216,18 @@ class Trainer {
   }
   // A snapshot; any thread may call it while another trains.
   TrainerCounters counters() const {
-    return {counters_.samples.load(),       counters_.ids.load(),
-            counters_.hot_ids.load(),       counters_.store_rows.load(),
-            counters_.store_bytes.load(),   counters_.dense_sync_bytes.load(),
-            counters_.hot_sync_bytes.load()};
+    return {counters_.samples.load(),
+            counters_.ids.load(),
+            counters_.hot_ids.load(),
+            counters_.store_rows.load(),
+            counters_.store_bytes.load(),
+            counters_.dense_sync_bytes.load(),
+            counters_.hot_sync_bytes.load(),
+            1e-9 * static_cast<double>(counters_.pool_ns.load()),
+            1e-9 * static_cast<double>(counters_.dense_ns.load()),
+            1e-9 * static_cast<double>(counters_.allreduce_ns.load()),
+            1e-9 * static_cast<double>(counters_.dense_optimizer_ns.load()),
+            1e-9 * static_cast<double>(counters_.sparse_ns.load())};
   }
 
   int64_t steps_done() const { return steps_done_; }
@@ -314,6 +331,9 @@ class Trainer {
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
     std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0};
+    // TrainerCounters' *_seconds, in nanoseconds.
+    std::atomic<int64_t> pool_ns{0}, dense_ns{0}, allreduce_ns{0}, dense_optimizer_ns{0},
+        sparse_ns{0};
   };
   AtomicCounters counters_;
   int64_t steps_done_ = 0;

@@ -2,6 +2,7 @@
 // against the copying path it replaces (the same store behind a wrapper, which FetchRows reads
 // through Lookup and PushGradients writes through Push): the same losses, dense model and stored
 // rows, bit for bit.
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -177,6 +178,31 @@ TEST_P(TrainerInPlaceTest, IdOutOfRangeIsRejectedBeforeAnyRowIsRead) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(in_place->trainer->steps_done(), 0);
   EXPECT_TRUE(in_place->local->TouchedIds(4).empty());
+}
+
+// The trainer's counters split Compute's time into its parts (what `dlrm bench` reports as
+// compute_ms_mean): each part that does work takes some, the single process allreduces nothing,
+// and together they are no more than the steps took.
+TEST_P(TrainerInPlaceTest, CountersSplitTheStepsTimeIntoItsParts) {
+  const common::JobSpec spec = Spec(GetParam());
+  for (bool copying : {false, true}) {
+    auto rig = MakeRig(spec, copying);
+    const auto start = std::chrono::steady_clock::now();
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(rig->trainer->Step(RandomBatch(spec, 11 + step)).ok());
+    }
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const TrainerCounters c = rig->trainer->counters();
+    EXPECT_GT(c.pool_seconds, 0) << "copying " << copying;
+    EXPECT_GT(c.dense_seconds, 0);
+    EXPECT_GT(c.dense_optimizer_seconds, 0);
+    EXPECT_GT(c.sparse_seconds, 0);
+    EXPECT_LT(c.allreduce_seconds, c.dense_seconds);  // nothing to allreduce here
+    EXPECT_LE(c.pool_seconds + c.dense_seconds + c.allreduce_seconds + c.dense_optimizer_seconds +
+                  c.sparse_seconds,
+              wall);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TrainerInPlaceTest,
