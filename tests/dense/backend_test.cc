@@ -517,6 +517,27 @@ TEST(CpuBackendThreads, LargeArraysGiveTheSameBitsOnOneAndTwoThreads) {
                                   last_out.data());
   EXPECT_EQ(std::vector<float>(out[1].end() - width, out[1].end()), last_out);
 
+  // The DCN cross layer's element-wise parts and Axpy.
+  const size_t m = 1 << 18;
+  const std::vector<float> x0 = RandomVector(m, rng), h = RandomVector(m, rng);
+  const std::vector<float> xl = RandomVector(m, rng), g = RandomVector(m, rng);
+  std::vector<float> combined[2], dh[2], dx0[2], axpy[2];
+  for (int k = 0; k < 2; ++k) {
+    combined[k].assign(m, -1.0f);
+    dh[k].assign(m, -1.0f);
+    dx0[k] = xl;
+    axpy[k] = h;
+    backends[k]->CrossCombine(x0.data(), h.data(), xl.data(), combined[k].data(), m);
+    backends[k]->CrossCombineBackward(x0.data(), h.data(), g.data(), dh[k].data(), dx0[k].data(),
+                                      m);
+    backends[k]->Axpy(0.5f, g.data(), axpy[k].data(), m);
+  }
+  EXPECT_EQ(combined[0], combined[1]);
+  EXPECT_EQ(dh[0], dh[1]);
+  EXPECT_EQ(dx0[0], dx0[1]);
+  EXPECT_EQ(axpy[0], axpy[1]);
+  EXPECT_EQ(combined[1].back(), x0.back() * h.back() + xl.back());
+
   const size_t n = 1 << 20;
   const std::vector<float> grads = RandomVector(n, rng);
   const std::vector<float> params0 = RandomVector(n, rng);
