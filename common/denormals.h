@@ -4,8 +4,9 @@
 // An arithmetic instruction that reads or makes a float below 2^-126 takes a microcode assist on
 // x86 cores, about a hundred times its usual cost. Training makes such values: the gradients of a
 // converging model get small, their squares smaller, and the sparse optimizer's row updates and
-// the GEMMs of the backward then slow down step after step (docs/BENCHMARKS.md, "Denormals":
-// model1's row-wise Adagrad went from 25 to 130 ms a step over 60 steps). With flushing on, such
+// the GEMMs of the backward then slow down step after step (docs/BENCHMARKS.md, "Denormals
+// flushed, and the element-wise loops on both cores": model1's row-wise Adagrad went from 25 to
+// 100-130 ms a step over 60 steps). With flushing on, such
 // values read and are written as zero (x86: MXCSR's FTZ and DAZ bits; AArch64: FPCR.FZ), which
 // changes a result only where it is below 2^-126 in magnitude.
 //
