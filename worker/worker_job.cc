@@ -277,6 +277,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   trainer_options.allreducer = reducer;
   trainer_options.device_allreducer = nccl.get();
   trainer_options.hot_allreducer = hot_reducer;
+  trainer_options.overlap_dense_allreduce = options_.overlap_dense_allreduce;
   trainer_options.threads = options_.threads;
   DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
 
@@ -594,6 +595,16 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // The last step's hot-row exchange (overlapped) is part of training.
   DLRM_RETURN_IF_ERROR(trainer->DrainHotExchange());
   const double train_seconds = SecondsSince(start);
+  {
+    // Where the compute stage's time went (TrainerCounters), next to the stages' busy time.
+    const TrainerCounters c = trainer->counters();
+    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank
+                   << absl::StrFormat(
+                          ": compute, seconds: pool %.2f dense %.2f allreduce %.2f "
+                          "dense_optimizer %.2f sparse %.2f, of %.2f s training",
+                          c.pool_seconds, c.dense_seconds, c.allreduce_seconds,
+                          c.dense_optimizer_seconds, c.sparse_seconds, train_seconds);
+  }
   const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer, {reducer, hot_reducer});
   if (steps == 0 && !nothing_left) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
