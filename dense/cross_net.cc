@@ -96,7 +96,7 @@ const float* CrossNet::Forward(const float* x0, int batch) {
   return xs_.back().data();
 }
 
-void CrossNet::Backward(float* g, int batch, float* dx0) {
+void CrossNet::Backward(float* g, int batch, float* dx0, const GradientsReady* ready) {
   DLRM_CHECK(batch >= 0 && batch <= max_batch_) << "batch " << batch << " > max " << max_batch_;
   DLRM_CHECK(x0_ != nullptr) << "CrossNet::Backward() before Forward()";
   const size_t count = static_cast<size_t>(batch) * options_.width;
@@ -108,6 +108,7 @@ void CrossNet::Backward(float* g, int batch, float* dx0) {
     backend_->ColumnSum(dh_.data(), batch, options_.width,
                         layer_slice(l).grads + 2 * RankTimesWidth());
     BackwardGemms(l, batch, g);
+    if (ready != nullptr) (*ready)(layer_slice(l).grads, layer_slice(l).count);
   }
   backend_->Axpy(1.0f, g, dx0, count);
 }

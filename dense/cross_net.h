@@ -48,8 +48,9 @@ class CrossNet {
   // Forward).
   const float* Forward(const float* x0, int batch);
   // g = d loss / d x_L [batch x width] is clobbered. Overwrites every parameter gradient and
-  // writes d loss / d x_0 to dx0 [batch x width].
-  void Backward(float* g, int batch, float* dx0);
+  // writes d loss / d x_0 to dx0 [batch x width]. Reports each layer's gradients to `ready`
+  // (when not null) as they are written, last layer first.
+  void Backward(float* g, int batch, float* dx0, const GradientsReady* ready = nullptr);
 
   // Exactly the Gemm calls of Forward / Backward (same shapes, same buffers) and nothing else.
   // Returns where Forward leaves x_L (its contents are not computed here).

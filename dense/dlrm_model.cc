@@ -144,30 +144,31 @@ double DlrmDenseModel::Loss(const float* labels, int batch, float* probs) {
       logits_, labels, batch, probs != nullptr ? probs : probs_.data(), dlogits_.data());
 }
 
-void DlrmDenseModel::Backward(int batch, float* demb) {
+void DlrmDenseModel::Backward(int batch, float* demb, const GradientsReady& ready) {
   CheckBatch(batch);
   DLRM_CHECK(logits_ != nullptr) << "Backward() before Forward()";
-  top_->Backward(dlogits_.data(), batch, dinteraction_.data());
+  const GradientsReady* report = ready ? &ready : nullptr;
+  top_->Backward(dlogits_.data(), batch, dinteraction_.data(), report);
   float* demb_out = demb != nullptr ? demb : demb_scratch_.data();
   if (cross_ == nullptr) {
     backend_->InteractionBackward(bottom_->layer(bottom_->num_layers() - 1).output(), emb_,
                                   dinteraction_.data(), batch, options_.num_tables,
                                   options_.embedding_dim, dbottom_.data(), demb_out);
   } else {
-    cross_->Backward(dinteraction_.data(), batch, dconcat_.data());
+    cross_->Backward(dinteraction_.data(), batch, dconcat_.data(), report);
     const int dim = options_.embedding_dim;
     const int width = interaction_width_;
     backend_->Copy2D(dconcat_.data(), width, dbottom_.data(), dim, batch, dim);
     backend_->Copy2D(dconcat_.data() + dim, width, demb_out, width - dim, batch, width - dim);
   }
-  bottom_->Backward(dbottom_.data(), batch, /*dx=*/nullptr);
+  bottom_->Backward(dbottom_.data(), batch, /*dx=*/nullptr, report);
 }
 
 float DlrmDenseModel::TrainStep(const float* dense_in, const float* emb, const float* labels,
-                                int batch, float* demb) {
+                                int batch, float* demb, const GradientsReady& ready) {
   Forward(dense_in, emb, batch);
   const double loss = Loss(labels, batch, nullptr);
-  Backward(batch, demb);
+  Backward(batch, demb, ready);
   return batch > 0 ? static_cast<float>(loss / batch) : 0.0f;
 }
 

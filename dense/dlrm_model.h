@@ -65,9 +65,12 @@ class DlrmDenseModel {
   // --- one training step ---
   // Forward, loss and backward. Leaves d loss / d params in grads() (overwritten, not
   // accumulated) and writes d loss / d emb [batch x T x dim] to demb (nullptr: not needed).
-  // Returns the mean BCE over the batch. Does not apply the optimizer.
+  // Returns the mean BCE over the batch. Does not apply the optimizer. `ready` (when set) hears
+  // of each layer's gradients as soon as the backward has written them: parts of grads() that
+  // together cover it once, from its end to its start, each adjacent to the one before (the
+  // top MLP's last layer first, the bottom MLP's first layer last).
   float TrainStep(const float* dense_in, const float* emb, const float* labels, int batch,
-                  float* demb);
+                  float* demb, const GradientsReady& ready = nullptr);
   // One optimizer step on params() from grads(); increments the step counter.
   void ApplyOptimizer();
 
@@ -79,8 +82,8 @@ class DlrmDenseModel {
   // nullptr to skip), keeps d loss / d logits (of the MEAN loss) for Backward, and returns the
   // SUMMED BCE over the batch.
   double Loss(const float* labels, int batch, float* probs);
-  // Backward of the last Forward and Loss (same batch).
-  void Backward(int batch, float* demb);
+  // Backward of the last Forward and Loss (same batch); `ready` as for TrainStep.
+  void Backward(int batch, float* demb, const GradientsReady& ready = nullptr);
 
   // --- evaluation ---
   // Forward + Loss: writes probs (may be nullptr) and returns the SUMMED BCE over the batch.

@@ -138,11 +138,14 @@ const float* Mlp::Forward(const float* x, int batch) {
   return h;
 }
 
-void Mlp::Backward(float* dy, int batch, float* dx) {
+void Mlp::Backward(float* dy, int batch, float* dx, const GradientsReady* ready) {
   float* g = dy;
   for (int i = num_layers() - 1; i >= 0; --i) {
     float* below = i > 0 ? dgrads_[i - 1].data() : dx;
-    layers_[i]->Backward(g, batch, below);
+    Linear& layer = *layers_[i];
+    layer.Backward(g, batch, below);
+    if (ready != nullptr)
+      (*ready)(layer.weight_grads(), Linear::NumParams(layer.in(), layer.out()));
     g = below;
   }
 }

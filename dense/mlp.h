@@ -98,7 +98,9 @@ class Mlp {
   const float* Forward(const float* x, int batch);
   // dy [batch x output_width()] is clobbered. Overwrites all parameter gradients; writes dx
   // [batch x input_width()] unless dx is nullptr (which also skips the first layer's input GEMM).
-  void Backward(float* dy, int batch, float* dx);
+  // Reports each layer's gradients to `ready` (when not null) as they are written, last layer
+  // first.
+  void Backward(float* dy, int batch, float* dx, const GradientsReady* ready = nullptr);
 
   // Exactly the Gemm calls of Forward / Backward, same shapes and buffers, nothing else.
   void GemmOnlyForward(const float* x, int batch);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -21,6 +22,11 @@ struct ParameterSlice {
   float* grads = nullptr;
   size_t count = 0;
 };
+
+// Called by a backward as each layer's gradients become final: `count` gradients from `grads`
+// (a part of ParameterBuffer::grads(); with a CUDA backend, final once the work enqueued so far
+// has run). A distributed worker starts allreducing them while the backward goes on.
+using GradientsReady = std::function<void(const float* grads, size_t count)>;
 
 class ParameterBuffer {
  public:

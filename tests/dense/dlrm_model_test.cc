@@ -376,6 +376,49 @@ TYPED_TEST(DlrmModelTest, TrainingOnASeparableTaskReducesTheLoss) {
   std::cout << "[ info ] loss " << initial << " -> " << final_loss << "\n";
 }
 
+// What a distributed worker relies on to allreduce gradients while the backward runs: each
+// part TrainStep reports is final when reported, and the parts cover grads() once, from its end.
+TYPED_TEST(DlrmModelTest, BackwardReportsEachLayersGradientsOnceWhenTheyAreFinal) {
+  for (const DlrmDenseModelOptions& options : {SmallOptions(), SmallDcnOptions()}) {
+    auto model_or = DlrmDenseModel::Create(this->backend(), options);
+    ASSERT_TRUE(model_or.ok()) << model_or.status();
+    DlrmDenseModel& model = **model_or;
+    const size_t n = model.num_params();
+    std::mt19937_64 rng(11);
+    auto step = [&](const GradientsReady& ready) {
+      Tensor dense = this->Upload(RandomVector(8 * 5, rng), 8, 5);
+      Tensor emb = this->Upload(RandomVector(8 * 12, rng), 8, 12);
+      Tensor labels = this->Upload({1, 0, 1, 1, 0, 0, 1, 0});
+      model.TrainStep(dense.data(), emb.data(), labels.data(), 8, nullptr, ready);
+    };
+    // A first step leaves other gradients in the buffer: a part reported before its layer's
+    // backward wrote it would still hold those.
+    step(nullptr);
+    struct Part {
+      size_t begin;
+      std::vector<float> values;  // as they were when reported
+    };
+    std::vector<Part> parts;
+    step([&](const float* g, size_t count) {
+      const size_t begin = static_cast<size_t>(g - model.grads());
+      parts.push_back({begin, this->Download(g, count)});
+    });
+    const std::vector<float> final_grads = this->Download(model.grads(), n);
+    // One Linear (W and b) per MLP layer and one part (V, U, b) per cross layer.
+    const int cross = options.interaction == Interaction::kDcnV2 ? options.cross_layers : 0;
+    EXPECT_EQ(parts.size(), options.bottom_widths.size() + options.top_widths.size() + cross);
+    size_t end = n;
+    for (const Part& part : parts) {
+      EXPECT_EQ(part.begin + part.values.size(), end) << "parts run from the end, adjacent";
+      const std::vector<float> now(final_grads.begin() + part.begin,
+                                   final_grads.begin() + part.begin + part.values.size());
+      EXPECT_EQ(part.values, now) << "part at " << part.begin << " changed after it was reported";
+      end = part.begin;
+    }
+    EXPECT_EQ(end, 0u);
+  }
+}
+
 TYPED_TEST(DlrmModelTest, SameSeedSameModelAndPredictMatchesEvaluate) {
   auto a = DlrmDenseModel::Create(this->backend(), SmallOptions());
   auto b = DlrmDenseModel::Create(this->backend(), SmallOptions());
