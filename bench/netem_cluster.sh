@@ -71,6 +71,9 @@
 #     --dense-sync-dtype T training.dense_sync_dtype of the generated job: fp32 (default) or bf16
 #     --hot-exchange overlapped|sync   how workers exchange hot-row gradients (default
 #                          overlapped, the service's default: while the next step computes)
+#     --dense-allreduce overlapped|sync|both   how workers allreduce the dense gradients
+#                          (default overlapped, the service's default: in buckets while the
+#                          backward runs; sync: after it, `dlrm worker --sync-dense-allreduce`)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
 #                          compares medians (the byte counts repeat exactly; samples/s on a shared
 #                          machine does not)
@@ -98,14 +101,14 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 hot_mode=on pipe_mode=on hot_exchange=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
       --max-rows | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
-      --hot-exchange | --rounds | --job-timeout)
+      --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -126,6 +129,7 @@ while [ $# -gt 0 ]; do
     --hot-rows) hot_mode="$2"; shift ;;
     --pipeline) pipe_mode="$2"; shift ;;
     --hot-exchange) hot_exchange="$2"; shift ;;
+    --dense-allreduce) dense_mode="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --smoke) smoke=1 ;;
     --keep) keep=1 ;;
@@ -153,6 +157,10 @@ esac
 case "$hot_exchange" in
   overlapped | sync) ;;
   *) die_usage "--hot-exchange $hot_exchange: overlapped or sync" ;;
+esac
+case "$dense_mode" in
+  overlapped | sync | both) ;;
+  *) die_usage "--dense-allreduce $dense_mode: overlapped, sync or both" ;;
 esac
 case "$shaper" in
   "" | netem | userspace | tbf) ;;
@@ -441,11 +449,12 @@ snapshot() {  # snapshot FILE: one line per namespace (tx bytes) and per process
     /proc/stat >>"$1"
 }
 
-run_one() {  # run_one HOT PIPELINE ROUND (on|off, on|off, 1..)
-  local hot="$1" pipe="$2" round="$3" i worker_args=()
-  run_dir="$work/run-hot-$hot-pipeline-$pipe-$round"
+run_one() {  # run_one HOT PIPELINE DENSE ROUND (on|off, on|off, overlapped|sync, 1..)
+  local hot="$1" pipe="$2" dense="$3" round="$4" i worker_args=()
+  run_dir="$work/run-hot-$hot-pipeline-$pipe-dense-$dense-$round"
   mkdir -p "$run_dir/logs"
-  echo "netem_cluster: run hot_rows=$hot pipeline=$pipe round $round/$rounds" >&2
+  echo "netem_cluster: run hot_rows=$hot pipeline=$pipe dense_allreduce=$dense" \
+    "round $round/$rounds" >&2
   spawn coordinator coordinator "$coord_ns" coordinator --listen "$coord_addr" \
     --data-dir "$run_dir/coordinator" --lease-ttl 14s --port-file "$run_dir/coordinator.port"
   for ((i = 0; i < 300; i++)); do
@@ -462,6 +471,7 @@ run_one() {  # run_one HOT PIPELINE ROUND (on|off, on|off, 1..)
   [ "$hot" = on ] || worker_args+=(--no-hot-rows)
   [ "$pipe" = on ] || worker_args+=(--no-pipeline)
   [ "$hot_exchange" = overlapped ] || worker_args+=(--sync-hot-exchange)
+  [ "$dense" = overlapped ] || worker_args+=(--sync-dense-allreduce)
   local threads=$((cores / num_workers))
   [ "$threads" -ge 1 ] || threads=1
   for i in "${!worker_ns[@]}"; do
@@ -546,6 +556,7 @@ print(json.dumps({
     "rate": "$rate", "delay": "$delay", "delay_emulated": "$delay_emulated" == "true",
     "shaper": "$netem_shaper", "ps": ${#ps_ns[@]}, "workers": ${#worker_ns[@]},
     "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange",
+    "dense_allreduce": "$dense",
     "hot_sync_dtype": "${hot_sync_dtype:-tables}", "dense_sync_dtype": "$dense_sync_dtype",
     "round": $round,
     "samples": samples,
@@ -578,12 +589,15 @@ print(json.dumps({
 EOF
 }
 
-hots=(on off) pipes=(on off)
+hots=(on off) pipes=(on off) denses=(overlapped sync)
 [ "$hot_mode" = both ] || hots=("$hot_mode")
 [ "$pipe_mode" = both ] || pipes=("$pipe_mode")
+[ "$dense_mode" = both ] || denses=("$dense_mode")
 for ((round = 1; round <= rounds; round++)); do
   for hot in "${hots[@]}"; do
-    for pipe in "${pipes[@]}"; do run_one "$hot" "$pipe" "$round"; done
+    for pipe in "${pipes[@]}"; do
+      for dense in "${denses[@]}"; do run_one "$hot" "$pipe" "$dense" "$round"; done
+    done
   done
 done
 
@@ -624,12 +638,26 @@ fi
 
 python3 - "$work/results.jsonl" <<'EOF'
 import json, statistics, sys
-groups = {}
+by_dense = {}
 for r in map(json.loads, open(sys.argv[1])):
-    groups.setdefault((r["hot_rows"], r["pipeline"]), []).append(r)
+    by_dense.setdefault((r["hot_rows"], r["pipeline"], r["dense_allreduce"]), []).append(r)
 keys = ("wire_bytes_per_sample", "ps_bytes_per_sample", "samples_per_sec", "auc")
-runs = {k: {key: statistics.median(r[key] for r in rs) for key in keys} for k, rs in groups.items()}
+all_runs = {k: {key: statistics.median(r[key] for r in rs) for key in keys}
+            for k, rs in by_dense.items()}
 summary = {}
+for (hot, pipe, dense), v in sorted(all_runs.items()):
+    sync = all_runs.get((hot, pipe, "sync"))
+    if dense == "overlapped" and sync:
+        summary[f"dense_allreduce_hot_rows_{hot}_pipeline_{pipe}"] = {
+            "samples_per_sec_ratio_overlapped_over_sync":
+                round(v["samples_per_sec"] / sync["samples_per_sec"], 3),
+            "auc_overlapped_minus_sync": round(v["auc"] - sync["auc"], 5),
+        }
+# The other comparisons are made among runs with one way of allreducing (the default's when both
+# ran).
+dense_used = "overlapped" if any(k[2] == "overlapped" for k in by_dense) else "sync"
+groups = {(h, p): rs for (h, p, d), rs in by_dense.items() if d == dense_used}
+runs = {(h, p): v for (h, p, d), v in all_runs.items() if d == dense_used}
 for pipe in ("on", "off"):
     on, off = runs.get(("on", pipe)), runs.get(("off", pipe))
     if on and off and on["wire_bytes_per_sample"] and off["wire_bytes_per_sample"]:

@@ -219,6 +219,7 @@ struct WorkerFlags {
   bool no_pipeline = false;
   bool no_hot_rows = false;
   bool sync_hot_exchange = false;
+  bool sync_dense_allreduce = false;
 };
 
 int RunWorker(WorkerFlags& flags) {
@@ -234,6 +235,7 @@ int RunWorker(WorkerFlags& flags) {
   flags.options.use_pipeline = !flags.no_pipeline;
   flags.options.use_hot_rows = !flags.no_hot_rows;
   flags.options.overlap_hot_exchange = !flags.sync_hot_exchange;
+  flags.options.overlap_dense_allreduce = !flags.sync_dense_allreduce;
   if ((*metrics)->port() > 0) {
     flags.options.metrics_address = absl::StrCat(
         flags.options.advertise_host.empty() ? HostName() : flags.options.advertise_host, ":",
@@ -271,6 +273,9 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
   cmd->add_flag("--sync-hot-exchange", flags.sync_hot_exchange,
                 "Exchange hot-row gradients on the compute thread before the next step (fresh hot "
                 "rows) instead of while it computes (one step stale, with staleness >= 1)");
+  cmd->add_flag("--sync-dense-allreduce", flags.sync_dense_allreduce,
+                "Allreduce the dense gradients after the backward instead of in buckets while it "
+                "runs (CPU workers; the same sums)");
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunWorker(flags); }; });
 }
@@ -283,6 +288,7 @@ struct LocalFlags {
   bool no_pipeline = false;
   bool no_hot_rows = false;
   bool sync_hot_exchange = false;
+  bool sync_dense_allreduce = false;
   bool no_progress = false;
   bool insecure = false;
 };
@@ -321,6 +327,9 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->add_flag("--sync-hot-exchange", flags.sync_hot_exchange,
                 "Workers exchange hot-row gradients before the next step instead of while it "
                 "computes");
+  cmd->add_flag("--sync-dense-allreduce", flags.sync_dense_allreduce,
+                "Workers allreduce the dense gradients after the backward instead of while it "
+                "runs");
   cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
   cmd->add_flag("--insecure", flags.insecure,
                 "Plaintext gRPC between the processes (default: mutual TLS with certificates "
@@ -340,6 +349,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       flags.options.cluster.worker_pipeline = !flags.no_pipeline;
       flags.options.cluster.worker_hot_rows = !flags.no_hot_rows;
       flags.options.cluster.worker_overlap_hot_exchange = !flags.sync_hot_exchange;
+      flags.options.cluster.worker_overlap_dense_allreduce = !flags.sync_dense_allreduce;
       flags.options.show_progress = !flags.no_progress;
       flags.options.cluster.tls = !flags.insecure;
       if (!flags.options.cluster.memory_budget.empty()) {

@@ -45,6 +45,8 @@ struct LocalClusterOptions {
   bool worker_pipeline = true;  // false: workers run the plain Trainer::Step loop
   // false: workers exchange hot-row gradients before the next step (--sync-hot-exchange)
   bool worker_overlap_hot_exchange = true;
+  // false: workers allreduce the dense gradients after the backward (--sync-dense-allreduce)
+  bool worker_overlap_dense_allreduce = true;
   bool worker_hot_rows = true;  // false: workers keep no hot rows (every row on the PS)
   std::string log_level;        // children's --log-level ("" = theirs)
   // Every child serves Prometheus metrics on 127.0.0.1: the coordinator on metrics_base_port,

@@ -150,6 +150,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     }
     trainer->emb_host_.resize(emb_floats);
     trainer->demb_host_.resize(emb_floats);
+    if (options.overlap_dense_allreduce && options.allreducer != nullptr &&
+        options.allreducer->world_size() > 1) {
+      trainer->dense_sync_ =
+          std::make_unique<DenseGradientSync>(options.allreducer, spec.dense_sync_dtype == "bf16");
+    }
   } else {
     dense::Backend* b = options.backend;
     trainer->dense_dev_ = b->Allocate(static_cast<size_t>(spec.batch_size) * spec.dense_features);
@@ -489,13 +494,26 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     emb = emb_dev_;
     demb = demb_dev_;
   }
-  const float loss = model_->TrainStep(dense_in, emb, labels, batch.size, demb);
+  dense::GradientsReady ready;
+  const int64_t dense_sync_sent_before = dense_sync_ != nullptr ? dense_sync_->sent_bytes() : 0;
+  if (dense_sync_ != nullptr) {
+    // The dense allreduce starts with the top layers' gradients while the backward goes on.
+    dense_sync_->Begin(model_->grads(), model_->num_params());
+    ready = [this](const float* g, size_t count) { dense_sync_->Ready(g, count); };
+  }
+  const float loss = model_->TrainStep(dense_in, emb, labels, batch.size, demb, ready);
   if (emb_dev_ != nullptr) {
     // TrainStep was the last reader of the staged inputs.
     DLRM_RETURN_IF_ERROR(input_stager_->Release(staged));
   }
   lap(&counters_.dense_ns);
-  DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
+  if (dense_sync_ != nullptr) {
+    // What is left of the allreduce after the backward (the time counted here).
+    DLRM_RETURN_IF_ERROR(dense_sync_->Finish());
+    counters_.dense_sync_bytes += dense_sync_->sent_bytes() - dense_sync_sent_before;
+  } else {
+    DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
+  }
   lap(&counters_.allreduce_ns);
   model_->ApplyOptimizer();
   lap(&counters_.dense_optimizer_ns);

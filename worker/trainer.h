@@ -52,6 +52,7 @@
 #include "embedding/local_store.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
+#include "worker/dense_sync.h"
 #include "worker/gpu_allreducer.h"
 #include "worker/gpu_embeddings.h"
 #include "worker/gpu_hot_rows.h"
@@ -97,8 +98,8 @@ struct TrainerCounters {
   int64_t hot_sync_bytes = 0;
   // Host seconds in the parts of Compute (with a CUDA backend, the time to enqueue the work, not
   // to run it): pooling the embeddings (the batch's lookups), the dense forward and backward,
-  // the dense gradients' allreduce, the dense optimizer, and the embedding gradients with the
-  // sparse update (hot rows' included).
+  // the dense gradients' allreduce (overlapped with the backward: only the wait after it), the
+  // dense optimizer, and the embedding gradients with the sparse update (hot rows' included).
   double pool_seconds = 0;
   double dense_seconds = 0;
   double allreduce_seconds = 0;
@@ -147,6 +148,10 @@ struct TrainerOptions {
   // rows are with staleness >= 1. Null: the exchange runs on the compute thread and a step
   // reads every earlier update. Not owned.
   DenseAllReducer* hot_allreducer = nullptr;
+  // CPU backend, several workers: the dense gradients' allreduce runs in buckets on a thread of
+  // its own while the backward computes the layers below (worker/dense_sync.h), with the same
+  // sums. False: one allreduce after the backward, on the compute thread.
+  bool overlap_dense_allreduce = true;
 };
 
 class Trainer {
@@ -306,6 +311,8 @@ class Trainer {
   // Below this many ids a thread hand-off costs more than the per-table work it would share.
   static constexpr int64_t kParallelMinIds = 16384;
   std::unique_ptr<common::ParallelPool> pool_;
+  // TrainerOptions::overlap_dense_allreduce where it applies (CPU backend, world > 1).
+  std::unique_ptr<DenseGradientSync> dense_sync_;
   // Per table, this step's hot rows: (slot, h) with the row's gradient at
   // combined_grads_[t][(hot_first_[t] + h) * dim] (a batch's hot slots are distinct).
   std::vector<std::vector<std::pair<int32_t, int32_t>>> hot_touched_;

@@ -69,6 +69,9 @@ struct WorkerProcessOptions {
   // rows' gradients over connections of their own while the next step computes, one step stale
   // (TrainerOptions::hot_allreducer). false: on the compute thread, before the next step.
   bool overlap_hot_exchange = true;
+  // CPU workers of a multi-worker job: allreduce the dense gradients in buckets while the
+  // backward runs (TrainerOptions::overlap_dense_allreduce). false: after the backward.
+  bool overlap_dense_allreduce = true;
   absl::Duration progress_interval = absl::Seconds(1);
   absl::Duration rpc_timeout = absl::Seconds(10);
   absl::Duration collective_timeout = absl::Seconds(120);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -57,6 +58,31 @@ common::JobSpec SmallGeneratedJob(const std::string& train_path, uint64_t seed) 
   spec.eval_fraction = 0.2;
   spec.device = "cpu";
   return spec;
+}
+
+Batch RandomBagBatch(const common::JobSpec& spec, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Batch b;
+  b.size = spec.batch_size;
+  b.num_dense = spec.dense_features;
+  b.dense.resize(static_cast<size_t>(b.size) * b.num_dense);
+  for (float& x : b.dense) x = static_cast<float>(rng() % 1000) / 250.0f;
+  b.labels.resize(b.size);
+  for (float& y : b.labels) y = static_cast<float>(rng() % 2);
+  b.sparse.resize(spec.tables.size());
+  for (size_t t = 0; t < spec.tables.size(); ++t) {
+    SparseFeature& f = b.sparse[t];
+    f.offsets.push_back(0);
+    for (int i = 0; i < b.size; ++i) {
+      const int n = static_cast<int>(rng() % 7);
+      for (int k = 0; k < n; ++k) {
+        const int64_t r = static_cast<int64_t>(rng() % 1000);
+        f.ids.push_back(r * r * 7919 % spec.tables[t].rows);
+      }
+      f.offsets.push_back(static_cast<int32_t>(f.ids.size()));
+    }
+  }
+  return b;
 }
 
 }  // namespace dlrm::worker::testing

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "common/job_spec.h"
 #include "tests/common/temp_dir.h"
+#include "worker/batch.h"
 
 namespace dlrm::worker::testing {
 
@@ -29,6 +30,11 @@ common::JobSpec SmallGeneratedJob(const std::string& train_path, uint64_t seed);
 // table capped at `max_rows` (CappedKaggleCardinalities).
 absl::Status GenerateCappedTsv(const std::string& path, int64_t rows, uint64_t seed,
                                int64_t max_rows);
+
+// A batch of spec.batch_size samples for `spec`'s tables: random dense values and labels, and bags
+// of 0 to 6 ids, skewed so that ids repeat within and across bags (seeded: the same batch for the
+// same seed).
+Batch RandomBagBatch(const common::JobSpec& spec, uint32_t seed);
 
 // tests/worker/data/criteo_sample.tsv: 200 real rows of the Criteo Kaggle data.
 std::string CriteoSamplePath();

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "gtest/gtest.h"
+#include "tests/worker/test_util.h"
 #include "worker/delayed_store.h"
 #include "worker/trainer.h"
 
@@ -47,32 +47,6 @@ common::JobSpec Spec(const Shape& s) {
   spec.seed = 9;
   spec.device = "cpu";
   return spec;
-}
-
-// Bags of 0 to 6 ids, skewed so that ids repeat within and across bags.
-Batch RandomBatch(const common::JobSpec& spec, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Batch b;
-  b.size = spec.batch_size;
-  b.num_dense = spec.dense_features;
-  b.dense.resize(static_cast<size_t>(b.size) * b.num_dense);
-  for (float& x : b.dense) x = static_cast<float>(rng() % 1000) / 250.0f;
-  b.labels.resize(b.size);
-  for (float& y : b.labels) y = static_cast<float>(rng() % 2);
-  b.sparse.resize(spec.tables.size());
-  for (size_t t = 0; t < spec.tables.size(); ++t) {
-    SparseFeature& f = b.sparse[t];
-    f.offsets.push_back(0);
-    for (int i = 0; i < b.size; ++i) {
-      const int n = static_cast<int>(rng() % 7);
-      for (int k = 0; k < n; ++k) {
-        const int64_t r = static_cast<int64_t>(rng() % 1000);
-        f.ids.push_back(r * r * 7919 % spec.tables[t].rows);
-      }
-      f.offsets.push_back(static_cast<int32_t>(f.ids.size()));
-    }
-  }
-  return b;
 }
 
 struct Rig {
@@ -128,7 +102,7 @@ TEST_P(TrainerInPlaceTest, SameModelAsCopyingRowsOutAndGradientsIn) {
   auto copying = MakeRig(spec, /*copying=*/true);
 
   // The stages show which path each trainer takes.
-  const Batch first = RandomBatch(spec, 1);
+  const Batch first = testing::RandomBagBatch(spec, 1);
   SparseWork work;
   in_place->trainer->PrepareSparse(first, 0, &work);
   ASSERT_TRUE(in_place->trainer->FetchRows(&work).ok());
@@ -139,7 +113,7 @@ TEST_P(TrainerInPlaceTest, SameModelAsCopyingRowsOutAndGradientsIn) {
   EXPECT_FALSE(work.in_place);
 
   for (int step = 0; step < 4; ++step) {
-    const Batch batch = RandomBatch(spec, 1 + step);
+    const Batch batch = testing::RandomBagBatch(spec, 1 + step);
     auto a = in_place->trainer->Step(batch);
     auto b = copying->trainer->Step(batch);
     ASSERT_TRUE(a.ok()) << a.status();
@@ -170,7 +144,7 @@ TEST_P(TrainerInPlaceTest, IdOutOfRangeIsRejectedBeforeAnyRowIsRead) {
   const common::JobSpec spec = Spec(GetParam());
   auto in_place = MakeRig(spec, /*copying=*/false);
   auto copying = MakeRig(spec, /*copying=*/true);
-  Batch batch = RandomBatch(spec, 3);
+  Batch batch = testing::RandomBagBatch(spec, 3);
   batch.sparse[4].ids.back() = kRows[4];  // one past the last row
   const absl::Status a = in_place->trainer->Step(batch).status();
   const absl::Status b = copying->trainer->Step(batch).status();
@@ -189,7 +163,7 @@ TEST_P(TrainerInPlaceTest, CountersSplitTheStepsTimeIntoItsParts) {
     auto rig = MakeRig(spec, copying);
     const auto start = std::chrono::steady_clock::now();
     for (int step = 0; step < 3; ++step) {
-      ASSERT_TRUE(rig->trainer->Step(RandomBatch(spec, 11 + step)).ok());
+      ASSERT_TRUE(rig->trainer->Step(testing::RandomBagBatch(spec, 11 + step)).ok());
     }
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -218,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TrainerInPlaceTest,
 TEST(TrainerPoolingTest, EachTablePoolsItsOwnWay) {
   auto first_loss = [](const common::JobSpec& spec) {
     auto rig = MakeRig(spec, /*copying=*/false);
-    auto loss = rig->trainer->Step(RandomBatch(spec, 7));
+    auto loss = rig->trainer->Step(testing::RandomBagBatch(spec, 7));
     EXPECT_TRUE(loss.ok()) << loss.status();
     return loss.ok() ? *loss : -1.0f;
   };
