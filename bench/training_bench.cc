@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -11,8 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/shapes.h"
+#include "common/parallel.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
+#include "embedding/dedup.h"
 #include "embedding/local_store.h"
 #include "nlohmann/json.hpp"
 #include "worker/hot_rows.h"
@@ -72,6 +75,61 @@ std::vector<worker::Batch> MakeBatches(const BenchShape& shape, int batch_size, 
     }
   }
   return batches;
+}
+
+// The distinct ids of each table of `batch`, ascending (the order the trainer visits them).
+std::vector<std::vector<int64_t>> DistinctIds(const common::JobSpec& spec,
+                                              const worker::Batch& batch) {
+  std::vector<std::vector<int64_t>> ids(spec.tables.size());
+  for (size_t t = 0; t < spec.tables.size(); ++t) {
+    std::vector<int64_t> inverse;
+    embedding::Deduplicator dedup;
+    dedup.Run(batch.sparse[t].ids, spec.tables[t].rows, &ids[t], &inverse);
+    std::sort(ids[t].begin(), ids[t].end());
+  }
+  return ids;
+}
+
+// Prefetches row ids[k + 8] (`floats` floats at rows + id * stride), as the trainer's kernels do.
+inline void PrefetchAhead(const float* rows, int64_t stride, int floats,
+                          const std::vector<int64_t>& ids, size_t k, bool write) {
+  if (k + 8 >= ids.size()) return;
+  const char* ahead = reinterpret_cast<const char*>(rows + ids[k + 8] * stride);
+  const int bytes = floats * static_cast<int>(sizeof(float));
+  for (int b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b, write ? 1 : 0);
+  __builtin_prefetch(ahead + bytes - 1, write ? 1 : 0);
+}
+
+// Reads the first `floats` floats of each row `ids` of a table, and returns their sum (so the
+// reads are kept): the least memory traffic of pooling these rows.
+float ReadRows(const float* rows, int64_t stride, int floats, const std::vector<int64_t>& ids) {
+  using Float4 = float __attribute__((vector_size(16)));
+  Float4 acc = {};
+  float rest = 0;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    PrefetchAhead(rows, stride, floats, ids, k, false);
+    const float* r = rows + ids[k] * stride;
+    int i = 0;
+    for (; i + 4 <= floats; i += 4) {
+      Float4 v;
+      std::memcpy(&v, r + i, sizeof(v));
+      acc += v;
+    }
+    for (; i < floats; ++i) rest += r[i];
+  }
+  return acc[0] + acc[1] + acc[2] + acc[3] + rest;
+}
+
+// Reads and writes back unchanged (x * 1, the 1 read at run time so that the stores are kept)
+// the first `floats` floats of each row `ids`: the least memory traffic of updating these rows.
+void RewriteRows(float* rows, int64_t stride, int floats, const std::vector<int64_t>& ids) {
+  static volatile float one = 1.0f;
+  const float factor = one;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    PrefetchAhead(rows, stride, floats, ids, k, true);
+    float* r = rows + ids[k] * stride;
+    for (int i = 0; i < floats; ++i) r[i] *= factor;
+  }
 }
 
 double Median(std::vector<double> v) {
@@ -168,6 +226,44 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
     }
     return absl::OkStatus();
   };
+  // The rows' share of a step's memory traffic, measured alone (in-process tables on the host):
+  // a pass reading each distinct row of a batch once, and one reading and writing it.
+  const bool host_rows = !trainer->gpu_tables() && hot_rows == 0;
+  std::vector<std::vector<std::vector<int64_t>>> distinct;
+  int64_t distinct_rows = 0;
+  if (host_rows) {
+    for (const worker::Batch& b : batches) {
+      distinct.push_back(DistinctIds(spec, b));
+      for (const auto& ids : distinct.back()) distinct_rows += static_cast<int64_t>(ids.size());
+    }
+  }
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  common::ParallelPool row_pool(std::max(0, threads - 1));
+  float row_sum = 0;
+  int64_t row_pass_index = 0;
+  auto row_pass = [&](bool write) {
+    const auto& ids = distinct[row_pass_index++ % num_batches];
+    std::vector<float> sums(spec.tables.size());
+    row_pool.ParallelFor(static_cast<int64_t>(spec.tables.size()), [&](int64_t t) {
+      // The weights and the optimizer state, through the store's calls: what an update touches
+      // (the write pass is an update that leaves every row as it was).
+      const int table = static_cast<int>(t);
+      if (write) {
+        store->UpdateTable(table, ids[t], [&](embedding::EmbeddingTable& rows) {
+          RewriteRows(rows.mutable_data(), rows.row_stride(), static_cast<int>(rows.row_stride()),
+                      ids[t]);
+        });
+      } else {
+        store->ReadTable(table, [&](const embedding::EmbeddingTable& rows) {
+          sums[t] =
+              ReadRows(rows.data(), rows.row_stride(), static_cast<int>(rows.row_stride()), ids[t]);
+        });
+      }
+    });
+    for (float s : sums) row_sum += s;
+  };
+
   const float* dense_in = batches[0].dense.data();
   auto gemm_step = [&] {
     trainer->model().GemmOnlyStep(spec.batch_size,
@@ -181,7 +277,7 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
   backend->Synchronize();
 
   const worker::TrainerCounters before = trainer->counters();  // the parts of compute, below
-  std::vector<double> full_times, gemm_times;
+  std::vector<double> full_times, gemm_times, read_times, write_times;
   for (int r = 0; r < options.rounds; ++r) {
     for (int i = 0; i < options.steps; ++i) {
       auto t0 = Clock::now();
@@ -194,6 +290,16 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
       gemm_step();
       backend->Synchronize();
       gemm_times.push_back(Seconds(t0, Clock::now()));
+    }
+    for (int i = 0; host_rows && i < options.steps; ++i) {
+      // After a GEMM-only step, as the pooling comes after the last step's dense work.
+      gemm_step();
+      auto t0 = Clock::now();
+      row_pass(false);
+      auto t1 = Clock::now();
+      row_pass(true);
+      read_times.push_back(Seconds(t0, t1));
+      write_times.push_back(Seconds(t1, Clock::now()));
     }
   }
   const double full = Median(full_times);
@@ -234,6 +340,18 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
       {"dense_optimizer",
        (after.dense_optimizer_seconds - before.dense_optimizer_seconds) * 1e3 / timed},
       {"sparse", (after.sparse_seconds - before.sparse_seconds) * 1e3 / timed}};
+  if (host_rows) {
+    // Measured: one read pass and one read-and-write pass over a batch's distinct rows.
+    const double read = Median(read_times), write = Median(write_times);
+    j["distinct_rows_per_step"] = distinct_rows / num_batches;
+    j["row_read_ms_median"] = read * 1e3;
+    j["row_read_write_ms_median"] = write * 1e3;
+    // By formula from the measured parts: the ratio of a step that did its GEMMs and nothing but
+    // these two passes (the least a pooling and an update of these rows move), an upper bound
+    // on `ratio` for this machine.
+    j["ratio_ceiling_formula"] = gemm / (gemm + read + write);
+    j["row_pass_checksum"] = row_sum;
+  }
   j["zipf_exponent"] = options.zipf_exponent;
   j["ids_per_lookup"] = shape.ids_per_lookup;
   if (!shape.bags.empty()) j["ids_per_lookup_by_table"] = shape.bags;
