@@ -11,7 +11,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
-#include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -87,19 +86,8 @@ struct Rig {
 
 std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, DenseAllReducer* reducer, bool overlap) {
   auto rig = std::make_unique<Rig>();
-  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu,
-                                       .math_mode = dense::MathMode::kFp32,
-                                       .device_ordinal = 0,
-                                       .cpu_threads = 1});
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  rig->backend = std::move(*backend);
-  embedding::LocalStoreOptions so;
-  so.tables = TableConfigsFromSpec(spec);
-  so.seed = spec.seed;
-  so.optimizer = *SparseOptimizerFromSpec(spec);
-  auto store = embedding::LocalEmbeddingStore::Create(so);
-  EXPECT_TRUE(store.ok()) << store.status();
-  rig->store = std::move(*store);
+  rig->backend = testing::CpuTestBackend();
+  rig->store = testing::LocalStoreForSpec(spec);
   TrainerOptions options;
   options.spec = spec;
   options.backend = rig->backend.get();

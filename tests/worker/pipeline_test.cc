@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -133,20 +132,8 @@ struct Rig {
 
 std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, const DelayedStoreOptions& delays = {}) {
   auto rig = std::make_unique<Rig>();
-  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu,
-                                       .math_mode = dense::MathMode::kFp32,
-                                       .device_ordinal = 0,
-                                       .cpu_threads = 1});
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  rig->backend = std::move(*backend);
-  embedding::LocalStoreOptions so;
-  so.tables = TableConfigsFromSpec(spec);
-  so.seed = spec.seed;
-  so.optimizer = *SparseOptimizerFromSpec(spec);
-  so.num_threads = -1;
-  auto local = embedding::LocalEmbeddingStore::Create(so);
-  EXPECT_TRUE(local.ok()) << local.status();
-  rig->local = std::move(*local);
+  rig->backend = testing::CpuTestBackend();
+  rig->local = testing::LocalStoreForSpec(spec, /*num_threads=*/-1);
   rig->store = std::make_unique<DelayedStore>(rig->local.get(), delays);
   auto trainer = Trainer::Create(
       {.spec = spec, .backend = rig->backend.get(), .store = rig->store.get(), .allreducer = {}});

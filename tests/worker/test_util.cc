@@ -7,8 +7,10 @@
 #include <sstream>
 #include <vector>
 
+#include "dense/backend_factory.h"
 #include "gtest/gtest.h"
 #include "worker/input/synthetic.h"
+#include "worker/trainer.h"
 
 namespace dlrm::worker::testing {
 
@@ -58,6 +60,29 @@ common::JobSpec SmallGeneratedJob(const std::string& train_path, uint64_t seed) 
   spec.eval_fraction = 0.2;
   spec.device = "cpu";
   return spec;
+}
+
+std::unique_ptr<dense::Backend> CpuTestBackend() {
+  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu,
+                                       .math_mode = dense::MathMode::kFp32,
+                                       .device_ordinal = 0,
+                                       .cpu_threads = 1});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return backend.ok() ? std::move(*backend) : nullptr;
+}
+
+std::unique_ptr<embedding::LocalEmbeddingStore> LocalStoreForSpec(const common::JobSpec& spec,
+                                                                  int num_threads) {
+  embedding::LocalStoreOptions so;
+  so.tables = TableConfigsFromSpec(spec);
+  so.seed = spec.seed;
+  auto optimizer = SparseOptimizerFromSpec(spec);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  if (optimizer.ok()) so.optimizer = *optimizer;
+  so.num_threads = num_threads;
+  auto store = embedding::LocalEmbeddingStore::Create(so);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
 }
 
 Batch RandomBagBatch(const common::JobSpec& spec, uint32_t seed) {

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "common/job_spec.h"
+#include "dense/backend.h"
+#include "embedding/local_store.h"
 #include "tests/common/temp_dir.h"
 #include "worker/batch.h"
 
@@ -35,6 +38,14 @@ absl::Status GenerateCappedTsv(const std::string& path, int64_t rows, uint64_t s
 // of 0 to 6 ids, skewed so that ids repeat within and across bags (seeded: the same batch for the
 // same seed).
 Batch RandomBagBatch(const common::JobSpec& spec, uint32_t seed);
+
+// The worker tests' dense backend: the CPU with one BLAS thread, fp32.
+std::unique_ptr<dense::Backend> CpuTestBackend();
+
+// A LocalEmbeddingStore with the spec's tables, seed and sparse optimizer, and num_threads
+// threads for its per-table work (LocalStoreOptions::num_threads).
+std::unique_ptr<embedding::LocalEmbeddingStore> LocalStoreForSpec(const common::JobSpec& spec,
+                                                                  int num_threads = 0);
 
 // tests/worker/data/criteo_sample.tsv: 200 real rows of the Criteo Kaggle data.
 std::string CriteoSamplePath();

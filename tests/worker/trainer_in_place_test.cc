@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "common/job_spec.h"
-#include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
@@ -58,19 +57,8 @@ struct Rig {
 
 std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, bool copying) {
   auto rig = std::make_unique<Rig>();
-  auto backend = dense::CreateBackend({.kind = dense::BackendOptions::Kind::kCpu,
-                                       .math_mode = dense::MathMode::kFp32,
-                                       .device_ordinal = 0,
-                                       .cpu_threads = 1});
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  rig->backend = std::move(*backend);
-  embedding::LocalStoreOptions so;
-  so.tables = TableConfigsFromSpec(spec);
-  so.seed = spec.seed;
-  so.optimizer = *SparseOptimizerFromSpec(spec);
-  auto local = embedding::LocalEmbeddingStore::Create(so);
-  EXPECT_TRUE(local.ok()) << local.status();
-  rig->local = std::move(*local);
+  rig->backend = testing::CpuTestBackend();
+  rig->local = testing::LocalStoreForSpec(spec);
   embedding::EmbeddingStore* store = rig->local.get();
   if (copying) {
     rig->wrapper = std::make_unique<DelayedStore>(rig->local.get(), DelayedStoreOptions{});
