@@ -3,7 +3,6 @@
 // thread in more than one bucket; and a failed collective ends the step with its error.
 #include "worker/dense_sync.h"
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -101,11 +100,6 @@ std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, DenseAllReducer* reduc
   return rig;
 }
 
-std::vector<float> DenseParams(Rig& rig) {
-  dense::DlrmDenseModel& m = rig.trainer->model();
-  return std::vector<float>(m.params(), m.params() + m.num_params());
-}
-
 class DenseSyncTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DenseSyncTest, OverlappedAllReduceTrainsTheSameModelInBucketsOnItsOwnThread) {
@@ -114,25 +108,8 @@ TEST_P(DenseSyncTest, OverlappedAllReduceTrainsTheSameModelInBucketsOnItsOwnThre
   auto overlapped = MakeRig(spec, &overlapped_reducer, /*overlap=*/true);
   auto sync = MakeRig(spec, &sync_reducer, /*overlap=*/false);
   constexpr int kSteps = 5;
-  for (int step = 0; step < kSteps; ++step) {
-    const Batch batch = testing::RandomBagBatch(spec, 3 + step);
-    auto a = overlapped->trainer->Step(batch);
-    auto b = sync->trainer->Step(batch);
-    ASSERT_TRUE(a.ok()) << a.status();
-    ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_EQ(*a, *b) << "loss of step " << step;
-  }
-  const std::vector<float> pa = DenseParams(*overlapped);
-  const std::vector<float> pb = DenseParams(*sync);
-  ASSERT_EQ(pa.size(), pb.size());
-  EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float))) << "dense params";
-  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
-    const embedding::EmbeddingTable& ta = overlapped->store->table(t);
-    const embedding::EmbeddingTable& tb = sync->store->table(t);
-    EXPECT_EQ(0, std::memcmp(ta.data(), tb.data(),
-                             static_cast<size_t>(ta.rows()) * ta.row_stride() * sizeof(float)))
-        << "table " << t;
-  }
+  testing::ExpectSameTraining(*overlapped->trainer, *overlapped->store, *sync->trainer,
+                              *sync->store, spec, kSteps, /*first_seed=*/3);
 
   // The sync trainer: one call a step, on the stepping thread, of every gradient.
   const size_t n = overlapped->trainer->model().num_params();

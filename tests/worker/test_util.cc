@@ -1,6 +1,7 @@
 #include "tests/worker/test_util.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -83,6 +84,29 @@ std::unique_ptr<embedding::LocalEmbeddingStore> LocalStoreForSpec(const common::
   auto store = embedding::LocalEmbeddingStore::Create(so);
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? std::move(*store) : nullptr;
+}
+
+void ExpectSameTraining(Trainer& a, const embedding::LocalEmbeddingStore& a_rows, Trainer& b,
+                        const embedding::LocalEmbeddingStore& b_rows, const common::JobSpec& spec,
+                        int steps, uint32_t first_seed) {
+  for (int step = 0; step < steps; ++step) {
+    const Batch batch = RandomBagBatch(spec, first_seed + step);
+    auto la = a.Step(batch);
+    auto lb = b.Step(batch);
+    ASSERT_TRUE(la.ok()) << la.status();
+    ASSERT_TRUE(lb.ok()) << lb.status();
+    EXPECT_EQ(*la, *lb) << "loss of step " << step;
+  }
+  const size_t n = a.model().num_params();
+  ASSERT_EQ(n, b.model().num_params());
+  EXPECT_EQ(0, std::memcmp(a.model().params(), b.model().params(), n * sizeof(float)))
+      << "dense params";
+  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+    const embedding::EmbeddingTable& ta = a_rows.table(t);
+    const embedding::EmbeddingTable& tb = b_rows.table(t);
+    const size_t floats = static_cast<size_t>(ta.rows()) * ta.row_stride();
+    EXPECT_EQ(0, std::memcmp(ta.data(), tb.data(), floats * sizeof(float))) << "table " << t;
+  }
 }
 
 Batch RandomBagBatch(const common::JobSpec& spec, uint32_t seed) {

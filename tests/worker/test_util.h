@@ -11,6 +11,7 @@
 #include "embedding/local_store.h"
 #include "tests/common/temp_dir.h"
 #include "worker/batch.h"
+#include "worker/trainer.h"
 
 namespace dlrm::worker::testing {
 
@@ -46,6 +47,13 @@ std::unique_ptr<dense::Backend> CpuTestBackend();
 // threads for its per-table work (LocalStoreOptions::num_threads).
 std::unique_ptr<embedding::LocalEmbeddingStore> LocalStoreForSpec(const common::JobSpec& spec,
                                                                   int num_threads = 0);
+
+// Steps trainers a and b (CPU backends) through the same `steps` RandomBagBatch batches (seeds
+// first_seed, first_seed + 1, ...) and expects the same losses, dense parameters and rows of
+// their stores' tables, bit for bit.
+void ExpectSameTraining(Trainer& a, const embedding::LocalEmbeddingStore& a_rows, Trainer& b,
+                        const embedding::LocalEmbeddingStore& b_rows, const common::JobSpec& spec,
+                        int steps, uint32_t first_seed);
 
 // tests/worker/data/criteo_sample.tsv: 200 real rows of the Criteo Kaggle data.
 std::string CriteoSamplePath();
