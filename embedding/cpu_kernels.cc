@@ -49,13 +49,21 @@ void GatherImpl(const float* rows, int64_t row_stride, int runtime_dim, const in
     const int32_t begin = offsets[b];
     const int32_t end = offsets[b + 1];
     if constexpr (kDim > 0) {
-      Float4 acc[kDim / 4] = {};
-      for (int32_t j = begin; j < end; ++j) {
-        if (j + kAhead < last) PrefetchBytes(rows + indices[j + kAhead] * row_stride, row_bytes);
-        const float* r = rows + indices[j] * row_stride;
-        for (int v = 0; v < kDim / 4; ++v) acc[v] += Load4(r + 4 * v);
+      // Blocks of at most 32 columns, as SumRowGradient: the sums stay in registers. The first
+      // block's pass prefetches; the later ones find the bag's rows in cache.
+      constexpr int kBlock = kDim < 32 ? kDim : 32;
+      static_assert(kDim % kBlock == 0);
+      for (int c = 0; c < kDim; c += kBlock) {
+        Float4 acc[kBlock / 4] = {};
+        for (int32_t j = begin; j < end; ++j) {
+          if (c == 0 && j + kAhead < last) {
+            PrefetchBytes(rows + indices[j + kAhead] * row_stride, row_bytes);
+          }
+          const float* r = rows + indices[j] * row_stride + c;
+          for (int v = 0; v < kBlock / 4; ++v) acc[v] += Load4(r + 4 * v);
+        }
+        for (int v = 0; v < kBlock / 4; ++v) Store4(o + c + 4 * v, acc[v]);
       }
-      for (int v = 0; v < kDim / 4; ++v) Store4(o + 4 * v, acc[v]);
     } else {
       for (int i = 0; i < dim; ++i) o[i] = 0.0f;
       for (int32_t j = begin; j < end; ++j) {
@@ -101,18 +109,24 @@ template <int kDim>
 void SumRowGradient(const float* dout, int runtime_dim, const int32_t* bags, int32_t count,
                     const float* scale, float* g) {
   if constexpr (kDim > 0) {
-    Float4 acc[kDim / 4] = {};
-    for (int32_t k = 0; k < count; ++k) {
-      const float* d = dout + static_cast<int64_t>(bags[k]) * kDim;
-      if (scale == nullptr) {
-        for (int v = 0; v < kDim / 4; ++v) acc[v] += Load4(d + 4 * v);
-      } else {
-        const float s = scale[bags[k]];
-        const Float4 s4 = {s, s, s, s};
-        for (int v = 0; v < kDim / 4; ++v) acc[v] += s4 * Load4(d + 4 * v);
+    // Blocks of at most 32 columns: 8 running sums fit in the 16 SSE registers with their loads
+    // (a 64-wide row's 16 sums spilled to the stack on every entry).
+    constexpr int kBlock = kDim < 32 ? kDim : 32;
+    static_assert(kDim % kBlock == 0);
+    for (int c = 0; c < kDim; c += kBlock) {
+      Float4 acc[kBlock / 4] = {};
+      for (int32_t k = 0; k < count; ++k) {
+        const float* d = dout + static_cast<int64_t>(bags[k]) * kDim + c;
+        if (scale == nullptr) {
+          for (int v = 0; v < kBlock / 4; ++v) acc[v] += Load4(d + 4 * v);
+        } else {
+          const float s = scale[bags[k]];
+          const Float4 s4 = {s, s, s, s};
+          for (int v = 0; v < kBlock / 4; ++v) acc[v] += s4 * Load4(d + 4 * v);
+        }
       }
+      for (int v = 0; v < kBlock / 4; ++v) Store4(g + c + 4 * v, acc[v]);
     }
-    for (int v = 0; v < kDim / 4; ++v) Store4(g + 4 * v, acc[v]);
   } else {
     const int dim = runtime_dim;
     for (int i = 0; i < dim; ++i) g[i] = 0.0f;

@@ -161,6 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, CpuKernelsTest,
     ::testing::Values(Shape{16, 1, PoolingMode::kSum}, Shape{16, 4, PoolingMode::kMean},
                       Shape{64, 6, PoolingMode::kSum}, Shape{64, 3, PoolingMode::kMean},
+                      Shape{128, 5, PoolingMode::kSum}, Shape{128, 2, PoolingMode::kMean},
                       Shape{5, 4, PoolingMode::kSum}, Shape{7, 5, PoolingMode::kMean}));
 
 }  // namespace
