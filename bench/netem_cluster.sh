@@ -69,6 +69,10 @@
 #     --hot-sync-dtype T   training.hot_sync_dtype of the generated job: fp32, fp16 or bf16
 #                          (default: unset, the tables' fp32)
 #     --dense-sync-dtype T training.dense_sync_dtype of the generated job: fp32 (default) or bf16
+#     --dense-sync-compression C   training.dense_sync_compression of the generated job: none
+#                          (default) or powersgd (rank 4, after --powersgd-warmup steps)
+#     --powersgd-warmup N  training.powersgd_warmup_steps with powersgd (default 10: the job has
+#                          93 steps; the service's default of 1000 suits real jobs)
 #     --hot-exchange overlapped|sync   how workers exchange hot-row gradients (default
 #                          overlapped, the service's default: while the next step computes)
 #     --dense-allreduce overlapped|sync|both   how workers allreduce the dense gradients
@@ -101,14 +105,15 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 dense_compression=none psgd_warmup=10 hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
       --max-rows | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
-      --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce)
+      --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce | \
+      --dense-sync-compression | --powersgd-warmup)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -126,6 +131,8 @@ while [ $# -gt 0 ]; do
     --hot-budget) hot_budget="$2"; shift ;;
     --hot-sync-dtype) hot_sync_dtype="$2"; shift ;;
     --dense-sync-dtype) dense_sync_dtype="$2"; shift ;;
+    --dense-sync-compression) dense_compression="$2"; shift ;;
+    --powersgd-warmup) psgd_warmup="$2"; shift ;;
     --hot-rows) hot_mode="$2"; shift ;;
     --pipeline) pipe_mode="$2"; shift ;;
     --hot-exchange) hot_exchange="$2"; shift ;;
@@ -370,6 +377,8 @@ training: {batch_size: 256, epochs: 1, seed: 11, staleness: 1, hot_budget: 64KiB
 data: {train: [$work/train.bin], eval_fraction: 0.1}
 EOF
   else
+    psgd_job=""
+    [ "$dense_compression" != powersgd ] || psgd_job=", powersgd_warmup_steps: $psgd_warmup"
     cat >"$job" <<EOF
 name: netem-kaggle-shape
 model: {dense_features: 13, bottom_mlp: [512, 256, 64, 16], top_mlp: [512, 256, 1],
@@ -380,7 +389,7 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype}
+training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi
@@ -558,6 +567,7 @@ print(json.dumps({
     "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange",
     "dense_allreduce": "$dense",
     "hot_sync_dtype": "${hot_sync_dtype:-tables}", "dense_sync_dtype": "$dense_sync_dtype",
+    "dense_sync_compression": "$dense_compression",
     "round": $round,
     "samples": samples,
     "steps": int(fm.get("steps", 0)),

@@ -119,6 +119,16 @@ struct JobSpec {
   // PyTorch DDP's bf16_compress_hook. fp16 is refused: gradients below 2^-24 would flush to zero.
   // GPU workers (NCCL) allreduce fp32 and refuse bf16 (planned).
   std::string dense_sync_dtype = "fp32";
+  // How the dense gradients are compressed for the workers' allreduce: none | powersgd
+  // (PowerSGD, Vogels et al. 2019, as PyTorch DDP's powerSGD_hook: each weight matrix's gradient
+  // is sent as two rank-`powersgd_rank` factors, with error feedback; biases and matrices too
+  // small to gain travel whole). CPU workers only; the factors travel in fp32, so it takes
+  // dense_sync_dtype fp32.
+  std::string dense_sync_compression = "none";
+  int powersgd_rank = 4;  // 1..64
+  // Steps allreduced whole before PowerSGD starts (DDP's start_powerSGD_iter, also 1000 there):
+  // the first steps are the most sensitive to approximate gradients.
+  int64_t powersgd_warmup_steps = 1000;
   int hot_sample_batches = 64;     // batches sampled to choose the hot set
   int hot_refresh_steps = 1000;    // re-check the hot set every N steps (0 = never)
   std::string device = "auto";     // auto | cpu | cuda

@@ -268,7 +268,8 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
         tr, "training",
         {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
          "hot_sample_batches", "hot_refresh_steps", "device", "math_mode", "eval_every_steps",
-         "max_recoveries", "network_gbps", "hot_sync_dtype", "dense_sync_dtype"}));
+         "max_recoveries", "network_gbps", "hot_sync_dtype", "dense_sync_dtype",
+         "dense_sync_compression", "powersgd_rank", "powersgd_warmup_steps"}));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
@@ -294,6 +295,28 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
                                   spec.dense_sync_dtype == "fp16"
                                       ? " (fp16 would flush dense gradients below 2^-24 to zero)"
                                       : ""));
+    }
+    DLRM_RETURN_IF_ERROR(
+        Read(tr, "training", "dense_sync_compression", &spec.dense_sync_compression));
+    if (spec.dense_sync_compression != "none" && spec.dense_sync_compression != "powersgd") {
+      return Invalid("training.dense_sync_compression",
+                     absl::StrCat("'", spec.dense_sync_compression, "' is not none or powersgd"));
+    }
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "powersgd_rank", &spec.powersgd_rank));
+    if (spec.powersgd_rank < 1 || spec.powersgd_rank > 64) {
+      return Invalid("training.powersgd_rank",
+                     absl::StrCat(spec.powersgd_rank, " is not in [1, 64]"));
+    }
+    DLRM_RETURN_IF_ERROR(
+        Read(tr, "training", "powersgd_warmup_steps", &spec.powersgd_warmup_steps));
+    if (spec.powersgd_warmup_steps < 0) {
+      return Invalid("training.powersgd_warmup_steps",
+                     absl::StrCat(spec.powersgd_warmup_steps, " is negative"));
+    }
+    if (spec.dense_sync_compression == "powersgd" && spec.dense_sync_dtype != "fp32") {
+      return Invalid("training.dense_sync_compression",
+                     absl::StrCat("powersgd sends its factors in fp32; dense_sync_dtype is '",
+                                  spec.dense_sync_dtype, "'"));
     }
     if (hot_budget == "auto") {
       spec.hot_budget_bytes = JobSpec::kHotBudgetAuto;

@@ -64,6 +64,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     out << YAML::Key << "hot_sync_dtype" << YAML::Value << spec.hot_sync_dtype;
   }
   out << YAML::Key << "dense_sync_dtype" << YAML::Value << spec.dense_sync_dtype;
+  out << YAML::Key << "dense_sync_compression" << YAML::Value << spec.dense_sync_compression;
+  out << YAML::Key << "powersgd_rank" << YAML::Value << spec.powersgd_rank;
+  out << YAML::Key << "powersgd_warmup_steps" << YAML::Value << spec.powersgd_warmup_steps;
   out << YAML::Key << "hot_sample_batches" << YAML::Value << spec.hot_sample_batches;
   out << YAML::Key << "hot_refresh_steps" << YAML::Value << spec.hot_refresh_steps;
   out << YAML::Key << "device" << YAML::Value << spec.device;

@@ -164,6 +164,28 @@ void DlrmDenseModel::Backward(int batch, float* demb, const GradientsReady& read
   bottom_->Backward(dbottom_.data(), batch, /*dx=*/nullptr, report);
 }
 
+std::vector<DlrmDenseModel::WeightMatrix> DlrmDenseModel::WeightMatrices() {
+  std::vector<WeightMatrix> out;
+  const float* base = parameters_.params();
+  auto add_mlp = [&](Mlp& mlp) {
+    for (int i = 0; i < mlp.num_layers(); ++i) {
+      Linear& l = mlp.layer(i);
+      out.push_back({static_cast<size_t>(l.weights() - base), l.out(), l.in()});
+    }
+  };
+  add_mlp(*bottom_);
+  if (cross_ != nullptr) {
+    const CrossNetOptions& o = cross_->options();
+    for (int l = 0; l < o.layers; ++l) {
+      const size_t v = static_cast<size_t>(cross_->layer_slice(l).params - base);
+      out.push_back({v, o.rank, o.width});
+      out.push_back({v + static_cast<size_t>(o.rank) * o.width, o.width, o.rank});
+    }
+  }
+  add_mlp(*top_);
+  return out;
+}
+
 float DlrmDenseModel::TrainStep(const float* dense_in, const float* emb, const float* labels,
                                 int batch, float* demb, const GradientsReady& ready) {
   Forward(dense_in, emb, batch);

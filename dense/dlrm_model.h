@@ -102,6 +102,15 @@ class DlrmDenseModel {
   float* grads() { return parameters_.grads(); }
   size_t num_params() const { return parameters_.size(); }
   ParameterBuffer& parameters() { return parameters_; }
+  // The weight matrices among the parameters, each a row-major rows x cols block at `offset` in
+  // params() and grads(): every Linear's W (out x in) and every cross layer's V (rank x width)
+  // and U (width x rank), in buffer order. Biases are not listed.
+  struct WeightMatrix {
+    size_t offset;
+    int rows;
+    int cols;
+  };
+  std::vector<WeightMatrix> WeightMatrices();
   DenseOptimizer& optimizer() { return optimizer_; }
   Mlp& bottom_mlp() { return *bottom_; }
   Mlp& top_mlp() { return *top_; }

@@ -125,6 +125,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
         "training.dense_sync_dtype bf16 applies to CPU workers' allreduce (Gloo); GPU workers "
         "allreduce their dense gradients in fp32 over NCCL (bf16 there is planned): use fp32");
   }
+  if (spec.dense_sync_compression == "powersgd" &&
+      options.backend->device() != dense::Device::kCpu &&
+      (options.allreducer != nullptr || options.device_allreducer != nullptr)) {
+    return absl::UnimplementedError(
+        "training.dense_sync_compression powersgd applies to CPU workers' allreduce; GPU workers "
+        "allreduce their dense gradients uncompressed (PowerSGD there is planned): use none");
+  }
   std::unique_ptr<Trainer> trainer(new Trainer(options));
   trainer->num_tables_ = static_cast<int>(tables.size());
   trainer->dim_ = spec.embedding_dim;
@@ -150,8 +157,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     }
     trainer->emb_host_.resize(emb_floats);
     trainer->demb_host_.resize(emb_floats);
-    if (options.overlap_dense_allreduce && options.allreducer != nullptr &&
-        options.allreducer->world_size() > 1) {
+    const bool several = options.allreducer != nullptr && options.allreducer->world_size() > 1;
+    if (spec.dense_sync_compression == "powersgd" && several) {
+      trainer->powersgd_ = std::make_unique<PowerSgdAllReducer>(
+          options.allreducer, options.backend, trainer->model_->WeightMatrices(),
+          trainer->model_->num_params(), spec.powersgd_rank, spec.seed + 0x5067);
+    } else if (options.overlap_dense_allreduce && several) {
       trainer->dense_sync_ =
           std::make_unique<DenseGradientSync>(options.allreducer, spec.dense_sync_dtype == "bf16");
     }
@@ -445,6 +456,12 @@ absl::Status Trainer::AllReduceDenseGradients() {
     grads = grads_host_.data();
   }
   const int64_t sent_before = options_.allreducer->sent_bytes();
+  if (powersgd_ != nullptr && steps_done_ >= options_.spec.powersgd_warmup_steps) {
+    // The mean, approximated: nothing left to scale.
+    DLRM_RETURN_IF_ERROR(powersgd_->AllReduceMean(grads));
+    counters_.dense_sync_bytes += options_.allreducer->sent_bytes() - sent_before;
+    return absl::OkStatus();
+  }
   if (options_.spec.dense_sync_dtype == "bf16") {
     // Rounded to nearest even before they travel; every rank decodes the same summed bits.
     dense_wire_.resize(n);

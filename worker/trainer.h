@@ -60,6 +60,7 @@
 #include "worker/hot_rows.h"
 #include "worker/hot_sync.h"
 #include "worker/input/batch_reader.h"
+#include "worker/powersgd.h"
 
 namespace dlrm::worker {
 
@@ -313,6 +314,8 @@ class Trainer {
   std::unique_ptr<common::ParallelPool> pool_;
   // TrainerOptions::overlap_dense_allreduce where it applies (CPU backend, world > 1).
   std::unique_ptr<DenseGradientSync> dense_sync_;
+  // training.dense_sync_compression: powersgd (CPU backend, world > 1).
+  std::unique_ptr<PowerSgdAllReducer> powersgd_;
   // Per table, this step's hot rows: (slot, h) with the row's gradient at
   // combined_grads_[t][(hot_first_[t] + h) * dim] (a batch's hot slots are distinct).
   std::vector<std::vector<std::pair<int32_t, int32_t>>> hot_touched_;

@@ -211,6 +211,38 @@ TEST(JobSpec, DenseSyncDtypeIsReadCheckedAndRoundTrips) {
   }
 }
 
+TEST(JobSpec, DenseSyncCompressionIsReadCheckedAndRoundTrips) {
+  auto unset = ParseJobSpec(kValid);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->dense_sync_compression, "none");
+  EXPECT_EQ(unset->powersgd_rank, 4);
+  EXPECT_EQ(unset->powersgd_warmup_steps, 1000);
+  auto spec = ParseJobSpec(
+      Replace(kValid, "hot_budget: 1MiB",
+              "dense_sync_compression: powersgd, powersgd_rank: 2, powersgd_warmup_steps: 0"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dense_sync_compression, "powersgd");
+  EXPECT_EQ(spec->powersgd_rank, 2);
+  EXPECT_EQ(spec->powersgd_warmup_steps, 0);
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->dense_sync_compression, "powersgd");
+  EXPECT_EQ(again->powersgd_rank, 2);
+  EXPECT_EQ(again->powersgd_warmup_steps, 0);
+  const std::pair<const char*, const char*> refused[] = {
+      {"dense_sync_compression: topk", "topk"},
+      {"dense_sync_compression: powersgd, powersgd_rank: 0", "0 is not in [1, 64]"},
+      {"powersgd_rank: 65", "65"},
+      {"powersgd_warmup_steps: -1", "-1 is negative"},
+      {"dense_sync_compression: powersgd, dense_sync_dtype: bf16", "'bf16'"}};
+  for (const auto& [yaml, named] : refused) {
+    auto bad = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", yaml));
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("training.")) << yaml;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(named)) << yaml;
+  }
+}
+
 TEST(JobSpec, HotSyncDtypeIsReadCheckedAndRoundTrips) {
   auto unset = ParseJobSpec(kValid);
   ASSERT_TRUE(unset.ok()) << unset.status();

@@ -419,6 +419,48 @@ TYPED_TEST(DlrmModelTest, BackwardReportsEachLayersGradientsOnceWhenTheyAreFinal
   }
 }
 
+// The weight matrices PowerSGD compresses: every Linear's W and every cross layer's V and U, at
+// their places in the buffer; with the biases they make up every parameter.
+TYPED_TEST(DlrmModelTest, WeightMatricesAreEveryLayersWeightsAndNothingElse) {
+  for (const DlrmDenseModelOptions& options : {SmallOptions(), SmallDcnOptions()}) {
+    auto model_or = DlrmDenseModel::Create(this->backend(), options);
+    ASSERT_TRUE(model_or.ok()) << model_or.status();
+    DlrmDenseModel& model = **model_or;
+    const auto matrices = model.WeightMatrices();
+    std::vector<std::tuple<size_t, int, int>> expected;
+    auto add_mlp = [&](Mlp& mlp) {
+      for (int i = 0; i < mlp.num_layers(); ++i) {
+        Linear& l = mlp.layer(i);
+        expected.emplace_back(static_cast<size_t>(l.weights() - model.params()), l.out(), l.in());
+      }
+    };
+    add_mlp(model.bottom_mlp());
+    size_t biases = 0;
+    for (Mlp* mlp : {&model.bottom_mlp(), &model.top_mlp()}) {
+      for (int i = 0; i < mlp->num_layers(); ++i) biases += mlp->layer(i).out();
+    }
+    if (CrossNet* cross = model.cross_net()) {
+      const CrossNetOptions& o = cross->options();
+      for (int l = 0; l < o.layers; ++l) {
+        const size_t v = static_cast<size_t>(cross->layer_slice(l).params - model.params());
+        expected.emplace_back(v, o.rank, o.width);
+        expected.emplace_back(v + static_cast<size_t>(o.rank) * o.width, o.width, o.rank);
+        biases += o.width;
+      }
+    }
+    add_mlp(model.top_mlp());
+    ASSERT_EQ(matrices.size(), expected.size());
+    size_t weights = 0;
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      EXPECT_EQ(std::make_tuple(matrices[i].offset, matrices[i].rows, matrices[i].cols),
+                expected[i])
+          << "matrix " << i;
+      weights += static_cast<size_t>(matrices[i].rows) * matrices[i].cols;
+    }
+    EXPECT_EQ(weights + biases, model.num_params());
+  }
+}
+
 TYPED_TEST(DlrmModelTest, SameSeedSameModelAndPredictMatchesEvaluate) {
   auto a = DlrmDenseModel::Create(this->backend(), SmallOptions());
   auto b = DlrmDenseModel::Create(this->backend(), SmallOptions());
