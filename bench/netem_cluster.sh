@@ -379,6 +379,8 @@ EOF
   else
     psgd_job=""
     [ "$dense_compression" != powersgd ] || psgd_job=", powersgd_warmup_steps: $psgd_warmup"
+    # The planner prices the link the cluster has (training.network_gbps), as a user would set it.
+    gbps=$(awk -v b="$rate_bits" 'BEGIN { printf "%g", b / 1e9 }')
     cat >"$job" <<EOF
 name: netem-kaggle-shape
 model: {dense_features: 13, bottom_mlp: [512, 256, 64, 16], top_mlp: [512, 256, 1],
@@ -389,7 +391,8 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}}
+training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, network_gbps: $gbps,
+           hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi
