@@ -71,6 +71,8 @@
 #     --dense-sync-dtype T training.dense_sync_dtype of the generated job: fp32 (default) or bf16
 #     --dense-sync-compression C   training.dense_sync_compression of the generated job: none
 #                          (default) or powersgd (rank 4, after --powersgd-warmup steps)
+#     --hot-sample-batches N   training.hot_sample_batches of the generated job (default: unset,
+#                          the service's 64: the batches the planner samples to choose the hot set)
 #     --powersgd-warmup N  training.powersgd_warmup_steps with powersgd (default 10: the job has
 #                          93 steps; the service's default of 1000 suits real jobs)
 #     --hot-exchange overlapped|sync   how workers exchange hot-row gradients (default
@@ -105,7 +107,7 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 dense_compression=none psgd_warmup=10 hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
@@ -113,7 +115,7 @@ while [ $# -gt 0 ]; do
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
       --max-rows | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
       --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce | \
-      --dense-sync-compression | --powersgd-warmup)
+      --dense-sync-compression | --powersgd-warmup | --hot-sample-batches)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -133,6 +135,7 @@ while [ $# -gt 0 ]; do
     --dense-sync-dtype) dense_sync_dtype="$2"; shift ;;
     --dense-sync-compression) dense_compression="$2"; shift ;;
     --powersgd-warmup) psgd_warmup="$2"; shift ;;
+    --hot-sample-batches) hot_sample_batches="$2"; shift ;;
     --hot-rows) hot_mode="$2"; shift ;;
     --pipeline) pipe_mode="$2"; shift ;;
     --hot-exchange) hot_exchange="$2"; shift ;;
@@ -392,7 +395,7 @@ optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, network_gbps: $gbps,
-           hot_budget: $hot_budget${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}}
+           hot_budget: $hot_budget${hot_sample_batches:+, hot_sample_batches: $hot_sample_batches}${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi
