@@ -5,7 +5,7 @@
 // it over the workers and divides by their number, while the compute thread goes on with the
 // layers below. Finish() sends the rest and waits; the optimizer then runs on the mean as before.
 //
-// Every worker cuts the same buckets (they follow the layers and kBucketBytes), so the
+// Every worker cuts the same buckets (they follow the layers and kMaxBucketBytes), so the
 // collectives match across ranks. With two workers each sum is a + b in either order, so the
 // model is bit for bit the one a single allreduce after the backward gives; with more, a ring
 // adds in an order that depends on where a bucket's chunks fall, so it may differ in the last bit
