@@ -99,21 +99,24 @@ void DenseGradientSync::Loop() {
   }
 }
 
-absl::Status DenseGradientSync::Reduce(Range r) {
-  float* g = grads_ + r.begin;
-  const size_t n = r.end - r.begin;
-  if (bf16_) {
+absl::Status AllReduceDenseMean(DenseAllReducer* reducer, bool bf16, float* g, size_t n,
+                                uint16_t* wire) {
+  if (bf16) {
     // Rounded to nearest even before they travel; every rank decodes the same summed bits.
-    uint16_t* w = wire_.data() + r.begin;
-    embedding::EncodeValues(embedding::RowDtype::kBf16, g, static_cast<int64_t>(n), w);
-    DLRM_RETURN_IF_ERROR(reducer_->AllReduceSumBf16(w, n));
-    embedding::DecodeValues(embedding::RowDtype::kBf16, w, static_cast<int64_t>(n), g);
+    embedding::EncodeValues(embedding::RowDtype::kBf16, g, static_cast<int64_t>(n), wire);
+    DLRM_RETURN_IF_ERROR(reducer->AllReduceSumBf16(wire, n));
+    embedding::DecodeValues(embedding::RowDtype::kBf16, wire, static_cast<int64_t>(n), g);
   } else {
-    DLRM_RETURN_IF_ERROR(reducer_->AllReduceSum(g, n));
+    DLRM_RETURN_IF_ERROR(reducer->AllReduceSum(g, n));
   }
-  const float scale = 1.0f / static_cast<float>(reducer_->world_size());
+  const float scale = 1.0f / static_cast<float>(reducer->world_size());
   for (size_t i = 0; i < n; ++i) g[i] *= scale;
   return absl::OkStatus();
+}
+
+absl::Status DenseGradientSync::Reduce(Range r) {
+  return AllReduceDenseMean(reducer_, bf16_, grads_ + r.begin, r.end - r.begin,
+                            bf16_ ? wire_.data() + r.begin : nullptr);
 }
 
 }  // namespace dlrm::worker

@@ -30,6 +30,12 @@
 
 namespace dlrm::worker {
 
+// The mean over the workers of the n gradients at g, in place: allreduced as fp32, or as bf16
+// values through `wire` (n values of scratch; unused for fp32), then divided by the number of
+// workers. Each bucket of DenseGradientSync is one call; so is the trainer's single allreduce.
+absl::Status AllReduceDenseMean(DenseAllReducer* reducer, bool bf16, float* g, size_t n,
+                                uint16_t* wire);
+
 class DenseGradientSync {
  public:
   // A bucket holds half of the gradients, or this many wire bytes if that is less. Every bucket

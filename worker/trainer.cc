@@ -457,25 +457,14 @@ absl::Status Trainer::AllReduceDenseGradients() {
   }
   const int64_t sent_before = options_.allreducer->sent_bytes();
   if (powersgd_ != nullptr && steps_done_ >= options_.spec.powersgd_warmup_steps) {
-    // The mean, approximated: nothing left to scale.
-    DLRM_RETURN_IF_ERROR(powersgd_->AllReduceMean(grads));
-    counters_.dense_sync_bytes += options_.allreducer->sent_bytes() - sent_before;
-    return absl::OkStatus();
-  }
-  if (options_.spec.dense_sync_dtype == "bf16") {
-    // Rounded to nearest even before they travel; every rank decodes the same summed bits.
-    dense_wire_.resize(n);
-    embedding::EncodeValues(embedding::RowDtype::kBf16, grads, static_cast<int64_t>(n),
-                            dense_wire_.data());
-    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSumBf16(dense_wire_.data(), n));
-    embedding::DecodeValues(embedding::RowDtype::kBf16, dense_wire_.data(), static_cast<int64_t>(n),
-                            grads);
+    DLRM_RETURN_IF_ERROR(powersgd_->AllReduceMean(grads));  // the mean, approximated
   } else {
-    DLRM_RETURN_IF_ERROR(options_.allreducer->AllReduceSum(grads, n));
+    const bool bf16 = options_.spec.dense_sync_dtype == "bf16";
+    if (bf16) dense_wire_.resize(n);
+    DLRM_RETURN_IF_ERROR(
+        AllReduceDenseMean(options_.allreducer, bf16, grads, n, dense_wire_.data()));
   }
   counters_.dense_sync_bytes += options_.allreducer->sent_bytes() - sent_before;
-  const float scale = 1.0f / static_cast<float>(options_.allreducer->world_size());
-  for (size_t i = 0; i < n; ++i) grads[i] *= scale;
   if (emb_dev_ != nullptr) b->CopyFromHost(grads_host_.data(), model_->grads(), n);
   return absl::OkStatus();
 }
