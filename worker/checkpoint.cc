@@ -1,11 +1,15 @@
 #include "worker/checkpoint.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -334,6 +338,39 @@ void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
   });
 }
 
+// This rank's PowerSGD state from checkpoint `dir` (verified already): true when taken, false
+// (and a log line saying why) when the state starts afresh: a checkpoint of another number of
+// workers or of another rank or model, or one written without PowerSGD.
+absl::StatusOr<bool> RestorePowerSgd(const std::string& dir, const CheckpointManifest& manifest,
+                                     const RestoreOptions& options, PowerSgdAllReducer* powersgd) {
+  const std::string who = absl::StrCat("rank ", options.rank, ": PowerSGD state starts afresh: ");
+  if (manifest.world_size != options.world_size) {
+    DLRM_LOG(INFO) << who << dir << " was written by " << manifest.world_size
+                   << " worker(s), this job has " << options.world_size;
+    return false;
+  }
+  const CheckpointFileEntry* entry = nullptr;
+  for (const CheckpointFileEntry& f : manifest.files) {
+    if (f.kind == "powersgd" && f.part == options.rank) entry = &f;
+  }
+  if (entry == nullptr) {
+    DLRM_LOG(INFO) << who << dir << " holds none for it";
+    return false;
+  }
+  const std::string path = (fs::path(dir) / entry->name).string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::DataLossError(absl::StrCat(path, ": cannot open"));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::Status loaded = powersgd->LoadState(bytes, path);
+  if (absl::IsFailedPrecondition(loaded)) {
+    DLRM_LOG(INFO) << who << loaded.message();
+    return false;
+  }
+  DLRM_RETURN_IF_ERROR(loaded);
+  DLRM_LOG(INFO) << "rank " << options.rank << ": PowerSGD state restored from " << path;
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
@@ -517,21 +554,76 @@ bool ClusterCheckpointer::DueByTime() const {
              every;
 }
 
-absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& position) {
-  last_step_ = position.step;
-  last_cut_time_ = std::chrono::steady_clock::now();
+std::string ClusterCheckpointer::PowerSgdKey(const std::string& name, int rank) const {
+  return absl::StrCat("job/", options_.job_id, "/", options_.job_epoch, "/checkpoint/", name,
+                      "/powersgd/", rank);
+}
+
+absl::StatusOr<CheckpointFileEntry> ClusterCheckpointer::WritePowerSgdPart(
+    const std::string& dir, const std::string& state) {
+  const std::string name = fs::path(dir).filename().string();
+  absl::StatusOr<CheckpointFileEntry> entry = [&]() -> absl::StatusOr<CheckpointFileEntry> {
+    const std::string file = absl::StrCat("powersgd-r", options_.rank, ".bin");
+    DLRM_ASSIGN_OR_RETURN(auto out,
+                          embedding::ChecksummedWriter::Create((fs::path(dir) / file).string()));
+    DLRM_RETURN_IF_ERROR(out->Append(state.data(), state.size()));
+    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, out->Close());
+    return CheckpointFileEntry{.name = file,
+                               .kind = "powersgd",
+                               .part = options_.rank,
+                               .bytes = d.bytes,
+                               .crc32c = d.crc32c};
+  }();
+  if (options_.rank == 0) return entry;
+  // Rank 0 lists the file in the manifest from this value, or fails the checkpoint with its error.
+  const std::string value = entry.ok() ? absl::StrCat("ok ", entry->bytes, " ", entry->crc32c)
+                                       : absl::StrCat("error ", entry.status().message());
+  DLRM_RETURN_IF_ERROR(options_.kv_set(PowerSgdKey(name, options_.rank), value));
+  return entry;
+}
+
+absl::Status ClusterCheckpointer::Prepare(const TrainPosition& position) {
+  prepared_dir_.clear();
   if (options_.rank != 0) return absl::OkStatus();
   DLRM_RETURN_IF_ERROR(Finish());  // one write in flight at a time
-  const auto start = std::chrono::steady_clock::now();
   const common::JobSpec& spec = options_.spec;
-  DLRM_ASSIGN_OR_RETURN(CheckpointManifest m,
-                        BaseManifest(spec, trainer, position, options_.world_size));
-  m.job_id = options_.job_id;
-  if (embedding::ReadManifest((fs::path(spec.checkpoint.dir) / m.name).string()).ok()) {
+  const std::string name = embedding::CheckpointDirName(position.step);
+  if (embedding::ReadManifest((fs::path(spec.checkpoint.dir) / name).string()).ok()) {
     // Committed already (the job resumed from it and trained no further): kept as it is.
     return absl::OkStatus();
   }
-  DLRM_ASSIGN_OR_RETURN(const std::string dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
+  // Made before the barrier ahead of the cut, so that every rank may write its part into it.
+  DLRM_ASSIGN_OR_RETURN(prepared_dir_, MakeCheckpointDir(spec.checkpoint.dir, name));
+  return absl::OkStatus();
+}
+
+absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& position) {
+  last_step_ = position.step;
+  last_cut_time_ = std::chrono::steady_clock::now();
+  const common::JobSpec& spec = options_.spec;
+  // Every rank's PowerSGD state (its residual E differs from the others'), copied at the cut.
+  const PowerSgdAllReducer* powersgd = trainer.powersgd();
+  std::string powersgd_state = powersgd != nullptr ? powersgd->StateBytes() : std::string();
+  if (options_.rank != 0) {
+    if (powersgd == nullptr) return absl::OkStatus();
+    DLRM_RETURN_IF_ERROR(Finish());
+    const std::string dir =
+        (fs::path(spec.checkpoint.dir) / embedding::CheckpointDirName(position.step)).string();
+    if (embedding::ReadManifest(dir).ok()) return absl::OkStatus();  // committed already
+    writer_ = std::thread([this, dir, state = std::move(powersgd_state)] {
+      write_status_ = WritePowerSgdPart(dir, state).status();
+    });
+    return absl::OkStatus();
+  }
+  if (prepared_dir_.empty()) return absl::OkStatus();  // committed already
+  const std::string dir = std::exchange(prepared_dir_, std::string());
+  const auto start = std::chrono::steady_clock::now();
+  DLRM_ASSIGN_OR_RETURN(CheckpointManifest m,
+                        BaseManifest(spec, trainer, position, options_.world_size));
+  m.job_id = options_.job_id;
+  if (fs::path(dir).filename() != m.name) {
+    return absl::InternalError(absl::StrCat("checkpoint prepared as ", dir, ", cut at ", m.name));
+  }
   // The cut: from here on the servers may take pushes of later steps.
   DLRM_RETURN_IF_ERROR(options_.ps->CheckpointAll(position.step, /*write=*/false, "").status());
   // dense.bin is written with the servers' parts, from this copy.
@@ -546,49 +638,65 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   // write only the rows changed since its snapshot. The first one of a run is full.
   const int full_every = spec.checkpoint.full_every;
   const bool incremental = !parent_name_.empty() && full_every > 1 && since_full_ < full_every;
-  writer_ = std::thread([this, m = std::move(m), dir, dense = std::move(dense), hot_files,
-                         cut_seconds, start, incremental]() mutable {
-    write_status_ = [&]() -> absl::Status {
-      DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDenseBytes(dir, dense));
-      int incremental_shards = 0;
-      DLRM_ASSIGN_OR_RETURN(
-          std::vector<CheckpointFileEntry> ps_files,
-          options_.ps->CheckpointAll(m.step, /*write=*/true, dir, incremental ? parent_step_ : -1,
-                                     &incremental_shards));
-      // A server that could not tell its changed rows wrote them all, which is right on top
-      // of the parent too; only when every server wrote all is the checkpoint a full one.
-      m.incremental = incremental_shards > 0;
-      if (m.incremental) m.parent = parent_name_;
-      m.files.push_back(dense_entry);
-      m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
-      m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
-      DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
-      DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
-      parent_name_ = m.name;
-      parent_step_ = m.step;
-      since_full_ = m.incremental ? since_full_ + 1 : 1;
-      DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
-                                                     options_.spec.checkpoint.keep_last)
-                               .status());
-      const double total =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (write_seconds_ != nullptr) {
-        write_seconds_->Observe(total);
-        bytes_->Set(static_cast<double>(m.total_bytes()));
-        last_committed_step_->Set(static_cast<double>(m.step));
-        committed_->Increment();
-      }
-      DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", "
-                     << (m.incremental ? "incremental on " + m.parent : "full") << ", "
-                     << m.total_bytes() << " bytes; training waited " << cut_seconds
-                     << " s for the cut, the write took " << total << " s";
-      return absl::OkStatus();
-    }();
-    if (!write_status_.ok()) {
-      if (failed_ != nullptr) failed_->Increment();
-      DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
-    }
-  });
+  writer_ =
+      std::thread([this, m = std::move(m), dir, dense = std::move(dense), hot_files, cut_seconds,
+                   start, incremental, powersgd_state = std::move(powersgd_state)]() mutable {
+        write_status_ = [&]() -> absl::Status {
+          DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDenseBytes(dir, dense));
+          std::vector<CheckpointFileEntry> powersgd_files;
+          if (!powersgd_state.empty()) {
+            DLRM_ASSIGN_OR_RETURN(powersgd_files.emplace_back(),
+                                  WritePowerSgdPart(dir, powersgd_state));
+            for (int r = 1; r < options_.world_size; ++r) {
+              DLRM_ASSIGN_OR_RETURN(std::string value, options_.kv_get(PowerSgdKey(m.name, r)));
+              CheckpointFileEntry& e = powersgd_files.emplace_back(CheckpointFileEntry{
+                  .name = absl::StrCat("powersgd-r", r, ".bin"), .kind = "powersgd", .part = r});
+              if (std::sscanf(value.c_str(), "ok %" SCNd64 " %" SCNu32, &e.bytes, &e.crc32c) != 2) {
+                return absl::UnavailableError(
+                    absl::StrCat("rank ", r, "'s PowerSGD state for ", m.name, ": ", value));
+              }
+            }
+          }
+          int incremental_shards = 0;
+          DLRM_ASSIGN_OR_RETURN(
+              std::vector<CheckpointFileEntry> ps_files,
+              options_.ps->CheckpointAll(m.step, /*write=*/true, dir,
+                                         incremental ? parent_step_ : -1, &incremental_shards));
+          // A server that could not tell its changed rows wrote them all, which is right on top
+          // of the parent too; only when every server wrote all is the checkpoint a full one.
+          m.incremental = incremental_shards > 0;
+          if (m.incremental) m.parent = parent_name_;
+          m.files.push_back(dense_entry);
+          m.files.insert(m.files.end(), powersgd_files.begin(), powersgd_files.end());
+          m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
+          m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
+          DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
+          DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
+          parent_name_ = m.name;
+          parent_step_ = m.step;
+          since_full_ = m.incremental ? since_full_ + 1 : 1;
+          DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
+                                                         options_.spec.checkpoint.keep_last)
+                                   .status());
+          const double total =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (write_seconds_ != nullptr) {
+            write_seconds_->Observe(total);
+            bytes_->Set(static_cast<double>(m.total_bytes()));
+            last_committed_step_->Set(static_cast<double>(m.step));
+            committed_->Increment();
+          }
+          DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", "
+                         << (m.incremental ? "incremental on " + m.parent : "full") << ", "
+                         << m.total_bytes() << " bytes; training waited " << cut_seconds
+                         << " s for the cut, the write took " << total << " s";
+          return absl::OkStatus();
+        }();
+        if (!write_status_.ok()) {
+          if (failed_ != nullptr) failed_->Increment();
+          DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -638,7 +746,7 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   for (const CheckpointManifest& link : chain) {
     DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(link, trainer->spec()));
     for (const CheckpointFileEntry& f : link.files) {
-      if (f.kind == "dense") continue;
+      if (f.kind == "dense" || f.kind == "powersgd") continue;
       const bool hot = f.kind == "hot_rows";
       const bool newest_link = &link == &chain.back();
       if (hot && newest_link) out.hot_ids.resize(link.tables.size());
@@ -665,6 +773,9 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
     }
   }
   DLRM_RETURN_IF_ERROR(ReadDense((fs::path(dir) / kDenseFile).string(), *trainer));
+  if (PowerSgdAllReducer* powersgd = trainer->powersgd(); powersgd != nullptr) {
+    DLRM_ASSIGN_OR_RETURN(out.powersgd_restored, RestorePowerSgd(dir, newest, options, powersgd));
+  }
   if (options.set_steps) trainer->set_steps_done(newest.step);
   out.dir = dir;
   out.manifest = newest;

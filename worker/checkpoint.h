@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -92,16 +93,19 @@ class TrainCheckpointer {
 class GrpcPsClient;
 
 // A cluster job's checkpoints (docs/CHECKPOINTS.md "Cluster jobs"). Every rank calls Due and,
-// at a pipeline-drained step boundary between two barriers, Cut; only rank 0's calls do work:
-//   Cut    waits for the previous checkpoint's write, asks every parameter server for a SNAPSHOT
-//          (the cut: each copies its memory tier's rows and takes a RocksDB checkpoint), writes
-//          the hot rows' part itself and copies the dense state into memory. Then training may
-//          go on (second barrier).
-//   ...    a background thread writes dense.bin from that copy, asks every server to WRITE its
-//          rows from the snapshot, commits the manifest and applies keep_last, while training
-//          continues.
-//   Finish waits for the write in flight and returns its status (a failed write is reported at
-//          the next Cut or at Finish).
+// at a pipeline-drained step boundary, Prepare, then (after a barrier) Cut; rank 0 does most:
+//   Prepare  rank 0 waits for the previous checkpoint's write and creates the new directory.
+//   Cut      rank 0 asks every parameter server for a SNAPSHOT (the cut: each copies its memory
+//            tier's rows and takes a RocksDB checkpoint), writes the hot rows' part itself and
+//            copies the dense state into memory. Every rank with PowerSGD state copies it. Then
+//            training may go on (second barrier).
+//   ...      rank 0's background thread writes dense.bin from that copy, asks every server to
+//            WRITE its rows from the snapshot, commits the manifest and applies keep_last, while
+//            training continues. Each rank writes its PowerSGD state (powersgd-rR.bin) on a
+//            thread of its own and publishes the file's size and CRC32C under a job key of the
+//            coordinator's store, where rank 0 reads them for the manifest.
+//   Finish   waits for the write in flight and returns its status (a failed write is reported at
+//            the next Prepare or at Finish).
 // Incremental checkpoints (full_every > 1) hold the rows each server changed since the snapshot
 // of the parent (the last checkpoint this run committed; the first of a run is full), which the
 // servers track as they apply updates (TieredStore::TakeSnapshot). every_steps is the
@@ -117,6 +121,12 @@ class ClusterCheckpointer {
     GrpcPsClient* ps = nullptr;  // not owned
     int64_t base_step = 0;       // the job's step this run started at (a resumed job's)
     common::MetricsRegistry* metrics = nullptr;  // rank 0's checkpoint metrics; may be null
+    // The coordinator's key-value store (job-scoped keys; kv_get waits for a key that is not
+    // set yet, up to the collective timeout), and the job's epoch, which keys are scoped by.
+    // Needed when a job's workers have PowerSGD state.
+    std::function<absl::Status(const std::string&, const std::string&)> kv_set;
+    std::function<absl::StatusOr<std::string>(const std::string&)> kv_get;
+    int64_t job_epoch = 0;
   };
   static absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> Create(const Options& options);
   ~ClusterCheckpointer();
@@ -125,13 +135,21 @@ class ClusterCheckpointer {
   bool Due(int64_t step) const;
   // every_seconds have passed since the last cut (or since Create).
   bool DueByTime() const;
+  // Before the barrier ahead of Cut, with Cut's position.
+  absl::Status Prepare(const TrainPosition& position);
   absl::Status Cut(Trainer& trainer, const TrainPosition& position);
   absl::Status Finish();
   int64_t last_step() const { return last_step_; }
 
  private:
   explicit ClusterCheckpointer(const Options& options) : options_(options) {}
+  // The key rank `rank` publishes its PowerSGD file's entry under, for checkpoint `name`.
+  std::string PowerSgdKey(const std::string& name, int rank) const;
+  // Writes `state` as this rank's powersgd-rR.bin in `dir` and publishes its entry (or the error).
+  absl::StatusOr<embedding::CheckpointFileEntry> WritePowerSgdPart(const std::string& dir,
+                                                                   const std::string& state);
   Options options_;
+  std::string prepared_dir_;  // rank 0: the directory Prepare made ("" when none is due)
   // Rank 0 with a registry: the dlrm_checkpoint_* series (null otherwise).
   prometheus::Histogram* cut_seconds_ = nullptr;
   prometheus::Histogram* write_seconds_ = nullptr;
@@ -157,10 +175,14 @@ struct RestoredCheckpoint {
   // The hot set of the worker that wrote it (its "hot_rows" files), per table; empty when the
   // checkpoint has none (written by dlrm train, or without hot rows).
   std::vector<std::vector<int64_t>> hot_ids;
+  // The trainer's PowerSGD state came from the checkpoint (otherwise it starts afresh; the log
+  // says why).
+  bool powersgd_restored = false;
 };
 
 struct RestoreOptions {
-  int rank = 0;           // whose input position to return
+  int rank = 0;           // whose input position (and PowerSGD state) to take
+  int world_size = 1;     // workers of the job resuming (PowerSGD state needs the writer's)
   bool load_rows = true;  // false: dense state only (the other ranks of a cluster job)
   bool set_steps = true;  // false: leave the trainer's step count (a cluster job numbers its
                           // steps from 0 on the parameter servers after a resume)

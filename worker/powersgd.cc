@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
@@ -53,6 +54,102 @@ std::vector<float> PowerSgdAllReducer::Residual() const {
     std::memcpy(out.data() + c.offset, c.error.data(), c.error.size() * sizeof(float));
   }
   return out;
+}
+
+namespace {
+
+constexpr char kStateMagic[8] = {'D', 'L', 'R', 'M', 'P', 'S', 'G', 'D'};
+constexpr uint32_t kStateVersion = 1;
+
+template <typename T>
+void Put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Reads from the front of `in`, false when it is too short.
+template <typename T>
+bool Take(std::string_view& in, T* value) {
+  if (in.size() < sizeof(T)) return false;
+  std::memcpy(value, in.data(), sizeof(T));
+  in.remove_prefix(sizeof(T));
+  return true;
+}
+
+bool TakeFloats(std::string_view& in, size_t count, std::vector<float>* out) {
+  if (count > in.size() / sizeof(float)) return false;
+  out->resize(count);
+  std::memcpy(out->data(), in.data(), count * sizeof(float));
+  in.remove_prefix(count * sizeof(float));
+  return true;
+}
+
+}  // namespace
+
+std::string PowerSgdAllReducer::StateBytes() const {
+  std::string out(kStateMagic, sizeof(kStateMagic));
+  Put<uint32_t>(out, kStateVersion);
+  Put<uint32_t>(out, static_cast<uint32_t>(rank_));
+  Put<uint64_t>(out, n_);
+  Put<uint32_t>(out, static_cast<uint32_t>(compressed_.size()));
+  Put<uint32_t>(out, 0);
+  for (const Compressed& c : compressed_) {
+    Put<uint64_t>(out, c.offset);
+    Put<uint32_t>(out, static_cast<uint32_t>(c.rows));
+    Put<uint32_t>(out, static_cast<uint32_t>(c.cols));
+    out.append(reinterpret_cast<const char*>(c.q.data()), c.q.size() * sizeof(float));
+    out.append(reinterpret_cast<const char*>(c.error.data()), c.error.size() * sizeof(float));
+  }
+  return out;
+}
+
+absl::Status PowerSgdAllReducer::LoadState(std::string_view bytes, const std::string& what) {
+  std::string_view in = bytes;
+  char magic[sizeof(kStateMagic)];
+  uint32_t version = 0, rank = 0, matrices = 0, reserved = 0;
+  uint64_t n = 0;
+  if (!Take(in, &magic) || std::memcmp(magic, kStateMagic, sizeof(magic)) != 0) {
+    return absl::DataLossError(absl::StrCat(what, ": not a PowerSGD state"));
+  }
+  if (!Take(in, &version) || !Take(in, &rank) || !Take(in, &n) || !Take(in, &matrices) ||
+      !Take(in, &reserved)) {
+    return absl::DataLossError(absl::StrCat(what, ": PowerSGD state cut short in its header"));
+  }
+  if (version != kStateVersion) {
+    return absl::DataLossError(absl::StrCat(what, ": PowerSGD state version ", version));
+  }
+  if (rank != static_cast<uint32_t>(rank_) || n != n_ || matrices != compressed_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": PowerSGD state of rank ", rank, " over ", n, " gradients in ", matrices,
+        " compressed matrices; this job has rank ", rank_, ", ", n_, " and ", compressed_.size()));
+  }
+  // Read whole before anything changes.
+  std::vector<std::vector<float>> q(matrices), error(matrices);
+  for (uint32_t i = 0; i < matrices; ++i) {
+    const Compressed& c = compressed_[i];
+    uint64_t offset = 0;
+    uint32_t rows = 0, cols = 0;
+    if (!Take(in, &offset) || !Take(in, &rows) || !Take(in, &cols)) {
+      return absl::DataLossError(absl::StrCat(what, ": PowerSGD state cut short at matrix ", i));
+    }
+    if (offset != c.offset || rows != static_cast<uint32_t>(c.rows) ||
+        cols != static_cast<uint32_t>(c.cols)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": PowerSGD state's matrix ", i, " is ", rows, " x ", cols, " at ",
+                       offset, "; this job's is ", c.rows, " x ", c.cols, " at ", c.offset));
+    }
+    if (!TakeFloats(in, c.q.size(), &q[i]) || !TakeFloats(in, c.error.size(), &error[i])) {
+      return absl::DataLossError(absl::StrCat(what, ": PowerSGD state cut short at matrix ", i));
+    }
+  }
+  if (!in.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": ", in.size(), " bytes after the PowerSGD state"));
+  }
+  for (uint32_t i = 0; i < matrices; ++i) {
+    compressed_[i].q = std::move(q[i]);
+    compressed_[i].error = std::move(error[i]);
+  }
+  return absl::OkStatus();
 }
 
 void PowerSgdAllReducer::Orthonormalise(float* p, int rows, int r) {

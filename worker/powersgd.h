@@ -14,12 +14,15 @@
 // one allreduce with the factors P. So a step makes two allreduces. With r >= min(rows, cols) the
 // approximation is the mean itself, up to rounding.
 //
-// E and Q are per-worker training state that checkpoints do not hold (planned): a resumed job
-// starts them afresh (E = 0), which changes the next steps' updates a little.
+// E and Q are per-worker training state: a cluster checkpoint holds each rank's (StateBytes, as
+// powersgd-rR.bin; docs/CHECKPOINTS.md), and a job resumed with the same number of workers and
+// the same rank carries on from them (LoadState), so that it trains as if it never stopped.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +52,15 @@ class PowerSgdAllReducer {
   // E laid out like the gradients (zero where they travel whole): what the approximations so far
   // have left out, to be added to the next step's gradients.
   std::vector<float> Residual() const;
+
+  // Every compressed matrix's Q and E with the layout they fit (docs/CHECKPOINTS.md,
+  // powersgd-rR.bin): "DLRMPSGD" | u32 version 1 | u32 rank | u64 gradients | u32 matrices | u32 0,
+  // then per matrix u64 offset | u32 rows | u32 cols | Q (cols x rank f32) | E (rows x cols f32).
+  std::string StateBytes() const;
+  // Takes back StateBytes' output. FAILED_PRECONDITION naming the difference when it was written
+  // for another rank or other matrices (a changed spec: the state stays as it was); DATA_LOSS
+  // when the bytes are not a whole state. `what` (a file name) starts every message.
+  absl::Status LoadState(std::string_view bytes, const std::string& what);
 
  private:
   struct Compressed {

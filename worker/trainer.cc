@@ -456,7 +456,9 @@ absl::Status Trainer::AllReduceDenseGradients() {
     grads = grads_host_.data();
   }
   const int64_t sent_before = options_.allreducer->sent_bytes();
-  if (powersgd_ != nullptr && steps_done_ >= options_.spec.powersgd_warmup_steps) {
+  // The job's steps so far: the optimizer's count is restored with a checkpoint, while a resumed
+  // cluster job numbers steps_done_ from 0 again.
+  if (powersgd_ != nullptr && model_->optimizer().step() >= options_.spec.powersgd_warmup_steps) {
     DLRM_RETURN_IF_ERROR(powersgd_->AllReduceMean(grads));  // the mean, approximated
   } else {
     const bool bf16 = options_.spec.dense_sync_dtype == "bf16";

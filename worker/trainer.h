@@ -239,6 +239,8 @@ class Trainer {
   int64_t steps_done() const { return steps_done_; }
   // After loading a checkpoint: the steps it had taken. REQUIRES: no step in flight.
   void set_steps_done(int64_t steps) { steps_done_ = steps; }
+  // training.dense_sync_compression powersgd's state (CPU workers of several); null otherwise.
+  PowerSgdAllReducer* powersgd() { return powersgd_.get(); }
   dense::Backend* backend() const { return options_.backend; }
   dense::DlrmDenseModel& model() { return *model_; }
   const common::JobSpec& spec() const { return options_.spec; }

@@ -218,24 +218,25 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // Collectives: NCCL between GPU workers (dense gradients summed in device memory; hot-row
   // gradients and barriers staged through it), Gloo between CPU workers. Both rendezvous through
   // the coordinator's key-value store under a job-scoped prefix.
+  auto kv_set = [this](const std::string& key, const std::string& value) {
+    return client_->KvSet(key, value);
+  };
+  auto kv_get = [this](const std::string& key) {
+    return client_->KvGet(key, options_.collective_timeout);
+  };
   std::unique_ptr<GlooAllReducer>& gloo = resources->gloo;
   std::unique_ptr<NcclAllReducer>& nccl = resources->nccl;
   DenseAllReducer* reducer = nullptr;
   if (world > 1 && backend->device() == dense::Device::kCuda && NcclAllReducer::Available()) {
     DLRM_ASSIGN_OR_RETURN(
-        nccl,
-        NcclAllReducer::Create(
-            {.backend = backend,
-             .rank = rank,
-             .world_size = world,
-             .key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/nccl/unique_id"),
-             .publish = [this](const std::string& key,
-                               const std::string& value) { return client_->KvSet(key, value); },
-             .fetch =
-                 [this](const std::string& key) {
-                   return client_->KvGet(key, options_.collective_timeout);
-                 },
-             .init_timeout = options_.collective_timeout}));
+        nccl, NcclAllReducer::Create(
+                  {.backend = backend,
+                   .rank = rank,
+                   .world_size = world,
+                   .key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/nccl/unique_id"),
+                   .publish = kv_set,
+                   .fetch = kv_get,
+                   .init_timeout = options_.collective_timeout}));
     reducer = nccl.get();
     DLRM_LOG(INFO) << "job " << job_id << ": NCCL allreduce, rank " << rank << " of " << world;
   } else if (world > 1) {
@@ -314,8 +315,10 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   if (resumed) {
     DLRM_ASSIGN_OR_RETURN(
         RestoredCheckpoint restored,
-        RestoreCheckpoint(resume_from, {.rank = rank, .load_rows = rank == 0, .set_steps = false},
-                          trainer.get(), store.get()));
+        RestoreCheckpoint(
+            resume_from,
+            {.rank = rank, .world_size = world, .load_rows = rank == 0, .set_steps = false},
+            trainer.get(), store.get()));
     base = restored.position;
     base.samples = restored.manifest.samples;
     resumed_hot_ids = std::move(restored.hot_ids);
@@ -331,13 +334,17 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                      std::move(resumed_hot_ids)));
   std::unique_ptr<ClusterCheckpointer> checkpointer;
   if (!spec.checkpoint.dir.empty()) {
-    DLRM_ASSIGN_OR_RETURN(checkpointer, ClusterCheckpointer::Create({.spec = submitted,
-                                                                     .job_id = job_id,
-                                                                     .rank = rank,
-                                                                     .world_size = world,
-                                                                     .ps = store.get(),
-                                                                     .base_step = base.step,
-                                                                     .metrics = options_.metrics}));
+    DLRM_ASSIGN_OR_RETURN(checkpointer,
+                          ClusterCheckpointer::Create({.spec = submitted,
+                                                       .job_id = job_id,
+                                                       .rank = rank,
+                                                       .world_size = world,
+                                                       .ps = store.get(),
+                                                       .base_step = base.step,
+                                                       .metrics = options_.metrics,
+                                                       .kv_set = kv_set,
+                                                       .kv_get = kv_get,
+                                                       .job_epoch = job.job_epoch()}));
   }
 
   const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
@@ -442,6 +449,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   // barrier); rank 0 takes the cut; nobody pushes a later step before it is taken (second).
   auto cut = [&](int64_t run_steps) -> absl::Status {
     DLRM_RETURN_IF_ERROR(trainer->DrainHotExchange());  // the hot rows hold every step's updates
+    DLRM_RETURN_IF_ERROR(checkpointer->Prepare(position(run_steps)));
     DLRM_RETURN_IF_ERROR(barrier());
     DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(run_steps)));
     return barrier();
@@ -611,13 +619,14 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                                       ": no training batches in its slice of ",
                                                       spec.train_paths.front()));
   }
+  // The trained model: the final checkpoint, committed before the job reports success.
+  const bool final_cut =
+      checkpointer != nullptr && (checkpointer->last_step() < base.step + steps || nothing_left);
+  if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer->Prepare(position(steps)));
   // Every rank's pushes are applied before rank 0 reads the tables for evaluation.
   DLRM_RETURN_IF_ERROR(barrier());
   if (checkpointer != nullptr) {
-    // The trained model: rank 0 takes the final checkpoint and waits for it to be committed.
-    if (checkpointer->last_step() < base.step + steps || nothing_left) {
-      DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(steps)));
-    }
+    if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(steps)));
     DLRM_RETURN_IF_ERROR(checkpointer->Finish());
   }
   DLRM_RETURN_IF_ERROR(report_progress(true));

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "embedding/checkpoint_io.h"
@@ -378,6 +379,57 @@ TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
   EXPECT_EQ(resumed.steps, 24);
   EXPECT_NEAR(resumed.auc, straight.auc, kResumeTolerance);
   EXPECT_NEAR(resumed.logloss, straight.logloss, kResumeTolerance);
+}
+
+// PowerSGD's state is each worker's own (its residual): every checkpoint of a 2-worker job holds
+// both ranks' files, checksummed in the manifest, and a job resumed with 2 workers takes each
+// rank's back (PowerSgdTest checks that this continues training bit for bit).
+TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesFromIt) {
+  const std::string psgd =
+      "hot_budget: 0, dense_sync_compression: powersgd, powersgd_rank: 2, "
+      "powersgd_warmup_steps: 3";
+  const std::vector<std::string> shape = {"--ps", "1", "--workers", "2", "--data-dir"};
+  auto run = [&](int steps, std::vector<std::string> extra, const std::string& name) {
+    std::vector<std::string> argv = shape;
+    argv.push_back(*dir_ + "/" + name + "-cluster");
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ProcessResult p = Local(Job("psgd", steps, "psgd", psgd), argv, name);
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    std::string logs;
+    for (const char* w : {"worker-0", "worker-1"}) {
+      logs += ReadFileOrEmpty(absl::StrCat(*dir_, "/", name, "-cluster/logs/", w, ".log"));
+    }
+    return logs;
+  };
+  run(10, {}, "psgd-1");
+  const std::string first = Newest("psgd");
+  auto m = embedding::ReadManifest(first);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->step, 10);
+  std::vector<std::string> states;
+  for (const auto& f : m->files) {
+    if (f.kind != "powersgd") continue;
+    EXPECT_EQ(f.name, absl::StrCat("powersgd-r", f.part, ".bin"));
+    states.push_back(Slurp(first + "/" + f.name));
+    EXPECT_EQ(static_cast<int64_t>(states.back().size()), f.bytes);
+  }
+  ASSERT_EQ(states.size(), 2u) << "one file per worker";
+  EXPECT_TRUE(absl::StartsWith(states[0], "DLRMPSGD"));
+  EXPECT_NE(states[0], states[1]) << "each worker keeps its own residual";
+  EXPECT_TRUE(embedding::VerifyCheckpointFiles(first, *m).ok());
+
+  const std::string logs = run(20, {"--resume-from", first}, "psgd-2");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(absl::StrContains(logs, absl::StrCat("rank ", r, ": PowerSGD state restored from ",
+                                                     first, "/powersgd-r", r, ".bin")))
+        << logs;
+  }
+  auto end = embedding::ReadManifest(Newest("psgd"));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->step, 20);
+  int powersgd_files = 0;
+  for (const auto& f : end->files) powersgd_files += f.kind == "powersgd";
+  EXPECT_EQ(powersgd_files, 2);
 }
 
 }  // namespace

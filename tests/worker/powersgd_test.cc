@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -89,29 +90,49 @@ std::vector<float> Random(uint32_t seed) {
   return v;
 }
 
-// Runs `steps` steps of both ranks (rank r's gradients of step s: Random(100 * r + s)) and
-// returns each rank's outputs, step by step.
+// Where a run of both ranks starts and what it keeps at its end.
+struct PairRun {
+  int first_step = 0;
+  uint64_t seed = 5;
+  const std::string* start_state[2] = {nullptr, nullptr};  // LoadState'd first when given
+  std::string end_state[2];                                // StateBytes at the end
+};
+
+// Runs steps first_step .. first_step + steps - 1 of both ranks (rank r's gradients of step s:
+// Random(100 * r + s)) and returns each rank's outputs, step by step.
 std::vector<std::vector<float>> RunPair(int rank, int steps, double min_rate,
-                                        std::vector<float>* residual0 = nullptr) {
+                                        std::vector<float>* residual0 = nullptr,
+                                        PairRun* run = nullptr) {
+  PairRun plain;
+  if (run == nullptr) run = &plain;
   auto backend = testing::CpuTestBackend();
   PairReducer pair;
   PairReducer::Rank r0(&pair, 0), r1(&pair, 1);
-  PowerSgdAllReducer a(&r0, backend.get(), kMatrices, kN, rank, /*seed=*/5, min_rate);
-  PowerSgdAllReducer b(&r1, backend.get(), kMatrices, kN, rank, /*seed=*/5, min_rate);
+  PowerSgdAllReducer a(&r0, backend.get(), kMatrices, kN, rank, run->seed, min_rate);
+  PowerSgdAllReducer b(&r1, backend.get(), kMatrices, kN, rank, run->seed, min_rate);
   EXPECT_EQ(a.compressed_matrices(), 2);
+  PowerSgdAllReducer* both[2] = {&a, &b};
+  for (int r = 0; r < 2; ++r) {
+    if (run->start_state[r] != nullptr) {
+      absl::Status loaded = both[r]->LoadState(*run->start_state[r], "state");
+      EXPECT_TRUE(loaded.ok()) << loaded;
+    }
+  }
   std::vector<std::vector<float>> out(2 * steps);
+  const int first = run->first_step;
   std::thread other([&] {
     for (int s = 0; s < steps; ++s) {
-      out[2 * s + 1] = Random(100 + s);
+      out[2 * s + 1] = Random(100 + first + s);
       EXPECT_TRUE(b.AllReduceMean(out[2 * s + 1].data()).ok());
     }
   });
   for (int s = 0; s < steps; ++s) {
-    out[2 * s] = Random(s);
+    out[2 * s] = Random(first + s);
     EXPECT_TRUE(a.AllReduceMean(out[2 * s].data()).ok());
   }
   other.join();
   if (residual0 != nullptr) *residual0 = a.Residual();
+  for (int r = 0; r < 2; ++r) run->end_state[r] = both[r]->StateBytes();
   return out;
 }
 
@@ -161,6 +182,54 @@ TEST(PowerSgdTest, AtLowRankWhatItLeavesOutComesBackLater) {
   }
   EXPECT_GT(left_out, 0.01 * total) << "rank 1 approximations must leave something out";
   for (int s = 0; s < kSteps; ++s) EXPECT_EQ(out[2 * s], out[2 * s + 1]) << "step " << s;
+}
+
+TEST(PowerSgdTest, ResumedFromItsStateItTrainsAsIfItNeverStopped) {
+  // Six steps in one go, against three, the state of each rank kept, and three more by new
+  // reducers (seeded otherwise, so that their Q can only come from the state).
+  const auto straight = RunPair(/*rank=*/1, /*steps=*/6, /*min_rate=*/0.0);
+  PairRun before;
+  RunPair(/*rank=*/1, /*steps=*/3, /*min_rate=*/0.0, nullptr, &before);
+  PairRun after;
+  after.first_step = 3;
+  after.seed = 77;
+  after.start_state[0] = &before.end_state[0];
+  after.start_state[1] = &before.end_state[1];
+  const auto resumed = RunPair(/*rank=*/1, /*steps=*/3, /*min_rate=*/0.0, nullptr, &after);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(resumed[i], straight[6 + i]) << "rank " << i % 2 << ", step " << 3 + i / 2;
+  }
+  EXPECT_NE(before.end_state[0], before.end_state[1]) << "each rank keeps its own residual";
+  // Without the state the same three steps differ: the test sees what the state carries.
+  PairRun fresh;
+  fresh.first_step = 3;
+  fresh.seed = 77;
+  const auto afresh = RunPair(/*rank=*/1, /*steps=*/3, /*min_rate=*/0.0, nullptr, &fresh);
+  EXPECT_NE(afresh[0], straight[6]);
+}
+
+TEST(PowerSgdTest, AStateOfAnotherLayoutOrCutShortIsRefusedAndChangesNothing) {
+  PairRun run;
+  RunPair(/*rank=*/2, /*steps=*/2, /*min_rate=*/0.0, nullptr, &run);
+  const std::string& state = run.end_state[0];
+  auto backend = testing::CpuTestBackend();
+  PairReducer pair;
+  PairReducer::Rank r0(&pair, 0);
+  PowerSgdAllReducer rank1(&r0, backend.get(), kMatrices, kN, /*rank=*/1, /*seed=*/5, 0.0);
+  absl::Status other_rank = rank1.LoadState(state, "p.bin");
+  EXPECT_TRUE(absl::IsFailedPrecondition(other_rank)) << other_rank;
+  EXPECT_NE(other_rank.message().find("p.bin: PowerSGD state of rank 2"), std::string::npos)
+      << other_rank;
+  PowerSgdAllReducer rank2(&r0, backend.get(), kMatrices, kN, /*rank=*/2, /*seed=*/5, 0.0);
+  const std::string untouched = rank2.StateBytes();
+  for (const std::string& bad : {state.substr(0, state.size() - 4), state + "x",
+                                 std::string("DLRMPSGD"), std::string("not a state at all")}) {
+    absl::Status s = rank2.LoadState(bad, "p.bin");
+    EXPECT_TRUE(absl::IsDataLoss(s)) << bad.size() << " bytes: " << s;
+    EXPECT_EQ(rank2.StateBytes(), untouched) << "a refused state changed the reducer";
+  }
+  ASSERT_TRUE(rank2.LoadState(state, "p.bin").ok());
+  EXPECT_EQ(rank2.StateBytes(), state);
 }
 
 TEST(PowerSgdTest, AModelsFactorsAreFarFewerFloatsThanItsGradients) {
