@@ -383,16 +383,20 @@ TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
 
 // PowerSGD's state is each worker's own (its residual): every checkpoint of a 2-worker job holds
 // both ranks' files, checksummed in the manifest, and a job resumed with 2 workers takes each
-// rank's back (PowerSgdTest checks that this continues training bit for bit).
+// rank's back (PowerSgdTest checks that this continues training bit for bit). The warm-up counts
+// the job's steps, not the resumed run's: 12 steps whole, so the first run (10 steps) sends its
+// dense gradients whole and the resumed one (steps 11-20) mostly compressed.
 TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesFromIt) {
   const std::string psgd =
       "hot_budget: 0, dense_sync_compression: powersgd, powersgd_rank: 2, "
-      "powersgd_warmup_steps: 3";
+      "powersgd_warmup_steps: 12";
   const std::vector<std::string> shape = {"--ps", "1", "--workers", "2", "--data-dir"};
   auto run = [&](int steps, std::vector<std::string> extra, const std::string& name) {
     std::vector<std::string> argv = shape;
     argv.push_back(*dir_ + "/" + name + "-cluster");
     argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("--metrics-out");
+    argv.push_back(*dir_ + "/" + name + ".json");
     ProcessResult p = Local(Job("psgd", steps, "psgd", psgd), argv, name);
     EXPECT_EQ(p.exit_code, 0) << p.err;
     std::string logs;
@@ -415,7 +419,6 @@ TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesF
   }
   ASSERT_EQ(states.size(), 2u) << "one file per worker";
   EXPECT_TRUE(absl::StartsWith(states[0], "DLRMPSGD"));
-  EXPECT_NE(states[0], states[1]) << "each worker keeps its own residual";
   EXPECT_TRUE(embedding::VerifyCheckpointFiles(first, *m).ok());
 
   const std::string logs = run(20, {"--resume-from", first}, "psgd-2");
@@ -424,12 +427,28 @@ TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesF
                                                      first, "/powersgd-r", r, ".bin")))
         << logs;
   }
-  auto end = embedding::ReadManifest(Newest("psgd"));
+  const std::string last = Newest("psgd");
+  auto end = embedding::ReadManifest(last);
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->step, 20);
-  int powersgd_files = 0;
-  for (const auto& f : end->files) powersgd_files += f.kind == "powersgd";
-  EXPECT_EQ(powersgd_files, 2);
+  std::vector<std::string> end_states;
+  for (const auto& f : end->files) {
+    if (f.kind == "powersgd") end_states.push_back(Slurp(last + "/" + f.name));
+  }
+  ASSERT_EQ(end_states.size(), 2u);
+  // Compressed steps since the warm-up: each worker's residual is its own (binary: no printing).
+  EXPECT_TRUE(end_states[0] != end_states[1]) << "the workers' PowerSGD states are the same";
+
+  auto dense_bytes = [&](const std::string& name) {
+    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/" + name + ".json"));
+    EXPECT_TRUE(r.ok()) << r.status();
+    const char* key = "network_dense_allreduce_bytes_per_sample";
+    return r.ok() && r->network.contains(key) ? r->network.at(key) : -1.0;
+  };
+  const double whole = dense_bytes("psgd-1"), resumed = dense_bytes("psgd-2");
+  ASSERT_GT(whole, 0);
+  EXPECT_GT(resumed, 0);
+  EXPECT_LT(resumed, 0.5 * whole) << "the resumed run went through the warm-up again";
 }
 
 }  // namespace
