@@ -66,7 +66,7 @@
 #     --hot-budget B       hot_budget of the generated job (default auto, the service's default:
 #                          the planner's choice under a 256 MiB ceiling)
 #     --hot-rows on|off|both    --pipeline on|off|both    (default on, on)
-#     --hot-sync-dtype T   training.hot_sync_dtype of the generated job: fp32, fp16 or bf16
+#     --hot-sync-dtype T   training.hot_sync_dtype of the generated job: fp32, fp16, bf16 or fp8
 #                          (default: unset, the tables' fp32)
 #     --dense-sync-dtype T training.dense_sync_dtype of the generated job: fp32 (default) or bf16
 #     --dense-sync-compression C   training.dense_sync_compression of the generated job: none

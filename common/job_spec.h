@@ -110,9 +110,10 @@ struct JobSpec {
   }
   // The network between the workers and the parameter servers, for the planner's time estimate.
   double network_gbps = 10;
-  // The number type of the hot rows' gradients in the workers' exchange: fp32 | fp16 | bf16
-  // (rounded to nearest; every replica applies the same decoded values). Empty: the tables'
-  // dtype when they all share one, else fp32.
+  // The number type of the hot rows' gradients in the workers' exchange: fp32 | fp16 | bf16 |
+  // fp8 (FP8 E4M3 with an f32 scale per row: 4 + dim bytes a row; CPU workers). Rounded to
+  // nearest; every replica applies the same decoded values. Empty: the tables' dtype when they
+  // all share one, else fp32.
   std::string hot_sync_dtype;
   // The number type of the dense gradients in the workers' allreduce: fp32 | bf16 (each step of
   // Gloo's ring sums in fp32 and rounds to nearest even; every replica gets the same bits), as

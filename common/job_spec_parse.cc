@@ -285,8 +285,12 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "network_gbps", &spec.network_gbps));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sync_dtype", &spec.hot_sync_dtype));
-    if (!spec.hot_sync_dtype.empty()) {
-      DLRM_RETURN_IF_ERROR(CheckRowDtype("training.hot_sync_dtype", spec.hot_sync_dtype));
+    // A table dtype, or fp8: a format of the wire only.
+    if (!spec.hot_sync_dtype.empty() && spec.hot_sync_dtype != "fp8" &&
+        !CheckRowDtype("training.hot_sync_dtype", spec.hot_sync_dtype).ok()) {
+      return Invalid(
+          "training.hot_sync_dtype",
+          absl::StrCat("'", spec.hot_sync_dtype, "' is not one of fp32, fp16, bf16, fp8"));
     }
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "dense_sync_dtype", &spec.dense_sync_dtype));
     if (spec.dense_sync_dtype != "fp32" && spec.dense_sync_dtype != "bf16") {

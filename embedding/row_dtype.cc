@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -224,6 +225,72 @@ void DecodeValues(RowDtype dtype, const void* in, int64_t n, float* out) {
     uint16_t h;
     std::memcpy(&h, bytes + 2 * i, 2);
     out[i] = HalfToFloat(h);
+  }
+}
+
+uint8_t E4m3Nearest(float x) {
+  const uint8_t sign = static_cast<uint8_t>((FloatBits(x) >> 24) & 0x80);
+  if (std::isnan(x)) return sign | 0x7F;
+  const float a = std::fabs(x);
+  if (a >= 448.0f) return sign | 0x7E;  // saturates: 448 is the largest finite value
+  if (a < 0x1p-6f) {
+    // Subnormal: m x 2^-9 for m = 0..8 (m = 8 is the smallest normal, whose code is 0x08 too).
+    // a x 2^9 is exact; nearbyint rounds ties to even in the default rounding mode.
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 0x1p9f));
+  }
+  // Keep 3 of the 23 mantissa bits, rounding the 20 dropped ones to nearest even; a carry moves
+  // into the exponent as it should.
+  uint32_t bits = FloatBits(a);
+  bits += 0x7FFFFu + ((bits >> 20) & 1u);
+  const int exponent = static_cast<int>(bits >> 23) - 127 + 7;  // 1..16 here
+  const uint32_t mantissa = (bits >> 20) & 7u;
+  if (exponent > 15 || (exponent == 15 && mantissa == 7)) return sign | 0x7E;
+  return sign | static_cast<uint8_t>((exponent << 3) | static_cast<int>(mantissa));
+}
+
+float E4m3ToFloat(uint8_t code) {
+  static const auto* const kTable = [] {
+    auto* table = new float[256];
+    for (int c = 0; c < 256; ++c) {
+      const int exponent = (c >> 3) & 0xF, mantissa = c & 7;
+      float v;
+      if (exponent == 0xF && mantissa == 7) {
+        v = std::numeric_limits<float>::quiet_NaN();
+      } else if (exponent == 0) {
+        v = std::ldexp(static_cast<float>(mantissa), -9);
+      } else {
+        v = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+      }
+      table[c] = (c & 0x80) != 0 ? -v : v;
+    }
+    return table;
+  }();
+  return kTable[code];
+}
+
+void EncodeFp8Rows(const float* in, int64_t rows, int dim, void* out) {
+  auto* bytes = static_cast<unsigned char*>(out);
+  for (int64_t r = 0; r < rows; ++r, in += dim, bytes += Fp8RowBytes(dim)) {
+    float amax = 0;
+    bool nan = false;
+    for (int k = 0; k < dim; ++k) {
+      nan |= std::isnan(in[k]);
+      amax = std::max(amax, std::fabs(in[k]));
+    }
+    if (nan) amax = std::numeric_limits<float>::quiet_NaN();  // a NaN row decodes to NaN
+    const float scale = amax / 448.0f;
+    std::memcpy(bytes, &scale, sizeof(scale));
+    const float inverse = amax > 0 && std::isfinite(amax) ? 448.0f / amax : 0.0f;
+    for (int k = 0; k < dim; ++k) bytes[4 + k] = E4m3Nearest(in[k] * inverse);
+  }
+}
+
+void DecodeFp8Rows(const void* in, int64_t rows, int dim, float* out) {
+  const auto* bytes = static_cast<const unsigned char*>(in);
+  for (int64_t r = 0; r < rows; ++r, out += dim, bytes += Fp8RowBytes(dim)) {
+    float scale;
+    std::memcpy(&scale, bytes, sizeof(scale));
+    for (int k = 0; k < dim; ++k) out[k] = E4m3ToFloat(bytes[4 + k]) * scale;
   }
 }
 

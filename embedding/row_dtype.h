@@ -57,6 +57,22 @@ void StochasticRound(RowDtype dtype, float* values, int64_t n, uint64_t* rng);
 void EncodeValues(RowDtype dtype, const float* in, int64_t n, void* out);
 void DecodeValues(RowDtype dtype, const void* in, int64_t n, float* out);
 
+// FP8 E4M3 (OCP 8-bit floating point, "E4M3FN": 1 sign, 4 exponent bits of bias 7, 3 mantissa
+// bits, subnormals, no infinities, largest finite 448), for gradients on the wire only
+// (training.hot_sync_dtype: fp8); never a stored dtype. E4m3Nearest rounds to nearest even and
+// saturates to +-448; NaN stays NaN.
+uint8_t E4m3Nearest(float x);
+float E4m3ToFloat(uint8_t code);
+
+// FP8 row-wise, as TorchRec's and FBGEMM's FP8 quantized communication: each row of `dim` values
+// travels as its f32 scale (the row's largest magnitude / 448, little-endian) followed by `dim`
+// E4M3 codes of value / scale, so every row uses the whole FP8 range whatever its magnitude.
+// Fp8RowBytes(dim) = 4 + dim bytes a row (20 for dim 16, against 32 in bf16); a zero row is a zero
+// scale and zero codes. `out` / `in` may sit at any byte offset.
+inline int64_t Fp8RowBytes(int dim) { return 4 + static_cast<int64_t>(dim); }
+void EncodeFp8Rows(const float* in, int64_t rows, int dim, void* out);
+void DecodeFp8Rows(const void* in, int64_t rows, int dim, float* out);
+
 // A stored row of one table: `dim` weights in `dtype`, then `state_floats` fp32 floats.
 struct RowCodec {
   RowDtype dtype = RowDtype::kFp32;

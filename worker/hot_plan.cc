@@ -75,7 +75,8 @@ HotPlan PlanHotSet(const HotSetSelector& sample, const HotPlanOptions& options,
 
   const double v = options.value_bytes;
   const double ps_per_row = 2.0 * (8 + v * dim);
-  const double sync_per_row = 4 + static_cast<double>(options.sync_value_bytes) * dim;
+  const double sync_per_row =
+      4 + static_cast<double>(options.sync_value_bytes) * dim + options.sync_row_extra_bytes;
   double migrate_per_row = 0;
   if (options.current_rows >= 0 && options.refresh_steps > 0) {
     const double row_bytes = sample.tables().empty() ? 0 : static_cast<double>(min_row_bytes);

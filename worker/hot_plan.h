@@ -10,7 +10,7 @@
 //                     in, / worker batches counted; cold rows touched u_cold(k) likewise for the
 //                     rest;
 //   PS bytes          u_cold x (8-byte id + v x dim values) x 2 (the lookup and the push);
-//   sync bytes        (world - 1) x (u_hot x (4-byte id + s x dim values) + 4): what the ring
+//   sync bytes        (world - 1) x (u_hot x (4-byte id + s x dim values + x) + 4): what the ring
 //                     allgathers send from this worker (every byte once, at its sender);
 //   seconds           (PS + sync bytes) / the link rate (training.network_gbps), plus
 //                     world x u_hot x the measured time to apply one row's update (every replica
@@ -18,7 +18,8 @@
 //                     size needs (|k - the size in use| rows, each read or written back once)
 //                     spread over the steps until the next refresh.
 // v = value_bytes: 4, or 2 when the tables' rows and gradients travel as fp16/bf16; s =
-// sync_value_bytes, the same for the hot rows' exchange (training.hot_sync_dtype).
+// sync_value_bytes, the same for the hot rows' exchange (training.hot_sync_dtype; 1 for fp8),
+// and x = sync_row_extra_bytes (fp8's scale a row).
 // It picks the smallest set whose estimated seconds are within `tolerance` of the best: a larger
 // set costs memory on every worker and rows to migrate at each refresh, and must buy something.
 // What it leaves out: the CPU the parameter servers and gRPC spend per cold row (so it leans
@@ -45,6 +46,7 @@ struct HotPlanOptions {
   // or training.hot_sync_dtype).
   int value_bytes = 4;
   int sync_value_bytes = 4;
+  int sync_row_extra_bytes = 0;  // per row beyond its values: 4 (the scale) with fp8
   double tolerance = 0.01;
   // A refresh passes the size of the set in use: it is a candidate too, and kept while its
   // estimate is within the tolerance of the best (a new size moves rows for little gain). -1: none.

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -24,9 +25,80 @@ absl::Status CheckRows(absl::Span<const int32_t> rows, int64_t total_rows, absl:
 
 }  // namespace
 
+HotWire HotWireFor(embedding::RowDtype dtype) {
+  switch (dtype) {
+    case embedding::RowDtype::kFp16:
+      return HotWire::kFp16;
+    case embedding::RowDtype::kBf16:
+      return HotWire::kBf16;
+    case embedding::RowDtype::kFp32:
+      break;
+  }
+  return HotWire::kFp32;
+}
+
+absl::StatusOr<HotWire> ParseHotWire(std::string_view name) {
+  if (name == "fp8") return HotWire::kFp8;
+  absl::StatusOr<embedding::RowDtype> dtype = embedding::ParseRowDtype(name);
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("hot-row exchange format '", std::string(name),
+                                                   "': expected fp32, fp16, bf16 or fp8"));
+  }
+  return HotWireFor(*dtype);
+}
+
+int64_t HotWireRowBytes(HotWire wire, int dim) {
+  switch (wire) {
+    case HotWire::kFp8:
+      return embedding::Fp8RowBytes(dim);
+    case HotWire::kFp16:
+    case HotWire::kBf16:
+      return 2 * static_cast<int64_t>(dim);
+    case HotWire::kFp32:
+      break;
+  }
+  return 4 * static_cast<int64_t>(dim);
+}
+
+namespace {
+
+void EncodeGrads(HotWire wire, const float* grads, size_t rows, int dim, void* out) {
+  switch (wire) {
+    case HotWire::kFp8:
+      return embedding::EncodeFp8Rows(grads, static_cast<int64_t>(rows), dim, out);
+    case HotWire::kFp16:
+      return embedding::EncodeValues(embedding::RowDtype::kFp16, grads,
+                                     static_cast<int64_t>(rows * dim), out);
+    case HotWire::kBf16:
+      return embedding::EncodeValues(embedding::RowDtype::kBf16, grads,
+                                     static_cast<int64_t>(rows * dim), out);
+    case HotWire::kFp32:
+      break;
+  }
+  embedding::EncodeValues(embedding::RowDtype::kFp32, grads, static_cast<int64_t>(rows * dim), out);
+}
+
+void DecodeGrads(HotWire wire, const void* in, size_t rows, int dim, float* grads) {
+  switch (wire) {
+    case HotWire::kFp8:
+      return embedding::DecodeFp8Rows(in, static_cast<int64_t>(rows), dim, grads);
+    case HotWire::kFp16:
+      return embedding::DecodeValues(embedding::RowDtype::kFp16, in,
+                                     static_cast<int64_t>(rows * dim), grads);
+    case HotWire::kBf16:
+      return embedding::DecodeValues(embedding::RowDtype::kBf16, in,
+                                     static_cast<int64_t>(rows * dim), grads);
+    case HotWire::kFp32:
+      break;
+  }
+  embedding::DecodeValues(embedding::RowDtype::kFp32, in, static_cast<int64_t>(rows * dim), grads);
+}
+
+}  // namespace
+
 absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
                                       const HotRowGradients& local, GatheredHotGradients* gathered,
-                                      embedding::RowDtype dtype) {
+                                      HotWire wire) {
   const size_t n = local.rows.size();
   if (dim <= 0 || total_rows > std::numeric_limits<int32_t>::max() ||
       local.grads.size() != n * static_cast<size_t>(dim)) {
@@ -61,16 +133,14 @@ absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t
   gathered->grads.resize(total * dim);
   if (total == 0) return absl::OkStatus();
   // One allgather for ids and gradients: each rank's piece is its row ids (their bits in float
-  // slots: an allgather copies bytes, it adds nothing) followed by their gradients, in `dtype`
-  // (a half piece padded to whole float slots).
-  const auto grad_slots = [&](size_t rows) {
-    return (rows * dim * embedding::DtypeBytes(dtype) + 3) / 4;
-  };
+  // slots: an allgather copies bytes, it adds nothing) followed by their gradients, in `wire`
+  // (padded to whole float slots).
+  const size_t row_bytes = static_cast<size_t>(HotWireRowBytes(wire, dim));
+  const auto grad_slots = [&](size_t rows) { return (rows * row_bytes + 3) / 4; };
   packed_in_.resize(n + grad_slots(n));
   std::memcpy(packed_in_.data(), local.rows.data(), n * sizeof(int32_t));
-  if (n > 0) packed_in_.back() = 0;  // a half piece's padding
-  embedding::EncodeValues(dtype, local.grads.data(), static_cast<int64_t>(n * dim),
-                          packed_in_.data() + n);
+  if (n > 0) packed_in_.back() = 0;  // the padding
+  EncodeGrads(wire, local.grads.data(), n, dim, packed_in_.data() + n);
   std::vector<size_t> packed_counts(world);
   size_t packed_total = 0;
   for (int r = 0; r < world; ++r) {
@@ -84,8 +154,7 @@ absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t
     const size_t c = gathered->counts[r];
     const size_t offset = gathered->Offset(r);
     std::memcpy(gathered->rows.data() + offset, piece, c * sizeof(int32_t));
-    embedding::DecodeValues(dtype, piece + c, static_cast<int64_t>(c * dim),
-                            gathered->grads.data() + offset * dim);
+    DecodeGrads(wire, piece + c, c, dim, gathered->grads.data() + offset * dim);
     piece += packed_counts[r];
     DLRM_RETURN_IF_ERROR(CheckRows(gathered->Rows(r), total_rows, absl::StrCat("rank ", r, "'s"),
                                    absl::StatusCode::kInternal));

@@ -9,11 +9,13 @@
 //
 // What travels grows with the rows touched in the step, never with the size of the hot set: the
 // number of rows each worker touched (one integer per worker), then in one allgather each worker's
-// touched row indices (4 bytes a row) with their gradients (4 x dim bytes a row; 2 x dim with a
-// half `dtype`, the tables' tables.dtype: each rank's gradients are rounded to nearest before they
-// go, and every rank, the sender too, applies the rounded values, so the replicas stay equal). A
-// row nobody touched costs nothing; a row one worker touched is sent by that worker only, once
-// around the ring. With one worker the exchange sends nothing (and rounds nothing).
+// touched row indices (4 bytes a row) with their gradients in the exchange's HotWire format: 4 x
+// dim bytes a row in fp32; 2 x dim in fp16 or bf16 (the tables' tables.dtype, or
+// training.hot_sync_dtype); 4 + dim in fp8 (FP8 E4M3 with a scale per row,
+// embedding::EncodeFp8Rows). Each rank's gradients are rounded before they go, and every rank, the
+// sender too, applies the rounded values, so the replicas stay equal. A row nobody touched costs
+// nothing; a row one worker touched is sent by that worker only, once around the ring. With one
+// worker the exchange sends nothing (and rounds nothing).
 //
 //   HotGradientExchange exchange;
 //   DLRM_RETURN_IF_ERROR(exchange.Run(reducer, dim, hot->total_rows(), local, &gathered));
@@ -21,14 +23,25 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "embedding/row_dtype.h"
 #include "worker/collective.h"
 
 namespace dlrm::worker {
+
+// How the exchange sends gradient values: fp32, fp16, bf16 (2 or 4 bytes a value, rounded to
+// nearest even) or fp8 (FP8 E4M3 row-wise with an f32 scale a row).
+enum class HotWire : uint8_t { kFp32, kFp16, kBf16, kFp8 };
+HotWire HotWireFor(embedding::RowDtype dtype);
+// "fp32" | "fp16" | "bf16" | "fp8"; INVALID_ARGUMENT naming the value otherwise.
+absl::StatusOr<HotWire> ParseHotWire(std::string_view name);
+// Bytes of one row's gradients (dim values) on the wire.
+int64_t HotWireRowBytes(HotWire wire, int dim);
 
 // Gradients of some hot rows: `rows` are indices in the flat hot-row layout (all tables' rows in
 // order, HotRowCache::grad_offset / dim), ascending and distinct; `grads` is [rows x dim].
@@ -66,7 +79,7 @@ class HotGradientExchange {
   // peer sends such).
   absl::Status Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
                    const HotRowGradients& local, GatheredHotGradients* gathered,
-                   embedding::RowDtype dtype = embedding::RowDtype::kFp32);
+                   HotWire wire = HotWire::kFp32);
 
  private:
   std::vector<int32_t> count_in_, counts_out_;

@@ -78,11 +78,11 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
       std::all_of(tables.begin(), tables.end(), [&](const embedding::TableConfig& t) {
         return t.dtype == tables.front().dtype;
       })) {
-    hot_wire_dtype_ = tables.front().dtype;
+    hot_wire_ = HotWireFor(tables.front().dtype);
   }
   // The spec was validated: the name parses.
   if (!options_.spec.hot_sync_dtype.empty()) {
-    hot_wire_dtype_ = *embedding::ParseRowDtype(options_.spec.hot_sync_dtype);
+    hot_wire_ = *ParseHotWire(options_.spec.hot_sync_dtype);
   }
 }
 
@@ -131,6 +131,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     return absl::UnimplementedError(
         "training.dense_sync_compression powersgd applies to CPU workers' allreduce; GPU workers "
         "allreduce their dense gradients uncompressed (PowerSGD there is planned): use none");
+  }
+  if (spec.hot_sync_dtype == "fp8" && options.backend->device() != dense::Device::kCpu &&
+      (options.allreducer != nullptr || options.device_allreducer != nullptr)) {
+    return absl::UnimplementedError(
+        "training.hot_sync_dtype fp8 applies to CPU workers' hot-row exchange; GPU workers sum "
+        "their hot rows' gradients in fp32 (fp8 there is planned): leave it unset");
   }
   std::unique_ptr<Trainer> trainer(new Trainer(options));
   trainer->num_tables_ = static_cast<int>(tables.size());

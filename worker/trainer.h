@@ -339,7 +339,7 @@ class Trainer {
   bool hot_may_apply_ ABSL_GUARDED_BY(hot_mu_) = true;
   // The hot exchange's gradients travel in the tables' dtype when they all share a half one
   // (as their cold rows' gradients do to the parameter servers); fp32 otherwise.
-  embedding::RowDtype hot_wire_dtype_ = embedding::RowDtype::kFp32;
+  HotWire hot_wire_ = HotWire::kFp32;  // the hot-row exchange's format
   struct AtomicCounters {
     std::atomic<int64_t> samples{0}, ids{0}, hot_ids{0}, store_rows{0}, store_bytes{0};
     std::atomic<int64_t> dense_sync_bytes{0}, hot_sync_bytes{0};

@@ -47,7 +47,7 @@ absl::Status Trainer::ApplyHotGradients() {
       common::NameThisThread("dlrm-hot-xchg");
       const int64_t sent_before = hot_reducer->sent_bytes();
       hot_thread_status_ =
-          hot_exchange_.Run(hot_reducer, dim_, rows, hot_local_, &hot_gathered_, hot_wire_dtype_);
+          hot_exchange_.Run(hot_reducer, dim_, rows, hot_local_, &hot_gathered_, hot_wire_);
       hot_thread_sent_ = hot_reducer->sent_bytes() - sent_before;
       if (!hot_thread_status_.ok()) return;
       {
@@ -60,8 +60,8 @@ absl::Status Trainer::ApplyHotGradients() {
   }
   DenseAllReducer* reducer = options_.allreducer;
   const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
-  DLRM_RETURN_IF_ERROR(hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_,
-                                         &hot_gathered_, hot_wire_dtype_));
+  DLRM_RETURN_IF_ERROR(
+      hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_gathered_, hot_wire_));
   if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
   ApplyGatheredHotGradients();
   return absl::OkStatus();

@@ -64,9 +64,15 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
   const bool all_half = std::all_of(spec.tables.begin(), spec.tables.end(),
                                     [](const common::TableSpec& t) { return t.dtype != "fp32"; });
   plan_options.value_bytes = all_half ? 2 : 4;
-  plan_options.sync_value_bytes = spec.hot_sync_dtype.empty()     ? plan_options.value_bytes
-                                  : spec.hot_sync_dtype == "fp32" ? 4
-                                                                  : 2;
+  // The exchange's bytes a row's gradients (HotWireRowBytes), as the planner counts them.
+  if (spec.hot_sync_dtype == "fp8") {
+    plan_options.sync_value_bytes = 1;
+    plan_options.sync_row_extra_bytes = 4;  // the row's scale
+  } else {
+    plan_options.sync_value_bytes = spec.hot_sync_dtype.empty()     ? plan_options.value_bytes
+                                    : spec.hot_sync_dtype == "fp32" ? 4
+                                                                    : 2;
+  }
   const HotPlan plan = PlanHotSet(*sample_counts, plan_options);
   DLRM_LOG(INFO) << "job " << job.job_id() << ": " << plan.Describe();
   std::vector<std::vector<int64_t>> hot_ids = plan.hot_ids;

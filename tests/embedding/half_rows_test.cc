@@ -2,7 +2,9 @@
 // half, the vector path against the scalar one and the compiler's _Float16 where it has one,
 // stochastic rounding that is unbiased and lands on a neighbour, and a TieredStore of fp16/bf16
 // rows that stores them in both tiers without losing a bit, rounds each update to a neighbour of
-// the fp32 update, and keeps tiny updates that rounding to nearest loses.
+// the fp32 update, and keeps tiny updates that rounding to nearest loses. FP8 E4M3 (the hot-row
+// exchange's training.hot_sync_dtype fp8) against its definition, and its row-wise scaling.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -220,6 +222,107 @@ TieredStoreOptions HalfOptions(const std::string& path, RowDtype dtype, int64_t 
   o.memory_budget_bytes = budget_rows * MemoryRowMap::BytesPerRow(RowWords(dtype, kDim, 1));
   o.rocksdb.path = path;
   return o;
+}
+
+// E4M3 against its definition: known codes, and for many values (normal, subnormal, ties,
+// beyond the range) the code a search over all 254 finite codes finds nearest, ties to the even
+// code.
+TEST(Fp8Test, E4m3RoundsToTheNearestFiniteCodeTiesToEven) {
+  EXPECT_EQ(E4m3ToFloat(0x00), 0.0f);
+  EXPECT_EQ(E4m3ToFloat(0x38), 1.0f);                 // exponent 7 = bias
+  EXPECT_EQ(E4m3ToFloat(0x7E), 448.0f);               // the largest finite
+  EXPECT_EQ(E4m3ToFloat(0x01), std::ldexp(1.f, -9));  // the smallest subnormal
+  EXPECT_EQ(E4m3ToFloat(0x08), std::ldexp(1.f, -6));  // the smallest normal
+  EXPECT_EQ(E4m3ToFloat(0xB8), -1.0f);
+  EXPECT_TRUE(std::isnan(E4m3ToFloat(0x7F)));
+  EXPECT_TRUE(std::isnan(E4m3ToFloat(0xFF)));
+  EXPECT_EQ(E4m3Nearest(1.0f), 0x38);
+  EXPECT_EQ(E4m3Nearest(1000.0f), 0x7E);  // saturates
+  EXPECT_EQ(E4m3Nearest(-1e30f), 0xFE);
+  EXPECT_EQ(E4m3Nearest(1.0625f), 0x38);  // halfway between 1 and 1.125: the even code
+  EXPECT_EQ(E4m3Nearest(1.1875f), 0x3A);  // halfway between 1.125 and 1.25: the even code
+  EXPECT_EQ(E4m3Nearest(std::ldexp(1.5f, -9)), 0x02);  // subnormal tie 1.5 -> 2
+  EXPECT_EQ(E4m3Nearest(std::ldexp(2.5f, -9)), 0x02);  // subnormal tie 2.5 -> 2
+  EXPECT_EQ(E4m3Nearest(std::numeric_limits<float>::quiet_NaN()) & 0x7F, 0x7F);
+
+  auto reference = [](float x) {
+    int best = -1;
+    float best_error = std::numeric_limits<float>::infinity();
+    for (int c = 0; c < 256; ++c) {
+      const float v = E4m3ToFloat(static_cast<uint8_t>(c));
+      if (std::isnan(v) || (std::signbit(v) != std::signbit(x))) continue;
+      const float error = std::fabs(v - x);
+      if (error < best_error || (error == best_error && (c & 1) == 0)) {
+        best = c;
+        best_error = error;
+      }
+    }
+    return best;
+  };
+  std::mt19937 rng(3);
+  std::vector<float> values;
+  for (int c = 0; c <= 0x7E; ++c) {  // every finite code, and every midpoint between neighbours
+    values.push_back(E4m3ToFloat(static_cast<uint8_t>(c)));
+    if (c < 0x7E) values.push_back((E4m3ToFloat(static_cast<uint8_t>(c)) + E4m3ToFloat(c + 1)) / 2);
+  }
+  for (int i = 0; i < 20000; ++i) {
+    values.push_back(std::ldexp(std::uniform_real_distribution<float>(0.5f, 1.0f)(rng),
+                                std::uniform_int_distribution<int>(-12, 10)(rng)));
+  }
+  for (float v : values) {
+    for (float x : {v, -v}) {
+      const int want = reference(std::min(x, 448.0f) == x ? x : 448.0f);
+      ASSERT_EQ(E4m3Nearest(x), std::fabs(x) >= 448.0f ? (x < 0 ? 0xFE : 0x7E) : want)
+          << "x = " << x;
+    }
+  }
+}
+
+// A row keeps its largest magnitude exactly and every value within half a unit in the last place
+// of E4M3 at the row's scale; a zero row, a row of one huge value and many tiny ones, and NaN.
+TEST(Fp8Test, RowsTravelWithTheirScaleAndKeepThreeMantissaBits) {
+  constexpr int kDim = 16;
+  constexpr int kRows = 200;
+  std::mt19937 rng(11);
+  std::vector<float> in(kRows * kDim);
+  for (int r = 0; r < kRows; ++r) {
+    const float magnitude = std::ldexp(1.0f, std::uniform_int_distribution<int>(-30, 20)(rng));
+    for (int k = 0; k < kDim; ++k) {
+      in[r * kDim + k] = magnitude * std::uniform_real_distribution<float>(-1, 1)(rng);
+    }
+  }
+  for (int k = 0; k < kDim; ++k) in[k] = 0;  // row 0: zeros
+  in[kDim] = 1e6f;                           // row 1: one large value among small ones
+  for (int k = 1; k < kDim; ++k) in[kDim + k] = 1e-3f;
+  std::vector<unsigned char> wire(kRows * Fp8RowBytes(kDim) + 1);
+  EncodeFp8Rows(in.data(), kRows, kDim, wire.data() + 1);  // at an odd offset
+  EXPECT_EQ(Fp8RowBytes(kDim), 20);
+  std::vector<float> out(in.size());
+  DecodeFp8Rows(wire.data() + 1, kRows, kDim, out.data());
+  for (int r = 0; r < kRows; ++r) {
+    float amax = 0;
+    for (int k = 0; k < kDim; ++k) amax = std::max(amax, std::fabs(in[r * kDim + k]));
+    const float scale = amax / 448.0f;
+    for (int k = 0; k < kDim; ++k) {
+      const float x = in[r * kDim + k], y = out[r * kDim + k];
+      if (std::fabs(x) == amax) {
+        EXPECT_NEAR(y, x, 1e-6f * amax) << "row " << r;
+      }
+      // Half a unit in the last place: 2^-4 of the value, and at least 2^-10 of the scale
+      // (subnormals), with a little room for the scale's own rounding.
+      const float bound = std::max(std::fabs(x) / 16, std::ldexp(scale, -10)) * 1.001f + 1e-30f;
+      ASSERT_LE(std::fabs(y - x), bound)
+          << "row " << r << " value " << k << ": " << x << " -> " << y;
+    }
+  }
+  for (int k = 0; k < kDim; ++k) EXPECT_EQ(out[k], 0.0f);
+  EXPECT_EQ(out[kDim], 1e6f);
+  EXPECT_EQ(out[kDim + 1], 0.0f) << "1e-3 is below the smallest subnormal at a scale of 1e6/448";
+  float nan_row[kDim] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  unsigned char nan_wire[Fp8RowBytes(kDim)];
+  EncodeFp8Rows(nan_row, 1, kDim, nan_wire);
+  DecodeFp8Rows(nan_wire, 1, kDim, nan_row);
+  EXPECT_TRUE(std::isnan(nan_row[0]) && std::isnan(nan_row[1])) << "a NaN row stays NaN";
 }
 
 TEST(HalfRowsTest, StoredExactlyInBothTiersAndUpdatesRoundToANeighbour) {

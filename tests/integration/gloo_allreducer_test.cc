@@ -285,16 +285,17 @@ TEST_F(GlooAllReducerTest, HotRowExchangeGivesEveryReplicaEveryGradientAndCostsW
   }
 }
 
-// With half-precision tables the exchange sends each gradient in 2 bytes: every rank, the sender
-// included, ends with the same rounded gradients (so the replicas stay equal), for half the
-// gradient bytes.
+// With half-precision tables the exchange sends each gradient in 2 bytes, and with
+// hot_sync_dtype fp8 each row in 4 + dim (a scale and E4M3 codes): every rank, the sender
+// included, ends with the same rounded gradients (so the replicas stay equal), for a fraction of
+// the gradient bytes.
 TEST_F(GlooAllReducerTest, HotRowExchangeOfHalfTablesSendsHalfGradientsEveryRankAgreesOn) {
   constexpr int kWorld = 3;
   constexpr int kDim = 6;
-  for (embedding::RowDtype dtype : {embedding::RowDtype::kFp16, embedding::RowDtype::kBf16}) {
-    SCOPED_TRACE(embedding::RowDtypeName(dtype));
+  for (HotWire wire : {HotWire::kFp16, HotWire::kBf16, HotWire::kFp8}) {
+    SCOPED_TRACE(static_cast<int>(wire));
     auto reducers =
-        Connect(kWorld, absl::StrCat("job/hot-half-", static_cast<int>(dtype), "/gloo/"));
+        Connect(kWorld, absl::StrCat("job/hot-half-", static_cast<int>(wire), "/gloo/"));
     ASSERT_EQ(reducers.size(), static_cast<size_t>(kWorld));
     std::vector<HotRowGradients> local(kWorld);
     std::mt19937 rng(5);
@@ -308,12 +309,25 @@ TEST_F(GlooAllReducerTest, HotRowExchangeOfHalfTablesSendsHalfGradientsEveryRank
         }
       }
     }
+    // One row as it arrives: rounded by the wire's own codec.
+    auto rounded = [&](const float* row, float* out) {
+      unsigned char bytes[4 * kDim];
+      if (wire == HotWire::kFp8) {
+        embedding::EncodeFp8Rows(row, 1, kDim, bytes);
+        embedding::DecodeFp8Rows(bytes, 1, kDim, out);
+      } else {
+        const auto dtype =
+            wire == HotWire::kFp16 ? embedding::RowDtype::kFp16 : embedding::RowDtype::kBf16;
+        embedding::EncodeValues(dtype, row, kDim, bytes);
+        embedding::DecodeValues(dtype, bytes, kDim, out);
+      }
+    };
     std::vector<GatheredHotGradients> out(kWorld);
     std::vector<int64_t> sent(kWorld);
     auto status = OnEveryRank(kWorld, [&](int r) {
       HotGradientExchange exchange;
       const int64_t before = reducers[r]->sent_bytes();
-      DLRM_RETURN_IF_ERROR(exchange.Run(reducers[r].get(), kDim, 3000, local[r], &out[r], dtype));
+      DLRM_RETURN_IF_ERROR(exchange.Run(reducers[r].get(), kDim, 3000, local[r], &out[r], wire));
       sent[r] = reducers[r]->sent_bytes() - before;
       return absl::OkStatus();
     });
@@ -326,20 +340,22 @@ TEST_F(GlooAllReducerTest, HotRowExchangeOfHalfTablesSendsHalfGradientsEveryRank
       EXPECT_EQ(out[r].grads, out[0].grads) << "every replica applies the same values";
       for (int from = 0; from < kWorld; ++from) {
         const float* got = out[r].Grads(from);
-        for (size_t i = 0; i < local[from].grads.size(); ++i) {
-          uint16_t h;
-          float want;
-          embedding::EncodeValues(dtype, &local[from].grads[i], 1, &h);
-          embedding::DecodeValues(dtype, &h, 1, &want);
-          ASSERT_EQ(got[i], want) << "rank " << from << " value " << i;
+        for (size_t i = 0; i < local[from].rows.size(); ++i) {
+          float want[kDim];
+          rounded(&local[from].grads[i * kDim], want);
+          for (int k = 0; k < kDim; ++k) {
+            ASSERT_EQ(got[i * kDim + k], want[k]) << "rank " << from << " row " << i;
+          }
         }
       }
-      // Counts, then (4 + 2 x dim) bytes a row, padded to 4 bytes per piece.
+      // Counts, then (4 + the wire's bytes a row) a row, padded to 4 bytes per piece.
+      const int64_t row_bytes = HotWireRowBytes(wire, kDim);
+      EXPECT_EQ(row_bytes, wire == HotWire::kFp8 ? 4 + kDim : 2 * kDim);
       int64_t pieces = 0;
       for (int from = 0; from < kWorld; ++from) {
         if (from == (r + 1) % kWorld) continue;
-        const size_t c = local[from].rows.size();
-        pieces += static_cast<int64_t>(4 * c + (c * kDim * 2 + 3) / 4 * 4);
+        const int64_t c = static_cast<int64_t>(local[from].rows.size());
+        pieces += 4 * c + (c * row_bytes + 3) / 4 * 4;
       }
       EXPECT_EQ(sent[r], static_cast<int64_t>(4 * (kWorld - 1)) + pieces);
       EXPECT_LT(sent[r], static_cast<int64_t>(4 * (kWorld - 1) + all * (4 + 4 * kDim)) * 0.6);

@@ -117,17 +117,23 @@ TEST_F(HotRefreshClusterTest, UnchangingIdsAtLoopbackSpeedSkipEveryRefresh) {
 }
 
 // training.hot_sync_dtype: bf16 over fp32 tables sends each hot-row gradient in 2 bytes instead
-// of 4: the exchange's bytes fall to about (4 + 2 x 8) / (4 + 4 x 8) of fp32's (row ids stay 4
-// bytes), the parameter servers' do not change, and the model learns the same.
-TEST_F(HotRefreshClusterTest, AHalfPrecisionHotExchangeSendsAboutHalfTheBytes) {
+// of 4, and fp8 in 1 with a 4-byte scale a row: the exchange's bytes fall to about
+// (4 + 2 x 8) / (4 + 4 x 8) and (4 + 4 + 8) / (4 + 4 x 8) of fp32's (row ids stay 4 bytes), the
+// parameter servers' do not change, and the model learns the same.
+TEST_F(HotRefreshClusterTest, AHalfPrecisionOrFp8HotExchangeSendsFewerBytes) {
   const worker::TrainReport wide = RunJob("sync-fp32", "[train.tsv]", "hot_sync_dtype: fp32");
   const worker::TrainReport half = RunJob("sync-bf16", "[train.tsv]", "hot_sync_dtype: bf16");
+  const worker::TrainReport fp8 = RunJob("sync-fp8", "[train.tsv]", "hot_sync_dtype: fp8");
   ASSERT_GT(BytesPerSample(wide, "hot_sync"), 0);
   EXPECT_NEAR(BytesPerSample(half, "hot_sync") / BytesPerSample(wide, "hot_sync"), 20.0 / 36.0,
               0.03);
-  EXPECT_NEAR(BytesPerSample(half, "ps_lookup"), BytesPerSample(wide, "ps_lookup"),
-              0.01 * BytesPerSample(wide, "ps_lookup"));
-  EXPECT_NEAR(half.auc, wide.auc, kSameAuc);
+  EXPECT_NEAR(BytesPerSample(fp8, "hot_sync") / BytesPerSample(wide, "hot_sync"), 16.0 / 36.0,
+              0.03);
+  for (const worker::TrainReport* r : {&half, &fp8}) {
+    EXPECT_NEAR(BytesPerSample(*r, "ps_lookup"), BytesPerSample(wide, "ps_lookup"),
+                0.01 * BytesPerSample(wide, "ps_lookup"));
+    EXPECT_NEAR(r->auc, wide.auc, kSameAuc);
+  }
 }
 
 // training.dense_sync_dtype: bf16 allreduces the dense gradients in 2 bytes a value: the dense

@@ -190,18 +190,29 @@ TEST_F(HotPlanTest, HotRowsPayWithTwoWorkersAndNotWithFour) {
 
 // Half-precision tables: rows and gradients take 2 bytes a value on both paths, so each
 // candidate's PS bytes per cold row are 2 x (8 + 32) and its exchange 4 + 32 a hot row. A half
-// exchange over fp32 tables (training.hot_sync_dtype) halves only the exchange's values.
+// exchange over fp32 tables (training.hot_sync_dtype) halves only the exchange's values; an fp8
+// one sends a byte a value and a 4-byte scale a row.
 TEST_F(HotPlanTest, HalfPrecisionTablesCountTwoBytesAValue) {
   HotPlanOptions half = Options(2);
   half.value_bytes = 2;
   half.sync_value_bytes = 2;
   HotPlanOptions half_sync = Options(2);
   half_sync.sync_value_bytes = 2;
+  HotPlanOptions fp8_sync = Options(2);  // hot_sync_dtype fp8: a byte a value, a 4-byte scale
+  fp8_sync.sync_value_bytes = 1;
+  fp8_sync.sync_row_extra_bytes = 4;
   const HotPlan plan = PlanHotSet(sample_, half);
   const HotPlan wide = PlanHotSet(sample_, Options(2));
   const HotPlan sync_only = PlanHotSet(sample_, half_sync);
+  const HotPlan fp8 = PlanHotSet(sample_, fp8_sync);
   ASSERT_EQ(plan.candidates.size(), wide.candidates.size());
   ASSERT_EQ(sync_only.candidates.size(), wide.candidates.size());
+  ASSERT_EQ(fp8.candidates.size(), wide.candidates.size());
+  for (const HotPlanCandidate& c : fp8.candidates) {
+    if (c.rows > 0) {
+      EXPECT_NEAR(c.sync_bytes_per_step, c.hot_rows_per_step * (4 + 16 + 4) + 4, 1e-6);
+    }
+  }
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const HotPlanCandidate& c = plan.candidates[i];
     EXPECT_NEAR(c.ps_bytes_per_step, c.cold_rows_per_step * 2 * (8 + 2 * 16), 1e-6);
