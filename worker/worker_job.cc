@@ -332,6 +332,17 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
   DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
                         SetUpHotRows(spec, job, rank, world, trainer.get(), reducer, resumed,
                                      std::move(resumed_hot_ids)));
+  // Rank 0's checkpoint writer waits for the other ranks' keys in short waits, so that a stopped
+  // job (a rank is gone and the job recovers) does not wait out the collective timeout.
+  auto kv_get_until_stopped = [this](const std::string& key) -> absl::StatusOr<std::string> {
+    const absl::Time deadline = absl::Now() + options_.collective_timeout;
+    while (true) {
+      if (cancel_job_.load()) return absl::CancelledError(absl::StrCat(key, ": job stopped"));
+      const absl::Duration left = deadline - absl::Now();
+      absl::StatusOr<std::string> value = client_->KvGet(key, std::min(left, absl::Seconds(1)));
+      if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
+    }
+  };
   std::unique_ptr<ClusterCheckpointer> checkpointer;
   if (!spec.checkpoint.dir.empty()) {
     DLRM_ASSIGN_OR_RETURN(checkpointer,
@@ -343,7 +354,7 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                                        .base_step = base.step,
                                                        .metrics = options_.metrics,
                                                        .kv_set = kv_set,
-                                                       .kv_get = kv_get,
+                                                       .kv_get = kv_get_until_stopped,
                                                        .job_epoch = job.job_epoch()}));
   }
 

@@ -128,9 +128,10 @@ checkpoint: {dir: )",
   // Runs the job under `dlrm local`, does `disturb` to the child found by `role_flag` once the
   // first checkpoint is committed, and follows the job until `dlrm local` exits.
   static Observed RunDisturbed(const std::string& name, const std::string& role_flag,
-                               const std::function<void(pid_t)>& disturb) {
+                               const std::function<void(pid_t)>& disturb,
+                               const std::string& training = "") {
     Observed seen;
-    Process local(LocalArgs(name), *dir_, name);
+    Process local(LocalArgs(name, "every_steps: 20, keep_last: 2", training), *dir_, name);
     const std::string ckpt = absl::StrCat(*dir_, "/", name, "-ckpt");
     const std::string port_file = absl::StrCat(*dir_, "/", name, "-cluster/coordinator.port");
     // The first committed checkpoint: the job has something to roll back to.
@@ -233,6 +234,25 @@ TEST_F(RecoveryTest, KilledParameterServerIsReplacedAndTheJobRollsBack) {
 TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobRollsBack) {
   const double baseline = BaselineAuc();
   ExpectOneRecovery("kill-worker", RunDisturbed("kill-worker", " worker ", Kill9), baseline);
+}
+
+// With PowerSGD each worker's error feedback is in the checkpoints (powersgd-rR.bin): after a
+// killed worker is replaced, both ranks roll back to the checkpoint with their own state.
+TEST_F(RecoveryTest, KilledWorkerOfAPowerSgdJobRollsBackWithEachRanksState) {
+  const Observed seen = RunDisturbed("kill-worker-psgd", " worker ", Kill9,
+                                     ", dense_sync_compression: powersgd, powersgd_rank: 2, "
+                                     "powersgd_warmup_steps: 5");
+  EXPECT_EQ(seen.last.recoveries(), 1) << seen.last.message();
+  // The job did not resume from anything at its start: a restore is the rollback's.
+  std::string logs;
+  for (const char* w : {"worker-0", "worker-1"}) {
+    logs += ReadFileOrEmpty(absl::StrCat(*dir_, "/kill-worker-psgd-cluster/logs/", w, ".log"));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(absl::StrContains(logs, absl::StrCat("rank ", r, ": PowerSGD state restored from ",
+                                                     *dir_, "/kill-worker-psgd-ckpt/")))
+        << "rank " << r << " did not restore its PowerSGD state";
+  }
 }
 
 // Kubernetes evicts a pod with SIGTERM (SIGKILL only after its grace period) and its StatefulSet
