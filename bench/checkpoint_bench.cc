@@ -8,10 +8,16 @@
 //                             incremental checkpoint's time and bytes over the full one's.
 //   stall_vs_full_write       how long `dlrm train` waits per full checkpoint (the in-memory
 //                             snapshot TrainCheckpointer::Start takes) over the whole full write
-//                             (snapshot to committed manifest), for a second full checkpoint
-//                             (whose snapshot reuses the first one's memory, as every periodic
-//                             checkpoint after the first does); first_stall_vs_full_write: the
-//                             first one's, which also pays for mapping the snapshot's memory.
+//                             (snapshot to committed manifest), for a later full checkpoint after
+//                             --touched-fraction of the rows changed since the one before (a later
+//                             snapshot copies only the rows changed since the last, into the
+//                             memory it keeps); all_changed_stall_vs_full_write: the same after
+//                             every row changed (the most a later one copies);
+//                             first_stall_vs_full_write: the first one's, which copies every row
+//                             into the memory PrepareSnapshotMemory readied while training went on
+//                             (prepare_seconds, off the training path), as `dlrm train` does for a
+//                             job with periodic checkpoints; unprepared_first_stall_vs_full_write:
+//                             a first one into fresh memory (a job without them), taken before.
 //
 //   ps_cut_vs_write           a parameter server's part of a cluster checkpoint, on the same
 //                             tables in one TieredStore (every row changed and held in its memory
@@ -37,6 +43,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -232,25 +239,54 @@ int main(int argc, char** argv) {
   trainer_options.backend = backend->get();
   trainer_options.store = store->get();
   auto trainer = worker::Trainer::Create(trainer_options);
-  auto checkpointer = worker::TrainCheckpointer::Create(spec);
-  if (!trainer.ok() || !checkpointer.ok()) {
+  if (!trainer.ok()) {
     std::fprintf(stderr, "setup failed\n");
     return 1;
   }
 
-  // Every row changed (a gradient step on each), so the full checkpoint writes every row.
+  // Every row changed (a gradient step on each), so a full checkpoint writes every row.
   int64_t total_rows = 0;
-  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
-    embedding::TableRows g;
-    g.table = t;
-    g.ids.resize(spec.tables[t].rows);
-    for (int64_t i = 0; i < spec.tables[t].rows; ++i) g.ids[i] = i;
-    g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
-    if (!(*store)->Push(0, {&g, 1}).ok()) return 1;
-    total_rows += spec.tables[t].rows;
+  auto change_all = [&](int64_t step) {
+    total_rows = 0;
+    for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+      embedding::TableRows g;
+      g.table = t;
+      g.ids.resize(spec.tables[t].rows);
+      for (int64_t i = 0; i < spec.tables[t].rows; ++i) g.ids[i] = i;
+      g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
+      if (!(*store)->Push(step, {&g, 1}).ok()) return false;
+      total_rows += spec.tables[t].rows;
+    }
+    return true;
+  };
+  if (!change_all(0)) return 1;
+  // The first full checkpoint into fresh memory (a job without periodic checkpoints), by a
+  // checkpointer of its own in another folder.
+  double unprepared_stall = 0, unprepared_write = 0;
+  {
+    common::JobSpec other = spec;
+    other.checkpoint.dir = dir + "/unprepared";
+    auto c = worker::TrainCheckpointer::Create(other);
+    if (!c.ok()) return 1;
+    auto s = (*c)->Start(**trainer, **store, {.step = 1});
+    auto w = s.ok() ? (*c)->Finish() : s.status();
+    if (!w.ok()) {
+      std::fprintf(stderr, "unprepared checkpoint: %s\n",
+                   std::string(w.status().message()).c_str());
+      return 1;
+    }
+    unprepared_stall = *s;
+    unprepared_write = w->seconds;
   }
-  // Start returns once the snapshot is taken (what training waits for); Finish once the files
+  fs::remove_all(dir + "/unprepared");
+  // Then a job with periodic checkpoints: its checkpointer readies the snapshot's memory while
+  // training goes on (here: every row changed again), and the first full checkpoint copies into
+  // it. Start returns once the snapshot is taken (what training waits for); Finish once the files
   // are written and the manifest committed.
+  auto checkpointer = worker::TrainCheckpointer::Create(spec);
+  if (!checkpointer.ok()) return 1;
+  (*checkpointer)->PrepareSnapshotMemory(**store);
+  if (!change_all(1)) return 1;
   auto stall = (*checkpointer)->Start(**trainer, **store, {.step = 1});
   if (!stall.ok()) {
     std::fprintf(stderr, "full checkpoint: %s\n", std::string(stall.status().message()).c_str());
@@ -265,34 +301,49 @@ int main(int argc, char** argv) {
   const double dd_seconds = SequentialWrite(dir + "/sequential.bin", full_bytes);
   fs::remove(dir + "/sequential.bin");
 
-  // Steps that changed a fraction of the rows (drawn uniformly per table), then an incremental.
+  // Steps that changed a fraction of the rows (drawn uniformly per table), or every row.
   std::mt19937_64 rng(7);
-  int64_t touched = 0;
-  for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
-    embedding::TableRows g;
-    g.table = t;
-    const int64_t rows = spec.tables[t].rows;
-    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rows * touched_fraction));
-    std::vector<int64_t> ids(rows);
-    for (int64_t i = 0; i < rows; ++i) ids[i] = i;
-    std::shuffle(ids.begin(), ids.end(), rng);
-    g.ids.assign(ids.begin(), ids.begin() + n);
-    g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
-    if (!(*store)->Push(1, {&g, 1}).ok()) return 1;
-    touched += n;
-  }
+  auto change = [&](double fraction, int64_t step) -> int64_t {
+    int64_t changed = 0;
+    for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+      embedding::TableRows g;
+      g.table = t;
+      const int64_t rows = spec.tables[t].rows;
+      const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rows * fraction));
+      std::vector<int64_t> ids(rows);
+      for (int64_t i = 0; i < rows; ++i) ids[i] = i;
+      std::shuffle(ids.begin(), ids.end(), rng);  // pushed in no order, as training's are
+      g.ids.assign(ids.begin(), ids.begin() + n);
+      g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
+      if (!(*store)->Push(step, {&g, 1}).ok()) return -1;
+      changed += n;
+    }
+    return changed;
+  };
+  const int64_t touched = change(touched_fraction, 1);
+  if (touched < 0) return 1;
   auto inc = (*checkpointer)->Write(**trainer, **store, {.step = 2});
   if (!inc.ok() || !inc->manifest.incremental) {
     std::fprintf(stderr, "incremental checkpoint failed\n");
     return 1;
   }
-  // A second full checkpoint (full_every 2): its snapshot reuses the first one's buffers, as every
-  // periodic checkpoint after the first does.
+  // A second full checkpoint (full_every 2), after as many rows changed again.
+  if (change(touched_fraction, 2) < 0) return 1;
   auto warm_stall = (*checkpointer)->Start(**trainer, **store, {.step = 3});
   if (!warm_stall.ok()) return 1;
   auto warm = (*checkpointer)->Finish();
   if (!warm.ok() || warm->manifest.incremental) {
     std::fprintf(stderr, "second full checkpoint failed\n");
+    return 1;
+  }
+  // An incremental one with nothing changed, then every row changed and a third full one.
+  if (!(*checkpointer)->Write(**trainer, **store, {.step = 4}).ok()) return 1;
+  if (change(1.0, 3) < 0) return 1;
+  auto all_stall = (*checkpointer)->Start(**trainer, **store, {.step = 5});
+  if (!all_stall.ok()) return 1;
+  auto all = (*checkpointer)->Finish();
+  if (!all.ok() || all->manifest.incremental) {
+    std::fprintf(stderr, "third full checkpoint failed\n");
     return 1;
   }
   nlohmann::json out = {
@@ -308,9 +359,16 @@ int main(int argc, char** argv) {
       {"incremental_vs_full_time", inc->seconds / full->seconds},
       {"first_full_stall_seconds", *stall},
       {"first_stall_vs_full_write", *stall / full->seconds},
+      {"prepare_seconds", (*checkpointer)->prepare_seconds()},
+      {"unprepared_first_stall_seconds", unprepared_stall},
+      {"unprepared_first_full_seconds", unprepared_write},
+      {"unprepared_first_stall_vs_full_write", unprepared_stall / unprepared_write},
       {"full_stall_seconds", *warm_stall},
       {"full2_seconds", warm->seconds},
-      {"stall_vs_full_write", *warm_stall / warm->seconds}};
+      {"stall_vs_full_write", *warm_stall / warm->seconds},
+      {"all_changed_stall_seconds", *all_stall},
+      {"full3_seconds", all->seconds},
+      {"all_changed_stall_vs_full_write", *all_stall / all->seconds}};
   // The in-process store's memory goes before the parameter server's part.
   checkpointer->reset();
   trainer->reset();

@@ -199,8 +199,21 @@ std::vector<int64_t> LocalEmbeddingStore::TakeChangedIds(int table) {
   absl::MutexLock lock(&t.mu);
   std::vector<int64_t> ids;
   ids.swap(t.changed);
-  for (int64_t id : ids) t.flags[id] &= 1;
-  std::sort(ids.begin(), ids.end());
+  // As in TouchedIds: when they are a large part of the table, one pass over the flags lists
+  // them in order where sorting would take tens of ms for each million.
+  if (ids.size() * 16 < t.flags.size()) {
+    for (int64_t id : ids) t.flags[id] &= 1;
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+  size_t n = 0;
+  for (size_t id = 0; id < t.flags.size(); ++id) {
+    if (t.flags[id] & 2) {
+      ids[n++] = static_cast<int64_t>(id);
+      t.flags[id] &= 1;
+    }
+  }
+  ids.resize(n);
   return ids;
 }
 

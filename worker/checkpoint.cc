@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/parallel.h"
 #include "common/status.h"
+#include "common/thread_name.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_snapshot.h"
 #include "embedding/sparse_optimizer_options.h"
@@ -289,13 +290,21 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
 }
 
 // What a checkpoint of `dlrm train` writes, copied at the step it is taken (the snapshot).
+// Every row the store has changed since it was created, as of the last checkpoint: `ids` with
+// their rows (the base), plus `new_ids` first changed since the checkpoint before (kept apart so
+// that the cut copies only what changed; the writer merges them into the base after the write).
+// A checkpoint writes all of them (full) or `write_ids` (incremental).
 struct TrainCheckpointer::Snapshot {
   struct Table {
     int table = 0;
     int row_floats = 0;
-    std::vector<int64_t> ids;  // sorted
-    SnapshotBuffer rows;       // ids.size() x row_floats, in id order
-    size_t capacity = 0;       // floats allocated in `rows`
+    std::vector<int64_t> ids;        // sorted
+    SnapshotBuffer rows;             // ids.size() x row_floats, in id order
+    size_t capacity = 0;             // floats allocated in `rows`
+    std::vector<int64_t> new_ids;    // sorted, none of them in `ids`
+    std::vector<float> new_rows;     // new_ids.size() x row_floats
+    bool write_all = true;           // a full checkpoint
+    std::vector<int64_t> write_ids;  // an incremental one's rows (sorted)
   };
   CheckpointManifest manifest;
   std::string dir;
@@ -311,16 +320,16 @@ namespace {
 // memory gives two (docs/BENCHMARKS.md, "Checkpoints"). Runs of consecutive ids are one memcpy.
 template <typename SnapshotTable>
 void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
-                      std::vector<SnapshotTable>& tables) {
+                      const std::vector<SnapshotTable*>& tables) {
   constexpr size_t kChunkRows = 8192;
   struct Chunk {
     SnapshotTable* rows;
     size_t begin, end;
   };
   std::vector<Chunk> chunks;
-  for (SnapshotTable& rows : tables) {
-    for (size_t i = 0; i < rows.ids.size(); i += kChunkRows) {
-      chunks.push_back({&rows, i, std::min(rows.ids.size(), i + kChunkRows)});
+  for (SnapshotTable* rows : tables) {
+    for (size_t i = 0; i < rows->ids.size(); i += kChunkRows) {
+      chunks.push_back({rows, i, std::min(rows->ids.size(), i + kChunkRows)});
     }
   }
   common::ParallelForOnce(static_cast<int64_t>(chunks.size()), 2, [&](int64_t c) {
@@ -336,6 +345,101 @@ void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
       i = end;
     }
   });
+}
+
+// Brings a snapshot table that held every changed row as of the last checkpoint up to now:
+// `changed` (sorted: the rows changed since) are copied over their old values in the base, or
+// into new_ids / new_rows when the base lacks them.
+template <typename SnapshotTable>
+absl::Status UpdateSnapshotTable(const embedding::LocalEmbeddingStore& store,
+                                 const std::vector<int64_t>& changed, SnapshotTable& rows) {
+  if (!rows.new_ids.empty()) {
+    return absl::InternalError("checkpoint snapshot: the last write did not merge its new rows");
+  }
+  const embedding::EmbeddingTable& table = store.table(rows.table);
+  const size_t row_floats = rows.row_floats;
+  // In chunks on two threads: each finds its ids in the base by galloping from where the last
+  // one was (a step per id when most rows changed, a binary search's steps when few did), copies
+  // those rows over their old values, and lists the ids the base lacks.
+  constexpr size_t kChunk = 65536;
+  const size_t chunks = (changed.size() + kChunk - 1) / kChunk;
+  std::vector<std::vector<int64_t>> missing(chunks);
+  const std::vector<int64_t>& base = rows.ids;
+  common::ParallelForOnce(static_cast<int64_t>(chunks), 2, [&](int64_t c) {
+    const size_t begin = c * kChunk, end = std::min(changed.size(), begin + kChunk);
+    size_t at = std::lower_bound(base.begin(), base.end(), changed[begin]) - base.begin();
+    for (size_t k = begin; k < end; ++k) {
+      const int64_t id = changed[k];
+      size_t step = 1, hi = at;
+      while (hi < base.size() && base[hi] < id) {
+        at = hi;
+        hi = at + step;
+        step *= 2;
+      }
+      at = std::lower_bound(base.begin() + at, base.begin() + std::min(hi, base.size()), id) -
+           base.begin();
+      if (at < base.size() && base[at] == id) {
+        std::memcpy(rows.rows.get() + at * row_floats, table.Row(id), row_floats * sizeof(float));
+      } else {
+        missing[c].push_back(id);
+      }
+    }
+  });
+  for (const std::vector<int64_t>& m : missing) {
+    rows.new_ids.insert(rows.new_ids.end(), m.begin(), m.end());
+  }
+  rows.new_rows.resize(rows.new_ids.size() * row_floats);
+  for (size_t i = 0; i < rows.new_ids.size(); ++i) {
+    std::memcpy(rows.new_rows.data() + i * row_floats, table.Row(rows.new_ids[i]),
+                row_floats * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+// Merges new_ids / new_rows into the base (after the write, off the training path): in place,
+// from the end, when the base's buffer has room, else into a larger one (an eighth to spare, so
+// that later merges are in place).
+template <typename SnapshotTable>
+absl::Status MergeNewRows(SnapshotTable& rows) {
+  if (rows.new_ids.empty()) return absl::OkStatus();
+  const size_t row_floats = rows.row_floats;
+  const size_t old_n = rows.ids.size(), added = rows.new_ids.size(), n = old_n + added;
+  if (rows.capacity < n * row_floats) {
+    const size_t capacity = (n + n / 8) * row_floats;
+    SnapshotBuffer bigger = AllocateSnapshotBuffer(capacity);
+    if (bigger == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("checkpoint snapshot of table ", rows.table,
+                                                       ": cannot allocate ", capacity * 4,
+                                                       " bytes"));
+    }
+    if (old_n > 0) std::memcpy(bigger.get(), rows.rows.get(), old_n * row_floats * sizeof(float));
+    rows.rows = std::move(bigger);
+    rows.capacity = capacity;
+  }
+  rows.ids.resize(n);
+  float* data = rows.rows.get();
+  // From the end: each base row moves up by the number of new ids above it.
+  size_t i = old_n, j = added, k = n;
+  while (j > 0) {
+    if (i > 0 && rows.ids[i - 1] > rows.new_ids[j - 1]) {
+      size_t run = 1;  // base rows above the next new id move together
+      while (i - run > 0 && rows.ids[i - run - 1] > rows.new_ids[j - 1]) ++run;
+      std::memmove(data + (k - run) * row_floats, data + (i - run) * row_floats,
+                   run * row_floats * sizeof(float));
+      for (size_t r = 1; r <= run; ++r) rows.ids[k - r] = rows.ids[i - r];
+      i -= run;
+      k -= run;
+    } else {
+      --j;
+      --k;
+      rows.ids[k] = rows.new_ids[j];
+      std::memcpy(data + k * row_floats, rows.new_rows.data() + j * row_floats,
+                  row_floats * sizeof(float));
+    }
+  }
+  rows.new_ids.clear();
+  rows.new_rows.clear();
+  return absl::OkStatus();
 }
 
 // This rank's PowerSGD state from checkpoint `dir` (verified already): true when taken, false
@@ -382,6 +486,7 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
     if (!previous.ok()) return previous.status();
   }
   const auto start = std::chrono::steady_clock::now();
+  if (prepare_thread_.joinable()) prepare_thread_.join();
   // GPU tables: the store holds the trained rows only after this copy.
   DLRM_RETURN_IF_ERROR(trainer.CopyEmbeddingsToStore());
   const common::JobSpec& spec = spec_;
@@ -396,41 +501,49 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   // A committed one at this step would have been skipped by Due.
   DLRM_ASSIGN_OR_RETURN(snapshot->dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
   snapshot->dense = DenseBytes(trainer);
+  // The base of the last snapshot, once written and merged, is every changed row as of the last
+  // checkpoint: only the rows changed since are copied now. Without one (the first checkpoint of
+  // this process), every row the store has changed is.
+  const bool have_base =
+      last_snapshot_ != nullptr && last_snapshot_->tables.size() == store.tables().size();
+  std::vector<Snapshot::Table*> full_copies;
+  snapshot->tables.reserve(store.tables().size());  // full_copies points into it
   for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
-    // Changed ids are taken in every checkpoint, so the next incremental one is relative to it.
+    // Changed ids are taken in every checkpoint, so the next one is relative to it.
     std::vector<int64_t> changed = store.TakeChangedIds(t);
     const embedding::EmbeddingTable& table = store.table(t);
     Snapshot::Table& rows = snapshot->tables.emplace_back();
     rows.table = t;
     rows.row_floats = table.row_stride();
-    // The ids go into the last snapshot's list when there is one: its memory is mapped already
-    // (a full checkpoint lists millions), and an incremental one passes it on to the next.
-    if (last_snapshot_ != nullptr && t < static_cast<int>(last_snapshot_->tables.size())) {
-      rows.ids.swap(last_snapshot_->tables[t].ids);
-    }
-    if (m.incremental) {
-      rows.ids.assign(changed.begin(), changed.end());
+    rows.write_all = !m.incremental;
+    if (have_base) {
+      Snapshot::Table& base = last_snapshot_->tables[t];
+      rows.ids.swap(base.ids);
+      rows.rows = std::move(base.rows);
+      rows.capacity = base.capacity;
+      DLRM_RETURN_IF_ERROR(UpdateSnapshotTable(store, changed, rows));
     } else {
       store.TouchedIds(t, &rows.ids);  // sorted
+      // Prepared memory when there is enough, else uninitialised (no zero fill to pay for);
+      // CopySnapshotRows fills it below.
+      const size_t floats = rows.ids.size() * rows.row_floats;
+      if (t < static_cast<int>(prepared_.size()) && prepared_[t].second >= floats) {
+        rows.rows = std::move(prepared_[t].first);
+        rows.capacity = prepared_[t].second;
+      } else {
+        rows.rows = AllocateSnapshotBuffer(floats);
+        rows.capacity = floats;
+      }
+      if (rows.rows == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat("checkpoint snapshot of table ", t,
+                                                         ": cannot allocate ",
+                                                         floats * sizeof(float), " bytes"));
+      }
+      full_copies.push_back(&rows);
     }
-    // Uninitialised (no zero fill to pay for); the previous snapshot's buffer when it is large
-    // enough, since its pages are already mapped. CopySnapshotRows fills it below.
-    const size_t floats = rows.ids.size() * rows.row_floats;
-    if (last_snapshot_ != nullptr && t < static_cast<int>(last_snapshot_->tables.size()) &&
-        last_snapshot_->tables[t].capacity >= floats) {
-      rows.rows = std::move(last_snapshot_->tables[t].rows);
-      rows.capacity = last_snapshot_->tables[t].capacity;
-    } else {
-      rows.rows = AllocateSnapshotBuffer(floats);
-      rows.capacity = floats;
-    }
-    if (rows.rows == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("checkpoint snapshot of table ", t,
-                                                       ": cannot allocate ", floats * sizeof(float),
-                                                       " bytes"));
-    }
+    if (m.incremental) rows.write_ids = std::move(changed);
   }
-  CopySnapshotRows(store, snapshot->tables);
+  CopySnapshotRows(store, full_copies);
   // Training may go on: the files are written from the snapshot.
   parent_ = m.name;
   since_full_ = m.incremental ? since_full_ + 1 : 1;
@@ -450,20 +563,36 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
   DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry,
                         WriteDenseBytes(snapshot.dir, snapshot.dense));
   m.files.push_back(dense_entry);
-  for (const Snapshot::Table& rows : snapshot.tables) {
+  for (Snapshot::Table& rows : snapshot.tables) {
     const std::string name = embedding::RowFileName(rows.table, 0);
     DLRM_ASSIGN_OR_RETURN(auto writer,
                           embedding::RowFileWriter::Create(absl::StrCat(snapshot.dir, "/", name),
                                                            rows.table, rows.row_floats));
-    for (size_t i = 0; i < rows.ids.size(); ++i) {
-      DLRM_RETURN_IF_ERROR(writer->AppendRow(rows.ids[i], rows.rows.get() + i * rows.row_floats));
+    // The base and the new rows, merged in id order; an incremental checkpoint takes only its ids.
+    const size_t row_floats = rows.row_floats;
+    int64_t written = 0;
+    size_t i = 0, j = 0, w = 0;
+    while (i < rows.ids.size() || j < rows.new_ids.size()) {
+      const bool from_base =
+          j == rows.new_ids.size() || (i < rows.ids.size() && rows.ids[i] < rows.new_ids[j]);
+      const int64_t id = from_base ? rows.ids[i] : rows.new_ids[j];
+      const float* row =
+          from_base ? rows.rows.get() + i * row_floats : rows.new_rows.data() + j * row_floats;
+      (from_base ? i : j)++;
+      if (!rows.write_all) {
+        while (w < rows.write_ids.size() && rows.write_ids[w] < id) ++w;
+        if (w == rows.write_ids.size()) break;
+        if (rows.write_ids[w] != id) continue;
+      }
+      DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
+      ++written;
     }
     DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
     m.files.push_back(CheckpointFileEntry{.name = name,
                                           .kind = "rows",
                                           .table = rows.table,
                                           .part = 0,
-                                          .rows = static_cast<int64_t>(rows.ids.size()),
+                                          .rows = written,
                                           .bytes = d.bytes,
                                           .crc32c = d.crc32c});
   }
@@ -472,6 +601,8 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
   DLRM_ASSIGN_OR_RETURN(int removed,
                         embedding::ApplyRetention(spec.checkpoint.dir, spec.checkpoint.keep_last));
   (void)removed;
+  // The next checkpoint's base: every changed row as of this one.
+  for (Snapshot::Table& rows : snapshot.tables) DLRM_RETURN_IF_ERROR(MergeNewRows(rows));
   CheckpointWriteResult result;
   result.dir = snapshot.dir;
   result.manifest = m;
@@ -494,7 +625,33 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Finish() {
 }
 
 TrainCheckpointer::~TrainCheckpointer() {
+  if (prepare_thread_.joinable()) prepare_thread_.join();
   if (writer_.joinable()) writer_.join();
+}
+
+void TrainCheckpointer::PrepareSnapshotMemory(const embedding::LocalEmbeddingStore& store) {
+  if (prepare_thread_.joinable() || last_snapshot_ != nullptr) return;
+  std::vector<size_t> floats;
+  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
+    const embedding::EmbeddingTable& table = store.table(t);
+    floats.push_back(static_cast<size_t>(table.rows()) * table.row_stride());
+  }
+  prepare_thread_ = std::thread([this, floats] {
+    common::NameThisThread("dlrm-ckpt-prep");
+    const auto begin = std::chrono::steady_clock::now();
+    std::vector<std::pair<SnapshotBuffer, size_t>> buffers;
+    for (size_t n : floats) {
+      SnapshotBuffer buffer = AllocateSnapshotBuffer(n);
+      if (buffer == nullptr) break;  // the first checkpoint allocates what it needs then
+      // One write a page maps it (with transparent huge pages, a write per 2 MiB would do).
+      constexpr size_t kPageFloats = 4096 / sizeof(float);
+      for (size_t i = 0; i < n; i += kPageFloats) buffer[i] = 0;
+      buffers.emplace_back(std::move(buffer), n);
+    }
+    prepared_ = std::move(buffers);
+    prepare_seconds_.store(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  });
 }
 
 // --- ClusterCheckpointer ---

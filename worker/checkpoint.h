@@ -12,6 +12,7 @@
 // Not thread-safe; call between steps (no step in flight).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -24,6 +25,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "embedding/checkpoint_manifest.h"
+#include "embedding/checkpoint_snapshot.h"
 #include "embedding/embedding_store.h"
 #include "embedding/local_store.h"
 #include "worker/trainer.h"
@@ -73,6 +75,15 @@ class TrainCheckpointer {
   int64_t last_step() const { return last_step_; }
   bool writing() const { return writer_.joinable(); }
 
+  // For a job with periodic checkpoints: readies the first snapshot's memory (room for every row
+  // of every table of `store`, every page mapped) on a thread of its own, so that the first
+  // checkpoint copies into mapped memory instead of waiting for page faults, as a parameter
+  // server does at LoadJob. The memory (one more copy of the tables) is then held from here on
+  // instead of from the first checkpoint. The first Start waits for it.
+  void PrepareSnapshotMemory(const embedding::LocalEmbeddingStore& store);
+  // Seconds the preparation took (its thread's, off the training path); 0 before it ends.
+  double prepare_seconds() const { return prepare_seconds_.load(); }
+
  private:
   struct Snapshot;
   explicit TrainCheckpointer(const common::JobSpec& spec) : spec_(spec) {}
@@ -85,9 +96,13 @@ class TrainCheckpointer {
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
   std::thread writer_;
   std::shared_ptr<absl::StatusOr<CheckpointWriteResult>> pending_;  // the writer's result
-  // The newest snapshot: once its write is done, the next Start reuses its row buffers, so
-  // checkpoints after the first copy into memory that is already mapped.
+  // The newest snapshot: once its write is done, the next Start copies into it only the rows
+  // changed since (new rows apart, merged into it after the write).
   std::shared_ptr<Snapshot> last_snapshot_;
+  // PrepareSnapshotMemory's buffers, per table (floats), and its thread.
+  std::vector<std::pair<embedding::SnapshotBuffer, size_t>> prepared_;
+  std::thread prepare_thread_;
+  std::atomic<double> prepare_seconds_{0};
 };
 
 class GrpcPsClient;

@@ -113,6 +113,9 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   std::unique_ptr<TrainCheckpointer> checkpointer;
   if (!spec.checkpoint.dir.empty()) {
     DLRM_ASSIGN_OR_RETURN(checkpointer, TrainCheckpointer::Create(spec, resumed_dir));
+    if (spec.checkpoint.every_steps > 0 || spec.checkpoint.every_seconds > 0) {
+      checkpointer->PrepareSnapshotMemory(*store);
+    }
   }
   // Training waits only for the snapshot; the files are written in the background (the next
   // checkpoint, or the end of training, waits for them).

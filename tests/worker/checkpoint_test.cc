@@ -216,6 +216,59 @@ TEST_F(CheckpointTest, IncrementalCheckpointsHoldOnlyTheChangedRows) {
   EXPECT_LE(inc_rows, full_rows + 26 * 6 * 256);
 }
 
+// A checkpoint after the first copies only the rows changed since the last one into the
+// snapshot it keeps (new rows apart, merged after the write). Checkpoints every 3 steps against
+// one taken afresh at the end of the same training: the same row files and dense file, byte for
+// byte, whether the checkpoints between were full or incremental; and the chain that ends with
+// an incremental one at step 18 loads to the model a fresh checkpoint at 18 holds.
+TEST_F(CheckpointTest, CheckpointsFromTheKeptSnapshotEqualOneTakenAfresh) {
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto fresh_at = [&](int steps) {
+    common::JobSpec fresh = SmallJob(dir_.File("train.tsv"), Ckpt(absl::StrCat("fresh", steps)));
+    fresh.max_steps = steps;
+    EXPECT_TRUE(TrainInProcess(fresh, Quiet()).ok());
+    auto list = embedding::ListCheckpoints(fresh.checkpoint.dir);
+    EXPECT_TRUE(list.ok() && list->size() == 1u);
+    return fresh.checkpoint.dir + "/" + list->back().name;
+  };
+  const std::string fresh20 = fresh_at(20);
+  auto fresh_manifest = embedding::ReadManifest(fresh20);
+  ASSERT_TRUE(fresh_manifest.ok());
+  for (int full_every : {1, 3}) {
+    SCOPED_TRACE(full_every);
+    const std::string name = absl::StrCat("kept", full_every);
+    common::JobSpec kept = SmallJob(dir_.File("train.tsv"), Ckpt(name));
+    kept.max_steps = 20;
+    kept.checkpoint.every_steps = 3;
+    kept.checkpoint.full_every = full_every;
+    kept.checkpoint.keep_last = 20;
+    ASSERT_TRUE(TrainInProcess(kept, Quiet()).ok());
+    auto list = embedding::ListCheckpoints(Ckpt(name));
+    ASSERT_TRUE(list.ok());
+    ASSERT_EQ(list->size(), 7u);             // steps 3, 6, ..., 18 and the end, 20
+    EXPECT_FALSE(list->back().incremental);  // 20: full (full_every 3: full at 3, 12 and 20)
+    const std::string last = Ckpt(name) + "/" + list->back().name;
+    for (const auto& f : fresh_manifest->files) {
+      EXPECT_TRUE(slurp(last + "/" + f.name) == slurp(fresh20 + "/" + f.name))
+          << f.name << " differs from the one taken afresh";
+    }
+    if (full_every == 1) continue;
+    const auto& at18 = (*list)[list->size() - 2];
+    ASSERT_EQ(at18.step, 18);
+    ASSERT_TRUE(at18.incremental);
+    TrainArtifacts from_chain, from_fresh;
+    common::JobSpec load = SmallJob(dir_.File("train.tsv"), Ckpt("load-chain"));
+    load.max_steps = 18;  // nothing left to train: the loaded state is the model
+    ASSERT_TRUE(TrainInProcess(load, Quiet(Ckpt(name) + "/" + at18.name), &from_chain).ok());
+    load.checkpoint.dir = Ckpt("load-fresh");
+    ASSERT_TRUE(TrainInProcess(load, Quiet(fresh_at(18)), &from_fresh).ok());
+    ExpectBitIdentical(from_fresh, from_chain);
+  }
+}
+
 TEST_F(CheckpointTest, PredictScoresEqualEvalsOnTheSameRows) {
   common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("p"));
   spec.max_steps = 30;
