@@ -347,6 +347,19 @@ void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
   });
 }
 
+// The first position at or after `from` of `sorted` whose id is >= id (sorted.size() if none),
+// by galloping: a step when the id is near, a binary search's steps when it is far.
+size_t GallopTo(const std::vector<int64_t>& sorted, size_t from, int64_t id) {
+  size_t step = 1, hi = from;
+  while (hi < sorted.size() && sorted[hi] < id) {
+    from = hi;
+    hi = from + step;
+    step *= 2;
+  }
+  return std::lower_bound(sorted.begin() + from, sorted.begin() + std::min(hi, sorted.size()), id) -
+         sorted.begin();
+}
+
 // Brings a snapshot table that held every changed row as of the last checkpoint up to now:
 // `changed` (sorted: the rows changed since) are copied over their old values in the base, or
 // into new_ids / new_rows when the base lacks them.
@@ -370,14 +383,7 @@ absl::Status UpdateSnapshotTable(const embedding::LocalEmbeddingStore& store,
     size_t at = std::lower_bound(base.begin(), base.end(), changed[begin]) - base.begin();
     for (size_t k = begin; k < end; ++k) {
       const int64_t id = changed[k];
-      size_t step = 1, hi = at;
-      while (hi < base.size() && base[hi] < id) {
-        at = hi;
-        hi = at + step;
-        step *= 2;
-      }
-      at = std::lower_bound(base.begin() + at, base.begin() + std::min(hi, base.size()), id) -
-           base.begin();
+      at = GallopTo(base, at, id);
       if (at < base.size() && base[at] == id) {
         std::memcpy(rows.rows.get() + at * row_floats, table.Row(id), row_floats * sizeof(float));
       } else {
@@ -568,24 +574,40 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
     DLRM_ASSIGN_OR_RETURN(auto writer,
                           embedding::RowFileWriter::Create(absl::StrCat(snapshot.dir, "/", name),
                                                            rows.table, rows.row_floats));
-    // The base and the new rows, merged in id order; an incremental checkpoint takes only its ids.
+    // A full checkpoint: the base and the new rows, merged in id order. An incremental one: its
+    // ids, each found in one or the other.
     const size_t row_floats = rows.row_floats;
     int64_t written = 0;
-    size_t i = 0, j = 0, w = 0;
-    while (i < rows.ids.size() || j < rows.new_ids.size()) {
-      const bool from_base =
-          j == rows.new_ids.size() || (i < rows.ids.size() && rows.ids[i] < rows.new_ids[j]);
-      const int64_t id = from_base ? rows.ids[i] : rows.new_ids[j];
-      const float* row =
-          from_base ? rows.rows.get() + i * row_floats : rows.new_rows.data() + j * row_floats;
-      (from_base ? i : j)++;
-      if (!rows.write_all) {
-        while (w < rows.write_ids.size() && rows.write_ids[w] < id) ++w;
-        if (w == rows.write_ids.size()) break;
-        if (rows.write_ids[w] != id) continue;
+    if (rows.write_all) {
+      size_t i = 0, j = 0;
+      while (i < rows.ids.size() || j < rows.new_ids.size()) {
+        const bool from_base =
+            j == rows.new_ids.size() || (i < rows.ids.size() && rows.ids[i] < rows.new_ids[j]);
+        const int64_t id = from_base ? rows.ids[i] : rows.new_ids[j];
+        const float* row =
+            from_base ? rows.rows.get() + i * row_floats : rows.new_rows.data() + j * row_floats;
+        (from_base ? i : j)++;
+        DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
+        ++written;
       }
-      DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
-      ++written;
+    } else {
+      size_t i = 0, j = 0;
+      for (int64_t id : rows.write_ids) {
+        i = GallopTo(rows.ids, i, id);
+        const float* row = nullptr;
+        if (i < rows.ids.size() && rows.ids[i] == id) {
+          row = rows.rows.get() + i * row_floats;
+        } else {
+          j = GallopTo(rows.new_ids, j, id);
+          if (j == rows.new_ids.size() || rows.new_ids[j] != id) {
+            return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", rows.table,
+                                                    " lacks changed row ", id));
+          }
+          row = rows.new_rows.data() + j * row_floats;
+        }
+        DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
+        ++written;
+      }
     }
     DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
     m.files.push_back(CheckpointFileEntry{.name = name,
