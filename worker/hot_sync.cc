@@ -62,36 +62,25 @@ int64_t HotWireRowBytes(HotWire wire, int dim) {
 
 namespace {
 
+// The row dtype of a wire that sends one value at a time (every one but fp8).
+embedding::RowDtype ValueDtype(HotWire wire) {
+  return wire == HotWire::kFp16   ? embedding::RowDtype::kFp16
+         : wire == HotWire::kBf16 ? embedding::RowDtype::kBf16
+                                  : embedding::RowDtype::kFp32;
+}
+
 void EncodeGrads(HotWire wire, const float* grads, size_t rows, int dim, void* out) {
-  switch (wire) {
-    case HotWire::kFp8:
-      return embedding::EncodeFp8Rows(grads, static_cast<int64_t>(rows), dim, out);
-    case HotWire::kFp16:
-      return embedding::EncodeValues(embedding::RowDtype::kFp16, grads,
-                                     static_cast<int64_t>(rows * dim), out);
-    case HotWire::kBf16:
-      return embedding::EncodeValues(embedding::RowDtype::kBf16, grads,
-                                     static_cast<int64_t>(rows * dim), out);
-    case HotWire::kFp32:
-      break;
+  if (wire == HotWire::kFp8) {
+    return embedding::EncodeFp8Rows(grads, static_cast<int64_t>(rows), dim, out);
   }
-  embedding::EncodeValues(embedding::RowDtype::kFp32, grads, static_cast<int64_t>(rows * dim), out);
+  embedding::EncodeValues(ValueDtype(wire), grads, static_cast<int64_t>(rows * dim), out);
 }
 
 void DecodeGrads(HotWire wire, const void* in, size_t rows, int dim, float* grads) {
-  switch (wire) {
-    case HotWire::kFp8:
-      return embedding::DecodeFp8Rows(in, static_cast<int64_t>(rows), dim, grads);
-    case HotWire::kFp16:
-      return embedding::DecodeValues(embedding::RowDtype::kFp16, in,
-                                     static_cast<int64_t>(rows * dim), grads);
-    case HotWire::kBf16:
-      return embedding::DecodeValues(embedding::RowDtype::kBf16, in,
-                                     static_cast<int64_t>(rows * dim), grads);
-    case HotWire::kFp32:
-      break;
+  if (wire == HotWire::kFp8) {
+    return embedding::DecodeFp8Rows(in, static_cast<int64_t>(rows), dim, grads);
   }
-  embedding::DecodeValues(embedding::RowDtype::kFp32, in, static_cast<int64_t>(rows * dim), grads);
+  embedding::DecodeValues(ValueDtype(wire), in, static_cast<int64_t>(rows * dim), grads);
 }
 
 }  // namespace
