@@ -38,6 +38,7 @@ print(json.dumps({"bench": "hot_rows_demo", "hot": name, "round": r,
                   "hot_rows": m.get("hot_rows", 0), "hot_migrations": m.get("hot_migrations", 0),
                   "network_bytes_per_sample": round(m["network_bytes_per_sample"], 1),
                   "ps": round(part("ps_lookup") + part("ps_push"), 1), "hot_sync": part("hot_sync"),
+                  "hot_migration": part("hot_migration"),
                   "dense_allreduce": part("dense_allreduce"), "control": part("control")}))
 PY
   done

@@ -585,7 +585,8 @@ print(json.dumps({
     "network_bytes_per_sample": round(pm.get("network_bytes_per_sample", 0), 1),
     "network_bytes_per_sample_by_part": {
         part: round(pm.get(f"network_{part}_bytes_per_sample", 0), 1)
-        for part in ("ps_lookup", "ps_push", "hot_sync", "dense_allreduce", "control")},
+        for part in ("ps_lookup", "ps_push", "hot_sync", "hot_migration", "dense_allreduce",
+                     "control")},
     "wire_bytes": int(wire_total),
     "wire_bytes_per_sample": round(wire_total / samples, 1) if samples else None,
     "wire_bytes_per_sample_by_role": per_sample(wire),

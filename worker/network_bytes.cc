@@ -6,6 +6,10 @@ namespace {
 constexpr char kPsService[] = "/dlrm.v1.ParameterServer/";
 constexpr char kLookup[] = "/dlrm.v1.ParameterServer/Lookup";
 constexpr char kPush[] = "/dlrm.v1.ParameterServer/PushGradients";
+// Rows moved between the hot set and the servers at a refresh (worker/hot_refresh.h); in a job's
+// training window nothing else reads or writes stored rows.
+constexpr char kReadRows[] = "/dlrm.v1.ParameterServer/ReadRows";
+constexpr char kWriteRows[] = "/dlrm.v1.ParameterServer/WriteRows";
 
 int64_t Both(const common::RpcBytes& b) { return b.sent + b.received; }
 
@@ -45,17 +49,19 @@ std::map<std::string, double> NetworkBytesPerSample(const NetworkSnapshot& befor
   const int64_t all_rpc = Both(common::Sum(rpc, ""));
   const int64_t lookup = Both(common::Sum(rpc, kLookup));
   const int64_t push = Both(common::Sum(rpc, kPush));
+  const int64_t migration = Both(common::Sum(rpc, kReadRows)) + Both(common::Sum(rpc, kWriteRows));
   const int64_t dense = after.dense_sync - before.dense_sync;
   const int64_t hot = after.hot_sync - before.hot_sync;
   const int64_t collectives = after.collective_sent - before.collective_sent;
-  const int64_t control = (all_rpc - lookup - push) + (collectives - dense - hot);
+  const int64_t control = (all_rpc - lookup - push - migration) + (collectives - dense - hot);
   const double n = static_cast<double>(samples);
   m["network_ps_lookup_bytes_per_sample"] = lookup / n;
   m["network_ps_push_bytes_per_sample"] = push / n;
   m["network_hot_sync_bytes_per_sample"] = hot / n;
+  m["network_hot_migration_bytes_per_sample"] = migration / n;
   m["network_dense_allreduce_bytes_per_sample"] = dense / n;
   m["network_control_bytes_per_sample"] = control / n;
-  m["network_bytes_per_sample"] = (lookup + push + hot + dense + control) / n;
+  m["network_bytes_per_sample"] = (lookup + push + hot + migration + dense + control) / n;
   m["ps_bytes_per_sample"] = Both(common::Sum(rpc, kPsService)) / n;
   if (before.has_tcp && after.has_tcp) {
     m["tcp_sent_bytes_per_sample"] = (after.tcp.sent - before.tcp.sent) / n;

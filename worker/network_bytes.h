@@ -44,8 +44,10 @@ struct NetworkSnapshot {
 NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
                                     std::initializer_list<const DenseAllReducer*> reducers);
 
-// Per sample of `samples` between the snapshots: network_bytes_per_sample (the sum of the five
-// parts), network_{ps_lookup,ps_push,hot_sync,dense_allreduce,control}_bytes_per_sample,
+// Per sample of `samples` between the snapshots: network_bytes_per_sample (the sum of the six
+// parts), network_{ps_lookup,ps_push,hot_sync,hot_migration,dense_allreduce,control}_bytes_per_
+// sample (hot_migration: the rows hot-set refreshes moved, ReadRows and WriteRows; control: every
+// other RPC, and collectives other than the two gradient exchanges),
 // ps_bytes_per_sample (every ParameterServer method, sent and received) and, where the kernel
 // gave them, tcp_{sent,received}_bytes_per_sample.
 std::map<std::string, double> NetworkBytesPerSample(const NetworkSnapshot& before,

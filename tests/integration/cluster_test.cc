@@ -246,7 +246,8 @@ void ExpectTwoWorkersMatchDlrmTrain(const std::string& dir, const std::string& c
   const auto& n = report->network;
   ASSERT_TRUE(n.contains("network_bytes_per_sample")) << ReadFileOrEmpty(local_json);
   double parts = 0;
-  for (const char* part : {"ps_lookup", "ps_push", "hot_sync", "dense_allreduce", "control"}) {
+  for (const char* part :
+       {"ps_lookup", "ps_push", "hot_sync", "hot_migration", "dense_allreduce", "control"}) {
     const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
     ASSERT_TRUE(n.contains(key)) << key;
     EXPECT_GE(n.at(key), 0) << key;

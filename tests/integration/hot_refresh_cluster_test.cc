@@ -107,12 +107,19 @@ TEST_F(HotRefreshClusterTest, RefreshesPayWhenThePopularIdsChange) {
   EXPECT_GT(report.hot_rows, 0);
   EXPECT_GT(report.hot_migrations, 500) << "the second file's popular rows were not made hot";
   EXPECT_GT(report.auc, 0.6);
+  // Each row moved in is read from its server with its optimizer state (8 + 9 x 4 bytes at dim
+  // 8) and one moved out written back: counted as the refreshes' bytes, not as control.
+  const double samples = static_cast<double>(report.train_samples);
+  EXPECT_GE(BytesPerSample(report, "hot_migration") * samples, report.hot_migrations * 44.0 * 0.5)
+      << BytesPerSample(report, "hot_migration") << " bytes a sample for " << report.hot_migrations
+      << " rows moved";
 }
 
 TEST_F(HotRefreshClusterTest, UnchangingIdsAtLoopbackSpeedSkipEveryRefresh) {
   const worker::TrainReport report = RunJob("steady", "[train.tsv]", "network_gbps: 10");
   EXPECT_GT(report.hot_rows, 0);
   EXPECT_EQ(report.hot_migrations, 0);
+  EXPECT_EQ(BytesPerSample(report, "hot_migration"), 0);
   EXPECT_GT(report.auc, 0.6);
 }
 
