@@ -733,9 +733,13 @@ bool ClusterCheckpointer::DueByTime() const {
              every;
 }
 
-std::string ClusterCheckpointer::PowerSgdKey(const std::string& name, int rank) const {
+std::string ClusterCheckpointer::PowerSgdKeyPrefix(const std::string& name) const {
   return absl::StrCat("job/", options_.job_id, "/", options_.job_epoch, "/checkpoint/", name,
-                      "/powersgd/", rank);
+                      "/powersgd/");
+}
+
+std::string ClusterCheckpointer::PowerSgdKey(const std::string& name, int rank) const {
+  return absl::StrCat(PowerSgdKeyPrefix(name), rank);
 }
 
 absl::StatusOr<CheckpointFileEntry> ClusterCheckpointer::WritePowerSgdPart(
@@ -835,6 +839,8 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
                     absl::StrCat("rank ", r, "'s PowerSGD state for ", m.name, ": ", value));
               }
             }
+            // Read: the keys go, so that a long job does not fill the coordinator's store.
+            if (options_.kv_delete_prefix) options_.kv_delete_prefix(PowerSgdKeyPrefix(m.name));
           }
           int incremental_shards = 0;
           DLRM_ASSIGN_OR_RETURN(

@@ -141,6 +141,9 @@ class ClusterCheckpointer {
     // Needed when a job's workers have PowerSGD state.
     std::function<absl::Status(const std::string&, const std::string&)> kv_set;
     std::function<absl::StatusOr<std::string>(const std::string&)> kv_get;
+    // Removes every key under a prefix (best effort): rank 0 clears a checkpoint's keys once it
+    // has read them, so that a long job does not fill the store. May be null.
+    std::function<void(const std::string&)> kv_delete_prefix;
     int64_t job_epoch = 0;
   };
   static absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> Create(const Options& options);
@@ -158,7 +161,9 @@ class ClusterCheckpointer {
 
  private:
   explicit ClusterCheckpointer(const Options& options) : options_(options) {}
-  // The key rank `rank` publishes its PowerSGD file's entry under, for checkpoint `name`.
+  // The key rank `rank` publishes its PowerSGD file's entry under, for checkpoint `name`:
+  // PowerSgdKeyPrefix(name) followed by the rank.
+  std::string PowerSgdKeyPrefix(const std::string& name) const;
   std::string PowerSgdKey(const std::string& name, int rank) const;
   // Writes `state` as this rank's powersgd-rR.bin in `dir` and publishes its entry (or the error).
   absl::StatusOr<embedding::CheckpointFileEntry> WritePowerSgdPart(const std::string& dir,

@@ -355,6 +355,10 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
                                                        .metrics = options_.metrics,
                                                        .kv_set = kv_set,
                                                        .kv_get = kv_get_until_stopped,
+                                                       .kv_delete_prefix =
+                                                           [this](const std::string& prefix) {
+                                                             (void)client_->KvDelete(prefix, true);
+                                                           },
                                                        .job_epoch = job.job_epoch()}));
   }
 

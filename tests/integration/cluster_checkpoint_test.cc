@@ -17,7 +17,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/coordinator_client.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
 #include "embedding/row_dtype.h"
@@ -449,6 +451,59 @@ TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesF
   ASSERT_GT(whole, 0);
   EXPECT_GT(resumed, 0);
   EXPECT_LT(resumed, 0.5 * whole) << "the resumed run went through the warm-up again";
+}
+
+// Rank 0 reads the other ranks' PowerSGD file entries from the coordinator's key-value store
+// and then removes them: a finished job (here with checkpoints at steps 10 and 20, each with an
+// entry of rank 1) leaves none of its checkpoint keys behind in a cluster that keeps running.
+TEST_F(ClusterCheckpointTest, APowerSgdJobLeavesNoCheckpointKeysInTheCoordinatorsStore) {
+  const std::string psgd =
+      "hot_budget: 0, dense_sync_compression: powersgd, powersgd_rank: 2, "
+      "powersgd_warmup_steps: 3";
+  Process local({BinPath("dlrm"), "local", "-c", Job("psgd-keys", 20, "psgd-keys", psgd), "--ps",
+                 "1", "--workers", "2", "--keep-running", "--no-progress", "--worker-threads", "1",
+                 "--data-dir", *dir_ + "/psgd-keys-cluster"},
+                *dir_, "psgd-keys");
+  std::string address, tls_dir;
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while ((address.empty() || tls_dir.empty()) && local.Running() && absl::Now() < deadline) {
+    for (absl::string_view line : absl::StrSplit(local.Stdout(), '\n')) {
+      if (absl::ConsumePrefix(&line, "coordinator: ")) address = std::string(line);
+      if (absl::ConsumePrefix(&line, "tls-dir: ")) tls_dir = std::string(line);
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(address.empty() || tls_dir.empty()) << local.Stdout() << local.Stderr();
+  auto client =
+      client::CoordinatorClient::Create({.address = address,
+                                         .timeout = absl::Seconds(5),
+                                         .security = common::TransportSecurity::FromDir(tls_dir)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<dlrm::v1::Job> job = absl::NotFoundError("not asked yet");
+  while (absl::Now() < deadline) {
+    job = (*client)->Get("job-1");
+    if (job.ok() && job->state() == dlrm::v1::JOB_STATE_SUCCEEDED) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(job.ok() && job->state() == dlrm::v1::JOB_STATE_SUCCEEDED)
+      << (job.ok() ? job->DebugString() : job.status().ToString()) << local.Stderr();
+  auto manifest = embedding::ReadManifest(Newest("psgd-keys"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->step, 20);
+  // The store answers workers only: asked with the cluster's worker certificate.
+  auto as_worker = client::CoordinatorClient::Create(
+      {.address = address,
+       .timeout = absl::Seconds(5),
+       .security = common::TransportSecurity::FromDir(*dir_ + "/psgd-keys-cluster/tls/worker")});
+  ASSERT_TRUE(as_worker.ok()) << as_worker.status();
+  absl::StatusOr<int64_t> left =
+      (*as_worker)
+          ->KvDelete(absl::StrCat("job/job-1/", job->job_epoch(), "/checkpoint/"), /*prefix=*/true);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 0) << "checkpoint keys left in the coordinator's store";
+  local.Signal(SIGINT);
+  ProcessResult stopped = local.Wait(absl::Seconds(30));
+  EXPECT_FALSE(stopped.timed_out);
 }
 
 }  // namespace
