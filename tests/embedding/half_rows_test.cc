@@ -325,6 +325,44 @@ TEST(Fp8Test, RowsTravelWithTheirScaleAndKeepThreeMantissaBits) {
   EXPECT_TRUE(std::isnan(nan_row[0]) && std::isnan(nan_row[1])) << "a NaN row stays NaN";
 }
 
+// The row encoder (four values at a time where the CPU allows) gives every value the code
+// E4m3Nearest gives it after the row's scaling: rows whose small values fall in E4M3's
+// subnormals, exact ties, and dims that leave a tail of one to three values.
+TEST(Fp8Test, RowEncoderGivesEachValueTheScalarCode) {
+  std::mt19937 rng(17);
+  for (int dim : {16, 7, 20, 3}) {
+    SCOPED_TRACE(dim);
+    constexpr int kRows = 500;
+    std::vector<float> in(static_cast<size_t>(kRows) * dim);
+    for (int r = 0; r < kRows; ++r) {
+      for (int k = 0; k < dim; ++k) {
+        const int e = std::uniform_int_distribution<int>(-24, 4)(rng);  // down to subnormals
+        float v = std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng), e);
+        if (r % 5 == 0 && k > 0) {  // a tie at the row's scale: a code's value plus half a step
+          const int c = std::uniform_int_distribution<int>(0, 0x7D)(rng);
+          v = (E4m3ToFloat(static_cast<uint8_t>(c)) + E4m3ToFloat(static_cast<uint8_t>(c + 1))) /
+              2 / 448.0f;
+        }
+        in[static_cast<size_t>(r) * dim + k] = v;
+      }
+      if (r % 5 == 0) in[static_cast<size_t>(r) * dim] = 1.0f;  // amax 1: the scale is 1/448
+    }
+    std::vector<unsigned char> wire(kRows * Fp8RowBytes(dim));
+    EncodeFp8Rows(in.data(), kRows, dim, wire.data());
+    for (int r = 0; r < kRows; ++r) {
+      const float* row = in.data() + static_cast<size_t>(r) * dim;
+      float amax = 0;
+      for (int k = 0; k < dim; ++k) amax = std::max(amax, std::fabs(row[k]));
+      const float inverse = amax > 0 ? 448.0f / amax : 0.0f;
+      const unsigned char* codes = wire.data() + r * Fp8RowBytes(dim) + 4;
+      for (int k = 0; k < dim; ++k) {
+        ASSERT_EQ(codes[k], E4m3Nearest(row[k] * inverse))
+            << "row " << r << " value " << k << ": " << row[k] << " x " << inverse;
+      }
+    }
+  }
+}
+
 TEST(HalfRowsTest, StoredExactlyInBothTiersAndUpdatesRoundToANeighbour) {
   for (RowDtype dtype : {RowDtype::kFp16, RowDtype::kBf16}) {
     SCOPED_TRACE(RowDtypeName(dtype));
