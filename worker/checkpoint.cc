@@ -293,7 +293,7 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
 // Every row the store has changed since it was created, as of the last checkpoint: `ids` with
 // their rows (the base), plus `new_ids` first changed since the checkpoint before (kept apart so
 // that the cut copies only what changed; the writer merges them into the base after the write).
-// A checkpoint writes all of them (full) or `write_ids` (incremental).
+// A checkpoint writes all of them (full) or `write_ids` (incremental, manifest.incremental).
 struct TrainCheckpointer::Snapshot {
   struct Table {
     int table = 0;
@@ -303,7 +303,6 @@ struct TrainCheckpointer::Snapshot {
     size_t capacity = 0;             // floats allocated in `rows`
     std::vector<int64_t> new_ids;    // sorted, none of them in `ids`
     std::vector<float> new_rows;     // new_ids.size() x row_floats
-    bool write_all = true;           // a full checkpoint
     std::vector<int64_t> write_ids;  // an incremental one's rows (sorted)
   };
   CheckpointManifest manifest;
@@ -521,7 +520,6 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
     Snapshot::Table& rows = snapshot->tables.emplace_back();
     rows.table = t;
     rows.row_floats = table.row_stride();
-    rows.write_all = !m.incremental;
     if (have_base) {
       Snapshot::Table& base = last_snapshot_->tables[t];
       rows.ids.swap(base.ids);
@@ -578,7 +576,7 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
     // ids, each found in one or the other.
     const size_t row_floats = rows.row_floats;
     int64_t written = 0;
-    if (rows.write_all) {
+    if (!m.incremental) {
       size_t i = 0, j = 0;
       while (i < rows.ids.size() || j < rows.new_ids.size()) {
         const bool from_base =
