@@ -1,0 +1,33 @@
+// What worker/checkpoint.cc, worker/train_checkpointer.cc and worker/cluster_checkpointer.cc
+// share: dense.bin's bytes, a checkpoint's manifest without its files, and its folders. Not part
+// of the checkpoint API (worker/checkpoint.h).
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "embedding/checkpoint_manifest.h"
+#include "worker/checkpoint.h"
+#include "worker/trainer.h"
+
+namespace dlrm::worker::checkpoint_internal {
+
+// The bytes of dense.bin for the trainer's dense parameters and optimizer state now.
+std::string DenseBytes(Trainer& trainer);
+// Writes `bytes` (DenseBytes) as dense.bin in `dir`; its manifest entry.
+absl::StatusOr<embedding::CheckpointFileEntry> WriteDenseBytes(const std::string& dir,
+                                                               const std::string& bytes);
+// The manifest of a checkpoint of `trainer` at `position` without its files; every one of
+// `world_size` ranks is at the same position.
+absl::StatusOr<embedding::CheckpointManifest> BaseManifest(const common::JobSpec& spec,
+                                                           Trainer& trainer,
+                                                           const TrainPosition& position,
+                                                           int world_size);
+// Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
+absl::Status PrepareCheckpointRoot(const std::string& root);
+// Creates (or empties) the directory of checkpoint `name` under `root`.
+absl::StatusOr<std::string> MakeCheckpointDir(const std::string& root, const std::string& name);
+
+}  // namespace dlrm::worker::checkpoint_internal
