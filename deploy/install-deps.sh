@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libgloo-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libmicrohttpd-dev libssl-dev python3-yaml prometheus
+  libmicrohttpd-dev libssl-dev libisal-dev python3-yaml prometheus
   iproute2 procps
 )
 

@@ -1,9 +1,11 @@
 #include "embedding/checkpoint_io.h"
 
 #include <fcntl.h>
+#include <isa-l/crc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -11,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
-#include "rocksdb/file_checksum.h"
 
 namespace dlrm::embedding {
 namespace {
@@ -22,24 +23,27 @@ constexpr uint32_t kRowVersion = 1;      // fp32 rows
 constexpr uint32_t kRowVersionHalf = 2;  // fp16 / bf16 weights (RowCodec)
 constexpr size_t kWriteBufferBytes = 4 << 20;
 
-// The CRC32C of RocksDB's checksum generator: its public face is a generator that hashes bytes
-// and hands back the value as 4 big-endian bytes.
+// CRC32C (Castagnoli) by ISA-L, which picks its SSE4.2 / PCLMUL / AVX-512 kernel at run time.
+// RocksDB has one too, but Debian builds RocksDB for the baseline x86-64, where its CRC32C is a
+// table lookup per byte: 1.3 GB/s here against ISA-L's 9.4-9.9, so 0.33 s of every 423 MB full
+// checkpoint of bench/checkpoint_bench. ISA-L's state is the uninverted register: start at ~0,
+// finish with ~.
 class Crc32cState {
  public:
-  Crc32cState()
-      : gen_(rocksdb::GetFileChecksumGenCrc32cFactory()->CreateFileChecksumGenerator(
-            rocksdb::FileChecksumGenContext{})) {}
-  void Update(const void* data, size_t n) { gen_->Update(static_cast<const char*>(data), n); }
-  uint32_t Finish() {
-    gen_->Finalize();
-    const std::string raw = gen_->GetChecksum();
-    uint32_t v = 0;
-    for (unsigned char c : raw) v = (v << 8) | c;
-    return v;
+  void Update(const void* data, size_t n) {
+    // ISA-L takes a non-const pointer, which it only reads, and an int length.
+    auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
+    while (n > 0) {
+      const size_t take = std::min<size_t>(n, size_t{1} << 30);
+      state_ = crc32_iscsi(p, static_cast<int>(take), state_);
+      p += take;
+      n -= take;
+    }
   }
+  uint32_t Finish() const { return ~state_; }
 
  private:
-  std::unique_ptr<rocksdb::FileChecksumGenerator> gen_;
+  uint32_t state_ = 0xFFFFFFFFu;
 };
 
 std::string Errno() { return std::strerror(errno); }

@@ -3,9 +3,11 @@
 // damaged or unfinished checkpoints are refused or removed, eval/predict use the saved model.
 #include "worker/checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -350,6 +352,51 @@ TEST(CheckpointFilesTest, RowFileRoundTripsAndRejectsATruncatedFile) {
 
 // A table of bf16 weights writes version-2 row files: 2 bytes a weight, the state in fp32, read
 // back widened to the same floats; a forged format is refused by name.
+// CRC32C one bit at a time (reflected polynomial 0x82F63B78): the slow reference for the
+// library's kernel.
+uint32_t BitwiseCrc32c(const unsigned char* p, size_t n) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int b = 0; b < 8; ++b) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+TEST(CheckpointFilesTest, Crc32cEqualsABitwiseReferenceAtEveryLengthAndAlignment) {
+  std::mt19937 rng(11);
+  std::vector<unsigned char> bytes(9 << 20);  // more than two of the writer's 4 MiB buffers
+  for (unsigned char& b : bytes) b = static_cast<unsigned char>(rng());
+  // Every length up to 300 (the kernels' tails and their 8-, 64- and 256-byte blocks), at each
+  // of 8 start offsets.
+  for (size_t offset = 0; offset < 8; ++offset) {
+    for (size_t n = 0; n <= 300; ++n) {
+      ASSERT_EQ(embedding::Crc32c(bytes.data() + offset, n),
+                BitwiseCrc32c(bytes.data() + offset, n))
+          << "offset " << offset << ", length " << n;
+    }
+  }
+  // A file written in appends of odd sizes, across the writer's buffer flushes, and read back.
+  const uint32_t whole = BitwiseCrc32c(bytes.data(), bytes.size());
+  EXPECT_EQ(embedding::Crc32c(bytes.data(), bytes.size()), whole);
+  testing::TempDir dir;
+  const std::string path = dir.File("bytes.bin");
+  auto w = embedding::ChecksummedWriter::Create(path);
+  ASSERT_TRUE(w.ok());
+  for (size_t done = 0, step = 1; done < bytes.size(); step = step * 3 % 1000003 + 1) {
+    const size_t take = std::min(step, bytes.size() - done);
+    ASSERT_TRUE((*w)->Append(bytes.data() + done, take).ok());
+    done += take;
+  }
+  auto written = (*w)->Close();
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->bytes, static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(written->crc32c, whole);
+  auto read = embedding::DigestFile(path);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->crc32c, whole);
+}
+
 TEST(CheckpointFilesTest, HalfPrecisionRowFilesKeepHalfTheWeightBytes) {
   testing::TempDir dir;
   const std::string path = dir.File("half.bin");
