@@ -142,7 +142,8 @@ absl::Status ChecksummedWriter::FlushBuffer() {
 }
 
 absl::Status ChecksummedWriter::Append(const void* data, size_t n) {
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already closed"));
+  if (fd_ < 0 || finished_)
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": already closed"));
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const size_t take = std::min(n, kWriteBufferBytes - buffer_.size());
@@ -155,12 +156,32 @@ absl::Status ChecksummedWriter::Append(const void* data, size_t n) {
 }
 
 absl::StatusOr<FileDigest> ChecksummedWriter::Close() {
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already closed"));
+  DLRM_ASSIGN_OR_RETURN(FileDigest digest, Finish());
+  DLRM_RETURN_IF_ERROR(Sync());
+  return digest;
+}
+
+absl::StatusOr<FileDigest> ChecksummedWriter::Finish() {
+  if (fd_ < 0 || finished_) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": already closed"));
+  }
   DLRM_RETURN_IF_ERROR(FlushBuffer());
+  // Only a hint (write-back starts now rather than when the kernel gets round to it): Sync's
+  // fsync is what makes the file durable and reports any error.
+  (void)sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+  finished_ = true;
+  return FileDigest{.bytes = bytes_, .crc32c = crc_->Finish()};
+}
+
+absl::Status ChecksummedWriter::Sync() {
+  if (fd_ < 0 || !finished_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, fd_ < 0 ? ": already closed" : ": Sync before Finish"));
+  }
   if (fsync(fd_) != 0) return absl::UnavailableError(absl::StrCat(path_, ": fsync: ", Errno()));
   close(fd_);
   fd_ = -1;
-  return FileDigest{.bytes = bytes_, .crc32c = crc_->Finish()};
+  return absl::OkStatus();
 }
 
 // --- row files ---
@@ -216,12 +237,18 @@ absl::Status RowFileWriter::Append(absl::Span<const int64_t> ids, const float* r
 }
 
 absl::StatusOr<FileDigest> RowFileWriter::Close() {
+  DLRM_ASSIGN_OR_RETURN(FileDigest digest, Finish());
+  DLRM_RETURN_IF_ERROR(Sync());
+  return digest;
+}
+
+absl::StatusOr<FileDigest> RowFileWriter::Finish() {
   char trailer[kRowFileTrailerBytes];
   const uint64_t rows = static_cast<uint64_t>(rows_);
   std::memcpy(trailer, &rows, 8);
   std::memcpy(trailer + 8, kRowEndMagic, 8);
   DLRM_RETURN_IF_ERROR(out_->Append(trailer, sizeof(trailer)));
-  return out_->Close();
+  return out_->Finish();
 }
 
 absl::Status ReadRowFile(

@@ -57,6 +57,12 @@ class ChecksummedWriter {
   absl::Status Append(const void* data, size_t n);
   // Flushes, fsyncs and closes. The digest covers every byte appended.
   absl::StatusOr<FileDigest> Close();
+  // Close in two halves, for a writer of many files: Finish flushes the bytes to the kernel and
+  // starts their write-back without waiting for it; Sync, called once every file is finished,
+  // waits for the disk (fsync) and closes. The files' fsyncs then find most of their work done
+  // and share the file system's journal commits.
+  absl::StatusOr<FileDigest> Finish();
+  absl::Status Sync();
 
  private:
   class Crc;
@@ -68,6 +74,7 @@ class ChecksummedWriter {
   std::vector<char> buffer_;
   std::unique_ptr<Crc> crc_;
   int64_t bytes_ = 0;
+  bool finished_ = false;
 };
 
 class RowFileWriter {
@@ -84,6 +91,10 @@ class RowFileWriter {
   absl::Status Append(absl::Span<const int64_t> ids, const float* rows);
   // Writes the trailer, fsyncs and closes.
   absl::StatusOr<FileDigest> Close();
+  // Close in two halves (ChecksummedWriter::Finish and Sync): the trailer written, the digest
+  // final, the fsync still to come.
+  absl::StatusOr<FileDigest> Finish();
+  absl::Status Sync() { return out_->Sync(); }
   int64_t rows() const { return rows_; }
 
  private:

@@ -87,6 +87,8 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
     return absl::OkStatus();
   };
   std::vector<CheckpointFileEntry> files;
+  // Each file is finished (its write-back started) as it is written, and all are fsynced after.
+  std::vector<std::unique_ptr<RowFileWriter>> finished;
   for (int t = 0; t < static_cast<int>(row_floats.size()); ++t) {
     DLRM_RETURN_IF_ERROR(keep_going());
     const std::string name = RowFileName(t, part);
@@ -164,7 +166,8 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
       }
     }
     const int64_t rows = writer->rows();
-    DLRM_ASSIGN_OR_RETURN(FileDigest d, writer->Close());
+    DLRM_ASSIGN_OR_RETURN(FileDigest d, writer->Finish());
+    finished.push_back(std::move(writer));
     files.push_back({.name = name,
                      .kind = "rows",
                      .table = t,
@@ -173,6 +176,7 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
                      .bytes = d.bytes,
                      .crc32c = d.crc32c});
   }
+  for (auto& writer : finished) DLRM_RETURN_IF_ERROR(writer->Sync());
   return files;
 }
 

@@ -199,18 +199,32 @@ std::vector<int64_t> LocalEmbeddingStore::TakeChangedIds(int table) {
   absl::MutexLock lock(&t.mu);
   std::vector<int64_t> ids;
   ids.swap(t.changed);
-  // As in TouchedIds: when they are a large part of the table, one pass over the flags lists
-  // them in order where sorting would take tens of ms for each million.
-  if (ids.size() * 16 < t.flags.size()) {
+  // Sorting n ids costs about n log n steps; a pass over the flags, eight at a time, one step
+  // per 8 rows. The pass is the cheaper from about a 256th of the table on (0.06 ms for 1M rows
+  // against 0.3-0.5 ms to sort 10k ids, 1 % of them).
+  if (ids.size() * 256 < t.flags.size()) {
     for (int64_t id : ids) t.flags[id] &= 1;
     std::sort(ids.begin(), ids.end());
     return ids;
   }
-  size_t n = 0;
-  for (size_t id = 0; id < t.flags.size(); ++id) {
-    if (t.flags[id] & 2) {
+  constexpr uint64_t kChangedBits = 0x0202020202020202ull;
+  const size_t rows = t.flags.size();
+  uint8_t* flags = t.flags.data();
+  size_t n = 0, id = 0;
+  for (; id + 8 <= rows; id += 8) {
+    uint64_t word;
+    std::memcpy(&word, flags + id, 8);
+    if ((word & kChangedBits) == 0) continue;
+    for (size_t k = 0; k < 8; ++k) {
+      if (flags[id + k] & 2) ids[n++] = static_cast<int64_t>(id + k);
+    }
+    word &= ~kChangedBits;
+    std::memcpy(flags + id, &word, 8);
+  }
+  for (; id < rows; ++id) {
+    if (flags[id] & 2) {
       ids[n++] = static_cast<int64_t>(id);
-      t.flags[id] &= 1;
+      flags[id] &= 1;
     }
   }
   ids.resize(n);

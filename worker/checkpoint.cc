@@ -98,6 +98,35 @@ std::string DenseBytes(Trainer& trainer) {
   return bytes;
 }
 
+size_t SeekSorted(const std::vector<int64_t>& sorted, size_t from, int64_t id) {
+  const size_t n = sorted.size();
+  if (from >= n || sorted[from] >= id) return from;
+  if (sorted[n - 1] < id) return n;
+  // sorted[lo] < id <= sorted[hi]: the answer is in (lo, hi].
+  size_t lo = from, hi = n - 1;
+  const double frac =
+      static_cast<double>(id - sorted[lo]) / static_cast<double>(sorted[hi] - sorted[lo]);
+  const size_t guess =
+      std::min(hi, lo + 1 + static_cast<size_t>(frac * static_cast<double>(hi - lo - 1)));
+  size_t step = 1;
+  if (sorted[guess] >= id) {
+    hi = guess;  // gallop down: sorted[hi] >= id
+    while (hi - lo > step && sorted[hi - step] >= id) {
+      hi -= step;
+      step *= 2;
+    }
+    if (hi - lo > step) lo = hi - step;  // sorted[lo] < id
+  } else {
+    lo = guess;  // gallop up: sorted[lo] < id
+    while (hi - lo > step && sorted[lo + step] < id) {
+      lo += step;
+      step *= 2;
+    }
+    if (hi - lo > step) hi = lo + step;  // sorted[hi] >= id
+  }
+  return std::lower_bound(sorted.begin() + lo + 1, sorted.begin() + hi, id) - sorted.begin();
+}
+
 absl::StatusOr<CheckpointFileEntry> WriteDenseBytes(const std::string& dir,
                                                     const std::string& bytes) {
   DLRM_ASSIGN_OR_RETURN(auto out,

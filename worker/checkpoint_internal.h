@@ -3,7 +3,10 @@
 // of the checkpoint API (worker/checkpoint.h).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,6 +28,11 @@ absl::StatusOr<embedding::CheckpointManifest> BaseManifest(const common::JobSpec
                                                            Trainer& trainer,
                                                            const TrainPosition& position,
                                                            int world_size);
+// The first position p >= `from` with sorted[p] >= id (sorted.size() if none), for ids sought in
+// increasing order. It probes where `id` would sit if the ids after `from` were evenly spread,
+// then gallops from there: one or two probes into a table's changed ids, which training spreads
+// over the id range, and a binary search's worth at worst.
+size_t SeekSorted(const std::vector<int64_t>& sorted, size_t from, int64_t id);
 // Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
 absl::Status PrepareCheckpointRoot(const std::string& root);
 // Creates (or empties) the directory of checkpoint `name` under `root`.

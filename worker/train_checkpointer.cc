@@ -34,6 +34,7 @@ using checkpoint_internal::BaseManifest;
 using checkpoint_internal::DenseBytes;
 using checkpoint_internal::MakeCheckpointDir;
 using checkpoint_internal::PrepareCheckpointRoot;
+using checkpoint_internal::SeekSorted;
 using checkpoint_internal::WriteDenseBytes;
 
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
@@ -89,6 +90,7 @@ struct TrainCheckpointer::Snapshot {
     std::vector<int64_t> new_ids;    // sorted, none of them in `ids`
     std::vector<float> new_rows;     // new_ids.size() x row_floats
     std::vector<int64_t> write_ids;  // an incremental one's rows (sorted)
+    std::vector<int64_t> write_pos;  // each one's index in ids, or ~its index in new_ids
   };
   CheckpointManifest manifest;
   std::string dir;
@@ -131,52 +133,60 @@ void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
   });
 }
 
-// The first position at or after `from` of `sorted` whose id is >= id (sorted.size() if none),
-// by galloping: a step when the id is near, a binary search's steps when it is far.
-size_t GallopTo(const std::vector<int64_t>& sorted, size_t from, int64_t id) {
-  size_t step = 1, hi = from;
-  while (hi < sorted.size() && sorted[hi] < id) {
-    from = hi;
-    hi = from + step;
-    step *= 2;
-  }
-  return std::lower_bound(sorted.begin() + from, sorted.begin() + std::min(hi, sorted.size()), id) -
-         sorted.begin();
-}
-
 // Brings a snapshot table that held every changed row as of the last checkpoint up to now:
 // `changed` (sorted: the rows changed since) are copied over their old values in the base, or
-// into new_ids / new_rows when the base lacks them.
+// into new_ids / new_rows when the base lacks them. With `positions` (an incremental
+// checkpoint's, which its write reads the rows by), each changed id's place: its index in ids,
+// or ~its index in new_ids.
 template <typename SnapshotTable>
 absl::Status UpdateSnapshotTable(const embedding::LocalEmbeddingStore& store,
-                                 const std::vector<int64_t>& changed, SnapshotTable& rows) {
+                                 const std::vector<int64_t>& changed, SnapshotTable& rows,
+                                 std::vector<int64_t>* positions) {
   if (!rows.new_ids.empty()) {
     return absl::InternalError("checkpoint snapshot: the last write did not merge its new rows");
   }
   const embedding::EmbeddingTable& table = store.table(rows.table);
   const size_t row_floats = rows.row_floats;
-  // In chunks on two threads: each finds its ids in the base by galloping from where the last
-  // one was (a step per id when most rows changed, a binary search's steps when few did), copies
-  // those rows over their old values, and lists the ids the base lacks.
-  constexpr size_t kChunk = 65536;
-  const size_t chunks = (changed.size() + kChunk - 1) / kChunk;
-  std::vector<std::vector<int64_t>> missing(chunks);
   const std::vector<int64_t>& base = rows.ids;
+  if (positions != nullptr) positions->resize(changed.size());
+  // In chunks on two threads, each in blocks: the block's ids found in the base first (searches
+  // that do not wait on one another), then their rows copied over their old values with the
+  // rows a few ids ahead already requested. The ids the base lacks are listed.
+  constexpr size_t kChunk = 65536, kBlock = 512, kAhead = 8;
+  const size_t chunks = (changed.size() + kChunk - 1) / kChunk;
+  std::vector<std::vector<size_t>> missing(chunks);  // indices into `changed`
   common::ParallelForOnce(static_cast<int64_t>(chunks), 2, [&](int64_t c) {
-    const size_t begin = c * kChunk, end = std::min(changed.size(), begin + kChunk);
-    size_t at = std::lower_bound(base.begin(), base.end(), changed[begin]) - base.begin();
-    for (size_t k = begin; k < end; ++k) {
-      const int64_t id = changed[k];
-      at = GallopTo(base, at, id);
-      if (at < base.size() && base[at] == id) {
-        std::memcpy(rows.rows.get() + at * row_floats, table.Row(id), row_floats * sizeof(float));
-      } else {
-        missing[c].push_back(id);
+    const size_t chunk_end = std::min(changed.size(), (c + 1) * kChunk);
+    for (size_t begin = c * kChunk; begin < chunk_end; begin += kBlock) {
+      const size_t n = std::min(kBlock, chunk_end - begin);
+      int64_t at[kBlock];
+      for (size_t k = 0; k < n; ++k) {
+        // Consecutive changed ids (most rows changed) are consecutive in the base: the place
+        // after the last one is checked before a search.
+        const int64_t id = changed[begin + k];
+        const size_t next = k > 0 && at[k - 1] >= 0 ? static_cast<size_t>(at[k - 1]) + 1 : 0;
+        const size_t found =
+            next > 0 && next < base.size() && base[next] == id ? next : SeekSorted(base, 0, id);
+        at[k] = found < base.size() && base[found] == id ? static_cast<int64_t>(found) : -1;
+        if (at[k] < 0) missing[c].push_back(begin + k);
       }
+      for (size_t k = 0; k < n; ++k) {
+        if (k + kAhead < n && at[k + kAhead] >= 0) {
+          __builtin_prefetch(table.Row(changed[begin + k + kAhead]));
+          __builtin_prefetch(rows.rows.get() + at[k + kAhead] * row_floats, 1);
+        }
+        if (at[k] < 0) continue;
+        std::memcpy(rows.rows.get() + at[k] * row_floats, table.Row(changed[begin + k]),
+                    row_floats * sizeof(float));
+      }
+      if (positions != nullptr) std::copy(at, at + n, positions->begin() + begin);
     }
   });
-  for (const std::vector<int64_t>& m : missing) {
-    rows.new_ids.insert(rows.new_ids.end(), m.begin(), m.end());
+  for (const std::vector<size_t>& m : missing) {
+    for (size_t k : m) {
+      if (positions != nullptr) (*positions)[k] = ~static_cast<int64_t>(rows.new_ids.size());
+      rows.new_ids.push_back(changed[k]);
+    }
   }
   rows.new_rows.resize(rows.new_ids.size() * row_floats);
   for (size_t i = 0; i < rows.new_ids.size(); ++i) {
@@ -263,13 +273,15 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   // this process), every row the store has changed is.
   const bool have_base =
       last_snapshot_ != nullptr && last_snapshot_->tables.size() == store.tables().size();
-  std::vector<Snapshot::Table*> full_copies;
-  snapshot->tables.reserve(store.tables().size());  // full_copies points into it
-  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
+  // Each table's changed ids and rows, the tables shared between two threads (training waits).
+  const int num_tables = static_cast<int>(store.tables().size());
+  snapshot->tables.resize(num_tables);
+  std::vector<absl::Status> table_status(num_tables);
+  auto snapshot_table = [&](int t) -> absl::Status {
     // Changed ids are taken in every checkpoint, so the next one is relative to it.
     std::vector<int64_t> changed = store.TakeChangedIds(t);
     const embedding::EmbeddingTable& table = store.table(t);
-    Snapshot::Table& rows = snapshot->tables.emplace_back();
+    Snapshot::Table& rows = snapshot->tables[t];
     rows.table = t;
     rows.row_floats = table.row_stride();
     if (have_base) {
@@ -277,7 +289,9 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
       rows.ids.swap(base.ids);
       rows.rows = std::move(base.rows);
       rows.capacity = base.capacity;
-      DLRM_RETURN_IF_ERROR(UpdateSnapshotTable(store, changed, rows));
+      rows.write_pos.swap(base.write_pos);  // its memory, reused
+      DLRM_RETURN_IF_ERROR(
+          UpdateSnapshotTable(store, changed, rows, m.incremental ? &rows.write_pos : nullptr));
     } else {
       store.TouchedIds(t, &rows.ids);  // sorted
       // Prepared memory when there is enough, else uninitialised (no zero fill to pay for);
@@ -295,9 +309,28 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
                                                          ": cannot allocate ",
                                                          floats * sizeof(float), " bytes"));
       }
-      full_copies.push_back(&rows);
+      if (m.incremental) {
+        // Every changed id is among the touched ones just listed.
+        rows.write_pos.resize(changed.size());
+        for (size_t k = 0; k < changed.size(); ++k) {
+          const size_t at = SeekSorted(rows.ids, 0, changed[k]);
+          if (at == rows.ids.size() || rows.ids[at] != changed[k]) {
+            return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", t,
+                                                    ": changed row ", changed[k],
+                                                    " is not among the touched ones"));
+          }
+          rows.write_pos[k] = static_cast<int64_t>(at);
+        }
+      }
     }
     if (m.incremental) rows.write_ids = std::move(changed);
+    return absl::OkStatus();
+  };
+  common::ParallelForOnce(num_tables, 2, [&](int64_t t) { table_status[t] = snapshot_table(t); });
+  for (const absl::Status& status : table_status) DLRM_RETURN_IF_ERROR(status);
+  std::vector<Snapshot::Table*> full_copies;
+  if (!have_base) {
+    for (Snapshot::Table& rows : snapshot->tables) full_copies.push_back(&rows);
   }
   CopySnapshotRows(store, full_copies);
   // Training may go on: the files are written from the snapshot.
@@ -319,6 +352,8 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
   DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry,
                         WriteDenseBytes(snapshot.dir, snapshot.dense));
   m.files.push_back(dense_entry);
+  // Each file is finished (its write-back started) as it is written, and all are fsynced after.
+  std::vector<std::unique_ptr<embedding::RowFileWriter>> finished;
   for (Snapshot::Table& rows : snapshot.tables) {
     const std::string name = embedding::RowFileName(rows.table, 0);
     DLRM_ASSIGN_OR_RETURN(auto writer,
@@ -341,25 +376,26 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
         ++written;
       }
     } else {
-      size_t i = 0, j = 0;
-      for (int64_t id : rows.write_ids) {
-        i = GallopTo(rows.ids, i, id);
-        const float* row = nullptr;
-        if (i < rows.ids.size() && rows.ids[i] == id) {
-          row = rows.rows.get() + i * row_floats;
-        } else {
-          j = GallopTo(rows.new_ids, j, id);
-          if (j == rows.new_ids.size() || rows.new_ids[j] != id) {
-            return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", rows.table,
-                                                    " lacks changed row ", id));
-          }
-          row = rows.new_rows.data() + j * row_floats;
+      // By the places UpdateSnapshotTable found, with the rows a few ids ahead already requested.
+      constexpr size_t kAhead = 8;
+      auto row_at = [&](int64_t pos) {
+        return pos >= 0 ? rows.rows.get() + pos * row_floats
+                        : rows.new_rows.data() + ~pos * row_floats;
+      };
+      if (rows.write_pos.size() != rows.write_ids.size()) {
+        return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", rows.table,
+                                                " lacks the places of its changed rows"));
+      }
+      for (size_t k = 0; k < rows.write_ids.size(); ++k) {
+        if (k + kAhead < rows.write_ids.size()) {
+          __builtin_prefetch(row_at(rows.write_pos[k + kAhead]));
         }
-        DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
+        DLRM_RETURN_IF_ERROR(writer->AppendRow(rows.write_ids[k], row_at(rows.write_pos[k])));
         ++written;
       }
     }
-    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Close());
+    DLRM_ASSIGN_OR_RETURN(embedding::FileDigest d, writer->Finish());
+    finished.push_back(std::move(writer));
     m.files.push_back(CheckpointFileEntry{.name = name,
                                           .kind = "rows",
                                           .table = rows.table,
@@ -368,6 +404,7 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
                                           .bytes = d.bytes,
                                           .crc32c = d.crc32c});
   }
+  for (auto& writer : finished) DLRM_RETURN_IF_ERROR(writer->Sync());
   DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(snapshot.dir));
   DLRM_RETURN_IF_ERROR(embedding::CommitManifest(snapshot.dir, m));
   DLRM_ASSIGN_OR_RETURN(int removed,

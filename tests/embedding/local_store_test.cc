@@ -1,6 +1,7 @@
 // LocalEmbeddingStore: lookup / push round trips, validation, concurrency.
 #include "embedding/local_store.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <thread>
@@ -149,6 +150,34 @@ TEST(LocalStoreTest, TouchedIdsAreSortedAndUniqueForFewAndManyRows) {
       std::vector<int64_t> reused(2000, 7);
       store->TouchedIds(0, &reused);
       EXPECT_EQ(reused, want) << count << " rows, push " << push << ", into a used list";
+    }
+  }
+}
+
+// TakeChangedIds lists each row changed since the last call once, in id order, and clears only
+// that mark: whether it sorts the few ids (under a 256th of the table) or scans the flags eight
+// at a time, including a table whose rows are not a multiple of eight (3 rows).
+TEST(LocalStoreTest, TakeChangedIdsListsTheRowsChangedSinceTheLastCallAndClearsThem) {
+  auto store = *LocalEmbeddingStore::Create(Options(-1));
+  std::mt19937_64 rng(9);
+  const int64_t table_rows[3] = {1000, 3, 200000};
+  for (int table = 0; table < 3; ++table) {
+    std::set<int64_t> touched;
+    for (int64_t count : {int64_t{1}, int64_t{3}, int64_t{500}, int64_t{5000}}) {
+      const int64_t n = std::min(count, table_rows[table]);
+      std::set<int64_t> changed;
+      std::vector<int64_t> ids;
+      while (static_cast<int64_t>(changed.size()) < n) {
+        const int64_t id = static_cast<int64_t>(rng() % table_rows[table]);
+        if (changed.insert(id).second) ids.push_back(id);
+      }
+      touched.insert(ids.begin(), ids.end());
+      ASSERT_TRUE(store->Push(0, {{table, ids, std::vector<float>(ids.size() * 16, 0.5f)}}).ok());
+      EXPECT_EQ(store->TakeChangedIds(table), std::vector<int64_t>(changed.begin(), changed.end()))
+          << "table " << table << ", " << n << " rows";
+      EXPECT_TRUE(store->TakeChangedIds(table).empty()) << "table " << table << ", taken twice";
+      EXPECT_EQ(store->TouchedIds(table), std::vector<int64_t>(touched.begin(), touched.end()))
+          << "table " << table << ": taking the changes kept the touched rows";
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
+#include "worker/checkpoint_internal.h"
 #include "worker/train_command.h"
 
 namespace dlrm::worker {
@@ -395,6 +397,73 @@ TEST(CheckpointFilesTest, Crc32cEqualsABitwiseReferenceAtEveryLengthAndAlignment
   auto read = embedding::DigestFile(path);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(read->crc32c, whole);
+}
+
+// Close in two halves (what a writer of many files does): the same file and digest as Close;
+// nothing may be appended after Finish, and Sync needs Finish first.
+TEST(CheckpointFilesTest, FinishThenSyncWritesWhatCloseWrites) {
+  testing::TempDir dir;
+  const std::vector<int64_t> ids = {4, 8, 15};
+  const std::vector<float> rows = {1, 2, 3, 4, 5, 6};
+  auto closed = embedding::RowFileWriter::Create(dir.File("closed.bin"), 1, 2);
+  auto halves = embedding::RowFileWriter::Create(dir.File("halves.bin"), 1, 2);
+  ASSERT_TRUE(closed.ok() && halves.ok());
+  ASSERT_TRUE((*closed)->Append(absl::MakeSpan(ids).subspan(0, 3), rows.data()).ok());
+  ASSERT_TRUE((*halves)->Append(absl::MakeSpan(ids).subspan(0, 3), rows.data()).ok());
+  auto a = (*closed)->Close();
+  EXPECT_THAT((*halves)->Sync().message(), HasSubstr("Sync before Finish"));
+  auto b = (*halves)->Finish();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->bytes, a->bytes);
+  EXPECT_EQ(b->crc32c, a->crc32c);
+  EXPECT_THAT((*halves)->AppendRow(16, rows.data()).message(), HasSubstr("already closed"));
+  ASSERT_TRUE((*halves)->Sync().ok());
+  EXPECT_THAT((*halves)->Sync().message(), HasSubstr("already closed"));
+  auto on_disk = embedding::DigestFile(dir.File("halves.bin"));
+  ASSERT_TRUE(on_disk.ok());
+  EXPECT_EQ(on_disk->bytes, a->bytes);
+  EXPECT_EQ(on_disk->crc32c, a->crc32c);
+}
+
+// SeekSorted against std::lower_bound, on the shapes a snapshot's ids take: every row, evenly
+// spread, bunched at the ends (where the guess is far off) and a few.
+TEST(CheckpointSnapshotTest, SeekSortedFindsWhatLowerBoundFinds) {
+  std::mt19937_64 rng(5);
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> dense(5000);
+  for (int64_t i = 0; i < 5000; ++i) dense[i] = i + 3;
+  shapes.push_back(dense);
+  std::vector<int64_t> spread, bunched;
+  for (int64_t i = 0; i < 200000; ++i) {
+    if (rng() % 37 == 0) spread.push_back(i);
+  }
+  for (int64_t i = 0; i < 3000; ++i) bunched.push_back(i);  // a dense run at the start,
+  for (int64_t i = 0; i < 40; ++i) bunched.push_back(1000000 + i * 9973);        // a sparse middle,
+  for (int64_t i = 0; i < 3000; ++i) bunched.push_back((int64_t{1} << 40) + i);  // a far run
+  shapes.push_back(spread);
+  shapes.push_back(bunched);
+  shapes.push_back({7});
+  shapes.push_back({2, 9});
+  shapes.push_back({});
+  for (const std::vector<int64_t>& sorted : shapes) {
+    std::vector<int64_t> probes = {-1, 0, std::numeric_limits<int64_t>::max()};
+    for (int64_t id : sorted) {
+      probes.push_back(id - 1);
+      probes.push_back(id);
+      probes.push_back(id + 1);
+    }
+    for (int k = 0; k < 2000; ++k) {
+      probes.push_back(static_cast<int64_t>(rng() % ((int64_t{1} << 40) + 4000)));
+    }
+    for (int64_t id : probes) {
+      const size_t want = std::lower_bound(sorted.begin(), sorted.end(), id) - sorted.begin();
+      // From the start, and from every `from` a caller may pass: the answer or before it.
+      for (size_t from : {size_t{0}, want / 2, want}) {
+        ASSERT_EQ(checkpoint_internal::SeekSorted(sorted, from, id), want)
+            << "id " << id << " from " << from << " in " << sorted.size() << " ids";
+      }
+    }
+  }
 }
 
 TEST(CheckpointFilesTest, HalfPrecisionRowFilesKeepHalfTheWeightBytes) {
