@@ -1,7 +1,9 @@
-// WorkerProcess's run of one job (worker_process.h): collectives, the trainer over the parameter
-// servers, checkpoints and resume, the pipelined or plain step loop, progress reports, the final
-// evaluation and the report of a failure. Membership and the job loop are in worker_process.cc,
-// the job's hot rows in worker_hot_rows.cc.
+// WorkerProcess's run of one job (worker_process.h). RunJob reports the outcome (and a failure's
+// cause) to the coordinator; WorkerProcess::JobRun is the run itself: SetUp (the parameter
+// servers, the collectives, the trainer, resume and recovery, the checkpointer), Train (the
+// pipelined or plain step loop, with progress reports, checkpoint cuts and evaluations at step
+// boundaries) and Finish (the final checkpoint, evaluation and report). Membership and the job
+// loop are in worker_process.cc, the job's hot rows in worker_hot_rows.cc.
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -149,546 +151,682 @@ dlrm::v1::ReportProgressRequest WorkerProcess::NewReport(
   return report;
 }
 
+// One run of a job on this rank, from its set-up to the report that ends it (TrainJob): what the
+// run holds, and a method for each of its parts. A nested class of WorkerProcess, so that it
+// reaches the worker's coordinator client, options and cancellation.
+class WorkerProcess::JobRun {
+ public:
+  JobRun(WorkerProcess& worker, const dlrm::v1::WorkerAssignment& assignment,
+         JobResources* resources)
+      : worker_(worker),
+        assignment_(assignment),
+        job_(assignment.job()),
+        job_id_(job_.job_id()),
+        rank_(assignment.rank()),
+        world_(job_.world_size()),
+        resources_(resources) {}
+  // Gives the worker back its plain cancel hook once nothing calls the store, before the store
+  // is destroyed.
+  ~JobRun();
+  JobRun(const JobRun&) = delete;
+  JobRun& operator=(const JobRun&) = delete;
+
+  // The parameter servers, the peers, the input, the trainer, the checkpoint this run starts
+  // from, its hot rows and its checkpointer.
+  absl::Status SetUp();
+  // Trains what is left of the job: pipelined, or step by step.
+  absl::Status Train();
+  // The final checkpoint (the trained model), rank 0's evaluation, and the report that ends the
+  // job.
+  absl::Status Finish();
+
+ private:
+  absl::Status ConnectStore();
+  absl::Status ConnectPeers();
+  // Where this run starts (the spec's resume_from, or after a recovery the newest checkpoint
+  // that verifies, as rank 0 chose) and the state restored from it.
+  absl::Status Restore();
+  absl::Status CreateCheckpointer();
+
+  // Progress: every progress_interval (or when forced), to the coordinator; its answer tells if
+  // the job still runs.
+  absl::Status ReportProgress(bool force);
+  absl::Status OnStep(int64_t batch_size, float loss);
+
+  // Step boundaries of every rank (the pipeline drained).
+  TrainPosition Position(int64_t run_steps) const;
+  absl::Status Barrier();
+  absl::Status Cut(int64_t run_steps);
+  absl::Status Evaluate(int64_t run_steps);
+  absl::StatusOr<bool> CheckpointDue(int64_t run_steps);
+
+  absl::Status RunPipeline();
+  absl::Status RunStepByStep();
+  absl::StatusOr<std::string> KvGetUntilStopped(const std::string& key);
+
+  WorkerProcess& worker_;
+  const dlrm::v1::WorkerAssignment& assignment_;
+  const dlrm::v1::JobAssignment& job_;
+  const std::string job_id_;
+  const int rank_;
+  const int world_;
+  JobResources* resources_;
+
+  common::JobSpec submitted_;  // as submitted: its batch_size is the job's global batch
+  common::JobSpec spec_;       // this rank's: batch_size is its share of every step
+  std::unique_ptr<GrpcPsClient> store_;
+  std::function<void()> store_hook_;  // stops the run and cancels the store's calls
+  bool hook_installed_ = false;
+  DenseAllReducer* reducer_ = nullptr;      // dense gradients (Gloo or NCCL); null alone
+  DenseAllReducer* hot_reducer_ = nullptr;  // the overlapped hot-row exchange's own (Gloo)
+  JobInput input_;
+  std::unique_ptr<Trainer> trainer_;
+  TrainPosition base_;  // where this run starts in the job's numbering
+  std::vector<std::vector<int64_t>> resumed_hot_ids_;
+  bool resumed_ = false;
+  std::unique_ptr<HotSetRefresher> refresher_;
+  std::unique_ptr<ClusterCheckpointer> checkpointer_;
+  WorkerMetrics metrics_;
+
+  Clock::time_point start_;
+  Clock::time_point last_report_;
+  Clock::time_point last_step_;
+  NetworkSnapshot network_start_;
+  int64_t samples_ = 0;  // this run's, on this rank
+  int64_t steps_ = 0;    // this run's
+  double loss_avg_ = 0;
+  int64_t migrations_reported_ = 0;
+  int64_t total_steps_ = -1;                 // the job's steps, -1 when unknown
+  std::map<std::string, double> last_eval_;  // rank 0's latest periodic evaluation
+  bool evaluated_ = false;
+  std::unique_ptr<CountingReader> train_reader_;  // what this run reads, for checkpoints
+
+  int epochs_left_ = 0;
+  int64_t max_steps_left_ = 0;
+  bool nothing_left_ = false;
+  int64_t checkpoint_every_ = 0;
+  int64_t refresh_every_ = 0;
+  int64_t eval_every_ = 0;
+  int64_t decide_every_ = 0;
+  int64_t requests_served_ = 0;
+};
+
+WorkerProcess::JobRun::~JobRun() {
+  // What may still call the store (the checkpoint writer, the trainer's threads) goes first,
+  // while a stop still cancels the store's calls.
+  checkpointer_.reset();
+  refresher_.reset();
+  trainer_.reset();
+  if (!hook_installed_) return;
+  absl::MutexLock lock(&worker_.mu_);
+  worker_.cancel_hook_ = [w = &worker_] { w->cancel_job_.store(true); };
+}
+
 absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignment,
                                      JobResources* resources) {
-  const dlrm::v1::JobAssignment& job = assignment.job();
-  const std::string& job_id = job.job_id();
-  const int rank = assignment.rank();
-  const int world = job.world_size();
-  DLRM_ASSIGN_OR_RETURN(const common::JobSpec submitted,
-                        common::ParseJobSpec(job.job_spec_yaml(), absl::StrCat("job ", job_id)));
+  JobRun run(*this, assignment, resources);
+  DLRM_RETURN_IF_ERROR(run.SetUp());
+  DLRM_RETURN_IF_ERROR(run.Train());
+  return run.Finish();
+}
+
+absl::Status WorkerProcess::JobRun::SetUp() {
+  DLRM_ASSIGN_OR_RETURN(submitted_,
+                        common::ParseJobSpec(job_.job_spec_yaml(), absl::StrCat("job ", job_id_)));
   // training.batch_size is the job's global batch: this rank trains on its share of every step,
   // and the gradients are averaged over the ranks (Trainer), so the model is the one a single
-  // process trains. Everything below reads its batch size from `spec`.
-  common::JobSpec spec = submitted;
-  DLRM_ASSIGN_OR_RETURN(spec.batch_size, common::WorkerBatchSize(submitted, world));
-  if (job.ps_addresses_size() == 0) {
+  // process trains. Everything below reads its batch size from `spec_`.
+  spec_ = submitted_;
+  DLRM_ASSIGN_OR_RETURN(spec_.batch_size, common::WorkerBatchSize(submitted_, world_));
+  if (job_.ps_addresses_size() == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, ": no parameter-server addresses"));
+        absl::StrCat("job ", job_id_, ": no parameter-server addresses"));
   }
+  const WorkerProcessOptions& options = worker_.options_;
+  DLRM_ASSIGN_OR_RETURN(
+      resources_->backend,
+      CreateBackendForDevice(
+          options.device.empty() || options.device == "auto" ? spec_.device : options.device,
+          spec_.math_mode, options.threads));
+  DLRM_RETURN_IF_ERROR(ConnectStore());
+  DLRM_RETURN_IF_ERROR(ConnectPeers());
 
   DLRM_ASSIGN_OR_RETURN(
-      resources->backend,
-      CreateBackendForDevice(
-          options_.device.empty() || options_.device == "auto" ? spec.device : options_.device,
-          spec.math_mode, options_.threads));
-  dense::Backend* backend = resources->backend.get();
+      input_, OpenJobInput(spec_, {.rank = rank_, .world_size = world_, .even_shards = true}));
+  TrainerOptions trainer_options;
+  trainer_options.spec = spec_;
+  trainer_options.backend = resources_->backend.get();
+  trainer_options.store = store_.get();
+  trainer_options.allreducer = reducer_;
+  trainer_options.device_allreducer = resources_->nccl.get();
+  trainer_options.hot_allreducer = hot_reducer_;
+  trainer_options.overlap_dense_allreduce = options.overlap_dense_allreduce;
+  trainer_options.threads = options.threads;
+  DLRM_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options));
 
+  DLRM_RETURN_IF_ERROR(Restore());
+  DLRM_ASSIGN_OR_RETURN(refresher_,
+                        worker_.SetUpHotRows(spec_, job_, rank_, world_, trainer_.get(), reducer_,
+                                             resumed_, std::move(resumed_hot_ids_)));
+  DLRM_RETURN_IF_ERROR(CreateCheckpointer());
+  metrics_ = RegisterWorkerMetrics(options.metrics);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerProcess::JobRun::ConnectStore() {
+  const WorkerProcessOptions& options = worker_.options_;
   // The embedding tables live on the parameter servers.
   PsClientOptions ps_options;
-  ps_options.ps_addresses.assign(job.ps_addresses().begin(), job.ps_addresses().end());
-  ps_options.job_id = job_id;
-  ps_options.security = options_.security;
-  ps_options.job_epoch = job.job_epoch();
-  ps_options.worker_rank = rank;
-  ps_options.job_grant = assignment.job_grant();
+  ps_options.ps_addresses.assign(job_.ps_addresses().begin(), job_.ps_addresses().end());
+  ps_options.job_id = job_id_;
+  ps_options.security = options.security;
+  ps_options.job_epoch = job_.job_epoch();
+  ps_options.worker_rank = rank_;
+  ps_options.job_grant = assignment_.job_grant();
   // A parameter server refusing connections for this long is gone: the run fails with the peer
   // lost and the job recovers at once, not when the server's lease runs out (14 s).
   ps_options.retry_budget = kPsRetryBudget;
-  ps_options.tables = TableConfigsFromSpec(spec);
+  ps_options.tables = TableConfigsFromSpec(spec_);
   PsJobParams ps_params;
-  DLRM_ASSIGN_OR_RETURN(ps_params.optimizer, SparseOptimizerFromSpec(spec));
-  ps_params.seed = spec.seed;
-  ps_params.staleness = spec.staleness;
-  ps_params.num_workers = world;
+  DLRM_ASSIGN_OR_RETURN(ps_params.optimizer, SparseOptimizerFromSpec(spec_));
+  ps_params.seed = spec_.seed;
+  ps_params.staleness = spec_.staleness;
+  ps_params.num_workers = world_;
   // After a recovery the job starts over from its checkpoint: the servers drop what an older
   // epoch left in its tables.
-  ps_params.restart = job.recovery() > 0;
+  ps_params.restart = job_.recovery() > 0;
   ps_params.periodic_checkpoints =
-      !spec.checkpoint.dir.empty() &&
-      (spec.checkpoint.every_steps > 0 || spec.checkpoint.every_seconds > 0);
-  DLRM_ASSIGN_OR_RETURN(auto store, GrpcPsClient::Create(ps_options));
+      !spec_.checkpoint.dir.empty() &&
+      (spec_.checkpoint.every_steps > 0 || spec_.checkpoint.every_seconds > 0);
+  DLRM_ASSIGN_OR_RETURN(store_, GrpcPsClient::Create(ps_options));
   // From here on, stopping the run also cancels the store's calls (a retry against a server that
   // is gone, a checkpoint write), so that a recovery does not wait for their deadlines.
-  auto store_hook = [this, s = store.get()] {
-    cancel_job_.store(true);
+  store_hook_ = [w = &worker_, s = store_.get()] {
+    w->cancel_job_.store(true);
     s->Cancel();
   };
   {
-    absl::MutexLock lock(&mu_);
-    if (stopping_ || cancel_job_.load()) return absl::CancelledError("job stopped");
-    cancel_hook_ = store_hook;
+    absl::MutexLock lock(&worker_.mu_);
+    if (worker_.stopping_ || worker_.cancel_job_.load()) {
+      return absl::CancelledError("job stopped");
+    }
+    worker_.cancel_hook_ = store_hook_;
+    hook_installed_ = true;
   }
-  absl::Cleanup restore_hook = [this] {
-    absl::MutexLock lock(&mu_);
-    cancel_hook_ = [this] { cancel_job_.store(true); };
-  };
-  DLRM_RETURN_IF_ERROR(store->LoadJobOnAll(ps_params));
+  return store_->LoadJobOnAll(ps_params);
+}
 
+absl::Status WorkerProcess::JobRun::ConnectPeers() {
+  const WorkerProcessOptions& options = worker_.options_;
+  dense::Backend* backend = resources_->backend.get();
   // Collectives: NCCL between GPU workers (dense gradients summed in device memory; hot-row
   // gradients and barriers staged through it), Gloo between CPU workers. Both rendezvous through
   // the coordinator's key-value store under a job-scoped prefix.
-  auto kv_set = [this](const std::string& key, const std::string& value) {
-    return client_->KvSet(key, value);
-  };
-  auto kv_get = [this](const std::string& key) {
-    return client_->KvGet(key, options_.collective_timeout);
-  };
-  std::unique_ptr<GlooAllReducer>& gloo = resources->gloo;
-  std::unique_ptr<NcclAllReducer>& nccl = resources->nccl;
-  DenseAllReducer* reducer = nullptr;
-  if (world > 1 && backend->device() == dense::Device::kCuda && NcclAllReducer::Available()) {
+  if (world_ > 1 && backend->device() == dense::Device::kCuda && NcclAllReducer::Available()) {
+    client::CoordinatorClient* client = worker_.client_.get();
+    const absl::Duration timeout = options.collective_timeout;
     DLRM_ASSIGN_OR_RETURN(
-        nccl, NcclAllReducer::Create(
-                  {.backend = backend,
-                   .rank = rank,
-                   .world_size = world,
-                   .key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/nccl/unique_id"),
-                   .publish = kv_set,
-                   .fetch = kv_get,
-                   .init_timeout = options_.collective_timeout}));
-    reducer = nccl.get();
-    DLRM_LOG(INFO) << "job " << job_id << ": NCCL allreduce, rank " << rank << " of " << world;
-  } else if (world > 1) {
+        resources_->nccl,
+        NcclAllReducer::Create(
+            {.backend = backend,
+             .rank = rank_,
+             .world_size = world_,
+             .key = absl::StrCat("job/", job_id_, "/", job_.job_epoch(), "/nccl/unique_id"),
+             .publish = [client](const std::string& key,
+                                 const std::string& value) { return client->KvSet(key, value); },
+             .fetch = [client,
+                       timeout](const std::string& key) { return client->KvGet(key, timeout); },
+             .init_timeout = timeout}));
+    reducer_ = resources_->nccl.get();
+    DLRM_LOG(INFO) << "job " << job_id_ << ": NCCL allreduce, rank " << rank_ << " of " << world_;
+  } else if (world_ > 1) {
     // A job's Gloo connections, under a rendezvous prefix of their own (`name`).
     auto connect = [&](const std::string& name) {
       return GlooAllReducer::Create(
-          {.client = client_.get(),
-           .prefix = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/", name, "/"),
-           .rank = rank,
-           .world_size = world,
-           .hostname = options_.advertise_host,
-           .rendezvous_timeout = options_.collective_timeout,
-           .op_timeout = options_.collective_timeout,
-           .cancelled = [this] { return cancel_job_.load(); }});
+          {.client = worker_.client_.get(),
+           .prefix = absl::StrCat("job/", job_id_, "/", job_.job_epoch(), "/", name, "/"),
+           .rank = rank_,
+           .world_size = world_,
+           .hostname = options.advertise_host,
+           .rendezvous_timeout = options.collective_timeout,
+           .op_timeout = options.collective_timeout,
+           .cancelled = [w = &worker_] { return w->cancel_job_.load(); }});
     };
-    DLRM_ASSIGN_OR_RETURN(gloo, connect("gloo"));
-    reducer = gloo.get();
-    if (options_.overlap_hot_exchange && options_.use_hot_rows && spec.hot_budget_bytes != 0 &&
-        spec.staleness >= 1) {
+    DLRM_ASSIGN_OR_RETURN(resources_->gloo, connect("gloo"));
+    reducer_ = resources_->gloo.get();
+    if (options.overlap_hot_exchange && options.use_hot_rows && spec_.hot_budget_bytes != 0 &&
+        spec_.staleness >= 1) {
       // A second mesh of connections, so that the exchange's collectives never interleave with
       // the compute thread's on one context.
-      DLRM_ASSIGN_OR_RETURN(resources->hot_gloo, connect("gloo-hot"));
+      DLRM_ASSIGN_OR_RETURN(resources_->hot_gloo, connect("gloo-hot"));
     }
   }
-  DenseAllReducer* hot_reducer = resources->hot_gloo.get();
-  auto barrier = [&]() -> absl::Status {
-    if (gloo != nullptr) return gloo->Barrier();
-    float token = 0;  // a blocking allreduce of one float
-    if (nccl != nullptr) return nccl->AllReduceSum(&token, 1);
-    return absl::OkStatus();
-  };
+  hot_reducer_ = resources_->hot_gloo.get();
+  return absl::OkStatus();
+}
 
-  DLRM_ASSIGN_OR_RETURN(
-      JobInput input, OpenJobInput(spec, {.rank = rank, .world_size = world, .even_shards = true}));
-  TrainerOptions trainer_options;
-  trainer_options.spec = spec;
-  trainer_options.backend = backend;
-  trainer_options.store = store.get();
-  trainer_options.allreducer = reducer;
-  trainer_options.device_allreducer = nccl.get();
-  trainer_options.hot_allreducer = hot_reducer;
-  trainer_options.overlap_dense_allreduce = options_.overlap_dense_allreduce;
-  trainer_options.threads = options_.threads;
-  DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
-
+absl::Status WorkerProcess::JobRun::Restore() {
   // Where this run starts: the spec's resume_from, or after a recovery the newest checkpoint of
   // the job's folder that verifies. Rank 0 chooses; the others take its choice, so every rank
   // loads the same one even while a checkpoint is being committed.
-  std::string resume_from = spec.checkpoint.resume_from;
-  if (job.recovery() > 0 && !spec.checkpoint.dir.empty()) {
-    const std::string key = absl::StrCat("job/", job_id, "/", job.job_epoch(), "/resume_from");
-    if (rank == 0) {
-      absl::StatusOr<ValidCheckpoint> newest = FindValidCheckpoint(spec.checkpoint.dir);
+  client::CoordinatorClient* client = worker_.client_.get();
+  std::string resume_from = spec_.checkpoint.resume_from;
+  if (job_.recovery() > 0 && !spec_.checkpoint.dir.empty()) {
+    const std::string key = absl::StrCat("job/", job_id_, "/", job_.job_epoch(), "/resume_from");
+    if (rank_ == 0) {
+      absl::StatusOr<ValidCheckpoint> newest = FindValidCheckpoint(spec_.checkpoint.dir);
       if (newest.ok()) {
         resume_from = newest->dir;
       } else if (!absl::IsNotFound(newest.status())) {
         return newest.status();
       }
-      if (world > 1) DLRM_RETURN_IF_ERROR(client_->KvSet(key, "path:" + resume_from));
+      if (world_ > 1) DLRM_RETURN_IF_ERROR(client->KvSet(key, "path:" + resume_from));
     } else {
-      DLRM_ASSIGN_OR_RETURN(std::string chosen, client_->KvGet(key, options_.collective_timeout));
+      DLRM_ASSIGN_OR_RETURN(std::string chosen,
+                            client->KvGet(key, worker_.options_.collective_timeout));
       resume_from = std::string(absl::StripPrefix(chosen, "path:"));
     }
-    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank << ": recovery " << job.recovery()
+    DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_ << ": recovery " << job_.recovery()
                    << " rolls back to "
                    << (resume_from.empty() ? std::string("the start") : resume_from);
   }
-
   // Resuming: rank 0 loads every row onto the parameter servers (through the client, which
   // places each row on its shard, whatever the number of servers that wrote it); every rank
-  // loads the dense state. Steps on the servers start again from 0; `base` is where this run
+  // loads the dense state. Steps on the servers start again from 0; `base_` is where this run
   // starts in the job's numbering.
-  TrainPosition base;
-  std::vector<std::vector<int64_t>> resumed_hot_ids;
-  const bool resumed = !resume_from.empty();
-  if (resumed) {
-    DLRM_ASSIGN_OR_RETURN(
-        RestoredCheckpoint restored,
-        RestoreCheckpoint(
-            resume_from,
-            {.rank = rank, .world_size = world, .load_rows = rank == 0, .set_steps = false},
-            trainer.get(), store.get()));
-    base = restored.position;
-    base.samples = restored.manifest.samples;
-    resumed_hot_ids = std::move(restored.hot_ids);
-    // A step is a global batch whatever the number of workers: with another number, each rank
-    // skips the same number of (smaller or larger) batches of its new shard, the same share.
-    DLRM_RETURN_IF_ERROR(barrier());  // the rows are on the servers before anyone reads them
-    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank << ": resumed from " << restored.dir
-                   << " at step " << base.step << " (epoch " << base.epoch + 1 << ", "
-                   << base.batches << " batch(es) into it)";
-  }
-  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<HotSetRefresher> refresher,
-                        SetUpHotRows(spec, job, rank, world, trainer.get(), reducer, resumed,
-                                     std::move(resumed_hot_ids)));
-  // Rank 0's checkpoint writer waits for the other ranks' keys in short waits, so that a stopped
-  // job (a rank is gone and the job recovers) does not wait out the collective timeout.
-  auto kv_get_until_stopped = [this](const std::string& key) -> absl::StatusOr<std::string> {
-    const absl::Time deadline = absl::Now() + options_.collective_timeout;
-    while (true) {
-      if (cancel_job_.load()) return absl::CancelledError(absl::StrCat(key, ": job stopped"));
-      const absl::Duration left = deadline - absl::Now();
-      absl::StatusOr<std::string> value = client_->KvGet(key, std::min(left, absl::Seconds(1)));
-      if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
-    }
-  };
-  std::unique_ptr<ClusterCheckpointer> checkpointer;
-  if (!spec.checkpoint.dir.empty()) {
-    DLRM_ASSIGN_OR_RETURN(checkpointer,
-                          ClusterCheckpointer::Create({.spec = submitted,
-                                                       .job_id = job_id,
-                                                       .rank = rank,
-                                                       .world_size = world,
-                                                       .ps = store.get(),
-                                                       .base_step = base.step,
-                                                       .metrics = options_.metrics,
-                                                       .kv_set = kv_set,
-                                                       .kv_get = kv_get_until_stopped,
-                                                       .kv_delete_prefix =
-                                                           [this](const std::string& prefix) {
-                                                             (void)client_->KvDelete(prefix, true);
-                                                           },
-                                                       .job_epoch = job.job_epoch()}));
-  }
+  resumed_ = !resume_from.empty();
+  if (!resumed_) return absl::OkStatus();
+  DLRM_ASSIGN_OR_RETURN(
+      RestoredCheckpoint restored,
+      RestoreCheckpoint(
+          resume_from,
+          {.rank = rank_, .world_size = world_, .load_rows = rank_ == 0, .set_steps = false},
+          trainer_.get(), store_.get()));
+  base_ = restored.position;
+  base_.samples = restored.manifest.samples;
+  resumed_hot_ids_ = std::move(restored.hot_ids);
+  // A step is a global batch whatever the number of workers: with another number, each rank
+  // skips the same number of (smaller or larger) batches of its new shard, the same share.
+  DLRM_RETURN_IF_ERROR(Barrier());  // the rows are on the servers before anyone reads them
+  DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_ << ": resumed from " << restored.dir
+                 << " at step " << base_.step << " (epoch " << base_.epoch + 1 << ", "
+                 << base_.batches << " batch(es) into it)";
+  return absl::OkStatus();
+}
 
-  const WorkerMetrics metrics = RegisterWorkerMetrics(options_.metrics);
-  int64_t migrations_reported = 0;
+// Rank 0's checkpoint writer waits for the other ranks' keys in short waits, so that a stopped
+// job (a rank is gone and the job recovers) does not wait out the collective timeout.
+absl::StatusOr<std::string> WorkerProcess::JobRun::KvGetUntilStopped(const std::string& key) {
+  const absl::Time deadline = absl::Now() + worker_.options_.collective_timeout;
+  while (true) {
+    if (worker_.cancel_job_.load()) {
+      return absl::CancelledError(absl::StrCat(key, ": job stopped"));
+    }
+    const absl::Duration left = deadline - absl::Now();
+    absl::StatusOr<std::string> value =
+        worker_.client_->KvGet(key, std::min(left, absl::Seconds(1)));
+    if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
+  }
+}
 
-  // Progress: every progress_interval, to the coordinator; its answer tells us if the job still
-  // runs.
-  const auto start = Clock::now();
-  const NetworkSnapshot network_start = TakeNetworkSnapshot(*trainer, {reducer, hot_reducer});
-  auto last_report = Clock::now();
-  auto last_step = Clock::now();
-  int64_t samples = 0;
-  int64_t steps = 0;
-  double loss_avg = 0;
-  const CountingReader* counting_reader = nullptr;  // set once the training input is open
-  // The job's steps (every rank takes the same number), -1 when unknown.
-  const int64_t total_steps = TotalSteps(spec, input.train_records);
-  std::map<std::string, double> last_eval;  // rank 0's latest periodic evaluation
-  auto report_progress = [&](bool force) -> absl::Status {
-    if (cancel_job_.load()) return absl::CancelledError(absl::StrCat("job ", job_id, " stopped"));
-    const auto now = Clock::now();
-    if (!force && now - last_report < absl::ToChronoMilliseconds(options_.progress_interval)) {
-      return absl::OkStatus();
-    }
-    last_report = now;
-    if (options_.metrics != nullptr) {
-      common::ExportRpcBytes(options_.metrics);
-      const int64_t trained = trainer->counters().samples;
-      if (trained > 0) {
-        metrics.ps_bytes_per_sample->Set(
-            static_cast<double>(PsRpcBytesNow() - PsRpcBytes(network_start)) / trained);
-      }
-    }
-    dlrm::v1::ReportProgressRequest request = NewReport(assignment);
-    // The job's totals: a resumed job's progress continues from its checkpoint.
-    request.set_step(base.step + steps);
-    request.set_samples(base.samples / world + samples);
-    request.set_loss(loss_avg);
-    (*request.mutable_metrics())["samples_per_sec"] = samples / std::max(SecondsSince(start), 1e-9);
-    for (const auto& [key, value] : last_eval) (*request.mutable_metrics())[key] = value;
-    if (total_steps > 0) (*request.mutable_metrics())["total_steps"] = total_steps;
-    absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(request);
-    if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
-      return absl::CancelledError(absl::StrCat("job ", job_id, " is no longer running"));
-    }
-    if (!state.ok()) {
-      if (client::MustRegisterAgain(state.status())) {
-        return absl::CancelledError(absl::StrCat("job ", job_id, ": ", state.status().message()));
-      }
-      DLRM_LOG(WARNING) << "progress report: " << state.status().message();
-    }
+absl::Status WorkerProcess::JobRun::CreateCheckpointer() {
+  if (spec_.checkpoint.dir.empty()) return absl::OkStatus();
+  client::CoordinatorClient* client = worker_.client_.get();
+  DLRM_ASSIGN_OR_RETURN(
+      checkpointer_,
+      ClusterCheckpointer::Create(
+          {.spec = submitted_,
+           .job_id = job_id_,
+           .rank = rank_,
+           .world_size = world_,
+           .ps = store_.get(),
+           .base_step = base_.step,
+           .metrics = worker_.options_.metrics,
+           .kv_set = [client](const std::string& key,
+                              const std::string& value) { return client->KvSet(key, value); },
+           .kv_get = [this](const std::string& key) { return KvGetUntilStopped(key); },
+           .kv_delete_prefix =
+               [client](const std::string& prefix) { (void)client->KvDelete(prefix, true); },
+           .job_epoch = job_.job_epoch()}));
+  return absl::OkStatus();
+}
+
+absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
+  if (worker_.cancel_job_.load()) {
+    return absl::CancelledError(absl::StrCat("job ", job_id_, " stopped"));
+  }
+  const auto now = Clock::now();
+  if (!force &&
+      now - last_report_ < absl::ToChronoMilliseconds(worker_.options_.progress_interval)) {
     return absl::OkStatus();
-  };
-  auto on_step = [&](int64_t batch_size, float loss) -> absl::Status {
-    const auto now = Clock::now();
-    if (metrics.step_seconds != nullptr) {
-      metrics.step_seconds->Observe(std::chrono::duration<double>(now - last_step).count());
-      metrics.samples->Increment(static_cast<double>(batch_size));
-      metrics.steps->Increment();
+  }
+  last_report_ = now;
+  if (worker_.options_.metrics != nullptr) {
+    common::ExportRpcBytes(worker_.options_.metrics);
+    const int64_t trained = trainer_->counters().samples;
+    if (trained > 0) {
+      metrics_.ps_bytes_per_sample->Set(
+          static_cast<double>(PsRpcBytesNow() - PsRpcBytes(network_start_)) / trained);
     }
-    if (metrics.hot_hit_ratio != nullptr) {
-      const TrainerCounters c = trainer->counters();
-      if (c.ids > 0) metrics.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
-      if (refresher != nullptr) {
-        const HotRefreshStats hs = refresher->stats();
-        const int64_t moved = hs.rows_joined + hs.rows_left;
-        metrics.hot_migrations->Increment(static_cast<double>(moved - migrations_reported));
-        migrations_reported = moved;
-      }
+  }
+  dlrm::v1::ReportProgressRequest request = worker_.NewReport(assignment_);
+  // The job's totals: a resumed job's progress continues from its checkpoint.
+  request.set_step(base_.step + steps_);
+  request.set_samples(base_.samples / world_ + samples_);
+  request.set_loss(loss_avg_);
+  (*request.mutable_metrics())["samples_per_sec"] = samples_ / std::max(SecondsSince(start_), 1e-9);
+  for (const auto& [key, value] : last_eval_) (*request.mutable_metrics())[key] = value;
+  if (total_steps_ > 0) (*request.mutable_metrics())["total_steps"] = total_steps_;
+  absl::StatusOr<dlrm::v1::JobState> state = worker_.client_->ReportProgress(request);
+  if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
+    return absl::CancelledError(absl::StrCat("job ", job_id_, " is no longer running"));
+  }
+  if (!state.ok()) {
+    if (client::MustRegisterAgain(state.status())) {
+      return absl::CancelledError(absl::StrCat("job ", job_id_, ": ", state.status().message()));
     }
-    last_step = now;
-    samples += batch_size;
-    ++steps;
-    loss_avg = steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
-    if (metrics.train_loss != nullptr) {
-      metrics.train_loss->Set(loss_avg);
-      const int64_t rewinds = counting_reader != nullptr ? counting_reader->rewinds() : 0;
-      metrics.epoch->Set(static_cast<double>(base.epoch + rewinds + 1));
+    DLRM_LOG(WARNING) << "progress report: " << state.status().message();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerProcess::JobRun::OnStep(int64_t batch_size, float loss) {
+  const auto now = Clock::now();
+  if (metrics_.step_seconds != nullptr) {
+    metrics_.step_seconds->Observe(std::chrono::duration<double>(now - last_step_).count());
+    metrics_.samples->Increment(static_cast<double>(batch_size));
+    metrics_.steps->Increment();
+  }
+  if (metrics_.hot_hit_ratio != nullptr) {
+    const TrainerCounters c = trainer_->counters();
+    if (c.ids > 0) metrics_.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
+    if (refresher_ != nullptr) {
+      const HotRefreshStats hs = refresher_->stats();
+      const int64_t moved = hs.rows_joined + hs.rows_left;
+      metrics_.hot_migrations->Increment(static_cast<double>(moved - migrations_reported_));
+      migrations_reported_ = moved;
     }
-    return report_progress(false);
-  };
+  }
+  last_step_ = now;
+  samples_ += batch_size;
+  ++steps_;
+  loss_avg_ = steps_ == 1 ? loss : 0.98 * loss_avg_ + 0.02 * loss;
+  if (metrics_.train_loss != nullptr) {
+    metrics_.train_loss->Set(loss_avg_);
+    const int64_t rewinds = train_reader_ != nullptr ? train_reader_->rewinds() : 0;
+    metrics_.epoch->Set(static_cast<double>(base_.epoch + rewinds + 1));
+  }
+  return ReportProgress(false);
+}
+
+TrainPosition WorkerProcess::JobRun::Position(int64_t run_steps) const {
+  return TrainPosition{.step = base_.step + run_steps,
+                       .samples = base_.samples + samples_ * world_,
+                       .epoch = base_.epoch + train_reader_->rewinds(),
+                       .batches = train_reader_->batches_in_epoch()};
+}
+
+absl::Status WorkerProcess::JobRun::Barrier() {
+  if (resources_->gloo != nullptr) return resources_->gloo->Barrier();
+  float token = 0;  // a blocking allreduce of one float
+  if (resources_->nccl != nullptr) return resources_->nccl->AllReduceSum(&token, 1);
+  return absl::OkStatus();
+}
+
+// At a drained step boundary of every rank: all pushes of earlier steps are applied (first
+// barrier); rank 0 takes the cut; nobody pushes a later step before it is taken (second).
+absl::Status WorkerProcess::JobRun::Cut(int64_t run_steps) {
+  DLRM_RETURN_IF_ERROR(trainer_->DrainHotExchange());  // the hot rows hold every step's updates
+  DLRM_RETURN_IF_ERROR(checkpointer_->Prepare(Position(run_steps)));
+  DLRM_RETURN_IF_ERROR(Barrier());
+  DLRM_RETURN_IF_ERROR(checkpointer_->Cut(*trainer_, Position(run_steps)));
+  return Barrier();
+}
+
+// training.eval_every_steps: at a drained boundary, rank 0 evaluates on the eval split while the
+// others wait (two barriers: every earlier push is applied, nobody pushes meanwhile).
+absl::Status WorkerProcess::JobRun::Evaluate(int64_t run_steps) {
+  DLRM_RETURN_IF_ERROR(Barrier());
+  if (rank_ == 0 && input_.eval != nullptr) {
+    DLRM_RETURN_IF_ERROR(input_.eval->Rewind());
+    const auto eval_start = Clock::now();
+    DLRM_ASSIGN_OR_RETURN(EvalMetrics e, trainer_->Evaluate(input_.eval.get()));
+    evaluated_ = true;
+    const int64_t step = base_.step + run_steps;
+    last_eval_ = {
+        {"eval_auc", e.auc}, {"eval_logloss", e.logloss}, {"eval_step", static_cast<double>(step)}};
+    if (metrics_.eval_auc != nullptr) {
+      metrics_.eval_auc->Set(e.auc);
+      metrics_.eval_logloss->Set(e.logloss);
+      metrics_.eval_step->Set(static_cast<double>(step));
+    }
+    DLRM_LOG(INFO) << "job " << job_id_ << " step " << step << ": eval AUC " << e.auc
+                   << ", logloss " << e.logloss << " (" << e.samples << " samples, "
+                   << SecondsSince(eval_start) << " s)";
+    DLRM_RETURN_IF_ERROR(ReportProgress(true));
+  }
+  return Barrier();
+}
+
+// Checkpoints that rank 0 alone can want (every_seconds, `dlrmctl checkpoint`) are agreed on at
+// a decision boundary every decide_every_ steps: rank 0's wish reaches the others in a one-float
+// allreduce, so every rank cuts at the same step.
+absl::StatusOr<bool> WorkerProcess::JobRun::CheckpointDue(int64_t run_steps) {
+  if (checkpointer_ == nullptr) return false;
+  const int64_t step = base_.step + run_steps;
+  if (checkpoint_every_ > 0 && checkpointer_->Due(step)) return true;
+  if (run_steps % decide_every_ != 0 || step <= checkpointer_->last_step()) return false;
+  const int64_t requests = worker_.checkpoint_requests_.load();
+  const bool requested = requests > requests_served_;
+  float wish = rank_ == 0 && (requested || checkpointer_->DueByTime()) ? 1.0f : 0.0f;
+  if (reducer_ != nullptr) DLRM_RETURN_IF_ERROR(reducer_->AllReduceSum(&wish, 1));
+  if (rank_ == 0 && requested) {
+    requests_served_ = requests;
+    DLRM_LOG(INFO) << "job " << job_id_ << ": checkpoint at step " << step << " on request";
+  }
+  return wish > 0;
+}
+
+absl::Status WorkerProcess::JobRun::Train() {
+  start_ = Clock::now();
+  network_start_ = TakeNetworkSnapshot(*trainer_, {reducer_, hot_reducer_});
+  last_report_ = Clock::now();
+  last_step_ = Clock::now();
+  total_steps_ = TotalSteps(spec_, input_.train_records);
 
   // Where a resumed run starts: the batches of its epoch trained before the checkpoint are read
-  // and dropped; `train_reader` counts what this run reads, for the checkpoints' positions.
+  // and dropped; `train_reader_` counts what this run reads, for the checkpoints' positions.
   Batch skipped;
-  for (int64_t b = 0; b < base.batches; ++b) {
-    DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&skipped));
+  for (int64_t b = 0; b < base_.batches; ++b) {
+    DLRM_ASSIGN_OR_RETURN(bool more, input_.train->Next(&skipped));
     if (!more) break;
   }
-  CountingReader train_reader(input.train.get(), base.batches);
-  counting_reader = &train_reader;
-  const int epochs_left = static_cast<int>(spec.epochs - base.epoch);
-  const int64_t max_steps_left = spec.max_steps > 0 ? spec.max_steps - base.step : 0;
-  const bool nothing_left = epochs_left <= 0 || (spec.max_steps > 0 && max_steps_left <= 0);
-  auto position = [&](int64_t run_steps) {
-    return TrainPosition{.step = base.step + run_steps,
-                         .samples = base.samples + samples * world,
-                         .epoch = base.epoch + train_reader.rewinds(),
-                         .batches = train_reader.batches_in_epoch()};
-  };
-  // At a drained step boundary of every rank: all pushes of earlier steps are applied (first
-  // barrier); rank 0 takes the cut; nobody pushes a later step before it is taken (second).
-  auto cut = [&](int64_t run_steps) -> absl::Status {
-    DLRM_RETURN_IF_ERROR(trainer->DrainHotExchange());  // the hot rows hold every step's updates
-    DLRM_RETURN_IF_ERROR(checkpointer->Prepare(position(run_steps)));
-    DLRM_RETURN_IF_ERROR(barrier());
-    DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(run_steps)));
-    return barrier();
-  };
-  const int64_t checkpoint_every = checkpointer != nullptr ? spec.checkpoint.every_steps : 0;
-  const int64_t refresh_every = refresher != nullptr ? spec.hot_refresh_steps : 0;
-  // training.eval_every_steps: at a drained boundary, rank 0 evaluates on the eval split while
-  // the others wait (two barriers: every earlier push is applied, nobody pushes meanwhile).
-  const int64_t eval_every = spec.eval_every_steps;
-  bool evaluated = false;
-  auto evaluate = [&](int64_t run_steps) -> absl::Status {
-    DLRM_RETURN_IF_ERROR(barrier());
-    if (rank == 0 && input.eval != nullptr) {
-      DLRM_RETURN_IF_ERROR(input.eval->Rewind());
-      const auto eval_start = Clock::now();
-      DLRM_ASSIGN_OR_RETURN(EvalMetrics e, trainer->Evaluate(input.eval.get()));
-      evaluated = true;
-      const int64_t step = base.step + run_steps;
-      last_eval = {{"eval_auc", e.auc},
-                   {"eval_logloss", e.logloss},
-                   {"eval_step", static_cast<double>(step)}};
-      if (metrics.eval_auc != nullptr) {
-        metrics.eval_auc->Set(e.auc);
-        metrics.eval_logloss->Set(e.logloss);
-        metrics.eval_step->Set(static_cast<double>(step));
-      }
-      DLRM_LOG(INFO) << "job " << job_id << " step " << step << ": eval AUC " << e.auc
-                     << ", logloss " << e.logloss << " (" << e.samples << " samples, "
-                     << SecondsSince(eval_start) << " s)";
-      DLRM_RETURN_IF_ERROR(report_progress(true));
-    }
-    return barrier();
-  };
-  // Checkpoints that rank 0 alone can want (every_seconds, `dlrmctl checkpoint`) are agreed on at
-  // a decision boundary every decide_every steps: rank 0's wish reaches the others in a one-float
-  // allreduce, so every rank cuts at the same step.
-  const int64_t decide_every =
-      checkpointer == nullptr ? 0
-      : checkpoint_every > 0 && checkpoint_every <= kCheckpointDecisionSteps
-          ? checkpoint_every
-          : kCheckpointDecisionSteps;
+  train_reader_ = std::make_unique<CountingReader>(input_.train.get(), base_.batches);
+  epochs_left_ = static_cast<int>(spec_.epochs - base_.epoch);
+  max_steps_left_ = spec_.max_steps > 0 ? spec_.max_steps - base_.step : 0;
+  nothing_left_ = epochs_left_ <= 0 || (spec_.max_steps > 0 && max_steps_left_ <= 0);
+  checkpoint_every_ = checkpointer_ != nullptr ? spec_.checkpoint.every_steps : 0;
+  refresh_every_ = refresher_ != nullptr ? spec_.hot_refresh_steps : 0;
+  eval_every_ = spec_.eval_every_steps;
+  decide_every_ = checkpointer_ == nullptr ? 0
+                  : checkpoint_every_ > 0 && checkpoint_every_ <= kCheckpointDecisionSteps
+                      ? checkpoint_every_
+                      : kCheckpointDecisionSteps;
   // A first run serves every request made since the job started RUNNING; a run after a recovery
   // only the ones that come later (the earlier ones were served or lost with the rollback).
-  int64_t requests_served = job.recovery() > 0 ? job.checkpoint_requests() : 0;
-  auto checkpoint_due = [&](int64_t run_steps) -> absl::StatusOr<bool> {
-    if (checkpointer == nullptr) return false;
-    const int64_t step = base.step + run_steps;
-    if (checkpoint_every > 0 && checkpointer->Due(step)) return true;
-    if (run_steps % decide_every != 0 || step <= checkpointer->last_step()) return false;
-    const int64_t requests = checkpoint_requests_.load();
-    const bool requested = requests > requests_served;
-    float wish = rank == 0 && (requested || checkpointer->DueByTime()) ? 1.0f : 0.0f;
-    if (reducer != nullptr) DLRM_RETURN_IF_ERROR(reducer->AllReduceSum(&wish, 1));
-    if (rank == 0 && requested) {
-      requests_served = requests;
-      DLRM_LOG(INFO) << "job " << job_id << ": checkpoint at step " << step << " on request";
-    }
-    return wish > 0;
-  };
+  requests_served_ = job_.recovery() > 0 ? job_.checkpoint_requests() : 0;
 
-  if (nothing_left) {
-    DLRM_LOG(INFO) << "job " << job_id << ": the checkpoint is at the end of training already";
-  } else if (options_.use_pipeline) {
-    PipelineOptions pipeline_options = PipelineOptionsFromSpec(spec);
-    pipeline_options.epochs = epochs_left;
-    pipeline_options.max_steps = max_steps_left;
-    pipeline_options.trainer = trainer.get();
-    pipeline_options.store = store.get();
-    pipeline_options.reader = &train_reader;
-    pipeline_options.metrics = options_.metrics;
-    // The parameter servers hold a lookup for step t until every worker's pushes of steps
-    // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
-    pipeline_options.store_enforces_staleness = true;
-    pipeline_options.on_step = [&](const StepProgress& p) { return on_step(p.batch_size, p.loss); };
-    if (refresh_every > 0 || decide_every > 0 || eval_every > 0) {
-      pipeline_options.boundary_every = std::gcd(std::gcd(refresh_every, decide_every), eval_every);
-      // A boundary drains the pipeline only when it has work: a checkpoint decision or cut, an
-      // evaluation, or a hot-set refresh that pays (HotSetRefresher::Wanted).
-      pipeline_options.boundary_needed = [&](int64_t step) -> absl::StatusOr<bool> {
-        if ((eval_every > 0 && step % eval_every == 0) ||
-            (checkpointer != nullptr &&
-             ((decide_every > 0 && step % decide_every == 0) ||
-              (checkpoint_every > 0 && checkpointer->Due(base.step + step))))) {
-          return true;
-        }
-        if (refresh_every > 0 && step % refresh_every == 0) return refresher->Wanted(step);
-        return false;
-      };
-      pipeline_options.on_boundary = [&](int64_t step) -> absl::Status {
-        if (refresh_every > 0 && step % refresh_every == 0) {
-          DLRM_RETURN_IF_ERROR(refresher->Refresh(step));
-        }
-        DLRM_ASSIGN_OR_RETURN(bool due, checkpoint_due(step));
-        if (due) DLRM_RETURN_IF_ERROR(cut(step));
-        if (eval_every > 0 && step % eval_every == 0) DLRM_RETURN_IF_ERROR(evaluate(step));
-        return absl::OkStatus();
-      };
-    }
-    DLRM_ASSIGN_OR_RETURN(auto pipeline, TrainingPipeline::Create(pipeline_options));
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return absl::CancelledError("worker shutting down");
-      cancel_hook_ = [store_hook, p = pipeline.get()] {
-        store_hook();
-        p->Cancel();
-      };
-    }
-    absl::Status status = pipeline->Run();
-    {
-      absl::MutexLock lock(&mu_);
-      cancel_hook_ = store_hook;
-    }
-    const PipelineMetrics pm = pipeline->metrics();
-    std::string stages;
-    for (int i = 0; i < kNumPipelineStages; ++i) {
-      const StageMetrics& s = pm.stages[i];
-      absl::StrAppendFormat(&stages, " %s %.2f/%.2f",
-                            PipelineStageName(static_cast<PipelineStage>(i)), s.busy_seconds,
-                            s.stall_seconds);
-    }
-    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank
-                   << ": pipeline stages, busy/stalled seconds:" << stages;
-    DLRM_RETURN_IF_ERROR(status);
-  } else {
-    Batch batch;
-    bool stop = false;
-    for (int epoch = 0; epoch < epochs_left && !stop; ++epoch) {
-      if (epoch > 0) DLRM_RETURN_IF_ERROR(train_reader.Rewind());
-      while (true) {
-        if (refresher != nullptr && steps > 0 && steps % spec.hot_refresh_steps == 0) {
-          DLRM_RETURN_IF_ERROR(refresher->Refresh(trainer->steps_done()));
-        }
-        if (checkpointer != nullptr && steps > 0) {
-          DLRM_ASSIGN_OR_RETURN(bool due, checkpoint_due(steps));
-          if (due) DLRM_RETURN_IF_ERROR(cut(steps));
-        }
-        if (eval_every > 0 && steps > 0 && steps % eval_every == 0) {
-          DLRM_RETURN_IF_ERROR(evaluate(steps));
-        }
-        DLRM_ASSIGN_OR_RETURN(bool more, train_reader.Next(&batch));
-        if (!more) break;
-        DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
-        DLRM_RETURN_IF_ERROR(on_step(batch.size, loss));
-        if (max_steps_left > 0 && steps >= max_steps_left) {
-          stop = true;
-          break;
-        }
+  if (nothing_left_) {
+    DLRM_LOG(INFO) << "job " << job_id_ << ": the checkpoint is at the end of training already";
+    return absl::OkStatus();
+  }
+  return worker_.options_.use_pipeline ? RunPipeline() : RunStepByStep();
+}
+
+absl::Status WorkerProcess::JobRun::RunPipeline() {
+  PipelineOptions pipeline_options = PipelineOptionsFromSpec(spec_);
+  pipeline_options.epochs = epochs_left_;
+  pipeline_options.max_steps = max_steps_left_;
+  pipeline_options.trainer = trainer_.get();
+  pipeline_options.store = store_.get();
+  pipeline_options.reader = train_reader_.get();
+  pipeline_options.metrics = worker_.options_.metrics;
+  // The parameter servers hold a lookup for step t until every worker's pushes of steps
+  // <= t-1-k are applied (their StepGate), so the worker sends it without waiting itself.
+  pipeline_options.store_enforces_staleness = true;
+  pipeline_options.on_step = [this](const StepProgress& p) { return OnStep(p.batch_size, p.loss); };
+  if (refresh_every_ > 0 || decide_every_ > 0 || eval_every_ > 0) {
+    pipeline_options.boundary_every =
+        std::gcd(std::gcd(refresh_every_, decide_every_), eval_every_);
+    // A boundary drains the pipeline only when it has work: a checkpoint decision or cut, an
+    // evaluation, or a hot-set refresh that pays (HotSetRefresher::Wanted).
+    pipeline_options.boundary_needed = [this](int64_t step) -> absl::StatusOr<bool> {
+      if ((eval_every_ > 0 && step % eval_every_ == 0) ||
+          (checkpointer_ != nullptr &&
+           ((decide_every_ > 0 && step % decide_every_ == 0) ||
+            (checkpoint_every_ > 0 && checkpointer_->Due(base_.step + step))))) {
+        return true;
       }
+      if (refresh_every_ > 0 && step % refresh_every_ == 0) return refresher_->Wanted(step);
+      return false;
+    };
+    pipeline_options.on_boundary = [this](int64_t step) -> absl::Status {
+      if (refresh_every_ > 0 && step % refresh_every_ == 0) {
+        DLRM_RETURN_IF_ERROR(refresher_->Refresh(step));
+      }
+      DLRM_ASSIGN_OR_RETURN(bool due, CheckpointDue(step));
+      if (due) DLRM_RETURN_IF_ERROR(Cut(step));
+      if (eval_every_ > 0 && step % eval_every_ == 0) DLRM_RETURN_IF_ERROR(Evaluate(step));
+      return absl::OkStatus();
+    };
+  }
+  DLRM_ASSIGN_OR_RETURN(auto pipeline, TrainingPipeline::Create(pipeline_options));
+  {
+    absl::MutexLock lock(&worker_.mu_);
+    if (worker_.stopping_) return absl::CancelledError("worker shutting down");
+    worker_.cancel_hook_ = [store_hook = store_hook_, p = pipeline.get()] {
+      store_hook();
+      p->Cancel();
+    };
+  }
+  absl::Status status = pipeline->Run();
+  {
+    absl::MutexLock lock(&worker_.mu_);
+    worker_.cancel_hook_ = store_hook_;
+  }
+  const PipelineMetrics pm = pipeline->metrics();
+  std::string stages;
+  for (int i = 0; i < kNumPipelineStages; ++i) {
+    const StageMetrics& s = pm.stages[i];
+    absl::StrAppendFormat(&stages, " %s %.2f/%.2f",
+                          PipelineStageName(static_cast<PipelineStage>(i)), s.busy_seconds,
+                          s.stall_seconds);
+  }
+  DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_
+                 << ": pipeline stages, busy/stalled seconds:" << stages;
+  return status;
+}
+
+absl::Status WorkerProcess::JobRun::RunStepByStep() {
+  Batch batch;
+  for (int epoch = 0; epoch < epochs_left_; ++epoch) {
+    if (epoch > 0) DLRM_RETURN_IF_ERROR(train_reader_->Rewind());
+    while (true) {
+      if (refresher_ != nullptr && steps_ > 0 && steps_ % spec_.hot_refresh_steps == 0) {
+        DLRM_RETURN_IF_ERROR(refresher_->Refresh(trainer_->steps_done()));
+      }
+      if (checkpointer_ != nullptr && steps_ > 0) {
+        DLRM_ASSIGN_OR_RETURN(bool due, CheckpointDue(steps_));
+        if (due) DLRM_RETURN_IF_ERROR(Cut(steps_));
+      }
+      if (eval_every_ > 0 && steps_ > 0 && steps_ % eval_every_ == 0) {
+        DLRM_RETURN_IF_ERROR(Evaluate(steps_));
+      }
+      DLRM_ASSIGN_OR_RETURN(bool more, train_reader_->Next(&batch));
+      if (!more) break;
+      DLRM_ASSIGN_OR_RETURN(float loss, trainer_->Step(batch));
+      DLRM_RETURN_IF_ERROR(OnStep(batch.size, loss));
+      if (max_steps_left_ > 0 && steps_ >= max_steps_left_) return absl::OkStatus();
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerProcess::JobRun::Finish() {
   // The last step's hot-row exchange (overlapped) is part of training.
-  DLRM_RETURN_IF_ERROR(trainer->DrainHotExchange());
-  const double train_seconds = SecondsSince(start);
+  DLRM_RETURN_IF_ERROR(trainer_->DrainHotExchange());
+  const double train_seconds = SecondsSince(start_);
   {
     // Where the compute stage's time went (TrainerCounters), next to the stages' busy time.
-    const TrainerCounters c = trainer->counters();
-    DLRM_LOG(INFO) << "job " << job_id << " rank " << rank
+    const TrainerCounters c = trainer_->counters();
+    DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_
                    << absl::StrFormat(
                           ": compute, seconds: pool %.2f dense %.2f allreduce %.2f "
                           "dense_optimizer %.2f sparse %.2f, of %.2f s training",
                           c.pool_seconds, c.dense_seconds, c.allreduce_seconds,
                           c.dense_optimizer_seconds, c.sparse_seconds, train_seconds);
   }
-  const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer, {reducer, hot_reducer});
-  if (steps == 0 && !nothing_left) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " rank ", rank,
+  const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer_, {reducer_, hot_reducer_});
+  if (steps_ == 0 && !nothing_left_) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id_, " rank ", rank_,
                                                       ": no training batches in its slice of ",
-                                                      spec.train_paths.front()));
+                                                      spec_.train_paths.front()));
   }
   // The trained model: the final checkpoint, committed before the job reports success.
-  const bool final_cut =
-      checkpointer != nullptr && (checkpointer->last_step() < base.step + steps || nothing_left);
-  if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer->Prepare(position(steps)));
+  const bool final_cut = checkpointer_ != nullptr &&
+                         (checkpointer_->last_step() < base_.step + steps_ || nothing_left_);
+  if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer_->Prepare(Position(steps_)));
   // Every rank's pushes are applied before rank 0 reads the tables for evaluation.
-  DLRM_RETURN_IF_ERROR(barrier());
-  if (checkpointer != nullptr) {
-    if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer->Cut(*trainer, position(steps)));
-    DLRM_RETURN_IF_ERROR(checkpointer->Finish());
+  DLRM_RETURN_IF_ERROR(Barrier());
+  if (checkpointer_ != nullptr) {
+    if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer_->Cut(*trainer_, Position(steps_)));
+    DLRM_RETURN_IF_ERROR(checkpointer_->Finish());
   }
-  DLRM_RETURN_IF_ERROR(report_progress(true));
+  DLRM_RETURN_IF_ERROR(ReportProgress(true));
 
-  dlrm::v1::ReportProgressRequest done = NewReport(assignment);
-  done.set_step(base.step + steps);
-  done.set_samples(base.samples / world + samples);
-  done.set_loss(loss_avg);
+  dlrm::v1::ReportProgressRequest done = worker_.NewReport(assignment_);
+  done.set_step(base_.step + steps_);
+  done.set_samples(base_.samples / world_ + samples_);
+  done.set_loss(loss_avg_);
   done.set_done(true);
-  if (rank == 0) {
+  if (rank_ == 0) {
     EvalMetrics eval;
-    if (input.eval != nullptr) {
-      if (evaluated) DLRM_RETURN_IF_ERROR(input.eval->Rewind());
-      DLRM_ASSIGN_OR_RETURN(eval, trainer->Evaluate(input.eval.get()));
-      if (metrics.eval_auc != nullptr) {
-        metrics.eval_auc->Set(eval.auc);
-        metrics.eval_logloss->Set(eval.logloss);
-        metrics.eval_step->Set(static_cast<double>(base.step + steps));
+    if (input_.eval != nullptr) {
+      if (evaluated_) DLRM_RETURN_IF_ERROR(input_.eval->Rewind());
+      DLRM_ASSIGN_OR_RETURN(eval, trainer_->Evaluate(input_.eval.get()));
+      if (metrics_.eval_auc != nullptr) {
+        metrics_.eval_auc->Set(eval.auc);
+        metrics_.eval_logloss->Set(eval.logloss);
+        metrics_.eval_step->Set(static_cast<double>(base_.step + steps_));
       }
     }
     // Ranks take the same number of steps in lockstep, so the job's throughput is world times
     // this rank's.
-    const double total_samples = static_cast<double>(samples) * world;
+    const double total_samples = static_cast<double>(samples_) * world_;
     auto& m = *done.mutable_metrics();
     m["auc"] = eval.auc;
     m["logloss"] = eval.logloss;
     m["accuracy"] = eval.accuracy;
     m["eval_samples"] = static_cast<double>(eval.samples);
-    m["steps"] = static_cast<double>(base.step + steps);
+    m["steps"] = static_cast<double>(base_.step + steps_);
     m["samples"] = total_samples;
     m["train_seconds"] = train_seconds;
     m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
-    m["skipped_lines"] = static_cast<double>(input.train->skipped());
-    const TrainerCounters c = trainer->counters();
+    m["skipped_lines"] = static_cast<double>(input_.train->skipped());
+    const TrainerCounters c = trainer_->counters();
     // Measured between the start and the end of training, per sample this rank trained.
-    for (const auto& [key, value] : NetworkBytesPerSample(network_start, network_end, samples)) {
+    for (const auto& [key, value] : NetworkBytesPerSample(network_start_, network_end, samples_)) {
       m[key] = value;
     }
     m["hot_hit_rate"] = c.ids > 0 ? static_cast<double>(c.hot_ids) / c.ids : 0;
     m["hot_rows"] =
-        trainer->hot_rows() ? static_cast<double>(trainer->hot_rows()->total_rows()) : 0;
-    if (refresher != nullptr) {
+        trainer_->hot_rows() ? static_cast<double>(trainer_->hot_rows()->total_rows()) : 0;
+    if (refresher_ != nullptr) {
       m["hot_migrations"] =
-          static_cast<double>(refresher->stats().rows_joined + refresher->stats().rows_left);
+          static_cast<double>(refresher_->stats().rows_joined + refresher_->stats().rows_left);
     }
     // Where the job's rows live now, summed over the shards (shown by dlrm local).
-    absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> stats = store->GetStatsAll();
+    absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> stats = store_->GetStatsAll();
     if (stats.ok()) {
       double memory_rows = 0, reads = 0, writes = 0;
       for (const dlrm::v1::GetStatsResponse& s : *stats) {
@@ -702,26 +840,26 @@ absl::Status WorkerProcess::TrainJob(const dlrm::v1::WorkerAssignment& assignmen
     } else {
       DLRM_LOG(WARNING) << "parameter-server stats: " << stats.status().message();
     }
-    DLRM_LOG(INFO) << "job " << job_id << ": AUC " << eval.auc << ", logloss " << eval.logloss
-                   << ", " << steps << " steps, " << m["samples_per_sec"] << " samples/s";
+    DLRM_LOG(INFO) << "job " << job_id_ << ": AUC " << eval.auc << ", logloss " << eval.logloss
+                   << ", " << steps_ << " steps, " << m["samples_per_sec"] << " samples/s";
   }
   // The coordinator may be restarting: the result is worth waiting for.
-  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(done);
+  absl::StatusOr<dlrm::v1::JobState> state = worker_.client_->ReportProgress(done);
   for (const absl::Time give_up = absl::Now() + absl::Seconds(60);
        !state.ok() && absl::IsUnavailable(state.status()) && absl::Now() < give_up &&
-       !cancel_job_.load();) {
+       !worker_.cancel_job_.load();) {
     absl::SleepFor(absl::Milliseconds(500));
-    state = client_->ReportProgress(done);
+    state = worker_.client_->ReportProgress(done);
   }
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrCat("final report: ", state.status().message()));
   }
-  if (rank == 0) {
+  if (rank_ == 0) {
     // Every rank has pushed its last step (the barrier) and the job is over: free its shards
     // for the next job.
-    absl::Status unloaded = store->UnloadJobOnAll();
-    if (!unloaded.ok()) DLRM_LOG(WARNING) << "unloading job " << job_id << ": " << unloaded;
+    absl::Status unloaded = store_->UnloadJobOnAll();
+    if (!unloaded.ok()) DLRM_LOG(WARNING) << "unloading job " << job_id_ << ": " << unloaded;
   }
   return absl::OkStatus();
 }

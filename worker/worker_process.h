@@ -98,6 +98,7 @@ class WorkerProcess {
 
  private:
   struct JobResources;  // the backend and collectives of one run (worker_job.cc)
+  class JobRun;         // one run of a job on this rank, set-up to final report (worker_job.cc)
   explicit WorkerProcess(const WorkerProcessOptions& options);
 
   absl::Status RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -135,7 +136,7 @@ class WorkerProcess {
   std::string running_job_ ABSL_GUARDED_BY(mu_);  // "job@epoch" being trained, "" when idle
   bool poll_now_ ABSL_GUARDED_BY(mu_) = false;    // wakes the heartbeat thread early
   std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mu_);  // "job@epoch" runs done
-  // Called (under mu_) to stop the training in progress; set by TrainJob.
+  // Called (under mu_) to stop the training in progress; set by a JobRun.
   std::function<void()> cancel_hook_ ABSL_GUARDED_BY(mu_);
 };
 
