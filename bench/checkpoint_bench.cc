@@ -20,6 +20,11 @@
 //                             (prepare_seconds, off the training path), as `dlrm train` does for a
 //                             job with periodic checkpoints; unprepared_first_stall_vs_full_write:
 //                             a first one into fresh memory (a job without them), taken before.
+//                             precopy_first_stall_vs_full_write: a first one of a job with
+//                             every_steps, on a pre-copy taken two steps before it (no pace yet)
+//                             (precopy_seconds, off the training path), with --touched-fraction
+//                             of the rows changed between the two, right after the changes;
+//                             precopy_done_*: the same once the pre-copy has ended.
 //
 //   ps_cut_vs_write           a parameter server's part of a cluster checkpoint, on the same
 //                             tables in one TieredStore (every row changed and held in its memory
@@ -55,6 +60,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -298,6 +304,25 @@ int main(int argc, char** argv) {
     return true;
   };
   if (!change_all(0)) return 1;
+  // Steps that changed a fraction of the rows (drawn uniformly per table), or every row.
+  std::mt19937_64 rng(7);
+  auto change = [&](double fraction, int64_t step) -> int64_t {
+    int64_t changed = 0;
+    for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
+      embedding::TableRows g;
+      g.table = t;
+      const int64_t rows = spec.tables[t].rows;
+      const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rows * fraction));
+      std::vector<int64_t> ids(rows);
+      for (int64_t i = 0; i < rows; ++i) ids[i] = i;
+      std::shuffle(ids.begin(), ids.end(), rng);  // pushed in no order, as training's are
+      g.ids.assign(ids.begin(), ids.begin() + n);
+      g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
+      if (!(*store)->Push(step, {&g, 1}).ok()) return -1;
+      changed += n;
+    }
+    return changed;
+  };
   // The first full checkpoint into fresh memory (a job without periodic checkpoints), by a
   // checkpointer of its own in another folder.
   double unprepared_stall = 0, unprepared_write = 0;
@@ -324,6 +349,37 @@ int main(int argc, char** argv) {
   // 0.9-1.4 s each in a row), so the faster of the two is the one to beat.
   const double dd_before = SequentialWrite(dir + "/sequential.bin", unprepared_bytes);
   fs::remove(dir + "/sequential.bin");
+  // A job with every_steps: its first checkpoint on a pre-copy (StartPreCopyIfNear, a few steps
+  // before it, copies every changed row while training goes on), then --touched-fraction of the
+  // rows changed by the steps after it, then the checkpoint: its stall copies only those, after
+  // waiting for what is left of the pre-copy. Twice: with the checkpoint right after the
+  // changes (the pre-copy, slowed by them, may still run: precopy_*), and once the pre-copy
+  // has ended (as when its steps took longer than it: precopy_done_*).
+  double precopy_stall[2] = {0, 0}, precopy_write[2] = {0, 0}, precopy_seconds[2] = {0, 0};
+  for (int done = 0; done < 2; ++done) {
+    common::JobSpec other = spec;
+    other.checkpoint.dir = dir + "/precopy";
+    other.checkpoint.every_steps = 10;
+    auto c = worker::TrainCheckpointer::Create(other);
+    if (!c.ok()) return 1;
+    (*c)->PrepareSnapshotMemory(**store);
+    (*c)->StartPreCopyIfNear(**trainer, **store, /*step=*/8);
+    if (change(touched_fraction, 9) < 0) return 1;
+    while (done == 1 && (*c)->precopy_seconds() <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    auto s = (*c)->Start(**trainer, **store, {.step = 10});
+    auto w = s.ok() ? (*c)->Finish() : s.status();
+    if (!w.ok() || (*c)->precopy_seconds() <= 0) {
+      std::fprintf(stderr, "pre-copied checkpoint: %s\n",
+                   w.ok() ? "no pre-copy" : std::string(w.status().message()).c_str());
+      return 1;
+    }
+    precopy_stall[done] = *s;
+    precopy_write[done] = w->seconds;
+    precopy_seconds[done] = (*c)->precopy_seconds();
+    fs::remove_all(dir + "/precopy");
+  }
   // Then a job with periodic checkpoints: its checkpointer readies the snapshot's memory while
   // training goes on (here: every row changed again), and the first full checkpoint copies into
   // it. Start returns once the snapshot is taken (what training waits for); Finish once the files
@@ -347,25 +403,6 @@ int main(int argc, char** argv) {
   fs::remove(dir + "/sequential.bin");
   const double dd_seconds = std::min(dd_before, dd_after);
 
-  // Steps that changed a fraction of the rows (drawn uniformly per table), or every row.
-  std::mt19937_64 rng(7);
-  auto change = [&](double fraction, int64_t step) -> int64_t {
-    int64_t changed = 0;
-    for (int t = 0; t < static_cast<int>(spec.tables.size()); ++t) {
-      embedding::TableRows g;
-      g.table = t;
-      const int64_t rows = spec.tables[t].rows;
-      const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rows * fraction));
-      std::vector<int64_t> ids(rows);
-      for (int64_t i = 0; i < rows; ++i) ids[i] = i;
-      std::shuffle(ids.begin(), ids.end(), rng);  // pushed in no order, as training's are
-      g.ids.assign(ids.begin(), ids.begin() + n);
-      g.values.assign(g.ids.size() * spec.embedding_dim, 0.01f);
-      if (!(*store)->Push(step, {&g, 1}).ok()) return -1;
-      changed += n;
-    }
-    return changed;
-  };
   const int64_t touched = change(touched_fraction, 1);
   if (touched < 0) return 1;
   auto inc = (*checkpointer)->Write(**trainer, **store, {.step = 2});
@@ -411,6 +448,14 @@ int main(int argc, char** argv) {
       {"unprepared_first_stall_seconds", unprepared_stall},
       {"unprepared_first_full_seconds", unprepared_write},
       {"unprepared_first_stall_vs_full_write", unprepared_stall / unprepared_write},
+      {"precopy_seconds", precopy_seconds[0]},
+      {"precopy_first_stall_seconds", precopy_stall[0]},
+      {"precopy_first_full_seconds", precopy_write[0]},
+      {"precopy_first_stall_vs_full_write", precopy_stall[0] / precopy_write[0]},
+      {"precopy_done_seconds", precopy_seconds[1]},
+      {"precopy_done_first_stall_seconds", precopy_stall[1]},
+      {"precopy_done_first_full_seconds", precopy_write[1]},
+      {"precopy_done_first_stall_vs_full_write", precopy_stall[1] / precopy_write[1]},
       {"full_stall_seconds", *warm_stall},
       {"full2_seconds", warm->seconds},
       {"stall_vs_full_write", *warm_stall / warm->seconds},

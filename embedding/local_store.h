@@ -72,6 +72,11 @@ class LocalEmbeddingStore : public EmbeddingStore {
   std::vector<int64_t> TakeChangedIds(int table);
   // Forgets the changes so far in every table (e.g. right after loading a checkpoint).
   void ClearChanged();
+  // Copies the stored rows of `ids` (row_stride floats each, in order) into `out` and marks
+  // them unchanged, under the table's exclusive lock, while training may go on: a row updated
+  // after this call is listed by the next TakeChangedIds. What a checkpoint's pre-copy reads
+  // (TrainCheckpointer::StartPreCopyIfNear). REQUIRES: the ids are in range.
+  void CopyRowsAndClearChanged(int table, absl::Span<const int64_t> ids, float* out);
 
   LocalEmbeddingStore* AsLocal() override { return this; }
 
@@ -91,9 +96,12 @@ class LocalEmbeddingStore : public EmbeddingStore {
   struct Table {
     std::unique_ptr<EmbeddingTable> table;
     mutable absl::Mutex mu;  // shared for Lookup, exclusive for Push
-    // Per row: bit 0 touched since creation, bit 1 changed since the last TakeChangedIds.
+    // Per row: bit 0 touched since creation, bit 1 changed since the last TakeChangedIds (or
+    // CopyRowsAndClearChanged of the row).
     std::vector<uint8_t> flags ABSL_GUARDED_BY(mu);
     std::vector<int64_t> touched ABSL_GUARDED_BY(mu);
+    // Ids whose bit 1 was set, in that order: an id may be listed twice, or no longer have the
+    // bit, after CopyRowsAndClearChanged (TakeChangedIds goes by the bit).
     std::vector<int64_t> changed ABSL_GUARDED_BY(mu);
     void MarkUpdated(absl::Span<const int64_t> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   };

@@ -83,6 +83,22 @@ class TrainCheckpointer {
   void PrepareSnapshotMemory(const embedding::LocalEmbeddingStore& store);
   // Seconds the preparation took (its thread's, off the training path); 0 before it ends.
   double prepare_seconds() const { return prepare_seconds_.load(); }
+  // For a job with periodic checkpoints, after every step: when the first checkpoint of this
+  // process will be full and is near, copies every changed row into the prepared memory on a
+  // thread of its own, a chunk of a table at a time under that table's lock, while training
+  // goes on (a pre-copy, as live migration does). The checkpoint then copies only the rows
+  // changed since, as later checkpoints do, instead of every row while training waits. Near:
+  // the time left, by the steps left (every_steps) at the pace of the last steps, or by the
+  // clock (every_seconds), is at most twice the pre-copy's estimate (the tables' bytes at
+  // kPreCopyBytesPerSecond); without a pace yet, two steps. Not for checkpoints less than twice
+  // that time apart (taken before many rows are touched), nor for tables in GPU memory (copied
+  // back at the checkpoint).
+  void StartPreCopyIfNear(const Trainer& trainer, embedding::LocalEmbeddingStore& store,
+                          int64_t step);
+  // Seconds the pre-copy took (its thread's, off the training path); 0 before it ends.
+  double precopy_seconds() const { return precopy_seconds_.load(); }
+  // A pre-copy's pace for its estimate, below what one thread copies here while training runs.
+  static constexpr double kPreCopyBytesPerSecond = 1e9;
 
  private:
   struct Snapshot;
@@ -103,6 +119,13 @@ class TrainCheckpointer {
   std::vector<std::pair<embedding::SnapshotBuffer, size_t>> prepared_;
   std::thread prepare_thread_;
   std::atomic<double> prepare_seconds_{0};
+  // The pre-copy's thread and snapshot (the next Start's base once joined).
+  bool precopy_started_ = false;
+  std::chrono::steady_clock::time_point last_step_seen_{};  // StartPreCopyIfNear's last call
+  double step_seconds_ = 0;                                 // the pace of the last steps
+  std::thread precopy_thread_;
+  std::shared_ptr<Snapshot> precopy_;
+  std::atomic<double> precopy_seconds_{0};
 };
 
 class GrpcPsClient;

@@ -254,6 +254,16 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   }
   const auto start = std::chrono::steady_clock::now();
   if (prepare_thread_.joinable()) prepare_thread_.join();
+  if (precopy_thread_.joinable()) {
+    // The pre-copy's rows are a base like a written snapshot's: only the rows changed since
+    // they were copied are copied now.
+    precopy_thread_.join();
+    if (precopy_ != nullptr) {
+      DLRM_LOG(INFO) << "checkpoint at step " << position.step << ": on a pre-copy of its rows ("
+                     << precopy_seconds_.load() << " s, while training went on)";
+      last_snapshot_ = std::move(precopy_);
+    }
+  }
   // GPU tables: the store holds the trained rows only after this copy.
   DLRM_RETURN_IF_ERROR(trainer.CopyEmbeddingsToStore());
   const common::JobSpec& spec = spec_;
@@ -435,6 +445,7 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Finish() {
 
 TrainCheckpointer::~TrainCheckpointer() {
   if (prepare_thread_.joinable()) prepare_thread_.join();
+  if (precopy_thread_.joinable()) precopy_thread_.join();
   if (writer_.joinable()) writer_.join();
 }
 
@@ -459,6 +470,76 @@ void TrainCheckpointer::PrepareSnapshotMemory(const embedding::LocalEmbeddingSto
     }
     prepared_ = std::move(buffers);
     prepare_seconds_.store(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  });
+}
+
+void TrainCheckpointer::StartPreCopyIfNear(const Trainer& trainer,
+                                           embedding::LocalEmbeddingStore& store, int64_t step) {
+  if (precopy_started_ || last_snapshot_ != nullptr || writer_.joinable() || trainer.gpu_tables()) {
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (last_step_seen_ != std::chrono::steady_clock::time_point{}) {
+    const double dt = std::chrono::duration<double>(now - last_step_seen_).count();
+    step_seconds_ = step_seconds_ == 0 ? dt : 0.8 * step_seconds_ + 0.2 * dt;
+  }
+  last_step_seen_ = now;
+  const common::CheckpointSpec& c = spec_.checkpoint;
+  const bool full_next = parent_.empty() || c.full_every <= 1 || since_full_ >= c.full_every;
+  if (!full_next) return;  // an incremental one writes only what changed since its parent
+  double table_bytes = 0;
+  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
+    const embedding::EmbeddingTable& table = store.table(t);
+    table_bytes += static_cast<double>(table.rows()) * table.row_stride() * sizeof(float);
+  }
+  const double lead = 2 * table_bytes / kPreCopyBytesPerSecond;
+  // Checkpoints this frequent are taken before many rows are touched: a pre-copy would copy few
+  // of them, and the rest would be copied one by one as new rows.
+  const double interval =
+      c.every_steps > 0 ? c.every_steps * step_seconds_ : static_cast<double>(c.every_seconds);
+  if (interval > 0 && interval < 2 * lead) return;
+  bool near = false;
+  if (c.every_steps > 0) {
+    const int64_t left = (step / c.every_steps + 1) * c.every_steps - step;  // steps to train
+    near = step_seconds_ > 0 ? left == 1 || left * step_seconds_ <= lead : left <= 2;
+  }
+  if (c.every_seconds > 0) {
+    const double since = std::chrono::duration<double>(now - last_time_).count();
+    near = near || since >= c.every_seconds - lead;
+  }
+  if (!near) return;
+  if (prepare_thread_.joinable()) prepare_thread_.join();
+  const int num_tables = static_cast<int>(store.tables().size());
+  if (static_cast<int>(prepared_.size()) != num_tables) return;  // no memory readied: as before
+  precopy_started_ = true;
+  std::vector<int> row_floats(num_tables);
+  for (int t = 0; t < num_tables; ++t) row_floats[t] = store.table(t).row_stride();
+  precopy_thread_ = std::thread([this, &store, num_tables, row_floats] {
+    common::NameThisThread("dlrm-ckpt-pre");
+    const auto begin = std::chrono::steady_clock::now();
+    auto pre = std::make_shared<Snapshot>();
+    pre->tables.resize(num_tables);
+    // A chunk at a time, so that training waits at most one chunk's copy for a table's lock.
+    constexpr size_t kChunkRows = 8192;
+    for (int t = 0; t < num_tables; ++t) {
+      Snapshot::Table& rows = pre->tables[t];
+      rows.table = t;
+      rows.row_floats = row_floats[t];
+      store.TouchedIds(t, &rows.ids);  // sorted; rows first touched later are new rows then
+      const size_t floats = rows.ids.size() * rows.row_floats;
+      if (prepared_[t].second < floats) return;  // PrepareSnapshotMemory readies every row
+      rows.rows = std::move(prepared_[t].first);
+      rows.capacity = prepared_[t].second;
+      prepared_[t].second = 0;  // moved: a Start without this pre-copy allocates its own
+      for (size_t i = 0; i < rows.ids.size(); i += kChunkRows) {
+        const size_t n = std::min(kChunkRows, rows.ids.size() - i);
+        store.CopyRowsAndClearChanged(t, absl::MakeConstSpan(rows.ids.data() + i, n),
+                                      rows.rows.get() + i * rows.row_floats);
+      }
+    }
+    precopy_ = std::move(pre);
+    precopy_seconds_.store(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
   });
 }

@@ -196,6 +196,8 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       }
       if (checkpointer != nullptr && checkpointer->Due(position.step)) {
         DLRM_RETURN_IF_ERROR(start_checkpoint());
+      } else if (checkpointer != nullptr) {
+        checkpointer->StartPreCopyIfNear(*trainer, *store, position.step);
       }
       if (spec.max_steps > 0 && report.steps >= spec.max_steps) {
         stop = true;

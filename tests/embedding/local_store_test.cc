@@ -2,6 +2,7 @@
 #include "embedding/local_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <set>
 #include <thread>
@@ -179,6 +180,33 @@ TEST(LocalStoreTest, TakeChangedIdsListsTheRowsChangedSinceTheLastCallAndClearsT
       EXPECT_EQ(store->TouchedIds(table), std::vector<int64_t>(touched.begin(), touched.end()))
           << "table " << table << ": taking the changes kept the touched rows";
     }
+  }
+}
+
+// A pre-copy's CopyRowsAndClearChanged hands out the rows as stored and marks them unchanged:
+// the next TakeChangedIds lists only the rows changed after it (each once, also a row changed
+// both before and after the copy), by the sort of few ids or by the scan of many.
+TEST(LocalStoreTest, CopyRowsAndClearChangedLeavesOnlyLaterChangesToTake) {
+  for (int64_t later : {int64_t{5}, int64_t{900}}) {  // table 2 holds 200,000 rows
+    auto store = *LocalEmbeddingStore::Create(Options(-1));
+    std::vector<int64_t> before(300);  // 300 + 5 listed ids sort, 300 + 900 scan
+    for (int64_t i = 0; i < 300; ++i) before[i] = i * 7;
+    ASSERT_TRUE(store->Push(0, {{2, before, std::vector<float>(before.size() * 16, 0.5f)}}).ok());
+    std::vector<float> copied(before.size() * 17);
+    store->CopyRowsAndClearChanged(2, before, copied.data());
+    for (size_t i = 0; i < before.size(); ++i) {
+      ASSERT_EQ(std::memcmp(copied.data() + i * 17, store->table(2).Row(before[i]), 17 * 4), 0);
+    }
+    // Changed after the copy: some of the copied rows, and rows never touched before.
+    std::set<int64_t> after;
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; static_cast<int64_t>(ids.size()) < later; ++i) {
+      const int64_t id = i % 2 == 0 ? before[(i * 3) % before.size()] : 100000 + i;
+      if (after.insert(id).second) ids.push_back(id);
+    }
+    ASSERT_TRUE(store->Push(1, {{2, ids, std::vector<float>(ids.size() * 16, 0.25f)}}).ok());
+    EXPECT_EQ(store->TakeChangedIds(2), std::vector<int64_t>(after.begin(), after.end()))
+        << later << " rows changed after the copy";
   }
 }
 

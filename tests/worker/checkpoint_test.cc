@@ -4,22 +4,28 @@
 #include "worker/checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dense/backend_factory.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
+#include "embedding/local_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
 #include "worker/checkpoint_internal.h"
 #include "worker/train_command.h"
+#include "worker/trainer.h"
 
 namespace dlrm::worker {
 namespace {
@@ -397,6 +403,94 @@ TEST(CheckpointFilesTest, Crc32cEqualsABitwiseReferenceAtEveryLengthAndAlignment
   auto read = embedding::DigestFile(path);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(read->crc32c, whole);
+}
+
+// A first checkpoint on a pre-copy (StartPreCopyIfNear: rows copied while training goes on,
+// then only the rows changed since copied at the checkpoint) writes the files a checkpoint
+// without one writes, byte for byte: steps push gradients while the pre-copy runs and after
+// it, to rows it copied and to rows first touched after it listed them.
+TEST(CheckpointPreCopyTest, AFirstCheckpointOnAPreCopyEqualsOneTakenWithout) {
+  testing::TempDir dir;
+  struct Run {
+    std::unique_ptr<dense::Backend> backend;
+    std::unique_ptr<embedding::LocalEmbeddingStore> store;
+    std::unique_ptr<Trainer> trainer;
+    std::unique_ptr<TrainCheckpointer> checkpointer;
+  };
+  auto make = [&](const std::string& name, int64_t every_steps) {
+    common::JobSpec spec = testing::SmallGeneratedJob(dir.File("unused.tsv"), /*seed=*/5);
+    for (auto& t : spec.tables) t.rows = std::max<int64_t>(t.rows, 30000);
+    spec.checkpoint.dir = dir.File(name);
+    spec.checkpoint.every_steps = every_steps;
+    Run run;
+    dense::BackendOptions backend_options;
+    backend_options.kind = dense::BackendOptions::Kind::kCpu;
+    run.backend = *dense::CreateBackend(backend_options);
+    embedding::LocalStoreOptions store_options;
+    store_options.tables = TableConfigsFromSpec(spec);
+    store_options.seed = 1;
+    store_options.optimizer = *SparseOptimizerFromSpec(spec);
+    run.store = *embedding::LocalEmbeddingStore::Create(store_options);
+    TrainerOptions trainer_options;
+    trainer_options.spec = spec;
+    trainer_options.backend = run.backend.get();
+    trainer_options.store = run.store.get();
+    run.trainer = *Trainer::Create(trainer_options);
+    run.checkpointer = *TrainCheckpointer::Create(spec);
+    return run;
+  };
+  // Step s: a gradient for 600 ids of each table, drawn from the first (s + 1) * 300 rows, so
+  // that each step also touches rows no step touched before.
+  auto push = [](Run& run, int64_t s) {
+    std::mt19937_64 rng(static_cast<uint64_t>(s));
+    std::vector<embedding::TableRows> grads;
+    for (int t = 0; t < static_cast<int>(run.store->tables().size()); ++t) {
+      const embedding::EmbeddingTable& table = run.store->table(t);
+      const int64_t span = std::min<int64_t>(table.rows(), (s + 1) * 300);
+      std::set<int64_t> ids;
+      while (static_cast<int64_t>(ids.size()) < std::min<int64_t>(600, span)) {
+        ids.insert(static_cast<int64_t>(rng() % span));
+      }
+      embedding::TableRows g;
+      g.table = t;
+      g.ids.assign(ids.begin(), ids.end());
+      for (size_t i = 0; i < g.ids.size() * table.dim(); ++i) {
+        g.values.push_back(0.001f * static_cast<float>((i * 7 + s) % 13) - 0.006f);
+      }
+      grads.push_back(std::move(g));
+    }
+    ASSERT_TRUE(run.store->Push(s, grads).ok());
+  };
+  Run pre = make("pre", /*every_steps=*/10), plain = make("plain", /*every_steps=*/0);
+  pre.checkpointer->PrepareSnapshotMemory(*pre.store);
+  for (int64_t s = 1; s <= 9; ++s) {
+    push(pre, s);
+    push(plain, s);
+    // Steps of at least 20 ms (checkpoints at least 200 ms apart, more than twice the pre-copy's
+    // estimate for these tables): the pre-copy starts once, one or two steps before step 10,
+    // and runs while the next step pushes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pre.checkpointer->StartPreCopyIfNear(*pre.trainer, *pre.store, s);
+  }
+  ASSERT_TRUE(pre.checkpointer->Write(*pre.trainer, *pre.store, {.step = 10}).ok());
+  ASSERT_TRUE(plain.checkpointer->Write(*plain.trainer, *plain.store, {.step = 10}).ok());
+  EXPECT_GT(pre.checkpointer->precopy_seconds(), 0) << "no pre-copy was taken";
+  auto read_dir = [](const std::string& folder) {
+    auto list = embedding::ListCheckpoints(folder);
+    EXPECT_TRUE(list.ok() && list->size() == 1u);
+    return folder + "/" + list->back().name;
+  };
+  const std::string a = read_dir(dir.File("pre")), b = read_dir(dir.File("plain"));
+  auto manifest = embedding::ReadManifest(b);
+  ASSERT_TRUE(manifest.ok());
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const auto& f : manifest->files) {
+    EXPECT_TRUE(slurp(a + "/" + f.name) == slurp(b + "/" + f.name))
+        << f.name << " differs from the checkpoint taken without a pre-copy";
+  }
 }
 
 // Close in two halves (what a writer of many files does): the same file and digest as Close;
