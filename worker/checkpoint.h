@@ -63,9 +63,11 @@ class TrainCheckpointer {
   // full checkpoint that is every row the store holds, so memory for one more copy is needed),
   // then writes the files, commits the manifest and applies keep_last on a background thread
   // while training goes on. Returns the seconds training waited (the snapshot). It first waits
-  // for the previous write and returns its error if it failed.
+  // for the previous write and returns its error if it failed. `last`: no training follows (the
+  // end of a run), so the files are written from the store's tables themselves, without a copy;
+  // nothing may update the store until Finish, and a later Start copies every row again.
   absl::StatusOr<double> Start(Trainer& trainer, embedding::LocalEmbeddingStore& store,
-                               const TrainPosition& position);
+                               const TrainPosition& position, bool last = false);
   // Waits for the write Start began; its result (FAILED_PRECONDITION when none is in flight).
   absl::StatusOr<CheckpointWriteResult> Finish();
   // Start, then Finish.

@@ -91,6 +91,8 @@ struct TrainCheckpointer::Snapshot {
     std::vector<float> new_rows;     // new_ids.size() x row_floats
     std::vector<int64_t> write_ids;  // an incremental one's rows (sorted)
     std::vector<int64_t> write_pos;  // each one's index in ids, or ~its index in new_ids
+    // A last checkpoint's rows: read from the table itself by id (no rows, new_ids, write_pos).
+    const embedding::EmbeddingTable* live = nullptr;
   };
   CheckpointManifest manifest;
   std::string dir;
@@ -246,7 +248,7 @@ absl::Status MergeNewRows(SnapshotTable& rows) {
 
 absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
                                                 embedding::LocalEmbeddingStore& store,
-                                                const TrainPosition& position) {
+                                                const TrainPosition& position, bool last) {
   // One write at a time: the previous one's outcome is reported here.
   if (writer_.joinable()) {
     absl::StatusOr<CheckpointWriteResult> previous = Finish();
@@ -294,6 +296,16 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
     Snapshot::Table& rows = snapshot->tables[t];
     rows.table = t;
     rows.row_floats = table.row_stride();
+    if (last) {
+      // Nothing updates the table before the write ends: it is read in place.
+      rows.live = &table;
+      if (m.incremental) {
+        rows.write_ids = std::move(changed);
+      } else {
+        store.TouchedIds(t, &rows.ids);
+      }
+      return absl::OkStatus();
+    }
     if (have_base) {
       Snapshot::Table& base = last_snapshot_->tables[t];
       rows.ids.swap(base.ids);
@@ -339,7 +351,7 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   common::ParallelForOnce(num_tables, 2, [&](int64_t t) { table_status[t] = snapshot_table(t); });
   for (const absl::Status& status : table_status) DLRM_RETURN_IF_ERROR(status);
   std::vector<Snapshot::Table*> full_copies;
-  if (!have_base) {
+  if (!have_base && !last) {
     for (Snapshot::Table& rows : snapshot->tables) full_copies.push_back(&rows);
   }
   CopySnapshotRows(store, full_copies);
@@ -349,7 +361,9 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   last_step_ = position.step;
   last_time_ = std::chrono::steady_clock::now();
   const double stall = std::chrono::duration<double>(last_time_ - start).count();
-  last_snapshot_ = snapshot;  // its buffers are reused by the next one once written
+  // Its buffers are reused by the next one once written. A last one has none, and it took the
+  // changes: a later one copies every row.
+  last_snapshot_ = last ? nullptr : snapshot;
   pending_ = std::make_shared<absl::StatusOr<CheckpointWriteResult>>(
       absl::UnknownError("checkpoint write did not finish"));
   writer_ = std::thread([this, snapshot, out = pending_] { *out = WriteSnapshot(*snapshot); });
@@ -379,28 +393,30 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
         const bool from_base =
             j == rows.new_ids.size() || (i < rows.ids.size() && rows.ids[i] < rows.new_ids[j]);
         const int64_t id = from_base ? rows.ids[i] : rows.new_ids[j];
-        const float* row =
-            from_base ? rows.rows.get() + i * row_floats : rows.new_rows.data() + j * row_floats;
+        const float* row = rows.live != nullptr ? rows.live->Row(id)
+                           : from_base          ? rows.rows.get() + i * row_floats
+                                                : rows.new_rows.data() + j * row_floats;
         (from_base ? i : j)++;
         DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
         ++written;
       }
     } else {
-      // By the places UpdateSnapshotTable found, with the rows a few ids ahead already requested.
+      // By the places UpdateSnapshotTable found (a last one's: by id, in the table), with the
+      // rows a few ids ahead already requested.
       constexpr size_t kAhead = 8;
-      auto row_at = [&](int64_t pos) {
-        return pos >= 0 ? rows.rows.get() + pos * row_floats
-                        : rows.new_rows.data() + ~pos * row_floats;
-      };
-      if (rows.write_pos.size() != rows.write_ids.size()) {
+      if (rows.live == nullptr && rows.write_pos.size() != rows.write_ids.size()) {
         return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", rows.table,
                                                 " lacks the places of its changed rows"));
       }
+      auto row_of = [&](size_t k) -> const float* {
+        if (rows.live != nullptr) return rows.live->Row(rows.write_ids[k]);
+        const int64_t pos = rows.write_pos[k];
+        return pos >= 0 ? rows.rows.get() + pos * row_floats
+                        : rows.new_rows.data() + ~pos * row_floats;
+      };
       for (size_t k = 0; k < rows.write_ids.size(); ++k) {
-        if (k + kAhead < rows.write_ids.size()) {
-          __builtin_prefetch(row_at(rows.write_pos[k + kAhead]));
-        }
-        DLRM_RETURN_IF_ERROR(writer->AppendRow(rows.write_ids[k], row_at(rows.write_pos[k])));
+        if (k + kAhead < rows.write_ids.size()) __builtin_prefetch(row_of(k + kAhead));
+        DLRM_RETURN_IF_ERROR(writer->AppendRow(rows.write_ids[k], row_of(k)));
         ++written;
       }
     }

@@ -119,8 +119,8 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   }
   // Training waits only for the snapshot; the files are written in the background (the next
   // checkpoint, or the end of training, waits for them).
-  auto start_checkpoint = [&]() -> absl::Status {
-    DLRM_ASSIGN_OR_RETURN(double stall, checkpointer->Start(*trainer, *store, position));
+  auto start_checkpoint = [&](bool last) -> absl::Status {
+    DLRM_ASSIGN_OR_RETURN(double stall, checkpointer->Start(*trainer, *store, position, last));
     DLRM_LOG(DEBUG) << "checkpoint at step " << position.step << ": training waited " << stall
                     << " s for the snapshot";
     return absl::OkStatus();
@@ -195,7 +195,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                        << m.logloss << " (" << m.samples << " samples, " << eval_took << " s)";
       }
       if (checkpointer != nullptr && checkpointer->Due(position.step)) {
-        DLRM_RETURN_IF_ERROR(start_checkpoint());
+        DLRM_RETURN_IF_ERROR(start_checkpoint(/*last=*/false));
       } else if (checkpointer != nullptr) {
         checkpointer->StartPreCopyIfNear(*trainer, *store, position.step);
       }
@@ -220,8 +220,9 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                                                       spec.train_paths.size(), " file(s))"));
   }
   // The trained model is always kept when the spec names a checkpoint folder.
+  // Training is over: the last checkpoint is written from the tables themselves, no copy.
   if (checkpointer != nullptr && checkpointer->last_step() < position.step) {
-    DLRM_RETURN_IF_ERROR(start_checkpoint());
+    DLRM_RETURN_IF_ERROR(start_checkpoint(/*last=*/true));
   }
   if (checkpointer != nullptr && checkpointer->writing()) {
     DLRM_ASSIGN_OR_RETURN(CheckpointWriteResult last, checkpointer->Finish());
