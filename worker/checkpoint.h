@@ -125,6 +125,7 @@ class TrainCheckpointer {
   bool precopy_started_ = false;
   std::chrono::steady_clock::time_point last_step_seen_{};  // StartPreCopyIfNear's last call
   double step_seconds_ = 0;                                 // the pace of the last steps
+  double table_bytes_ = 0;  // the tables' bytes (rows x row_stride floats), for the estimate
   std::thread precopy_thread_;
   std::shared_ptr<Snapshot> precopy_;
   std::atomic<double> precopy_seconds_{0};

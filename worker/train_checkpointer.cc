@@ -504,12 +504,13 @@ void TrainCheckpointer::StartPreCopyIfNear(const Trainer& trainer,
   const common::CheckpointSpec& c = spec_.checkpoint;
   const bool full_next = parent_.empty() || c.full_every <= 1 || since_full_ >= c.full_every;
   if (!full_next) return;  // an incremental one writes only what changed since its parent
-  double table_bytes = 0;
-  for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
-    const embedding::EmbeddingTable& table = store.table(t);
-    table_bytes += static_cast<double>(table.rows()) * table.row_stride() * sizeof(float);
+  if (table_bytes_ == 0) {
+    for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
+      const embedding::EmbeddingTable& table = store.table(t);
+      table_bytes_ += static_cast<double>(table.rows()) * table.row_stride() * sizeof(float);
+    }
   }
-  const double lead = 2 * table_bytes / kPreCopyBytesPerSecond;
+  const double lead = 2 * table_bytes_ / kPreCopyBytesPerSecond;
   // Checkpoints this frequent are taken before many rows are touched: a pre-copy would copy few
   // of them, and the rest would be copied one by one as new rows.
   const double interval =
