@@ -60,6 +60,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -325,81 +327,70 @@ int main(int argc, char** argv) {
     }
     return changed;
   };
-  // The first full checkpoint into fresh memory (a job without periodic checkpoints), by a
-  // checkpointer of its own in another folder.
-  double unprepared_stall = 0, unprepared_write = 0;
-  int64_t unprepared_bytes = 0;
-  {
+  // A checkpoint at `step` by a checkpointer of its own in folder `name` (removed after), with
+  // `every_steps`; `before` runs between the checkpointer's creation and its Start (changes, a
+  // pre-copy) and says whether to go on.
+  struct OwnCheckpoint {
+    double stall = 0, seconds = 0, precopy_seconds = 0;
+    int64_t bytes = 0;
+  };
+  auto own_checkpoint = [&](const std::string& name, int64_t every_steps, int64_t step, bool last,
+                            const std::function<bool(worker::TrainCheckpointer&)>& before)
+      -> std::optional<OwnCheckpoint> {
     common::JobSpec other = spec;
-    other.checkpoint.dir = dir + "/unprepared";
+    other.checkpoint.dir = dir + "/" + name;
+    other.checkpoint.every_steps = every_steps;
     auto c = worker::TrainCheckpointer::Create(other);
-    if (!c.ok()) return 1;
-    auto s = (*c)->Start(**trainer, **store, {.step = 1});
+    if (!c.ok() || (before && !before(**c))) return std::nullopt;
+    auto s = (*c)->Start(**trainer, **store, {.step = step}, last);
     auto w = s.ok() ? (*c)->Finish() : s.status();
     if (!w.ok()) {
-      std::fprintf(stderr, "unprepared checkpoint: %s\n",
+      std::fprintf(stderr, "%s checkpoint: %s\n", name.c_str(),
                    std::string(w.status().message()).c_str());
-      return 1;
+      return std::nullopt;
     }
-    unprepared_stall = *s;
-    unprepared_write = w->seconds;
-    unprepared_bytes = w->manifest.total_bytes();
-  }
-  fs::remove_all(dir + "/unprepared");
-  // The checkpoint at the end of a run (`last`: written from the tables themselves, no copy), by
-  // a checkpointer of its own in another folder.
-  double last_stall = 0, last_write = 0;
-  {
-    common::JobSpec other = spec;
-    other.checkpoint.dir = dir + "/last";
-    auto c = worker::TrainCheckpointer::Create(other);
-    if (!c.ok()) return 1;
-    if (!change_all(2)) return 1;
-    auto s = (*c)->Start(**trainer, **store, {.step = 1}, /*last=*/true);
-    auto w = s.ok() ? (*c)->Finish() : s.status();
-    if (!w.ok()) {
-      std::fprintf(stderr, "last checkpoint: %s\n", std::string(w.status().message()).c_str());
-      return 1;
-    }
-    last_stall = *s;
-    last_write = w->seconds;
-  }
-  fs::remove_all(dir + "/last");
+    OwnCheckpoint out{.stall = *s,
+                      .seconds = w->seconds,
+                      .precopy_seconds = (*c)->precopy_seconds(),
+                      .bytes = w->manifest.total_bytes()};
+    c->reset();
+    fs::remove_all(other.checkpoint.dir);
+    return out;
+  };
+  // The first full checkpoint into fresh memory (a job without periodic checkpoints).
+  const std::optional<OwnCheckpoint> unprepared =
+      own_checkpoint("unprepared", 0, 1, /*last=*/false, nullptr);
+  // The checkpoint at the end of a run (`last`: written from the tables themselves, no copy).
+  const std::optional<OwnCheckpoint> last = own_checkpoint(
+      "last", 0, 1, /*last=*/true, [&](worker::TrainCheckpointer&) { return change_all(2); });
+  if (!unprepared || !last) return 1;
   // The baseline, written just before the full checkpoint and again just after it: this VM's
-  // disk takes a burst of writes faster than the writes that follow it (423 MB took 0.29 s, then
-  // 0.9-1.4 s each in a row), so the faster of the two is the one to beat.
-  const double dd_before = SequentialWrite(dir + "/sequential.bin", unprepared_bytes);
+  // disk takes a burst of writes faster than the writes that follow it (sequential_write_before
+  // and _after_seconds differ up to fivefold), so the faster of the two is the one to beat.
+  const double dd_before = SequentialWrite(dir + "/sequential.bin", unprepared->bytes);
   fs::remove(dir + "/sequential.bin");
-  // A job with every_steps: its first checkpoint on a pre-copy (StartPreCopyIfNear, a few steps
+  // A job with every_steps: its first checkpoint on a pre-copy (StartPreCopyIfNear, two steps
   // before it, copies every changed row while training goes on), then --touched-fraction of the
   // rows changed by the steps after it, then the checkpoint: its stall copies only those, after
   // waiting for what is left of the pre-copy. Twice: with the checkpoint right after the
   // changes (the pre-copy, slowed by them, may still run: precopy_*), and once the pre-copy
   // has ended (as when its steps took longer than it: precopy_done_*).
-  double precopy_stall[2] = {0, 0}, precopy_write[2] = {0, 0}, precopy_seconds[2] = {0, 0};
+  std::optional<OwnCheckpoint> precopied[2];
   for (int done = 0; done < 2; ++done) {
-    common::JobSpec other = spec;
-    other.checkpoint.dir = dir + "/precopy";
-    other.checkpoint.every_steps = 10;
-    auto c = worker::TrainCheckpointer::Create(other);
-    if (!c.ok()) return 1;
-    (*c)->PrepareSnapshotMemory(**store);
-    (*c)->StartPreCopyIfNear(**trainer, **store, /*step=*/8);
-    if (change(touched_fraction, 9) < 0) return 1;
-    while (done == 1 && (*c)->precopy_seconds() <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    auto s = (*c)->Start(**trainer, **store, {.step = 10});
-    auto w = s.ok() ? (*c)->Finish() : s.status();
-    if (!w.ok() || (*c)->precopy_seconds() <= 0) {
-      std::fprintf(stderr, "pre-copied checkpoint: %s\n",
-                   w.ok() ? "no pre-copy" : std::string(w.status().message()).c_str());
+    precopied[done] =
+        own_checkpoint("precopy", 10, 10, /*last=*/false, [&](worker::TrainCheckpointer& c) {
+          c.PrepareSnapshotMemory(**store);
+          c.StartPreCopyIfNear(**trainer, **store, /*step=*/8);
+          if (change(touched_fraction, 9) < 0) return false;
+          while (done == 1 && c.precopy_seconds() <= 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          return true;
+        });
+    if (!precopied[done] || precopied[done]->precopy_seconds <= 0) {
+      std::fprintf(stderr, "pre-copied checkpoint: failed or no pre-copy\n");
       return 1;
     }
-    precopy_stall[done] = *s;
-    precopy_write[done] = w->seconds;
-    precopy_seconds[done] = (*c)->precopy_seconds();
-    fs::remove_all(dir + "/precopy");
   }
   // Then a job with periodic checkpoints: its checkpointer readies the snapshot's memory while
   // training goes on (here: every row changed again), and the first full checkpoint copies into
@@ -466,20 +457,20 @@ int main(int argc, char** argv) {
       {"first_full_stall_seconds", *stall},
       {"first_stall_vs_full_write", *stall / full->seconds},
       {"prepare_seconds", (*checkpointer)->prepare_seconds()},
-      {"unprepared_first_stall_seconds", unprepared_stall},
-      {"unprepared_first_full_seconds", unprepared_write},
-      {"unprepared_first_stall_vs_full_write", unprepared_stall / unprepared_write},
-      {"last_stall_seconds", last_stall},
-      {"last_full_seconds", last_write},
-      {"last_stall_vs_full_write", last_stall / last_write},
-      {"precopy_seconds", precopy_seconds[0]},
-      {"precopy_first_stall_seconds", precopy_stall[0]},
-      {"precopy_first_full_seconds", precopy_write[0]},
-      {"precopy_first_stall_vs_full_write", precopy_stall[0] / precopy_write[0]},
-      {"precopy_done_seconds", precopy_seconds[1]},
-      {"precopy_done_first_stall_seconds", precopy_stall[1]},
-      {"precopy_done_first_full_seconds", precopy_write[1]},
-      {"precopy_done_first_stall_vs_full_write", precopy_stall[1] / precopy_write[1]},
+      {"unprepared_first_stall_seconds", unprepared->stall},
+      {"unprepared_first_full_seconds", unprepared->seconds},
+      {"unprepared_first_stall_vs_full_write", unprepared->stall / unprepared->seconds},
+      {"last_stall_seconds", last->stall},
+      {"last_full_seconds", last->seconds},
+      {"last_stall_vs_full_write", last->stall / last->seconds},
+      {"precopy_seconds", precopied[0]->precopy_seconds},
+      {"precopy_first_stall_seconds", precopied[0]->stall},
+      {"precopy_first_full_seconds", precopied[0]->seconds},
+      {"precopy_first_stall_vs_full_write", precopied[0]->stall / precopied[0]->seconds},
+      {"precopy_done_seconds", precopied[1]->precopy_seconds},
+      {"precopy_done_first_stall_seconds", precopied[1]->stall},
+      {"precopy_done_first_full_seconds", precopied[1]->seconds},
+      {"precopy_done_first_stall_vs_full_write", precopied[1]->stall / precopied[1]->seconds},
       {"full_stall_seconds", *warm_stall},
       {"full2_seconds", warm->seconds},
       {"stall_vs_full_write", *warm_stall / warm->seconds},
