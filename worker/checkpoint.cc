@@ -98,16 +98,31 @@ std::string DenseBytes(Trainer& trainer) {
   return bytes;
 }
 
+namespace {
+
+// Where `id` would sit in (lo, hi] if the ids between sorted[lo] < id and sorted[hi] were evenly
+// spread.
+size_t InterpolatedPlace(const std::vector<int64_t>& sorted, size_t lo, size_t hi, int64_t id) {
+  const double frac =
+      static_cast<double>(id - sorted[lo]) / static_cast<double>(sorted[hi] - sorted[lo]);
+  return std::min(hi, lo + 1 + static_cast<size_t>(frac * static_cast<double>(hi - lo - 1)));
+}
+
+}  // namespace
+
+size_t SeekSortedProbe(const std::vector<int64_t>& sorted, size_t from, int64_t id) {
+  const size_t n = sorted.size();
+  if (sorted[from] >= id || sorted[n - 1] < id) return from;
+  return InterpolatedPlace(sorted, from, n - 1, id);
+}
+
 size_t SeekSorted(const std::vector<int64_t>& sorted, size_t from, int64_t id) {
   const size_t n = sorted.size();
   if (from >= n || sorted[from] >= id) return from;
   if (sorted[n - 1] < id) return n;
   // sorted[lo] < id <= sorted[hi]: the answer is in (lo, hi].
   size_t lo = from, hi = n - 1;
-  const double frac =
-      static_cast<double>(id - sorted[lo]) / static_cast<double>(sorted[hi] - sorted[lo]);
-  const size_t guess =
-      std::min(hi, lo + 1 + static_cast<size_t>(frac * static_cast<double>(hi - lo - 1)));
+  const size_t guess = InterpolatedPlace(sorted, lo, hi, id);
   size_t step = 1;
   if (sorted[guess] >= id) {
     hi = guess;  // gallop down: sorted[hi] >= id
@@ -177,12 +192,13 @@ absl::Status ReadDense(const std::string& path, Trainer& trainer) {
 // The manifest of a checkpoint of `trainer` at `position` without its files; every one of
 // `world_size` ranks is at the same position (ranks of a cluster job step in lockstep over
 // equal shards of the input).
-absl::StatusOr<CheckpointManifest> BaseManifest(const common::JobSpec& spec, Trainer& trainer,
+absl::StatusOr<CheckpointManifest> BaseManifest(const common::JobSpec& spec,
+                                                const std::string& spec_yaml, Trainer& trainer,
                                                 const TrainPosition& position, int world_size) {
   CheckpointManifest m;
   m.name = embedding::CheckpointDirName(position.step);
   m.job_name = spec.name;
-  m.spec_yaml = common::JobSpecToYaml(spec);
+  m.spec_yaml = spec_yaml;
   m.step = position.step;
   m.samples = position.samples;
   m.created_unix = absl::ToUnixMicros(absl::Now()) / 1e6;

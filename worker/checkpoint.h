@@ -94,22 +94,27 @@ class TrainCheckpointer {
   // clock (every_seconds), is at most twice the pre-copy's estimate (the tables' bytes at
   // kPreCopyBytesPerSecond); without a pace yet, two steps. Not for checkpoints less than twice
   // that time apart (taken before many rows are touched), nor for tables in GPU memory (copied
-  // back at the checkpoint).
+  // back at the checkpoint). A checkpoint that comes before the pre-copy is done copies what is
+  // left from the other end, so that the rest is copied on two threads.
   void StartPreCopyIfNear(const Trainer& trainer, embedding::LocalEmbeddingStore& store,
                           int64_t step);
   // Seconds the pre-copy took (its thread's, off the training path); 0 before it ends.
   double precopy_seconds() const { return precopy_seconds_.load(); }
+  // How many of the pre-copy's chunks the checkpoint copied because it came before the end.
+  size_t precopy_chunks_helped() const { return precopy_chunks_helped_; }
   // A pre-copy's pace for its estimate, below what one thread copies here while training runs.
   static constexpr double kPreCopyBytesPerSecond = 1e9;
 
  private:
   struct Snapshot;
-  explicit TrainCheckpointer(const common::JobSpec& spec) : spec_(spec) {}
+  explicit TrainCheckpointer(const common::JobSpec& spec)
+      : spec_(spec), spec_yaml_(common::JobSpecToYaml(spec)) {}
   absl::StatusOr<CheckpointWriteResult> WriteSnapshot(Snapshot& snapshot);
 
   common::JobSpec spec_;
-  std::string parent_;  // name of the newest checkpoint of this chain, "" before the first
-  int since_full_ = 0;  // checkpoints written since the last full one
+  std::string spec_yaml_;  // each manifest's copy of the spec, made once
+  std::string parent_;     // name of the newest checkpoint of this chain, "" before the first
+  int since_full_ = 0;     // checkpoints written since the last full one
   int64_t last_step_ = -1;
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
   std::thread writer_;
@@ -127,6 +132,9 @@ class TrainCheckpointer {
   double step_seconds_ = 0;                                 // the pace of the last steps
   double table_bytes_ = 0;  // the tables' bytes (rows x row_stride floats), for the estimate
   std::thread precopy_thread_;
+  struct PreCopyWork;  // its chunks, which a Start that comes before the end helps copy
+  std::shared_ptr<PreCopyWork> precopy_work_;
+  size_t precopy_chunks_helped_ = 0;
   std::shared_ptr<Snapshot> precopy_;
   std::atomic<double> precopy_seconds_{0};
 };
@@ -186,7 +194,8 @@ class ClusterCheckpointer {
   int64_t last_step() const { return last_step_; }
 
  private:
-  explicit ClusterCheckpointer(const Options& options) : options_(options) {}
+  explicit ClusterCheckpointer(const Options& options)
+      : options_(options), spec_yaml_(common::JobSpecToYaml(options.spec)) {}
   // The key rank `rank` publishes its PowerSGD file's entry under, for checkpoint `name`:
   // PowerSgdKeyPrefix(name) followed by the rank.
   std::string PowerSgdKeyPrefix(const std::string& name) const;
@@ -195,6 +204,7 @@ class ClusterCheckpointer {
   absl::StatusOr<embedding::CheckpointFileEntry> WritePowerSgdPart(const std::string& dir,
                                                                    const std::string& state);
   Options options_;
+  std::string spec_yaml_;     // each manifest's copy of the spec, made once
   std::string prepared_dir_;  // rank 0: the directory Prepare made ("" when none is due)
   // Rank 0 with a registry: the dlrm_checkpoint_* series (null otherwise).
   prometheus::Histogram* cut_seconds_ = nullptr;

@@ -24,7 +24,9 @@ absl::StatusOr<embedding::CheckpointFileEntry> WriteDenseBytes(const std::string
                                                                const std::string& bytes);
 // The manifest of a checkpoint of `trainer` at `position` without its files; every one of
 // `world_size` ranks is at the same position.
+// `spec_yaml` is common::JobSpecToYaml(spec), which a caller makes once per job.
 absl::StatusOr<embedding::CheckpointManifest> BaseManifest(const common::JobSpec& spec,
+                                                           const std::string& spec_yaml,
                                                            Trainer& trainer,
                                                            const TrainPosition& position,
                                                            int world_size);
@@ -33,6 +35,10 @@ absl::StatusOr<embedding::CheckpointManifest> BaseManifest(const common::JobSpec
 // then gallops from there: one or two probes into a table's changed ids, which training spreads
 // over the id range, and a binary search's worth at worst.
 size_t SeekSorted(const std::vector<int64_t>& sorted, size_t from, int64_t id);
+// SeekSorted's first probe for `id` from `from`: a caller that prefetches &sorted[probe] for a
+// batch of ids before seeking them waits on their misses together, not one after another.
+// REQUIRES: from < sorted.size().
+size_t SeekSortedProbe(const std::vector<int64_t>& sorted, size_t from, int64_t id);
 // Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
 absl::Status PrepareCheckpointRoot(const std::string& root);
 // Creates (or empties) the directory of checkpoint `name` under `root`.

@@ -194,7 +194,7 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   const std::string dir = std::exchange(prepared_dir_, std::string());
   const auto start = std::chrono::steady_clock::now();
   DLRM_ASSIGN_OR_RETURN(CheckpointManifest m,
-                        BaseManifest(spec, trainer, position, options_.world_size));
+                        BaseManifest(spec, spec_yaml_, trainer, position, options_.world_size));
   m.job_id = options_.job_id;
   if (fs::path(dir).filename() != m.name) {
     return absl::InternalError(absl::StrCat("checkpoint prepared as ", dir, ", cut at ", m.name));

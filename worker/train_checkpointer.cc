@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/logging.h"
 #include "common/parallel.h"
 #include "common/status.h"
@@ -76,29 +78,77 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::Write(
 }
 
 // What a checkpoint of `dlrm train` writes, copied at the step it is taken (the snapshot).
-// Every row the store has changed since it was created, as of the last checkpoint: `ids` with
-// their rows (the base), plus `new_ids` first changed since the checkpoint before (kept apart so
-// that the cut copies only what changed; the writer merges them into the base after the write).
-// A checkpoint writes all of them (full) or `write_ids` (incremental, manifest.incremental).
+// `ids` / `rows` (the base): every row the store had changed since it was created, as of the
+// checkpoint before; `changed_ids` / `changed_rows`: the rows changed since, gathered at the cut
+// (one read of each row in the table, written in order). A checkpoint writes the two merged
+// (full) or the changed rows alone (incremental, manifest.incremental); after the write the
+// changed rows are applied to the base (`base_ready` again), which becomes the next one's.
 struct TrainCheckpointer::Snapshot {
   struct Table {
     int table = 0;
     int row_floats = 0;
-    std::vector<int64_t> ids;        // sorted
-    SnapshotBuffer rows;             // ids.size() x row_floats, in id order
-    size_t capacity = 0;             // floats allocated in `rows`
-    std::vector<int64_t> new_ids;    // sorted, none of them in `ids`
-    std::vector<float> new_rows;     // new_ids.size() x row_floats
-    std::vector<int64_t> write_ids;  // an incremental one's rows (sorted)
-    std::vector<int64_t> write_pos;  // each one's index in ids, or ~its index in new_ids
-    // A last checkpoint's rows: read from the table itself by id (no rows, new_ids, write_pos).
+    std::vector<int64_t> ids;          // sorted
+    SnapshotBuffer rows;               // ids.size() x row_floats, in id order
+    size_t capacity = 0;               // floats allocated in `rows`
+    std::vector<int64_t> changed_ids;  // sorted
+    std::vector<float> changed_rows;   // changed_ids.size() x row_floats
+    bool changed_in_base = false;      // the base was copied at this cut: nothing to apply
+    // A last checkpoint's rows: read from the table itself by id (no rows, changed_rows).
     const embedding::EmbeddingTable* live = nullptr;
   };
+  // The base holds every changed row as of this snapshot's checkpoint (its write applied them).
+  bool base_ready = false;
   CheckpointManifest manifest;
   std::string dir;
   std::string dense;  // dense.bin's bytes
   std::vector<Table> tables;
   std::chrono::steady_clock::time_point start;
+};
+
+// A pre-copy's chunks of rows: its thread copies them from the first on; a Start that comes
+// before it is done copies from the last on, so that the rest is copied on two threads while
+// training waits.
+struct TrainCheckpointer::PreCopyWork {
+  // A chunk at a time under its table's lock (CopyRowsAndClearChanged), so that training waits
+  // at most one chunk's copy for a table's lock.
+  static constexpr size_t kChunkRows = 8192;
+  struct Chunk {
+    Snapshot::Table* rows;
+    size_t begin, n;
+  };
+
+  // The chunks to copy, or none (the pre-copy gave up); a Start that helps waits for this.
+  void List(std::vector<Chunk> listed) {
+    absl::MutexLock lock(&mu);
+    chunks = std::move(listed);
+    back = chunks.size();
+    listed_ = true;
+  }
+  // Copies unclaimed chunks, from the first or from the last, until none is left; how many.
+  size_t CopyAll(embedding::LocalEmbeddingStore& store, bool from_front) {
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&listed_));
+    }
+    for (size_t copied = 0;; ++copied) {
+      Chunk chunk;
+      {
+        absl::MutexLock lock(&mu);
+        if (front == back) return copied;
+        chunk = from_front ? chunks[front++] : chunks[--back];
+      }
+      Snapshot::Table& rows = *chunk.rows;
+      store.CopyRowsAndClearChanged(rows.table,
+                                    absl::MakeConstSpan(rows.ids.data() + chunk.begin, chunk.n),
+                                    rows.rows.get() + chunk.begin * rows.row_floats);
+    }
+  }
+
+  absl::Mutex mu;
+  std::vector<Chunk> chunks ABSL_GUARDED_BY(mu);
+  size_t front ABSL_GUARDED_BY(mu) = 0;  // chunks [front, back) are not claimed yet
+  size_t back ABSL_GUARDED_BY(mu) = 0;
+  bool listed_ ABSL_GUARDED_BY(mu) = false;
 };
 
 namespace {
@@ -135,77 +185,43 @@ void CopySnapshotRows(const embedding::LocalEmbeddingStore& store,
   });
 }
 
-// Brings a snapshot table that held every changed row as of the last checkpoint up to now:
-// `changed` (sorted: the rows changed since) are copied over their old values in the base, or
-// into new_ids / new_rows when the base lacks them. With `positions` (an incremental
-// checkpoint's, which its write reads the rows by), each changed id's place: its index in ids,
-// or ~its index in new_ids.
+// Copies the rows of `changed` (sorted) from the table into changed_rows, in order, on two
+// threads, each row requested a block ahead so that the reads wait on memory together.
 template <typename SnapshotTable>
-absl::Status UpdateSnapshotTable(const embedding::LocalEmbeddingStore& store,
-                                 const std::vector<int64_t>& changed, SnapshotTable& rows,
-                                 std::vector<int64_t>* positions) {
-  if (!rows.new_ids.empty()) {
-    return absl::InternalError("checkpoint snapshot: the last write did not merge its new rows");
-  }
+void GatherChangedRows(const embedding::LocalEmbeddingStore& store, std::vector<int64_t> changed,
+                       SnapshotTable& rows) {
   const embedding::EmbeddingTable& table = store.table(rows.table);
-  const size_t row_floats = rows.row_floats;
-  const std::vector<int64_t>& base = rows.ids;
-  if (positions != nullptr) positions->resize(changed.size());
-  // In chunks on two threads, each in blocks: the block's ids found in the base first (searches
-  // that do not wait on one another), then their rows copied over their old values with the
-  // rows a few ids ahead already requested. The ids the base lacks are listed.
-  constexpr size_t kChunk = 65536, kBlock = 512, kAhead = 8;
-  const size_t chunks = (changed.size() + kChunk - 1) / kChunk;
-  std::vector<std::vector<size_t>> missing(chunks);  // indices into `changed`
-  common::ParallelForOnce(static_cast<int64_t>(chunks), 2, [&](int64_t c) {
-    const size_t chunk_end = std::min(changed.size(), (c + 1) * kChunk);
+  const size_t row_floats = rows.row_floats, row_bytes = row_floats * sizeof(float);
+  rows.changed_ids = std::move(changed);
+  rows.changed_rows.resize(rows.changed_ids.size() * row_floats);
+  constexpr size_t kChunk = 65536, kBlock = 256;
+  const std::vector<int64_t>& ids = rows.changed_ids;
+  const size_t chunks = (ids.size() + kChunk - 1) / kChunk;
+  common::ParallelForOnce(static_cast<int64_t>(chunks), chunks > 1 ? 2 : 1, [&](int64_t c) {
+    const size_t chunk_end = std::min(ids.size(), (c + 1) * kChunk);
     for (size_t begin = c * kChunk; begin < chunk_end; begin += kBlock) {
-      const size_t n = std::min(kBlock, chunk_end - begin);
-      int64_t at[kBlock];
-      for (size_t k = 0; k < n; ++k) {
-        // Consecutive changed ids (most rows changed) are consecutive in the base: the place
-        // after the last one is checked before a search.
-        const int64_t id = changed[begin + k];
-        const size_t next = k > 0 && at[k - 1] >= 0 ? static_cast<size_t>(at[k - 1]) + 1 : 0;
-        const size_t found =
-            next > 0 && next < base.size() && base[next] == id ? next : SeekSorted(base, 0, id);
-        at[k] = found < base.size() && base[found] == id ? static_cast<int64_t>(found) : -1;
-        if (at[k] < 0) missing[c].push_back(begin + k);
+      const size_t end = std::min(begin + kBlock, chunk_end);
+      for (size_t k = begin; k < end; ++k) {
+        const char* row = reinterpret_cast<const char*>(table.Row(ids[k]));
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + row_bytes - 1);
       }
-      for (size_t k = 0; k < n; ++k) {
-        if (k + kAhead < n && at[k + kAhead] >= 0) {
-          __builtin_prefetch(table.Row(changed[begin + k + kAhead]));
-          __builtin_prefetch(rows.rows.get() + at[k + kAhead] * row_floats, 1);
-        }
-        if (at[k] < 0) continue;
-        std::memcpy(rows.rows.get() + at[k] * row_floats, table.Row(changed[begin + k]),
-                    row_floats * sizeof(float));
+      for (size_t k = begin; k < end; ++k) {
+        std::memcpy(rows.changed_rows.data() + k * row_floats, table.Row(ids[k]), row_bytes);
       }
-      if (positions != nullptr) std::copy(at, at + n, positions->begin() + begin);
     }
   });
-  for (const std::vector<size_t>& m : missing) {
-    for (size_t k : m) {
-      if (positions != nullptr) (*positions)[k] = ~static_cast<int64_t>(rows.new_ids.size());
-      rows.new_ids.push_back(changed[k]);
-    }
-  }
-  rows.new_rows.resize(rows.new_ids.size() * row_floats);
-  for (size_t i = 0; i < rows.new_ids.size(); ++i) {
-    std::memcpy(rows.new_rows.data() + i * row_floats, table.Row(rows.new_ids[i]),
-                row_floats * sizeof(float));
-  }
-  return absl::OkStatus();
 }
 
-// Merges new_ids / new_rows into the base (after the write, off the training path): in place,
-// from the end, when the base's buffer has room, else into a larger one (an eighth to spare, so
-// that later merges are in place).
+// Merges `new_ids` (sorted, none of them in the base) with their rows `new_rows` into the base:
+// in place, from the end, when the base's buffer has room, else into a larger one (an eighth to
+// spare, so that later merges are in place).
 template <typename SnapshotTable>
-absl::Status MergeNewRows(SnapshotTable& rows) {
-  if (rows.new_ids.empty()) return absl::OkStatus();
+absl::Status MergeNewRows(SnapshotTable& rows, const std::vector<int64_t>& new_ids,
+                          const std::vector<float>& new_rows) {
+  if (new_ids.empty()) return absl::OkStatus();
   const size_t row_floats = rows.row_floats;
-  const size_t old_n = rows.ids.size(), added = rows.new_ids.size(), n = old_n + added;
+  const size_t old_n = rows.ids.size(), added = new_ids.size(), n = old_n + added;
   if (rows.capacity < n * row_floats) {
     const size_t capacity = (n + n / 8) * row_floats;
     SnapshotBuffer bigger = AllocateSnapshotBuffer(capacity);
@@ -223,9 +239,9 @@ absl::Status MergeNewRows(SnapshotTable& rows) {
   // From the end: each base row moves up by the number of new ids above it.
   size_t i = old_n, j = added, k = n;
   while (j > 0) {
-    if (i > 0 && rows.ids[i - 1] > rows.new_ids[j - 1]) {
+    if (i > 0 && rows.ids[i - 1] > new_ids[j - 1]) {
       size_t run = 1;  // base rows above the next new id move together
-      while (i - run > 0 && rows.ids[i - run - 1] > rows.new_ids[j - 1]) ++run;
+      while (i - run > 0 && rows.ids[i - run - 1] > new_ids[j - 1]) ++run;
       std::memmove(data + (k - run) * row_floats, data + (i - run) * row_floats,
                    run * row_floats * sizeof(float));
       for (size_t r = 1; r <= run; ++r) rows.ids[k - r] = rows.ids[i - r];
@@ -234,13 +250,111 @@ absl::Status MergeNewRows(SnapshotTable& rows) {
     } else {
       --j;
       --k;
-      rows.ids[k] = rows.new_ids[j];
-      std::memcpy(data + k * row_floats, rows.new_rows.data() + j * row_floats,
+      rows.ids[k] = new_ids[j];
+      std::memcpy(data + k * row_floats, new_rows.data() + j * row_floats,
                   row_floats * sizeof(float));
     }
   }
-  rows.new_ids.clear();
-  rows.new_rows.clear();
+  return absl::OkStatus();
+}
+
+// Copies the rows of ids[begin, end) (sorted; ids[k]'s row at row_of(k)) over their old values
+// in the base, in blocks whose cache misses overlap (each id's first search probe among the
+// base's ids requested first, and its source row with `prefetch_source`; then its place found and
+// its row there requested; then the copies). Calls missing(k) for each id the base lacks.
+template <typename SnapshotTable, typename RowOf, typename Missing>
+void CopyOverBase(SnapshotTable& rows, const std::vector<int64_t>& ids, size_t begin, size_t end,
+                  const RowOf& row_of, bool prefetch_source, const Missing& missing) {
+  const std::vector<int64_t>& base = rows.ids;
+  const size_t row_floats = rows.row_floats, row_bytes = row_floats * sizeof(float);
+  constexpr size_t kBlock = 256;
+  int64_t at[kBlock];
+  for (size_t first = begin; first < end; first += kBlock) {
+    const size_t n = std::min(kBlock, end - first);
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t id = ids[first + k];
+      if (!base.empty()) {
+        __builtin_prefetch(base.data() + checkpoint_internal::SeekSortedProbe(base, 0, id));
+      }
+      if (prefetch_source) {
+        const char* row = reinterpret_cast<const char*>(row_of(first + k));
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + row_bytes - 1);
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      // Consecutive changed ids (most rows changed) are consecutive in the base: the place after
+      // the last one is checked before a search.
+      const int64_t id = ids[first + k];
+      const size_t next = k > 0 && at[k - 1] >= 0 ? static_cast<size_t>(at[k - 1]) + 1 : 0;
+      const size_t found =
+          next > 0 && next < base.size() && base[next] == id ? next : SeekSorted(base, 0, id);
+      at[k] = found < base.size() && base[found] == id ? static_cast<int64_t>(found) : -1;
+      if (at[k] < 0) continue;
+      const char* row = reinterpret_cast<const char*>(rows.rows.get() + at[k] * row_floats);
+      __builtin_prefetch(row, 1);
+      __builtin_prefetch(row + row_bytes - 1, 1);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      if (at[k] >= 0) {
+        std::memcpy(rows.rows.get() + at[k] * row_floats, row_of(first + k), row_bytes);
+      } else {
+        missing(first + k);
+      }
+    }
+  }
+}
+
+// Applies a written snapshot's changed rows to its base, after the write (off the training
+// path): each copied over its old value, and the ids the base lacks merged in (MergeNewRows).
+template <typename SnapshotTable>
+absl::Status ApplyChangedRows(SnapshotTable& rows) {
+  const size_t row_floats = rows.row_floats;
+  const float* changed_rows = rows.changed_rows.data();
+  std::vector<int64_t> new_ids;
+  std::vector<float> new_rows;
+  CopyOverBase(
+      rows, rows.changed_ids, 0, rows.changed_ids.size(),
+      [&](size_t k) { return changed_rows + k * row_floats; }, /*prefetch_source=*/false,
+      [&](size_t k) {
+        new_ids.push_back(rows.changed_ids[k]);
+        new_rows.insert(new_rows.end(), changed_rows + k * row_floats,
+                        changed_rows + (k + 1) * row_floats);
+      });
+  return MergeNewRows(rows, new_ids, new_rows);
+}
+
+// A full checkpoint's snapshot of a table in which many rows changed since its base: the changed
+// rows are copied from the table straight over their old values in the base, in chunks on two
+// threads (a gathered copy of them would be as large as the base, in fresh memory); the few the
+// base lacks are gathered (GatherChangedRows) and merged in after the write.
+template <typename SnapshotTable>
+void CopyChangedOverBase(const embedding::LocalEmbeddingStore& store,
+                         const std::vector<int64_t>& changed, SnapshotTable& rows) {
+  const embedding::EmbeddingTable& table = store.table(rows.table);
+  constexpr size_t kChunk = 65536;
+  const size_t chunks = (changed.size() + kChunk - 1) / kChunk;
+  std::vector<std::vector<int64_t>> missing(chunks);
+  common::ParallelForOnce(static_cast<int64_t>(chunks), chunks > 1 ? 2 : 1, [&](int64_t c) {
+    CopyOverBase(
+        rows, changed, c * kChunk, std::min(changed.size(), (c + 1) * kChunk),
+        [&](size_t k) { return table.Row(changed[k]); }, /*prefetch_source=*/true,
+        [&](size_t k) { missing[c].push_back(changed[k]); });
+  });
+  std::vector<int64_t> lacking;
+  for (const std::vector<int64_t>& m : missing) lacking.insert(lacking.end(), m.begin(), m.end());
+  GatherChangedRows(store, std::move(lacking), rows);
+}
+
+// The base of a written snapshot brought up to its checkpoint: its changed rows applied and
+// cleared (their memory kept for the next one's).
+template <typename SnapshotTable>
+absl::Status ApplyAndClearChangedRows(SnapshotTable& rows) {
+  // A last one's (live) has no base: it is not kept.
+  if (!rows.changed_in_base && rows.live == nullptr) DLRM_RETURN_IF_ERROR(ApplyChangedRows(rows));
+  rows.changed_ids.clear();
+  rows.changed_rows.clear();
+  rows.changed_in_base = false;
   return absl::OkStatus();
 }
 
@@ -258,31 +372,38 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   if (prepare_thread_.joinable()) prepare_thread_.join();
   if (precopy_thread_.joinable()) {
     // The pre-copy's rows are a base like a written snapshot's: only the rows changed since
-    // they were copied are copied now.
+    // they were copied are copied now. What it has not copied yet is copied from the other end
+    // here, on this thread too.
+    const size_t helped = precopy_work_->CopyAll(store, /*from_front=*/false);
+    precopy_chunks_helped_ = helped;
     precopy_thread_.join();
     if (precopy_ != nullptr) {
+      absl::MutexLock lock(&precopy_work_->mu);
       DLRM_LOG(INFO) << "checkpoint at step " << position.step << ": on a pre-copy of its rows ("
-                     << precopy_seconds_.load() << " s, while training went on)";
+                     << precopy_seconds_.load() << " s, " << helped << " of its "
+                     << precopy_work_->chunks.size() << " chunks copied while training waited)";
       last_snapshot_ = std::move(precopy_);
     }
+    precopy_work_.reset();
   }
   // GPU tables: the store holds the trained rows only after this copy.
   DLRM_RETURN_IF_ERROR(trainer.CopyEmbeddingsToStore());
   const common::JobSpec& spec = spec_;
   auto snapshot = std::make_shared<Snapshot>();
   snapshot->start = start;
-  DLRM_ASSIGN_OR_RETURN(snapshot->manifest, BaseManifest(spec, trainer, position, 1));
+  DLRM_ASSIGN_OR_RETURN(snapshot->manifest, BaseManifest(spec, spec_yaml_, trainer, position, 1));
   CheckpointManifest& m = snapshot->manifest;
-  m.incremental = !parent_.empty() && since_full_ < spec.checkpoint.full_every &&
+  // A last snapshot whose write failed is not a base, nor its checkpoint a parent.
+  const bool base_lost = last_snapshot_ != nullptr && !last_snapshot_->base_ready;
+  if (base_lost) last_snapshot_.reset();
+  m.incremental = !parent_.empty() && !base_lost && since_full_ < spec.checkpoint.full_every &&
                   spec.checkpoint.full_every > 1;
   if (m.incremental) m.parent = parent_;
 
-  // A committed one at this step would have been skipped by Due.
-  DLRM_ASSIGN_OR_RETURN(snapshot->dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
   snapshot->dense = DenseBytes(trainer);
-  // The base of the last snapshot, once written and merged, is every changed row as of the last
-  // checkpoint: only the rows changed since are copied now. Without one (the first checkpoint of
-  // this process), every row the store has changed is.
+  // The base of the last snapshot, once written and its changed rows applied, is every changed
+  // row as of the last checkpoint: only the rows changed since are copied now. Without one (the
+  // first checkpoint of this process), every row the store has changed is.
   const bool have_base =
       last_snapshot_ != nullptr && last_snapshot_->tables.size() == store.tables().size();
   // Each table's changed ids and rows, the tables shared between two threads (training waits).
@@ -300,7 +421,7 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
       // Nothing updates the table before the write ends: it is read in place.
       rows.live = &table;
       if (m.incremental) {
-        rows.write_ids = std::move(changed);
+        rows.changed_ids = std::move(changed);
       } else {
         store.TouchedIds(t, &rows.ids);
       }
@@ -311,9 +432,7 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
       rows.ids.swap(base.ids);
       rows.rows = std::move(base.rows);
       rows.capacity = base.capacity;
-      rows.write_pos.swap(base.write_pos);  // its memory, reused
-      DLRM_RETURN_IF_ERROR(
-          UpdateSnapshotTable(store, changed, rows, m.incremental ? &rows.write_pos : nullptr));
+      rows.changed_rows.swap(base.changed_rows);  // its memory, reused
     } else {
       store.TouchedIds(t, &rows.ids);  // sorted
       // Prepared memory when there is enough, else uninitialised (no zero fill to pay for);
@@ -331,21 +450,16 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
                                                          ": cannot allocate ",
                                                          floats * sizeof(float), " bytes"));
       }
-      if (m.incremental) {
-        // Every changed id is among the touched ones just listed.
-        rows.write_pos.resize(changed.size());
-        for (size_t k = 0; k < changed.size(); ++k) {
-          const size_t at = SeekSorted(rows.ids, 0, changed[k]);
-          if (at == rows.ids.size() || rows.ids[at] != changed[k]) {
-            return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", t,
-                                                    ": changed row ", changed[k],
-                                                    " is not among the touched ones"));
-          }
-          rows.write_pos[k] = static_cast<int64_t>(at);
-        }
-      }
+      // The base is copied whole below: an incremental one's rows are gathered too, and there
+      // is nothing to apply after the write.
+      rows.changed_in_base = true;
+      if (!m.incremental) return absl::OkStatus();
     }
-    if (m.incremental) rows.write_ids = std::move(changed);
+    if (have_base && !m.incremental && changed.size() * 8 > rows.ids.size()) {
+      CopyChangedOverBase(store, changed, rows);
+    } else {
+      GatherChangedRows(store, std::move(changed), rows);
+    }
     return absl::OkStatus();
   };
   common::ParallelForOnce(num_tables, 2, [&](int64_t t) { table_status[t] = snapshot_table(t); });
@@ -361,8 +475,8 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   last_step_ = position.step;
   last_time_ = std::chrono::steady_clock::now();
   const double stall = std::chrono::duration<double>(last_time_ - start).count();
-  // Its buffers are reused by the next one once written. A last one has none, and it took the
-  // changes: a later one copies every row.
+  // Its buffers are the next one's base once written and its changed rows applied (base_ready).
+  // A last one has none, and it took the changes: a later one copies every row.
   last_snapshot_ = last ? nullptr : snapshot;
   pending_ = std::make_shared<absl::StatusOr<CheckpointWriteResult>>(
       absl::UnknownError("checkpoint write did not finish"));
@@ -373,6 +487,9 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
 absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot& snapshot) {
   const common::JobSpec& spec = spec_;
   CheckpointManifest& m = snapshot.manifest;
+  // Made here, not in Start, so that training does not wait for it. A committed one at this step
+  // would have been skipped by Due.
+  DLRM_ASSIGN_OR_RETURN(snapshot.dir, MakeCheckpointDir(spec.checkpoint.dir, m.name));
   DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry,
                         WriteDenseBytes(snapshot.dir, snapshot.dense));
   m.files.push_back(dense_entry);
@@ -383,40 +500,30 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
     DLRM_ASSIGN_OR_RETURN(auto writer,
                           embedding::RowFileWriter::Create(absl::StrCat(snapshot.dir, "/", name),
                                                            rows.table, rows.row_floats));
-    // A full checkpoint: the base and the new rows, merged in id order. An incremental one: its
-    // ids, each found in one or the other.
+    // A full checkpoint: the base and the changed rows merged in id order, a changed row in
+    // place of the base's. An incremental one: the changed rows. A last one reads the table.
     const size_t row_floats = rows.row_floats;
+    const std::vector<int64_t>& changed = rows.changed_ids;
     int64_t written = 0;
     if (!m.incremental) {
       size_t i = 0, j = 0;
-      while (i < rows.ids.size() || j < rows.new_ids.size()) {
+      while (i < rows.ids.size() || j < changed.size()) {
         const bool from_base =
-            j == rows.new_ids.size() || (i < rows.ids.size() && rows.ids[i] < rows.new_ids[j]);
-        const int64_t id = from_base ? rows.ids[i] : rows.new_ids[j];
+            j == changed.size() || (i < rows.ids.size() && rows.ids[i] < changed[j]);
+        const int64_t id = from_base ? rows.ids[i] : changed[j];
         const float* row = rows.live != nullptr ? rows.live->Row(id)
                            : from_base          ? rows.rows.get() + i * row_floats
-                                                : rows.new_rows.data() + j * row_floats;
+                                                : rows.changed_rows.data() + j * row_floats;
+        if (!from_base && i < rows.ids.size() && rows.ids[i] == id) ++i;  // the base's is older
         (from_base ? i : j)++;
         DLRM_RETURN_IF_ERROR(writer->AppendRow(id, row));
         ++written;
       }
     } else {
-      // By the places UpdateSnapshotTable found (a last one's: by id, in the table), with the
-      // rows a few ids ahead already requested.
-      constexpr size_t kAhead = 8;
-      if (rows.live == nullptr && rows.write_pos.size() != rows.write_ids.size()) {
-        return absl::InternalError(absl::StrCat("checkpoint snapshot of table ", rows.table,
-                                                " lacks the places of its changed rows"));
-      }
-      auto row_of = [&](size_t k) -> const float* {
-        if (rows.live != nullptr) return rows.live->Row(rows.write_ids[k]);
-        const int64_t pos = rows.write_pos[k];
-        return pos >= 0 ? rows.rows.get() + pos * row_floats
-                        : rows.new_rows.data() + ~pos * row_floats;
-      };
-      for (size_t k = 0; k < rows.write_ids.size(); ++k) {
-        if (k + kAhead < rows.write_ids.size()) __builtin_prefetch(row_of(k + kAhead));
-        DLRM_RETURN_IF_ERROR(writer->AppendRow(rows.write_ids[k], row_of(k)));
+      for (size_t k = 0; k < changed.size(); ++k) {
+        const float* row = rows.live != nullptr ? rows.live->Row(changed[k])
+                                                : rows.changed_rows.data() + k * row_floats;
+        DLRM_RETURN_IF_ERROR(writer->AppendRow(changed[k], row));
         ++written;
       }
     }
@@ -437,7 +544,9 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
                         embedding::ApplyRetention(spec.checkpoint.dir, spec.checkpoint.keep_last));
   (void)removed;
   // The next checkpoint's base: every changed row as of this one.
-  for (Snapshot::Table& rows : snapshot.tables) DLRM_RETURN_IF_ERROR(MergeNewRows(rows));
+  for (Snapshot::Table& rows : snapshot.tables)
+    DLRM_RETURN_IF_ERROR(ApplyAndClearChangedRows(rows));
+  snapshot.base_ready = true;
   CheckpointWriteResult result;
   result.dir = snapshot.dir;
   result.manifest = m;
@@ -532,29 +641,37 @@ void TrainCheckpointer::StartPreCopyIfNear(const Trainer& trainer,
   precopy_started_ = true;
   std::vector<int> row_floats(num_tables);
   for (int t = 0; t < num_tables; ++t) row_floats[t] = store.table(t).row_stride();
-  precopy_thread_ = std::thread([this, &store, num_tables, row_floats] {
+  auto work = std::make_shared<PreCopyWork>();
+  precopy_work_ = work;
+  precopy_thread_ = std::thread([this, &store, num_tables, row_floats, work] {
     common::NameThisThread("dlrm-ckpt-pre");
     const auto begin = std::chrono::steady_clock::now();
     auto pre = std::make_shared<Snapshot>();
     pre->tables.resize(num_tables);
-    // A chunk at a time, so that training waits at most one chunk's copy for a table's lock.
-    constexpr size_t kChunkRows = 8192;
+    std::vector<PreCopyWork::Chunk> chunks;
     for (int t = 0; t < num_tables; ++t) {
       Snapshot::Table& rows = pre->tables[t];
       rows.table = t;
       rows.row_floats = row_floats[t];
       store.TouchedIds(t, &rows.ids);  // sorted; rows first touched later are new rows then
       const size_t floats = rows.ids.size() * rows.row_floats;
-      if (prepared_[t].second < floats) return;  // PrepareSnapshotMemory readies every row
+      if (prepared_[t].second < floats) {  // PrepareSnapshotMemory readies every row
+        work->List({});
+        return;
+      }
+    }
+    for (int t = 0; t < num_tables; ++t) {
+      Snapshot::Table& rows = pre->tables[t];
       rows.rows = std::move(prepared_[t].first);
       rows.capacity = prepared_[t].second;
       prepared_[t].second = 0;  // moved: a Start without this pre-copy allocates its own
-      for (size_t i = 0; i < rows.ids.size(); i += kChunkRows) {
-        const size_t n = std::min(kChunkRows, rows.ids.size() - i);
-        store.CopyRowsAndClearChanged(t, absl::MakeConstSpan(rows.ids.data() + i, n),
-                                      rows.rows.get() + i * rows.row_floats);
+      for (size_t i = 0; i < rows.ids.size(); i += PreCopyWork::kChunkRows) {
+        chunks.push_back({&rows, i, std::min(PreCopyWork::kChunkRows, rows.ids.size() - i)});
       }
     }
+    work->List(std::move(chunks));
+    work->CopyAll(store, /*from_front=*/true);
+    pre->base_ready = true;
     precopy_ = std::move(pre);
     precopy_seconds_.store(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());

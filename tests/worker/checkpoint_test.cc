@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "dense/backend_factory.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
@@ -409,78 +410,65 @@ TEST(CheckpointFilesTest, Crc32cEqualsABitwiseReferenceAtEveryLengthAndAlignment
 // then only the rows changed since copied at the checkpoint) writes the files a checkpoint
 // without one writes, byte for byte: steps push gradients while the pre-copy runs and after
 // it, to rows it copied and to rows first touched after it listed them.
-TEST(CheckpointPreCopyTest, AFirstCheckpointOnAPreCopyEqualsOneTakenWithout) {
-  testing::TempDir dir;
-  struct Run {
-    std::unique_ptr<dense::Backend> backend;
-    std::unique_ptr<embedding::LocalEmbeddingStore> store;
-    std::unique_ptr<Trainer> trainer;
-    std::unique_ptr<TrainCheckpointer> checkpointer;
-  };
-  auto make = [&](const std::string& name, int64_t every_steps) {
-    common::JobSpec spec = testing::SmallGeneratedJob(dir.File("unused.tsv"), /*seed=*/5);
-    for (auto& t : spec.tables) t.rows = std::max<int64_t>(t.rows, 30000);
-    spec.checkpoint.dir = dir.File(name);
-    spec.checkpoint.every_steps = every_steps;
-    Run run;
-    dense::BackendOptions backend_options;
-    backend_options.kind = dense::BackendOptions::Kind::kCpu;
-    run.backend = *dense::CreateBackend(backend_options);
-    embedding::LocalStoreOptions store_options;
-    store_options.tables = TableConfigsFromSpec(spec);
-    store_options.seed = 1;
-    store_options.optimizer = *SparseOptimizerFromSpec(spec);
-    run.store = *embedding::LocalEmbeddingStore::Create(store_options);
-    TrainerOptions trainer_options;
-    trainer_options.spec = spec;
-    trainer_options.backend = run.backend.get();
-    trainer_options.store = run.store.get();
-    run.trainer = *Trainer::Create(trainer_options);
-    run.checkpointer = *TrainCheckpointer::Create(spec);
-    return run;
-  };
-  // Step s: a gradient for 600 ids of each table, drawn from the first (s + 1) * 300 rows, so
-  // that each step also touches rows no step touched before.
-  auto push = [](Run& run, int64_t s) {
-    std::mt19937_64 rng(static_cast<uint64_t>(s));
-    std::vector<embedding::TableRows> grads;
-    for (int t = 0; t < static_cast<int>(run.store->tables().size()); ++t) {
-      const embedding::EmbeddingTable& table = run.store->table(t);
-      const int64_t span = std::min<int64_t>(table.rows(), (s + 1) * 300);
-      std::set<int64_t> ids;
-      while (static_cast<int64_t>(ids.size()) < std::min<int64_t>(600, span)) {
-        ids.insert(static_cast<int64_t>(rng() % span));
-      }
-      embedding::TableRows g;
-      g.table = t;
-      g.ids.assign(ids.begin(), ids.end());
-      for (size_t i = 0; i < g.ids.size() * table.dim(); ++i) {
-        g.values.push_back(0.001f * static_cast<float>((i * 7 + s) % 13) - 0.006f);
-      }
-      grads.push_back(std::move(g));
-    }
-    ASSERT_TRUE(run.store->Push(s, grads).ok());
-  };
-  Run pre = make("pre", /*every_steps=*/10), plain = make("plain", /*every_steps=*/0);
-  pre.checkpointer->PrepareSnapshotMemory(*pre.store);
-  for (int64_t s = 1; s <= 9; ++s) {
-    push(pre, s);
-    push(plain, s);
-    // Steps of at least 20 ms (checkpoints at least 200 ms apart, more than twice the pre-copy's
-    // estimate for these tables): the pre-copy starts once, one or two steps before step 10,
-    // and runs while the next step pushes.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    pre.checkpointer->StartPreCopyIfNear(*pre.trainer, *pre.store, s);
+// A trainer on an in-process store with a TrainCheckpointer of its own (its folder `name` in
+// `dir`), for the tests that drive checkpoints by hand; tables of at least 30,000 rows.
+struct StoreRun {
+  std::unique_ptr<dense::Backend> backend;
+  std::unique_ptr<embedding::LocalEmbeddingStore> store;
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<TrainCheckpointer> checkpointer;
+};
+StoreRun MakeStoreRun(testing::TempDir& dir, const std::string& name, int64_t every_steps,
+                      int full_every = 1) {
+  common::JobSpec spec = testing::SmallGeneratedJob(dir.File("unused.tsv"), /*seed=*/5);
+  for (auto& t : spec.tables) t.rows = std::max<int64_t>(t.rows, 30000);
+  spec.checkpoint.dir = dir.File(name);
+  spec.checkpoint.every_steps = every_steps;
+  spec.checkpoint.full_every = full_every;
+  StoreRun run;
+  dense::BackendOptions backend_options;
+  backend_options.kind = dense::BackendOptions::Kind::kCpu;
+  run.backend = *dense::CreateBackend(backend_options);
+  embedding::LocalStoreOptions store_options;
+  store_options.tables = TableConfigsFromSpec(spec);
+  store_options.seed = 1;
+  store_options.optimizer = *SparseOptimizerFromSpec(spec);
+  run.store = *embedding::LocalEmbeddingStore::Create(store_options);
+  TrainerOptions trainer_options;
+  trainer_options.spec = spec;
+  trainer_options.backend = run.backend.get();
+  trainer_options.store = run.store.get();
+  run.trainer = *Trainer::Create(trainer_options);
+  run.checkpointer = *TrainCheckpointer::Create(spec);
+  return run;
+}
+
+// A gradient of step s for `count` distinct ids of table t, drawn from its first `span` rows.
+embedding::TableRows StepGradient(const embedding::EmbeddingTable& table, int t, int64_t s,
+                                  int64_t count, int64_t span) {
+  std::mt19937_64 rng(static_cast<uint64_t>(s * 31 + t));
+  span = std::min<int64_t>(table.rows(), span);
+  std::set<int64_t> ids;
+  while (static_cast<int64_t>(ids.size()) < std::min<int64_t>(count, span)) {
+    ids.insert(static_cast<int64_t>(rng() % span));
   }
-  ASSERT_TRUE(pre.checkpointer->Write(*pre.trainer, *pre.store, {.step = 10}).ok());
-  ASSERT_TRUE(plain.checkpointer->Write(*plain.trainer, *plain.store, {.step = 10}).ok());
-  EXPECT_GT(pre.checkpointer->precopy_seconds(), 0) << "no pre-copy was taken";
-  auto read_dir = [](const std::string& folder) {
+  embedding::TableRows g;
+  g.table = t;
+  g.ids.assign(ids.begin(), ids.end());
+  for (size_t i = 0; i < g.ids.size() * table.dim(); ++i) {
+    g.values.push_back(0.001f * static_cast<float>((i * 7 + s) % 13) - 0.006f);
+  }
+  return g;
+}
+
+// The row and dense files of the only checkpoint in each of two folders are byte-identical.
+void ExpectSameCheckpointFiles(const std::string& folder_a, const std::string& folder_b) {
+  auto only = [](const std::string& folder) {
     auto list = embedding::ListCheckpoints(folder);
-    EXPECT_TRUE(list.ok() && list->size() == 1u);
+    EXPECT_TRUE(list.ok() && list->size() == 1u) << folder;
     return folder + "/" + list->back().name;
   };
-  const std::string a = read_dir(dir.File("pre")), b = read_dir(dir.File("plain"));
+  const std::string a = only(folder_a), b = only(folder_b);
   auto manifest = embedding::ReadManifest(b);
   ASSERT_TRUE(manifest.ok());
   auto slurp = [](const std::string& path) {
@@ -489,7 +477,110 @@ TEST(CheckpointPreCopyTest, AFirstCheckpointOnAPreCopyEqualsOneTakenWithout) {
   };
   for (const auto& f : manifest->files) {
     EXPECT_TRUE(slurp(a + "/" + f.name) == slurp(b + "/" + f.name))
-        << f.name << " differs from the checkpoint taken without a pre-copy";
+        << f.name << " of " << a << " differs from " << b;
+  }
+}
+
+// With `checkpoint_at_once`, the checkpoint comes right after the pre-copy starts (one step
+// later), so that it copies the rest of the pre-copy from the other end while the pre-copy's
+// thread still copies.
+void ExpectACheckpointOnAPreCopyEqualsOneTakenWithout(bool checkpoint_at_once) {
+  testing::TempDir dir;
+  using Run = StoreRun;
+  auto make = [&](const std::string& name, int64_t every_steps) {
+    return MakeStoreRun(dir, name, every_steps);
+  };
+  // Step s: a gradient for 600 ids of each table, drawn from the first (s + 1) * 300 rows, so
+  // that each step also touches rows no step touched before.
+  auto push = [](Run& run, int64_t s) {
+    std::vector<embedding::TableRows> grads;
+    for (int t = 0; t < static_cast<int>(run.store->tables().size()); ++t) {
+      grads.push_back(StepGradient(run.store->table(t), t, s, 600, (s + 1) * 300));
+    }
+    ASSERT_TRUE(run.store->Push(s, grads).ok());
+  };
+  Run pre = make("pre", /*every_steps=*/10), plain = make("plain", /*every_steps=*/0);
+  pre.checkpointer->PrepareSnapshotMemory(*pre.store);
+  for (int64_t s = 1; s <= 9; ++s) {
+    push(pre, s);
+    push(plain, s);
+    if (checkpoint_at_once) continue;
+    // Steps of at least 20 ms (checkpoints at least 200 ms apart, more than twice the pre-copy's
+    // estimate for these tables): the pre-copy starts once, one or two steps before step 10,
+    // and runs while the next step pushes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pre.checkpointer->StartPreCopyIfNear(*pre.trainer, *pre.store, s);
+  }
+  std::thread reader;
+  if (checkpoint_at_once) {
+    // Table 0 is read for 300 ms, so the pre-copy's thread waits for its lock at its first chunk
+    // while the checkpoint copies every other chunk. Its first call (no pace yet) starts it at
+    // the last step before the checkpoint.
+    absl::Notification reading;
+    reader = std::thread([&] {
+      pre.store->ReadTable(0, [&](const embedding::EmbeddingTable&) {
+        reading.Notify();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      });
+    });
+    reading.WaitForNotification();
+    pre.checkpointer->StartPreCopyIfNear(*pre.trainer, *pre.store, 9);
+  }
+  ASSERT_TRUE(pre.checkpointer->Write(*pre.trainer, *pre.store, {.step = 10}).ok());
+  if (reader.joinable()) reader.join();
+  ASSERT_TRUE(plain.checkpointer->Write(*plain.trainer, *plain.store, {.step = 10}).ok());
+  EXPECT_GT(pre.checkpointer->precopy_seconds(), 0) << "no pre-copy was taken";
+  if (checkpoint_at_once) {
+    EXPECT_GT(pre.checkpointer->precopy_chunks_helped(), 0u) << "the checkpoint did not help";
+  }
+  ExpectSameCheckpointFiles(dir.File("pre"), dir.File("plain"));
+}
+
+TEST(CheckpointPreCopyTest, AFirstCheckpointOnAPreCopyEqualsOneTakenWithout) {
+  ExpectACheckpointOnAPreCopyEqualsOneTakenWithout(/*checkpoint_at_once=*/false);
+}
+
+TEST(CheckpointPreCopyTest, ACheckpointThatHelpsItsPreCopyFinishEqualsOneTakenWithout) {
+  ExpectACheckpointOnAPreCopyEqualsOneTakenWithout(/*checkpoint_at_once=*/true);
+}
+
+// A later full checkpoint copies the rows changed since the last one: side by side when they are
+// few (merged with the kept snapshot's as it writes), over their old values when they are many
+// (more than an eighth of a table), and rows never changed before go in either way. Both give the
+// files of a checkpoint taken afresh.
+TEST(CheckpointSnapshotTest, LaterFullCheckpointsEqualOnesTakenAfresh) {
+  testing::TempDir dir;
+  StoreRun run = MakeStoreRun(dir, "kept", /*every_steps=*/0, /*full_every=*/1);
+  auto push = [&](int64_t s, int64_t few, int64_t many) {
+    std::vector<embedding::TableRows> grads;
+    for (int t = 0; t < static_cast<int>(run.store->tables().size()); ++t) {
+      const embedding::EmbeddingTable& table = run.store->table(t);
+      // Even tables: a few rows, about half of them new; odd ones: most of the rows touched so
+      // far and a few hundred new ones.
+      grads.push_back(t % 2 == 0 ? StepGradient(table, t, s, few, 4000 + (s - 1) * 4000)
+                                 : StepGradient(table, t, s, many, 4000 + (s - 1) * 300));
+    }
+    ASSERT_TRUE(run.store->Push(s, grads).ok());
+  };
+  push(1, 3000, 3000);
+  ASSERT_TRUE(run.checkpointer->Write(*run.trainer, *run.store, {.step = 1}).ok());
+  for (int64_t s = 2; s <= 3; ++s) {
+    SCOPED_TRACE(s);
+    push(s, 40, 3000);
+    ASSERT_TRUE(run.checkpointer->Write(*run.trainer, *run.store, {.step = s}).ok());
+    // Afresh: a checkpointer of its own, whose first checkpoint copies every touched row.
+    common::JobSpec spec = run.trainer->spec();
+    spec.checkpoint.dir = dir.File(absl::StrCat("fresh", s));
+    auto fresh = TrainCheckpointer::Create(spec);
+    ASSERT_TRUE(fresh.ok());
+    ASSERT_TRUE((*fresh)->Write(*run.trainer, *run.store, {.step = s}).ok());
+    const std::string kept = dir.File(absl::StrCat("kept-at", s));
+    std::filesystem::create_directories(kept);
+    auto list = embedding::ListCheckpoints(dir.File("kept"));
+    ASSERT_TRUE(list.ok());
+    std::filesystem::copy(dir.File("kept") + "/" + list->back().name,
+                          kept + "/" + list->back().name);
+    ExpectSameCheckpointFiles(kept, spec.checkpoint.dir);
   }
 }
 
