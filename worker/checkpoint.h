@@ -80,8 +80,8 @@ class TrainCheckpointer {
   // For a job with periodic checkpoints: readies the first snapshot's memory (room for every row
   // of every table of `store`, every page mapped) on a thread of its own, so that the first
   // checkpoint copies into mapped memory instead of waiting for page faults, as a parameter
-  // server does at LoadJob. The memory (one more copy of the tables) is then held from here on
-  // instead of from the first checkpoint. The first Start waits for it.
+  // server does at LoadJob. The memory (one more copy of the tables, and an 8-byte id per row)
+  // is then held from here on instead of from the first checkpoint. The first Start waits for it.
   void PrepareSnapshotMemory(const embedding::LocalEmbeddingStore& store);
   // Seconds the preparation took (its thread's, off the training path); 0 before it ends.
   double prepare_seconds() const { return prepare_seconds_.load(); }
@@ -119,11 +119,17 @@ class TrainCheckpointer {
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
   std::thread writer_;
   std::shared_ptr<absl::StatusOr<CheckpointWriteResult>> pending_;  // the writer's result
-  // The newest snapshot: once its write is done, the next Start copies into it only the rows
-  // changed since (new rows apart, merged into it after the write).
+  // The newest snapshot: once its write is done (and its changed rows applied to it), the next
+  // Start copies only the rows changed since.
   std::shared_ptr<Snapshot> last_snapshot_;
-  // PrepareSnapshotMemory's buffers, per table (floats), and its thread.
-  std::vector<std::pair<embedding::SnapshotBuffer, size_t>> prepared_;
+  // PrepareSnapshotMemory's memory per table, each page mapped: room for every row (`floats`)
+  // and for every row's id; and its thread.
+  struct PreparedTable {
+    embedding::SnapshotBuffer rows;
+    size_t floats = 0;
+    std::vector<int64_t> ids;  // empty, with the capacity
+  };
+  std::vector<PreparedTable> prepared_;
   std::thread prepare_thread_;
   std::atomic<double> prepare_seconds_{0};
   // The pre-copy's thread and snapshot (the next Start's base once joined).

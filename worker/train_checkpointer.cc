@@ -273,10 +273,12 @@ void CopyOverBase(SnapshotTable& rows, const std::vector<int64_t>& ids, size_t b
     const size_t n = std::min(kBlock, end - first);
     for (size_t k = 0; k < n; ++k) {
       const int64_t id = ids[first + k];
-      if (!base.empty()) {
+      // The id after the last one's is most likely in the place after it: no probe.
+      const bool consecutive = first + k > begin && ids[first + k - 1] + 1 == id;
+      if (!base.empty() && !consecutive) {
         __builtin_prefetch(base.data() + checkpoint_internal::SeekSortedProbe(base, 0, id));
       }
-      if (prefetch_source) {
+      if (prefetch_source && !consecutive) {
         const char* row = reinterpret_cast<const char*>(row_of(first + k));
         __builtin_prefetch(row);
         __builtin_prefetch(row + row_bytes - 1);
@@ -295,12 +297,20 @@ void CopyOverBase(SnapshotTable& rows, const std::vector<int64_t>& ids, size_t b
       __builtin_prefetch(row, 1);
       __builtin_prefetch(row + row_bytes - 1, 1);
     }
-    for (size_t k = 0; k < n; ++k) {
-      if (at[k] >= 0) {
-        std::memcpy(rows.rows.get() + at[k] * row_floats, row_of(first + k), row_bytes);
-      } else {
-        missing(first + k);
+    for (size_t k = 0; k < n;) {
+      if (at[k] < 0) {
+        missing(first + k++);
+        continue;
       }
+      // A run of rows next to each other in the base and in the source is one copy.
+      const float* from = row_of(first + k);
+      size_t run = 1;
+      while (k + run < n && at[k + run] == at[k] + static_cast<int64_t>(run) &&
+             row_of(first + k + run) == from + run * row_floats) {
+        ++run;
+      }
+      std::memcpy(rows.rows.get() + at[k] * row_floats, from, run * row_bytes);
+      k += run;
     }
   }
 }
@@ -434,13 +444,14 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
       rows.capacity = base.capacity;
       rows.changed_rows.swap(base.changed_rows);  // its memory, reused
     } else {
+      if (t < static_cast<int>(prepared_.size())) rows.ids.swap(prepared_[t].ids);
       store.TouchedIds(t, &rows.ids);  // sorted
       // Prepared memory when there is enough, else uninitialised (no zero fill to pay for);
       // CopySnapshotRows fills it below.
       const size_t floats = rows.ids.size() * rows.row_floats;
-      if (t < static_cast<int>(prepared_.size()) && prepared_[t].second >= floats) {
-        rows.rows = std::move(prepared_[t].first);
-        rows.capacity = prepared_[t].second;
+      if (t < static_cast<int>(prepared_.size()) && prepared_[t].floats >= floats) {
+        rows.rows = std::move(prepared_[t].rows);
+        rows.capacity = prepared_[t].floats;
       } else {
         rows.rows = AllocateSnapshotBuffer(floats);
         rows.capacity = floats;
@@ -576,24 +587,28 @@ TrainCheckpointer::~TrainCheckpointer() {
 
 void TrainCheckpointer::PrepareSnapshotMemory(const embedding::LocalEmbeddingStore& store) {
   if (prepare_thread_.joinable() || last_snapshot_ != nullptr) return;
-  std::vector<size_t> floats;
+  std::vector<std::pair<size_t, size_t>> sizes;  // rows, floats
   for (int t = 0; t < static_cast<int>(store.tables().size()); ++t) {
     const embedding::EmbeddingTable& table = store.table(t);
-    floats.push_back(static_cast<size_t>(table.rows()) * table.row_stride());
+    sizes.emplace_back(table.rows(), static_cast<size_t>(table.rows()) * table.row_stride());
   }
-  prepare_thread_ = std::thread([this, floats] {
+  prepare_thread_ = std::thread([this, sizes] {
     common::NameThisThread("dlrm-ckpt-prep");
     const auto begin = std::chrono::steady_clock::now();
-    std::vector<std::pair<SnapshotBuffer, size_t>> buffers;
-    for (size_t n : floats) {
-      SnapshotBuffer buffer = AllocateSnapshotBuffer(n);
-      if (buffer == nullptr) break;  // the first checkpoint allocates what it needs then
+    std::vector<PreparedTable> tables;
+    for (const auto& [rows, n] : sizes) {
+      PreparedTable prepared;
+      prepared.rows = AllocateSnapshotBuffer(n);
+      if (prepared.rows == nullptr) break;  // the first checkpoint allocates what it needs then
       // One write a page maps it (with transparent huge pages, a write per 2 MiB would do).
       constexpr size_t kPageFloats = 4096 / sizeof(float);
-      for (size_t i = 0; i < n; i += kPageFloats) buffer[i] = 0;
-      buffers.emplace_back(std::move(buffer), n);
+      for (size_t i = 0; i < n; i += kPageFloats) prepared.rows[i] = 0;
+      prepared.floats = n;
+      prepared.ids.resize(rows);  // its pages mapped by the zero fill; the capacity stays
+      prepared.ids.clear();
+      tables.push_back(std::move(prepared));
     }
-    prepared_ = std::move(buffers);
+    prepared_ = std::move(tables);
     prepare_seconds_.store(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
   });
@@ -653,18 +668,19 @@ void TrainCheckpointer::StartPreCopyIfNear(const Trainer& trainer,
       Snapshot::Table& rows = pre->tables[t];
       rows.table = t;
       rows.row_floats = row_floats[t];
+      rows.ids.swap(prepared_[t].ids);
       store.TouchedIds(t, &rows.ids);  // sorted; rows first touched later are new rows then
       const size_t floats = rows.ids.size() * rows.row_floats;
-      if (prepared_[t].second < floats) {  // PrepareSnapshotMemory readies every row
+      if (prepared_[t].floats < floats) {  // PrepareSnapshotMemory readies every row
         work->List({});
         return;
       }
     }
     for (int t = 0; t < num_tables; ++t) {
       Snapshot::Table& rows = pre->tables[t];
-      rows.rows = std::move(prepared_[t].first);
-      rows.capacity = prepared_[t].second;
-      prepared_[t].second = 0;  // moved: a Start without this pre-copy allocates its own
+      rows.rows = std::move(prepared_[t].rows);
+      rows.capacity = prepared_[t].floats;
+      prepared_[t].floats = 0;  // moved: a Start without this pre-copy allocates its own
       for (size_t i = 0; i < rows.ids.size(); i += PreCopyWork::kChunkRows) {
         chunks.push_back({&rows, i, std::min(PreCopyWork::kChunkRows, rows.ids.size() - i)});
       }
