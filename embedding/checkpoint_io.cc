@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/parallel.h"
 #include "common/status.h"
 
 namespace dlrm::embedding {
@@ -332,6 +333,16 @@ absl::Status ReadRowFile(
     left -= n;
   }
   std::fclose(f);
+  return absl::OkStatus();
+}
+
+absl::Status SyncAll(absl::Span<const std::unique_ptr<RowFileWriter>> writers) {
+  constexpr int kThreads = 4;
+  std::vector<absl::Status> status(writers.size());
+  common::ParallelForOnce(static_cast<int64_t>(writers.size()),
+                          static_cast<int>(std::min<size_t>(kThreads, writers.size())),
+                          [&](int64_t i) { status[i] = writers[i]->Sync(); });
+  for (const absl::Status& s : status) DLRM_RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }
 

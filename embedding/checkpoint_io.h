@@ -107,6 +107,11 @@ class RowFileWriter {
   int64_t rows_ = 0;
 };
 
+// Syncs every finished writer (RowFileWriter::Sync) on a few threads at once, so that the
+// file system commits them together instead of one journal commit per file; the first error, in
+// the writers' order.
+absl::Status SyncAll(absl::Span<const std::unique_ptr<RowFileWriter>> writers);
+
 inline constexpr int64_t kRowFileHeaderBytes = 24;
 inline constexpr int64_t kRowFileTrailerBytes = 16;
 

@@ -176,7 +176,7 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
                      .bytes = d.bytes,
                      .crc32c = d.crc32c});
   }
-  for (auto& writer : finished) DLRM_RETURN_IF_ERROR(writer->Sync());
+  DLRM_RETURN_IF_ERROR(SyncAll(finished));
   return files;
 }
 

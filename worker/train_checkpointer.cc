@@ -548,7 +548,7 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
                                           .bytes = d.bytes,
                                           .crc32c = d.crc32c});
   }
-  for (auto& writer : finished) DLRM_RETURN_IF_ERROR(writer->Sync());
+  DLRM_RETURN_IF_ERROR(embedding::SyncAll(finished));
   DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(snapshot.dir));
   DLRM_RETURN_IF_ERROR(embedding::CommitManifest(snapshot.dir, m));
   DLRM_ASSIGN_OR_RETURN(int removed,
