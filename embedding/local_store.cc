@@ -244,8 +244,11 @@ void LocalEmbeddingStore::CopyRowsAndClearChanged(int table, absl::Span<const in
   Table& t = *tables_[table];
   absl::MutexLock lock(&t.mu);
   const size_t stride = static_cast<size_t>(t.table->row_stride());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(out + i * stride, t.table->Row(ids[i]), stride * sizeof(float));
+  for (size_t i = 0; i < ids.size();) {
+    size_t end = i + 1;  // a run of consecutive ids is one copy
+    while (end < ids.size() && ids[end] == ids[end - 1] + 1) ++end;
+    std::memcpy(out + i * stride, t.table->Row(ids[i]), (end - i) * stride * sizeof(float));
+    i = end;
   }
   if (t.flags.empty()) return;
   for (int64_t id : ids) t.flags[id] &= 1;
