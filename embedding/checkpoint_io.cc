@@ -339,8 +339,7 @@ absl::Status ReadRowFile(
 absl::Status SyncAll(absl::Span<const std::unique_ptr<RowFileWriter>> writers) {
   constexpr int kThreads = 4;
   std::vector<absl::Status> status(writers.size());
-  common::ParallelForOnce(static_cast<int64_t>(writers.size()),
-                          static_cast<int>(std::min<size_t>(kThreads, writers.size())),
+  common::ParallelForOnce(static_cast<int64_t>(writers.size()), kThreads,
                           [&](int64_t i) { status[i] = writers[i]->Sync(); });
   for (const absl::Status& s : status) DLRM_RETURN_IF_ERROR(s);
   return absl::OkStatus();

@@ -118,17 +118,17 @@ struct TrainCheckpointer::PreCopyWork {
   };
 
   // The chunks to copy, or none (the pre-copy gave up); a Start that helps waits for this.
-  void List(std::vector<Chunk> listed) {
+  void List(std::vector<Chunk> all) {
     absl::MutexLock lock(&mu);
-    chunks = std::move(listed);
+    chunks = std::move(all);
     back = chunks.size();
-    listed_ = true;
+    listed = true;
   }
   // Copies unclaimed chunks, from the first or from the last, until none is left; how many.
   size_t CopyAll(embedding::LocalEmbeddingStore& store, bool from_front) {
     {
       absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(&listed_));
+      mu.Await(absl::Condition(&listed));
     }
     for (size_t copied = 0;; ++copied) {
       Chunk chunk;
@@ -148,7 +148,7 @@ struct TrainCheckpointer::PreCopyWork {
   std::vector<Chunk> chunks ABSL_GUARDED_BY(mu);
   size_t front ABSL_GUARDED_BY(mu) = 0;  // chunks [front, back) are not claimed yet
   size_t back ABSL_GUARDED_BY(mu) = 0;
-  bool listed_ ABSL_GUARDED_BY(mu) = false;
+  bool listed ABSL_GUARDED_BY(mu) = false;
 };
 
 namespace {
