@@ -1,5 +1,6 @@
 #include "dense/cpu/blas_env.h"
 
+#include <cblas.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +24,11 @@ void ReexecWithBlasDefaults(char** argv) {
 std::string BlasThreadTimeout() {
   const char* value = std::getenv("OPENBLAS_THREAD_TIMEOUT");
   return value == nullptr ? "" : value;
+}
+
+std::string BlasCoreName() {
+  const char* name = openblas_get_corename();
+  return name == nullptr ? "" : name;
 }
 
 }  // namespace dlrm::dense

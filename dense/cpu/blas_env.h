@@ -27,4 +27,10 @@ void ReexecWithBlasDefaults(char** argv);
 // OPENBLAS_THREAD_TIMEOUT as OpenBLAS read it at start-up ("" when unset: OpenBLAS's default).
 std::string BlasThreadTimeout();
 
+// The kernels OpenBLAS runs (openblas_get_corename(): "Haswell", "SkylakeX", "Cooperlake", ...):
+// its own choice for this CPU, or the one OPENBLAS_CORETYPE asked for. The GEMMs of model1 take
+// about twice as long with the AVX2 "Haswell" kernels as with the AVX-512 ones on the same cores
+// (docs/BENCHMARKS.md), so benchmark reports show it.
+std::string BlasCoreName();
+
 }  // namespace dlrm::dense

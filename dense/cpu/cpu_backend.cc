@@ -175,10 +175,11 @@ void CpuBackend::ForParts(int64_t n, int64_t min_per_part,
 
 std::string CpuBackend::name() const {
   const std::string timeout = BlasThreadTimeout();
-  return absl::StrCat(
-      "cpu(openblas, threads=", threads_ > 0 ? threads_ : openblas_get_num_threads(),
-      timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout), avx2_ ? ", avx2" : "",
-      common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
+  return absl::StrCat("cpu(openblas ", BlasCoreName(),
+                      ", threads=", threads_ > 0 ? threads_ : openblas_get_num_threads(),
+                      timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout),
+                      avx2_ ? ", avx2" : "",
+                      common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
 }
 
 float* CpuBackend::Allocate(size_t count) {

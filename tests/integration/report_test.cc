@@ -138,6 +138,27 @@ TEST_F(ReportTest, TrainStartsOpenBlasWithoutItsSpinUnlessTheUserSetsIt) {
   }
 }
 
+// The log's backend name shows the kernels OpenBLAS runs, here the ones OPENBLAS_CORETYPE asks
+// for (SSE-only ones, which every x86-64 CPU can run).
+TEST_F(ReportTest, TrainNamesTheOpenBlasKernelsItRuns) {
+  const char* before = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = before == nullptr ? "" : before;
+  for (const char* core : {"Prescott", "Nehalem"}) {
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+                                  "--no-progress", "--threads", "1", "--device", "cpu"},
+                                 *dir_, absl::StrCat("train-core-", core), absl::Seconds(120));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("training on cpu(openblas ", core, ",")))
+        << r.err;
+  }
+  if (before == nullptr) {
+    unsetenv("OPENBLAS_CORETYPE");
+  } else {
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  }
+}
+
 // Every dlrm process flushes denormals to zero (common/denormals.h) unless DLRM_DENORMALS=keep;
 // the log's backend name says which.
 TEST_F(ReportTest, TrainFlushesDenormalsUnlessTheUserKeepsThem) {
