@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "embedding/cpu_kernels_avx512.h"
 #include "embedding/sparse_optimizer.h"
 
 namespace dlrm::embedding {
@@ -147,6 +148,7 @@ struct GroupedEntries {
   const float* scale = nullptr;     // per bag, mean pooling only
 };
 
+// kDim < 0: the AVX-512 sums (avx512::SumRowGradients) for the runtime `dim`.
 template <int kDim>
 void SumAndApply(const SparseOptimizerOptions& optimizer, int runtime_dim, const GroupedEntries& e,
                  absl::Span<const int64_t> row_ids, float* rows, int64_t row_stride, int64_t chunk,
@@ -154,10 +156,15 @@ void SumAndApply(const SparseOptimizerOptions& optimizer, int runtime_dim, const
   const int dim = kDim > 0 ? kDim : runtime_dim;
   for (int64_t first = 0; first < e.num_rows; first += chunk) {
     const int64_t count = std::min(chunk, e.num_rows - first);
+    if constexpr (kDim < 0) {
+      avx512::SumRowGradients(e.dout, dim, e.begin, e.bag_of, e.scale, first, count, chunk_grads);
+    }
     for (int64_t k = 0; k < count; ++k) {
       const int64_t u = first + k;
-      SumRowGradient<kDim>(e.dout, dim, e.bag_of + e.begin[u], e.begin[u + 1] - e.begin[u], e.scale,
-                           chunk_grads + k * dim);
+      if constexpr (kDim >= 0) {
+        SumRowGradient<kDim>(e.dout, dim, e.bag_of + e.begin[u], e.begin[u + 1] - e.begin[u],
+                             e.scale, chunk_grads + k * dim);
+      }
       chunk_rows[k] = rows + row_ids[u] * row_stride;
     }
     ApplySparseOptimizerToRows(optimizer, dim, chunk_rows, chunk_grads, count);
@@ -166,9 +173,19 @@ void SumAndApply(const SparseOptimizerOptions& optimizer, int runtime_dim, const
 
 }  // namespace
 
+bool CpuKernelsUseAvx512ByDefault() {
+  static const bool supported = avx512::Supported();
+  return supported;
+}
+
 void CpuEmbeddingKernels::PooledGather(const float* rows, int64_t row_stride, int dim,
                                        const int64_t* indices, const int32_t* offsets, int batch,
                                        PoolingMode mode, float* out, int64_t out_stride) {
+  if (avx512_ && avx512::SupportsDim(dim)) {
+    avx512::PooledGather(rows, row_stride, dim, indices, offsets, batch, mode == PoolingMode::kMean,
+                         out, out_stride);
+    return;
+  }
   switch (dim) {
     case 16:
       GatherImpl<16>(rows, row_stride, dim, indices, offsets, batch, mode, out, out_stride);
@@ -264,6 +281,11 @@ void PooledSparseUpdate::Apply(const SparseOptimizerOptions& optimizer,
   const int64_t chunk = std::max<int64_t>(8, kChunkFloats / grads.dim);
   chunk_grads_.resize(chunk * grads.dim);
   chunk_rows_.resize(chunk);
+  if (avx512_ && avx512::SupportsDim(grads.dim)) {
+    SumAndApply<-1>(optimizer, grads.dim, e, row_ids, rows, row_stride, chunk, chunk_grads_.data(),
+                    chunk_rows_.data());
+    return;
+  }
   switch (grads.dim) {
     case 16:
       SumAndApply<16>(optimizer, grads.dim, e, row_ids, rows, row_stride, chunk,

@@ -13,8 +13,16 @@
 
 namespace dlrm::embedding {
 
+// Whether the CPU kernels use their AVX-512 variants (embedding/cpu_kernels_avx512.h) by
+// default: the running CPU has AVX-512 F. Dims that are not a multiple of 16 (or over 128) take
+// the portable loops either way; both give the same bits.
+bool CpuKernelsUseAvx512ByDefault();
+
 class CpuEmbeddingKernels : public EmbeddingKernels {
  public:
+  // avx512: use the AVX-512 kernels where the dim allows (REQUIRES: the CPU has AVX-512 F).
+  explicit CpuEmbeddingKernels(bool avx512 = CpuKernelsUseAvx512ByDefault()) : avx512_(avx512) {}
+
   void PooledGather(const float* rows, int64_t row_stride, int dim, const int64_t* indices,
                     const int32_t* offsets, int batch, PoolingMode mode, float* out,
                     int64_t out_stride) override;
@@ -23,6 +31,9 @@ class CpuEmbeddingKernels : public EmbeddingKernels {
                          float* grad_rows) override;
   void ApplySparseOptimizer(const SparseOptimizerOptions& options, float* rows, int64_t row_stride,
                             int dim, const int64_t* slots, const float* grads, int64_t n) override;
+
+ private:
+  bool avx512_;
 };
 
 std::unique_ptr<EmbeddingKernels> CreateCpuKernels();
@@ -53,6 +64,10 @@ struct PooledGradients {
 // Holds scratch buffers reused across calls; not thread-safe (one per table or per thread).
 class PooledSparseUpdate {
  public:
+  // avx512: sum the gradients with the AVX-512 kernels where the dim allows (REQUIRES: the CPU
+  // has AVX-512 F).
+  explicit PooledSparseUpdate(bool avx512 = CpuKernelsUseAvx512ByDefault()) : avx512_(avx512) {}
+
   // One optimizer step on each distinct row u in [0, grads.num_rows): the stored row
   // rows[row_ids[u] * row_stride ...] ([weights | state], see sparse_optimizer_options.h) with
   // the summed gradient of its entries. row_ids has num_rows distinct ids (a repeated id would be
@@ -68,6 +83,7 @@ class PooledSparseUpdate {
   std::vector<float> scale_;     // per bag: 1 / size, mean pooling only
   std::vector<float> chunk_grads_;
   std::vector<float*> chunk_rows_;
+  bool avx512_;
 };
 
 }  // namespace dlrm::embedding

@@ -1,5 +1,9 @@
-// CpuEmbeddingKernels against naive loops written here.
+// CpuEmbeddingKernels against naive loops written here, in both variants: the portable loops and
+// the AVX-512 kernels (where the CPU has them; skipped elsewhere).
+#include <memory>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "embedding/cpu_kernels.h"
@@ -34,19 +38,29 @@ struct Shape {
   PoolingMode mode;
 };
 
-class CpuKernelsTest : public ::testing::TestWithParam<Shape> {};
+// A shape, and whether the kernels use their AVX-512 variants.
+class CpuKernelsTest : public ::testing::TestWithParam<std::tuple<Shape, bool>> {
+ protected:
+  void SetUp() override {
+    if (avx512() && !CpuKernelsUseAvx512ByDefault()) GTEST_SKIP() << "this CPU has no AVX-512 F";
+  }
+  static const Shape& shape() { return std::get<0>(GetParam()); }
+  static bool avx512() { return std::get<1>(GetParam()); }
+  static std::unique_ptr<EmbeddingKernels> Kernels() {
+    return std::make_unique<CpuEmbeddingKernels>(avx512());
+  }
+};
 
 TEST_P(CpuKernelsTest, PooledGatherMatchesNaive) {
-  const Shape s = GetParam();
+  const Shape s = shape();
   const int64_t rows = 37, row_stride = s.dim + 3;   // padded rows (state after weights)
   const int batch = 19, out_stride = 3 * s.dim + 2;  // strided output: column block 1
   std::vector<float> table(rows * row_stride);
   for (size_t i = 0; i < table.size(); ++i) table[i] = std::cos(0.1 * i);
   Bags bags = RandomBags(batch, s.max_bag, rows, 3);
   std::vector<float> out(batch * out_stride, 7.0f);
-  CreateCpuKernels()->PooledGather(table.data(), row_stride, s.dim, bags.indices.data(),
-                                   bags.offsets.data(), batch, s.mode, out.data() + s.dim,
-                                   out_stride);
+  Kernels()->PooledGather(table.data(), row_stride, s.dim, bags.indices.data(), bags.offsets.data(),
+                          batch, s.mode, out.data() + s.dim, out_stride);
   for (int b = 0; b < batch; ++b) {
     const int n = bags.offsets[b + 1] - bags.offsets[b];
     for (int i = 0; i < s.dim; ++i) {
@@ -62,15 +76,15 @@ TEST_P(CpuKernelsTest, PooledGatherMatchesNaive) {
 }
 
 TEST_P(CpuKernelsTest, PooledScatterGradMatchesNaive) {
-  const Shape s = GetParam();
+  const Shape s = shape();
   const int64_t num_rows = 11;  // few rows: many duplicates
   const int batch = 23, out_stride = 2 * s.dim;
   Bags bags = RandomBags(batch, s.max_bag, num_rows, 4);
   std::vector<float> dout(batch * out_stride);
   for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::sin(0.3 * i);
   std::vector<float> grad(num_rows * s.dim, 99.0f);  // overwritten, not accumulated into
-  CreateCpuKernels()->PooledScatterGrad(dout.data(), out_stride, s.dim, bags.indices.data(),
-                                        bags.offsets.data(), batch, s.mode, num_rows, grad.data());
+  Kernels()->PooledScatterGrad(dout.data(), out_stride, s.dim, bags.indices.data(),
+                               bags.offsets.data(), batch, s.mode, num_rows, grad.data());
   std::vector<double> expected(num_rows * s.dim, 0.0);
   for (int b = 0; b < batch; ++b) {
     const int n = bags.offsets[b + 1] - bags.offsets[b];
@@ -86,7 +100,7 @@ TEST_P(CpuKernelsTest, PooledScatterGradMatchesNaive) {
 }
 
 TEST_P(CpuKernelsTest, ApplySparseOptimizerMatchesPerRow) {
-  const Shape s = GetParam();
+  const Shape s = shape();
   SparseOptimizerOptions o;
   o.type = SparseOptimizerType::kLazyAdam;
   const int stride = StoredRowFloats(o.type, s.dim);
@@ -98,8 +112,8 @@ TEST_P(CpuKernelsTest, ApplySparseOptimizerMatchesPerRow) {
   for (int64_t r = rows - 1; r >= 0; r -= 2) slots.push_back(r);  // 300 distinct rows (> 256)
   std::vector<float> grads(slots.size() * s.dim);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::cos(1.7 * i);
-  CreateCpuKernels()->ApplySparseOptimizer(o, table.data(), stride, s.dim, slots.data(),
-                                           grads.data(), slots.size());
+  Kernels()->ApplySparseOptimizer(o, table.data(), stride, s.dim, slots.data(), grads.data(),
+                                  slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     ApplySparseOptimizerToRow(o, s.dim, &grads[i * s.dim], &expected[slots[i] * stride]);
   }
@@ -111,7 +125,7 @@ TEST_P(CpuKernelsTest, ApplySparseOptimizerMatchesPerRow) {
 // of order in the table, bags are of random sizes (empty ones too), and one distinct row has no
 // entry (a zero gradient, as the scatter's zeros give it).
 TEST_P(CpuKernelsTest, PooledSparseUpdateMatchesScatterThenOptimizer) {
-  const Shape s = GetParam();
+  const Shape s = shape();
   const int64_t num_rows = 70;  // > PooledSparseUpdate's chunk of rows
   const int batch = 41, out_stride = 3 * s.dim + 1;
   Bags bags = RandomBags(batch, 3 * s.max_bag, num_rows - 1, 5);  // row num_rows - 1: no entry
@@ -120,7 +134,7 @@ TEST_P(CpuKernelsTest, PooledSparseUpdateMatchesScatterThenOptimizer) {
   const int64_t table_rows = 500;
   std::vector<int64_t> row_ids(num_rows);
   for (int64_t u = 0; u < num_rows; ++u) row_ids[u] = (u * 137 + 11) % table_rows;  // distinct
-  PooledSparseUpdate update;
+  PooledSparseUpdate update(avx512());
   for (SparseOptimizerType type :
        {SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
         SparseOptimizerType::kRowWiseAdagrad, SparseOptimizerType::kLazyAdam}) {
@@ -136,7 +150,7 @@ TEST_P(CpuKernelsTest, PooledSparseUpdateMatchesScatterThenOptimizer) {
     }
     const std::vector<float> before = table;
     std::vector<float> expected = table;
-    auto kernels = CreateCpuKernels();
+    auto kernels = Kernels();
     std::vector<float> grads(num_rows * s.dim);
     kernels->PooledScatterGrad(dout.data() + s.dim, out_stride, s.dim, bags.indices.data(),
                                bags.offsets.data(), batch, s.mode, num_rows, grads.data());
@@ -159,10 +173,43 @@ TEST_P(CpuKernelsTest, PooledSparseUpdateMatchesScatterThenOptimizer) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CpuKernelsTest,
-    ::testing::Values(Shape{16, 1, PoolingMode::kSum}, Shape{16, 4, PoolingMode::kMean},
-                      Shape{64, 6, PoolingMode::kSum}, Shape{64, 3, PoolingMode::kMean},
-                      Shape{128, 5, PoolingMode::kSum}, Shape{128, 2, PoolingMode::kMean},
-                      Shape{5, 4, PoolingMode::kSum}, Shape{7, 5, PoolingMode::kMean}));
+    ::testing::Combine(
+        ::testing::Values(Shape{16, 1, PoolingMode::kSum}, Shape{16, 4, PoolingMode::kMean},
+                          Shape{32, 3, PoolingMode::kSum}, Shape{48, 2, PoolingMode::kMean},
+                          Shape{64, 6, PoolingMode::kSum}, Shape{64, 3, PoolingMode::kMean},
+                          Shape{128, 5, PoolingMode::kSum}, Shape{128, 2, PoolingMode::kMean},
+                          Shape{5, 4, PoolingMode::kSum}, Shape{7, 5, PoolingMode::kMean}),
+        ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<Shape, bool>>& info) {
+      const Shape& s = std::get<0>(info.param);
+      return "dim" + std::to_string(s.dim) + "bag" + std::to_string(s.max_bag) +
+             (s.mode == PoolingMode::kMean ? "mean" : "sum") +
+             (std::get<1>(info.param) ? "_avx512" : "_portable");
+    });
+
+// The AVX-512 kernels sum every column in the same order as the portable loops: the same bits.
+TEST(CpuKernelsAvx512Test, PooledGatherGivesTheSameBitsAsThePortableLoops) {
+  if (!CpuKernelsUseAvx512ByDefault()) GTEST_SKIP() << "this CPU has no AVX-512 F";
+  for (int dim : {16, 32, 48, 64, 80, 96, 112, 128}) {
+    for (PoolingMode mode : {PoolingMode::kSum, PoolingMode::kMean}) {
+      SCOPED_TRACE(testing::Message()
+                   << "dim " << dim << (mode == PoolingMode::kMean ? " mean" : ""));
+      const int64_t rows = 53, row_stride = dim + 1;
+      const int batch = 31, out_stride = 2 * dim + 3;
+      std::vector<float> table(rows * row_stride);
+      for (size_t i = 0; i < table.size(); ++i) table[i] = std::sin(0.37 * i) * (1 + i % 7);
+      Bags bags = RandomBags(batch, 12, rows, 9);
+      std::vector<float> portable(batch * out_stride, 3.0f), wide = portable;
+      CpuEmbeddingKernels(false).PooledGather(table.data(), row_stride, dim, bags.indices.data(),
+                                              bags.offsets.data(), batch, mode, portable.data(),
+                                              out_stride);
+      CpuEmbeddingKernels(true).PooledGather(table.data(), row_stride, dim, bags.indices.data(),
+                                             bags.offsets.data(), batch, mode, wide.data(),
+                                             out_stride);
+      EXPECT_EQ(wide, portable);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace dlrm::embedding
