@@ -29,6 +29,38 @@ inline int PopCount(uint64_t x) {
   return static_cast<int>((x * 0x0101010101010101ull) >> 56);
 }
 
+// inverse[j] = the position of ids[j] among the set bits: the set bits below it. kPopcnt: the
+// CPU's POPCNT instruction (one instruction where PopCount takes a dozen).
+template <bool kPopcnt>
+inline void BitmapInverse(const int64_t* ids, size_t n, const uint64_t* bits, const int32_t* rank,
+                          int64_t* inverse) {
+  for (size_t j = 0; j < n; ++j) {
+    const int64_t id = ids[j];
+    const uint64_t below = bits[id >> 6] & ((uint64_t{1} << (id & 63)) - 1);
+    if constexpr (kPopcnt) {
+      inverse[j] = rank[id >> 6] + __builtin_popcountll(below);
+    } else {
+      inverse[j] = rank[id >> 6] + PopCount(below);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("popcnt"))) void BitmapInversePopcnt(const int64_t* ids, size_t n,
+                                                           const uint64_t* bits,
+                                                           const int32_t* rank, int64_t* inverse) {
+  BitmapInverse<true>(ids, n, bits, rank, inverse);
+}
+
+bool CpuHasPopcnt() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("popcnt") != 0;
+  }();
+  return has;
+}
+#endif
+
 }  // namespace
 
 size_t Deduplicator::Slot(int64_t id) const {
@@ -63,29 +95,35 @@ void Deduplicator::Run(absl::Span<const int64_t> ids, int64_t num_rows,
 
 bool Deduplicator::RunBitmap(absl::Span<const int64_t> ids, int64_t num_rows,
                              std::vector<int64_t>* unique, std::vector<int64_t>* inverse) {
-  for (int64_t id : ids) {
-    if (id < 0 || id >= num_rows) return false;
-  }
   const size_t words = static_cast<size_t>((num_rows + 63) / 64);
   bits_.assign(words, 0);
+  for (int64_t id : ids) {
+    if (id < 0 || id >= num_rows) return false;  // unique and inverse not yet written
+    bits_[id >> 6] |= uint64_t{1} << (id & 63);
+  }
   rank_.resize(words);
-  for (int64_t id : ids) bits_[id >> 6] |= uint64_t{1} << (id & 63);
-  unique->clear();
   int32_t rank = 0;
   for (size_t w = 0; w < words; ++w) {
     rank_[w] = rank;
+    rank += PopCount(bits_[w]);
+  }
+  // The distinct ids in ascending order, written by position (no push_back per id).
+  unique->resize(static_cast<size_t>(rank));
+  int64_t* out = unique->data();
+  for (size_t w = 0; w < words; ++w) {
     for (uint64_t x = bits_[w]; x != 0; x &= x - 1) {
-      unique->push_back(static_cast<int64_t>(w * 64 + __builtin_ctzll(x)));
-      ++rank;
+      *out++ = static_cast<int64_t>(w * 64 + __builtin_ctzll(x));
     }
   }
   // An id's position in unique: the set bits below it.
   inverse->resize(ids.size());
-  for (size_t j = 0; j < ids.size(); ++j) {
-    const int64_t id = ids[j];
-    const uint64_t below = bits_[id >> 6] & ((uint64_t{1} << (id & 63)) - 1);
-    (*inverse)[j] = rank_[id >> 6] + PopCount(below);
+#if defined(__x86_64__)
+  if (CpuHasPopcnt()) {
+    BitmapInversePopcnt(ids.data(), ids.size(), bits_.data(), rank_.data(), inverse->data());
+    return true;
   }
+#endif
+  BitmapInverse<false>(ids.data(), ids.size(), bits_.data(), rank_.data(), inverse->data());
   return true;
 }
 
