@@ -58,39 +58,56 @@ inline void FourRowsTimesZ(const float* s, int n, const float* const* z, float* 
   }
 }
 
+// Columns are taken in blocks of 8 KC (at most 32: FourRowsTimesZ's 4 x KC sums and KC loads
+// stay in the 16 registers); dim is a multiple of 8 KC.
 template <int KC>
 void BackwardImpl(const float* bottom, const float* emb, const float* dout, int batch,
-                  int num_tables, float* dbottom, float* demb, float* scratch) {
-  constexpr int kDim = 8 * KC;
+                  int num_tables, int dim, float* dbottom, float* demb, float* scratch) {
+  constexpr int kBlock = 8 * KC;
   const int n = num_tables + 1;
   const int n4 = RoundUp(n, 4);
-  const int out_cols = kDim + n * num_tables / 2;
+  const int out_cols = dim + n * num_tables / 2;
   float* s = scratch;  // [n4 x n], symmetric in its first n rows, zero diagonal and padding rows
   std::memset(s, 0, sizeof(float) * n4 * n);
   const float* z[512];
   float* dst[512 + 4];
+  const float* zc[512];
+  float* dstc[512 + 4];
   for (int b = 0; b < batch; ++b) {
-    const float* x = bottom + static_cast<size_t>(b) * kDim;
-    const float* e = emb + static_cast<size_t>(b) * num_tables * kDim;
+    const float* x = bottom + static_cast<size_t>(b) * dim;
+    const float* e = emb + static_cast<size_t>(b) * num_tables * dim;
     const float* g = dout + static_cast<size_t>(b) * out_cols;
-    const float* gp = g + kDim;
+    const float* gp = g + dim;
     for (int i = 1; i < n; ++i) {
       const float* row = gp + i * (i - 1) / 2;
       std::memcpy(s + i * n, row, sizeof(float) * i);
       for (int j = 0; j < i; ++j) s[j * n + i] = row[j];
     }
-    float* db = dbottom + static_cast<size_t>(b) * kDim;
-    float* de = demb + static_cast<size_t>(b) * num_tables * kDim;
+    float* db = dbottom + static_cast<size_t>(b) * dim;
+    float* de = demb + static_cast<size_t>(b) * num_tables * dim;
     z[0] = x;
     dst[0] = db;
-    std::memcpy(db, g, sizeof(float) * kDim);  // the bottom output passes straight through
+    std::memcpy(db, g, sizeof(float) * dim);  // the bottom output passes straight through
     for (int t = 0; t < num_tables; ++t) {
-      z[t + 1] = e + t * kDim;
-      dst[t + 1] = de + t * kDim;
-      std::memset(dst[t + 1], 0, sizeof(float) * kDim);
+      z[t + 1] = e + t * dim;
+      dst[t + 1] = de + t * dim;
+      std::memset(dst[t + 1], 0, sizeof(float) * dim);
     }
     for (int i = n; i < n4; ++i) dst[i] = nullptr;
-    for (int i0 = 0; i0 < n; i0 += 4) FourRowsTimesZ<KC>(s + i0 * n, n, z, dst + i0);
+    for (int c = 0; c < dim; c += kBlock) {
+      const float* const* zb = z;
+      float* const* dstb = dst;
+      if (c > 0) {
+        for (int i = 0; i < n; ++i) {
+          zc[i] = z[i] + c;
+          dstc[i] = dst[i] + c;
+        }
+        for (int i = n; i < n4; ++i) dstc[i] = nullptr;
+        zb = zc;
+        dstb = dstc;
+      }
+      for (int i0 = 0; i0 < n; i0 += 4) FourRowsTimesZ<KC>(s + i0 * n, n, zb, dstb + i0);
+    }
   }
 }
 
@@ -156,17 +173,15 @@ void Avx2InteractionForward(const float* bottom, const float* emb, int batch, in
 
 void Avx2InteractionBackward(const float* bottom, const float* emb, const float* dout, int batch,
                              int num_tables, int dim, float* dbottom, float* demb, float* scratch) {
-  switch (dim / 8) {
+  switch (dim <= 32 ? dim / 8 : 4) {  // wider: blocks of 32 columns
     case 1:
-      return BackwardImpl<1>(bottom, emb, dout, batch, num_tables, dbottom, demb, scratch);
+      return BackwardImpl<1>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
     case 2:
-      return BackwardImpl<2>(bottom, emb, dout, batch, num_tables, dbottom, demb, scratch);
+      return BackwardImpl<2>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
     case 3:
-      return BackwardImpl<3>(bottom, emb, dout, batch, num_tables, dbottom, demb, scratch);
-    case 4:
-      return BackwardImpl<4>(bottom, emb, dout, batch, num_tables, dbottom, demb, scratch);
-    default:  // excluded by Avx2InteractionSupports
-      break;
+      return BackwardImpl<3>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
+    default:
+      return BackwardImpl<4>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
   }
 }
 

@@ -11,9 +11,11 @@ namespace dlrm::dense::cpu {
 // True when the running CPU has AVX2 and FMA.
 bool CpuHasAvx2Fma();
 
-// Whether the AVX2 kernels handle this shape: a width of 8, 16, 24 or 32 and at most 511 tables.
+// Whether the AVX2 kernels handle this shape: a width of 8, 16, 24, 32 or a multiple of 32 up
+// to 512 (the backward takes 32 columns at a time), and at most 511 tables.
 inline bool Avx2InteractionSupports(int num_tables, int dim) {
-  return dim > 0 && dim % 8 == 0 && dim <= 32 && num_tables >= 0 && num_tables <= 511;
+  return dim > 0 && dim % 8 == 0 && (dim <= 32 || dim % 32 == 0) && dim <= 512 && num_tables >= 0 &&
+         num_tables <= 511;
 }
 
 // Floats of scratch memory the kernels need for num_tables tables of width dim.

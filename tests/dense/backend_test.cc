@@ -426,8 +426,8 @@ TYPED_TEST(PortableCpuTest, InteractionMatchesTheDefaultCpuBackend) {
   auto fast = CpuBackendFactory::Create();
   ASSERT_TRUE(fast.ok());
   std::mt19937_64 rng(8);
-  for (int dim : {8, 16, 32, 5}) {
-    for (int tables : {1, 26, 40}) {
+  for (int dim : {8, 16, 32, 64, 128, 5, 40}) {
+    for (int tables : {1, 8, 26, 40}) {
       SCOPED_TRACE(::testing::Message() << "dim=" << dim << " tables=" << tables);
       const int batch = 4;
       const int width = dim + (tables + 1) * tables / 2;
