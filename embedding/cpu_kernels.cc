@@ -152,7 +152,7 @@ struct GroupedEntries {
 template <int kDim>
 void SumAndApply(const SparseOptimizerOptions& optimizer, int runtime_dim, const GroupedEntries& e,
                  absl::Span<const int64_t> row_ids, float* rows, int64_t row_stride, int64_t chunk,
-                 float* chunk_grads, float** chunk_rows) {
+                 float* chunk_grads, float** chunk_rows, bool avx512) {
   const int dim = kDim > 0 ? kDim : runtime_dim;
   for (int64_t first = 0; first < e.num_rows; first += chunk) {
     const int64_t count = std::min(chunk, e.num_rows - first);
@@ -167,16 +167,13 @@ void SumAndApply(const SparseOptimizerOptions& optimizer, int runtime_dim, const
       }
       chunk_rows[k] = rows + row_ids[u] * row_stride;
     }
-    ApplySparseOptimizerToRows(optimizer, dim, chunk_rows, chunk_grads, count);
+    ApplySparseOptimizerToRows(optimizer, dim, chunk_rows, chunk_grads, count, avx512);
   }
 }
 
 }  // namespace
 
-bool CpuKernelsUseAvx512ByDefault() {
-  static const bool supported = avx512::Supported();
-  return supported;
-}
+bool CpuKernelsUseAvx512ByDefault() { return CpuHasAvx512(); }
 
 void CpuEmbeddingKernels::PooledGather(const float* rows, int64_t row_stride, int dim,
                                        const int64_t* indices, const int32_t* offsets, int batch,
@@ -230,7 +227,7 @@ void CpuEmbeddingKernels::ApplySparseOptimizer(const SparseOptimizerOptions& opt
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t count = std::min(kChunk, n - start);
     for (int64_t i = 0; i < count; ++i) ptrs[i] = rows + slots[start + i] * row_stride;
-    ApplySparseOptimizerToRows(options, dim, ptrs, grads + start * dim, count);
+    ApplySparseOptimizerToRows(options, dim, ptrs, grads + start * dim, count, avx512_);
   }
 }
 
@@ -283,21 +280,21 @@ void PooledSparseUpdate::Apply(const SparseOptimizerOptions& optimizer,
   chunk_rows_.resize(chunk);
   if (avx512_ && avx512::SupportsDim(grads.dim)) {
     SumAndApply<-1>(optimizer, grads.dim, e, row_ids, rows, row_stride, chunk, chunk_grads_.data(),
-                    chunk_rows_.data());
+                    chunk_rows_.data(), avx512_);
     return;
   }
   switch (grads.dim) {
     case 16:
       SumAndApply<16>(optimizer, grads.dim, e, row_ids, rows, row_stride, chunk,
-                      chunk_grads_.data(), chunk_rows_.data());
+                      chunk_grads_.data(), chunk_rows_.data(), avx512_);
       return;
     case 64:
       SumAndApply<64>(optimizer, grads.dim, e, row_ids, rows, row_stride, chunk,
-                      chunk_grads_.data(), chunk_rows_.data());
+                      chunk_grads_.data(), chunk_rows_.data(), avx512_);
       return;
     default:
       SumAndApply<0>(optimizer, grads.dim, e, row_ids, rows, row_stride, chunk, chunk_grads_.data(),
-                     chunk_rows_.data());
+                     chunk_rows_.data(), avx512_);
   }
 }
 

@@ -4,7 +4,13 @@
 #include "embedding/cpu_kernels_avx512.h"
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 shuffles pass an undefined vector to their masked builtins, which
+// -Wmaybe-uninitialized reports at the header's lines wherever they are inlined (GCC bug 105593,
+// fixed in GCC 13); the warnings are silenced for the header's lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 namespace dlrm::embedding::avx512 {
 namespace {
@@ -72,7 +78,99 @@ void SumRows(const float* dout, const int32_t* begin, const int32_t* bag_of, con
   }
 }
 
+// r[j] (16 floats each) becomes column j: lane k of r[j] = lane j of the input r[k].
+inline void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {
+    const __m512d a = _mm512_castps_pd(t[k]), b = _mm512_castps_pd(t[k + 1]);
+    const __m512d c = _mm512_castps_pd(t[k + 2]), d = _mm512_castps_pd(t[k + 3]);
+    r[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+    t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xdd);
+    t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+    t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xdd);
+  }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+  }
+}
+
+// Prefetches rows [first, last) (weights and accumulator) for writing.
+inline void PrefetchRows(float* const* rows, int64_t first, int64_t last, int row_bytes) {
+  for (int64_t r = first; r < last; ++r) {
+    const char* p = reinterpret_cast<const char*>(rows[r]);
+    for (int b = 0; b < row_bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    _mm_prefetch(p + row_bytes - 1, _MM_HINT_T0);
+  }
+}
+
+// w -= scale * g over dim (a multiple of 16) floats: a product, then a difference, as the
+// one-row update.
+inline void ScaledStep(float* w, const float* g, float scale, int dim) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int i = 0; i < dim; i += 16) {
+    _mm512_storeu_ps(
+        w + i, _mm512_sub_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(s, _mm512_loadu_ps(g + i))));
+  }
+}
+
 }  // namespace
+
+void RowWiseAdagradRows(float learning_rate, float epsilon, int dim, float* const* rows,
+                        const float* grads, int64_t n) {
+  constexpr int kGroup = 16;
+  const int row_bytes = (dim + 1) * static_cast<int>(sizeof(float));
+  const float dim_as_float = static_cast<float>(dim);
+  PrefetchRows(rows, 0, n < kGroup ? n : kGroup, row_bytes);
+  int64_t r = 0;
+  for (; r + kGroup <= n; r += kGroup) {
+    PrefetchRows(rows, r + kGroup, n < r + 2 * kGroup ? n : r + 2 * kGroup, row_bytes);
+    const float* g = grads + r * dim;
+    // Lane k: row r + k's sum of squares, one column at a time in order.
+    __m512 sum_sq = _mm512_setzero_ps();
+    for (int c = 0; c < dim; c += 16) {
+      __m512 block[16];
+      for (int k = 0; k < 16; ++k) block[k] = _mm512_loadu_ps(g + k * dim + c);
+      Transpose16(block);
+      for (int j = 0; j < 16; ++j) {
+        sum_sq = _mm512_add_ps(sum_sq, _mm512_mul_ps(block[j], block[j]));
+      }
+    }
+    alignas(64) float acc[kGroup];
+    for (int k = 0; k < kGroup; ++k) acc[k] = rows[r + k][dim];
+    __m512 a =
+        _mm512_add_ps(_mm512_load_ps(acc), _mm512_div_ps(sum_sq, _mm512_set1_ps(dim_as_float)));
+    _mm512_store_ps(acc, a);
+    alignas(64) float scale[kGroup];
+    _mm512_store_ps(scale,
+                    _mm512_div_ps(_mm512_set1_ps(learning_rate),
+                                  _mm512_add_ps(_mm512_sqrt_ps(a), _mm512_set1_ps(epsilon))));
+    for (int k = 0; k < kGroup; ++k) {
+      float* w = rows[r + k];
+      w[dim] = acc[k];
+      ScaledStep(w, g + k * dim, scale[k], dim);
+    }
+  }
+  for (; r < n; ++r) {  // the last rows one at a time, as the one-row update
+    const float* g = grads + r * dim;
+    float sum_sq = 0.0f;
+    for (int i = 0; i < dim; ++i) sum_sq += g[i] * g[i];
+    float* w = rows[r];
+    w[dim] += sum_sq / dim_as_float;
+    const float scale = learning_rate / (_mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(w[dim]))) + epsilon);
+    ScaledStep(w, g, scale, dim);
+  }
+}
 
 bool Supported() {
   __builtin_cpu_init();
@@ -133,6 +231,7 @@ void PooledGather(const float*, int64_t, int, const int64_t*, const int32_t*, in
                   int64_t) {}
 void SumRowGradients(const float*, int, const int32_t*, const int32_t*, const float*, int64_t,
                      int64_t, float*) {}
+void RowWiseAdagradRows(float, float, int, float* const*, const float*, int64_t) {}
 }  // namespace dlrm::embedding::avx512
 
 #endif

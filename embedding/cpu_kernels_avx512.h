@@ -29,4 +29,12 @@ void PooledGather(const float* rows, int64_t row_stride, int dim, const int64_t*
 void SumRowGradients(const float* dout, int dim, const int32_t* begin, const int32_t* bag_of,
                      const float* scale, int64_t first, int64_t count, float* g);
 
+// Row-wise Adagrad (sparse_optimizer.h) on rows[0..n), row k's gradient at grads + k * dim:
+// acc += (sum of g^2 over the row, summed in column order from zero) / dim, then
+// w -= learning_rate / (sqrt(acc) + epsilon) * g. Sixteen rows at a time, each row's sum of
+// squares in one lane (16 x 16 transposes feed the columns in order): the bits of the one-row
+// update. Preconditions: Supported() and SupportsDim(dim); rows distinct.
+void RowWiseAdagradRows(float learning_rate, float epsilon, int dim, float* const* rows,
+                        const float* grads, int64_t n);
+
 }  // namespace dlrm::embedding::avx512

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "embedding/cpu_kernels_avx512.h"
+
 #if defined(__SSE2__)
 #include <xmmintrin.h>
 #endif
@@ -159,8 +161,18 @@ void ApplySparseOptimizerToRow(const SparseOptimizerOptions& options, int dim, c
   }
 }
 
+bool CpuHasAvx512() {
+  static const bool supported = avx512::Supported();
+  return supported;
+}
+
 void ApplySparseOptimizerToRows(const SparseOptimizerOptions& options, int dim, float* const* rows,
                                 const float* grads, int64_t n) {
+  ApplySparseOptimizerToRows(options, dim, rows, grads, n, CpuHasAvx512());
+}
+
+void ApplySparseOptimizerToRows(const SparseOptimizerOptions& options, int dim, float* const* rows,
+                                const float* grads, int64_t n, bool avx512) {
   switch (options.type) {
     case SparseOptimizerType::kSgd:
       ApplyAll(options, dim, rows, grads, n, SgdRow);
@@ -169,7 +181,11 @@ void ApplySparseOptimizerToRows(const SparseOptimizerOptions& options, int dim, 
       ApplyAll(options, dim, rows, grads, n, AdagradRow);
       return;
     case SparseOptimizerType::kRowWiseAdagrad:
-      RowWiseAdagradRows(options, dim, rows, grads, n);
+      if (avx512 && avx512::SupportsDim(dim)) {
+        avx512::RowWiseAdagradRows(options.learning_rate, options.epsilon, dim, rows, grads, n);
+      } else {
+        RowWiseAdagradRows(options, dim, rows, grads, n);
+      }
       return;
     case SparseOptimizerType::kLazyAdam:
       ApplyAll(options, dim, rows, grads, n, LazyAdamRow);

@@ -31,8 +31,18 @@ void ApplySparseOptimizerToRow(const SparseOptimizerOptions& options, int dim, c
                                float* row);
 
 // Applies one step to n rows: rows[i] with grads + i * dim. Rows must be distinct. Dispatches on
-// the optimizer type once, not per row.
+// the optimizer type once, not per row. Every row gets the bits ApplySparseOptimizerToRow gives
+// it; row-wise Adagrad takes 8 rows at a time, or 16 with AVX-512 where the CPU has it and dim is
+// a multiple of 16 (embedding/cpu_kernels_avx512.h).
 void ApplySparseOptimizerToRows(const SparseOptimizerOptions& options, int dim, float* const* rows,
                                 const float* grads, int64_t n);
+
+// The same, with the AVX-512 kernels used (where dim allows) or not: avx512 REQUIRES that the CPU
+// has AVX-512 F.
+void ApplySparseOptimizerToRows(const SparseOptimizerOptions& options, int dim, float* const* rows,
+                                const float* grads, int64_t n, bool avx512);
+
+// Whether the running CPU has AVX-512 F: the default of the kernels that have AVX-512 variants.
+bool CpuHasAvx512();
 
 }  // namespace dlrm::embedding

@@ -179,27 +179,31 @@ TEST_P(SparseOptimizerTest, RowsBatchMatchesPerRow) {
   EXPECT_EQ(a, b);
 }
 
-// Row-wise Adagrad sums 8 rows' squares at once (SIMD lanes fed by transposes): each row must
-// still get the sequential sum of the one-row update, bit for bit, whatever the width.
+// Row-wise Adagrad sums 8 rows' squares at once (SIMD lanes fed by transposes; 16 with AVX-512):
+// each row must still get the sequential sum of the one-row update, bit for bit, whatever the
+// width, with the AVX-512 kernels (where the CPU has them) and without.
 TEST(SparseOptimizerTest, RowWiseAdagradRowsMatchPerRowForEveryWidth) {
   SparseOptimizerOptions o;
   o.type = SparseOptimizerType::kRowWiseAdagrad;
   o.learning_rate = 0.3f;
   o.initial_accumulator = 0.01f;
-  for (int dim : {1, 3, 4, 16, 64, 67}) {
-    SCOPED_TRACE(dim);
-    const int n = 21, stride = dim + 1;  // two groups of 8 and 5 rows on their own
-    std::vector<float> a(n * stride), grads(n * dim);
-    for (int r = 0; r < n; ++r) InitRowWithState(0, r, 1, n, o, a.data() + r * stride, dim);
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(1.3 * i) * (1 + i % 7);
-    std::vector<float> b = a;
-    std::vector<float*> ptrs(n);
-    for (int r = 0; r < n; ++r) ptrs[r] = a.data() + r * stride;
-    ApplySparseOptimizerToRows(o, dim, ptrs.data(), grads.data(), n);
-    for (int r = 0; r < n; ++r) {
-      ApplySparseOptimizerToRow(o, dim, grads.data() + r * dim, b.data() + r * stride);
+  for (const bool avx512 : {false, true}) {
+    if (avx512 && !CpuHasAvx512()) continue;
+    for (int dim : {1, 3, 4, 16, 32, 48, 64, 67, 80, 128}) {
+      SCOPED_TRACE(testing::Message() << "dim " << dim << (avx512 ? " avx512" : ""));
+      const int n = 37, stride = dim + 1;  // groups of 16 (or 8), then 5 rows on their own
+      std::vector<float> a(n * stride), grads(n * dim);
+      for (int r = 0; r < n; ++r) InitRowWithState(0, r, 1, n, o, a.data() + r * stride, dim);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(1.3 * i) * (1 + i % 7);
+      std::vector<float> b = a;
+      std::vector<float*> ptrs(n);
+      for (int r = 0; r < n; ++r) ptrs[r] = a.data() + r * stride;
+      ApplySparseOptimizerToRows(o, dim, ptrs.data(), grads.data(), n, avx512);
+      for (int r = 0; r < n; ++r) {
+        ApplySparseOptimizerToRow(o, dim, grads.data() + r * dim, b.data() + r * stride);
+      }
+      EXPECT_EQ(a, b);
     }
-    EXPECT_EQ(a, b);
   }
 }
 
