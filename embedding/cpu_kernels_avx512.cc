@@ -22,6 +22,35 @@ inline void PrefetchBytes(const void* p, int bytes) {
   _mm_prefetch(c + bytes - 1, _MM_HINT_T0);
 }
 
+// A row width in registers of 16 floats, as a type.
+template <int kVecs>
+struct Vecs {
+  static constexpr int kValue = kVecs;
+};
+
+// fn(Vecs<dim / 16>{}) for dim in 16, 32, ..., 128 (SupportsDim).
+template <typename Fn>
+void DispatchVecs(int dim, Fn&& fn) {
+  switch (dim / 16) {
+    case 1:
+      return fn(Vecs<1>{});
+    case 2:
+      return fn(Vecs<2>{});
+    case 3:
+      return fn(Vecs<3>{});
+    case 4:
+      return fn(Vecs<4>{});
+    case 5:
+      return fn(Vecs<5>{});
+    case 6:
+      return fn(Vecs<6>{});
+    case 7:
+      return fn(Vecs<7>{});
+    default:
+      return fn(Vecs<8>{});
+  }
+}
+
 // kVecs registers of 16 columns: the whole row's sums stay in registers (32 of them).
 template <int kVecs>
 void Gather(const float* rows, int64_t row_stride, const int64_t* indices, const int32_t* offsets,
@@ -179,46 +208,17 @@ bool Supported() {
 
 void PooledGather(const float* rows, int64_t row_stride, int dim, const int64_t* indices,
                   const int32_t* offsets, int batch, bool mean, float* out, int64_t out_stride) {
-  switch (dim / 16) {
-    case 1:
-      return Gather<1>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    case 2:
-      return Gather<2>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    case 3:
-      return Gather<3>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    case 4:
-      return Gather<4>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    case 5:
-      return Gather<5>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    case 6:
-      return Gather<6>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    case 7:
-      return Gather<7>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-    default:
-      return Gather<8>(rows, row_stride, indices, offsets, batch, mean, out, out_stride);
-  }
+  DispatchVecs(dim, [&](auto vecs) {
+    Gather<decltype(vecs)::kValue>(rows, row_stride, indices, offsets, batch, mean, out,
+                                   out_stride);
+  });
 }
 
 void SumRowGradients(const float* dout, int dim, const int32_t* begin, const int32_t* bag_of,
                      const float* scale, int64_t first, int64_t count, float* g) {
-  switch (dim / 16) {
-    case 1:
-      return SumRows<1>(dout, begin, bag_of, scale, first, count, g);
-    case 2:
-      return SumRows<2>(dout, begin, bag_of, scale, first, count, g);
-    case 3:
-      return SumRows<3>(dout, begin, bag_of, scale, first, count, g);
-    case 4:
-      return SumRows<4>(dout, begin, bag_of, scale, first, count, g);
-    case 5:
-      return SumRows<5>(dout, begin, bag_of, scale, first, count, g);
-    case 6:
-      return SumRows<6>(dout, begin, bag_of, scale, first, count, g);
-    case 7:
-      return SumRows<7>(dout, begin, bag_of, scale, first, count, g);
-    default:
-      return SumRows<8>(dout, begin, bag_of, scale, first, count, g);
-  }
+  DispatchVecs(dim, [&](auto vecs) {
+    SumRows<decltype(vecs)::kValue>(dout, begin, bag_of, scale, first, count, g);
+  });
 }
 
 }  // namespace dlrm::embedding::avx512
