@@ -161,7 +161,12 @@ absl::Status LocalEmbeddingStore::WriteStoredRows(absl::Span<const TableRows> ro
 
 void LocalEmbeddingStore::Table::MarkUpdated(absl::Span<const int64_t> ids) {
   if (flags.empty()) flags.assign(table->rows(), 0);
-  for (int64_t id : ids) {
+  // One byte per row of a table of millions: nearly every id's flag is a cache miss, so the
+  // flags are fetched this many ids ahead.
+  constexpr size_t kAhead = 16;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (k + kAhead < ids.size()) __builtin_prefetch(&flags[ids[k + kAhead]], 1);
+    const int64_t id = ids[k];
     uint8_t& f = flags[id];
     if (f == 3) continue;
     if ((f & 1) == 0) touched.push_back(id);
