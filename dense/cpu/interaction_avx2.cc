@@ -59,11 +59,14 @@ inline void FourRowsTimesZ(const float* s, int n, const float* const* z, float* 
 }
 
 // Columns are taken in blocks of 8 KC (at most 32: FourRowsTimesZ's 4 x KC sums and KC loads
-// stay in the 16 registers); dim is a multiple of 8 KC.
-template <int KC>
+// stay in the 16 registers); dim is a multiple of 8 KC. kWide: dim is runtime_dim, over one
+// block; otherwise dim is the block, known at compile time (the per-sample copies and clears of
+// a few dozen bytes are then inlined, not library calls).
+template <int KC, bool kWide>
 void BackwardImpl(const float* bottom, const float* emb, const float* dout, int batch,
-                  int num_tables, int dim, float* dbottom, float* demb, float* scratch) {
+                  int num_tables, int runtime_dim, float* dbottom, float* demb, float* scratch) {
   constexpr int kBlock = 8 * KC;
+  const int dim = kWide ? runtime_dim : kBlock;
   const int n = num_tables + 1;
   const int n4 = RoundUp(n, 4);
   const int out_cols = dim + n * num_tables / 2;
@@ -173,15 +176,22 @@ void Avx2InteractionForward(const float* bottom, const float* emb, int batch, in
 
 void Avx2InteractionBackward(const float* bottom, const float* emb, const float* dout, int batch,
                              int num_tables, int dim, float* dbottom, float* demb, float* scratch) {
-  switch (dim <= 32 ? dim / 8 : 4) {  // wider: blocks of 32 columns
+  switch (dim <= 32 ? dim / 8 : 0) {
     case 1:
-      return BackwardImpl<1>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
+      return BackwardImpl<1, false>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
+                                    scratch);
     case 2:
-      return BackwardImpl<2>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
+      return BackwardImpl<2, false>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
+                                    scratch);
     case 3:
-      return BackwardImpl<3>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
-    default:
-      return BackwardImpl<4>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb, scratch);
+      return BackwardImpl<3, false>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
+                                    scratch);
+    case 4:
+      return BackwardImpl<4, false>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
+                                    scratch);
+    default:  // wider: blocks of 32 columns
+      return BackwardImpl<4, true>(bottom, emb, dout, batch, num_tables, dim, dbottom, demb,
+                                   scratch);
   }
 }
 
