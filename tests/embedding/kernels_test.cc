@@ -126,12 +126,13 @@ TEST_P(CpuKernelsTest, ApplySparseOptimizerMatchesPerRow) {
 // entry (a zero gradient, as the scatter's zeros give it).
 TEST_P(CpuKernelsTest, PooledSparseUpdateMatchesScatterThenOptimizer) {
   const Shape s = shape();
-  const int64_t num_rows = 70;  // > PooledSparseUpdate's chunk of rows
-  const int batch = 41, out_stride = 3 * s.dim + 1;
-  Bags bags = RandomBags(batch, 3 * s.max_bag, num_rows - 1, 5);  // row num_rows - 1: no entry
+  // Many of PooledSparseUpdate's chunks of rows (8192 floats each), most rows with entries.
+  const int64_t num_rows = 9000;
+  const int batch = 400, out_stride = 3 * s.dim + 1;
+  Bags bags = RandomBags(batch, 30 * s.max_bag, num_rows - 1, 5);  // row num_rows - 1: no entry
   std::vector<float> dout(batch * out_stride);
   for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::sin(0.7 * i);
-  const int64_t table_rows = 500;
+  const int64_t table_rows = 9001;  // row u at (u * 137 + 11) mod 9001: distinct, out of order
   std::vector<int64_t> row_ids(num_rows);
   for (int64_t u = 0; u < num_rows; ++u) row_ids[u] = (u * 137 + 11) % table_rows;  // distinct
   PooledSparseUpdate update(avx512());
