@@ -173,8 +173,6 @@ void SumAndApply(const SparseOptimizerOptions& optimizer, int runtime_dim, const
 
 }  // namespace
 
-bool CpuKernelsUseAvx512ByDefault() { return CpuHasAvx512(); }
-
 void CpuEmbeddingKernels::PooledGather(const float* rows, int64_t row_stride, int dim,
                                        const int64_t* indices, const int32_t* offsets, int batch,
                                        PoolingMode mode, float* out, int64_t out_stride) {

@@ -9,19 +9,17 @@
 
 #include "absl/types/span.h"
 #include "embedding/kernels.h"
+#include "embedding/sparse_optimizer.h"
 #include "embedding/sparse_optimizer_options.h"
 
 namespace dlrm::embedding {
 
-// Whether the CPU kernels use their AVX-512 variants (embedding/cpu_kernels_avx512.h) by
-// default: the running CPU has AVX-512 F. Dims that are not a multiple of 16 (or over 128) take
-// the portable loops either way; both give the same bits.
-bool CpuKernelsUseAvx512ByDefault();
-
 class CpuEmbeddingKernels : public EmbeddingKernels {
  public:
-  // avx512: use the AVX-512 kernels where the dim allows (REQUIRES: the CPU has AVX-512 F).
-  explicit CpuEmbeddingKernels(bool avx512 = CpuKernelsUseAvx512ByDefault()) : avx512_(avx512) {}
+  // avx512 (by default, whether the CPU has AVX-512 F): use the AVX-512 kernels where the dim
+  // allows (REQUIRES: the CPU has AVX-512 F). Dims that are not a multiple of 16, or over 128,
+  // take the portable loops either way; both give the same bits.
+  explicit CpuEmbeddingKernels(bool avx512 = CpuHasAvx512()) : avx512_(avx512) {}
 
   void PooledGather(const float* rows, int64_t row_stride, int dim, const int64_t* indices,
                     const int32_t* offsets, int batch, PoolingMode mode, float* out,
@@ -66,7 +64,7 @@ class PooledSparseUpdate {
  public:
   // avx512: sum the gradients with the AVX-512 kernels where the dim allows (REQUIRES: the CPU
   // has AVX-512 F).
-  explicit PooledSparseUpdate(bool avx512 = CpuKernelsUseAvx512ByDefault()) : avx512_(avx512) {}
+  explicit PooledSparseUpdate(bool avx512 = CpuHasAvx512()) : avx512_(avx512) {}
 
   // One optimizer step on each distinct row u in [0, grads.num_rows): the stored row
   // rows[row_ids[u] * row_stride ...] ([weights | state], see sparse_optimizer_options.h) with
