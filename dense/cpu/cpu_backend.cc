@@ -29,6 +29,33 @@ constexpr int kMinFloatsPerPart = 1 << 14;
 // ColumnSum's block of rows (see there).
 constexpr int64_t kColumnSumRows = 128;
 
+// The dense optimizers' loops over one part of the parameters. They are free functions of
+// restrict pointers and plain values so that the compiler vectorises them, sqrt and division
+// included (this file is built with -fno-math-errno); a lambda's captured references kept Adam's
+// loop scalar. Vector sqrt and division round as the scalar ones do, so the bits do not change.
+void AdagradPart(float* __restrict p, const float* __restrict g, float* __restrict h, int64_t n,
+                 float lr, float wd, float eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    h[i] += gi * gi;
+    p[i] -= lr * gi / (std::sqrt(h[i]) + eps);
+  }
+}
+
+// p -= lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / bc1 and v_hat = v / bc2.
+void AdamPart(float* __restrict p, const float* __restrict g, float* __restrict m,
+              float* __restrict v, int64_t n, float lr, float wd, float b1, float b2, float eps,
+              float inv_bc1, float inv_sqrt_bc2) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * (mi * inv_bc1) / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
 // The interaction kernels, templated on the embedding width so that the common widths get fully
 // unrolled inner loops; kDim == 0 means "runtime width".
 template <int kDim>
@@ -422,27 +449,13 @@ void CpuBackend::OptimizerStep(const DenseOptimizerOptions& options, int64_t ste
       case DenseOptimizerType::kSgd:
         for (int64_t i = first; i < last; ++i) p[i] -= lr * (g[i] + wd * p[i]);
         return;
-      case DenseOptimizerType::kAdagrad: {
-        float* __restrict h = state;
-        for (int64_t i = first; i < last; ++i) {
-          const float gi = g[i] + wd * p[i];
-          h[i] += gi * gi;
-          p[i] -= lr * gi / (std::sqrt(h[i]) + eps);
-        }
+      case DenseOptimizerType::kAdagrad:
+        AdagradPart(p + first, g + first, state + first, last - first, lr, wd, eps);
         return;
-      }
-      case DenseOptimizerType::kAdam: {
-        float* __restrict m = state;
-        float* __restrict v = state + count;
-        // p -= lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / bc1 and v_hat = v / bc2.
-        for (int64_t i = first; i < last; ++i) {
-          const float gi = g[i] + wd * p[i];
-          m[i] = b1 * m[i] + (1.0f - b1) * gi;
-          v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-          p[i] -= lr * (m[i] * inv_bc1) / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-        }
+      case DenseOptimizerType::kAdam:
+        AdamPart(p + first, g + first, state + first, state + count + first, last - first, lr, wd,
+                 b1, b2, eps, inv_bc1, inv_sqrt_bc2);
         return;
-      }
     }
   });
 }
