@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libgloo-dev
+  libopenblas-dev libdnnl-dev libgloo-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libmicrohttpd-dev libssl-dev libisal-dev python3-yaml prometheus
   iproute2 procps

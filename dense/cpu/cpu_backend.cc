@@ -1,6 +1,8 @@
 #include "dense/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -161,17 +163,42 @@ void DispatchDim(int dim, Fn&& fn) {
 
 }  // namespace
 
+absl::StatusOr<CpuGemmLibrary> ParseCpuGemmLibrary(const std::string& name) {
+  if (name == "onednn") return CpuGemmLibrary::kOneDnn;
+  if (name == "openblas") return CpuGemmLibrary::kOpenBlas;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CPU GEMM library '", name, "' (expected onednn or openblas)"));
+}
+
+const char* CpuGemmLibraryName(CpuGemmLibrary library) {
+  return library == CpuGemmLibrary::kOneDnn ? "onednn" : "openblas";
+}
+
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendOptions& options) {
   if (options.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu backend: threads must be >= 0 (0 = all cores), got ", options.threads));
   }
-  if (options.threads > 0) openblas_set_num_threads(options.threads);
+  CpuGemmLibrary gemm = CpuGemmLibrary::kOneDnn;
+  if (options.gemm.has_value()) {
+    gemm = *options.gemm;
+  } else if (const char* env = std::getenv("DLRM_CPU_GEMM"); env != nullptr && *env != '\0') {
+    auto parsed = ParseCpuGemmLibrary(env);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("DLRM_CPU_GEMM: ", parsed.status().message()));
+    }
+    gemm = *parsed;
+  }
+  if (options.threads > 0) {
+    openblas_set_num_threads(options.threads);
+    omp_set_num_threads(options.threads);
+  }
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma()));
+      new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma(), gemm));
 }
 
-CpuBackend::CpuBackend(int threads, bool avx2) : threads_(threads), avx2_(avx2) {
+CpuBackend::CpuBackend(int threads, bool avx2, CpuGemmLibrary gemm)
+    : threads_(threads), avx2_(avx2), gemm_(gemm) {
   const int total = threads > 0 ? threads : openblas_get_num_threads();
   if (total > 1) pool_ = std::make_unique<common::ParallelPool>(total - 1);
 }
@@ -201,11 +228,18 @@ void CpuBackend::ForParts(int64_t n, int64_t min_per_part,
 }
 
 std::string CpuBackend::name() const {
-  const std::string timeout = BlasThreadTimeout();
-  return absl::StrCat("cpu(openblas ", BlasCoreName(),
-                      ", threads=", threads_ > 0 ? threads_ : openblas_get_num_threads(),
-                      timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout),
-                      avx2_ ? ", avx2" : "",
+  const int threads = threads_ > 0 ? threads_ : openblas_get_num_threads();
+  std::string gemm;
+  if (gemm_ == CpuGemmLibrary::kOneDnn) {
+    const std::string wait = OmpWaitPolicy();
+    gemm = absl::StrCat("onednn ", OneDnnIsaName(), ", threads=", threads,
+                        wait.empty() ? "" : absl::StrCat(", omp_wait_policy=", wait));
+  } else {
+    const std::string timeout = BlasThreadTimeout();
+    gemm = absl::StrCat("openblas ", BlasCoreName(), ", threads=", threads,
+                        timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout));
+  }
+  return absl::StrCat("cpu(", gemm, avx2_ ? ", avx2" : "",
                       common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
 }
 
@@ -243,6 +277,15 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
   }
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
+  if (gemm_ == CpuGemmLibrary::kOneDnn) {
+    // Row-major, as cblas_sgemm with CblasRowMajor; the arguments were checked above and by the
+    // callers' shapes, so a failure here is a bug.
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
+                                            alpha, a, lda, b, ldb, beta, c, n);
+    DLRM_CHECK(status == dnnl_success) << "dnnl_sgemm " << m << "x" << n << "x" << k
+                                       << " failed with status " << static_cast<int>(status);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
 }

@@ -1,6 +1,7 @@
-// The CPU dense backend: the reference implementation of Backend. GEMMs go to OpenBLAS
-// (cblas_sgemm, row-major); everything else is plain loops written so the compiler vectorises the
-// inner dimension. Memory is 64-byte aligned host memory, and every call is synchronous.
+// The CPU dense backend: the reference implementation of Backend. GEMMs go to oneDNN (dnnl_sgemm,
+// row-major; its brgemm kernels for the CPU's widest ISA) or, when asked, to OpenBLAS
+// (cblas_sgemm); everything else is plain loops written so the compiler vectorises the inner
+// dimension. Memory is 64-byte aligned host memory, and every call is synchronous.
 //
 // The element-wise, interaction and optimizer loops of large arrays are split into contiguous
 // parts that the calling thread and the backend's own helper threads (threads - 1 of them) run;
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +26,22 @@ class ParallelPool;
 
 namespace dlrm::dense {
 
+// The library that runs the CPU backend's GEMMs. oneDNN's are the faster here: 1.2-1.3x
+// OpenBLAS's AVX-512 kernels on the kaggle-shape MLPs, and 2-4x on their thin layers
+// (docs/BENCHMARKS.md, "oneDNN's GEMMs").
+enum class CpuGemmLibrary { kOneDnn, kOpenBlas };
+
+// "onednn" or "openblas"; anything else is INVALID_ARGUMENT naming it.
+absl::StatusOr<CpuGemmLibrary> ParseCpuGemmLibrary(const std::string& name);
+const char* CpuGemmLibraryName(CpuGemmLibrary library);
+
 struct CpuBackendOptions {
-  // OpenBLAS threads; 0 keeps OpenBLAS's default (all cores). Note that OpenBLAS's thread count is
-  // process-wide: the last CpuBackend created with threads > 0 sets it for every backend. The
-  // element-wise loops use as many threads (this backend's own).
+  // GEMM threads (oneDNN's OpenMP threads and OpenBLAS's); 0 keeps the libraries' default (all
+  // cores). Both counts are process-wide: the last CpuBackend created with threads > 0 sets them
+  // for every backend. The element-wise loops use as many threads (this backend's own).
   int threads = 0;
+  // Unset: the environment's DLRM_CPU_GEMM (onednn or openblas) when set, else oneDNN.
+  std::optional<CpuGemmLibrary> gemm = std::nullopt;
   // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
   // (tests compare the two).
   bool allow_avx2 = true;
@@ -36,7 +49,7 @@ struct CpuBackendOptions {
 
 class CpuBackend final : public Backend {
  public:
-  // INVALID_ARGUMENT for negative threads.
+  // INVALID_ARGUMENT for negative threads, and for a DLRM_CPU_GEMM that names no library.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const CpuBackendOptions& options);
   ~CpuBackend() override;
 
@@ -74,7 +87,7 @@ class CpuBackend final : public Backend {
                      const float* grads, float* state, size_t count) override;
 
  private:
-  CpuBackend(int threads, bool avx2);
+  CpuBackend(int threads, bool avx2, CpuGemmLibrary gemm);
   // Returns at least `count` floats of scratch memory for part `part` of a split loop, reused
   // across calls.
   float* Scratch(size_t count, int part = 0);
@@ -92,6 +105,7 @@ class CpuBackend final : public Backend {
   static constexpr int kMaxParts = 8;
   int threads_;
   bool avx2_;
+  CpuGemmLibrary gemm_;
   std::unique_ptr<common::ParallelPool> pool_;  // threads - 1 helpers; null with one thread
   std::vector<float> scratch_[kMaxParts];
   std::vector<float> column_partials_;  // ColumnSum's per-block sums

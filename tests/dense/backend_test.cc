@@ -3,11 +3,16 @@
 // BackendFactories.
 #include "dense/backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "dense/cpu/cpu_backend.h"
 #include "dense/optimizer_options.h"
 #include "dense/tensor.h"
@@ -559,6 +564,68 @@ TEST(CpuBackendThreads, LargeArraysGiveTheSameBitsOnOneAndTwoThreads) {
     EXPECT_EQ(params[0], params[1]) << "optimizer " << static_cast<int>(type);
     EXPECT_EQ(state[0], state[1]) << "optimizer " << static_cast<int>(type);
     EXPECT_NE(params[0], params0);
+  }
+}
+
+}  // namespace
+}  // namespace dlrm::dense::testing
+
+namespace dlrm::dense::testing {
+namespace {
+
+// The CPU backend's GEMM library: oneDNN unless the options or DLRM_CPU_GEMM ask for OpenBLAS; its
+// name says which, and a DLRM_CPU_GEMM that names no library is refused with its value.
+TEST(CpuBackendGemm, TheLibraryComesFromTheOptionsThenTheEnvironment) {
+  const char* before = std::getenv("DLRM_CPU_GEMM");
+  const std::string saved = before == nullptr ? "" : before;
+  unsetenv("DLRM_CPU_GEMM");
+  auto default_backend = CpuBackend::Create({});
+  ASSERT_TRUE(default_backend.ok()) << default_backend.status();
+  EXPECT_TRUE((*default_backend)->name().starts_with("cpu(onednn ")) << (*default_backend)->name();
+
+  setenv("DLRM_CPU_GEMM", "openblas", 1);
+  auto from_env = CpuBackend::Create({});
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_TRUE((*from_env)->name().starts_with("cpu(openblas ")) << (*from_env)->name();
+  auto from_options = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn});
+  ASSERT_TRUE(from_options.ok()) << from_options.status();
+  EXPECT_TRUE((*from_options)->name().starts_with("cpu(onednn ")) << (*from_options)->name();
+
+  setenv("DLRM_CPU_GEMM", "mkl", 1);
+  auto bad = CpuBackend::Create({});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "'mkl'")) << bad.status();
+  if (before == nullptr) {
+    unsetenv("DLRM_CPU_GEMM");
+  } else {
+    setenv("DLRM_CPU_GEMM", saved.c_str(), 1);
+  }
+}
+
+// Both libraries compute the kaggle-shape MLP's products to within float rounding of each other.
+TEST(CpuBackendGemm, OneDnnAndOpenBlasAgree) {
+  auto onednn = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn});
+  auto openblas = CpuBackend::Create({.gemm = CpuGemmLibrary::kOpenBlas});
+  ASSERT_TRUE(onednn.ok() && openblas.ok());
+  std::mt19937_64 rng(31);
+  for (const auto& [m, n, k] : {std::tuple{2048, 512, 13}, {2048, 256, 512}, {37, 5, 367}}) {
+    for (const bool trans_a : {false, true}) {
+      for (const bool trans_b : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << m << "x" << n << "x" << k << " ta=" << trans_a << " tb=" << trans_b);
+        const std::vector<float> a = RandomVector(static_cast<size_t>(m) * k, rng);
+        const std::vector<float> b = RandomVector(static_cast<size_t>(k) * n, rng);
+        std::vector<float> c1 = RandomVector(static_cast<size_t>(m) * n, rng);
+        std::vector<float> c2 = c1;
+        (*onednn)->Gemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), b.data(), 0.25f, c1.data());
+        (*openblas)->Gemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), b.data(), 0.25f, c2.data());
+        double worst = 0;
+        for (size_t i = 0; i < c1.size(); ++i) {
+          worst = std::max(worst, static_cast<double>(std::fabs(c1[i] - c2[i])));
+        }
+        EXPECT_LT(worst, 1e-4 * std::sqrt(static_cast<double>(k)));
+      }
+    }
   }
 }
 

@@ -3,7 +3,8 @@
 //
 // Every backend-facing test is a TYPED_TEST over BackendFactories. The CUDA factory is part of
 // the list in builds with CUDA (DLRM_WITH_CUDA) and skips when no device is visible, so the same
-// bodies check the CUDA backend against the same references as the CPU one.
+// bodies check the CUDA backend against the same references as the CPU one. The CPU backend runs
+// twice: with its default GEMMs (oneDNN) and with OpenBLAS's.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "dense/backend.h"
 #include "dense/backend_factory.h"
+#include "dense/cpu/cpu_backend.h"
 #include "dense/tensor.h"
 #include "gtest/gtest.h"
 #ifdef DLRM_WITH_CUDA
@@ -30,6 +32,15 @@ struct CpuBackendFactory {
   }
 };
 
+struct OpenBlasCpuBackendFactory {
+  static constexpr const char* kName = "CpuOpenBlas";
+  static absl::StatusOr<std::unique_ptr<Backend>> Create() {
+    auto backend = CpuBackend::Create({.gemm = CpuGemmLibrary::kOpenBlas});
+    if (!backend.ok()) return backend.status();
+    return std::unique_ptr<Backend>(std::move(backend).value());
+  }
+};
+
 #ifdef DLRM_WITH_CUDA
 struct CudaBackendFactory {
   static constexpr const char* kName = "Cuda";
@@ -38,9 +49,10 @@ struct CudaBackendFactory {
     return cuda::CreateCudaBackend(MathMode::kFp32, 0);
   }
 };
-using BackendFactories = ::testing::Types<CpuBackendFactory, CudaBackendFactory>;
+using BackendFactories =
+    ::testing::Types<CpuBackendFactory, OpenBlasCpuBackendFactory, CudaBackendFactory>;
 #else
-using BackendFactories = ::testing::Types<CpuBackendFactory>;
+using BackendFactories = ::testing::Types<CpuBackendFactory, OpenBlasCpuBackendFactory>;
 #endif
 
 struct BackendFactoryNames {

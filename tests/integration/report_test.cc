@@ -118,31 +118,61 @@ TEST_F(ReportTest, LocalWritesThePageOfTheJob) {
   EXPECT_GE(Count(Figure(html, "chart-auc"), "<circle"), 1);
 }
 
-// dlrm starts OpenBLAS with OPENBLAS_THREAD_TIMEOUT=4 (dense/cpu/blas_env.h) unless the
-// environment sets it; either way the log's backend name shows what OpenBLAS read.
-TEST_F(ReportTest, TrainStartsOpenBlasWithoutItsSpinUnlessTheUserSetsIt) {
-  for (const char* value : {"", "9"}) {
-    if (*value == 0) {
-      unsetenv("OPENBLAS_THREAD_TIMEOUT");
+// dlrm starts OpenBLAS with OPENBLAS_THREAD_TIMEOUT=4 and oneDNN's OpenMP threads with
+// OMP_WAIT_POLICY=passive (dense/cpu/blas_env.h) unless the environment sets them; either way the
+// log's backend name shows what the library that runs the GEMMs read.
+TEST_F(ReportTest, TrainStartsTheGemmThreadsWithoutTheirSpinUnlessTheUserSetsIt) {
+  struct Case {
+    const char* library;
+    const char* variable;
+    const char* value;  // "" = unset
+    std::string shown;
+  };
+  const Case cases[] = {
+      {"openblas", "OPENBLAS_THREAD_TIMEOUT", "", "thread_timeout=4"},
+      {"openblas", "OPENBLAS_THREAD_TIMEOUT", "9", "thread_timeout=9"},
+      {"onednn", "OMP_WAIT_POLICY", "", "omp_wait_policy=passive"},
+      {"onednn", "OMP_WAIT_POLICY", "active", "omp_wait_policy=active"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.library, " ", c.variable, "=", c.value));
+    setenv("DLRM_CPU_GEMM", c.library, 1);
+    if (*c.value == 0) {
+      unsetenv(c.variable);
     } else {
-      setenv("OPENBLAS_THREAD_TIMEOUT", value, 1);
+      setenv(c.variable, c.value, 1);
     }
-    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
-                                  "--no-progress", "--threads", "1", "--device", "cpu"},
-                                 *dir_, absl::StrCat("train-timeout", value), absl::Seconds(120));
-    unsetenv("OPENBLAS_THREAD_TIMEOUT");
+    ProcessResult r =
+        RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml", "--no-progress",
+                    "--threads", "1", "--device", "cpu"},
+                   *dir_, absl::StrCat("train-", c.library, c.value), absl::Seconds(120));
+    unsetenv(c.variable);
+    unsetenv("DLRM_CPU_GEMM");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string shown = absl::StrCat("thread_timeout=", *value == 0 ? "4" : value);
-    EXPECT_TRUE(absl::StrContains(r.err, shown + ",") || absl::StrContains(r.err, shown + ")"))
+    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("training on cpu(", c.library, " ")))
+        << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, c.shown + ",") || absl::StrContains(r.err, c.shown + ")"))
         << r.err;
   }
 }
 
-// The log's backend name shows the kernels OpenBLAS runs, here the ones OPENBLAS_CORETYPE asks
-// for (SSE-only ones, which every x86-64 CPU can run).
+// A DLRM_CPU_GEMM that names no library stops dlrm before training, with its value.
+TEST_F(ReportTest, AnUnknownGemmLibraryIsRefusedWithItsName) {
+  setenv("DLRM_CPU_GEMM", "mkl", 1);
+  ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+                                "--no-progress", "--threads", "1", "--device", "cpu"},
+                               *dir_, "train-gemm-mkl", absl::Seconds(60));
+  unsetenv("DLRM_CPU_GEMM");
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "DLRM_CPU_GEMM: unknown CPU GEMM library 'mkl'")) << r.err;
+}
+
+// With DLRM_CPU_GEMM=openblas the log's backend name shows the kernels OpenBLAS runs, here the
+// ones OPENBLAS_CORETYPE asks for (SSE-only ones, which every x86-64 CPU can run).
 TEST_F(ReportTest, TrainNamesTheOpenBlasKernelsItRuns) {
   const char* before = std::getenv("OPENBLAS_CORETYPE");
   const std::string saved = before == nullptr ? "" : before;
+  setenv("DLRM_CPU_GEMM", "openblas", 1);
   for (const char* core : {"Prescott", "Nehalem"}) {
     setenv("OPENBLAS_CORETYPE", core, 1);
     ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
@@ -152,6 +182,7 @@ TEST_F(ReportTest, TrainNamesTheOpenBlasKernelsItRuns) {
     EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("training on cpu(openblas ", core, ",")))
         << r.err;
   }
+  unsetenv("DLRM_CPU_GEMM");
   if (before == nullptr) {
     unsetenv("OPENBLAS_CORETYPE");
   } else {
@@ -169,7 +200,7 @@ TEST_F(ReportTest, TrainFlushesDenormalsUnlessTheUserKeepsThem) {
                                  *dir_, absl::StrCat("train-denormals-", keep), absl::Seconds(120));
     unsetenv("DLRM_DENORMALS");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_TRUE(absl::StrContains(r.err, "training on cpu(openblas")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "training on cpu(onednn")) << r.err;
     EXPECT_EQ(absl::StrContains(r.err, ", ftz)"), !keep) << r.err;
   }
 }
