@@ -18,6 +18,7 @@
 #include "common/parallel.h"
 #include "dense/cpu/blas_env.h"
 #include "dense/cpu/interaction_avx2.h"
+#include "dense/cpu/interaction_avx512.h"
 
 namespace dlrm::dense {
 namespace {
@@ -194,11 +195,12 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendO
     omp_set_num_threads(options.threads);
   }
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma(), gemm));
+      new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma(),
+                     options.allow_avx512 && cpu::CpuHasAvx512F(), gemm));
 }
 
-CpuBackend::CpuBackend(int threads, bool avx2, CpuGemmLibrary gemm)
-    : threads_(threads), avx2_(avx2), gemm_(gemm) {
+CpuBackend::CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm)
+    : threads_(threads), avx2_(avx2), avx512_(avx512), gemm_(gemm) {
   const int total = threads > 0 ? threads : openblas_get_num_threads();
   if (total > 1) pool_ = std::make_unique<common::ParallelPool>(total - 1);
 }
@@ -239,7 +241,7 @@ std::string CpuBackend::name() const {
     gemm = absl::StrCat("openblas ", BlasCoreName(), ", threads=", threads,
                         timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout));
   }
-  return absl::StrCat("cpu(", gemm, avx2_ ? ", avx2" : "",
+  return absl::StrCat("cpu(", gemm, avx512_ ? ", avx512" : (avx2_ ? ", avx2" : ""),
                       common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
 }
 
@@ -419,6 +421,12 @@ void CpuBackend::InteractionForward(const float* bottom, const float* emb, int b
     const float* b = bottom + first * dim;
     const float* e = emb + first * num_tables * dim;
     float* o = out + first * width;
+    if (avx512_ && cpu::Avx512InteractionSupports(num_tables, dim)) {
+      cpu::Avx512InteractionForward(
+          b, e, n, num_tables, dim, o,
+          Scratch(cpu::Avx512InteractionScratchFloats(num_tables, dim), part));
+      return;
+    }
     if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
       cpu::Avx2InteractionForward(
           b, e, n, num_tables, dim, o,
@@ -442,6 +450,12 @@ void CpuBackend::InteractionBackward(const float* bottom, const float* emb, cons
     const float* d = dout + first * width;
     float* db = dbottom + first * dim;
     float* de = demb + first * num_tables * dim;
+    if (avx512_ && cpu::Avx512InteractionSupports(num_tables, dim)) {
+      cpu::Avx512InteractionBackward(
+          b, e, d, n, num_tables, dim, db, de,
+          Scratch(cpu::Avx512InteractionScratchFloats(num_tables, dim), part));
+      return;
+    }
     if (avx2_ && cpu::Avx2InteractionSupports(num_tables, dim)) {
       cpu::Avx2InteractionBackward(
           b, e, d, n, num_tables, dim, db, de,

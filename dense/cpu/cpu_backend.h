@@ -6,8 +6,8 @@
 // The element-wise, interaction and optimizer loops of large arrays are split into contiguous
 // parts that the calling thread and the backend's own helper threads (threads - 1 of them) run;
 // every output element is computed by the same operations in the same order whatever the split,
-// so results do not depend on the thread count. The interaction uses AVX2 kernels when the CPU
-// has them (checked at run time). Not thread-safe: one thread at a time.
+// so results do not depend on the thread count. The interaction uses AVX-512 or AVX2 kernels when
+// the CPU has them (checked at run time). Not thread-safe: one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,9 @@ struct CpuBackendOptions {
   // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
   // (tests compare the two).
   bool allow_avx2 = true;
+  // Use the AVX-512 interaction kernels (widths that are multiples of 16) when the CPU has them;
+  // false leaves the AVX2 ones (tests compare the three).
+  bool allow_avx512 = true;
 };
 
 class CpuBackend final : public Backend {
@@ -87,7 +90,7 @@ class CpuBackend final : public Backend {
                      const float* grads, float* state, size_t count) override;
 
  private:
-  CpuBackend(int threads, bool avx2, CpuGemmLibrary gemm);
+  CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm);
   // Returns at least `count` floats of scratch memory for part `part` of a split loop, reused
   // across calls.
   float* Scratch(size_t count, int part = 0);
@@ -105,6 +108,7 @@ class CpuBackend final : public Backend {
   static constexpr int kMaxParts = 8;
   int threads_;
   bool avx2_;
+  bool avx512_;
   CpuGemmLibrary gemm_;
   std::unique_ptr<common::ParallelPool> pool_;  // threads - 1 helpers; null with one thread
   std::vector<float> scratch_[kMaxParts];

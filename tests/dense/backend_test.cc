@@ -411,12 +411,12 @@ TYPED_TEST(BackendOpsTest, MemoryRoundTrip) {
 namespace dlrm::dense::testing {
 namespace {
 
-// The CPU backend with its portable loops only (no AVX2), so both code paths are checked on
-// machines that have AVX2.
+// The CPU backend with its portable loops only (no AVX2, no AVX-512), so every code path is
+// checked on machines that have the wider ones.
 struct PortableCpuBackendFactory {
   static constexpr const char* kName = "PortableCpu";
   static absl::StatusOr<std::unique_ptr<Backend>> Create() {
-    auto backend = CpuBackend::Create({.threads = 0, .allow_avx2 = false});
+    auto backend = CpuBackend::Create({.threads = 0, .allow_avx2 = false, .allow_avx512 = false});
     if (!backend.ok()) return backend.status();
     return std::unique_ptr<Backend>(std::move(backend).value());
   }
@@ -427,31 +427,39 @@ using PortableCpuTest = BackendTest<Factory>;
 using PortableCpuFactories = ::testing::Types<PortableCpuBackendFactory>;
 TYPED_TEST_SUITE(PortableCpuTest, PortableCpuFactories, BackendFactoryNames);
 
+// The portable loops against the AVX2 kernels and the default backend's (AVX-512 where the CPU
+// has it), over widths each kernel takes and widths it leaves to the others.
 TYPED_TEST(PortableCpuTest, InteractionMatchesTheDefaultCpuBackend) {
   auto fast = CpuBackendFactory::Create();
-  ASSERT_TRUE(fast.ok());
+  auto avx2 = CpuBackend::Create({.threads = 0, .allow_avx512 = false});
+  ASSERT_TRUE(fast.ok() && avx2.ok());
+  Backend* others[] = {fast->get(), avx2->get()};
   std::mt19937_64 rng(8);
-  for (int dim : {8, 16, 32, 64, 128, 5, 40}) {
+  for (int dim : {8, 16, 32, 48, 64, 128, 5, 40}) {
     for (int tables : {1, 8, 26, 40}) {
-      SCOPED_TRACE(::testing::Message() << "dim=" << dim << " tables=" << tables);
       const int batch = 4;
       const int width = dim + (tables + 1) * tables / 2;
       const std::vector<float> bottom = RandomVector(batch * dim, rng);
       const std::vector<float> emb = RandomVector(batch * tables * dim, rng);
       const std::vector<float> dout = RandomVector(batch * width, rng);
-      std::vector<float> out_a(batch * width), out_b(batch * width);
-      std::vector<float> db_a(batch * dim), db_b(batch * dim);
-      std::vector<float> de_a(batch * tables * dim), de_b(batch * tables * dim);
+      std::vector<float> out_a(batch * width);
+      std::vector<float> db_a(batch * dim);
+      std::vector<float> de_a(batch * tables * dim);
       this->backend()->InteractionForward(bottom.data(), emb.data(), batch, tables, dim,
                                           out_a.data());
-      (*fast)->InteractionForward(bottom.data(), emb.data(), batch, tables, dim, out_b.data());
       this->backend()->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables,
                                            dim, db_a.data(), de_a.data());
-      (*fast)->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables, dim,
+      for (Backend* other : others) {
+        SCOPED_TRACE(::testing::Message()
+                     << other->name() << " dim=" << dim << " tables=" << tables);
+        std::vector<float> out_b(batch * width), db_b(batch * dim), de_b(batch * tables * dim);
+        other->InteractionForward(bottom.data(), emb.data(), batch, tables, dim, out_b.data());
+        other->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables, dim,
                                    db_b.data(), de_b.data());
-      for (size_t i = 0; i < out_a.size(); ++i) ASSERT_NEAR(out_a[i], out_b[i], 1e-5) << i;
-      for (size_t i = 0; i < db_a.size(); ++i) ASSERT_NEAR(db_a[i], db_b[i], 1e-5) << i;
-      for (size_t i = 0; i < de_a.size(); ++i) ASSERT_NEAR(de_a[i], de_b[i], 1e-5) << i;
+        for (size_t i = 0; i < out_a.size(); ++i) ASSERT_NEAR(out_a[i], out_b[i], 1e-5) << i;
+        for (size_t i = 0; i < db_a.size(); ++i) ASSERT_NEAR(db_a[i], db_b[i], 1e-5) << i;
+        for (size_t i = 0; i < de_a.size(); ++i) ASSERT_NEAR(de_a[i], de_b[i], 1e-5) << i;
+      }
     }
   }
 }
