@@ -14,7 +14,7 @@
 // oneDNN's threads are OpenMP's (libgomp), which read OMP_WAIT_POLICY when they load. Their
 // default also spins after each parallel region, and on 2 cores that cost kaggle-shape's step
 // 0.65-0.71 of its GEMM-only bound against 0.76-0.79 with OMP_WAIT_POLICY=passive (sleep at once;
-// docs/BENCHMARKS.md, "oneDNN's GEMMs"), so the same restart sets OMP_WAIT_POLICY=passive when it
+// docs/BENCHMARKS.md, nineteenth session), so the same restart sets OMP_WAIT_POLICY=passive when it
 // is unset. OMP_WAIT_POLICY=active restores the spin.
 #pragma once
 
@@ -26,10 +26,11 @@ namespace dlrm::dense {
 inline constexpr char kDefaultBlasThreadTimeout[] = "4";
 inline constexpr char kDefaultOmpWaitPolicy[] = "passive";
 
-// When OPENBLAS_THREAD_TIMEOUT or OMP_WAIT_POLICY is unset: sets it and replaces this process with
-// a fresh run of the same executable and arguments (execv of /proc/self/exe; same pid, descriptors
-// and the rest of the environment). Returns only when the variable was already set or the exec
-// failed (then the process goes on with OpenBLAS's default). Call first thing in main.
+// When OPENBLAS_THREAD_TIMEOUT or OMP_WAIT_POLICY is unset: sets what is missing and replaces this
+// process with a fresh run of the same executable and arguments (execv of /proc/self/exe; same
+// pid, descriptors and the rest of the environment). Returns only when both variables were
+// already set or the exec failed (then the process goes on with the libraries' defaults). Call
+// first thing in main.
 void ReexecWithBlasDefaults(char** argv);
 
 // OPENBLAS_THREAD_TIMEOUT as OpenBLAS read it at start-up ("" when unset: OpenBLAS's default).

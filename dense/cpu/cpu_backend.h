@@ -26,9 +26,9 @@ class ParallelPool;
 
 namespace dlrm::dense {
 
-// The library that runs the CPU backend's GEMMs. oneDNN's are the faster here: 1.2-1.3x
+// The library that runs the CPU backend's GEMMs. oneDNN's are the faster here: 1.1-1.4x
 // OpenBLAS's AVX-512 kernels on the kaggle-shape MLPs, and 2-4x on their thin layers
-// (docs/BENCHMARKS.md, "oneDNN's GEMMs").
+// (docs/BENCHMARKS.md, "The dense Adam vectorised, oneDNN's GEMMs, an AVX-512 interaction").
 enum class CpuGemmLibrary { kOneDnn, kOpenBlas };
 
 // "onednn" or "openblas"; anything else is INVALID_ARGUMENT naming it.
