@@ -280,6 +280,9 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
   if (gemm_ == CpuGemmLibrary::kOneDnn) {
+    // OpenMP's thread count is per calling thread (an ICV of its data environment): a count set
+    // in Create on one thread does not reach the thread that trains, so it is set here.
+    if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
     // Row-major, as cblas_sgemm with CblasRowMajor; the arguments were checked above and by the
     // callers' shapes, so a failure here is a bug.
     const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,

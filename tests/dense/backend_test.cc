@@ -3,12 +3,15 @@
 // BackendFactories.
 #include "dense/backend.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -608,6 +611,22 @@ TEST(CpuBackendGemm, TheLibraryComesFromTheOptionsThenTheEnvironment) {
   } else {
     setenv("DLRM_CPU_GEMM", saved.c_str(), 1);
   }
+}
+
+// OpenMP's thread count belongs to each calling thread: a backend made with threads = 1 runs its
+// oneDNN GEMMs on one thread also when another thread calls them (the trainer's compute thread).
+TEST(CpuBackendGemm, TheThreadCountReachesTheThreadThatCallsTheGemms) {
+  auto one = CpuBackend::Create({.threads = 1, .gemm = CpuGemmLibrary::kOneDnn});
+  ASSERT_TRUE(one.ok());
+  int seen = 0;
+  std::thread([&] {
+    const std::vector<float> a(4, 1.0f), b(4, 1.0f);
+    std::vector<float> c(4);
+    (*one)->Gemm(false, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    seen = omp_get_max_threads();
+    EXPECT_EQ(c, std::vector<float>(4, 2.0f));
+  }).join();
+  EXPECT_EQ(seen, 1);
 }
 
 // Both libraries compute the kaggle-shape MLP's products to within float rounding of each other.
