@@ -167,7 +167,8 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)");
   cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids");
   cmd->add_option("--device", options.device, "cpu | cuda | auto");
-  cmd->add_option("--math-mode", options.math_mode, "CUDA GEMMs: fp32 | tf32 | bf16");
+  cmd->add_option("--math-mode", options.math_mode,
+                  "GEMMs: fp32 | tf32 | bf16 (CUDA; bf16 also on CPUs with AVX512_BF16 or AMX)");
   cmd->add_option("--gpu-table-budget", options.gpu_table_budget_bytes,
                   "CUDA: bytes of tables (with optimizer state) kept in GPU memory when they fit "
                   "(-1 = 80% of free device memory, 0 = never: the store serves the rows)");

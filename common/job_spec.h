@@ -130,11 +130,13 @@ struct JobSpec {
   // Steps allreduced whole before PowerSGD starts (DDP's start_powerSGD_iter, also 1000 there):
   // the first steps are the most sensitive to approximate gradients.
   int64_t powersgd_warmup_steps = 1000;
-  int hot_sample_batches = 64;     // batches sampled to choose the hot set
-  int hot_refresh_steps = 1000;    // re-check the hot set every N steps (0 = never)
-  std::string device = "auto";     // auto | cpu | cuda
-  std::string math_mode = "fp32";  // fp32 | tf32 | bf16 (CUDA GEMMs)
-  int64_t eval_every_steps = 0;    // 0 = only at the end
+  int hot_sample_batches = 64;   // batches sampled to choose the hot set
+  int hot_refresh_steps = 1000;  // re-check the hot set every N steps (0 = never)
+  std::string device = "auto";   // auto | cpu | cuda
+  // fp32 | tf32 | bf16: GEMM precision on CUDA, and bf16 also on CPUs with AVX512_BF16 or AMX
+  // (dense/cpu/cpu_backend.h; tf32 runs as fp32 on CPUs).
+  std::string math_mode = "fp32";
+  int64_t eval_every_steps = 0;  // 0 = only at the end
   // A cluster job that loses a member recovers (rolls back to its last checkpoint) at most this
   // many times; the next loss fails it.
   int max_recoveries = 3;

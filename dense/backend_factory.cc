@@ -11,7 +11,8 @@ namespace dlrm::dense {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(const BackendOptions& options) {
-  auto backend = CpuBackend::Create({.threads = options.cpu_threads});
+  auto backend =
+      CpuBackend::Create({.threads = options.cpu_threads, .math_mode = options.math_mode});
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(std::move(backend).value());
 }

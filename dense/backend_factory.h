@@ -18,7 +18,8 @@ struct BackendOptions {
   enum class Kind { kAuto, kCpu, kCuda };
   // kAuto: CUDA when this build has it and a device is visible, otherwise the CPU.
   Kind kind = Kind::kAuto;
-  // GEMM precision on CUDA; the CPU backend always computes in fp32 and ignores it.
+  // GEMM precision: CUDA's fp32, TF32 or bf16; the CPU backend's fp32 or bf16 (on CPUs with
+  // AVX512_BF16 or AMX; tf32 runs as fp32 there).
   MathMode math_mode = MathMode::kFp32;
   // CUDA device; must be in [0, cuda::DeviceCount()).
   int device_ordinal = 0;

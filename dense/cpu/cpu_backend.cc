@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -56,6 +59,17 @@ void AdamPart(float* __restrict p, const float* __restrict g, float* __restrict 
     m[i] = mi;
     v[i] = vi;
     p[i] -= lr * (mi * inv_bc1) / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+// bf16 of each float, rounded to nearest even (the upper 16 bits of the rounded float; NaN inputs
+// are not expected in a GEMM's operands).
+void RoundToBf16(const float* __restrict src, uint16_t* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof(u));
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    dst[i] = static_cast<uint16_t>(u >> 16);
   }
 }
 
@@ -190,19 +204,44 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendO
     }
     gemm = *parsed;
   }
+  const bool bf16 = options.math_mode == MathMode::kBf16;
+  if (bf16) {
+    if (gemm != CpuGemmLibrary::kOneDnn) {
+      return absl::FailedPreconditionError(
+          "cpu backend: math_mode bf16 runs on oneDNN's GEMMs, not with DLRM_CPU_GEMM=openblas");
+    }
+    const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cpu backend: math_mode bf16 needs a CPU with AVX512_BF16 or AMX; oneDNN "
+                       "found ",
+                       OneDnnIsaName(), " here (use fp32)"));
+    }
+  }
   if (options.threads > 0) {
     openblas_set_num_threads(options.threads);
     omp_set_num_threads(options.threads);
   }
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma(),
-                     options.allow_avx512 && cpu::CpuHasAvx512F(), gemm));
+                     options.allow_avx512 && cpu::CpuHasAvx512F(), gemm, bf16));
 }
 
-CpuBackend::CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm)
+// math_mode bf16: oneDNN matmul primitives, made once per shape (a training step repeats a few
+// dozen shapes), and the inputs rounded to bf16.
+struct CpuBackend::Bf16Gemms {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  // (trans_a, trans_b, m, n, k, alpha, beta)
+  std::map<std::tuple<bool, bool, int, int, int, float, float>, dnnl::matmul> primitives;
+  std::vector<uint16_t> a, b;
+};
+
+CpuBackend::CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16)
     : threads_(threads), avx2_(avx2), avx512_(avx512), gemm_(gemm) {
   const int total = threads > 0 ? threads : openblas_get_num_threads();
   if (total > 1) pool_ = std::make_unique<common::ParallelPool>(total - 1);
+  if (bf16) bf16_ = std::make_unique<Bf16Gemms>();
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -241,6 +280,7 @@ std::string CpuBackend::name() const {
     gemm = absl::StrCat("openblas ", BlasCoreName(), ", threads=", threads,
                         timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout));
   }
+  if (bf16_ != nullptr) absl::StrAppend(&gemm, ", bf16");
   return absl::StrCat("cpu(", gemm, avx512_ ? ", avx512" : (avx2_ ? ", avx2" : ""),
                       common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
 }
@@ -279,6 +319,10 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
   }
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
+  if (bf16_ != nullptr) {
+    GemmBf16(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    return;
+  }
   if (gemm_ == CpuGemmLibrary::kOneDnn) {
     // OpenMP's thread count is per calling thread (an ICV of its data environment): a count set
     // in Create on one thread does not reach the thread that trains, so it is set here.
@@ -293,6 +337,48 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+}
+
+void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* a, const float* b, float beta, float* c) {
+  using dnnl::memory;
+  Bf16Gemms& g = *bf16_;
+  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, alpha, beta);
+  // Row-major operands: A is [m x k] (stored [k x m] when transposed), B [k x n] (stored [n x k]).
+  const memory::desc a_md({m, k}, memory::data_type::bf16,
+                          trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  const memory::desc b_md({k, n}, memory::data_type::bf16,
+                          trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{n, 1});
+  auto it = g.primitives.find(key);
+  if (it == g.primitives.end()) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, g.engine);
+    it = g.primitives.emplace(key, dnnl::matmul(pd)).first;
+  }
+  const int64_t a_count = static_cast<int64_t>(m) * k;
+  const int64_t b_count = static_cast<int64_t>(k) * n;
+  if (g.a.size() < static_cast<size_t>(a_count)) g.a.resize(a_count);
+  if (g.b.size() < static_cast<size_t>(b_count)) g.b.resize(b_count);
+  uint16_t* a16 = g.a.data();
+  uint16_t* b16 = g.b.data();
+  ForParts(a_count, kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    RoundToBf16(a + first, a16 + first, last - first);
+  });
+  ForParts(b_count, kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
+    RoundToBf16(b + first, b16 + first, last - first);
+  });
+  if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+  memory a_mem(a_md, g.engine, a16), b_mem(b_md, g.engine, b16), c_mem(c_md, g.engine, c);
+  it->second.execute(g.stream,
+                     {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  g.stream.wait();
 }
 
 void CpuBackend::BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) {

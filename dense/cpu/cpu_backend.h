@@ -42,6 +42,11 @@ struct CpuBackendOptions {
   int threads = 0;
   // Unset: the environment's DLRM_CPU_GEMM (onednn or openblas) when set, else oneDNN.
   std::optional<CpuGemmLibrary> gemm = std::nullopt;
+  // kBf16: the GEMMs read their inputs rounded to bfloat16 (nearest even) and accumulate and
+  // write fp32, as autocast does on CPUs and cuBLAS's bf16 compute mode on GPUs; oneDNN only, on
+  // a CPU with AVX512_BF16 or AMX (FAILED_PRECONDITION otherwise). kTf32 has no CPU kernels and
+  // runs as kFp32.
+  MathMode math_mode = MathMode::kFp32;
   // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
   // (tests compare the two).
   bool allow_avx2 = true;
@@ -90,7 +95,10 @@ class CpuBackend final : public Backend {
                      const float* grads, float* state, size_t count) override;
 
  private:
-  CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm);
+  CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16);
+  // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, and the rounded inputs.
+  void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                const float* b, float beta, float* c);
   // Returns at least `count` floats of scratch memory for part `part` of a split loop, reused
   // across calls.
   float* Scratch(size_t count, int part = 0);
@@ -113,6 +121,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<common::ParallelPool> pool_;  // threads - 1 helpers; null with one thread
   std::vector<float> scratch_[kMaxParts];
   std::vector<float> column_partials_;  // ColumnSum's per-block sums
+  struct Bf16Gemms;                     // cpu_backend.cc
+  std::unique_ptr<Bf16Gemms> bf16_;     // null unless math_mode is bf16
 };
 
 }  // namespace dlrm::dense

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -627,6 +628,50 @@ TEST(CpuBackendGemm, TheThreadCountReachesTheThreadThatCallsTheGemms) {
     EXPECT_EQ(c, std::vector<float>(4, 2.0f));
   }).join();
   EXPECT_EQ(seen, 1);
+}
+
+// math_mode bf16: every transpose, alpha and beta, against an fp32 reference within bf16's
+// rounding of the inputs, and not equal to the fp32 product (the inputs were rounded).
+TEST(CpuBackendGemm, Bf16MatchesTheFp32ProductWithinItsRounding) {
+  auto bf16 = CpuBackend::Create({.math_mode = MathMode::kBf16});
+  if (!bf16.ok()) GTEST_SKIP() << bf16.status();
+  EXPECT_TRUE(absl::StrContains((*bf16)->name(), ", bf16")) << (*bf16)->name();
+  auto fp32 = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn});
+  ASSERT_TRUE(fp32.ok());
+  std::mt19937_64 rng(41);
+  for (const auto& [m, n, k] : {std::tuple{512, 256, 367}, {37, 5, 13}, {1, 1, 1}}) {
+    for (const bool trans_a : {false, true}) {
+      for (const bool trans_b : {false, true}) {
+        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 1.0f}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << m << "x" << n << "x" << k << " ta=" << trans_a << " tb=" << trans_b
+                       << " alpha=" << alpha << " beta=" << beta);
+          const std::vector<float> a = RandomVector(static_cast<size_t>(m) * k, rng);
+          const std::vector<float> b = RandomVector(static_cast<size_t>(k) * n, rng);
+          std::vector<float> c16 = RandomVector(static_cast<size_t>(m) * n, rng);
+          std::vector<float> c32 = c16;
+          (*bf16)->Gemm(trans_a, trans_b, m, n, k, alpha, a.data(), b.data(), beta, c16.data());
+          (*fp32)->Gemm(trans_a, trans_b, m, n, k, alpha, a.data(), b.data(), beta, c32.data());
+          double worst = 0;
+          for (size_t i = 0; i < c16.size(); ++i) {
+            worst = std::max(worst, static_cast<double>(std::fabs(c16[i] - c32[i])));
+          }
+          // Each input is off by at most 2^-9 of itself; |a|, |b| <= 1.
+          EXPECT_LE(worst, 2.0 * k / 512.0 + 1e-6);
+          if (k > 1) {
+            EXPECT_GT(worst, 0.0) << "the inputs were not rounded to bf16";
+          }
+        }
+      }
+    }
+  }
+}
+
+// math_mode bf16 needs oneDNN: with OpenBLAS it is refused, naming the variable.
+TEST(CpuBackendGemm, Bf16WithOpenBlasIsRefused) {
+  auto bad = CpuBackend::Create({.gemm = CpuGemmLibrary::kOpenBlas, .math_mode = MathMode::kBf16});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "DLRM_CPU_GEMM=openblas")) << bad.status();
 }
 
 // Both libraries compute the kaggle-shape MLP's products to within float rounding of each other.
