@@ -69,6 +69,8 @@
 #     --hot-sync-dtype T   training.hot_sync_dtype of the generated job: fp32, fp16, bf16 or fp8
 #                          (default: unset, the tables' fp32)
 #     --dense-sync-dtype T training.dense_sync_dtype of the generated job: fp32 (default) or bf16
+#     --math-mode M        training.math_mode of the generated job: fp32 (default) or bf16 (the
+#                          workers' GEMMs on bf16 operands; CPUs with AVX512_BF16 or AMX)
 #     --dense-sync-compression C   training.dense_sync_compression of the generated job: none
 #                          (default) or powersgd (rank 4, after --powersgd-warmup steps)
 #     --hot-sample-batches N   training.hot_sample_batches of the generated job (default: unset,
@@ -107,7 +109,7 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
@@ -133,6 +135,7 @@ while [ $# -gt 0 ]; do
     --hot-budget) hot_budget="$2"; shift ;;
     --hot-sync-dtype) hot_sync_dtype="$2"; shift ;;
     --dense-sync-dtype) dense_sync_dtype="$2"; shift ;;
+    --math-mode) math_mode="$2"; shift ;;
     --dense-sync-compression) dense_compression="$2"; shift ;;
     --powersgd-warmup) psgd_warmup="$2"; shift ;;
     --hot-sample-batches) hot_sample_batches="$2"; shift ;;
@@ -395,7 +398,7 @@ optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
 training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, network_gbps: $gbps,
-           hot_budget: $hot_budget${hot_sample_batches:+, hot_sample_batches: $hot_sample_batches}${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}}
+           hot_budget: $hot_budget${hot_sample_batches:+, hot_sample_batches: $hot_sample_batches}${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}, math_mode: $math_mode}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
   fi
@@ -573,7 +576,7 @@ print(json.dumps({
     "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange",
     "dense_allreduce": "$dense",
     "hot_sync_dtype": "${hot_sync_dtype:-tables}", "dense_sync_dtype": "$dense_sync_dtype",
-    "dense_sync_compression": "$dense_compression",
+    "dense_sync_compression": "$dense_compression", "math_mode": "$math_mode",
     "round": $round,
     "samples": samples,
     "steps": int(fm.get("steps", 0)),
