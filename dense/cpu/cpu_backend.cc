@@ -218,10 +218,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendO
                        OneDnnIsaName(), " here (use fp32)"));
     }
   }
-  if (options.threads > 0) {
-    openblas_set_num_threads(options.threads);
-    omp_set_num_threads(options.threads);
-  }
+  if (options.threads > 0) openblas_set_num_threads(options.threads);
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(options.threads, options.allow_avx2 && cpu::CpuHasAvx2Fma(),
                      options.allow_avx512 && cpu::CpuHasAvx512F(), gemm, bf16));
@@ -273,11 +270,11 @@ std::string CpuBackend::name() const {
   std::string gemm;
   if (gemm_ == CpuGemmLibrary::kOneDnn) {
     const std::string wait = OmpWaitPolicy();
-    gemm = absl::StrCat("onednn ", OneDnnIsaName(), ", threads=", threads,
+    gemm = absl::StrCat(CpuGemmLibraryName(gemm_), " ", OneDnnIsaName(), ", threads=", threads,
                         wait.empty() ? "" : absl::StrCat(", omp_wait_policy=", wait));
   } else {
     const std::string timeout = BlasThreadTimeout();
-    gemm = absl::StrCat("openblas ", BlasCoreName(), ", threads=", threads,
+    gemm = absl::StrCat(CpuGemmLibraryName(gemm_), " ", BlasCoreName(), ", threads=", threads,
                         timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout));
   }
   if (bf16_ != nullptr) absl::StrAppend(&gemm, ", bf16");
@@ -324,9 +321,7 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
     return;
   }
   if (gemm_ == CpuGemmLibrary::kOneDnn) {
-    // OpenMP's thread count is per calling thread (an ICV of its data environment): a count set
-    // in Create on one thread does not reach the thread that trains, so it is set here.
-    if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+    UseOmpThreads();
     // Row-major, as cblas_sgemm with CblasRowMajor; the arguments were checked above and by the
     // callers' shapes, so a failure here is a bug.
     const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
@@ -337,6 +332,12 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+}
+
+void CpuBackend::UseOmpThreads() {
+  // OpenMP's thread count is per calling thread (an ICV of its data environment): a count set on
+  // the thread that made the backend does not reach the thread that trains, so it is set here.
+  if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
 }
 
 void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -374,7 +375,7 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
   ForParts(b_count, kMinFloatsPerPart, [&](int64_t first, int64_t last, int) {
     RoundToBf16(b + first, b16 + first, last - first);
   });
-  if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+  UseOmpThreads();
   memory a_mem(a_md, g.engine, a16), b_mem(b_md, g.engine, b16), c_mem(c_md, g.engine, c);
   it->second.execute(g.stream,
                      {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});

@@ -37,8 +37,9 @@ const char* CpuGemmLibraryName(CpuGemmLibrary library);
 
 struct CpuBackendOptions {
   // GEMM threads (oneDNN's OpenMP threads and OpenBLAS's); 0 keeps the libraries' default (all
-  // cores). Both counts are process-wide: the last CpuBackend created with threads > 0 sets them
-  // for every backend. The element-wise loops use as many threads (this backend's own).
+  // cores). OpenBLAS's count is process-wide: the last CpuBackend created with threads > 0 sets
+  // it for every backend. oneDNN's is set on the thread that calls each GEMM. The element-wise
+  // loops use as many threads (this backend's own).
   int threads = 0;
   // Unset: the environment's DLRM_CPU_GEMM (onednn or openblas) when set, else oneDNN.
   std::optional<CpuGemmLibrary> gemm = std::nullopt;
@@ -97,6 +98,8 @@ class CpuBackend final : public Backend {
  private:
   CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16);
   // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, and the rounded inputs.
+  // Sets OpenMP's thread count on the calling thread to threads_ (when > 0), before a oneDNN call.
+  void UseOmpThreads();
   void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                 const float* b, float beta, float* c);
   // Returns at least `count` floats of scratch memory for part `part` of a split loop, reused

@@ -3,20 +3,12 @@
 // BackendFactories.
 #include "dense/backend.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
-#include <string>
-#include <thread>
-#include <tuple>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "dense/cpu/cpu_backend.h"
 #include "dense/optimizer_options.h"
 #include "dense/tensor.h"
@@ -576,128 +568,6 @@ TEST(CpuBackendThreads, LargeArraysGiveTheSameBitsOnOneAndTwoThreads) {
     EXPECT_EQ(params[0], params[1]) << "optimizer " << static_cast<int>(type);
     EXPECT_EQ(state[0], state[1]) << "optimizer " << static_cast<int>(type);
     EXPECT_NE(params[0], params0);
-  }
-}
-
-}  // namespace
-}  // namespace dlrm::dense::testing
-
-namespace dlrm::dense::testing {
-namespace {
-
-// The CPU backend's GEMM library: oneDNN unless the options or DLRM_CPU_GEMM ask for OpenBLAS; its
-// name says which, and a DLRM_CPU_GEMM that names no library is refused with its value.
-TEST(CpuBackendGemm, TheLibraryComesFromTheOptionsThenTheEnvironment) {
-  const char* before = std::getenv("DLRM_CPU_GEMM");
-  const std::string saved = before == nullptr ? "" : before;
-  unsetenv("DLRM_CPU_GEMM");
-  auto default_backend = CpuBackend::Create({});
-  ASSERT_TRUE(default_backend.ok()) << default_backend.status();
-  EXPECT_TRUE((*default_backend)->name().starts_with("cpu(onednn ")) << (*default_backend)->name();
-
-  setenv("DLRM_CPU_GEMM", "openblas", 1);
-  auto from_env = CpuBackend::Create({});
-  ASSERT_TRUE(from_env.ok()) << from_env.status();
-  EXPECT_TRUE((*from_env)->name().starts_with("cpu(openblas ")) << (*from_env)->name();
-  auto from_options = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn});
-  ASSERT_TRUE(from_options.ok()) << from_options.status();
-  EXPECT_TRUE((*from_options)->name().starts_with("cpu(onednn ")) << (*from_options)->name();
-
-  setenv("DLRM_CPU_GEMM", "mkl", 1);
-  auto bad = CpuBackend::Create({});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "'mkl'")) << bad.status();
-  if (before == nullptr) {
-    unsetenv("DLRM_CPU_GEMM");
-  } else {
-    setenv("DLRM_CPU_GEMM", saved.c_str(), 1);
-  }
-}
-
-// OpenMP's thread count belongs to each calling thread: a backend made with threads = 1 runs its
-// oneDNN GEMMs on one thread also when another thread calls them (the trainer's compute thread).
-TEST(CpuBackendGemm, TheThreadCountReachesTheThreadThatCallsTheGemms) {
-  auto one = CpuBackend::Create({.threads = 1, .gemm = CpuGemmLibrary::kOneDnn});
-  ASSERT_TRUE(one.ok());
-  int seen = 0;
-  std::thread([&] {
-    const std::vector<float> a(4, 1.0f), b(4, 1.0f);
-    std::vector<float> c(4);
-    (*one)->Gemm(false, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f, c.data());
-    seen = omp_get_max_threads();
-    EXPECT_EQ(c, std::vector<float>(4, 2.0f));
-  }).join();
-  EXPECT_EQ(seen, 1);
-}
-
-// math_mode bf16: every transpose, alpha and beta, against an fp32 reference within bf16's
-// rounding of the inputs, and not equal to the fp32 product (the inputs were rounded).
-TEST(CpuBackendGemm, Bf16MatchesTheFp32ProductWithinItsRounding) {
-  auto bf16 = CpuBackend::Create({.math_mode = MathMode::kBf16});
-  if (!bf16.ok()) GTEST_SKIP() << bf16.status();
-  EXPECT_TRUE(absl::StrContains((*bf16)->name(), ", bf16")) << (*bf16)->name();
-  auto fp32 = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn});
-  ASSERT_TRUE(fp32.ok());
-  std::mt19937_64 rng(41);
-  for (const auto& [m, n, k] : {std::tuple{512, 256, 367}, {37, 5, 13}, {1, 1, 1}}) {
-    for (const bool trans_a : {false, true}) {
-      for (const bool trans_b : {false, true}) {
-        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 1.0f}}) {
-          SCOPED_TRACE(::testing::Message()
-                       << m << "x" << n << "x" << k << " ta=" << trans_a << " tb=" << trans_b
-                       << " alpha=" << alpha << " beta=" << beta);
-          const std::vector<float> a = RandomVector(static_cast<size_t>(m) * k, rng);
-          const std::vector<float> b = RandomVector(static_cast<size_t>(k) * n, rng);
-          std::vector<float> c16 = RandomVector(static_cast<size_t>(m) * n, rng);
-          std::vector<float> c32 = c16;
-          (*bf16)->Gemm(trans_a, trans_b, m, n, k, alpha, a.data(), b.data(), beta, c16.data());
-          (*fp32)->Gemm(trans_a, trans_b, m, n, k, alpha, a.data(), b.data(), beta, c32.data());
-          double worst = 0;
-          for (size_t i = 0; i < c16.size(); ++i) {
-            worst = std::max(worst, static_cast<double>(std::fabs(c16[i] - c32[i])));
-          }
-          // Each input is off by at most 2^-9 of itself; |a|, |b| <= 1.
-          EXPECT_LE(worst, 2.0 * k / 512.0 + 1e-6);
-          if (k > 1) {
-            EXPECT_GT(worst, 0.0) << "the inputs were not rounded to bf16";
-          }
-        }
-      }
-    }
-  }
-}
-
-// math_mode bf16 needs oneDNN: with OpenBLAS it is refused, naming the variable.
-TEST(CpuBackendGemm, Bf16WithOpenBlasIsRefused) {
-  auto bad = CpuBackend::Create({.gemm = CpuGemmLibrary::kOpenBlas, .math_mode = MathMode::kBf16});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "DLRM_CPU_GEMM=openblas")) << bad.status();
-}
-
-// Both libraries compute the kaggle-shape MLP's products to within float rounding of each other.
-TEST(CpuBackendGemm, OneDnnAndOpenBlasAgree) {
-  auto onednn = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn});
-  auto openblas = CpuBackend::Create({.gemm = CpuGemmLibrary::kOpenBlas});
-  ASSERT_TRUE(onednn.ok() && openblas.ok());
-  std::mt19937_64 rng(31);
-  for (const auto& [m, n, k] : {std::tuple{2048, 512, 13}, {2048, 256, 512}, {37, 5, 367}}) {
-    for (const bool trans_a : {false, true}) {
-      for (const bool trans_b : {false, true}) {
-        SCOPED_TRACE(::testing::Message()
-                     << m << "x" << n << "x" << k << " ta=" << trans_a << " tb=" << trans_b);
-        const std::vector<float> a = RandomVector(static_cast<size_t>(m) * k, rng);
-        const std::vector<float> b = RandomVector(static_cast<size_t>(k) * n, rng);
-        std::vector<float> c1 = RandomVector(static_cast<size_t>(m) * n, rng);
-        std::vector<float> c2 = c1;
-        (*onednn)->Gemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), b.data(), 0.25f, c1.data());
-        (*openblas)->Gemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), b.data(), 0.25f, c2.data());
-        double worst = 0;
-        for (size_t i = 0; i < c1.size(); ++i) {
-          worst = std::max(worst, static_cast<double>(std::fabs(c1[i] - c2[i])));
-        }
-        EXPECT_LT(worst, 1e-4 * std::sqrt(static_cast<double>(k)));
-      }
-    }
   }
 }
 
