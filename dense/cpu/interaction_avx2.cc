@@ -24,6 +24,29 @@ struct Avx2 {
   static void Store(float* p, Reg r) { _mm256_storeu_ps(p, r); }
   static Reg Fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  // Lanes below k set (all bits), the others clear: the mask of maskload and maskstore.
+  static __m256i FirstLanes(int k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static Reg LoadFirst(const float* p, int k) { return _mm256_maskload_ps(p, FirstLanes(k)); }
+  static void StoreFirst(float* p, Reg r, int k) { _mm256_maskstore_ps(p, FirstLanes(k), r); }
+  static void Transpose(Reg r[8]) {
+    Reg t[8], u[8];
+    for (int k = 0; k < 8; k += 2) {
+      t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+      t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+      u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+      r[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+    }
+  }
   static constexpr int RowsPerBlock(int) { return 4; }
 };
 

@@ -7,8 +7,19 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 shuffles pass an undefined vector to their masked builtins, which
+// -Wmaybe-uninitialized reports at the header's lines wherever they are inlined (GCC bug 105593,
+// fixed in GCC 13); the warnings are silenced for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 
+#include "common/avx512_transpose.h"
 #include "dense/cpu/interaction_simd.h"
 
 namespace dlrm::dense::cpu {
@@ -25,6 +36,10 @@ struct Avx512 {
   static void Store(float* p, Reg r) { _mm512_storeu_ps(p, r); }
   static Reg Fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static __mmask16 FirstLanes(int k) { return static_cast<__mmask16>((1u << k) - 1); }
+  static Reg LoadFirst(const float* p, int k) { return _mm512_maskz_loadu_ps(FirstLanes(k), p); }
+  static void StoreFirst(float* p, Reg r, int k) { _mm512_mask_storeu_ps(p, FirstLanes(k), r); }
+  static void Transpose(Reg r[16]) { simd::Transpose16(r); }
   static constexpr int RowsPerBlock(int kc) { return kc <= 2 ? 8 : 4; }
 };
 

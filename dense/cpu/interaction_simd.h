@@ -5,8 +5,11 @@
 // (tests/isa_objects_check.sh checks the objects).
 //
 // A vector type V provides: kWidth floats a register; Reg; Zero(), Set1(x), Load(p), Store(p, r),
-// Fmadd(a, b, c) = a * b + c, Add(a, b); and RowsPerBlock(kc), the rows of dZ the backward takes
-// at a time for kc registers a row (its sums and one row of loads must fit the register file).
+// Fmadd(a, b, c) = a * b + c, Add(a, b); LoadFirst(p, k) and StoreFirst(p, r, k), which touch
+// only the first k (0 < k <= kWidth) floats at p (the other lanes load as zeros); Transpose(r),
+// which transposes kWidth registers in place (lane k of r[j] becomes lane j of r[k]); and
+// RowsPerBlock(kc), the rows of dZ the backward takes at a time for kc registers a row (its sums
+// and one row of loads must fit the register file; kWidth is a multiple of it).
 #pragma once
 
 #include <cstddef>
@@ -18,31 +21,42 @@ namespace {
 inline int RoundUp(int x, int m) { return (x + m - 1) / m * m; }
 
 // Dots of z_i with z_0 .. z_{W NC - 1} (columns of zt, the [dim x npad] transpose of Z), stored to
-// dst[0, W NC). Two accumulators per chunk (even and odd d) to halve the FMA dependency chains.
+// dst[0, W (NC - 1) + last): the last chunk stores its first `last` floats only. kChains
+// accumulators per chunk (d modulo kChains) shorten the FMA dependency chains; dim is a multiple of
+// kChains.
 template <class V, int NC>
-inline void RowDots(const float* zi, const float* zt, int npad, int dim, float* dst) {
-  typename V::Reg even[NC], odd[NC];
-  for (int c = 0; c < NC; ++c) {
-    even[c] = V::Zero();
-    odd[c] = V::Zero();
+inline void RowDots(const float* zi, const float* zt, int npad, int dim, float* dst, int last) {
+  constexpr int kChains = NC <= 2 ? 4 : 2;
+  typename V::Reg acc[kChains][NC];
+  for (int k = 0; k < kChains; ++k) {
+    for (int c = 0; c < NC; ++c) acc[k][c] = V::Zero();
   }
-  for (int d = 0; d < dim; d += 2) {
-    const typename V::Reg s0 = V::Set1(zi[d]);
-    const typename V::Reg s1 = V::Set1(zi[d + 1]);
-    const float* r0 = zt + static_cast<size_t>(d) * npad;
-    const float* r1 = r0 + npad;
-    for (int c = 0; c < NC; ++c) {
-      even[c] = V::Fmadd(s0, V::Load(r0 + V::kWidth * c), even[c]);
-      odd[c] = V::Fmadd(s1, V::Load(r1 + V::kWidth * c), odd[c]);
+  for (int d = 0; d < dim; d += kChains) {
+    for (int k = 0; k < kChains; ++k) {
+      const typename V::Reg sk = V::Set1(zi[d + k]);
+      const float* row = zt + static_cast<size_t>(d + k) * npad;
+      for (int c = 0; c < NC; ++c)
+        acc[k][c] = V::Fmadd(sk, V::Load(row + V::kWidth * c), acc[k][c]);
     }
   }
-  for (int c = 0; c < NC; ++c) V::Store(dst + V::kWidth * c, V::Add(even[c], odd[c]));
+  typename V::Reg sum[NC];
+  for (int c = 0; c < NC; ++c) {
+    sum[c] = V::Add(acc[0][c], acc[1][c]);
+    for (int k = 2; k < kChains; k += 2) sum[c] = V::Add(sum[c], V::Add(acc[k][c], acc[k + 1][c]));
+  }
+  for (int c = 0; c + 1 < NC; ++c) V::Store(dst + V::kWidth * c, sum[c]);
+  float* tail_dst = dst + V::kWidth * (NC - 1);
+  if (last == V::kWidth) {
+    V::Store(tail_dst, sum[NC - 1]);
+  } else {
+    V::StoreFirst(tail_dst, sum[NC - 1], last);
+  }
 }
 
-// dZ rows i0 .. i0+R-1 += S[i0 .. i0+R-1, :] Z, for a width of W KC; s is the block's [R x n]
-// rows of the padded S, row-major.
+// dZ rows i0 .. i0+R-1 += S[i0 .. i0+R-1, :n] Z, for a width of W KC; s is the block's R rows of
+// the padded S, row-major with ld floats a row.
 template <class V, int R, int KC>
-inline void RowsTimesZ(const float* s, int n, const float* const* z, float* const* dst) {
+inline void RowsTimesZ(const float* s, int n, int ld, const float* const* z, float* const* dst) {
   typename V::Reg acc[R][KC];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < KC; ++c) acc[r][c] = V::Zero();
@@ -51,7 +65,7 @@ inline void RowsTimesZ(const float* s, int n, const float* const* z, float* cons
     typename V::Reg zj[KC];
     for (int c = 0; c < KC; ++c) zj[c] = V::Load(z[j] + V::kWidth * c);
     for (int r = 0; r < R; ++r) {
-      const typename V::Reg sij = V::Set1(s[r * n + j]);
+      const typename V::Reg sij = V::Set1(s[r * ld + j]);
       for (int c = 0; c < KC; ++c) acc[r][c] = V::Fmadd(sij, zj[c], acc[r][c]);
     }
   }
@@ -71,14 +85,15 @@ template <class V, int KC, bool kWide>
 void InteractionBackwardBlocks(const float* bottom, const float* emb, const float* dout, int batch,
                                int num_tables, int runtime_dim, float* dbottom, float* demb,
                                float* scratch) {
-  constexpr int kBlock = V::kWidth * KC;
+  constexpr int W = V::kWidth;
+  constexpr int kBlock = W * KC;
   constexpr int R = V::RowsPerBlock(KC);
+  static_assert(W % R == 0, "the padded S must cover the row blocks");
   const int dim = kWide ? runtime_dim : kBlock;
   const int n = num_tables + 1;
-  const int nr = RoundUp(n, R);
+  const int npad = RoundUp(n, W);
   const int out_cols = dim + n * num_tables / 2;
-  float* s = scratch;  // [nr x n], symmetric in its first n rows, zero diagonal and padding rows
-  std::memset(s, 0, sizeof(float) * nr * n);
+  float* s = scratch;  // [npad x npad]: S, zero on the diagonal and past n
   const float* z[512];
   float* dst[512 + 8];
   const float* zc[512];
@@ -88,10 +103,37 @@ void InteractionBackwardBlocks(const float* bottom, const float* emb, const floa
     const float* e = emb + static_cast<size_t>(b) * num_tables * dim;
     const float* g = dout + static_cast<size_t>(b) * out_cols;
     const float* gp = g + dim;
-    for (int i = 1; i < n; ++i) {
-      const float* row = gp + i * (i - 1) / 2;
-      std::memcpy(s + i * n, row, sizeof(float) * i);
-      for (int j = 0; j < i; ++j) s[j * n + i] = row[j];
+    // S = L + L^T, with L the strictly lower triangle of the pair gradients (row i of L is
+    // gp[i (i - 1) / 2, + i)), a W x W block at a time: each block of L is loaded once, stored
+    // where it is and, transposed, where its mirror is.
+    for (int i0 = 0; i0 < npad; i0 += W) {
+      for (int j0 = 0; j0 <= i0; j0 += W) {
+        typename V::Reg r[W];
+#pragma GCC unroll 16
+        for (int k = 0; k < W; ++k) {
+          const int i = i0 + k;
+          const int count = i < n ? i - j0 : 0;
+          const float* row = gp + i * (i - 1) / 2 + j0;
+          r[k] = count >= W ? V::Load(row) : count > 0 ? V::LoadFirst(row, count) : V::Zero();
+        }
+        float* lower = s + static_cast<size_t>(i0) * npad + j0;
+        float* upper = s + static_cast<size_t>(j0) * npad + i0;
+        if (j0 == i0) {  // a block on the diagonal is its own mirror: L + L^T
+#pragma GCC unroll 16
+          for (int k = 0; k < W; ++k) V::Store(lower + k * npad, r[k]);
+          V::Transpose(r);
+#pragma GCC unroll 16
+          for (int k = 0; k < W; ++k) {
+            V::Store(lower + k * npad, V::Add(V::Load(lower + k * npad), r[k]));
+          }
+        } else {
+#pragma GCC unroll 16
+          for (int k = 0; k < W; ++k) V::Store(lower + k * npad, r[k]);
+          V::Transpose(r);
+#pragma GCC unroll 16
+          for (int k = 0; k < W; ++k) V::Store(upper + k * npad, r[k]);
+        }
+      }
     }
     float* db = dbottom + static_cast<size_t>(b) * dim;
     float* de = demb + static_cast<size_t>(b) * num_tables * dim;
@@ -103,7 +145,7 @@ void InteractionBackwardBlocks(const float* bottom, const float* emb, const floa
       dst[t + 1] = de + t * dim;
       std::memset(dst[t + 1], 0, sizeof(float) * dim);
     }
-    for (int i = n; i < nr; ++i) dst[i] = nullptr;
+    for (int i = n; i < RoundUp(n, R); ++i) dst[i] = nullptr;
     for (int c = 0; c < dim; c += kBlock) {
       const float* const* zb = z;
       float* const* dstb = dst;
@@ -112,23 +154,23 @@ void InteractionBackwardBlocks(const float* bottom, const float* emb, const floa
           zc[i] = z[i] + c;
           dstc[i] = dst[i] + c;
         }
-        for (int i = n; i < nr; ++i) dstc[i] = nullptr;
+        for (int i = n; i < RoundUp(n, R); ++i) dstc[i] = nullptr;
         zb = zc;
         dstb = dstc;
       }
-      for (int i0 = 0; i0 < n; i0 += R) RowsTimesZ<V, R, KC>(s + i0 * n, n, zb, dstb + i0);
+      for (int i0 = 0; i0 < n; i0 += R) {
+        RowsTimesZ<V, R, KC>(s + static_cast<size_t>(i0) * npad, n, npad, zb, dstb + i0);
+      }
     }
   }
 }
 
-// Floats of scratch the kernels need: the forward's transpose and triangle (rows overrun by less
-// than a register), the backward's padded S.
+// Floats of scratch the kernels need: the forward's transpose of Z, the backward's padded S.
 template <class V>
 size_t InteractionScratchFloatsFor(int num_tables, int dim) {
-  const int n = num_tables + 1;
-  const size_t forward =
-      static_cast<size_t>(dim) * RoundUp(n, V::kWidth) + n * (n - 1) / 2 + V::kWidth;
-  const size_t backward = static_cast<size_t>(RoundUp(n, V::RowsPerBlock(1))) * n;
+  const size_t npad = static_cast<size_t>(RoundUp(num_tables + 1, V::kWidth));
+  const size_t forward = static_cast<size_t>(dim) * npad;
+  const size_t backward = npad * npad;
   return forward > backward ? forward : backward;
 }
 
@@ -138,45 +180,56 @@ void InteractionForwardFor(const float* bottom, const float* emb, int batch, int
   constexpr int W = V::kWidth;
   const int n = num_tables + 1;
   const int npad = RoundUp(n, W);
-  const int num_pairs = n * num_tables / 2;
-  const int out_cols = dim + num_pairs;
-  float* zt = scratch;                                     // [dim x npad]
-  float* tri = scratch + static_cast<size_t>(dim) * npad;  // num_pairs + W
-  std::memset(zt, 0, sizeof(float) * dim * npad);
+  const int out_cols = dim + n * num_tables / 2;
+  float* zt = scratch;  // [dim x npad]: Z transposed, zero past column n
   for (int b = 0; b < batch; ++b) {
     const float* x = bottom + static_cast<size_t>(b) * dim;
     const float* e = emb + static_cast<size_t>(b) * num_tables * dim;
     float* o = out + static_cast<size_t>(b) * out_cols;
-    for (int d = 0; d < dim; ++d) zt[d * npad] = x[d];
-    for (int t = 0; t < num_tables; ++t) {
-      const float* et = e + t * dim;
-      for (int d = 0; d < dim; ++d) zt[d * npad + t + 1] = et[d];
+    // zt, a W x W block at a time: W rows of Z (z_0 = x, z_t = table t - 1's row, zeros past n)
+    // transposed in registers.
+    for (int j0 = 0; j0 < npad; j0 += W) {
+      for (int d0 = 0; d0 < dim; d0 += W) {
+        typename V::Reg r[W];
+#pragma GCC unroll 16
+        for (int k = 0; k < W; ++k) {
+          const int j = j0 + k;
+          r[k] = j == 0  ? V::Load(x + d0)
+                 : j < n ? V::Load(e + static_cast<size_t>(j - 1) * dim + d0)
+                         : V::Zero();
+        }
+        V::Transpose(r);
+#pragma GCC unroll 16
+        for (int k = 0; k < W; ++k) V::Store(zt + static_cast<size_t>(d0 + k) * npad + j0, r[k]);
+      }
     }
-    // Row i needs dots with z_0 .. z_{i-1}: ceil(i / W) chunks. The chunks overrun into the next
-    // row's slots, which that row then overwrites (rows go in increasing order).
+    for (int d = 0; d < dim; d += W) V::Store(o + d, V::Load(x + d));
+    // Row i of the triangle, the dots of z_i with z_0 .. z_{i-1}: ceil(i / W) chunks, the last
+    // one stored only as far as the row goes.
+    float* pairs = o + dim;
     for (int i = 1; i < n; ++i) {
-      const float* zi = e + (i - 1) * dim;
-      float* dst = tri + i * (i - 1) / 2;
-      int chunk = 0;
+      const float* zi = e + static_cast<size_t>(i - 1) * dim;
+      float* dst = pairs + i * (i - 1) / 2;
       const int chunks = (i + W - 1) / W;
-      for (; chunk + 4 <= chunks; chunk += 4)
-        RowDots<V, 4>(zi, zt + W * chunk, npad, dim, dst + W * chunk);
+      const int last = i - W * (chunks - 1);
+      int chunk = 0;
+      for (; chunk + 4 < chunks; chunk += 4)
+        RowDots<V, 4>(zi, zt + W * chunk, npad, dim, dst + W * chunk, W);
       switch (chunks - chunk) {
+        case 4:
+          RowDots<V, 4>(zi, zt + W * chunk, npad, dim, dst + W * chunk, last);
+          break;
         case 3:
-          RowDots<V, 3>(zi, zt + W * chunk, npad, dim, dst + W * chunk);
+          RowDots<V, 3>(zi, zt + W * chunk, npad, dim, dst + W * chunk, last);
           break;
         case 2:
-          RowDots<V, 2>(zi, zt + W * chunk, npad, dim, dst + W * chunk);
-          break;
-        case 1:
-          RowDots<V, 1>(zi, zt + W * chunk, npad, dim, dst + W * chunk);
+          RowDots<V, 2>(zi, zt + W * chunk, npad, dim, dst + W * chunk, last);
           break;
         default:
+          RowDots<V, 1>(zi, zt + W * chunk, npad, dim, dst + W * chunk, last);
           break;
       }
     }
-    std::memcpy(o, x, sizeof(float) * dim);
-    std::memcpy(o + dim, tri, sizeof(float) * num_pairs);
   }
 }
 
