@@ -48,6 +48,15 @@ class Backend {
                     const float* b, float beta, float* c) = 0;
   // y[rows x cols] += bias[cols] (broadcast over rows), then y = max(y, 0) when relu.
   virtual void BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) = 0;
+  // A linear layer's forward: y[batch x out] = x[batch x in] w^T, with w stored [out x in]; then,
+  // when bias is not null, BiasActivation(y, bias, batch, out, relu) (relu is ignored without a
+  // bias: the GEMM-only bound calls it so). Backends may fuse the bias and the ReLU into the GEMM
+  // (the CPU backend's oneDNN path does); the result is the same up to the GEMM's rounding.
+  virtual void LinearForward(const float* x, const float* w, const float* bias, int batch, int in,
+                             int out, bool relu, float* y) {
+    Gemm(/*trans_a=*/false, /*trans_b=*/true, batch, out, in, 1.0f, x, w, 0.0f, y);
+    if (bias != nullptr) BiasActivation(y, bias, batch, out, relu);
+  }
   // dy[i] = y[i] > 0 ? dy[i] : 0, with y the ReLU output.
   virtual void ReluBackward(const float* y, float* dy, size_t count) = 0;
   // db[cols] = sum over rows of dy[rows x cols] (overwrites db).

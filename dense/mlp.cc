@@ -31,11 +31,11 @@ void Linear::Initialize(std::mt19937_64& rng) {
   backend_->CopyFromHost(host.data(), slice_.params, host.size());
 }
 
-void Linear::ForwardGemm(const float* x, int batch) {
+void Linear::ForwardGemm(const float* x, int batch, bool gemm_only) {
   DLRM_CHECK(batch >= 0 && batch <= max_batch_) << "batch " << batch << " > max " << max_batch_;
   x_ = x;
-  backend_->Gemm(/*trans_a=*/false, /*trans_b=*/true, batch, out_, in_, 1.0f, x, slice_.params,
-                 0.0f, y_.data());
+  backend_->LinearForward(x, slice_.params, gemm_only ? nullptr : bias(), batch, in_, out_, relu_,
+                          y_.data());
 }
 
 void Linear::WeightGradGemm(const float* dy, int batch) {
@@ -51,8 +51,7 @@ void Linear::InputGradGemm(const float* dy, int batch, float* dx) {
 }
 
 const float* Linear::Forward(const float* x, int batch) {
-  ForwardGemm(x, batch);
-  backend_->BiasActivation(y_.data(), bias(), batch, out_, relu_);
+  ForwardGemm(x, batch, /*gemm_only=*/false);
   return y_.data();
 }
 
@@ -68,7 +67,9 @@ void Linear::Backward(float* dy, int batch, float* dx) {
   if (dx != nullptr) InputGradGemm(dy, batch, dx);
 }
 
-void Linear::GemmOnlyForward(const float* x, int batch) { ForwardGemm(x, batch); }
+void Linear::GemmOnlyForward(const float* x, int batch) {
+  ForwardGemm(x, batch, /*gemm_only=*/true);
+}
 
 void Linear::GemmOnlyBackward(float* dy, int batch, float* dx) {
   WeightGradGemm(dy, batch);

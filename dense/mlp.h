@@ -45,7 +45,8 @@ class Linear {
   // [batch x in] unless dx is nullptr (the input needs no gradient).
   void Backward(float* dy, int batch, float* dx);
 
-  // Exactly the Gemm calls of Forward / Backward (same shapes, same buffers) and nothing else.
+  // Exactly the GEMMs of Forward / Backward (same shapes, same buffers; the forward through
+  // LinearForward without its bias and ReLU) and nothing else.
   void GemmOnlyForward(const float* x, int batch);
   void GemmOnlyBackward(float* dy, int batch, float* dx);
 
@@ -59,7 +60,8 @@ class Linear {
   const float* output() const { return y_.data(); }
 
  private:
-  void ForwardGemm(const float* x, int batch);
+  // y = x W^T, then act(y + b) unless gemm_only.
+  void ForwardGemm(const float* x, int batch, bool gemm_only);
   void WeightGradGemm(const float* dy, int batch);
   void InputGradGemm(const float* dy, int batch, float* dx);
 

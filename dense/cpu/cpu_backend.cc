@@ -12,6 +12,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -224,21 +225,24 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const CpuBackendO
                      options.allow_avx512 && cpu::CpuHasAvx512F(), gemm, bf16));
 }
 
-// math_mode bf16: oneDNN matmul primitives, made once per shape (a training step repeats a few
-// dozen shapes), and the inputs rounded to bf16.
-struct CpuBackend::Bf16Gemms {
+// oneDNN matmul primitives, made once per shape (a training step repeats a few dozen shapes): the
+// linear layers' forward GEMMs with their bias and ReLU fused, and with math_mode bf16 every GEMM,
+// on inputs rounded to bf16.
+struct CpuBackend::Matmuls {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  // (batch, in, out, bias, relu)
+  std::map<std::tuple<int, int, int, bool, bool>, dnnl::matmul> linear;
   // (trans_a, trans_b, m, n, k, alpha, beta)
-  std::map<std::tuple<bool, bool, int, int, int, float, float>, dnnl::matmul> primitives;
+  std::map<std::tuple<bool, bool, int, int, int, float, float>, dnnl::matmul> bf16;
   std::vector<uint16_t> a, b;
 };
 
 CpuBackend::CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16)
-    : threads_(threads), avx2_(avx2), avx512_(avx512), gemm_(gemm) {
+    : threads_(threads), avx2_(avx2), avx512_(avx512), gemm_(gemm), bf16_(bf16) {
   const int total = threads > 0 ? threads : openblas_get_num_threads();
   if (total > 1) pool_ = std::make_unique<common::ParallelPool>(total - 1);
-  if (bf16) bf16_ = std::make_unique<Bf16Gemms>();
+  if (gemm == CpuGemmLibrary::kOneDnn) matmuls_ = std::make_unique<Matmuls>();
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -277,7 +281,7 @@ std::string CpuBackend::name() const {
     gemm = absl::StrCat(CpuGemmLibraryName(gemm_), " ", BlasCoreName(), ", threads=", threads,
                         timeout.empty() ? "" : absl::StrCat(", thread_timeout=", timeout));
   }
-  if (bf16_ != nullptr) absl::StrAppend(&gemm, ", bf16");
+  if (bf16_) absl::StrAppend(&gemm, ", bf16");
   return absl::StrCat("cpu(", gemm, avx512_ ? ", avx512" : (avx2_ ? ", avx2" : ""),
                       common::DenormalsFlushedInThisThread() ? ", ftz)" : ")");
 }
@@ -316,7 +320,7 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
   }
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
-  if (bf16_ != nullptr) {
+  if (bf16_) {
     GemmBf16(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     return;
   }
@@ -343,7 +347,7 @@ void CpuBackend::UseOmpThreads() {
 void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const float* a, const float* b, float beta, float* c) {
   using dnnl::memory;
-  Bf16Gemms& g = *bf16_;
+  Matmuls& g = *matmuls_;
   const auto key = std::make_tuple(trans_a, trans_b, m, n, k, alpha, beta);
   // Row-major operands: A is [m x k] (stored [k x m] when transposed), B [k x n] (stored [n x k]).
   const memory::desc a_md({m, k}, memory::data_type::bf16,
@@ -351,8 +355,8 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
   const memory::desc b_md({k, n}, memory::data_type::bf16,
                           trans_b ? memory::dims{1, k} : memory::dims{n, 1});
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{n, 1});
-  auto it = g.primitives.find(key);
-  if (it == g.primitives.end()) {
+  auto it = g.bf16.find(key);
+  if (it == g.bf16.end()) {
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -361,7 +365,7 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
       attr.set_post_ops(ops);
     }
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, g.engine);
-    it = g.primitives.emplace(key, dnnl::matmul(pd)).first;
+    it = g.bf16.emplace(key, dnnl::matmul(pd)).first;
   }
   const int64_t a_count = static_cast<int64_t>(m) * k;
   const int64_t b_count = static_cast<int64_t>(k) * n;
@@ -379,6 +383,46 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
   memory a_mem(a_md, g.engine, a16), b_mem(b_md, g.engine, b16), c_mem(c_md, g.engine, c);
   it->second.execute(g.stream,
                      {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  g.stream.wait();
+}
+
+void CpuBackend::LinearForward(const float* x, const float* w, const float* bias, int batch, int in,
+                               int out, bool relu, float* y) {
+  if (matmuls_ == nullptr || bf16_ || batch <= 0) {
+    Backend::LinearForward(x, w, bias, batch, in, out, relu, y);
+    return;
+  }
+  using dnnl::memory;
+  Matmuls& g = *matmuls_;
+  const bool with_bias = bias != nullptr;
+  const bool with_relu = with_bias && relu;
+  // x [batch x in] row-major; w is stored [out x in], the [in x out] weights transposed.
+  const memory::desc x_md({batch, in}, memory::data_type::f32, memory::dims{in, 1});
+  const memory::desc w_md({in, out}, memory::data_type::f32, memory::dims{1, in});
+  const memory::desc b_md({1, out}, memory::data_type::f32, memory::dims{out, 1});
+  const memory::desc y_md({batch, out}, memory::data_type::f32, memory::dims{out, 1});
+  const auto key = std::make_tuple(batch, in, out, with_bias, with_relu);
+  auto it = g.linear.find(key);
+  if (it == g.linear.end()) {
+    dnnl::primitive_attr attr;
+    if (with_relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(x_md, w_md, b_md, y_md)
+                                              : dnnl::matmul::desc(x_md, w_md, y_md);
+    it = g.linear.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, g.engine)))
+             .first;
+  }
+  UseOmpThreads();
+  memory x_mem(x_md, g.engine, const_cast<float*>(x));
+  memory w_mem(w_md, g.engine, const_cast<float*>(w));
+  memory y_mem(y_md, g.engine, y);
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}};
+  if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(b_md, g.engine, const_cast<float*>(bias)));
+  it->second.execute(g.stream, args);
   g.stream.wait();
 }
 

@@ -76,6 +76,8 @@ class CpuBackend final : public Backend {
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override;
   void BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) override;
+  void LinearForward(const float* x, const float* w, const float* bias, int batch, int in, int out,
+                     bool relu, float* y) override;
   void ReluBackward(const float* y, float* dy, size_t count) override;
   void ColumnSum(const float* dy, int rows, int cols, float* db) override;
   void ReluBackwardColumnSum(const float* y, float* dy, int rows, int cols, float* db) override;
@@ -97,7 +99,7 @@ class CpuBackend final : public Backend {
 
  private:
   CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16);
-  // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, and the rounded inputs.
+  // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, on the rounded inputs.
   // Sets OpenMP's thread count on the calling thread to threads_ (when > 0), before a oneDNN call.
   void UseOmpThreads();
   void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
@@ -124,8 +126,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<common::ParallelPool> pool_;  // threads - 1 helpers; null with one thread
   std::vector<float> scratch_[kMaxParts];
   std::vector<float> column_partials_;  // ColumnSum's per-block sums
-  struct Bf16Gemms;                     // cpu_backend.cc
-  std::unique_ptr<Bf16Gemms> bf16_;     // null unless math_mode is bf16
+  struct Matmuls;                       // cpu_backend.cc
+  std::unique_ptr<Matmuls> matmuls_;    // null unless the GEMMs are oneDNN's
+  bool bf16_;                           // math_mode bf16
 };
 
 }  // namespace dlrm::dense

@@ -51,6 +51,45 @@ TYPED_TEST(BackendOpsTest, GemmMatchesNaiveForAllTransposes) {
   }
 }
 
+// A linear layer's forward, y = act(x w^T + b) (fused into the GEMM where the backend can), and
+// its GEMM alone (no bias), against a double-precision loop; shapes wider than a register block
+// and a batch that is not a multiple of one. A second batch size reuses nothing of the first.
+TYPED_TEST(BackendOpsTest, LinearForwardMatchesTheGemmThenTheBiasAndReLU) {
+  std::mt19937_64 rng(21);
+  const int in = 37, out = 70;
+  const std::vector<float> w = RandomVector(out * in, rng);
+  const std::vector<float> bias = RandomVector(out, rng);
+  Tensor dw = this->Upload(w), dbias = this->Upload(bias);
+  for (int batch : {67, 5}) {
+    const std::vector<float> x = RandomVector(batch * in, rng);
+    Tensor dx = this->Upload(x);
+    for (int mode = 0; mode < 3; ++mode) {  // GEMM only; bias; bias and ReLU
+      SCOPED_TRACE(::testing::Message() << "batch=" << batch << " mode=" << mode);
+      Tensor dy = this->Upload(std::vector<float>(batch * out, 123.0f));
+      this->backend()->LinearForward(dx.data(), dw.data(), mode > 0 ? dbias.data() : nullptr, batch,
+                                     in, out, /*relu=*/mode == 2, dy.data());
+      const std::vector<float> y = dy.ToHost();
+      int clipped = 0;
+      for (int r = 0; r < batch; ++r) {
+        for (int c = 0; c < out; ++c) {
+          double expected = mode > 0 ? bias[c] : 0.0;
+          for (int p = 0; p < in; ++p) {
+            expected += static_cast<double>(x[r * in + p]) * w[c * in + p];
+          }
+          if (mode == 2 && expected < 0) {
+            expected = 0;
+            ++clipped;
+          }
+          ASSERT_NEAR(y[r * out + c], expected, 1e-4) << "y[" << r << "][" << c << "]";
+        }
+      }
+      if (mode == 2) {
+        EXPECT_GT(clipped, batch * out / 4);  // the ReLU had work to do
+      }
+    }
+  }
+}
+
 TYPED_TEST(BackendOpsTest, BiasActivationReluBackwardColumnSum) {
   std::mt19937_64 rng(2);
   const int rows = 6, cols = 11;
@@ -448,13 +487,24 @@ TYPED_TEST(PortableCpuTest, InteractionMatchesTheDefaultCpuBackend) {
       for (Backend* other : others) {
         SCOPED_TRACE(::testing::Message()
                      << other->name() << " dim=" << dim << " tables=" << tables);
-        std::vector<float> out_b(batch * width), db_b(batch * dim), de_b(batch * tables * dim);
+        // Each output is followed by guard floats that must come back untouched: a kernel may
+        // not write past the rows it was given (another thread's part of the batch).
+        constexpr int kGuard = 64;
+        constexpr float kUntouched = -12345.0f;
+        std::vector<float> out_b(batch * width + kGuard, kUntouched);
+        std::vector<float> db_b(batch * dim + kGuard, kUntouched);
+        std::vector<float> de_b(batch * tables * dim + kGuard, kUntouched);
         other->InteractionForward(bottom.data(), emb.data(), batch, tables, dim, out_b.data());
         other->InteractionBackward(bottom.data(), emb.data(), dout.data(), batch, tables, dim,
                                    db_b.data(), de_b.data());
         for (size_t i = 0; i < out_a.size(); ++i) ASSERT_NEAR(out_a[i], out_b[i], 1e-5) << i;
         for (size_t i = 0; i < db_a.size(); ++i) ASSERT_NEAR(db_a[i], db_b[i], 1e-5) << i;
         for (size_t i = 0; i < de_a.size(); ++i) ASSERT_NEAR(de_a[i], de_b[i], 1e-5) << i;
+        for (int i = 0; i < kGuard; ++i) {
+          ASSERT_EQ(out_b[out_a.size() + i], kUntouched) << "forward wrote past its end, at " << i;
+          ASSERT_EQ(db_b[db_a.size() + i], kUntouched) << "dbottom written past its end, at " << i;
+          ASSERT_EQ(de_b[de_a.size() + i], kUntouched) << "demb written past its end, at " << i;
+        }
       }
     }
   }
