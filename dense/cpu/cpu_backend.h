@@ -35,6 +35,15 @@ enum class CpuGemmLibrary { kOneDnn, kOpenBlas };
 absl::StatusOr<CpuGemmLibrary> ParseCpuGemmLibrary(const std::string& name);
 const char* CpuGemmLibraryName(CpuGemmLibrary library);
 
+// How a linear layer's forward (Backend::LinearForward) runs on oneDNN in fp32: a matmul
+// primitive with the bias and the ReLU fused as post-ops, or the GEMM (dnnl_sgemm) then the bias
+// pass. Which is faster depends on the shape (the fused matmul on the layers of kaggle-shape and
+// model1 here, dnnl_sgemm and the bias pass on one output column), so by default both are timed
+// on a layer's first call with each batch size (three alternating runs each, the least times
+// compared) and the faster is kept; the GEMM-only bound's calls (no bias) are timed the same way
+// between the two plain GEMMs, so the bound takes the faster GEMM of each shape.
+enum class CpuLinearForward { kMeasured, kFusedMatmul, kGemmThenBias };
+
 struct CpuBackendOptions {
   // GEMM threads (oneDNN's OpenMP threads and OpenBLAS's); 0 keeps the libraries' default (all
   // cores). OpenBLAS's count is process-wide: the last CpuBackend created with threads > 0 sets
@@ -48,6 +57,8 @@ struct CpuBackendOptions {
   // a CPU with AVX512_BF16 or AMX (FAILED_PRECONDITION otherwise). kTf32 has no CPU kernels and
   // runs as kFp32.
   MathMode math_mode = MathMode::kFp32;
+  // See CpuLinearForward; tests force each way.
+  CpuLinearForward linear_forward = CpuLinearForward::kMeasured;
   // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
   // (tests compare the two).
   bool allow_avx2 = true;
@@ -98,7 +109,16 @@ class CpuBackend final : public Backend {
                      const float* grads, float* state, size_t count) override;
 
  private:
-  CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16);
+  CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16,
+             CpuLinearForward linear_forward);
+  // LinearForward as one oneDNN matmul with the bias (when not null) and the ReLU (with a bias)
+  // fused.
+  void FusedLinearForward(const float* x, const float* w, const float* bias, int batch, int in,
+                          int out, bool relu, float* y);
+  // Times both ways of LinearForward on this call's operands (writing y), with a zero bias or
+  // none, and returns whether the matmul was the faster.
+  bool FusedLinearIsFaster(const float* x, const float* w, bool with_bias, int batch, int in,
+                           int out, bool relu, float* y);
   // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, on the rounded inputs.
   // Sets OpenMP's thread count on the calling thread to threads_ (when > 0), before a oneDNN call.
   void UseOmpThreads();
@@ -129,6 +149,7 @@ class CpuBackend final : public Backend {
   struct Matmuls;                       // cpu_backend.cc
   std::unique_ptr<Matmuls> matmuls_;    // null unless the GEMMs are oneDNN's
   bool bf16_;                           // math_mode bf16
+  CpuLinearForward linear_forward_;
 };
 
 }  // namespace dlrm::dense

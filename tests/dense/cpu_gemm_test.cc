@@ -135,5 +135,48 @@ TEST(CpuBackendGemm, OneDnnAndOpenBlasAgree) {
   }
 }
 
+// A linear layer's forward the two ways oneDNN runs it (the fused matmul, the GEMM then the bias
+// pass) and the measured choice between them: the same values to within the GEMMs' rounding, on
+// a kaggle-shape layer and on a thin one, with and without the ReLU, and the GEMM alone without
+// a bias. Each backend starts with no measurement, so kMeasured times both ways here.
+TEST(CpuBackendGemm, LinearForwardGivesTheSameLayerEachWay) {
+  std::mt19937_64 rng(41);
+  for (const auto& [batch, in, out] : {std::tuple{2048, 367, 512}, {300, 64, 1}}) {
+    const std::vector<float> x = RandomVector(static_cast<size_t>(batch) * in, rng);
+    const std::vector<float> w = RandomVector(static_cast<size_t>(out) * in, rng);
+    const std::vector<float> bias = RandomVector(out, rng);
+    for (const bool relu : {false, true}) {
+      for (const bool with_bias : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << batch << "x" << in << "->" << out << " relu=" << relu
+                                          << " bias=" << with_bias);
+        std::vector<float> y[3];
+        int k = 0;
+        for (CpuLinearForward way : {CpuLinearForward::kGemmThenBias,
+                                     CpuLinearForward::kFusedMatmul, CpuLinearForward::kMeasured}) {
+          auto backend =
+              CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn, .linear_forward = way});
+          ASSERT_TRUE(backend.ok()) << backend.status();
+          y[k].assign(static_cast<size_t>(batch) * out, 99.0f);
+          (*backend)->LinearForward(x.data(), w.data(), with_bias ? bias.data() : nullptr, batch,
+                                    in, out, relu, y[k].data());
+          ++k;
+        }
+        int clipped = 0;
+        for (size_t i = 0; i < y[0].size(); ++i) {
+          clipped += y[0][i] == 0.0f;
+          ASSERT_NEAR(y[1][i], y[0][i], 1e-4 * std::sqrt(static_cast<double>(in))) << i;
+          ASSERT_NEAR(y[2][i], y[0][i], 1e-4 * std::sqrt(static_cast<double>(in))) << i;
+        }
+        // With a bias and the ReLU about half the outputs are zero; without a bias no ReLU.
+        if (relu && with_bias) {
+          EXPECT_GT(clipped, static_cast<int>(y[0].size() / 4));
+        } else {
+          EXPECT_LT(clipped, static_cast<int>(y[0].size() / 100) + 1);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::dense::testing
