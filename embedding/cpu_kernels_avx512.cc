@@ -4,19 +4,7 @@
 #include "embedding/cpu_kernels_avx512.h"
 
 #if defined(__x86_64__)
-// GCC 12's AVX-512 shuffles pass an undefined vector to their masked builtins, which
-// -Wmaybe-uninitialized reports at the header's lines wherever they are inlined (GCC bug 105593,
-// fixed in GCC 13); the warnings are silenced for the header's lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-
-#include "common/avx512_transpose.h"
+#include "common/avx512.h"
 
 namespace dlrm::embedding::avx512 {
 namespace {

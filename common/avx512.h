@@ -1,10 +1,21 @@
-// An in-register transpose of 16 x 16 floats, for the translation units compiled with -mavx512f
-// (embedding/cpu_kernels_avx512.cc, dense/cpu/interaction_avx512.cc). Include it only there, after
-// <immintrin.h>: the function has internal linkage (an anonymous namespace), so no AVX-512 code can
-// reach other objects through a merged inline definition (tests/isa_objects_check.sh).
+// The AVX-512 intrinsics and an in-register transpose of 16 x 16 floats, for the translation units
+// compiled with -mavx512f (embedding/cpu_kernels_avx512.cc, dense/cpu/interaction_avx512.cc).
+// Include it only there: the function has internal linkage (an anonymous namespace), so no AVX-512
+// code can reach other objects through a merged inline definition (tests/isa_objects_check.sh).
 #pragma once
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 shuffles pass an undefined vector to their masked builtins, which
+// -Wmaybe-uninitialized reports at the header's lines wherever they are inlined (GCC bug 105593,
+// fixed in GCC 13); the warnings are silenced for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 
 namespace dlrm::simd {
 namespace {
