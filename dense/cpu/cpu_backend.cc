@@ -236,8 +236,8 @@ struct CpuBackend::Matmuls {
   std::map<std::tuple<int, int, int, bool, bool>, dnnl::matmul> linear;
   // (batch, in, out, bias, relu): whether the matmul was measured the faster (CpuLinearForward)
   std::map<std::tuple<int, int, int, bool, bool>, bool> fused_is_faster;
-  // (trans_a, trans_b, m, n, k, alpha, beta)
-  std::map<std::tuple<bool, bool, int, int, int, float, float>, dnnl::matmul> bf16;
+  // (trans_a, trans_b, m, n, k, alpha, beta, bias, relu)
+  std::map<std::tuple<bool, bool, int, int, int, float, float, bool, bool>, dnnl::matmul> bf16;
   std::vector<uint16_t> a, b;
 };
 
@@ -354,27 +354,32 @@ void CpuBackend::UseOmpThreads() {
 }
 
 void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                          const float* a, const float* b, float beta, float* c) {
+                          const float* a, const float* b, float beta, float* c, const float* bias,
+                          bool relu) {
   using dnnl::memory;
   Matmuls& g = *matmuls_;
-  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, alpha, beta);
+  const bool with_bias = bias != nullptr;
+  const bool with_relu = with_bias && relu;
+  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, alpha, beta, with_bias, with_relu);
   // Row-major operands: A is [m x k] (stored [k x m] when transposed), B [k x n] (stored [n x k]).
   const memory::desc a_md({m, k}, memory::data_type::bf16,
                           trans_a ? memory::dims{1, m} : memory::dims{k, 1});
   const memory::desc b_md({k, n}, memory::data_type::bf16,
                           trans_b ? memory::dims{1, k} : memory::dims{n, 1});
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{n, 1});
+  const memory::desc bias_md({1, n}, memory::data_type::f32, memory::dims{n, 1});
   auto it = g.bf16.find(key);
   if (it == g.bf16.end()) {
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-      dnnl::post_ops ops;
-      ops.append_sum(beta);
-      attr.set_post_ops(ops);
-    }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, g.engine);
-    it = g.bf16.emplace(key, dnnl::matmul(pd)).first;
+    dnnl::post_ops ops;
+    if (beta != 0.0f) ops.append_sum(beta);
+    if (with_relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+    const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                              : dnnl::matmul::desc(a_md, b_md, c_md);
+    it =
+        g.bf16.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, g.engine))).first;
   }
   const int64_t a_count = static_cast<int64_t>(m) * k;
   const int64_t b_count = static_cast<int64_t>(k) * n;
@@ -390,15 +395,19 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
   });
   UseOmpThreads();
   memory a_mem(a_md, g.engine, a16), b_mem(b_md, g.engine, b16), c_mem(c_md, g.engine, c);
-  it->second.execute(g.stream,
-                     {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (with_bias) {
+    args.emplace(DNNL_ARG_BIAS, memory(bias_md, g.engine, const_cast<float*>(bias)));
+  }
+  it->second.execute(g.stream, args);
   g.stream.wait();
 }
 
 void CpuBackend::LinearForward(const float* x, const float* w, const float* bias, int batch, int in,
                                int out, bool relu, float* y) {
   bool fused = false;
-  if (matmuls_ != nullptr && !bf16_ && batch > 0) {
+  if (matmuls_ != nullptr && batch > 0) {
     switch (linear_forward_) {
       case CpuLinearForward::kFusedMatmul:
         fused = true;
@@ -447,16 +456,21 @@ bool CpuBackend::FusedLinearIsFaster(const float* x, const float* w, bool with_b
     split = std::min(split, std::chrono::duration<double>(t1 - t0).count());
     fused = std::min(fused, std::chrono::duration<double>(t2 - t1).count());
   }
+  const char* gemm = bf16_ ? "the bf16 GEMM" : "dnnl_sgemm";
   DLRM_LOG(DEBUG) << "linear forward " << batch << " x " << in << " -> " << out
-                  << (with_bias ? (relu ? ", bias, relu" : ", bias") : ", GEMM only")
-                  << ": oneDNN matmul " << fused * 1e3 << " ms, dnnl_sgemm"
+                  << (with_bias ? (relu ? ", bias, relu" : ", bias") : ", GEMM only") << ": "
+                  << (with_bias ? "fused matmul " : "matmul ") << fused * 1e3 << " ms, " << gemm
                   << (with_bias ? " then the bias pass " : " ") << split * 1e3
-                  << " ms; keeping the " << (fused < split ? "matmul" : "dnnl_sgemm");
+                  << " ms; keeping the " << (fused < split ? "matmul" : gemm);
   return fused < split;
 }
 
 void CpuBackend::FusedLinearForward(const float* x, const float* w, const float* bias, int batch,
                                     int in, int out, bool relu, float* y) {
+  if (bf16_) {
+    GemmBf16(/*trans_a=*/false, /*trans_b=*/true, batch, out, in, 1.0f, x, w, 0.0f, y, bias, relu);
+    return;
+  }
   using dnnl::memory;
   Matmuls& g = *matmuls_;
   const bool with_bias = bias != nullptr;

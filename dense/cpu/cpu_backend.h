@@ -35,13 +35,13 @@ enum class CpuGemmLibrary { kOneDnn, kOpenBlas };
 absl::StatusOr<CpuGemmLibrary> ParseCpuGemmLibrary(const std::string& name);
 const char* CpuGemmLibraryName(CpuGemmLibrary library);
 
-// How a linear layer's forward (Backend::LinearForward) runs on oneDNN in fp32: a matmul
-// primitive with the bias and the ReLU fused as post-ops, or the GEMM (dnnl_sgemm) then the bias
-// pass. Which is faster depends on the shape (the fused matmul on the layers of kaggle-shape and
-// model1 here, dnnl_sgemm and the bias pass on one output column), so by default both are timed
-// on a layer's first call with each batch size (three alternating runs each, the least times
-// compared) and the faster is kept; the GEMM-only bound's calls (no bias) are timed the same way
-// between the two plain GEMMs, so the bound takes the faster GEMM of each shape.
+// How a linear layer's forward (Backend::LinearForward) runs on oneDNN: a matmul primitive with
+// the bias and the ReLU fused as post-ops, or the GEMM (dnnl_sgemm; with math_mode bf16 the bf16
+// matmul) then the bias pass. Which is faster depends on the shape (the fused matmul on the layers
+// of kaggle-shape and model1 here, dnnl_sgemm and the bias pass on one output column), so by
+// default both are timed on a layer's first call with each batch size (three alternating runs each,
+// the least times compared) and the faster is kept; the GEMM-only bound's calls (no bias) are timed
+// the same way between the two plain GEMMs, so the bound takes the faster GEMM of each shape.
 enum class CpuLinearForward { kMeasured, kFusedMatmul, kGemmThenBias };
 
 struct CpuBackendOptions {
@@ -112,7 +112,7 @@ class CpuBackend final : public Backend {
   CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16,
              CpuLinearForward linear_forward);
   // LinearForward as one oneDNN matmul with the bias (when not null) and the ReLU (with a bias)
-  // fused.
+  // fused: fp32, or bf16 inputs with math_mode bf16.
   void FusedLinearForward(const float* x, const float* w, const float* bias, int batch, int in,
                           int out, bool relu, float* y);
   // Times both ways of LinearForward on this call's operands (writing y), with a zero bias or
@@ -122,8 +122,11 @@ class CpuBackend final : public Backend {
   // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, on the rounded inputs.
   // Sets OpenMP's thread count on the calling thread to threads_ (when > 0), before a oneDNN call.
   void UseOmpThreads();
+  // With a bias, c = act(alpha op(a) op(b) + beta c + bias) in the same primitive (a linear
+  // layer's fused forward; act is the ReLU when relu).
   void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                const float* b, float beta, float* c);
+                const float* b, float beta, float* c, const float* bias = nullptr,
+                bool relu = false);
   // Returns at least `count` floats of scratch memory for part `part` of a split loop, reused
   // across calls.
   float* Scratch(size_t count, int part = 0);
