@@ -234,8 +234,8 @@ struct CpuBackend::Matmuls {
   dnnl::stream stream{engine};
   // (batch, in, out, bias, relu)
   std::map<std::tuple<int, int, int, bool, bool>, dnnl::matmul> linear;
-  // (batch, in, out, bias, relu): whether the matmul was measured the faster (CpuLinearForward)
-  std::map<std::tuple<int, int, int, bool, bool>, bool> fused_is_faster;
+  // (batch, in, out): whether the plain matmul was measured faster than the GEMM (CpuLinearForward)
+  std::map<std::tuple<int, int, int>, bool> plain_matmul_is_faster;
   // (trans_a, trans_b, m, n, k, alpha, beta, bias, relu)
   std::map<std::tuple<bool, bool, int, int, int, float, float, bool, bool>, dnnl::matmul> bf16;
   std::vector<uint16_t> a, b;
@@ -414,16 +414,18 @@ void CpuBackend::LinearForward(const float* x, const float* w, const float* bias
         break;
       case CpuLinearForward::kGemmThenBias:
         break;
-      case CpuLinearForward::kMeasured: {
-        // The GEMM-only bound's calls (no bias) are timed on their own: the bound takes the
-        // faster plain GEMM of the two.
-        auto& known = matmuls_->fused_is_faster;
-        const bool with_bias = bias != nullptr;
-        const auto shape = std::make_tuple(batch, in, out, with_bias, with_bias && relu);
+      case CpuLinearForward::kAuto: {
+        if (bias != nullptr) {  // training: a rule of the shape, so every process agrees
+          fused = out >= kMinFusedOutputs && in <= kMaxFusedInputs;
+          break;
+        }
+        // The GEMM-only bound (no bias) changes no model: it takes the plain GEMM measured the
+        // faster on its first call with each shape.
+        auto& known = matmuls_->plain_matmul_is_faster;
+        const auto shape = std::make_tuple(batch, in, out);
         auto it = known.find(shape);
         if (it == known.end()) {
-          it = known.emplace(shape, FusedLinearIsFaster(x, w, with_bias, batch, in, out, relu, y))
-                   .first;
+          it = known.emplace(shape, PlainMatmulIsFaster(x, w, batch, in, out, y)).first;
         }
         fused = it->second;
         break;
@@ -437,32 +439,28 @@ void CpuBackend::LinearForward(const float* x, const float* w, const float* bias
   }
 }
 
-bool CpuBackend::FusedLinearIsFaster(const float* x, const float* w, bool with_bias, int batch,
-                                     int in, int out, bool relu, float* y) {
+bool CpuBackend::PlainMatmulIsFaster(const float* x, const float* w, int batch, int in, int out,
+                                     float* y) {
   using Clock = std::chrono::steady_clock;
-  const std::vector<float> zeros(with_bias ? out : 0, 0.0f);
-  const float* bias = with_bias ? zeros.data() : nullptr;
   // A first call of each (the matmul's kernel is generated then), then three alternating timed
   // calls of each; the least times are compared.
-  Backend::LinearForward(x, w, bias, batch, in, out, relu, y);
-  FusedLinearForward(x, w, bias, batch, in, out, relu, y);
-  double split = 1e30, fused = 1e30;
+  Backend::LinearForward(x, w, nullptr, batch, in, out, false, y);
+  FusedLinearForward(x, w, nullptr, batch, in, out, false, y);
+  double gemm = 1e30, matmul = 1e30;
   for (int i = 0; i < 3; ++i) {
     auto t0 = Clock::now();
-    Backend::LinearForward(x, w, bias, batch, in, out, relu, y);
+    Backend::LinearForward(x, w, nullptr, batch, in, out, false, y);
     auto t1 = Clock::now();
-    FusedLinearForward(x, w, bias, batch, in, out, relu, y);
+    FusedLinearForward(x, w, nullptr, batch, in, out, false, y);
     auto t2 = Clock::now();
-    split = std::min(split, std::chrono::duration<double>(t1 - t0).count());
-    fused = std::min(fused, std::chrono::duration<double>(t2 - t1).count());
+    gemm = std::min(gemm, std::chrono::duration<double>(t1 - t0).count());
+    matmul = std::min(matmul, std::chrono::duration<double>(t2 - t1).count());
   }
-  const char* gemm = bf16_ ? "the bf16 GEMM" : "dnnl_sgemm";
-  DLRM_LOG(DEBUG) << "linear forward " << batch << " x " << in << " -> " << out
-                  << (with_bias ? (relu ? ", bias, relu" : ", bias") : ", GEMM only") << ": "
-                  << (with_bias ? "fused matmul " : "matmul ") << fused * 1e3 << " ms, " << gemm
-                  << (with_bias ? " then the bias pass " : " ") << split * 1e3
-                  << " ms; keeping the " << (fused < split ? "matmul" : gemm);
-  return fused < split;
+  const char* name = bf16_ ? "the bf16 GEMM" : "dnnl_sgemm";
+  DLRM_LOG(DEBUG) << "GEMM-only bound, " << batch << " x " << in << " -> " << out
+                  << ": matmul primitive " << matmul * 1e3 << " ms, " << name << " " << gemm * 1e3
+                  << " ms; keeping the " << (matmul < gemm ? "matmul primitive" : name);
+  return matmul < gemm;
 }
 
 void CpuBackend::FusedLinearForward(const float* x, const float* w, const float* bias, int batch,

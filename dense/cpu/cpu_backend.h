@@ -37,12 +37,16 @@ const char* CpuGemmLibraryName(CpuGemmLibrary library);
 
 // How a linear layer's forward (Backend::LinearForward) runs on oneDNN: a matmul primitive with
 // the bias and the ReLU fused as post-ops, or the GEMM (dnnl_sgemm; with math_mode bf16 the bf16
-// matmul) then the bias pass. Which is faster depends on the shape (the fused matmul on the layers
-// of kaggle-shape and model1 here, dnnl_sgemm and the bias pass on one output column), so by
-// default both are timed on a layer's first call with each batch size (three alternating runs each,
-// the least times compared) and the faster is kept; the GEMM-only bound's calls (no bias) are timed
-// the same way between the two plain GEMMs, so the bound takes the faster GEMM of each shape.
-enum class CpuLinearForward { kMeasured, kFusedMatmul, kGemmThenBias };
+// matmul) then the bias pass. kAuto fuses layers of at least kMinFusedOutputs outputs and at most
+// kMaxFusedInputs inputs, a rule that follows timings on this machine (docs/BENCHMARKS.md): the
+// fused matmul was the faster on every layer of kaggle-shape and on model1's 512-input ones,
+// dnnl_sgemm and the bias pass on a single output column (2-4x) and on model1's 1024 x 1024
+// layers (its step was 2 % longer with them fused). A rule of the shape and not a timing at run
+// time, because the two ways round differently: every process (a resumed job, the other workers)
+// must run the same kernels to get the same bits. The GEMM-only bound's calls (no bias) change no
+// model: there kAuto times the plain matmul against the GEMM on the first call of each shape and
+// keeps the faster, so the bound takes the faster GEMM.
+enum class CpuLinearForward { kAuto, kFusedMatmul, kGemmThenBias };
 
 struct CpuBackendOptions {
   // GEMM threads (oneDNN's OpenMP threads and OpenBLAS's); 0 keeps the libraries' default (all
@@ -58,7 +62,7 @@ struct CpuBackendOptions {
   // runs as kFp32.
   MathMode math_mode = MathMode::kFp32;
   // See CpuLinearForward; tests force each way.
-  CpuLinearForward linear_forward = CpuLinearForward::kMeasured;
+  CpuLinearForward linear_forward = CpuLinearForward::kAuto;
   // Use the AVX2 interaction kernels when the CPU has them; false forces the portable loops
   // (tests compare the two).
   bool allow_avx2 = true;
@@ -115,10 +119,9 @@ class CpuBackend final : public Backend {
   // fused: fp32, or bf16 inputs with math_mode bf16.
   void FusedLinearForward(const float* x, const float* w, const float* bias, int batch, int in,
                           int out, bool relu, float* y);
-  // Times both ways of LinearForward on this call's operands (writing y), with a zero bias or
-  // none, and returns whether the matmul was the faster.
-  bool FusedLinearIsFaster(const float* x, const float* w, bool with_bias, int batch, int in,
-                           int out, bool relu, float* y);
+  // Times the plain matmul primitive against the GEMM on this call's operands (writing y) and
+  // returns whether the matmul was the faster.
+  bool PlainMatmulIsFaster(const float* x, const float* w, int batch, int in, int out, float* y);
   // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, on the rounded inputs.
   // Sets OpenMP's thread count on the calling thread to threads_ (when > 0), before a oneDNN call.
   void UseOmpThreads();
@@ -142,6 +145,8 @@ class CpuBackend final : public Backend {
                       const std::function<void(int64_t, int, int)>& fn);
 
   static constexpr int kMaxParts = 8;
+  static constexpr int kMinFusedOutputs = 16;  // CpuLinearForward::kAuto
+  static constexpr int kMaxFusedInputs = 512;
   int threads_;
   bool avx2_;
   bool avx512_;

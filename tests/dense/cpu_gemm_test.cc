@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -138,7 +139,7 @@ TEST(CpuBackendGemm, OneDnnAndOpenBlasAgree) {
 // A linear layer's forward the two ways oneDNN runs it (the fused matmul, the GEMM then the bias
 // pass) and the measured choice between them: the same values to within the GEMMs' rounding, on
 // a kaggle-shape layer and on a thin one, with and without the ReLU, and the GEMM alone without
-// a bias. Each backend starts with no measurement, so kMeasured times both ways here.
+// a bias (where kAuto times the two plain GEMMs).
 TEST(CpuBackendGemm, LinearForwardGivesTheSameLayerEachWay) {
   std::mt19937_64 rng(41);
   for (const auto& [batch, in, out] : {std::tuple{2048, 367, 512}, {300, 64, 1}}) {
@@ -152,7 +153,7 @@ TEST(CpuBackendGemm, LinearForwardGivesTheSameLayerEachWay) {
         std::vector<float> y[3];
         int k = 0;
         for (CpuLinearForward way : {CpuLinearForward::kGemmThenBias,
-                                     CpuLinearForward::kFusedMatmul, CpuLinearForward::kMeasured}) {
+                                     CpuLinearForward::kFusedMatmul, CpuLinearForward::kAuto}) {
           auto backend =
               CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn, .linear_forward = way});
           ASSERT_TRUE(backend.ok()) << backend.status();
@@ -191,8 +192,8 @@ TEST(CpuBackendGemm, Bf16LinearForwardGivesTheSameLayerEachWay) {
   const std::vector<float> bias = RandomVector(out, rng);
   std::vector<float> y[3];
   int k = 0;
-  for (CpuLinearForward way : {CpuLinearForward::kGemmThenBias, CpuLinearForward::kFusedMatmul,
-                               CpuLinearForward::kMeasured}) {
+  for (CpuLinearForward way :
+       {CpuLinearForward::kGemmThenBias, CpuLinearForward::kFusedMatmul, CpuLinearForward::kAuto}) {
     auto backend = CpuBackend::Create(
         {.gemm = CpuGemmLibrary::kOneDnn, .math_mode = MathMode::kBf16, .linear_forward = way});
     ASSERT_TRUE(backend.ok()) << backend.status();
@@ -219,6 +220,36 @@ TEST(CpuBackendGemm, Bf16LinearForwardGivesTheSameLayerEachWay) {
   // most, and by more than 1e-5 somewhere (else the GEMM did not read bf16).
   EXPECT_LT(worst_to_fp32, 0.5);
   EXPECT_GT(worst_to_fp32, 1e-5);
+}
+
+// kAuto is a rule of the shape, not a timing: its layers have the bits of the fused matmul from 16
+// outputs up and those of the GEMM then the bias pass below, in every backend (a resumed job and
+// the other workers must run the same kernels). With 512 inputs the two ways round differently
+// (about half the outputs differ in their last bits here), so a backend that chose by timing
+// could fail this.
+TEST(CpuBackendGemm, AutoLinearForwardIsTheSameKernelInEveryBackend) {
+  std::mt19937_64 rng(47);
+  for (const int out : {1, 15, 16, 256}) {
+    SCOPED_TRACE(::testing::Message() << "out=" << out);
+    const int batch = 256, in = 512;
+    const std::vector<float> x = RandomVector(static_cast<size_t>(batch) * in, rng);
+    const std::vector<float> w = RandomVector(static_cast<size_t>(out) * in, rng);
+    const std::vector<float> bias = RandomVector(out, rng);
+    auto run = [&](CpuLinearForward way) {
+      auto backend = CpuBackend::Create({.gemm = CpuGemmLibrary::kOneDnn, .linear_forward = way});
+      EXPECT_TRUE(backend.ok()) << backend.status();
+      std::vector<float> y(static_cast<size_t>(batch) * out);
+      (*backend)->LinearForward(x.data(), w.data(), bias.data(), batch, in, out, /*relu=*/true,
+                                y.data());
+      return y;
+    };
+    const std::vector<float> expected =
+        run(out >= 16 ? CpuLinearForward::kFusedMatmul : CpuLinearForward::kGemmThenBias);
+    for (int k = 0; k < 3; ++k) {
+      const std::vector<float> y = run(CpuLinearForward::kAuto);
+      EXPECT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)));
+    }
+  }
 }
 
 }  // namespace
