@@ -239,6 +239,39 @@ struct CpuBackend::Matmuls {
   // (trans_a, trans_b, m, n, k, alpha, beta, bias, relu)
   std::map<std::tuple<bool, bool, int, int, int, float, float, bool, bool>, dnnl::matmul> bf16;
   std::vector<uint16_t> a, b;
+
+  // A matmul c = act(alpha a b + beta c + bias): the bias (a [1 x n] row) when with_bias, the
+  // ReLU when relu, beta's sum post-op when beta != 0.
+  dnnl::matmul Make(const dnnl::memory::desc& a_md, const dnnl::memory::desc& b_md,
+                    const dnnl::memory::desc& c_md, bool with_bias, bool relu, float alpha = 1.0f,
+                    float beta = 0.0f) const {
+    const int64_t n = c_md.dims()[1];
+    const dnnl::memory::desc bias_md({1, n}, dnnl::memory::data_type::f32,
+                                     dnnl::memory::dims{n, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    dnnl::post_ops ops;
+    if (beta != 0.0f) ops.append_sum(beta);
+    if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+    const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                              : dnnl::matmul::desc(a_md, b_md, c_md);
+    return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine));
+  }
+  // Runs `m` (made by Make) on the operands, with the bias when not null, and waits.
+  void Run(const dnnl::matmul& m, const dnnl::memory& a, const dnnl::memory& b,
+           const dnnl::memory& c, const float* bias) {
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (bias != nullptr) {
+      const int64_t n = c.get_desc().dims()[1];
+      const dnnl::memory::desc bias_md({1, n}, dnnl::memory::data_type::f32,
+                                       dnnl::memory::dims{n, 1});
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine, const_cast<float*>(bias)));
+    }
+    m.execute(stream, args);
+    stream.wait();
+  }
 };
 
 CpuBackend::CpuBackend(int threads, bool avx2, bool avx512, CpuGemmLibrary gemm, bool bf16,
@@ -367,19 +400,9 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
   const memory::desc b_md({k, n}, memory::data_type::bf16,
                           trans_b ? memory::dims{1, k} : memory::dims{n, 1});
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{n, 1});
-  const memory::desc bias_md({1, n}, memory::data_type::f32, memory::dims{n, 1});
   auto it = g.bf16.find(key);
   if (it == g.bf16.end()) {
-    dnnl::primitive_attr attr;
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    dnnl::post_ops ops;
-    if (beta != 0.0f) ops.append_sum(beta);
-    if (with_relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(ops);
-    const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
-                                              : dnnl::matmul::desc(a_md, b_md, c_md);
-    it =
-        g.bf16.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, g.engine))).first;
+    it = g.bf16.emplace(key, g.Make(a_md, b_md, c_md, with_bias, with_relu, alpha, beta)).first;
   }
   const int64_t a_count = static_cast<int64_t>(m) * k;
   const int64_t b_count = static_cast<int64_t>(k) * n;
@@ -394,14 +417,8 @@ void CpuBackend::GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float
     RoundToBf16(b + first, b16 + first, last - first);
   });
   UseOmpThreads();
-  memory a_mem(a_md, g.engine, a16), b_mem(b_md, g.engine, b16), c_mem(c_md, g.engine, c);
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  if (with_bias) {
-    args.emplace(DNNL_ARG_BIAS, memory(bias_md, g.engine, const_cast<float*>(bias)));
-  }
-  it->second.execute(g.stream, args);
-  g.stream.wait();
+  g.Run(it->second, memory(a_md, g.engine, a16), memory(b_md, g.engine, b16),
+        memory(c_md, g.engine, c), bias);
 }
 
 void CpuBackend::LinearForward(const float* x, const float* w, const float* bias, int batch, int in,
@@ -476,31 +493,15 @@ void CpuBackend::FusedLinearForward(const float* x, const float* w, const float*
   // x [batch x in] row-major; w is stored [out x in], the [in x out] weights transposed.
   const memory::desc x_md({batch, in}, memory::data_type::f32, memory::dims{in, 1});
   const memory::desc w_md({in, out}, memory::data_type::f32, memory::dims{1, in});
-  const memory::desc b_md({1, out}, memory::data_type::f32, memory::dims{out, 1});
   const memory::desc y_md({batch, out}, memory::data_type::f32, memory::dims{out, 1});
   const auto key = std::make_tuple(batch, in, out, with_bias, with_relu);
   auto it = g.linear.find(key);
   if (it == g.linear.end()) {
-    dnnl::primitive_attr attr;
-    if (with_relu) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-      attr.set_post_ops(ops);
-    }
-    const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(x_md, w_md, b_md, y_md)
-                                              : dnnl::matmul::desc(x_md, w_md, y_md);
-    it = g.linear.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, g.engine)))
-             .first;
+    it = g.linear.emplace(key, g.Make(x_md, w_md, y_md, with_bias, with_relu)).first;
   }
   UseOmpThreads();
-  memory x_mem(x_md, g.engine, const_cast<float*>(x));
-  memory w_mem(w_md, g.engine, const_cast<float*>(w));
-  memory y_mem(y_md, g.engine, y);
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}};
-  if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(b_md, g.engine, const_cast<float*>(bias)));
-  it->second.execute(g.stream, args);
-  g.stream.wait();
+  g.Run(it->second, memory(x_md, g.engine, const_cast<float*>(x)),
+        memory(w_md, g.engine, const_cast<float*>(w)), memory(y_md, g.engine, y), bias);
 }
 
 void CpuBackend::BiasActivation(float* y, const float* bias, int rows, int cols, bool relu) {

@@ -122,9 +122,9 @@ class CpuBackend final : public Backend {
   // Times the plain matmul primitive against the GEMM on this call's operands (writing y) and
   // returns whether the matmul was the faster.
   bool PlainMatmulIsFaster(const float* x, const float* w, int batch, int in, int out, float* y);
-  // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, on the rounded inputs.
   // Sets OpenMP's thread count on the calling thread to threads_ (when > 0), before a oneDNN call.
   void UseOmpThreads();
+  // The bf16 GEMM (math_mode bf16): oneDNN matmul primitives by shape, on the rounded inputs.
   // With a bias, c = act(alpha op(a) op(b) + beta c + bias) in the same primitive (a linear
   // layer's fused forward; act is the ReLU when relu).
   void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
