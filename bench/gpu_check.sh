@@ -1,12 +1,14 @@
 #!/bin/bash
 # gpu_check.sh BUNDLE_DIR : the whole GPU check in one run on the GPU machine: the CUDA tests,
 # then the GPU benchmarks (gather/scatter vs device copy; the full training step vs its GEMM-only
-# bound for kaggle-shape at batch 2048 and 16384 and for model1, all tables on the GPU; and
+# bound for kaggle-shape at batch 2048 and 16384, model1, and mlperf-dcnv2 (DLRM-DCNv2, multi-hot)
+# at batch 16384 in fp32 and bf16, all tables on the GPU; and
 # kaggle-shape with the tables in the store and GPU hot rows), each in its own time box, and a
 # compact summary. The whole script stays under about 8.7 minutes.
 # Make the bundle on the build machine (a CUDA build: make build) with bench/gpu_bundle.sh, which
 # also gives the one device command that unpacks it and runs this script.
 # Every benchmark prints one JSON line (kept verbatim under "json:" for docs/BENCHMARKS.md).
+# GPU_CHECK_LOGS=DIR keeps each step's whole output as DIR/NAME.log (for a device call's $OUT).
 # Exit status: non-zero when a test failed, when every test skipped (no GPU visible), or when a
 # benchmark failed or ran out of its time box.
 set -uo pipefail
@@ -20,6 +22,10 @@ script_start=$(date +%s)
 status=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+logs_dir=${GPU_CHECK_LOGS:-}
+[[ -n "$logs_dir" ]] && mkdir -p "$logs_dir"
+# keep_log NAME: copies the step's output to GPU_CHECK_LOGS, when it is set.
+keep_log() { if [[ -n "$logs_dir" ]]; then cp "$log" "$logs_dir/$1.log"; fi; }
 
 # --- tests ---
 # run_tests NAME SECONDS COMMAND...: a gtest binary in its time box; prints its failures and totals.
@@ -28,6 +34,7 @@ run_tests() {
   local start=$(date +%s)
   timeout "$box" "$@" > "$log" 2>&1
   local rc=$?
+  keep_log "$name"
   # Failures with their first assertion messages, then gtest's own totals.
   grep -E -B6 '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log" | grep -v -E '^\[ RUN|^--$' | head -60
   count() { grep -E "^\[  $1 *\] [0-9]+ tests?" "$log" | grep -oE '[0-9]+' | head -1; }
@@ -61,6 +68,7 @@ bench() {
   local t0=$(date +%s)
   timeout "$box" "$@" > "$log" 2>&1
   local brc=$?
+  keep_log "$name"
   local json
   json=$(grep -E '^\{' "$log" | tail -1)
   if [[ $brc -ne 0 || -z "$json" ]]; then
@@ -82,13 +90,14 @@ if [[ -n "$BENCH_JSON" ]]; then
     "$(field gather_ratio "$BENCH_JSON") (target >= 0.7); scatter ratio" \
     "$(field scatter_ratio "$BENCH_JSON"); copy $(field copy_gbps "$BENCH_JSON") GB/s"
 fi
-for args in "kaggle-shape 2048" "kaggle-shape 16384" "model1 2048"; do
+for args in "kaggle-shape 2048 fp32" "kaggle-shape 16384 fp32" "model1 2048 fp32" \
+  "mlperf-dcnv2 16384 fp32" "mlperf-dcnv2 16384 bf16"; do
   set -- $args
   BENCH_JSON=""
-  bench "train-$1-b$2" 75 "$bundle/bin/dlrm" bench --device cuda --shape "$1" --batch-size "$2" \
-    --steps 10 --rounds 3
+  bench "train-$1-b$2-$3" 75 "$bundle/bin/dlrm" bench --device cuda --shape "$1" \
+    --batch-size "$2" --math-mode "$3" --steps 10 --rounds 3
   if [[ -n "$BENCH_JSON" ]]; then
-    echo "  $1 batch $2: step $(field step_ms_median "$BENCH_JSON") ms, GEMM-only" \
+    echo "  $1 batch $2 $3: step $(field step_ms_median "$BENCH_JSON") ms, GEMM-only" \
       "$(field gemm_only_ms_median "$BENCH_JSON") ms, ratio $(field ratio "$BENCH_JSON")" \
       "(target >= 0.3 at 16384), tables on GPU: $(field tables_on_gpu "$BENCH_JSON")"
   fi
