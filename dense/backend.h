@@ -98,6 +98,15 @@ class Backend {
   // Returns the summed (not mean) binary cross-entropy, computed stably from the logits.
   virtual double SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
                                            float* probs, float* dlogits) = 0;
+  // The same without waiting for the loss: probs and dlogits are written (in stream order) as
+  // above, and TakeLoss() returns the summed loss, waiting for that value alone, so that the
+  // work issued in between (the backward) is queued while the device computes. One loss is
+  // pending at a time: the next Start replaces it. The default computes it at once.
+  virtual void StartSigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
+                                              float* probs, float* dlogits) {
+    pending_loss_ = SigmoidBinaryCrossEntropy(logits, labels, batch, probs, dlogits);
+  }
+  virtual double TakeLoss() { return pending_loss_; }
 
   // One optimizer step over `count` parameters. `state` holds
   // DenseOptimizerStateFloats(options.type) * count floats, zero-initialised by the caller;
@@ -110,6 +119,9 @@ class Backend {
   //            p -= lr (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)
   virtual void OptimizerStep(const DenseOptimizerOptions& options, int64_t step, float* params,
                              const float* grads, float* state, size_t count) = 0;
+
+ private:
+  double pending_loss_ = 0;  // StartSigmoidBinaryCrossEntropy's, by default
 };
 
 }  // namespace dlrm::dense

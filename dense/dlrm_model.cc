@@ -188,10 +188,21 @@ std::vector<DlrmDenseModel::WeightMatrix> DlrmDenseModel::WeightMatrices() {
 
 float DlrmDenseModel::TrainStep(const float* dense_in, const float* emb, const float* labels,
                                 int batch, float* demb, const GradientsReady& ready) {
+  StartTrainStep(dense_in, emb, labels, batch, demb, ready);
+  return TakeTrainLoss();
+}
+
+void DlrmDenseModel::StartTrainStep(const float* dense_in, const float* emb, const float* labels,
+                                    int batch, float* demb, const GradientsReady& ready) {
   Forward(dense_in, emb, batch);
-  const double loss = Loss(labels, batch, nullptr);
+  backend_->StartSigmoidBinaryCrossEntropy(logits_, labels, batch, probs_.data(), dlogits_.data());
   Backward(batch, demb, ready);
-  return batch > 0 ? static_cast<float>(loss / batch) : 0.0f;
+  loss_batch_ = batch;
+}
+
+float DlrmDenseModel::TakeTrainLoss() {
+  const double loss = backend_->TakeLoss();
+  return loss_batch_ > 0 ? static_cast<float>(loss / loss_batch_) : 0.0f;
 }
 
 void DlrmDenseModel::ApplyOptimizer() {

@@ -71,6 +71,13 @@ class DlrmDenseModel {
   // top MLP's last layer first, the bottom MLP's first layer last).
   float TrainStep(const float* dense_in, const float* emb, const float* labels, int batch,
                   float* demb, const GradientsReady& ready = nullptr);
+  // TrainStep in two halves: StartTrainStep issues the forward, loss and backward without
+  // waiting for the device (Backend::StartSigmoidBinaryCrossEntropy), TakeTrainLoss waits for
+  // the loss alone and returns its mean. Work issued in between (the optimizers) queues behind
+  // the backward instead of after a wait.
+  void StartTrainStep(const float* dense_in, const float* emb, const float* labels, int batch,
+                      float* demb, const GradientsReady& ready = nullptr);
+  float TakeTrainLoss();
   // One optimizer step on params() from grads(); increments the step counter.
   void ApplyOptimizer();
 
@@ -148,6 +155,7 @@ class DlrmDenseModel {
   Tensor dbottom_;                 // [max_batch x dim]
   Tensor dlogits_;                 // [max_batch]
   Tensor probs_;                   // [max_batch] scratch when the caller wants no probabilities
+  int loss_batch_ = 0;             // the batch of the last StartTrainStep
   Tensor zeros_;                   // [max_batch x max(1, num_dense)] labels for Predict, input
                                    // for GemmOnlyStep
   Tensor demb_scratch_;            // [max_batch x T x dim] when the caller passes demb = nullptr

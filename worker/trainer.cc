@@ -515,7 +515,9 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     dense_sync_->Begin(model_->grads(), model_->num_params());
     ready = [this](const float* g, size_t count) { dense_sync_->Ready(g, count); };
   }
-  const float loss = model_->TrainStep(dense_in, emb, labels, batch.size, demb, ready);
+  // The loss is taken at the end: the optimizers are queued behind the backward, not after a
+  // wait for the device.
+  model_->StartTrainStep(dense_in, emb, labels, batch.size, demb, ready);
   if (emb_dev_ != nullptr) {
     // TrainStep was the last reader of the staged inputs.
     DLRM_RETURN_IF_ERROR(input_stager_->Release(staged));
@@ -537,7 +539,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(demb_dev_));
     work->grads.assign(num_tables_, {});
     FinishStep(batch, *work);
-    return loss;
+    return model_->TakeTrainLoss();
   }
 
   // Embedding gradients, summed over duplicate ids. Scaled by 1/world so that, like the dense
@@ -547,13 +549,13 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   if (gpu_hot_ != nullptr) {
     DLRM_RETURN_IF_ERROR(gpu_hot_->Backward(work, demb_dev_, 1.0f / static_cast<float>(world)));
     FinishStep(batch, *work);
-    return loss;
+    return model_->TakeTrainLoss();
   }
   if (work->in_place) {
     ApplyGradientsInPlace(batch, *work);
     work->grads.clear();
     FinishStep(batch, *work);
-    return loss;
+    return model_->TakeTrainLoss();
   }
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   work->grads.resize(num_tables_);
@@ -593,7 +595,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   });
   DLRM_RETURN_IF_ERROR(ApplyHotGradients());
   FinishStep(batch, *work);
-  return loss;
+  return model_->TakeTrainLoss();
 }
 
 void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {

@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
     cudaFree(scratch_);
     cudaFree(loss_device_);
     cudaFreeHost(loss_host_);
+    if (loss_ready_ != nullptr) cudaEventDestroy(loss_ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -73,6 +74,7 @@ class CudaBackend final : public Backend {
     }
     DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&loss_device_, sizeof(double)));
     DLRM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&loss_host_, sizeof(double)));
+    DLRM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&loss_ready_, cudaEventDisableTiming));
     return absl::OkStatus();
   }
 
@@ -209,11 +211,23 @@ class CudaBackend final : public Backend {
 
   double SigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
                                    float* probs, float* dlogits) override {
+    StartSigmoidBinaryCrossEntropy(logits, labels, batch, probs, dlogits);
+    return TakeLoss();
+  }
+
+  // The loss lands in pinned memory behind an event: TakeLoss waits for it, not for the work
+  // queued after it (the backward, the optimizers, the next step's lookup).
+  void StartSigmoidBinaryCrossEntropy(const float* logits, const float* labels, int batch,
+                                      float* probs, float* dlogits) override {
     Activate();
     LaunchSigmoidBce(logits, labels, batch, probs, dlogits, loss_device_, stream_);
     DLRM_CUDA_CHECK(
         cudaMemcpyAsync(loss_host_, loss_device_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-    DLRM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    DLRM_CUDA_CHECK(cudaEventRecord(loss_ready_, stream_));
+  }
+
+  double TakeLoss() override {
+    DLRM_CUDA_CHECK(cudaEventSynchronize(loss_ready_));
     return *loss_host_;
   }
 
@@ -245,7 +259,8 @@ class CudaBackend final : public Backend {
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
   double* loss_device_ = nullptr;
-  double* loss_host_ = nullptr;  // pinned
+  double* loss_host_ = nullptr;       // pinned
+  cudaEvent_t loss_ready_ = nullptr;  // recorded after the copy to loss_host_
 };
 
 }  // namespace
