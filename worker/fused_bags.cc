@@ -10,8 +10,11 @@
 namespace dlrm::worker {
 namespace {
 
-// Samples per piece of work when a pool shares the layout.
-constexpr int kSamplesPerPiece = 1024;
+// A piece of the layout's work when a pool shares it: about kIdsPerPiece ids (a multi-hot
+// sample can hold hundreds), between kMinSamples and kMaxSamples samples.
+constexpr int64_t kIdsPerPiece = 16384;
+constexpr int kMinSamples = 64;
+constexpr int kMaxSamples = 1024;
 
 // Lays out bag (b, t) of `batch` as bag b * T + t: out_offsets[b * T + t] is where it starts in
 // out_indices, whose entries are map(t, j) for table t's entries j of sample b. Pieces of samples
@@ -20,9 +23,13 @@ template <typename Map>
 void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
                        int32_t* out_offsets, common::ParallelPool* pool) {
   const int num_tables = static_cast<int>(batch.sparse.size());
+  int64_t nnz = 0;
+  for (const SparseFeature& f : batch.sparse) nnz += f.offsets[batch.size];
+  const int per_piece = static_cast<int>(std::clamp<int64_t>(
+      kIdsPerPiece * batch.size / std::max<int64_t>(nnz, 1), kMinSamples, kMaxSamples));
   auto piece = [&](int64_t p) {
-    const int first = static_cast<int>(p * kSamplesPerPiece);
-    const int last = std::min(batch.size, first + kSamplesPerPiece);
+    const int first = static_cast<int>(p * per_piece);
+    const int last = std::min(batch.size, first + per_piece);
     int32_t at = 0;
     for (const SparseFeature& f : batch.sparse) at += f.offsets[first];
     for (int b = first; b < last; ++b) {
@@ -33,15 +40,13 @@ void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
       }
     }
   };
-  const int64_t pieces = (batch.size + kSamplesPerPiece - 1) / kSamplesPerPiece;
+  const int64_t pieces = (batch.size + per_piece - 1) / per_piece;
   if (pool != nullptr && pieces > 1) {
     pool->ParallelFor(pieces, piece);
   } else {
     for (int64_t p = 0; p < pieces; ++p) piece(p);
   }
-  int32_t total = 0;
-  for (const SparseFeature& f : batch.sparse) total += f.offsets[batch.size];
-  out_offsets[static_cast<size_t>(batch.size) * num_tables] = total;
+  out_offsets[static_cast<size_t>(batch.size) * num_tables] = static_cast<int32_t>(nnz);
 }
 
 // Runs check(t) for every table (on `pool` when given) and returns the first table's error.

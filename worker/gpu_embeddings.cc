@@ -51,6 +51,7 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
     o.optimizer = options_.optimizer;
     o.dtype = options_.tables.front().dtype;  // Create checked that every table shares it
     o.rounding_seed = options_.seed;
+    o.pool = options_.pool;  // the checks and copies of a step's ids
     o.device = dense::cuda::CudaDeviceOf(*options_.backend);
     o.stream = dense::cuda::CudaStreamOf(*options_.backend);
     DLRM_ASSIGN_OR_RETURN(table_, GpuEmbeddingTable::Create(o));

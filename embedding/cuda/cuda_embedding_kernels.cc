@@ -53,7 +53,7 @@ class CudaEmbeddingKernels final : public EmbeddingKernels {
       DLRM_CUDA_CHECK(cudaStreamSynchronize(stream_));
       nnz = *nnz_host_;
     }
-    const size_t bytes = ScatterGradWorkspaceBytes(nnz, num_rows);
+    const size_t bytes = ScatterGradWorkspaceBytes(nnz, num_rows, dim);
     if (bytes > workspace_bytes_) {
       DLRM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use it
       DLRM_CUDA_CHECK(cudaFree(workspace_));

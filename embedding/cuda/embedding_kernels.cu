@@ -1,6 +1,7 @@
 // CUDA embedding kernels: pooled gather, deterministic gradient aggregation, fused sparse
 // optimizers. Rows are read and written through float4 when dim, strides and pointers are
 // multiples of 4 floats (16 bytes), so a warp moves whole 128-byte lines.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
@@ -61,7 +62,7 @@ __device__ __forceinline__ bool MeanBag(const BagPooling& pooling, int bag) {
                                         : pooling.table_means[bag % pooling.num_tables] != 0;
 }
 
-// ---- pooled gather: a team of `lanes` lanes per bag, four rows in flight per lane ----
+// ---- pooled gather: a team of `lanes` lanes per bag, up to eight rows in flight per lane ----
 template <typename T>
 __global__ void PooledGatherKernel(const float* __restrict__ rows, int64_t row_stride, int dim,
                                    const int64_t* __restrict__ indices,
@@ -81,6 +82,17 @@ __global__ void PooledGatherKernel(const float* __restrict__ rows, int64_t row_s
     const float* base = rows + col * kV;
     T acc = Zero(static_cast<T*>(nullptr));
     int j = begin;
+    // Eight rows in flight per lane (their indices first), added in index order.
+    for (; j + 8 <= end; j += 8) {
+      int64_t id[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) id[u] = indices[j + u];
+      T r[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) r[u] = Load<T>(base + id[u] * row_stride);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc = Add(acc, r[u]);
+    }
     for (; j + 4 <= end; j += 4) {
       const T r0 = Load<T>(base + indices[j] * row_stride);
       const T r1 = Load<T>(base + indices[j + 1] * row_stride);
@@ -110,57 +122,169 @@ __global__ void ScatterPrepKernel(const int64_t* __restrict__ indices,
   }
 }
 
-// Sums each segment of equal keys. Output row: the key itself, or, when `segment_index` is given
-// (compact form), the segment's rank among the segments, with its key stored in compact_slots.
-template <typename T>
-__global__ void SegmentSumKernel(const int64_t* __restrict__ keys,
-                                 const int32_t* __restrict__ samples, int nnz,
-                                 const float* __restrict__ dout, int64_t out_stride,
-                                 const int32_t* __restrict__ offsets, BagPooling pooling, int dim,
-                                 int64_t num_rows, float* __restrict__ grad_rows, int lanes,
-                                 const int32_t* __restrict__ segment_index,
-                                 int64_t* __restrict__ compact_slots) {
-  constexpr int kV = sizeof(T) / sizeof(float);
-  const int64_t p = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (p >= nnz) return;  // uniform per warp
+// A segment is a run of equal valid keys after the sort. Segments are cut into chunks at every
+// multiple of kChunk positions, so that no warp sums more than kChunk entries however popular an
+// id is (Zipf ids, and tables of a few rows, make segments of tens of thousands of entries: one
+// warp per segment left the GPU idle behind the longest one). A segment of one chunk is written
+// straight to its row; each chunk of a longer segment writes a partial sum, and one block per
+// such segment adds its partials in chunk order. Every sum has a fixed order: deterministic.
+constexpr int kChunk = 64;
+
+__device__ __forceinline__ bool ChunkStart(const int64_t* keys, int p, int64_t key) {
+  return p == 0 || keys[p - 1] != key || p % kChunk == 0;
+}
+
+// The partial-sum slot of a chunk that starts at `begin` and is not a whole segment. A chunk
+// begins at a segment start or at a multiple of kChunk, so a block of kChunk positions holds at
+// most two such chunks: the one that starts at the block (slot 2k) and the first chunk of a
+// segment that starts inside the block and runs past its end (slot 2k + 1).
+__device__ __forceinline__ int64_t PartialSlot(int begin) {
+  return 2 * static_cast<int64_t>(begin / kChunk) + (begin % kChunk == 0 ? 0 : 1);
+}
+
+// flags[p]: 1 << 32 where a segment starts, plus 1 where a chunk starts; their inclusive scan
+// then holds, for each position, the segments (high 32 bits) and chunks (low) up to it.
+__global__ void ChunkFlagsKernel(const int64_t* __restrict__ keys, int nnz, int64_t num_rows,
+                                 int64_t* __restrict__ flags) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= nnz) return;
+  const int64_t key = keys[p];
+  const bool valid = key < num_rows;
+  const bool segment = valid && (p == 0 || keys[p - 1] != key);
+  const bool chunk = valid && ChunkStart(keys, p, key);
+  flags[p] = (static_cast<int64_t>(segment) << 32) | static_cast<int64_t>(chunk);
+}
+
+__device__ __forceinline__ int ChunksThrough(int64_t scanned) {
+  return static_cast<int>(scanned & 0xffffffff);
+}
+__device__ __forceinline__ int SegmentRank(int64_t scanned) {
+  return static_cast<int>(scanned >> 32) - 1;
+}
+
+// chunk_begin[c] = the first position of chunk c, chunk_begin[chunks] = the end of the valid
+// keys; last_chunk[s] = segment s's last chunk; totals[0] = the number of chunks (left 0 when no
+// key is valid: totals is zeroed before).
+__global__ void ChunkListKernel(const int64_t* __restrict__ keys, int nnz, int64_t num_rows,
+                                const int64_t* __restrict__ scanned,
+                                int32_t* __restrict__ chunk_begin, int32_t* __restrict__ last_chunk,
+                                int32_t* __restrict__ totals) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= nnz) return;
   const int64_t key = keys[p];
   if (key >= num_rows) return;
-  if (p > 0 && keys[p - 1] == key) return;  // not the first entry of its segment
+  const int64_t sc = scanned[p];
+  const int chunks = ChunksThrough(sc);
+  if (ChunkStart(keys, p, key)) chunk_begin[chunks - 1] = p;
+  if (p + 1 == nnz || keys[p + 1] != key) {
+    last_chunk[SegmentRank(sc)] = chunks - 1;
+    if (p + 1 == nnz || keys[p + 1] >= num_rows) {  // the last valid key (invalid ones sort last)
+      chunk_begin[chunks] = p + 1;
+      totals[0] = chunks;
+    }
+  }
+}
+
+struct ChunkSums {
+  const int64_t* keys;
+  const int32_t* samples;
+  const int64_t* scanned;
+  const int32_t* chunk_begin;
+  const int32_t* last_chunk;
+  int32_t* totals;      // [0]: chunks; [1]: segments of several chunks (counted here)
+  int32_t* long_first;  // the first chunk of each segment of several chunks, in no order
+  float* partials;      // 2 x ceil(nnz / kChunk) rows of dim (PartialSlot)
+  int nnz;
+  int dim;
+  // Output row of a segment: its key, or, in compact form (compact_slots given), its rank, with
+  // its key stored in compact_slots.
+  float* grad_rows;
+  int64_t* compact_slots;
+};
+
+// One warp per chunk (grid-stride over the chunk count on the device): the chunk's entries in
+// position order, strided over the warp's lane groups and combined by a fixed shuffle tree.
+template <typename T>
+__global__ void ChunkSumKernel(ChunkSums a, const float* __restrict__ dout, int64_t out_stride,
+                               const int32_t* __restrict__ offsets, BagPooling pooling, int lanes) {
+  constexpr int kV = sizeof(T) / sizeof(float);
   const int lane = threadIdx.x % kWarp;
   const int groups = kWarp / lanes;
   const int g = lane / lanes;
   const int c = lane % lanes;
-  const int vectors = dim / kV;
-  int64_t out_row = key;
-  if (segment_index != nullptr) {
-    out_row = segment_index[p] - 1;  // inclusive scan of the segment-start flags
-    if (lane == 0) compact_slots[out_row] = key;
-  }
-  for (int base = 0; base < vectors; base += lanes) {  // uniform bound: shuffles below are safe
-    const int col = base + c;
-    const bool active = col < vectors;
-    T acc = Zero(static_cast<T*>(nullptr));
-    if (active) {
-      for (int64_t e = p + g; e < nnz && keys[e] == key; e += groups) {
-        const int b = samples[e];
-        float scale = 1.0f;
-        // b holds entry e, so its length is >= 1.
-        if (MeanBag(pooling, b)) scale = 1.0f / static_cast<float>(offsets[b + 1] - offsets[b]);
-        acc = Add(acc, Scale(Load<T>(dout + b * out_stride + col * kV), scale));
-      }
+  const int vectors = a.dim / kV;
+  const int chunks = a.totals[0];
+  const int warps = gridDim.x * (blockDim.x / kWarp);
+  for (int t = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp; t < chunks; t += warps) {
+    const int begin = a.chunk_begin[t];
+    const int end = a.chunk_begin[t + 1];
+    const int64_t key = a.keys[begin];
+    const int segment = SegmentRank(a.scanned[begin]);
+    const bool starts = begin == 0 || a.keys[begin - 1] != key;
+    const bool ends = end == a.nnz || a.keys[end] != key;
+    const int64_t out_row = a.compact_slots != nullptr ? segment : key;
+    if (starts && lane == 0) {
+      if (a.compact_slots != nullptr) a.compact_slots[segment] = key;
+      if (!ends) a.long_first[atomicAdd(&a.totals[1], 1)] = t;
     }
-    for (int off = lanes; off < kWarp; off *= 2) acc = Add(acc, ShflXor(acc, off));
-    if (g == 0 && active) Store(grad_rows + out_row * dim + col * kV, acc);
+    float* dst =
+        starts && ends ? a.grad_rows + out_row * a.dim : a.partials + PartialSlot(begin) * a.dim;
+    for (int base = 0; base < vectors; base += lanes) {  // uniform bound: shuffles below are safe
+      const int col = base + c;
+      const bool active = col < vectors;
+      T acc = Zero(static_cast<T*>(nullptr));
+      if (active) {
+#pragma unroll 4
+        for (int e = begin + g; e < end; e += groups) {
+          const int b = a.samples[e];
+          float scale = 1.0f;
+          // b holds entry e, so its length is >= 1.
+          if (MeanBag(pooling, b)) scale = 1.0f / static_cast<float>(offsets[b + 1] - offsets[b]);
+          acc = Add(acc, Scale(Load<T>(dout + b * out_stride + col * kV), scale));
+        }
+      }
+      for (int off = lanes; off < kWarp; off *= 2) acc = Add(acc, ShflXor(acc, off));
+      if (g == 0 && active) Store(dst + col * kV, acc);
+    }
   }
 }
 
-// flags[p] = 1 where a segment of valid keys starts.
-__global__ void SegmentStartKernel(const int64_t* __restrict__ keys, int nnz, int64_t num_rows,
-                                   int32_t* __restrict__ flags) {
-  const int p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (p >= nnz) return;
-  const int64_t key = keys[p];
-  flags[p] = (key < num_rows && (p == 0 || keys[p - 1] != key)) ? 1 : 0;
+// One block per segment of several chunks: its partials in chunk order, strided over the block's
+// lane groups, then the groups' sums in group order through shared memory.
+template <typename T>
+__global__ void LongSegmentSumKernel(ChunkSums a, int lanes) {
+  constexpr int kV = sizeof(T) / sizeof(float);
+  __shared__ T sums[kBlock];
+  const int groups = blockDim.x / lanes;
+  const int g = threadIdx.x / lanes;
+  const int c = threadIdx.x % lanes;
+  const int vectors = a.dim / kV;
+  const int segments = a.totals[1];
+  for (int i = blockIdx.x; i < segments; i += gridDim.x) {  // uniform per block
+    const int first = a.long_first[i];
+    const int begin = a.chunk_begin[first];
+    const int64_t key = a.keys[begin];
+    const int segment = SegmentRank(a.scanned[begin]);
+    const int last = a.last_chunk[segment];
+    const int64_t out_row = a.compact_slots != nullptr ? segment : key;
+    for (int base = 0; base < vectors; base += lanes) {
+      const int col = base + c;
+      T acc = Zero(static_cast<T*>(nullptr));
+      if (col < vectors) {
+#pragma unroll 4
+        for (int t = first + g; t <= last; t += groups) {
+          acc = Add(acc, Load<T>(a.partials + PartialSlot(a.chunk_begin[t]) * a.dim + col * kV));
+        }
+      }
+      sums[threadIdx.x] = acc;
+      __syncthreads();
+      if (g == 0 && col < vectors) {
+        for (int h = 1; h < groups; ++h) acc = Add(acc, sums[h * lanes + c]);
+        Store(a.grad_rows + out_row * a.dim + col * kV, acc);
+      }
+      __syncthreads();  // sums is rewritten by the next column pass or segment
+    }
+  }
 }
 
 constexpr size_t kAlign = 256;
@@ -181,9 +305,23 @@ size_t CubTempBytes(int nnz, int64_t num_rows) {
       KeyBits(num_rows)));
   size_t scan_bytes = 0;
   DLRM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes,
-                                                static_cast<const int32_t*>(nullptr),
-                                                static_cast<int32_t*>(nullptr), nnz));
+                                                static_cast<const int64_t*>(nullptr),
+                                                static_cast<int64_t*>(nullptr), nnz));
   return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
+}
+
+// Partial-sum rows of the chunks of long segments (PartialSlot).
+size_t PartialRows(int nnz) { return 2 * ((static_cast<size_t>(nnz) + kChunk - 1) / kChunk); }
+
+// Blocks for a grid-stride kernel: enough to fill the device, at most `wanted`.
+int GridStrideBlocks(int64_t wanted) {
+  static const int cap = [] {
+    int device = 0, sms = 0;
+    DLRM_CUDA_CHECK(cudaGetDevice(&device));
+    DLRM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return std::max(1, sms) * (2048 / kBlock);
+  }();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, cap)));
 }
 
 // ---- sparse optimizers: a team of `lanes` lanes per row ----
@@ -274,10 +412,12 @@ void LaunchPooledGather(const float* rows, int64_t row_stride, int dim, const in
   DLRM_CUDA_CHECK_LAUNCH();
 }
 
-size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows) {
-  if (nnz <= 0 || num_rows <= 0) return 0;
+size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows, int dim) {
+  if (nnz <= 0 || num_rows <= 0 || dim <= 0) return 0;
   const size_t n = static_cast<size_t>(nnz);
-  return 2 * AlignUp(n * sizeof(int64_t)) + 2 * AlignUp(n * sizeof(int32_t)) +
+  return 3 * AlignUp(n * sizeof(int64_t)) + 2 * AlignUp(n * sizeof(int32_t)) +
+         AlignUp((n + 1) * sizeof(int32_t)) + AlignUp(PartialRows(nnz) / 2 * sizeof(int32_t)) +
+         AlignUp(2 * sizeof(int32_t)) + AlignUp(PartialRows(nnz) * dim * sizeof(float)) +
          AlignUp(CubTempBytes(nnz, num_rows));
 }
 
@@ -290,8 +430,9 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
                  int64_t num_rows, float* grad_rows, int64_t* compact_slots, void* workspace,
                  size_t workspace_bytes, cudaStream_t stream) {
   const size_t n = static_cast<size_t>(nnz);
-  DLRM_CHECK(workspace_bytes >= ScatterGradWorkspaceBytes(nnz, num_rows))
-      << "scatter workspace of " << workspace_bytes << " bytes is too small for nnz=" << nnz;
+  DLRM_CHECK(workspace_bytes >= ScatterGradWorkspaceBytes(nnz, num_rows, dim))
+      << "scatter workspace of " << workspace_bytes << " bytes is too small for nnz=" << nnz
+      << ", dim=" << dim;
   DLRM_CHECK(pooling.table_means == nullptr || pooling.num_tables > 0)
       << "per-table pooling of " << pooling.num_tables << " tables";
   char* cursor = static_cast<char*>(workspace);
@@ -302,8 +443,13 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
   };
   auto* keys_in = reinterpret_cast<int64_t*>(take(n * sizeof(int64_t)));
   auto* keys_out = reinterpret_cast<int64_t*>(take(n * sizeof(int64_t)));
+  auto* scanned = reinterpret_cast<int64_t*>(take(n * sizeof(int64_t)));
   auto* samples_in = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
   auto* samples_out = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
+  auto* chunk_begin = reinterpret_cast<int32_t*>(take((n + 1) * sizeof(int32_t)));
+  auto* long_first = reinterpret_cast<int32_t*>(take(PartialRows(nnz) / 2 * sizeof(int32_t)));
+  auto* totals = reinterpret_cast<int32_t*>(take(2 * sizeof(int32_t)));
+  auto* partials = reinterpret_cast<float*>(take(PartialRows(nnz) * dim * sizeof(float)));
   const size_t temp_capacity = CubTempBytes(nnz, num_rows);
   void* temp = take(temp_capacity);
   size_t temp_bytes = temp_capacity;  // CUB calls take it by reference: reset before each
@@ -314,30 +460,48 @@ void ScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* 
   // Stable LSD radix sort: equal keys keep their (increasing) sample order.
   DLRM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, samples_in,
                                                   samples_out, nnz, 0, KeyBits(num_rows), stream));
-  int32_t* segment_index = nullptr;
+  // keys_in and samples_in are free after the sort: the flags in one, last_chunk in the other.
+  int64_t* flags = keys_in;
+  int32_t* last_chunk = samples_in;
+  ChunkFlagsKernel<<<BlocksFor(nnz), kBlock, 0, stream>>>(keys_out, nnz, num_rows, flags);
+  DLRM_CUDA_CHECK_LAUNCH();
+  temp_bytes = temp_capacity;
+  DLRM_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, flags, scanned, nnz, stream));
+  DLRM_CUDA_CHECK(cudaMemsetAsync(totals, 0, 2 * sizeof(int32_t), stream));
   if (compact_slots != nullptr) {
-    // keys_in and samples_in are free after the sort: flags in one, their scan in the other.
-    int32_t* flags = samples_in;
-    segment_index = reinterpret_cast<int32_t*>(keys_in);
-    SegmentStartKernel<<<BlocksFor(nnz), kBlock, 0, stream>>>(keys_out, nnz, num_rows, flags);
-    DLRM_CUDA_CHECK_LAUNCH();
-    temp_bytes = temp_capacity;
-    DLRM_CUDA_CHECK(
-        cub::DeviceScan::InclusiveSum(temp, temp_bytes, flags, segment_index, nnz, stream));
     // Slots past the last segment stay -1 (all bits set): the optimizer skips them.
     DLRM_CUDA_CHECK(cudaMemsetAsync(compact_slots, 0xff, n * sizeof(int64_t), stream));
   }
+  ChunkListKernel<<<BlocksFor(nnz), kBlock, 0, stream>>>(keys_out, nnz, num_rows, scanned,
+                                                         chunk_begin, last_chunk, totals);
+  DLRM_CUDA_CHECK_LAUNCH();
+  const ChunkSums sums{.keys = keys_out,
+                       .samples = samples_out,
+                       .scanned = scanned,
+                       .chunk_begin = chunk_begin,
+                       .last_chunk = last_chunk,
+                       .totals = totals,
+                       .long_first = long_first,
+                       .partials = partials,
+                       .nnz = nnz,
+                       .dim = dim,
+                       .grad_rows = grad_rows,
+                       .compact_slots = compact_slots};
   const bool vec4 = dim % 4 == 0 && out_stride % 4 == 0 && Aligned16(dout) && Aligned16(grad_rows);
   const int lanes = LanesFor(vec4 ? dim / 4 : dim);
-  const int blocks = BlocksFor(static_cast<int64_t>(nnz) * kWarp);
+  // At most nnz chunks (one warp each); at most PartialRows / 2 long segments (one block each).
+  const int chunk_blocks = GridStrideBlocks(BlocksFor(static_cast<int64_t>(nnz) * kWarp));
+  const int long_blocks = GridStrideBlocks(static_cast<int64_t>(PartialRows(nnz) / 2));
   if (vec4) {
-    SegmentSumKernel<float4><<<blocks, kBlock, 0, stream>>>(
-        keys_out, samples_out, nnz, dout, out_stride, offsets, pooling, dim, num_rows, grad_rows,
-        lanes, segment_index, compact_slots);
+    ChunkSumKernel<float4>
+        <<<chunk_blocks, kBlock, 0, stream>>>(sums, dout, out_stride, offsets, pooling, lanes);
+    DLRM_CUDA_CHECK_LAUNCH();
+    LongSegmentSumKernel<float4><<<long_blocks, kBlock, 0, stream>>>(sums, lanes);
   } else {
-    SegmentSumKernel<float><<<blocks, kBlock, 0, stream>>>(
-        keys_out, samples_out, nnz, dout, out_stride, offsets, pooling, dim, num_rows, grad_rows,
-        lanes, segment_index, compact_slots);
+    ChunkSumKernel<float>
+        <<<chunk_blocks, kBlock, 0, stream>>>(sums, dout, out_stride, offsets, pooling, lanes);
+    DLRM_CUDA_CHECK_LAUNCH();
+    LongSegmentSumKernel<float><<<long_blocks, kBlock, 0, stream>>>(sums, lanes);
   }
   DLRM_CUDA_CHECK_LAUNCH();
 }

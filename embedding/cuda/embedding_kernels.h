@@ -18,13 +18,15 @@ void LaunchPooledGather(const float* rows, int64_t row_stride, int dim, const in
                         const int32_t* offsets, int batch, const BagPooling& pooling, float* out,
                         int64_t out_stride, cudaStream_t stream);
 
-// Bytes of device workspace LaunchPooledScatterGrad needs for `nnz` indices.
-size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows);
+// Bytes of device workspace LaunchPooledScatterGrad needs for `nnz` indices of rows of `dim`.
+size_t ScatterGradWorkspaceBytes(int nnz, int64_t num_rows, int dim);
 
 // Sort-based and deterministic: (index, sample) pairs are radix-sorted by index (stable, so each
-// index's samples stay in increasing order), then one warp per distinct index sums its gradients
-// in a fixed order (strided over the warp's lane groups, combined by a fixed shuffle tree). No
-// atomics: the same input gives bit-identical output on every run. `nnz` = offsets[batch].
+// index's samples stay in increasing order), each run of one index is cut into chunks of at most
+// 64 entries, one warp sums each chunk in a fixed order (strided over the warp's lane groups,
+// combined by a fixed shuffle tree), and an index of several chunks adds their sums in chunk
+// order. No floating-point atomics: the same input gives bit-identical output on every run, and
+// a popular index costs no more than others. `nnz` = offsets[batch].
 // Indices outside [0, num_rows) are ignored. `workspace` holds ScatterGradWorkspaceBytes bytes.
 void LaunchPooledScatterGrad(const float* dout, int64_t out_stride, int dim, const int64_t* indices,
                              const int32_t* offsets, int batch, int nnz, const BagPooling& pooling,

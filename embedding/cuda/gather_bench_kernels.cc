@@ -93,7 +93,7 @@ absl::StatusOr<GatherBenchResult> RunGatherBench(const GatherBenchOptions& o) {
   DLRM_ASSIGN_OR_RETURN(float* out, r.Alloc<float>(static_cast<size_t>(o.batch) * o.dim));
   DLRM_ASSIGN_OR_RETURN(float* grads, r.Alloc<float>(static_cast<size_t>(nnz) * o.dim));
   DLRM_ASSIGN_OR_RETURN(int64_t * slots, r.Alloc<int64_t>(nnz));
-  const size_t workspace_bytes = ScatterGradWorkspaceBytes(nnz, o.rows);
+  const size_t workspace_bytes = ScatterGradWorkspaceBytes(nnz, o.rows, o.dim);
   DLRM_ASSIGN_OR_RETURN(char* workspace, r.Alloc<char>(workspace_bytes));
   DLRM_ASSIGN_OR_RETURN(char* copy_src, r.Alloc<char>(o.copy_bytes));
   DLRM_ASSIGN_OR_RETURN(char* copy_dst, r.Alloc<char>(o.copy_bytes));

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,41 @@
 #include "embedding/cuda/table_poolings.h"
 
 namespace dlrm::embedding::cuda {
+namespace {
+
+// The host passes over a call's ids run in pieces of this many on the table's pool.
+constexpr int64_t kHostPiece = int64_t{1} << 16;
+
+// fn(begin, end) over [0, n) in pieces, on `pool` when there is one and more than one piece.
+template <typename Fn>
+void ForPieces(common::ParallelPool* pool, int64_t n, Fn fn) {
+  const int64_t pieces = (n + kHostPiece - 1) / kHostPiece;
+  if (pool == nullptr || pieces <= 1) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+  pool->ParallelFor(pieces,
+                    [&](int64_t p) { fn(p * kHostPiece, std::min(n, (p + 1) * kHostPiece)); });
+}
+
+// The first position in [0, n) where bad(position) holds, or n. `bad_in(begin, end)` says
+// whether a piece holds one at all (a branch-free pass the compiler vectorises); only such
+// pieces are searched for the position.
+template <typename AnyBad, typename Bad>
+int64_t FirstBad(common::ParallelPool* pool, int64_t n, AnyBad bad_in, Bad bad) {
+  std::atomic<int64_t> first{n};
+  ForPieces(pool, n, [&](int64_t begin, int64_t end) {
+    if (!bad_in(begin, end)) return;
+    int64_t j = begin;
+    while (!bad(j)) ++j;
+    for (int64_t seen = first.load(); j < seen && !first.compare_exchange_weak(seen, j);) {
+    }
+  });
+  return first.load();
+}
+
+}  // namespace
+
 struct GpuEmbeddingTable::Scratch {
   DeviceBuffer ids;      // int64 ids, nnz
   DeviceBuffer offsets;  // int32, batch + 1; then, 256-byte aligned, per-table mean flags
@@ -117,14 +153,20 @@ absl::Status GpuEmbeddingTable::Synchronize() {
 }
 
 absl::Status GpuEmbeddingTable::CheckIds(const int64_t* ids, int64_t n) const {
-  for (int64_t j = 0; j < n; ++j) {
-    if (ids[j] < 0 || ids[j] >= options_.rows) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table ", options_.name, ": id ", ids[j], ids[j] < 0 ? " < 0" : " >= rows ",
-                       ids[j] < 0 ? "" : absl::StrCat(options_.rows), " (position ", j, ")"));
-    }
-  }
-  return absl::OkStatus();
+  // As unsigned, a negative id is >= rows too.
+  const uint64_t rows = static_cast<uint64_t>(options_.rows);
+  const int64_t j = FirstBad(
+      options_.pool, n,
+      [&](int64_t begin, int64_t end) {
+        bool bad = false;
+        for (int64_t i = begin; i < end; ++i) bad |= static_cast<uint64_t>(ids[i]) >= rows;
+        return bad;
+      },
+      [&](int64_t i) { return static_cast<uint64_t>(ids[i]) >= rows; });
+  if (j == n) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("table ", options_.name, ": id ", ids[j], ids[j] < 0 ? " < 0" : " >= rows ",
+                   ids[j] < 0 ? "" : absl::StrCat(options_.rows), " (position ", j, ")"));
 }
 
 absl::Status GpuEmbeddingTable::CheckBags(const int32_t* offsets, int batch) const {
@@ -138,14 +180,18 @@ absl::Status GpuEmbeddingTable::CheckBags(const int32_t* offsets, int batch) con
     return absl::InvalidArgumentError(
         absl::StrCat("table ", options_.name, ": offsets[0] = ", offsets[0], ", expected 0"));
   }
-  for (int b = 0; b < batch; ++b) {
-    if (offsets[b + 1] < offsets[b]) {
-      return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": offsets[", b + 1,
-                                                     "] = ", offsets[b + 1], " < offsets[", b,
-                                                     "] = ", offsets[b]));
-    }
-  }
-  return absl::OkStatus();
+  const int64_t b = FirstBad(
+      options_.pool, batch,
+      [&](int64_t begin, int64_t end) {
+        bool bad = false;
+        for (int64_t i = begin; i < end; ++i) bad |= offsets[i + 1] < offsets[i];
+        return bad;
+      },
+      [&](int64_t i) { return offsets[i + 1] < offsets[i]; });
+  if (b == batch) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": offsets[", b + 1,
+                                                 "] = ", offsets[b + 1], " < offsets[", b,
+                                                 "] = ", offsets[b]));
 }
 
 absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets,
@@ -165,7 +211,9 @@ absl::Status GpuEmbeddingTable::StageInputs(const int64_t* ids, int64_t n, const
   DLRM_RETURN_IF_ERROR(s.ids.Reserve(std::max<size_t>(id_bytes, 8), stream));
   char* host = s.pinned.data();
   if (id_bytes > 0) {
-    std::memcpy(host, ids, id_bytes);
+    ForPieces(options_.pool, n, [&](int64_t begin, int64_t end) {
+      std::memcpy(host + begin * sizeof(int64_t), ids + begin, (end - begin) * sizeof(int64_t));
+    });
     DLRM_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(s.ids.ptr, host, id_bytes, cudaMemcpyHostToDevice, stream));
   }
@@ -376,7 +424,7 @@ absl::Status GpuEmbeddingTable::ApplyStaged(int batch, int nnz, const BagPooling
   DLRM_RETURN_IF_ERROR(
       s.grads.Reserve(static_cast<size_t>(nnz) * options_.dim * sizeof(float), stream));
   DLRM_RETURN_IF_ERROR(s.slots.Reserve(static_cast<size_t>(nnz) * sizeof(int64_t), stream));
-  const size_t workspace_bytes = ScatterGradWorkspaceBytes(nnz, options_.rows);
+  const size_t workspace_bytes = ScatterGradWorkspaceBytes(nnz, options_.rows, options_.dim);
   DLRM_RETURN_IF_ERROR(s.workspace.Reserve(workspace_bytes, stream));
   LaunchPooledScatterGradCompact(device_dout, out_stride, options_.dim, s.ids.as<int64_t>(),
                                  s.offsets.as<int32_t>(), batch, nnz, pooling, options_.rows,

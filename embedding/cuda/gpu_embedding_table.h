@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/parallel.h"
 #include "embedding/cuda/bag_pooling.h"
 #include "embedding/kernels.h"
 #include "embedding/row_dtype.h"
@@ -60,6 +61,10 @@ struct GpuEmbeddingTableOptions {
   RowDtype dtype = RowDtype::kFp32;
   // Half rows: the seed of stochastic rounding's random bits. Ignored for fp32.
   uint64_t rounding_seed = 0;
+  // Not owned; when set, the host passes over a call's ids and offsets (the range checks and the
+  // copy to pinned memory: at a million ids or more a step, longer than the GPU's own work) run
+  // on it.
+  common::ParallelPool* pool = nullptr;
 };
 
 class GpuEmbeddingTable {

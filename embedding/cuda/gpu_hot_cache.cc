@@ -383,7 +383,7 @@ absl::Status GpuHotCache::Backward(const float* device_dout, int64_t out_stride,
   DLRM_RETURN_IF_ERROR(s.step_grads.Reserve(
       std::max<size_t>(static_cast<size_t>(step_rows) * dim * sizeof(float), 16), s.stream));
   if (step_rows > 0) {
-    const size_t workspace_bytes = ScatterGradWorkspaceBytes(s.nnz, step_rows);
+    const size_t workspace_bytes = ScatterGradWorkspaceBytes(s.nnz, step_rows, dim);
     DLRM_RETURN_IF_ERROR(s.workspace.Reserve(std::max<size_t>(workspace_bytes, 16), s.stream));
     LaunchPooledScatterGrad(device_dout, out_stride, dim, s.indices, s.offsets, s.batch, s.nnz,
                             s.pooling, step_rows, s.step_grads.as<float>(), s.workspace.ptr,

@@ -188,7 +188,7 @@ TEST(FusedBagsTest, HotColdBagsOverAStepsRowsEqualOneGatherPerTable) {
 }
 
 TEST(FusedBagsTest, APoolLaysOutTheSameBagsAsOneThread) {
-  // 3000 samples: three pieces of 1024 samples, the last one short.
+  // 3000 samples of a few ids: three pieces of 1024 samples, the last one short.
   const Batch batch = RandomBatch(3000, 12);
   const std::vector<int64_t> bases = FusedBases(kTables);
   common::ParallelPool pool(2);
@@ -197,6 +197,24 @@ TEST(FusedBagsTest, APoolLaysOutTheSameBagsAsOneThread) {
   ASSERT_TRUE(FuseBags(batch, kTables, bases, &parallel, &pool).ok());
   EXPECT_EQ(parallel.ids, serial.ids);
   EXPECT_EQ(parallel.offsets, serial.offsets);
+
+  // Multi-hot: about 200 ids a sample make pieces of about 80 samples (16384 ids), 9 pieces for
+  // 700 samples, the last one short.
+  Batch wide = RandomBatch(700, 13);
+  SparseFeature& c3 = wide.sparse[2];
+  c3.ids.clear();
+  c3.offsets.assign(1, 0);
+  std::mt19937 rng(14);
+  for (int b = 0; b < wide.size; ++b) {
+    const int n = 150 + static_cast<int>(rng() % 100);
+    for (int k = 0; k < n; ++k) c3.ids.push_back(static_cast<int64_t>(rng() % 1000));
+    c3.offsets.push_back(static_cast<int32_t>(c3.ids.size()));
+  }
+  FusedBags wide_serial, wide_parallel;
+  ASSERT_TRUE(FuseBags(wide, kTables, bases, &wide_serial).ok());
+  ASSERT_TRUE(FuseBags(wide, kTables, bases, &wide_parallel, &pool).ok());
+  EXPECT_EQ(wide_parallel.ids, wide_serial.ids);
+  EXPECT_EQ(wide_parallel.offsets, wide_serial.offsets);
 
   const std::vector<std::vector<int64_t>> hot = {{1, 4}, {0}, {batch.sparse[2].ids[0]}, {}};
   const std::vector<int64_t> hot_bases = {0, 2, 3, 4, 4};
