@@ -17,12 +17,16 @@ constexpr int kMinSamples = 64;
 constexpr int kMaxSamples = 1024;
 
 // Lays out bag (b, t) of `batch` as bag b * T + t: out_offsets[b * T + t] is where it starts in
-// out_indices, whose entries are map(t, j) for table t's entries j of sample b. Pieces of samples
-// run on `pool` (when given): sample b starts at the sum over tables of their offsets[b].
-template <typename Map>
-void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
+// out_indices, and copy_run(t, begin, end, dst) writes the entries of table t's entries
+// [begin, end) (sample b's) to dst. Pieces of samples run on `pool` (when given): sample b starts
+// at the sum over tables of their offsets[b]. The tables' offsets are read through local pointers
+// and each bag's entries are one call: a batch of one-id bags costs a few loads a bag.
+template <typename CopyRun>
+void LayOutSampleMajor(const Batch& batch, const CopyRun& copy_run, int64_t* out_indices,
                        int32_t* out_offsets, common::ParallelPool* pool) {
   const int num_tables = static_cast<int>(batch.sparse.size());
+  std::vector<const int32_t*> table_offsets(num_tables);
+  for (int t = 0; t < num_tables; ++t) table_offsets[t] = batch.sparse[t].offsets.data();
   int64_t nnz = 0;
   for (const SparseFeature& f : batch.sparse) nnz += f.offsets[batch.size];
   const int per_piece = static_cast<int>(std::clamp<int64_t>(
@@ -30,13 +34,17 @@ void LayOutSampleMajor(const Batch& batch, const Map& map, int64_t* out_indices,
   auto piece = [&](int64_t p) {
     const int first = static_cast<int>(p * per_piece);
     const int last = std::min(batch.size, first + per_piece);
+    const int32_t* const* offsets = table_offsets.data();
     int32_t at = 0;
-    for (const SparseFeature& f : batch.sparse) at += f.offsets[first];
+    for (int t = 0; t < num_tables; ++t) at += offsets[t][first];
+    int32_t* out_offset = out_offsets + static_cast<size_t>(first) * num_tables;
     for (int b = first; b < last; ++b) {
       for (int t = 0; t < num_tables; ++t) {
-        const SparseFeature& f = batch.sparse[t];
-        out_offsets[static_cast<size_t>(b) * num_tables + t] = at;
-        for (int32_t j = f.offsets[b]; j < f.offsets[b + 1]; ++j) out_indices[at++] = map(t, j);
+        const int32_t begin = offsets[t][b];
+        const int32_t end = offsets[t][b + 1];
+        *out_offset++ = at;
+        copy_run(t, begin, end, out_indices + at);
+        at += end - begin;
       }
     }
   };
@@ -117,9 +125,20 @@ absl::Status FuseBags(const Batch& batch, absl::Span<const embedding::TableConfi
       pool));
   out->ids.resize(nnz);
   out->offsets.resize(static_cast<size_t>(batch.size) * num_tables + 1);
+  std::vector<const int64_t*> ids(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) ids[t] = batch.sparse[t].ids.data();
   LayOutSampleMajor(
-      batch, [&](int t, int32_t j) { return bases[t] + batch.sparse[t].ids[j]; }, out->ids.data(),
-      out->offsets.data(), pool);
+      batch,
+      [&](int t, int32_t begin, int32_t end, int64_t* dst) {
+        const int64_t* src = ids[t];
+        const int64_t base = bases[t];
+        if (end - begin == 1) {  // one-hot: no loop set-up
+          *dst = base + src[begin];
+          return;
+        }
+        for (int32_t j = begin; j < end; ++j) *dst++ = base + src[j];
+      },
+      out->ids.data(), out->offsets.data(), pool);
   return absl::OkStatus();
 }
 
@@ -203,9 +222,15 @@ absl::Status FuseHotColdBags(const Batch& batch, absl::Span<const int64_t> cold_
   out->offsets.resize(static_cast<size_t>(batch.size) * num_tables + 1);
   LayOutSampleMajor(
       batch,
-      [&](int t, int32_t j) {
-        const int64_t r = inverse[t][j];
-        return r < cold_counts[t] ? out->cold_bases[t] + r : hot_start[t] + r;
+      [&](int t, int32_t begin, int32_t end, int64_t* dst) {
+        const int64_t* rows = inverse[t].data();
+        const int64_t cold_rows = cold_counts[t];
+        const int64_t cold_base = out->cold_bases[t];
+        const int64_t hot_base = hot_start[t];
+        for (int32_t j = begin; j < end; ++j) {
+          const int64_t r = rows[j];
+          *dst++ = r < cold_rows ? cold_base + r : hot_base + r;
+        }
       },
       out->indices.data(), out->offsets.data(), pool);
   return absl::OkStatus();
