@@ -220,6 +220,14 @@ class GpuTableTest : public EmbeddingCudaTest, public ::testing::WithParamInterf
     options.upload_chunk_bytes = 4096;  // many chunks: exercises the double buffering
     return options;
   }
+  // Writes FillRows' rows (weights and state) to every row of `table` and returns them.
+  static std::vector<float> WriteFilledRows(cuda::GpuEmbeddingTable& table,
+                                            const cuda::GpuEmbeddingTableOptions& options) {
+    std::vector<float> host(size_t{1} * options.rows * table.row_stride());
+    FillRows(options.optimizer, options.dim, 0, options.rows, host.data());
+    EXPECT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+    return host;
+  }
   cudaStream_t stream_ = nullptr;
 };
 
@@ -334,9 +342,7 @@ TEST_P(GpuTableTest, ParallelChecksNameTheFirstBadValue) {
   ASSERT_TRUE(created.ok()) << created.status();
   cuda::GpuEmbeddingTable& table = **created;
   const int dim = options.dim;
-  std::vector<float> host(size_t{1} * options.rows * table.row_stride());
-  FillRows(options.optimizer, dim, 0, options.rows, host.data());
-  ASSERT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+  const std::vector<float> host = WriteFilledRows(table, options);
   const int batch = 300000;  // bags of one id: five pieces of ids and of offsets
   std::vector<int64_t> ids(batch);
   std::vector<int32_t> offsets(batch + 1);
@@ -426,9 +432,7 @@ TEST_P(GpuTableTest, PerTablePoolingMatchesCpuTableByTable) {
   cuda::GpuEmbeddingTable& table = **created;
   const int dim = options.dim;
   const int64_t stride = table.row_stride();
-  std::vector<float> host(size_t{1} * options.rows * stride);
-  FillRows(options.optimizer, dim, 0, options.rows, host.data());
-  ASSERT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+  std::vector<float> host = WriteFilledRows(table, options);
   std::vector<int64_t> all(options.rows);
   for (int64_t i = 0; i < options.rows; ++i) all[i] = i;
   std::vector<float> read(host.size());
@@ -494,9 +498,7 @@ TEST_P(GpuTableTest, PerTableModesMatchOneLookupPerTableBitForBit) {
   ASSERT_TRUE(created.ok()) << created.status();
   cuda::GpuEmbeddingTable& table = **created;
   const int dim = options.dim;
-  std::vector<float> host(size_t{1} * options.rows * table.row_stride());
-  FillRows(options.optimizer, dim, 0, options.rows, host.data());
-  ASSERT_TRUE(table.WriteRows(0, options.rows, host.data()).ok());
+  const std::vector<float> host = WriteFilledRows(table, options);
   const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 100}, {100, 140}, {140, 500}};
   const int samples = 50;
   const int bags = samples * 3;
