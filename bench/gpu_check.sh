@@ -54,7 +54,8 @@ run_tests cuda_test 120 "$bundle/bin/cuda_test"
 run_tests dense_test-cuda 60 "$bundle/bin/dense_test" --gtest_filter='*Cuda*'
 
 # --- benchmarks ---
-# field NAME JSON: the value of a top-level scalar field of a one-line JSON object.
+# field NAME JSON: the value of the first scalar field NAME of a one-line JSON object (the
+# bench's "pool" is compute_ms_mean's: the host time before a step's first kernel, mostly).
 field() { grep -oE "\"$1\":[^,}]*" <<< "$2" | head -1 | cut -d: -f2; }
 # bench NAME SECONDS COMMAND...: runs one benchmark in its time box, prints its JSON line.
 bench() {
@@ -99,7 +100,8 @@ for args in "kaggle-shape 2048 fp32" "kaggle-shape 16384 fp32" "model1 2048 fp32
   if [[ -n "$BENCH_JSON" ]]; then
     echo "  $1 batch $2 $3: step $(field step_ms_median "$BENCH_JSON") ms, GEMM-only" \
       "$(field gemm_only_ms_median "$BENCH_JSON") ms, ratio $(field ratio "$BENCH_JSON")" \
-      "(target >= 0.3 at 16384), tables on GPU: $(field tables_on_gpu "$BENCH_JSON")"
+      "(target >= 0.3 at 16384), host pool $(field pool "$BENCH_JSON") ms," \
+      "tables on GPU: $(field tables_on_gpu "$BENCH_JSON")"
   fi
 done
 # A GPU worker whose tables stay in the (host) store, as with parameter servers: the batch's cold
