@@ -25,9 +25,11 @@ namespace fs = std::filesystem;
 constexpr int kFirstCategorical = 14;
 
 // Two runs of one of these jobs that should learn the same model: their AUCs on the 800 held-out
-// samples. Runs of the very same job differ by up to 0.004 on a loaded machine (with staleness 1
-// a lookup sees the last step's pushes or not, as they arrive), so "the same" allows 0.006; a
-// gradient path that breaks training costs tenths.
+// samples. With staleness 1 a lookup sees the last step's pushes or not, as they arrive, and runs
+// of the very same job differed by up to 0.0064 under `make test`'s load; so the tests that
+// compare configurations run with staleness 0, where runs of one job agreed within 0.0006 and
+// the bf16 and fp8 hot exchanges stayed within 0.0022 of fp32 (three runs each, two cores busy
+// beside them). "The same" allows 0.006; a gradient path that breaks training costs tenths.
 constexpr double kSameAuc = 0.006;
 
 class HotRefreshClusterTest : public ::testing::Test {
@@ -61,7 +63,7 @@ class HotRefreshClusterTest : public ::testing::Test {
   // Runs `dlrm local --ps 2 --workers 2` on a job over `train` (a YAML list) with hot rows
   // re-checked every 10 steps; returns its report.
   static worker::TrainReport RunJob(const std::string& name, const std::string& train,
-                                    const std::string& training_extra) {
+                                    const std::string& training_extra, int staleness = 1) {
     const std::string config = absl::StrCat(*dir_, "/", name, ".yaml");
     std::ofstream(config) << "name: " << name << R"(
 model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
@@ -73,7 +75,8 @@ training:
   batch_size: 256
   epochs: 1
   seed: 3
-  staleness: 1
+  staleness: )" << staleness
+                          << R"(
   hot_budget: 64KiB
   hot_refresh_steps: 10
   )" << training_extra
@@ -128,9 +131,9 @@ TEST_F(HotRefreshClusterTest, UnchangingIdsAtLoopbackSpeedSkipEveryRefresh) {
 // (4 + 2 x 8) / (4 + 4 x 8) and (4 + 4 + 8) / (4 + 4 x 8) of fp32's (row ids stay 4 bytes), the
 // parameter servers' do not change, and the model learns the same.
 TEST_F(HotRefreshClusterTest, AHalfPrecisionOrFp8HotExchangeSendsFewerBytes) {
-  const worker::TrainReport wide = RunJob("sync-fp32", "[train.tsv]", "hot_sync_dtype: fp32");
-  const worker::TrainReport half = RunJob("sync-bf16", "[train.tsv]", "hot_sync_dtype: bf16");
-  const worker::TrainReport fp8 = RunJob("sync-fp8", "[train.tsv]", "hot_sync_dtype: fp8");
+  const worker::TrainReport wide = RunJob("sync-fp32", "[train.tsv]", "hot_sync_dtype: fp32", 0);
+  const worker::TrainReport half = RunJob("sync-bf16", "[train.tsv]", "hot_sync_dtype: bf16", 0);
+  const worker::TrainReport fp8 = RunJob("sync-fp8", "[train.tsv]", "hot_sync_dtype: fp8", 0);
   ASSERT_GT(BytesPerSample(wide, "hot_sync"), 0);
   EXPECT_NEAR(BytesPerSample(half, "hot_sync") / BytesPerSample(wide, "hot_sync"), 20.0 / 36.0,
               0.03);
@@ -146,8 +149,8 @@ TEST_F(HotRefreshClusterTest, AHalfPrecisionOrFp8HotExchangeSendsFewerBytes) {
 // training.dense_sync_dtype: bf16 allreduces the dense gradients in 2 bytes a value: the dense
 // allreduce's bytes halve, the rest do not change, and the model learns the same.
 TEST_F(HotRefreshClusterTest, ABf16DenseAllReduceSendsHalfItsBytes) {
-  const worker::TrainReport wide = RunJob("dense-fp32", "[train.tsv]", "dense_sync_dtype: fp32");
-  const worker::TrainReport half = RunJob("dense-bf16", "[train.tsv]", "dense_sync_dtype: bf16");
+  const worker::TrainReport wide = RunJob("dense-fp32", "[train.tsv]", "dense_sync_dtype: fp32", 0);
+  const worker::TrainReport half = RunJob("dense-bf16", "[train.tsv]", "dense_sync_dtype: bf16", 0);
   ASSERT_GT(BytesPerSample(wide, "dense_allreduce"), 0);
   EXPECT_NEAR(BytesPerSample(half, "dense_allreduce") / BytesPerSample(wide, "dense_allreduce"),
               0.5, 0.01);
@@ -161,10 +164,11 @@ TEST_F(HotRefreshClusterTest, ABf16DenseAllReduceSendsHalfItsBytes) {
 // floats a step instead of 6,137 (the factors and the rest whole). The parameter servers' traffic
 // does not change, and the model learns the same.
 TEST_F(HotRefreshClusterTest, APowerSgdDenseAllReduceSendsAThirdOfItsBytes) {
-  const worker::TrainReport whole = RunJob("dense-whole", "[train.tsv]", "dense_sync_dtype: fp32");
+  const worker::TrainReport whole =
+      RunJob("dense-whole", "[train.tsv]", "dense_sync_dtype: fp32", 0);
   const worker::TrainReport factors =
       RunJob("dense-powersgd", "[train.tsv]",
-             "dense_sync_compression: powersgd\n  powersgd_warmup_steps: 5");
+             "dense_sync_compression: powersgd\n  powersgd_warmup_steps: 5", 0);
   ASSERT_GT(BytesPerSample(whole, "dense_allreduce"), 0);
   ASSERT_GT(factors.steps, 5);
   const double steps = static_cast<double>(factors.steps);
