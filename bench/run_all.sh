@@ -20,3 +20,7 @@ run "$(dirname "$0")/recovery_bench.sh" "$build"
 run "$(dirname "$0")/cluster_checkpoint.sh" "$build"
 run "$(dirname "$0")/local_vs_train.sh" "$build"
 run "$(dirname "$0")/row_memory.sh" "$build" 1000000 16
+# The GPU tables' host layout of a batch's bags (host code: runs without a GPU).
+run "$bin/fuse_bags_bench" --shape kaggle-shape --batch-size 16384
+run "$bin/fuse_bags_bench" --shape model1 --batch-size 2048
+run "$bin/fuse_bags_bench" --shape mlperf-dcnv2 --batch-size 16384
