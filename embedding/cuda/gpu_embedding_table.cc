@@ -33,14 +33,15 @@ void ForPieces(common::ParallelPool* pool, int64_t n, Fn fn) {
                     [&](int64_t p) { fn(p * kHostPiece, std::min(n, (p + 1) * kHostPiece)); });
 }
 
-// The first position in [0, n) where bad(position) holds, or n. `bad_in(begin, end)` says
-// whether a piece holds one at all (a branch-free pass the compiler vectorises); only such
-// pieces are searched for the position.
-template <typename AnyBad, typename Bad>
-int64_t FirstBad(common::ParallelPool* pool, int64_t n, AnyBad bad_in, Bad bad) {
+// The first position in [0, n) where bad(position) holds, or n. Each piece is first tested
+// branch-free (a pass the compiler vectorises); only a piece that holds one is searched.
+template <typename Bad>
+int64_t FirstBad(common::ParallelPool* pool, int64_t n, Bad bad) {
   std::atomic<int64_t> first{n};
   ForPieces(pool, n, [&](int64_t begin, int64_t end) {
-    if (!bad_in(begin, end)) return;
+    bool any = false;
+    for (int64_t i = begin; i < end; ++i) any |= bad(i);
+    if (!any) return;
     int64_t j = begin;
     while (!bad(j)) ++j;
     for (int64_t seen = first.load(); j < seen && !first.compare_exchange_weak(seen, j);) {
@@ -155,14 +156,8 @@ absl::Status GpuEmbeddingTable::Synchronize() {
 absl::Status GpuEmbeddingTable::CheckIds(const int64_t* ids, int64_t n) const {
   // As unsigned, a negative id is >= rows too.
   const uint64_t rows = static_cast<uint64_t>(options_.rows);
-  const int64_t j = FirstBad(
-      options_.pool, n,
-      [&](int64_t begin, int64_t end) {
-        bool bad = false;
-        for (int64_t i = begin; i < end; ++i) bad |= static_cast<uint64_t>(ids[i]) >= rows;
-        return bad;
-      },
-      [&](int64_t i) { return static_cast<uint64_t>(ids[i]) >= rows; });
+  const int64_t j =
+      FirstBad(options_.pool, n, [&](int64_t i) { return static_cast<uint64_t>(ids[i]) >= rows; });
   if (j == n) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("table ", options_.name, ": id ", ids[j], ids[j] < 0 ? " < 0" : " >= rows ",
@@ -180,14 +175,8 @@ absl::Status GpuEmbeddingTable::CheckBags(const int32_t* offsets, int batch) con
     return absl::InvalidArgumentError(
         absl::StrCat("table ", options_.name, ": offsets[0] = ", offsets[0], ", expected 0"));
   }
-  const int64_t b = FirstBad(
-      options_.pool, batch,
-      [&](int64_t begin, int64_t end) {
-        bool bad = false;
-        for (int64_t i = begin; i < end; ++i) bad |= offsets[i + 1] < offsets[i];
-        return bad;
-      },
-      [&](int64_t i) { return offsets[i + 1] < offsets[i]; });
+  const int64_t b =
+      FirstBad(options_.pool, batch, [&](int64_t i) { return offsets[i + 1] < offsets[i]; });
   if (b == batch) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": offsets[", b + 1,
                                                  "] = ", offsets[b + 1], " < offsets[", b,
