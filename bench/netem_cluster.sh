@@ -82,6 +82,10 @@
 #     --dense-allreduce overlapped|sync|both   how workers allreduce the dense gradients
 #                          (default overlapped, the service's default: in buckets while the
 #                          backward runs; sync: after it, `dlrm worker --sync-dense-allreduce`)
+#     --collectives direct|ring|both   how workers run their collectives (default direct, the
+#                          service's default: payloads up to a few MiB by direct exchange, one
+#                          message per peer; ring: Gloo's ring for all, `dlrm worker
+#                          --ring-collectives`)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
 #                          compares medians (the byte counts repeat exactly; samples/s on a shared
 #                          machine does not)
@@ -109,7 +113,7 @@ usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
 build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped rounds=1 smoke=0 keep=0
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped coll_mode=direct rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
@@ -117,7 +121,7 @@ while [ $# -gt 0 ]; do
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
       --max-rows | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
       --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce | \
-      --dense-sync-compression | --powersgd-warmup | --hot-sample-batches)
+      --dense-sync-compression | --powersgd-warmup | --hot-sample-batches | --collectives)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -143,6 +147,7 @@ while [ $# -gt 0 ]; do
     --pipeline) pipe_mode="$2"; shift ;;
     --hot-exchange) hot_exchange="$2"; shift ;;
     --dense-allreduce) dense_mode="$2"; shift ;;
+    --collectives) coll_mode="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --smoke) smoke=1 ;;
     --keep) keep=1 ;;
@@ -174,6 +179,10 @@ esac
 case "$dense_mode" in
   overlapped | sync | both) ;;
   *) die_usage "--dense-allreduce $dense_mode: overlapped, sync or both" ;;
+esac
+case "$coll_mode" in
+  direct | ring | both) ;;
+  *) die_usage "--collectives $coll_mode: direct, ring or both" ;;
 esac
 case "$shaper" in
   "" | netem | userspace | tbf) ;;
@@ -467,12 +476,12 @@ snapshot() {  # snapshot FILE: one line per namespace (tx bytes) and per process
     /proc/stat >>"$1"
 }
 
-run_one() {  # run_one HOT PIPELINE DENSE ROUND (on|off, on|off, overlapped|sync, 1..)
-  local hot="$1" pipe="$2" dense="$3" round="$4" i worker_args=()
-  run_dir="$work/run-hot-$hot-pipeline-$pipe-dense-$dense-$round"
+run_one() {  # run_one HOT PIPELINE DENSE COLL ROUND (on|off, on|off, overlapped|sync, direct|ring, 1..)
+  local hot="$1" pipe="$2" dense="$3" coll="$4" round="$5" i worker_args=()
+  run_dir="$work/run-hot-$hot-pipeline-$pipe-dense-$dense-$coll-$round"
   mkdir -p "$run_dir/logs"
   echo "netem_cluster: run hot_rows=$hot pipeline=$pipe dense_allreduce=$dense" \
-    "round $round/$rounds" >&2
+    "collectives=$coll round $round/$rounds" >&2
   spawn coordinator coordinator "$coord_ns" coordinator --listen "$coord_addr" \
     --data-dir "$run_dir/coordinator" --lease-ttl 14s --port-file "$run_dir/coordinator.port"
   for ((i = 0; i < 300; i++)); do
@@ -490,6 +499,7 @@ run_one() {  # run_one HOT PIPELINE DENSE ROUND (on|off, on|off, overlapped|sync
   [ "$pipe" = on ] || worker_args+=(--no-pipeline)
   [ "$hot_exchange" = overlapped ] || worker_args+=(--sync-hot-exchange)
   [ "$dense" = overlapped ] || worker_args+=(--sync-dense-allreduce)
+  [ "$coll" = direct ] || worker_args+=(--ring-collectives)
   local threads=$((cores / num_workers))
   [ "$threads" -ge 1 ] || threads=1
   for i in "${!worker_ns[@]}"; do
@@ -574,7 +584,7 @@ print(json.dumps({
     "rate": "$rate", "delay": "$delay", "delay_emulated": "$delay_emulated" == "true",
     "shaper": "$netem_shaper", "ps": ${#ps_ns[@]}, "workers": ${#worker_ns[@]},
     "hot_rows": "$hot", "pipeline": "$pipe", "hot_exchange": "$hot_exchange",
-    "dense_allreduce": "$dense",
+    "dense_allreduce": "$dense", "collectives": "$coll",
     "hot_sync_dtype": "${hot_sync_dtype:-tables}", "dense_sync_dtype": "$dense_sync_dtype",
     "dense_sync_compression": "$dense_compression", "math_mode": "$math_mode",
     "round": $round,
@@ -609,14 +619,17 @@ print(json.dumps({
 EOF
 }
 
-hots=(on off) pipes=(on off) denses=(overlapped sync)
+hots=(on off) pipes=(on off) denses=(overlapped sync) colls=(direct ring)
 [ "$hot_mode" = both ] || hots=("$hot_mode")
 [ "$pipe_mode" = both ] || pipes=("$pipe_mode")
 [ "$dense_mode" = both ] || denses=("$dense_mode")
+[ "$coll_mode" = both ] || colls=("$coll_mode")
 for ((round = 1; round <= rounds; round++)); do
   for hot in "${hots[@]}"; do
     for pipe in "${pipes[@]}"; do
-      for dense in "${denses[@]}"; do run_one "$hot" "$pipe" "$dense" "$round"; done
+      for dense in "${denses[@]}"; do
+        for coll in "${colls[@]}"; do run_one "$hot" "$pipe" "$dense" "$coll" "$round"; done
+      done
     done
   done
 done
@@ -660,13 +673,25 @@ python3 - "$work/results.jsonl" <<'EOF'
 import json, statistics, sys
 by_dense = {}
 for r in map(json.loads, open(sys.argv[1])):
-    by_dense.setdefault((r["hot_rows"], r["pipeline"], r["dense_allreduce"]), []).append(r)
+    by_dense.setdefault((r["hot_rows"], r["pipeline"], r["dense_allreduce"], r["collectives"]),
+                        []).append(r)
 keys = ("wire_bytes_per_sample", "ps_bytes_per_sample", "samples_per_sec", "auc")
 all_runs = {k: {key: statistics.median(r[key] for r in rs) for key in keys}
             for k, rs in by_dense.items()}
 summary = {}
-for (hot, pipe, dense), v in sorted(all_runs.items()):
-    sync = all_runs.get((hot, pipe, "sync"))
+# Each comparison holds the other settings at the default's value where both ran.
+coll_used = "direct" if any(k[3] == "direct" for k in by_dense) else "ring"
+for (hot, pipe, dense, coll), v in sorted(all_runs.items()):
+    ring = all_runs.get((hot, pipe, dense, "ring"))
+    if coll == "direct" and ring:
+        summary[f"collectives_hot_rows_{hot}_pipeline_{pipe}_dense_{dense}"] = {
+            "samples_per_sec_ratio_direct_over_ring":
+                round(v["samples_per_sec"] / ring["samples_per_sec"], 3),
+            "auc_direct_minus_ring": round(v["auc"] - ring["auc"], 5),
+        }
+    if coll != coll_used:
+        continue
+    sync = all_runs.get((hot, pipe, "sync", coll))
     if dense == "overlapped" and sync:
         summary[f"dense_allreduce_hot_rows_{hot}_pipeline_{pipe}"] = {
             "samples_per_sec_ratio_overlapped_over_sync":
@@ -676,8 +701,9 @@ for (hot, pipe, dense), v in sorted(all_runs.items()):
 # The other comparisons are made among runs with one way of allreducing (the default's when both
 # ran).
 dense_used = "overlapped" if any(k[2] == "overlapped" for k in by_dense) else "sync"
-groups = {(h, p): rs for (h, p, d), rs in by_dense.items() if d == dense_used}
-runs = {(h, p): v for (h, p, d), v in all_runs.items() if d == dense_used}
+groups = {(h, p): rs for (h, p, d, c), rs in by_dense.items()
+          if d == dense_used and c == coll_used}
+runs = {(h, p): v for (h, p, d, c), v in all_runs.items() if d == dense_used and c == coll_used}
 for pipe in ("on", "off"):
     on, off = runs.get(("on", pipe)), runs.get(("off", pipe))
     if on and off and on["wire_bytes_per_sample"] and off["wire_bytes_per_sample"]:

@@ -220,6 +220,7 @@ struct WorkerFlags {
   bool no_hot_rows = false;
   bool sync_hot_exchange = false;
   bool sync_dense_allreduce = false;
+  bool ring_collectives = false;
 };
 
 int RunWorker(WorkerFlags& flags) {
@@ -236,6 +237,7 @@ int RunWorker(WorkerFlags& flags) {
   flags.options.use_hot_rows = !flags.no_hot_rows;
   flags.options.overlap_hot_exchange = !flags.sync_hot_exchange;
   flags.options.overlap_dense_allreduce = !flags.sync_dense_allreduce;
+  flags.options.direct_collectives = !flags.ring_collectives;
   if ((*metrics)->port() > 0) {
     flags.options.metrics_address = absl::StrCat(
         flags.options.advertise_host.empty() ? HostName() : flags.options.advertise_host, ":",
@@ -276,6 +278,9 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
   cmd->add_flag("--sync-dense-allreduce", flags.sync_dense_allreduce,
                 "Allreduce the dense gradients after the backward instead of in buckets while it "
                 "runs (CPU workers; the same sums)");
+  cmd->add_flag("--ring-collectives", flags.ring_collectives,
+                "Send every collective around Gloo's ring, also those small enough for the direct "
+                "exchange (CPU workers; the same sums with two workers)");
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunWorker(flags); }; });
 }
@@ -289,6 +294,7 @@ struct LocalFlags {
   bool no_hot_rows = false;
   bool sync_hot_exchange = false;
   bool sync_dense_allreduce = false;
+  bool ring_collectives = false;
   bool no_progress = false;
   bool insecure = false;
 };
@@ -330,6 +336,8 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->add_flag("--sync-dense-allreduce", flags.sync_dense_allreduce,
                 "Workers allreduce the dense gradients after the backward instead of while it "
                 "runs");
+  cmd->add_flag("--ring-collectives", flags.ring_collectives,
+                "Workers send every collective around Gloo's ring (no direct exchange)");
   cmd->add_flag("--no-progress", flags.no_progress, "Do not draw the progress line");
   cmd->add_flag("--insecure", flags.insecure,
                 "Plaintext gRPC between the processes (default: mutual TLS with certificates "
@@ -350,6 +358,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       flags.options.cluster.worker_hot_rows = !flags.no_hot_rows;
       flags.options.cluster.worker_overlap_hot_exchange = !flags.sync_hot_exchange;
       flags.options.cluster.worker_overlap_dense_allreduce = !flags.sync_dense_allreduce;
+      flags.options.cluster.worker_direct_collectives = !flags.ring_collectives;
       flags.options.show_progress = !flags.no_progress;
       flags.options.cluster.tls = !flags.insecure;
       if (!flags.options.cluster.memory_budget.empty()) {

@@ -350,6 +350,7 @@ absl::Status LocalCluster::Launch() {
     if (!options_.worker_hot_rows) args.push_back("--no-hot-rows");
     if (!options_.worker_overlap_hot_exchange) args.push_back("--sync-hot-exchange");
     if (!options_.worker_overlap_dense_allreduce) args.push_back("--sync-dense-allreduce");
+    if (!options_.worker_direct_collectives) args.push_back("--ring-collectives");
     DLRM_ASSIGN_OR_RETURN(metrics_args, MetricsArgs("worker"));
     args.insert(args.end(), metrics_args.begin(), metrics_args.end());
     tls_args = TlsArgs("worker");

@@ -47,6 +47,8 @@ struct LocalClusterOptions {
   bool worker_overlap_hot_exchange = true;
   // false: workers allreduce the dense gradients after the backward (--sync-dense-allreduce)
   bool worker_overlap_dense_allreduce = true;
+  // false: workers send every collective around Gloo's ring (--ring-collectives)
+  bool worker_direct_collectives = true;
   bool worker_hot_rows = true;  // false: workers keep no hot rows (every row on the PS)
   std::string log_level;        // children's --log-level ("" = theirs)
   // Every child serves Prometheus metrics on 127.0.0.1: the coordinator on metrics_base_port,

@@ -24,14 +24,14 @@ class DenseAllReducer {
   // The same for bf16 values (their raw 16 bits), for gradients sent in half the bytes: each sum
   // is made in fp32 and rounded to nearest even, and every rank ends with the same bits. The
   // base class widens to floats, calls AllReduceSum (fp32 on the wire) and rounds once; Gloo
-  // sends the 2-byte values and rounds after each addition of its ring (once for two ranks).
+  // sends the 2-byte values and rounds after each addition (once for two ranks).
   virtual absl::Status AllReduceSumBf16(uint16_t* data, size_t count);
 
   // out = the pieces of every rank, in rank order: rank r contributes counts[r] elements (this
   // rank's are `in`, counts[rank()] of them), and every rank passes the same `counts`. `out`
   // holds sum(counts) elements. Host memory. The base class builds it from AllReduceSum (every
   // rank fills its own range and zeros elsewhere), which moves world times the bytes; Gloo sends
-  // each piece around its ring once.
+  // each piece to each other rank once.
   virtual absl::Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out);
   // The same for integers. The base class carries them as floats: INVALID_ARGUMENT for a value
   // beyond +-2^24, which a float would not hold exactly.
@@ -40,7 +40,8 @@ class DenseAllReducer {
 
   // Bytes this rank has sent in its collectives since it was made. Computed from the payload of
   // each call and the algorithm that moves it (a ring allreduce sends 2 (world - 1) / world of
-  // the buffer, a ring allgather every piece but its right neighbour's), not read from a
+  // the buffer, a ring allgather every piece but its right neighbour's, a direct exchange the
+  // rank's own payload to each of the world - 1 others), not read from a
   // socket; 0 where the implementation does not count. Compare with the kernel's TCP counts
   // (common/rpc_bytes.h OpenTcpSocketBytes) for what the transport adds.
   virtual int64_t sent_bytes() const { return 0; }

@@ -39,8 +39,9 @@ absl::Status AllReduceDenseMean(DenseAllReducer* reducer, bool bf16, float* g, s
 class DenseGradientSync {
  public:
   // A bucket holds half of the gradients, or this many wire bytes if that is less. Every bucket
-  // is one more collective, each paying the network's round trips: with 2 ms one way, a 14 KB
-  // allreduce took 5.5 ms and one of 950 KB 19 ms (docs/BENCHMARKS.md). So the top half goes
+  // is one more collective, each paying the network's delays: with 2 ms one way, a 14 KB
+  // allreduce around Gloo's ring took 5.5 ms and one of 950 KB 19 ms (docs/BENCHMARKS.md; the
+  // direct exchange, GlooAllReducer, pays one delay instead of four). So the top half goes
   // while the rest of the backward computes, and only large models are cut finer.
   static constexpr size_t kMaxBucketBytes = 4 << 20;
 

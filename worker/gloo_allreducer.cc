@@ -16,6 +16,8 @@
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "gloo/types.h"
 #include "worker/kv_rendezvous_store.h"
 
 namespace dlrm::worker {
@@ -49,7 +51,16 @@ void SumBf16(void* c, const void* a, const void* b, size_t n) {
   }
 }
 
+// The slot of the direct exchange's messages, apart from those of Gloo's own collectives (their
+// prefixes are 0x01-0x08).
+constexpr uint8_t kDirectSlotPrefix = 0x44;
+
 }  // namespace
+
+size_t DefaultDirectMaxBytes(int world_size) {
+  if (world_size <= 2) return 4 << 20;
+  return std::max<size_t>(256 << 10, (size_t{8} << 20) / static_cast<size_t>(world_size - 1));
+}
 
 GlooAllReducer::GlooAllReducer(int rank, int world_size, absl::Duration op_timeout)
     : rank_(rank), world_size_(world_size), op_timeout_(op_timeout) {}
@@ -78,6 +89,11 @@ absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
     context->connectFullMesh(store, reducer->device_);
     context->setTimeout(ToChrono(options.op_timeout));
     reducer->context_ = std::move(context);
+    if (options.world_size > 1) {
+      reducer->direct_max_bytes_ =
+          options.direct_max_bytes.value_or(DefaultDirectMaxBytes(options.world_size));
+      reducer->PostDirectReceives();
+    }
   } catch (const std::exception& e) {
     if (options.cancelled && options.cancelled()) {
       return absl::CancelledError(absl::StrCat("gloo rendezvous of rank ", options.rank, " under '",
@@ -91,21 +107,86 @@ absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
   return reducer;
 }
 
+void GlooAllReducer::PostDirectReceives() {
+  if (direct_max_bytes_ == 0) return;
+  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    for (int parity = 0; parity < 2; ++parity) {
+      direct_memory_.push_back(std::unique_ptr<char[]>(new char[direct_max_bytes_]));
+      direct_recv_.push_back(
+          context_->createUnboundBuffer(direct_memory_.back().get(), direct_max_bytes_));
+      direct_recv_.back()->recv(peer, slot, 0, direct_max_bytes_);
+    }
+  }
+}
+
+size_t GlooAllReducer::DirectIndex(int peer) const {
+  const int index = peer - (peer > rank_ ? 1 : 0);
+  return 2 * static_cast<size_t>(index) + static_cast<size_t>(direct_calls_ % 2);
+}
+
+template <typename Take>
+void GlooAllReducer::DirectExchange(const void* data, size_t bytes, Take take) {
+  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  const auto timeout = ToChrono(op_timeout_);
+  // Gloo only reads the payload: the cast is for its buffer type.
+  auto send = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer != rank_) send->send(peer, slot, 0, bytes);
+  }
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    gloo::transport::UnboundBuffer* recv = direct_recv_[DirectIndex(peer)].get();
+    recv->waitRecv(timeout);
+    take(peer, static_cast<const char*>(recv->ptr));
+  }
+  // The payload may be overwritten once every send has left it.
+  for (int i = 0; i < world_size_ - 1; ++i) send->waitSend(timeout);
+  // Each buffer takes the message of the call after next: the peer's next one goes to the other.
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer != rank_) direct_recv_[DirectIndex(peer)]->recv(peer, slot, 0, direct_max_bytes_);
+  }
+  ++direct_calls_;
+  sent_bytes_ += static_cast<int64_t>(bytes) * (world_size_ - 1);
+}
+
 template <typename T>
-absl::Status GlooAllReducer::RingAllReduce(T* data, size_t count, ReduceFn reduce,
-                                           const char* values) {
+absl::Status GlooAllReducer::AllReduce(T* data, size_t count, ReduceFn reduce, const char* values) {
   if (world_size_ == 1 || count == 0) return absl::OkStatus();
   if (broken_) {
     return absl::UnavailableError(
         absl::StrCat("gloo allreduce on rank ", rank_, ": an earlier collective failed"));
   }
+  const size_t bytes = count * sizeof(T);
   try {
-    gloo::AllreduceOptions opts(context_);
-    opts.setOutput(data, count);
-    opts.setReduceFunction(reduce);
-    opts.setTimeout(ToChrono(op_timeout_));
-    gloo::allreduce(opts);
-    sent_bytes_ += RingAllReduceSentBytes(static_cast<int64_t>(count * sizeof(T)), world_size_);
+    if (bytes <= direct_max_bytes_ && (world_size_ == 2 || bytes <= kDirectAllReduceWideMaxBytes)) {
+      // The sum is made in rank order, ((d0 + d1) + d2) + ..., on every rank alike. data is the
+      // output, so from rank 2 on this rank's own payload is kept aside for its turn.
+      const T* own = data;
+      if (rank_ >= 2) {
+        own_.resize(bytes);
+        std::memcpy(own_.data(), data, bytes);
+        own = reinterpret_cast<const T*>(own_.data());
+      }
+      std::vector<const T*> pieces(world_size_, nullptr);
+      pieces[rank_] = own;
+      DirectExchange(data, bytes, [&](int peer, const char* piece) {
+        pieces[peer] = reinterpret_cast<const T*>(piece);
+      });
+      // The pieces stay valid though their buffers are posted again: a peer's next message goes
+      // to the other buffer, and the one after waits for this rank's next call.
+      reduce(data, pieces[0], pieces[1], count);
+      for (int q = 2; q < world_size_; ++q) reduce(data, data, pieces[q], count);
+    } else {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, count);
+      opts.setReduceFunction(reduce);
+      opts.setTimeout(ToChrono(op_timeout_));
+      gloo::allreduce(opts);
+      sent_bytes_ += RingAllReduceSentBytes(static_cast<int64_t>(bytes), world_size_);
+      ++ring_calls_;
+    }
   } catch (const std::exception& e) {
     broken_ = true;
     return FromGlooException(e, absl::StrCat("gloo allreduce of ", count, " ", values, " on rank ",
@@ -115,11 +196,11 @@ absl::Status GlooAllReducer::RingAllReduce(T* data, size_t count, ReduceFn reduc
 }
 
 absl::Status GlooAllReducer::AllReduceSum(float* data, size_t count) {
-  return RingAllReduce(data, count, static_cast<ReduceFn>(&gloo::sum<float>), "floats");
+  return AllReduce(data, count, static_cast<ReduceFn>(&gloo::sum<float>), "floats");
 }
 
 absl::Status GlooAllReducer::AllReduceSumBf16(uint16_t* data, size_t count) {
-  return RingAllReduce(data, count, &SumBf16, "bf16 values");
+  return AllReduce(data, count, &SumBf16, "bf16 values");
 }
 
 absl::Status GlooAllReducer::GatherBytes(const void* in, const std::vector<size_t>& counts,
@@ -129,11 +210,11 @@ absl::Status GlooAllReducer::GatherBytes(const void* in, const std::vector<size_
         absl::StrCat("gloo allgather: ", counts.size(), " counts for a world of ", world_size_));
   }
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  size_t offset = 0;
-  for (int r = 0; r < rank_; ++r) offset += counts[r];
-  // Gloo primes the output from its input buffer; copying here spares it an empty one.
+  std::vector<size_t> offsets(world_size_, 0);  // of each rank's piece in out
+  for (int r = 1; r < world_size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  // Gloo's ring primes the output from its input buffer; copying here spares it an empty one.
   if (counts[rank_] > 0) {
-    std::memcpy(static_cast<char*>(out) + offset * element_bytes, in,
+    std::memcpy(static_cast<char*>(out) + offsets[rank_] * element_bytes, in,
                 counts[rank_] * element_bytes);
   }
   if (world_size_ == 1 || total == 0) return absl::OkStatus();
@@ -142,15 +223,25 @@ absl::Status GlooAllReducer::GatherBytes(const void* in, const std::vector<size_
         absl::StrCat("gloo allgather on rank ", rank_, ": an earlier collective failed"));
   }
   try {
-    gloo::AllgathervOptions opts(context_);
-    if (element_bytes == sizeof(float)) {
-      opts.setOutput(static_cast<float*>(out), counts);
+    const size_t largest = *std::max_element(counts.begin(), counts.end()) * element_bytes;
+    if (largest <= direct_max_bytes_) {
+      DirectExchange(in, counts[rank_] * element_bytes, [&](int peer, const char* piece) {
+        std::memcpy(static_cast<char*>(out) + offsets[peer] * element_bytes, piece,
+                    counts[peer] * element_bytes);
+      });
     } else {
-      return absl::InternalError(absl::StrCat("gloo allgather of ", element_bytes, "-byte values"));
+      gloo::AllgathervOptions opts(context_);
+      if (element_bytes == sizeof(float)) {
+        opts.setOutput(static_cast<float*>(out), counts);
+      } else {
+        return absl::InternalError(
+            absl::StrCat("gloo allgather of ", element_bytes, "-byte values"));
+      }
+      opts.setTimeout(ToChrono(op_timeout_));
+      gloo::allgatherv(opts);
+      sent_bytes_ += RingAllGatherSentBytes(counts, element_bytes, rank_);
+      ++ring_calls_;
     }
-    opts.setTimeout(ToChrono(op_timeout_));
-    gloo::allgatherv(opts);
-    sent_bytes_ += RingAllGatherSentBytes(counts, element_bytes, rank_);
   } catch (const std::exception& e) {
     broken_ = true;
     return FromGlooException(

@@ -1,7 +1,21 @@
 // GlooAllReducer: the DenseAllReducer between CPU workers, over Gloo's TCP transport. The ranks
 // of a job find each other through the coordinator's rendezvous key-value store
-// (worker/kv_rendezvous_store.h) under a job-scoped prefix, then connect a full mesh and sum
-// with Gloo's ring allreduce, so every rank ends with the same (bitwise) result.
+// (worker/kv_rendezvous_store.h) under a job-scoped prefix, then connect a full mesh. Every rank
+// ends each collective with the same (bitwise) result.
+//
+// Two algorithms, chosen by size (the same choice on every rank, since every rank passes the same
+// count):
+//  - Direct exchange, for payloads up to direct_max_bytes (and, for an allreduce among more than
+//    two ranks, up to kDirectAllReduceWideMaxBytes): every rank sends its whole payload to every
+//    other rank in one message and sums (or places) what it receives in rank order. Each rank
+//    keeps two receives posted per peer, used in turn, so a message leaves the moment it is sent:
+//    one one-way network delay per collective. (A Gloo send to a peer without a posted receive
+//    first waits for that peer's ready notice, so each step of Gloo's ring costs a round trip,
+//    and its allreduce two steps at least: four one-way delays.) This is the "one-shot"
+//    allreduce that NCCL-based stacks use for small messages. With two ranks it sends the same
+//    bytes as the ring.
+//  - Gloo's ring allreduce and ring allgatherv for anything larger: they send 2 (n - 1) / n of
+//    the buffer per rank, the least bandwidth, at (n - 1) round trips per phase.
 //
 //   DLRM_ASSIGN_OR_RETURN(auto reducer, GlooAllReducer::Create({.client = coordinator.get(),
 //       .prefix = "job/j-1/gloo/", .rank = 0, .world_size = 2, .hostname = "10.0.0.5"}));
@@ -15,6 +29,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +42,7 @@ namespace gloo {
 class Context;
 namespace transport {
 class Device;
+class UnboundBuffer;
 }  // namespace transport
 }  // namespace gloo
 
@@ -43,10 +59,22 @@ struct GlooAllReducerOptions {
   absl::Duration op_timeout = absl::Seconds(120);          // one collective, end to end
   // Polled while waiting for the other ranks; true abandons the rendezvous (CANCELLED).
   std::function<bool()> cancelled;
+  // Largest payload (bytes a rank contributes) sent by direct exchange; every rank of a job must
+  // pass the same value. Each rank holds two receive buffers of this size per peer. Unset:
+  // DefaultDirectMaxBytes(world_size). 0: Gloo's ring for every collective.
+  std::optional<size_t> direct_max_bytes;
 };
+
+// 4 MiB with two ranks (a dense bucket's most, DenseGradientSync::kMaxBucketBytes), then
+// 8 MiB / (world - 1) down to 256 KiB, so that the receive buffers stay near 16 MiB a rank.
+size_t DefaultDirectMaxBytes(int world_size);
 
 class GlooAllReducer : public DenseAllReducer {
  public:
+  // An allreduce among more than two ranks goes direct only up to this size: beyond it the
+  // ring's fewer bytes (2 (n - 1) / n of the buffer, against n - 1 buffers) outweigh its delays.
+  static constexpr size_t kDirectAllReduceWideMaxBytes = 256 << 10;
+
   // Rendezvous and full-mesh connect; blocks until every rank has joined or the timeout.
   static absl::StatusOr<std::unique_ptr<GlooAllReducer>> Create(
       const GlooAllReducerOptions& options);
@@ -57,23 +85,35 @@ class GlooAllReducer : public DenseAllReducer {
   absl::Status AllReduceSum(float* data, size_t count) override;
   // 2 bytes a value on the wire (see DenseAllReducer).
   absl::Status AllReduceSumBf16(uint16_t* data, size_t count) override;
-  // Gloo's ring allgatherv: each piece travels the ring once.
+  // Each piece once to every other rank: directly, or around Gloo's ring.
   absl::Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override;
   absl::Status AllGatherV(const int32_t* in, const std::vector<size_t>& counts,
                           int32_t* out) override;
   int64_t sent_bytes() const override { return sent_bytes_; }
+  // Collectives so far that went by direct exchange, and by Gloo's ring.
+  int64_t direct_calls() const { return direct_calls_; }
+  int64_t ring_calls() const { return ring_calls_; }
+  size_t direct_max_bytes() const { return direct_max_bytes_; }
   // All ranks wait until every rank has called it (an allreduce of one float).
   absl::Status Barrier();
 
  private:
   GlooAllReducer(int rank, int world_size, absl::Duration op_timeout);
   using ReduceFn = void (*)(void*, const void*, const void*, size_t);
-  // Gloo's ring allreduce of count values of T in place, with `reduce` as its sum; `values`
-  // names them in errors.
+  // The allreduce of count values of T in place, with `reduce` as its sum, by direct exchange or
+  // Gloo's ring; `values` names them in errors.
   template <typename T>
-  absl::Status RingAllReduce(T* data, size_t count, ReduceFn reduce, const char* values);
+  absl::Status AllReduce(T* data, size_t count, ReduceFn reduce, const char* values);
   absl::Status GatherBytes(const void* in, const std::vector<size_t>& counts, size_t element_bytes,
                            void* out);
+  // Posts the receive buffers of the direct exchange (two per peer) once connected.
+  void PostDirectReceives();
+  // Sends `bytes` at `data` to every peer, then calls take(peer rank, its bytes) for each peer in
+  // rank order as they arrive, reposting each buffer after its take. Throws Gloo's exceptions.
+  template <typename Take>
+  void DirectExchange(const void* data, size_t bytes, Take take);
+  // The receive buffer of peer rank p for the current direct call.
+  size_t DirectIndex(int peer) const;
 
   int rank_;
   int world_size_;
@@ -82,6 +122,15 @@ class GlooAllReducer : public DenseAllReducer {
   std::shared_ptr<gloo::Context> context_;
   bool broken_ = false;
   int64_t sent_bytes_ = 0;
+  int64_t direct_calls_ = 0;
+  int64_t ring_calls_ = 0;
+  // Direct exchange: two receive buffers per peer (index 2 * (peer - (peer > rank)) + parity),
+  // each of direct_max_bytes_, with a receive always posted; own_ holds this rank's payload when
+  // a sum must not overwrite it before its turn (ranks >= 2).
+  size_t direct_max_bytes_ = 0;
+  std::vector<std::unique_ptr<char[]>> direct_memory_;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> direct_recv_;
+  std::vector<char> own_;
 };
 
 }  // namespace dlrm::worker

@@ -126,7 +126,9 @@ absl::Status WorkerProcess::JobRun::ConnectPeers() {
            .hostname = options.advertise_host,
            .rendezvous_timeout = options.collective_timeout,
            .op_timeout = options.collective_timeout,
-           .cancelled = [w = &worker_] { return w->cancel_job_.load(); }});
+           .cancelled = [w = &worker_] { return w->cancel_job_.load(); },
+           .direct_max_bytes =
+               options.direct_collectives ? std::nullopt : std::optional<size_t>(0)});
     };
     DLRM_ASSIGN_OR_RETURN(resources_->gloo, connect("gloo"));
     reducer_ = resources_->gloo.get();

@@ -72,6 +72,9 @@ struct WorkerProcessOptions {
   // CPU workers of a multi-worker job: allreduce the dense gradients in buckets while the
   // backward runs (TrainerOptions::overlap_dense_allreduce). false: after the backward.
   bool overlap_dense_allreduce = true;
+  // CPU workers of a multi-worker job: small collectives go by direct exchange (every payload to
+  // every peer into receives posted ahead; GlooAllReducer). false: Gloo's ring for every size.
+  bool direct_collectives = true;
   absl::Duration progress_interval = absl::Seconds(1);
   absl::Duration rpc_timeout = absl::Seconds(10);
   absl::Duration collective_timeout = absl::Seconds(120);

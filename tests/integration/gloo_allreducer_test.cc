@@ -52,7 +52,8 @@ class GlooAllReducerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  GlooAllReducerOptions Options(int rank, int world, const std::string& prefix) {
+  GlooAllReducerOptions Options(int rank, int world, const std::string& prefix,
+                                std::optional<size_t> direct_max_bytes = std::nullopt) {
     return {.client = client_.get(),
             .prefix = prefix,
             .rank = rank,
@@ -60,17 +61,20 @@ class GlooAllReducerTest : public ::testing::Test {
             .hostname = "127.0.0.1",
             .rendezvous_timeout = absl::Seconds(10),
             .op_timeout = absl::Seconds(5),
-            .cancelled = nullptr};
+            .cancelled = nullptr,
+            .direct_max_bytes = direct_max_bytes};
   }
 
-  // Creates `world` reducers concurrently (rendezvous needs every rank).
-  std::vector<std::unique_ptr<GlooAllReducer>> Connect(int world, const std::string& prefix) {
+  // Creates `world` reducers concurrently (rendezvous needs every rank). direct_max_bytes 0: every
+  // collective around Gloo's ring.
+  std::vector<std::unique_ptr<GlooAllReducer>> Connect(
+      int world, const std::string& prefix, std::optional<size_t> direct_max_bytes = std::nullopt) {
     std::vector<std::unique_ptr<GlooAllReducer>> reducers(world);
     std::vector<absl::Status> status(world);
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
-        auto reducer = GlooAllReducer::Create(Options(r, world, prefix));
+        auto reducer = GlooAllReducer::Create(Options(r, world, prefix, direct_max_bytes));
         status[r] = reducer.status();
         if (reducer.ok()) reducers[r] = std::move(*reducer);
       });
@@ -119,6 +123,83 @@ std::vector<absl::Status> OnEveryRank(int world, Fn fn) {
   for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { status[r] = fn(r); });
   for (auto& t : threads) t.join();
   return status;
+}
+
+// The direct exchange sums in rank order, ((d0 + d1) + d2), on every rank: each rank's result is
+// that sum bit for bit, whatever the values (rounding included), and with two ranks it is the
+// ring's result too. Calls of every size alternate between the two algorithms on one connection
+// (the receives posted ahead stay matched to their calls), including a one-value allreduce and an
+// allgather with an empty piece; sizes above the limits go around the ring.
+TEST_F(GlooAllReducerTest, DirectExchangeSumsInRankOrderAndAlternatesWithTheRing) {
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "world " << world);
+    constexpr size_t kLimit = 64 << 10;  // bytes
+    auto direct = Connect(world, absl::StrCat("job/direct-", world, "/gloo/"), kLimit);
+    auto ring = Connect(world, absl::StrCat("job/ring-", world, "/gloo/"), 0);
+    ASSERT_EQ(direct.size(), static_cast<size_t>(world));
+    ASSERT_EQ(ring.size(), static_cast<size_t>(world));
+    const std::vector<size_t> counts = {1, kLimit / 4, kLimit / 4 + 1, 3, 100000, 7, 5000, 1};
+    std::mt19937 rng(world);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    // data[call][rank]: values whose sums round, so that the order shows in the bits.
+    std::vector<std::vector<std::vector<float>>> data(counts.size());
+    for (size_t c = 0; c < counts.size(); ++c) {
+      for (int r = 0; r < world; ++r) {
+        std::vector<float> v(counts[c]);
+        for (float& x : v) x = value(rng) * static_cast<float>(1 << (3 * r));
+        data[c].push_back(std::move(v));
+      }
+    }
+    auto by_direct = data;
+    auto by_ring = data;
+    std::vector<std::vector<int32_t>> gathered(world, std::vector<int32_t>(5, -1));
+    auto status = OnEveryRank(world, [&](int r) {
+      for (size_t c = 0; c < counts.size(); ++c) {
+        DLRM_RETURN_IF_ERROR(direct[r]->AllReduceSum(by_direct[c][r].data(), counts[c]));
+        DLRM_RETURN_IF_ERROR(ring[r]->AllReduceSum(by_ring[c][r].data(), counts[c]));
+        if (c == 3) {
+          // Rank 1's piece is empty.
+          const std::vector<size_t> pieces =
+              world == 2 ? std::vector<size_t>{5, 0} : std::vector<size_t>{2, 0, 3};
+          const std::vector<int32_t> in = {r * 10 + 1, r * 10 + 2, r * 10 + 3, r * 10 + 4,
+                                           r * 10 + 5};
+          DLRM_RETURN_IF_ERROR(direct[r]->AllGatherV(in.data(), pieces, gathered[r].data()));
+        }
+      }
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < world; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+    for (size_t c = 0; c < counts.size(); ++c) {
+      SCOPED_TRACE(::testing::Message() << "count " << counts[c]);
+      std::vector<float> want = data[c][0];
+      for (int q = 1; q < world; ++q) {
+        for (size_t i = 0; i < counts[c]; ++i) want[i] += data[c][q][i];
+      }
+      const bool went_direct = counts[c] * sizeof(float) <= kLimit;
+      for (int r = 0; r < world; ++r) {
+        if (went_direct || world == 2) {
+          EXPECT_EQ(by_direct[c][r], want) << "rank " << r;
+        } else {
+          EXPECT_EQ(by_direct[c][r], by_ring[c][r]) << "rank " << r;
+        }
+        if (world == 2) {
+          EXPECT_EQ(by_ring[c][r], want) << "rank " << r;
+        }
+        EXPECT_EQ(by_ring[c][r], by_ring[c][0]) << "rank " << r;
+      }
+    }
+    const std::vector<int32_t> want_gathered =
+        world == 2 ? std::vector<int32_t>{1, 2, 3, 4, 5} : std::vector<int32_t>{1, 2, 21, 22, 23};
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(gathered[r], want_gathered) << "rank " << r;
+      // Of 8 allreduces, the 100,000-value one is over the limit, and with three ranks the
+      // direct exchange takes an allreduce only up to kDirectAllReduceWideMaxBytes (more than
+      // the limit here).
+      EXPECT_EQ(direct[r]->direct_calls(), 6 + 1) << "rank " << r;
+      EXPECT_EQ(direct[r]->ring_calls(), 2) << "rank " << r;
+      EXPECT_EQ(ring[r]->direct_calls(), 0);
+    }
+  }
 }
 
 // training.dense_sync_dtype: bf16. Two bytes a value on the wire, every rank the same bits; with
@@ -173,36 +254,48 @@ TEST_F(GlooAllReducerTest, Bf16AllReduceSendsHalfTheBytesAndEveryRankAgrees) {
 
 TEST_F(GlooAllReducerTest, AllGatherGivesEveryRankEveryPieceInRankOrder) {
   constexpr int kWorld = 3;
-  auto reducers = Connect(kWorld, "job/gather/gloo/");
-  ASSERT_EQ(reducers.size(), static_cast<size_t>(kWorld));
-  const std::vector<size_t> counts = {5, 0, 70001};  // a rank with nothing to say
-  std::vector<std::vector<int32_t>> in(kWorld), out(kWorld, std::vector<int32_t>(70006, -1));
-  std::vector<std::vector<float>> fin(kWorld), fout(kWorld, std::vector<float>(70006, -1));
-  std::vector<int32_t> want;
-  for (int r = 0; r < kWorld; ++r) {
-    for (size_t i = 0; i < counts[r]; ++i) {
-      in[r].push_back(r * 1000000 + static_cast<int32_t>(i) - 7);
-      fin[r].push_back(0.5f * static_cast<float>(in[r].back()));
+  for (bool ring : {false, true}) {
+    SCOPED_TRACE(ring ? "ring" : "direct");
+    auto reducers = Connect(kWorld, ring ? "job/gather-ring/gloo/" : "job/gather/gloo/",
+                            ring ? std::optional<size_t>(0) : std::nullopt);
+    ASSERT_EQ(reducers.size(), static_cast<size_t>(kWorld));
+    const std::vector<size_t> counts = {5, 0, 70001};  // a rank with nothing to say
+    std::vector<std::vector<int32_t>> in(kWorld), out(kWorld, std::vector<int32_t>(70006, -1));
+    std::vector<std::vector<float>> fin(kWorld), fout(kWorld, std::vector<float>(70006, -1));
+    std::vector<int32_t> want;
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t i = 0; i < counts[r]; ++i) {
+        in[r].push_back(r * 1000000 + static_cast<int32_t>(i) - 7);
+        fin[r].push_back(0.5f * static_cast<float>(in[r].back()));
+      }
+      want.insert(want.end(), in[r].begin(), in[r].end());
     }
-    want.insert(want.end(), in[r].begin(), in[r].end());
-  }
-  auto status = OnEveryRank(kWorld, [&](int r) {
-    const int64_t before = reducers[r]->sent_bytes();
-    DLRM_RETURN_IF_ERROR(reducers[r]->AllGatherV(in[r].data(), counts, out[r].data()));
-    DLRM_RETURN_IF_ERROR(reducers[r]->AllGatherV(fin[r].data(), counts, fout[r].data()));
-    const int64_t sent = reducers[r]->sent_bytes() - before;
-    // Each rank forwards to the next every piece but the one the next rank made.
-    const int64_t expected = 2 * 4 * static_cast<int64_t>(70006 - counts[(r + 1) % kWorld]);
-    if (sent != expected) {
-      return absl::InternalError(absl::StrCat("rank ", r, " sent ", sent, " not ", expected));
-    }
-    return absl::OkStatus();
-  });
-  for (int r = 0; r < kWorld; ++r) {
-    ASSERT_TRUE(status[r].ok()) << status[r];
-    EXPECT_EQ(out[r], want) << "rank " << r;
-    for (size_t i = 0; i < want.size(); i += 101) {
-      ASSERT_EQ(fout[r][i], 0.5f * static_cast<float>(want[i])) << "rank " << r << " at " << i;
+    auto status = OnEveryRank(kWorld, [&](int r) {
+      const int64_t before = reducers[r]->sent_bytes();
+      DLRM_RETURN_IF_ERROR(reducers[r]->AllGatherV(in[r].data(), counts, out[r].data()));
+      DLRM_RETURN_IF_ERROR(reducers[r]->AllGatherV(fin[r].data(), counts, fout[r].data()));
+      const int64_t sent = reducers[r]->sent_bytes() - before;
+      // Direct: each rank sends its own piece to every other rank. Ring: each rank forwards to the
+      // next every piece but the one the next rank made.
+      const int64_t expected = ring ? 2 * 4 * static_cast<int64_t>(70006 - counts[(r + 1) % kWorld])
+                                    : 2 * 4 * static_cast<int64_t>(counts[r]) * (kWorld - 1);
+      if (reducers[r]->direct_calls() != (ring ? 0 : 2) ||
+          reducers[r]->ring_calls() != (ring ? 2 : 0)) {
+        return absl::InternalError(absl::StrCat("rank ", r, ": ", reducers[r]->direct_calls(),
+                                                " direct and ", reducers[r]->ring_calls(),
+                                                " ring"));
+      }
+      if (sent != expected) {
+        return absl::InternalError(absl::StrCat("rank ", r, " sent ", sent, " not ", expected));
+      }
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      EXPECT_EQ(out[r], want) << "rank " << r;
+      for (size_t i = 0; i < want.size(); i += 101) {
+        ASSERT_EQ(fout[r][i], 0.5f * static_cast<float>(want[i])) << "rank " << r << " at " << i;
+      }
     }
   }
 }
@@ -275,13 +368,10 @@ TEST_F(GlooAllReducerTest, HotRowExchangeGivesEveryReplicaEveryGradientAndCostsW
     EXPECT_EQ(large[r].grads, small[r].grads);
     // A hot set 10,000x larger costs not one byte more.
     EXPECT_EQ(sent_large[r], sent_small[r]);
-    // What a ring allgather of counts, row ids and gradients sends: every piece but the right
-    // neighbour's, (4 + 4 x dim) bytes a row.
-    size_t all = 0;
-    for (int from = 0; from < kWorld; ++from) all += local[from].rows.size();
-    const size_t next = local[(r + 1) % kWorld].rows.size();
-    EXPECT_EQ(sent_small[r],
-              static_cast<int64_t>(4 * (kWorld - 1) + (all - next) * (4 + 4 * kDim)));
+    // What the direct allgathers of counts, then row ids and gradients send: this rank's count
+    // and rows to each other rank, (4 + 4 x dim) bytes a row.
+    const size_t own = local[r].rows.size();
+    EXPECT_EQ(sent_small[r], static_cast<int64_t>((kWorld - 1) * (4 + own * (4 + 4 * kDim))));
   }
 }
 
@@ -332,8 +422,6 @@ TEST_F(GlooAllReducerTest, HotRowExchangeOfHalfTablesSendsHalfGradientsEveryRank
       return absl::OkStatus();
     });
     for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
-    size_t all = 0;
-    for (int from = 0; from < kWorld; ++from) all += local[from].rows.size();
     for (int r = 0; r < kWorld; ++r) {
       SCOPED_TRACE(r);
       EXPECT_EQ(out[r].rows, out[0].rows);
@@ -348,17 +436,12 @@ TEST_F(GlooAllReducerTest, HotRowExchangeOfHalfTablesSendsHalfGradientsEveryRank
           }
         }
       }
-      // Counts, then (4 + the wire's bytes a row) a row, padded to 4 bytes per piece.
+      // The count, then (4 + the wire's bytes a row) a row, padded to 4 bytes, to each other rank.
       const int64_t row_bytes = HotWireRowBytes(wire, kDim);
       EXPECT_EQ(row_bytes, wire == HotWire::kFp8 ? 4 + kDim : 2 * kDim);
-      int64_t pieces = 0;
-      for (int from = 0; from < kWorld; ++from) {
-        if (from == (r + 1) % kWorld) continue;
-        const int64_t c = static_cast<int64_t>(local[from].rows.size());
-        pieces += 4 * c + (c * row_bytes + 3) / 4 * 4;
-      }
-      EXPECT_EQ(sent[r], static_cast<int64_t>(4 * (kWorld - 1)) + pieces);
-      EXPECT_LT(sent[r], static_cast<int64_t>(4 * (kWorld - 1) + all * (4 + 4 * kDim)) * 0.6);
+      const int64_t c = static_cast<int64_t>(local[r].rows.size());
+      EXPECT_EQ(sent[r], (kWorld - 1) * (4 + 4 * c + (c * row_bytes + 3) / 4 * 4));
+      EXPECT_LT(sent[r], static_cast<int64_t>((kWorld - 1) * (4 + c * (4 + 4 * kDim)) * 0.6));
     }
   }
 }
