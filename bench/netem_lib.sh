@@ -183,7 +183,7 @@ netem_start_switch() {
     links+=(--link "${netem_namespaces[$i]}=${netem_addrs[$i]}")
   done
   netem_switch_out="$log.out"
-  ip netns exec "${netem_namespaces[0]}" ${NETEM_SWITCH_PREFIX:-} "$bin" "${links[@]}" --rate "${bits}bit" \
+  ip netns exec "${netem_namespaces[0]}" "$bin" "${links[@]}" --rate "${bits}bit" \
     --delay "${delay_us}us" --queue 100ms >"$netem_switch_out" 2>"$log.err" &
   netem_switch_pid=$!
   for ((i = 0; i < 200; i++)); do
