@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# make demo's job (examples/demo-job.yaml on `dlrm local --ps 2 --workers 2`) six ways,
+# make demo's job (examples/demo-job.yaml on `dlrm local --ps 2 --workers 2`) seven ways,
 # interleaved round by round (each round in another order): the demo's hot_budget (auto, the
 # planner's choice), a fixed `hot_budget: 4MiB`, --no-hot-rows, the demo's hot_budget with
 # --sync-hot-exchange (the hot rows' exchange on the compute thread), the demo with
 # --sync-dense-allreduce (the dense allreduce after the backward, not during it), and the demo
-# with `hot_sync_dtype: fp8` (the hot rows' gradients in FP8 with a scale a row).
+# with `hot_sync_dtype: fp8` (the hot rows' gradients in FP8 with a scale a row), and the demo with
+# --ring-collectives (every collective around Gloo's ring, no direct exchange).
 # One JSON line per run (samples/s, AUC, hot-set size, bytes per sample by purpose as the job
 # counted them), then one line of medians and ratios. docs/BENCHMARKS.md, "Hot rows on loopback".
 #   bench/hot_rows_demo.sh [BUILD_DIR] [ROUNDS]      (default: build, 3)
@@ -23,7 +24,7 @@ sed 's/^\(  hot_budget:.*\)$/\1\n  hot_sync_dtype: fp8/' "$work/job.yaml" >"$wor
 grep -q '^  hot_sync_dtype: fp8$' "$work/job_fp8.yaml"
 variants=("demo|job.yaml|" "4mib|job_4mib.yaml|" "off|job.yaml|--no-hot-rows"
   "sync|job.yaml|--sync-hot-exchange" "syncdense|job.yaml|--sync-dense-allreduce"
-  "fp8|job_fp8.yaml|")
+  "fp8|job_fp8.yaml|" "ring|job.yaml|--ring-collectives")
 for ((r = 1; r <= rounds; r++)); do
   # Each round starts one variant later: the first runs of a round were the slowest here.
   for ((v = 0; v < ${#variants[@]}; v++)); do
@@ -52,7 +53,7 @@ import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda h, k: statistics.median(r[k] for r in runs if r["hot"] == h)
 out = {"bench": "hot_rows_demo_summary", "rounds": max(r["round"] for r in runs)}
-for h in ("demo", "4mib", "sync", "syncdense", "fp8"):
+for h in ("demo", "4mib", "sync", "syncdense", "fp8", "ring"):
     out[h] = {"samples_per_sec_ratio_on_over_off": round(med(h, "samples_per_sec") / med("off", "samples_per_sec"), 3),
               "network_bytes_ratio_off_over_on": round(med("off", "network_bytes_per_sample") / med(h, "network_bytes_per_sample"), 3),
               "auc_on_minus_off": round(med(h, "auc") - med("off", "auc"), 5)}
@@ -60,6 +61,8 @@ out["demo_over_sync_samples_per_sec"] = round(
     med("demo", "samples_per_sec") / med("sync", "samples_per_sec"), 3)
 out["demo_over_syncdense_samples_per_sec"] = round(
     med("demo", "samples_per_sec") / med("syncdense", "samples_per_sec"), 3)
+out["demo_over_ring_samples_per_sec"] = round(
+    med("demo", "samples_per_sec") / med("ring", "samples_per_sec"), 3)
 out["fp8_over_demo_samples_per_sec"] = round(
     med("fp8", "samples_per_sec") / med("demo", "samples_per_sec"), 3)
 print(json.dumps(out))
