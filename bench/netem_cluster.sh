@@ -264,7 +264,10 @@ EOF
 
 # nap SECONDS: a sleep that a signal to this script cuts short. Bash runs an INT trap only after
 # the foreground command ends, and not at all when that command did not itself die of SIGINT (a
-# `kill -INT` of the script alone); the wait builtin returns at once instead.
+# `kill -INT` of the script alone); the wait builtin returns at once instead. (Each nap forks a
+# `sleep`: at ten a second that cost the two cores about 5 % while a job ran, so the wait for a
+# job naps 0.5 s. `read -t` forks nothing, but a SIGINT during it left bash to die silently later
+# in the clean-up, with the namespaces still there.)
 nap() {
   sleep "$1" &
   wait $! || true
@@ -538,12 +541,17 @@ print(roles.count("ROLE_PS"), roles.count("ROLE_WORKER"))
   local deadline=$((SECONDS + job_timeout))
   while kill -0 "$ctl_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
     netem_switch_running || fail "the delay_switch exited during the job"
-    nap 0.1
+    nap 0.5
   done
   if kill -0 "$ctl_pid" 2>/dev/null; then fail "the job did not end within $job_timeout s"; fi
   wait "$ctl_pid" || rc=$?
   ctl_pid=""
-  t1=$(date +%s.%N)
+  # The job's end: when dlrmctl wrote its final status, not when the half-second nap noticed.
+  if [ -s "$run_dir/final.json" ]; then
+    t1=$(date -r "$run_dir/final.json" +%s.%N)
+  else
+    t1=$(date +%s.%N)
+  fi
   snapshot "$run_dir/after"
   local job_id
   job_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' \
