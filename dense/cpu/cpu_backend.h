@@ -145,6 +145,9 @@ class CpuBackend final : public Backend {
                       const std::function<void(int64_t, int, int)>& fn);
 
   static constexpr int kMaxParts = 8;
+  // Element-wise loops are split only into parts of at least this many floats (64 KB): below it,
+  // waking a helper costs more than the part it would take.
+  static constexpr int kMinFloatsPerPart = 1 << 14;
   static constexpr int kMinFusedOutputs = 16;  // CpuLinearForward::kAuto
   static constexpr int kMaxFusedInputs = 512;
   int threads_;
@@ -154,7 +157,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<common::ParallelPool> pool_;  // threads - 1 helpers; null with one thread
   std::vector<float> scratch_[kMaxParts];
   std::vector<float> column_partials_;  // ColumnSum's per-block sums
-  struct Matmuls;                       // cpu_backend.cc
+  struct Matmuls;                       // cpu_matmuls.h
   std::unique_ptr<Matmuls> matmuls_;    // null unless the GEMMs are oneDNN's
   bool bf16_;                           // math_mode bf16
   CpuLinearForward linear_forward_;
