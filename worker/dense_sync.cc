@@ -23,10 +23,8 @@ DenseGradientSync::~DenseGradientSync() {
   thread_.join();
 }
 
-void DenseGradientSync::Begin(float* grads, size_t n, RangeReduce reduce) {
+void DenseGradientSync::Begin(float* grads, size_t n) {
   grads_ = grads;
-  // The bucket thread reads reduce_ only for buckets submitted after this (under mu_).
-  reduce_ = std::move(reduce);
   bucket_floats_ = std::min(max_bucket_floats_, (n + 1) / 2);
   pending_begin_ = pending_end_ = n;
   if (bf16_ && wire_.size() < n) wire_.resize(n);
@@ -117,7 +115,6 @@ absl::Status AllReduceDenseMean(DenseAllReducer* reducer, bool bf16, float* g, s
 }
 
 absl::Status DenseGradientSync::Reduce(Range r) {
-  if (reduce_) return reduce_(grads_, r.begin, r.end);
   return AllReduceDenseMean(reducer_, bf16_, grads_ + r.begin, r.end - r.begin,
                             bf16_ ? wire_.data() + r.begin : nullptr);
 }

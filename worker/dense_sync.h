@@ -21,7 +21,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -51,14 +50,8 @@ class DenseGradientSync {
   DenseGradientSync(DenseAllReducer* reducer, bool bf16);
   ~DenseGradientSync();
 
-  // Sums grads[begin, end) over the workers and leaves their mean there, some other way than a
-  // plain allreduce (PowerSGD: PowerSgdAllReducer::AllReduceMeanRange). Called on this object's
-  // thread, one bucket at a time, in the order the buckets were reported.
-  using RangeReduce = std::function<absl::Status(float* grads, size_t begin, size_t end)>;
-
-  // A step's gradients: n floats at grads, reported by Ready from the end to the start. Each
-  // bucket goes through `reduce` when it is set, else the plain (fp32 or bf16) allreduce.
-  void Begin(float* grads, size_t n, RangeReduce reduce = nullptr);
+  // A step's gradients: n floats at grads, reported by Ready from the end to the start.
+  void Begin(float* grads, size_t n);
   // [g, g + count) is final; it must end where the last reported part began (at grads + n for
   // the first).
   void Ready(const float* g, size_t count);
@@ -85,7 +78,6 @@ class DenseGradientSync {
   const size_t max_bucket_floats_;
   size_t bucket_floats_ = 0;  // this step's
   float* grads_ = nullptr;
-  RangeReduce reduce_;        // this step's, or null
   size_t pending_begin_ = 0;  // [pending_begin_, pending_end_): reported, not yet submitted
   size_t pending_end_ = 0;
   std::vector<uint16_t> wire_;  // bf16 values of the buckets in flight (indexed like grads_)

@@ -10,16 +10,16 @@
 
 namespace dlrm::worker {
 
-PowerSgdAllReducer::PowerSgdAllReducer(DenseAllReducer* reducer,
+PowerSgdAllReducer::PowerSgdAllReducer(DenseAllReducer* reducer, dense::Backend* backend,
                                        std::vector<dense::DlrmDenseModel::WeightMatrix> matrices,
                                        size_t n, int rank, uint64_t seed,
                                        double min_compression_rate)
-    : reducer_(reducer), n_(n), rank_(rank) {
+    : reducer_(reducer), backend_(backend), n_(n), rank_(rank) {
   std::sort(matrices.begin(), matrices.end(),
             [](const auto& a, const auto& b) { return a.offset < b.offset; });
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  size_t covered = 0;
+  size_t p_floats = 0, q_floats = 0, covered = 0;
   for (const auto& m : matrices) {
     const size_t full = static_cast<size_t>(m.rows) * m.cols;
     const size_t factors = static_cast<size_t>(m.rows + m.cols) * rank;
@@ -33,13 +33,19 @@ PowerSgdAllReducer::PowerSgdAllReducer(DenseAllReducer* reducer,
     c.q.resize(static_cast<size_t>(m.cols) * rank);
     for (float& x : c.q) x = normal(rng);
     c.error.assign(full, 0.0f);
-    wire_floats_ += factors;
+    c.p_at = p_floats;
+    c.q_at = q_floats;
+    p_floats += static_cast<size_t>(m.rows) * rank;
+    q_floats += static_cast<size_t>(m.cols) * rank;
     if (m.offset > covered) whole_.push_back({covered, m.offset});
     covered = m.offset + full;
     compressed_.push_back(std::move(c));
   }
   if (covered < n) whole_.push_back({covered, n});
-  for (const auto& [b, e] : whole_) wire_floats_ += e - b;
+  size_t whole_floats = 0;
+  for (const auto& [b, e] : whole_) whole_floats += e - b;
+  first_.resize(p_floats + whole_floats);
+  second_.resize(q_floats);
 }
 
 std::vector<float> PowerSgdAllReducer::Residual() const {
@@ -165,140 +171,48 @@ void PowerSgdAllReducer::Orthonormalise(float* p, int rows, int r) {
   }
 }
 
-namespace {
-
-// a . b over n floats, in 16 partial sums added in a fixed order (so the compiler can keep them
-// in vector registers without reordering any one sum).
-float Dot(const float* __restrict a, const float* __restrict b, int n) {
-  constexpr int kLanes = 16;
-  float lane[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lane[l] += a[i + l] * b[i + l];
-  }
-  float sum = 0.0f;
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// y += alpha x over n floats.
-void Axpy(float alpha, const float* __restrict x, float* __restrict y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-}  // namespace
-
-absl::Status PowerSgdAllReducer::AllReduceMeanRange(float* grads, size_t begin, size_t end) {
-  if (begin > end || end > n_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PowerSGD range [", begin, ", ", end, ") of ", n_, " gradients"));
-  }
-  // This call's matrices, [first, last) of compressed_; none may straddle a bound.
-  size_t first = compressed_.size(), last = 0;
-  for (size_t i = 0; i < compressed_.size(); ++i) {
-    const Compressed& c = compressed_[i];
-    const size_t c_end = c.offset + c.error.size();
-    if ((c.offset < begin && begin < c_end) || (c.offset < end && end < c_end)) {
-      return absl::InvalidArgumentError(absl::StrCat("PowerSGD range [", begin, ", ", end,
-                                                     ") cuts the ", c.rows, " x ", c.cols,
-                                                     " matrix at ", c.offset, " in two"));
-    }
-    if (c.offset >= begin && c_end <= end) {
-      first = std::min(first, i);
-      last = i + 1;
-    }
-  }
-  if (first > last) first = last;
-  std::vector<std::pair<size_t, size_t>> whole;  // this call's uncompressed ranges
-  size_t whole_floats = 0;
-  for (const auto& [b, e] : whole_) {
-    const size_t lo = std::max(b, begin), hi = std::min(e, end);
-    if (lo < hi) {
-      whole.push_back({lo, hi});
-      whole_floats += hi - lo;
-    }
-  }
+absl::Status PowerSgdAllReducer::AllReduceMean(float* grads) {
   const int r = rank_;
-  size_t p_floats = 0, q_floats = 0;
-  for (size_t i = first; i < last; ++i) {
-    p_floats += static_cast<size_t>(compressed_[i].rows) * r;
-    q_floats += static_cast<size_t>(compressed_[i].cols) * r;
-  }
-  first_.assign(p_floats + whole_floats, 0.0f);
-  second_.assign(q_floats, 0.0f);
-  // M' = M + E, kept in E; P = M' Q into first_ (Q read transposed, a row per factor).
-  size_t p_at = 0;
-  for (size_t i = first; i < last; ++i) {
-    Compressed& c = compressed_[i];
-    const float* m = grads + c.offset;
+  // M' = M + E, kept in E; P = M' Q into first_.
+  for (Compressed& c : compressed_) {
+    float* m = grads + c.offset;
     const size_t full = c.error.size();
-    for (size_t k = 0; k < full; ++k) c.error[k] += m[k];
-    qt_.resize(static_cast<size_t>(r) * c.cols);
-    for (int k = 0; k < c.cols; ++k) {
-      for (int j = 0; j < r; ++j) qt_[static_cast<size_t>(j) * c.cols + k] = c.q[k * r + j];
-    }
-    float* p = first_.data() + p_at;
-    for (int row = 0; row < c.rows; ++row) {
-      const float* e = c.error.data() + static_cast<size_t>(row) * c.cols;
-      for (int j = 0; j < r; ++j) {
-        p[row * r + j] = Dot(e, qt_.data() + static_cast<size_t>(j) * c.cols, c.cols);
-      }
-    }
-    p_at += static_cast<size_t>(c.rows) * r;
+    for (size_t i = 0; i < full; ++i) c.error[i] += m[i];
+    backend_->Gemm(false, false, c.rows, r, c.cols, 1.0f, c.error.data(), c.q.data(), 0.0f,
+                   first_.data() + c.p_at);
   }
-  size_t at = p_floats;
-  for (const auto& [b, e] : whole) {
-    std::memcpy(first_.data() + at, grads + b, (e - b) * sizeof(float));
-    at += e - b;
+  size_t at = first_.size();
+  for (auto it = whole_.rbegin(); it != whole_.rend(); ++it) {
+    at -= it->second - it->first;
+    std::memcpy(first_.data() + at, grads + it->first, (it->second - it->first) * sizeof(float));
   }
-  if (!first_.empty()) DLRM_RETURN_IF_ERROR(reducer_->AllReduceSum(first_.data(), first_.size()));
+  DLRM_RETURN_IF_ERROR(reducer_->AllReduceSum(first_.data(), first_.size()));
   const float inv_world = 1.0f / static_cast<float>(reducer_->world_size());
-  at = p_floats;
-  for (const auto& [b, e] : whole) {
-    for (size_t i = 0; i < e - b; ++i) grads[b + i] = first_[at + i] * inv_world;
-    at += e - b;
-  }
-  // Q = M'^T P, summed over the workers and divided by their number (as Q^T, a row per factor).
-  p_at = 0;
-  size_t q_at = 0;
-  for (size_t i = first; i < last; ++i) {
-    Compressed& c = compressed_[i];
-    float* p = first_.data() + p_at;
-    Orthonormalise(p, c.rows, r);
-    float* qt = second_.data() + q_at;
-    for (int row = 0; row < c.rows; ++row) {
-      const float* e = c.error.data() + static_cast<size_t>(row) * c.cols;
-      for (int j = 0; j < r; ++j)
-        Axpy(p[row * r + j], e, qt + static_cast<size_t>(j) * c.cols, c.cols);
+  at = first_.size();
+  for (auto it = whole_.rbegin(); it != whole_.rend(); ++it) {
+    at -= it->second - it->first;
+    for (size_t i = 0; i < it->second - it->first; ++i) {
+      grads[it->first + i] = first_[at + i] * inv_world;
     }
-    p_at += static_cast<size_t>(c.rows) * r;
-    q_at += static_cast<size_t>(c.cols) * r;
+  }
+  // Q = M'^T P, summed over the workers and divided by their number.
+  for (Compressed& c : compressed_) {
+    float* p = first_.data() + c.p_at;
+    Orthonormalise(p, c.rows, r);
+    backend_->Gemm(true, false, c.cols, r, c.rows, 1.0f, c.error.data(), p, 0.0f,
+                   second_.data() + c.q_at);
   }
   if (!second_.empty()) {
     DLRM_RETURN_IF_ERROR(reducer_->AllReduceSum(second_.data(), second_.size()));
   }
   for (float& x : second_) x *= inv_world;
   // The approximation P Q^T replaces the gradient; what it misses stays in E for the next step.
-  p_at = 0;
-  q_at = 0;
-  for (size_t i = first; i < last; ++i) {
-    Compressed& c = compressed_[i];
-    const float* p = first_.data() + p_at;
-    const float* qt = second_.data() + q_at;
-    for (int k = 0; k < c.cols; ++k) {
-      for (int j = 0; j < r; ++j) c.q[k * r + j] = qt[static_cast<size_t>(j) * c.cols + k];
-    }
+  for (Compressed& c : compressed_) {
+    std::memcpy(c.q.data(), second_.data() + c.q_at, c.q.size() * sizeof(float));
     float* m = grads + c.offset;
-    for (int row = 0; row < c.rows; ++row) {
-      float* m_row = m + static_cast<size_t>(row) * c.cols;
-      std::fill(m_row, m_row + c.cols, 0.0f);
-      for (int j = 0; j < r; ++j)
-        Axpy(p[row * r + j], qt + static_cast<size_t>(j) * c.cols, m_row, c.cols);
-    }
-    for (size_t k = 0; k < c.error.size(); ++k) c.error[k] -= m[k];
-    p_at += static_cast<size_t>(c.rows) * r;
-    q_at += static_cast<size_t>(c.cols) * r;
+    backend_->Gemm(false, true, c.rows, c.cols, r, 1.0f, first_.data() + c.p_at, c.q.data(), 0.0f,
+                   m);
+    for (size_t i = 0; i < c.error.size(); ++i) c.error[i] -= m[i];
   }
   return absl::OkStatus();
 }

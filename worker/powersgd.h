@@ -11,12 +11,8 @@
 // Q starts from the same random numbers on every worker and is reused from step to step (one
 // power-iteration step per training step). Every worker ends with the same P and Q, so with the
 // same approximation. Biases and matrices with rows * cols < 2 (rows + cols) r travel whole, in
-// one allreduce with the factors P. So a step makes two allreduces, or two per bucket when
-// DenseGradientSync sends the top layers' gradients while the backward computes the rest
-// (AllReduceMeanRange: each matrix's factors depend on that matrix alone, so buckets give the same
-// bits as one call). With r >= min(rows, cols) the approximation is the mean itself, up to
-// rounding. The products (M'Q, M'^T P, P Q^T) are loops of this class's own, not the trainer's
-// backend, so that they can run on the bucket thread beside the backward.
+// one allreduce with the factors P. So a step makes two allreduces. With r >= min(rows, cols) the
+// approximation is the mean itself, up to rounding.
 //
 // E and Q are per-worker training state: a cluster checkpoint holds each rank's (StateBytes, as
 // powersgd-rR.bin; docs/CHECKPOINTS.md), and a job resumed with the same number of workers and
@@ -30,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "dense/backend.h"
 #include "dense/dlrm_model.h"
 #include "worker/collective.h"
 
@@ -37,24 +34,20 @@ namespace dlrm::worker {
 
 class PowerSgdAllReducer {
  public:
-  // `matrices`: the weight matrices of a buffer of n gradients (DlrmDenseModel::WeightMatrices).
-  // `reducer` is not owned. `seed` must be the same on every worker. A matrix is compressed when
-  // rows * cols >= min_compression_rate times the (rows + cols) * rank floats of its factors
-  // (DDP's min_compression_rate, 2 by default).
-  PowerSgdAllReducer(DenseAllReducer* reducer,
+  // `matrices`: the weight matrices of a buffer of n gradients (DlrmDenseModel::WeightMatrices);
+  // `backend` (a CPU backend) runs the products. Neither is owned. `seed` must be the same on
+  // every worker. A matrix is compressed when rows * cols >= min_compression_rate times the
+  // (rows + cols) * rank floats of its factors (DDP's min_compression_rate, 2 by default).
+  PowerSgdAllReducer(DenseAllReducer* reducer, dense::Backend* backend,
                      std::vector<dense::DlrmDenseModel::WeightMatrix> matrices, size_t n, int rank,
                      uint64_t seed, double min_compression_rate = 2.0);
 
   // grads (n floats, host memory) becomes the approximated mean over the workers: compressed
   // matrices as above, everything else exactly. Every worker calls it with its own gradients.
-  absl::Status AllReduceMean(float* grads) { return AllReduceMeanRange(grads, 0, n_); }
-  // The same for grads[begin, end) only, which must not cut a matrix in two (INVALID_ARGUMENT
-  // naming it; nothing changes then). Every worker calls it with the same ranges in the same
-  // order; ranges that together cover [0, n) once give the bits of one AllReduceMean.
-  absl::Status AllReduceMeanRange(float* grads, size_t begin, size_t end);
+  absl::Status AllReduceMean(float* grads);
 
-  // Floats a step sends into the allreduces, against n uncompressed.
-  size_t wire_floats() const { return wire_floats_; }
+  // Floats each call sends into the allreduces, against n uncompressed.
+  size_t wire_floats() const { return first_.size() + second_.size(); }
   int compressed_matrices() const { return static_cast<int>(compressed_.size()); }
   // E laid out like the gradients (zero where they travel whole): what the approximations so far
   // have left out, to be added to the next step's gradients.
@@ -76,20 +69,19 @@ class PowerSgdAllReducer {
     int cols;
     std::vector<float> q;      // cols x r, reused across steps
     std::vector<float> error;  // rows x cols
+    size_t p_at;               // where its P sits in first_
+    size_t q_at;               // where its Q sits in second_
   };
   static void Orthonormalise(float* p, int rows, int r);
 
   DenseAllReducer* const reducer_;
+  dense::Backend* const backend_;
   const size_t n_;
   const int rank_;
-  std::vector<Compressed> compressed_;            // by offset
+  std::vector<Compressed> compressed_;
   std::vector<std::pair<size_t, size_t>> whole_;  // [begin, end) ranges sent uncompressed
-  size_t wire_floats_ = 0;
-  // A call's allreduce buffers: its matrices' P, then its whole ranges; its matrices' Q. And each
-  // matrix's Q transposed (rank x cols), which the products read row by row.
-  std::vector<float> first_;
-  std::vector<float> second_;
-  std::vector<float> qt_;
+  std::vector<float> first_;                      // every P, then the whole ranges
+  std::vector<float> second_;                     // every Q
 };
 
 }  // namespace dlrm::worker

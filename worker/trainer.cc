@@ -166,10 +166,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     const bool several = options.allreducer != nullptr && options.allreducer->world_size() > 1;
     if (spec.dense_sync_compression == "powersgd" && several) {
       trainer->powersgd_ = std::make_unique<PowerSgdAllReducer>(
-          options.allreducer, trainer->model_->WeightMatrices(), trainer->model_->num_params(),
-          spec.powersgd_rank, spec.seed + 0x5067);
-    }
-    if (options.overlap_dense_allreduce && several) {
+          options.allreducer, options.backend, trainer->model_->WeightMatrices(),
+          trainer->model_->num_params(), spec.powersgd_rank, spec.seed + 0x5067);
+    } else if (options.overlap_dense_allreduce && several) {
       trainer->dense_sync_ =
           std::make_unique<DenseGradientSync>(options.allreducer, spec.dense_sync_dtype == "bf16");
     }
@@ -438,12 +437,6 @@ void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) 
   });
 }
 
-bool Trainer::PowerSgdActive() const {
-  // The job's steps so far: the optimizer's count is restored with a checkpoint, while a resumed
-  // cluster job numbers steps_done_ from 0 again.
-  return powersgd_ != nullptr && model_->optimizer().step() >= options_.spec.powersgd_warmup_steps;
-}
-
 absl::Status Trainer::AllReduceDenseGradients() {
   if (options_.allreducer == nullptr && options_.device_allreducer == nullptr) {
     return absl::OkStatus();
@@ -469,7 +462,9 @@ absl::Status Trainer::AllReduceDenseGradients() {
     grads = grads_host_.data();
   }
   const int64_t sent_before = options_.allreducer->sent_bytes();
-  if (PowerSgdActive()) {
+  // The job's steps so far: the optimizer's count is restored with a checkpoint, while a resumed
+  // cluster job numbers steps_done_ from 0 again.
+  if (powersgd_ != nullptr && model_->optimizer().step() >= options_.spec.powersgd_warmup_steps) {
     DLRM_RETURN_IF_ERROR(powersgd_->AllReduceMean(grads));  // the mean, approximated
   } else {
     const bool bf16 = options_.spec.dense_sync_dtype == "bf16";
@@ -516,15 +511,8 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   dense::GradientsReady ready;
   const int64_t dense_sync_sent_before = dense_sync_ != nullptr ? dense_sync_->sent_bytes() : 0;
   if (dense_sync_ != nullptr) {
-    // The dense allreduce starts with the top layers' gradients while the backward goes on,
-    // compressed bucket by bucket once PowerSGD's warm-up is over.
-    DenseGradientSync::RangeReduce compress;
-    if (PowerSgdActive()) {
-      compress = [p = powersgd_.get()](float* grads, size_t begin, size_t end) {
-        return p->AllReduceMeanRange(grads, begin, end);
-      };
-    }
-    dense_sync_->Begin(model_->grads(), model_->num_params(), std::move(compress));
+    // The dense allreduce starts with the top layers' gradients while the backward goes on.
+    dense_sync_->Begin(model_->grads(), model_->num_params());
     ready = [this](const float* g, size_t count) { dense_sync_->Ready(g, count); };
   }
   // The loss is taken at the end: the optimizers are queued behind the backward, not after a

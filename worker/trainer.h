@@ -274,8 +274,6 @@ class Trainer {
   void SumGatheredHotGradients();
   // Averages the dense gradients over the workers (no-op for a single worker).
   absl::Status AllReduceDenseGradients();
-  // PowerSGD compresses this step's dense gradients (its warm-up is over).
-  bool PowerSgdActive() const;
   // Sets up input staging and GPU tables when the budget allows, else GPU hot rows (CUDA
   // backend only).
   absl::Status InitGpu();
@@ -318,8 +316,7 @@ class Trainer {
   std::unique_ptr<common::ParallelPool> pool_;
   // TrainerOptions::overlap_dense_allreduce where it applies (CPU backend, world > 1).
   std::unique_ptr<DenseGradientSync> dense_sync_;
-  // training.dense_sync_compression: powersgd (CPU backend, world > 1): bucket by bucket through
-  // dense_sync_ when the allreduce is overlapped, else after the backward.
+  // training.dense_sync_compression: powersgd (CPU backend, world > 1).
   std::unique_ptr<PowerSgdAllReducer> powersgd_;
   // Per table, this step's hot rows: (slot, h) with the row's gradient at
   // combined_grads_[t][(hot_first_[t] + h) * dim] (a batch's hot slots are distinct).

@@ -140,46 +140,6 @@ TEST_P(DenseSyncTest, OverlappedAllReduceTrainsTheSameModelInBucketsOnItsOwnThre
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, DenseSyncTest, ::testing::Values("fp32", "bf16"));
 
-// training.dense_sync_compression: powersgd with the allreduce overlapped: each bucket is
-// compressed on the bucket thread while the backward computes the rest, and the model is the one
-// that compressing all of it after the backward gives, bit for bit, through the warm-up (plain
-// buckets) and after it (PowerSGD's two allreduces a bucket, far fewer floats than the gradients).
-TEST(DenseSyncPowerSgdTest, OverlappedPowerSgdTrainsTheSameModelBucketByBucket) {
-  common::JobSpec spec = Spec("fp32");
-  spec.dense_sync_compression = "powersgd";
-  spec.powersgd_rank = 2;
-  spec.powersgd_warmup_steps = 2;
-  MirrorReducer overlapped_reducer, sync_reducer;
-  auto overlapped = MakeRig(spec, &overlapped_reducer, /*overlap=*/true);
-  auto sync = MakeRig(spec, &sync_reducer, /*overlap=*/false);
-  ASSERT_NE(overlapped->trainer->powersgd(), nullptr);
-  constexpr int kSteps = 5;
-  testing::ExpectSameTraining(*overlapped->trainer, *overlapped->store, *sync->trainer,
-                              *sync->store, spec, kSteps, /*first_seed=*/3);
-  const size_t n = overlapped->trainer->model().num_params();
-  const std::vector<MirrorReducer::Call> calls = overlapped_reducer.calls();
-  const std::vector<MirrorReducer::Call> sync_calls = sync_reducer.calls();
-  // Sync: one plain allreduce a warm-up step, then P and Q.
-  ASSERT_EQ(sync_calls.size(), 2u + 2u * (kSteps - 2));
-  // Overlapped: the warm-up's buckets cover the gradients; then every bucket makes two calls.
-  size_t at = 0, warm = 0;
-  while (at < calls.size() && warm < 2 * n) warm += calls[at++].count;
-  EXPECT_EQ(warm, 2 * n);
-  const size_t per_step = (calls.size() - at) / (kSteps - 2);
-  EXPECT_EQ((calls.size() - at) % (kSteps - 2), 0u);
-  EXPECT_GE(per_step, 4u);
-  EXPECT_EQ(per_step % 2, 0u);
-  size_t compressed = 0;
-  for (size_t i = at; i < at + per_step; ++i) compressed += calls[i].count;
-  EXPECT_EQ(compressed, sync_calls[2].count + sync_calls[3].count);
-  EXPECT_LT(compressed, n / 2);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    EXPECT_NE(calls[i].thread, std::this_thread::get_id()) << "call " << i;
-  }
-  EXPECT_EQ(overlapped->trainer->counters().dense_sync_bytes,
-            sync->trainer->counters().dense_sync_bytes);
-}
-
 TEST(DenseSyncFailureTest, AFailedBucketFailsTheStepWithItsError) {
   const common::JobSpec spec = Spec("fp32");
   MirrorReducer reducer(/*fail_at=*/3);  // the second step's second bucket

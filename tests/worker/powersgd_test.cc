@@ -12,7 +12,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
-#include "common/status.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
 
@@ -97,16 +96,7 @@ struct PairRun {
   uint64_t seed = 5;
   const std::string* start_state[2] = {nullptr, nullptr};  // LoadState'd first when given
   std::string end_state[2];                                // StateBytes at the end
-  // Nonzero: each step is two calls, AllReduceMeanRange [split, kN) then [0, split), as the
-  // overlapped dense allreduce sends the top layers first.
-  size_t split = 0;
 };
-
-absl::Status Step(PowerSgdAllReducer& p, const PairRun& run, float* grads) {
-  if (run.split == 0) return p.AllReduceMean(grads);
-  DLRM_RETURN_IF_ERROR(p.AllReduceMeanRange(grads, run.split, kN));
-  return p.AllReduceMeanRange(grads, 0, run.split);
-}
 
 // Runs steps first_step .. first_step + steps - 1 of both ranks (rank r's gradients of step s:
 // Random(100 * r + s)) and returns each rank's outputs, step by step.
@@ -115,10 +105,11 @@ std::vector<std::vector<float>> RunPair(int rank, int steps, double min_rate,
                                         PairRun* run = nullptr) {
   PairRun plain;
   if (run == nullptr) run = &plain;
+  auto backend = testing::CpuTestBackend();
   PairReducer pair;
   PairReducer::Rank r0(&pair, 0), r1(&pair, 1);
-  PowerSgdAllReducer a(&r0, kMatrices, kN, rank, run->seed, min_rate);
-  PowerSgdAllReducer b(&r1, kMatrices, kN, rank, run->seed, min_rate);
+  PowerSgdAllReducer a(&r0, backend.get(), kMatrices, kN, rank, run->seed, min_rate);
+  PowerSgdAllReducer b(&r1, backend.get(), kMatrices, kN, rank, run->seed, min_rate);
   EXPECT_EQ(a.compressed_matrices(), 2);
   PowerSgdAllReducer* both[2] = {&a, &b};
   for (int r = 0; r < 2; ++r) {
@@ -132,12 +123,12 @@ std::vector<std::vector<float>> RunPair(int rank, int steps, double min_rate,
   std::thread other([&] {
     for (int s = 0; s < steps; ++s) {
       out[2 * s + 1] = Random(100 + first + s);
-      EXPECT_TRUE(Step(b, *run, out[2 * s + 1].data()).ok());
+      EXPECT_TRUE(b.AllReduceMean(out[2 * s + 1].data()).ok());
     }
   });
   for (int s = 0; s < steps; ++s) {
     out[2 * s] = Random(first + s);
-    EXPECT_TRUE(Step(a, *run, out[2 * s].data()).ok());
+    EXPECT_TRUE(a.AllReduceMean(out[2 * s].data()).ok());
   }
   other.join();
   if (residual0 != nullptr) *residual0 = a.Residual();
@@ -217,48 +208,19 @@ TEST(PowerSgdTest, ResumedFromItsStateItTrainsAsIfItNeverStopped) {
   EXPECT_NE(afresh[0], straight[6]);
 }
 
-// The overlapped dense allreduce compresses bucket by bucket: ranges that cover the gradients once
-// give the bits and the state of one call, whether the cut falls between matrices or inside a
-// range sent whole. A range that cuts a matrix is refused before anything changes.
-TEST(PowerSgdTest, RangesInTurnGiveTheBitsOfOneCall) {
-  PairRun whole_run;
-  const auto whole = RunPair(/*rank=*/2, /*steps=*/4, /*min_rate=*/0.0, nullptr, &whole_run);
-  for (size_t split : {size_t{120}, size_t{114}, size_t{108}}) {
-    SCOPED_TRACE(split);
-    PairRun run;
-    run.split = split;
-    const auto parts = RunPair(/*rank=*/2, /*steps=*/4, /*min_rate=*/0.0, nullptr, &run);
-    EXPECT_EQ(parts, whole);
-    EXPECT_EQ(run.end_state[0], whole_run.end_state[0]);
-    EXPECT_EQ(run.end_state[1], whole_run.end_state[1]);
-  }
-  PairReducer pair;
-  PairReducer::Rank r0(&pair, 0);
-  PowerSgdAllReducer p(&r0, kMatrices, kN, /*rank=*/2, /*seed=*/5, 0.0);
-  const std::string before = p.StateBytes();
-  std::vector<float> grads = Random(1);
-  const std::vector<float> given = grads;
-  absl::Status cut = p.AllReduceMeanRange(grads.data(), 50, kN);
-  EXPECT_TRUE(absl::IsInvalidArgument(cut)) << cut;
-  EXPECT_NE(cut.message().find("cuts the 12 x 9 matrix at 0"), std::string::npos) << cut;
-  EXPECT_TRUE(absl::IsInvalidArgument(p.AllReduceMeanRange(grads.data(), 0, 150)));
-  EXPECT_TRUE(absl::IsInvalidArgument(p.AllReduceMeanRange(grads.data(), 0, kN + 1)));
-  EXPECT_EQ(grads, given);
-  EXPECT_EQ(p.StateBytes(), before);
-}
-
 TEST(PowerSgdTest, AStateOfAnotherLayoutOrCutShortIsRefusedAndChangesNothing) {
   PairRun run;
   RunPair(/*rank=*/2, /*steps=*/2, /*min_rate=*/0.0, nullptr, &run);
   const std::string& state = run.end_state[0];
+  auto backend = testing::CpuTestBackend();
   PairReducer pair;
   PairReducer::Rank r0(&pair, 0);
-  PowerSgdAllReducer rank1(&r0, kMatrices, kN, /*rank=*/1, /*seed=*/5, 0.0);
+  PowerSgdAllReducer rank1(&r0, backend.get(), kMatrices, kN, /*rank=*/1, /*seed=*/5, 0.0);
   absl::Status other_rank = rank1.LoadState(state, "p.bin");
   EXPECT_TRUE(absl::IsFailedPrecondition(other_rank)) << other_rank;
   EXPECT_NE(other_rank.message().find("p.bin: PowerSGD state of rank 2"), std::string::npos)
       << other_rank;
-  PowerSgdAllReducer rank2(&r0, kMatrices, kN, /*rank=*/2, /*seed=*/5, 0.0);
+  PowerSgdAllReducer rank2(&r0, backend.get(), kMatrices, kN, /*rank=*/2, /*seed=*/5, 0.0);
   const std::string untouched = rank2.StateBytes();
   for (const std::string& bad : {state.substr(0, state.size() - 4), state + "x",
                                  std::string("DLRMPSGD"), std::string("not a state at all")}) {
@@ -291,7 +253,7 @@ TEST(PowerSgdTest, AModelsFactorsAreFarFewerFloatsThanItsGradients) {
   ASSERT_TRUE(model.ok()) << model.status();
   PairReducer pair;
   PairReducer::Rank r0(&pair, 0);
-  PowerSgdAllReducer p(&r0, (*model)->WeightMatrices(), (*model)->num_params(),
+  PowerSgdAllReducer p(&r0, backend.get(), (*model)->WeightMatrices(), (*model)->num_params(),
                        /*rank=*/4, /*seed=*/1);
   EXPECT_EQ(p.compressed_matrices(), 6);  // all but the last layer's 1 x 256, which travels whole
   EXPECT_LT(p.wire_floats() * 20, (*model)->num_params())
