@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "embedding/row_dtype.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -89,11 +90,6 @@ absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
     context->connectFullMesh(store, reducer->device_);
     context->setTimeout(ToChrono(options.op_timeout));
     reducer->context_ = std::move(context);
-    if (options.world_size > 1) {
-      reducer->direct_max_bytes_ =
-          options.direct_max_bytes.value_or(DefaultDirectMaxBytes(options.world_size));
-      reducer->PostDirectReceives();
-    }
   } catch (const std::exception& e) {
     if (options.cancelled && options.cancelled()) {
       return absl::CancelledError(absl::StrCat("gloo rendezvous of rank ", options.rank, " under '",
@@ -101,6 +97,37 @@ absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
     }
     return FromGlooException(e, absl::StrCat("gloo rendezvous of rank ", options.rank, "/",
                                              options.world_size, " under '", options.prefix, "'"));
+  }
+  if (options.world_size > 1) {
+    // Every rank must take the same path for a given size, or a collective would wait for
+    // messages that never come: the limits are compared once, around the ring.
+    const size_t limit =
+        options.direct_max_bytes.value_or(DefaultDirectMaxBytes(options.world_size));
+    const uint64_t wide = limit;
+    const int32_t mine[2] = {static_cast<int32_t>(wide & 0xffffffffu),
+                             static_cast<int32_t>(wide >> 32)};
+    std::vector<int32_t> all(2 * static_cast<size_t>(options.world_size));
+    DLRM_RETURN_IF_ERROR(
+        reducer->AllGatherV(mine, std::vector<size_t>(options.world_size, 2), all.data()));
+    for (int r = 0; r < options.world_size; ++r) {
+      const uint64_t theirs = static_cast<uint32_t>(all[2 * r]) |
+                              (static_cast<uint64_t>(static_cast<uint32_t>(all[2 * r + 1])) << 32);
+      if (theirs != wide) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "gloo under '", options.prefix, "': rank ", r, " sends collectives of up to ", theirs,
+            " bytes by direct exchange and rank ", options.rank, " up to ", limit,
+            "; every worker of a job must agree (--ring-collectives on some workers only?)"));
+      }
+    }
+    // Part of connecting, as the rendezvous is: the counters start after it.
+    reducer->ring_calls_ = 0;
+    reducer->sent_bytes_ = 0;
+    reducer->direct_max_bytes_ = limit;
+    try {
+      reducer->PostDirectReceives();
+    } catch (const std::exception& e) {
+      return FromGlooException(e, absl::StrCat("gloo: rank ", options.rank, " posting receives"));
+    }
   }
   DLRM_LOG(INFO) << "gloo: rank " << options.rank << "/" << options.world_size
                  << " connected (prefix " << options.prefix << ")";

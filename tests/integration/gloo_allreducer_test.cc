@@ -485,6 +485,29 @@ TEST_F(GlooAllReducerTest, ACancelledRendezvousStopsWaitingPromptly) {
   EXPECT_EQ(reducer.status().code(), absl::StatusCode::kCancelled) << reducer.status();
 }
 
+// Workers that would choose differently between the direct exchange and the ring for one size
+// (--ring-collectives on some only) would wait on each other until the collective timeout: they
+// are refused when they connect, with the two limits named.
+TEST_F(GlooAllReducerTest, RanksWithDifferentDirectLimitsAreRefusedWhenTheyConnect) {
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = GlooAllReducer::Create(Options(r, 2, "job/mixed/gloo/",
+                                                 r == 0 ? std::nullopt : std::optional<size_t>(0)))
+                      .status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(absl::IsFailedPrecondition(status[0])) << status[0];
+  EXPECT_TRUE(absl::IsFailedPrecondition(status[1])) << status[1];
+  EXPECT_NE(status[0].message().find("rank 1 sends collectives of up to 0 bytes by direct "
+                                     "exchange and rank 0 up to 4194304"),
+            std::string::npos)
+      << status[0];
+  EXPECT_NE(status[1].message().find("--ring-collectives"), std::string::npos) << status[1];
+}
+
 TEST_F(GlooAllReducerTest, BadRankIsInvalidArgument) {
   EXPECT_EQ(GlooAllReducer::Create(Options(2, 2, "x/")).status().code(),
             absl::StatusCode::kInvalidArgument);
