@@ -4,6 +4,8 @@
 # prometheus (server and promtool) is for deploy/prometheus_check.sh and deploy/check.sh; without
 # recommends, so that prometheus-node-exporter (listening on 9100, dlrm's default metrics port)
 # is not installed. On a host with systemd the package also starts its own server on :9090.
+# ocl-icd-opencl-dev: Debian's oneDNN is built with its OpenCL GPU runtime, so its CMake config
+# (find_package(dnnl)) requires OpenCL; libdnnl-dev only recommends it, and recommends are off.
 set -euo pipefail
 
 packages=(
@@ -11,7 +13,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libdnnl-dev libgloo-dev
+  libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libgloo-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libmicrohttpd-dev libssl-dev libisal-dev python3-yaml prometheus
   iproute2 procps
