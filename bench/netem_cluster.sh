@@ -41,6 +41,12 @@
 #                           softirq time for the links, the delay_switch's); a busy machine makes
 #                           samples/s noise
 #   switch_cpu_seconds      userspace: the delay_switch's CPU seconds over the job (else null)
+#   cluster_cpu_us_per_sample, machine_cpu_us_per_sample   CPU microseconds a sample: of the
+#                           cluster's processes and the switch, and of the whole machine (busy),
+#                           over the job (its start and final evaluation included); in the summary,
+#                           cpu_per_sample_ratio_off_over_on is one arm's cluster figure over the
+#                           other's: the samples/s ratio the arms would have if the cores were all
+#                           that limited them
 #   shaper_drops, shaper_overlimits packets the shapers dropped / held back to keep to the rate:
 #                           the qdiscs' counts, and with userspace also the switch's (drops for
 #                           any reason, packets that waited for a busy link; its counters by
@@ -619,6 +625,11 @@ print(json.dumps({
     "machine_cpu_busy":
         round(machine["busy"] / machine["total"], 3) if machine.get("total") else None,
     "other_cpu_seconds": round(max(0.0, machine.get("busy", 0) - sum(cpu.values())), 2),
+    "cluster_cpu_us_per_sample":
+        round(1e6 * (sum(cpu.values()) + qdisc.get("switch_cpu", 0)) / samples, 2)
+        if samples else None,
+    "machine_cpu_us_per_sample":
+        round(1e6 * machine["busy"] / samples, 2) if samples and "busy" in machine else None,
     "shaper_drops": int(qdisc.get("drops", 0)),
     "shaper_overlimits": int(qdisc.get("overlimits", 0)),
     "switch_cpu_seconds":
@@ -683,8 +694,9 @@ by_dense = {}
 for r in map(json.loads, open(sys.argv[1])):
     by_dense.setdefault((r["hot_rows"], r["pipeline"], r["dense_allreduce"], r["collectives"]),
                         []).append(r)
-keys = ("wire_bytes_per_sample", "ps_bytes_per_sample", "samples_per_sec", "auc")
-all_runs = {k: {key: statistics.median(r[key] for r in rs) for key in keys}
+keys = ("wire_bytes_per_sample", "ps_bytes_per_sample", "samples_per_sec", "auc",
+        "cluster_cpu_us_per_sample")
+all_runs = {k: {key: statistics.median(r.get(key) or 0 for r in rs) for key in keys}
             for k, rs in by_dense.items()}
 summary = {}
 # Each comparison holds the other settings at the default's value where both ran.
@@ -712,6 +724,11 @@ dense_used = "overlapped" if any(k[2] == "overlapped" for k in by_dense) else "s
 groups = {(h, p): rs for (h, p, d, c), rs in by_dense.items()
           if d == dense_used and c == coll_used}
 runs = {(h, p): v for (h, p, d, c), v in all_runs.items() if d == dense_used and c == coll_used}
+# The cluster's CPU per sample (its processes and the switch) of one arm over the other's: the
+# samples/s ratio the two arms would have if the cores were all that limited them.
+def cpu_ratio(a, b):
+    ca, cb = a["cluster_cpu_us_per_sample"], b["cluster_cpu_us_per_sample"]
+    return round(ca / cb, 3) if ca and cb else None
 for pipe in ("on", "off"):
     on, off = runs.get(("on", pipe)), runs.get(("off", pipe))
     if on and off and on["wire_bytes_per_sample"] and off["wire_bytes_per_sample"]:
@@ -724,6 +741,7 @@ for pipe in ("on", "off"):
             "samples_per_sec_ratio_on_over_off":
                 round(on["samples_per_sec"] / off["samples_per_sec"], 3),
             "auc_on_minus_off": round(on["auc"] - off["auc"], 5),
+            "cpu_per_sample_ratio_off_over_on": cpu_ratio(off, on),
         }
 for hot in ("on", "off"):
     on, off = runs.get((hot, "on")), runs.get((hot, "off"))
@@ -731,6 +749,7 @@ for hot in ("on", "off"):
         summary[f"pipeline_hot_rows_{hot}"] = {
             "samples_per_sec_ratio_on_over_off":
                 round(on["samples_per_sec"] / off["samples_per_sec"], 3),
+            "cpu_per_sample_ratio_off_over_on": cpu_ratio(off, on),
         }
 if summary:
     first = next(iter(groups.values()))[0]
