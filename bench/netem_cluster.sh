@@ -68,6 +68,7 @@
 #     --config job.yaml    the job (default: generated, below); hot rows on uses its hot_budget
 #     --rows N             samples to generate (default 400000; --smoke: 80000)
 #     --max-rows R         cap of each kaggle-shape table, generated data and job (default 1000000)
+#     --batch-size B       the generated job's global batch (default 4096: 2048 a worker)
 #     --zipf S             Zipf exponent of the generated ids (default: dlrm gen-data's, 1.1)
 #     --hot-budget B       hot_budget of the generated job (default auto, the service's default:
 #                          the planner's choice under a 256 MiB ceiling)
@@ -92,6 +93,9 @@
 #                          service's default: payloads up to a few MiB by direct exchange, one
 #                          message per peer; ring: Gloo's ring for all, `dlrm worker
 #                          --ring-collectives`)
+#     --device D           the workers' device: cpu (default: this script measures CPU workers'
+#                          traffic), auto or cuda (worker i on CUDA device i, as `dlrm local`
+#                          places them; NCCL needs one device a worker)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
 #                          compares medians (the byte counts repeat exactly; samples/s on a shared
 #                          machine does not)
@@ -118,16 +122,17 @@ here="$(cd "$(dirname "$0")" && pwd)"
 usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "$0" | cut -c3-; }
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
-build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped coll_mode=direct rounds=1 smoke=0 keep=0
+build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000 batch_size=4096
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped coll_mode=direct rounds=1 smoke=0 keep=0 device=cpu
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
-      --max-rows | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
+      --max-rows | --batch-size | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
       --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce | \
-      --dense-sync-compression | --powersgd-warmup | --hot-sample-batches | --collectives)
+      --dense-sync-compression | --powersgd-warmup | --hot-sample-batches | --collectives | \
+      --device)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -141,6 +146,7 @@ while [ $# -gt 0 ]; do
     --config) config="$2"; shift ;;
     --rows) rows="$2"; shift ;;
     --max-rows) max_rows="$2"; shift ;;
+    --batch-size) batch_size="$2"; shift ;;
     --zipf) zipf="$2"; shift ;;
     --hot-budget) hot_budget="$2"; shift ;;
     --hot-sync-dtype) hot_sync_dtype="$2"; shift ;;
@@ -154,6 +160,7 @@ while [ $# -gt 0 ]; do
     --hot-exchange) hot_exchange="$2"; shift ;;
     --dense-allreduce) dense_mode="$2"; shift ;;
     --collectives) coll_mode="$2"; shift ;;
+    --device) device="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --smoke) smoke=1 ;;
     --keep) keep=1 ;;
@@ -170,6 +177,7 @@ positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die_usage "$1 $2: must be a positive
 positive --ps "$num_ps"
 positive --workers "$num_workers"
 positive --max-rows "$max_rows"
+positive --batch-size "$batch_size"
 positive --job-timeout "$job_timeout"
 positive --rounds "$rounds"
 [ -z "$rows" ] || positive --rows "$rows"
@@ -190,6 +198,7 @@ case "$coll_mode" in
   direct | ring | both) ;;
   *) die_usage "--collectives $coll_mode: direct, ring or both" ;;
 esac
+case "$device" in cpu | auto | cuda) ;; *) die_usage "--device $device: cpu, auto or cuda" ;; esac
 case "$shaper" in
   "" | netem | userspace | tbf) ;;
   *) die_usage "--shaper $shaper: netem, userspace or tbf" ;;
@@ -415,7 +424,7 @@ tables:
 optimizer:
   dense: {type: adam, learning_rate: 0.001}
   sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 4096, epochs: 1, seed: 42, staleness: 1, network_gbps: $gbps,
+training: {batch_size: $batch_size, epochs: 1, seed: 42, staleness: 1, network_gbps: $gbps,
            hot_budget: $hot_budget${hot_sample_batches:+, hot_sample_batches: $hot_sample_batches}${hot_sync_dtype:+, hot_sync_dtype: $hot_sync_dtype}, dense_sync_dtype: $dense_sync_dtype, dense_sync_compression: $dense_compression${psgd_job}, math_mode: $math_mode}
 data: {train: [$work/train.bin], eval_fraction: 0.05}
 EOF
@@ -513,7 +522,7 @@ run_one() {  # run_one HOT PIPELINE DENSE COLL ROUND (on|off, on|off, overlapped
   [ "$threads" -ge 1 ] || threads=1
   for i in "${!worker_ns[@]}"; do
     spawn "worker-$i" worker "${worker_ns[$i]}" worker --coordinator "$coord_addr" \
-      --device auto --advertise-host "${ns_addrs[${worker_ns[$i]}]}" --threads "$threads" \
+      --device "$device" --cuda-device "$i" --advertise-host "${ns_addrs[${worker_ns[$i]}]}" --threads "$threads" \
       --name "worker-$i" "${worker_args[@]}"
   done
   local ready=""

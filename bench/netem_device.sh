@@ -10,6 +10,7 @@
 #       bundle's binaries, pinned to CPUS (taskset syntax, e.g. 0-15 or 0,1: every process of the
 #       cluster, the switch too, inherits it; nproc then counts those)
 #
+# The workers train on the CPU (netem_cluster.sh's default --device cpu), whatever the GPU.
 # In one device call, e.g. all cores, then two of them:
 #   run(command="mkdir -p /tmp/n && tar xzf .bundle/netem.tgz -C /tmp/n &&
 #     bench/netem_device.sh run /tmp/n/netem 0-15 -- --rows 1600000 ... | tee $OUT/log",

@@ -259,6 +259,10 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--device", flags.options.device, "auto | cpu | cuda (overrides the spec)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--cuda-device", flags.options.cuda_device,
+                  "CUDA device ordinal to train on when the device is CUDA (one per worker)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--advertise-host", flags.options.advertise_host,
                   "Address the other workers reach this one at for collectives");
   cmd->add_option("--metrics-port", flags.metrics_port,
@@ -324,7 +328,9 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
                   "Each parameter server's memory tier, e.g. 1GiB");
   cmd->add_option("--lease-ttl", flags.lease_ttl, "Member lease of the coordinator")
       ->capture_default_str();
-  cmd->add_option("--device", o.cluster.device, "Workers' device: auto | cpu | cuda")
+  cmd->add_option("--device", o.cluster.device,
+                  "Workers' device: auto | cpu | cuda (worker i on CUDA device i; auto with "
+                  "fewer GPUs than workers: the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--worker-threads", o.cluster.worker_threads,
                   "CPU threads per worker (0 = cores / workers)");

@@ -27,6 +27,8 @@
 #include "common/certs.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "dense/backend_factory.h"
+#include "worker/local_devices.h"
 
 namespace dlrm::client {
 namespace {
@@ -275,6 +277,12 @@ std::vector<std::string> LocalCluster::TlsArgs(const std::string& identity) cons
 
 absl::Status LocalCluster::Launch() {
   metrics_targets_.clear();
+  // Each worker's device, before anything starts (--device cuda with too few GPUs stops here).
+  DLRM_ASSIGN_OR_RETURN(
+      const worker::LocalWorkerPlacement placement,
+      worker::PlaceLocalWorkers(options_.device, options_.num_workers,
+                                options_.device == "cpu" ? 0 : dense::VisibleCudaDevices()));
+  if (!placement.note.empty()) DLRM_LOG(WARNING) << "dlrm local: " << placement.note;
   if (options_.tls) {
     DLRM_RETURN_IF_ERROR(
         common::WriteClusterCertificates({.out_dir = absl::StrCat(data_dir_, "/tls")}));
@@ -339,7 +347,9 @@ absl::Status LocalCluster::Launch() {
                                      "--coordinator",
                                      coordinator_address_,
                                      "--device",
-                                     options_.device,
+                                     placement.workers[i].device,
+                                     "--cuda-device",
+                                     absl::StrCat(placement.workers[i].cuda_device),
                                      "--advertise-host",
                                      "127.0.0.1",
                                      "--threads",

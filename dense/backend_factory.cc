@@ -102,6 +102,14 @@ const char* MathModeName(MathMode mode) {
   return "unknown";
 }
 
+int VisibleCudaDevices() {
+#ifdef DLRM_WITH_CUDA
+  return cuda::DeviceCount();
+#else
+  return 0;
+#endif
+}
+
 bool BuiltWithCuda() {
 #ifdef DLRM_WITH_CUDA
   return true;

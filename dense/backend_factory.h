@@ -42,5 +42,7 @@ const char* MathModeName(MathMode mode);
 
 // True when this binary was built with the CUDA backend (whether or not a device is present).
 bool BuiltWithCuda();
+// The CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies); 0 in a build without CUDA.
+int VisibleCudaDevices();
 
 }  // namespace dlrm::dense

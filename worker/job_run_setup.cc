@@ -23,7 +23,7 @@ absl::Status WorkerProcess::JobRun::SetUp() {
       resources_->backend,
       CreateBackendForDevice(
           options.device.empty() || options.device == "auto" ? spec_.device : options.device,
-          spec_.math_mode, options.threads));
+          spec_.math_mode, options.threads, options.cuda_device));
   DLRM_RETURN_IF_ERROR(ConnectStore());
   DLRM_RETURN_IF_ERROR(ConnectPeers());
 

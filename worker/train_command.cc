@@ -19,8 +19,10 @@ namespace dlrm::worker {
 
 absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std::string& device,
                                                                        const std::string& math_mode,
-                                                                       int cpu_threads) {
+                                                                       int cpu_threads,
+                                                                       int cuda_device) {
   dense::BackendOptions backend_options;
+  backend_options.device_ordinal = cuda_device;
   DLRM_ASSIGN_OR_RETURN(backend_options.kind, dense::ParseDeviceKind(device));
   DLRM_ASSIGN_OR_RETURN(backend_options.math_mode, dense::ParseMathMode(math_mode));
   backend_options.cpu_threads = cpu_threads;

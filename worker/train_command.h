@@ -34,11 +34,13 @@ struct TrainRunOptions {
   RunRecorder* recorder = nullptr;
 };
 
-// Creates the dense backend for `device` ("auto", "cpu", "cuda") and logs what "auto" chose, so
-// that a CUDA build on a machine without a GPU says it runs on the CPU.
+// Creates the dense backend for `device` ("auto", "cpu", "cuda"; on CUDA device `cuda_device`)
+// and logs what "auto" chose, so that a CUDA build on a machine without a GPU says it runs on the
+// CPU.
 absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std::string& device,
                                                                        const std::string& math_mode,
-                                                                       int cpu_threads);
+                                                                       int cpu_threads,
+                                                                       int cuda_device = 0);
 
 // What a run leaves behind, for tests that compare models.
 struct TrainArtifacts {

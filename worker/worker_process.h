@@ -56,6 +56,9 @@ struct WorkerProcessOptions {
   // Of the calls to the coordinator and the parameter servers (mutual TLS or plaintext).
   common::TransportSecurity security;
   std::string device = "auto";  // auto | cpu | cuda: overrides the spec's training.device
+  // The CUDA device this worker trains on when its device is CUDA (NCCL needs one a rank: `dlrm
+  // local` gives worker i device i).
+  int cuda_device = 0;
   // Address Gloo binds and advertises to the other ranks; "" = resolve this host's name.
   std::string advertise_host;
   std::string metrics_address;  // advertised to the coordinator ("host:port"), may be empty
