@@ -122,17 +122,18 @@ here="$(cd "$(dirname "$0")" && pwd)"
 usage() { sed -n '/^#   bench\/netem_cluster.sh/,/^#     --skip-if-not-root/p' "$0" | cut -c3-; }
 die_usage() { echo "netem_cluster: $1" >&2; usage >&2; exit 2; }
 
-build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000 batch_size=4096
-zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped coll_mode=direct rounds=1 smoke=0 keep=0 device=cpu
+build=build rate=1gbit delay=1ms num_ps=2 num_workers=2 config="" rows="" max_rows=1000000
+batch_size=4096 device=cpu
+zipf="" hot_budget=auto hot_sync_dtype="" dense_sync_dtype=fp32 math_mode=fp32 dense_compression=none psgd_warmup=10 hot_sample_batches="" hot_mode=on pipe_mode=on hot_exchange=overlapped dense_mode=overlapped coll_mode=direct rounds=1 smoke=0 keep=0
 job_timeout=900
 skip_not_root=0 shaper=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build | --rate | --delay | --shaper | --mtu | --ps | --workers | --config | --rows | \
-      --max-rows | --batch-size | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | --pipeline | \
-      --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | --dense-allreduce | \
-      --dense-sync-compression | --powersgd-warmup | --hot-sample-batches | --collectives | \
-      --device)
+      --max-rows | --batch-size | --zipf | --hot-budget | --hot-sync-dtype | --hot-rows | \
+      --pipeline | --hot-exchange | --rounds | --job-timeout | --dense-sync-dtype | \
+      --dense-allreduce | --dense-sync-compression | --powersgd-warmup | --hot-sample-batches | \
+      --collectives | --device)
       [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
   esac
   case "$1" in
@@ -522,8 +523,8 @@ run_one() {  # run_one HOT PIPELINE DENSE COLL ROUND (on|off, on|off, overlapped
   [ "$threads" -ge 1 ] || threads=1
   for i in "${!worker_ns[@]}"; do
     spawn "worker-$i" worker "${worker_ns[$i]}" worker --coordinator "$coord_addr" \
-      --device "$device" --cuda-device "$i" --advertise-host "${ns_addrs[${worker_ns[$i]}]}" --threads "$threads" \
-      --name "worker-$i" "${worker_args[@]}"
+      --device "$device" --cuda-device "$i" --advertise-host "${ns_addrs[${worker_ns[$i]}]}" \
+      --threads "$threads" --name "worker-$i" "${worker_args[@]}"
   done
   local ready=""
   for ((i = 0; i < 600; i++)); do
