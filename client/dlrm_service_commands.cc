@@ -260,8 +260,9 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--cuda-device", flags.options.cuda_device,
-                  "CUDA device ordinal to train on when the device is CUDA (one per worker)")
-      ->check(CLI::NonNegativeNumber)
+                  "CUDA device ordinal to train on when the device is CUDA (one per worker); "
+                  "-1: none of its own (a job asking for cuda fails, auto trains on the CPU)")
+      ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--advertise-host", flags.options.advertise_host,
                   "Address the other workers reach this one at for collectives");

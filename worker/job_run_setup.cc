@@ -1,6 +1,9 @@
 // WorkerProcess::JobRun::SetUp (job_run.h): a run's parameter servers, collectives, input and
 // trainer, the checkpoint it resumes from, its hot rows and its checkpointer.
+#include <algorithm>
+
 #include "worker/job_run.h"
+#include "worker/local_devices.h"
 
 namespace dlrm::worker {
 
@@ -20,10 +23,13 @@ absl::Status WorkerProcess::JobRun::SetUp() {
   }
   const WorkerProcessOptions& options = worker_.options_;
   DLRM_ASSIGN_OR_RETURN(
-      resources_->backend,
-      CreateBackendForDevice(
-          options.device.empty() || options.device == "auto" ? spec_.device : options.device,
-          spec_.math_mode, options.threads, options.cuda_device));
+      const std::string device,
+      WorkerTrainingDevice(options.device, options.cuda_device, spec_.device,
+                           "--cuda-device -1: dlrm local starts its workers so when there are "
+                           "fewer GPUs than workers"));
+  DLRM_ASSIGN_OR_RETURN(resources_->backend,
+                        CreateBackendForDevice(device, spec_.math_mode, options.threads,
+                                               std::max(0, options.cuda_device)));
   DLRM_RETURN_IF_ERROR(ConnectStore());
   DLRM_RETURN_IF_ERROR(ConnectPeers());
 

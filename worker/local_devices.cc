@@ -28,12 +28,28 @@ absl::StatusOr<LocalWorkerPlacement> PlaceLocalWorkers(const std::string& device
         "--device auto or cpu"));
   }
   if (visible_cuda_devices == 0) return placement;  // auto finds no device: the CPU
-  for (LocalWorkerDevice& w : placement.workers) w.device = "cpu";
-  placement.note = absl::StrCat(num_workers, " workers and ", visible_cuda_devices,
-                                " CUDA device(s): NCCL needs a device for each worker, so the "
-                                "workers train on the CPU (--workers ",
-                                visible_cuda_devices, " trains on the GPUs)");
+  for (LocalWorkerDevice& w : placement.workers) w.cuda_device = kNoCudaDevice;
+  placement.note = absl::StrCat(
+      num_workers, " workers and ", visible_cuda_devices,
+      " CUDA device(s): NCCL needs a device for each worker, so the workers train on the CPU and "
+      "a job asking for training.device cuda fails (--workers ",
+      visible_cuda_devices, " trains on the GPUs)");
   return placement;
+}
+
+absl::StatusOr<std::string> WorkerTrainingDevice(const std::string& flag_device, int cuda_device,
+                                                 const std::string& spec_device,
+                                                 const std::string& why_no_device) {
+  const std::string device =
+      flag_device.empty() || flag_device == "auto" ? spec_device : flag_device;
+  if (cuda_device != kNoCudaDevice) return device;
+  if (device == "auto") return std::string("cpu");
+  if (device == "cuda") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("training.device cuda, but this worker has no CUDA device of its own (",
+                     why_no_device, ")"));
+  }
+  return device;
 }
 
 }  // namespace dlrm::worker

@@ -14,9 +14,13 @@
 
 namespace dlrm::worker {
 
+// A worker's --cuda-device when no CUDA device is its own: a job asking `training.device: auto`
+// trains on the CPU there, one asking `cuda` fails saying why (WorkerTrainingDevice).
+inline constexpr int kNoCudaDevice = -1;
+
 struct LocalWorkerDevice {
   std::string device;   // auto | cpu | cuda, the worker's --device
-  int cuda_device = 0;  // its --cuda-device
+  int cuda_device = 0;  // its --cuda-device, or kNoCudaDevice
 };
 
 struct LocalWorkerPlacement {
@@ -29,9 +33,17 @@ struct LocalWorkerPlacement {
 //  - cpu, or no CUDA device visible: every worker gets `device` (auto then trains on the CPU;
 //    cuda is FAILED_PRECONDITION, naming the count, rather than N workers failing alike);
 //  - at least as many devices as workers: worker i gets `device` on CUDA device i;
-//  - fewer (but some): auto puts every worker on the CPU and says so in `note`; cuda is
-//    FAILED_PRECONDITION naming both counts.
+//  - fewer (but some): auto gives every worker kNoCudaDevice (jobs asking auto train on the CPU,
+//    jobs asking cuda fail naming the counts) and says so in `note`; cuda is FAILED_PRECONDITION
+//    naming both counts.
 absl::StatusOr<LocalWorkerPlacement> PlaceLocalWorkers(const std::string& device, int num_workers,
                                                        int visible_cuda_devices);
+
+// The device a worker's job trains on: the worker's --device `flag_device` unless it is auto (or
+// empty), else the job's `training.device`. On a worker with `cuda_device` kNoCudaDevice, auto is
+// the CPU and cuda is FAILED_PRECONDITION naming the job's request and `why_no_device`.
+absl::StatusOr<std::string> WorkerTrainingDevice(const std::string& flag_device, int cuda_device,
+                                                 const std::string& spec_device,
+                                                 const std::string& why_no_device);
 
 }  // namespace dlrm::worker

@@ -57,7 +57,8 @@ struct WorkerProcessOptions {
   common::TransportSecurity security;
   std::string device = "auto";  // auto | cpu | cuda: overrides the spec's training.device
   // The CUDA device this worker trains on when its device is CUDA (NCCL needs one a rank: `dlrm
-  // local` gives worker i device i).
+  // local` gives worker i device i). kNoCudaDevice (-1): none of its own, so a job asking for
+  // cuda fails and one asking auto trains on the CPU (`dlrm local`, fewer GPUs than workers).
   int cuda_device = 0;
   // Address Gloo binds and advertises to the other ranks; "" = resolve this host's name.
   std::string advertise_host;

@@ -34,8 +34,9 @@ TEST(PlaceLocalWorkersTest, AutoWithTooFewDevicesTrainsOnTheCpuAndSaysWhy) {
   // Two workers on one GPU would both take device 0, and NCCL refuses two ranks on one device.
   absl::StatusOr<LocalWorkerPlacement> placement = PlaceLocalWorkers("auto", 2, 1);
   ASSERT_TRUE(placement.ok()) << placement.status();
-  EXPECT_EQ(Devices(*placement), (Pairs{{"cpu", 0}, {"cpu", 0}}));
+  EXPECT_EQ(Devices(*placement), (Pairs{{"auto", kNoCudaDevice}, {"auto", kNoCudaDevice}}));
   EXPECT_THAT(placement->note, HasSubstr("2 workers and 1 CUDA device"));
+  EXPECT_THAT(placement->note, HasSubstr("training.device cuda fails"));
   EXPECT_THAT(placement->note, HasSubstr("--workers 1"));
 }
 
@@ -69,6 +70,26 @@ TEST(PlaceLocalWorkersTest, BadArgumentsAreRefusedNamingTheValue) {
   absl::StatusOr<LocalWorkerPlacement> workers = PlaceLocalWorkers("auto", 0, 2);
   ASSERT_FALSE(workers.ok());
   EXPECT_THAT(workers.status().message(), HasSubstr("0"));
+}
+
+TEST(WorkerTrainingDeviceTest, TheFlagOverridesTheSpecUnlessItIsAuto) {
+  EXPECT_EQ(WorkerTrainingDevice("cpu", 0, "cuda", "").value(), "cpu");
+  EXPECT_EQ(WorkerTrainingDevice("cuda", 1, "cpu", "").value(), "cuda");
+  EXPECT_EQ(WorkerTrainingDevice("auto", 0, "cuda", "").value(), "cuda");
+  EXPECT_EQ(WorkerTrainingDevice("", 0, "auto", "").value(), "auto");
+}
+
+TEST(WorkerTrainingDeviceTest, AWorkerWithoutADeviceTrainsAutoOnTheCpuAndRefusesCuda) {
+  // What `dlrm local` gives its workers when there are fewer GPUs than workers: a job that asks
+  // for CUDA is told so instead of training on the CPU behind its back.
+  EXPECT_EQ(WorkerTrainingDevice("auto", kNoCudaDevice, "auto", "why").value(), "cpu");
+  EXPECT_EQ(WorkerTrainingDevice("auto", kNoCudaDevice, "cpu", "why").value(), "cpu");
+  absl::StatusOr<std::string> cuda = WorkerTrainingDevice("auto", kNoCudaDevice, "cuda", "2 > 1");
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cuda.status().message(), HasSubstr("training.device cuda"));
+  EXPECT_THAT(cuda.status().message(), HasSubstr("2 > 1"));
+  EXPECT_FALSE(WorkerTrainingDevice("cuda", kNoCudaDevice, "auto", "why").ok());
 }
 
 }  // namespace
