@@ -54,7 +54,7 @@ void SumBf16(void* c, const void* a, const void* b, size_t n) {
 
 // The slot of the direct exchange's messages, apart from those of Gloo's own collectives (their
 // prefixes are 0x01-0x08).
-constexpr uint8_t kDirectSlotPrefix = 0x44;
+uint64_t DirectSlot() { return gloo::Slot::build(/*prefix=*/0x44, 0); }
 
 }  // namespace
 
@@ -136,7 +136,7 @@ absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
 
 void GlooAllReducer::PostDirectReceives() {
   if (direct_max_bytes_ == 0) return;
-  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  const uint64_t slot = DirectSlot();
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
     for (int parity = 0; parity < 2; ++parity) {
@@ -155,7 +155,7 @@ size_t GlooAllReducer::DirectIndex(int peer) const {
 
 template <typename Take>
 void GlooAllReducer::DirectExchange(const void* data, size_t bytes, Take take) {
-  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  const uint64_t slot = DirectSlot();
   const auto timeout = ToChrono(op_timeout_);
   // Gloo only reads the payload: the cast is for its buffer type.
   auto send = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
