@@ -95,7 +95,8 @@
 #                          --ring-collectives`)
 #     --device D           the workers' device: cpu (default: this script measures CPU workers'
 #                          traffic), auto or cuda (worker i on CUDA device i, as `dlrm local`
-#                          places them; NCCL needs one device a worker)
+#                          places them; NCCL needs one device a worker: with fewer GPUs, auto
+#                          trains on the CPU and cuda stops)
 #     --rounds N           run every combination N times, alternating (default 1); the summary
 #                          compares medians (the byte counts repeat exactly; samples/s on a shared
 #                          machine does not)
@@ -212,6 +213,20 @@ if ! [[ "$netem_tun_mtu" =~ ^[0-9]+$ ]] || [ "$netem_tun_mtu" -lt 1280 ] ||
   die_usage "--mtu $netem_tun_mtu: must be in [1280, 65535]"
 fi
 if [ "$smoke" = 1 ]; then num_ps=1 num_workers=1; fi
+# Worker i trains on CUDA device i, as `dlrm local` places them: with fewer GPUs than workers,
+# auto gives them none of their own (--cuda-device -1: the CPU) and cuda stops here.
+cuda_devices=0
+if [ "$device" != cpu ]; then
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    cuda_devices=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)
+  elif command -v nvidia-smi >/dev/null; then
+    cuda_devices=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  fi
+  if [ "$cuda_devices" -lt "$num_workers" ] && [ "$device" = cuda ]; then
+    need="$num_workers workers need $num_workers CUDA devices"
+    die_usage "--device cuda: $need, $cuda_devices visible"
+  fi
+fi
 if [ -n "$config" ]; then
   [ -f "$config" ] || die_usage "--config $config: no such file"
   config="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
@@ -522,8 +537,10 @@ run_one() {  # run_one HOT PIPELINE DENSE COLL ROUND (on|off, on|off, overlapped
   local threads=$((cores / num_workers))
   [ "$threads" -ge 1 ] || threads=1
   for i in "${!worker_ns[@]}"; do
+    local cuda_device=$i
+    [ "$cuda_devices" -ge "$num_workers" ] || cuda_device=-1
     spawn "worker-$i" worker "${worker_ns[$i]}" worker --coordinator "$coord_addr" \
-      --device "$device" --cuda-device "$i" --advertise-host "${ns_addrs[${worker_ns[$i]}]}" \
+      --device "$device" --cuda-device "$cuda_device" --advertise-host "${ns_addrs[${worker_ns[$i]}]}" \
       --threads "$threads" --name "worker-$i" "${worker_args[@]}"
   done
   local ready=""
