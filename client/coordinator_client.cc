@@ -175,6 +175,12 @@ absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorClient::Register(
     const dlrm::v1::RegisterRequest& request) {
   dlrm::v1::RegisterResponse response;
   auto context = MakeClientContext(options_.timeout);
+  // A member may start before the coordinator (Kubernetes starts pods in any order): the call
+  // waits for the channel to connect instead of failing fast. Its wait is what drives the
+  // connection attempt (a TLS handshake takes several polls); between failed-fast calls nothing
+  // polls, and each attempt ran past its connect deadline, so a worker started first never
+  // connected (k8s/checks/run_manifests.py starts them so).
+  context->set_wait_for_ready(true);
   DLRM_RETURN_IF_ERROR(
       Check(coordinator_->Register(context.get(), request, &response), "Register"));
   return response;
@@ -187,6 +193,10 @@ absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
   request.set_member_key(member_key);
   dlrm::v1::HeartbeatResponse response;
   auto context = MakeClientContext(options_.timeout);
+  // As Register: while the coordinator restarts (a new pod, a new address), the heartbeat is
+  // what drives the reconnection; failing fast, it left members unable to reach the new one
+  // until their leases ran out and their jobs went RECOVERING.
+  context->set_wait_for_ready(true);
   DLRM_RETURN_IF_ERROR(
       Check(coordinator_->Heartbeat(context.get(), request, &response), "Heartbeat"));
   return response;

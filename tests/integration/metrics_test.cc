@@ -116,18 +116,6 @@ std::string ListeningAddress(int port) {
   return "";
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Scrapes 127.0.0.1:port until it answers with a family named `must_have` (the endpoint starts
 // before the process has registered every metric) or `timeout`; the last answer is in `reply`.
 bool Scrape(int port, const std::string& must_have, Process& p, absl::Duration timeout,

@@ -62,6 +62,10 @@ std::string CommandLine(pid_t pid);
 
 std::string ReadFileOrEmpty(const std::string& path);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, closed): for a process that
+// must be given its address before it starts.
+int FreePort();
+
 // A new folder /tmp/<prefix>-XXXXXX holding train.tsv from `dlrm gen-data --rows rows --max-rows
 // max_rows --seed seed` (the integration suites' data). Returns the folder; on failure records
 // a test failure naming the problem and returns "".
