@@ -109,6 +109,14 @@ absl::Status WorkerProcess::JobRun::Finish() {
                           c.dense_optimizer_seconds, c.sparse_seconds, train_seconds);
   }
   const NetworkSnapshot network_end = TakeNetworkSnapshot(*trainer_, {reducer_, hot_reducer_});
+  if (steps_ == 0 && base_.batches > 0 && !nothing_left_) {
+    // Resumed from a checkpoint taken after the last batch of its epoch (a position of epoch e,
+    // all of its batches: the final checkpoint), and that epoch was the last: the batches it
+    // skipped were all there was. Not an empty slice.
+    DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_
+                   << ": the checkpoint is at the end of training already";
+    nothing_left_ = true;
+  }
   if (steps_ == 0 && !nothing_left_) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id_, " rank ", rank_,
                                                       ": no training batches in its slice of ",

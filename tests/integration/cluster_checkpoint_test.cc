@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
@@ -381,6 +382,34 @@ TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
   EXPECT_EQ(resumed.steps, 24);
   EXPECT_NEAR(resumed.auc, straight.auc, kResumeTolerance);
   EXPECT_NEAR(resumed.logloss, straight.logloss, kResumeTolerance);
+}
+
+// A job resumed from the checkpoint its end wrote (after the last batch of its only epoch) has
+// nothing left to train: it ends at once, SUCCEEDED, with that checkpoint's model. It failed with
+// "no training batches in its slice", which also failed a job whose member was lost between its
+// final checkpoint and its success (the recovery resumes from that checkpoint; found by
+// k8s/checks/run_manifests.py evicting the coordinator).
+TEST_F(ClusterCheckpointTest, ResumingFromTheFinalCheckpointEndsAtOnceWithItsModel) {
+  const std::vector<std::string> shape = {"--ps", "1", "--workers", "2"};
+  auto run = [&](std::vector<std::string> extra, const std::string& name) {
+    extra.insert(extra.end(), shape.begin(), shape.end());
+    extra.insert(extra.end(), {"--metrics-out", *dir_ + "/" + name + ".json"});
+    ProcessResult p = Local(Job("end", /*max_steps=*/0, "end"), extra, name);
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/" + name + ".json"));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : worker::TrainReport{};
+  };
+  const worker::TrainReport trained = run({}, "end-1");
+  const std::string final_checkpoint = Newest("end");
+  ASSERT_GT(trained.steps, 0);
+  EXPECT_TRUE(absl::EndsWith(final_checkpoint, absl::StrFormat("ckpt-%012d", trained.steps)))
+      << final_checkpoint << " after " << trained.steps << " steps";
+  const worker::TrainReport resumed = run({"--resume-from", final_checkpoint}, "end-2");
+  EXPECT_EQ(resumed.steps, trained.steps);
+  EXPECT_EQ(resumed.auc, trained.auc);  // the same model, evaluated on the same rows
+  EXPECT_EQ(resumed.logloss, trained.logloss);
+  EXPECT_EQ(Newest("end"), final_checkpoint);
 }
 
 // PowerSGD's state is each worker's own (its residual): every checkpoint of a 2-worker job holds
