@@ -6,6 +6,7 @@
 # is not installed. On a host with systemd the package also starts its own server on :9090.
 # ocl-icd-opencl-dev: Debian's oneDNN is built with its OpenCL GPU runtime, so its CMake config
 # (find_package(dnnl)) requires OpenCL; libdnnl-dev only recommends it, and recommends are off.
+# tini: the image's PID 1 (deploy/Dockerfile), run by k8s/checks/run_manifests.py as pods run it.
 set -euo pipefail
 
 packages=(
@@ -16,7 +17,7 @@ packages=(
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libgloo-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libmicrohttpd-dev libssl-dev libisal-dev python3-yaml prometheus
-  iproute2 procps
+  iproute2 procps tini
 )
 
 missing=()
