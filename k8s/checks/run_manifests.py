@@ -93,16 +93,18 @@ def load_manifests(path=None, namespace=None):
 
 
 
-def image_entrypoint_and_workdir():
-    """deploy/Dockerfile's last ENTRYPOINT (exec form) and its WORKDIR."""
-    entrypoint, workdir = None, "/"
+def image_entrypoint_cmd_and_workdir():
+    """deploy/Dockerfile's last ENTRYPOINT and CMD (exec form) and its WORKDIR."""
+    entrypoint, cmd, workdir = None, [], "/"
     with open(os.path.join(REPO, "deploy", "Dockerfile")) as f:
         for line in f:
             if line.startswith("ENTRYPOINT "):
                 entrypoint = yaml.safe_load(line[len("ENTRYPOINT "):])
+            elif line.startswith("CMD "):
+                cmd = yaml.safe_load(line[len("CMD "):])
             elif line.startswith("WORKDIR "):
                 workdir = line.split()[1]
-    return entrypoint, workdir
+    return entrypoint, cmd, workdir
 
 
 def expand(text, env):
@@ -141,7 +143,7 @@ class Cluster:
         self.hosts = {}  # name -> address
         self.config_maps = {d["metadata"]["name"]: d.get("data") or {} for d in docs
                             if d["kind"] == "ConfigMap"}
-        self.entrypoint, self.workdir = image_entrypoint_and_workdir()
+        self.entrypoint, self.cmd, self.workdir = image_entrypoint_cmd_and_workdir()
         tag = f"{os.getpid() % 100000}"
         self.bridge = f"dlk{tag}"
         self.netns_prefix = f"dlrm-k8s-{tag}"
@@ -343,8 +345,10 @@ class Cluster:
                 env[e["name"]] = field[path]
             else:
                 raise RuntimeError(f"{pod.name}/{c['name']}: env {e['name']}: unsupported source")
+        # Kubernetes: `command` replaces the image's ENTRYPOINT (and drops its CMD), `args`
+        # replaces its CMD.
         command = c.get("command") or self.entrypoint
-        args = c.get("args") if "args" in c else ([] if c.get("command") else [])
+        args = c.get("args", [] if c.get("command") else self.cmd)
         argv = [expand(a, env) for a in list(command) + list(args)]
 
         root = os.path.join(pod.dir, "root")
@@ -412,6 +416,7 @@ class Cluster:
              "--fork", "--propagation", "private", "--", "/bin/sh", "-c",
              self.container_script(pod, c)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()  # the container has its own descriptor
         pod.procs.append((c["name"], proc, path))
         pod.logs.append((c["name"], proc, path))
         return proc, path
@@ -780,7 +785,7 @@ def main():
     deadline = time.time() + opts.timeout
     dlrm = os.path.join(build, "bin", "dlrm")
     docs, namespace = load_manifests(opts.manifests, opts.namespace)
-    missing = missing_programs(docs, image_entrypoint_and_workdir()[0])
+    missing = missing_programs(docs, image_entrypoint_cmd_and_workdir()[0])
     if missing:
         log("FAIL", f"the pods run {', '.join(missing)}, not on this machine: "
             "deploy/install-deps.sh installs them (Debian packages, as in deploy/Dockerfile)")
