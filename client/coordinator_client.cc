@@ -171,16 +171,22 @@ absl::StatusOr<dlrm::v1::GetClusterViewResponse> CoordinatorClient::Members() {
   return response;
 }
 
+void CoordinatorClient::AwaitConnected(absl::Duration wait) {
+  // A call made while the channel backs off fails at once and drives no connection attempt;
+  // between such calls nothing polls the channel, and over TLS (several round trips) each
+  // attempt outran its connect deadline: a worker started before the coordinator never
+  // connected, and members lost their leases to a coordinator back after seconds
+  // (k8s/checks/run_manifests.py found both). Waiting here polls the attempt through; the call
+  // after it still fails fast, with the connection's own error, when the wait was in vain.
+  (void)channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + wait));
+}
+
 absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorClient::Register(
     const dlrm::v1::RegisterRequest& request) {
   dlrm::v1::RegisterResponse response;
+  // A member may start before the coordinator (Kubernetes starts pods in any order).
+  AwaitConnected(options_.timeout);
   auto context = MakeClientContext(options_.timeout);
-  // A member may start before the coordinator (Kubernetes starts pods in any order): the call
-  // waits for the channel to connect instead of failing fast. Its wait is what drives the
-  // connection attempt (a TLS handshake takes several polls); between failed-fast calls nothing
-  // polls, and each attempt ran past its connect deadline, so a worker started first never
-  // connected (k8s/checks/run_manifests.py starts them so).
-  context->set_wait_for_ready(true);
   DLRM_RETURN_IF_ERROR(
       Check(coordinator_->Register(context.get(), request, &response), "Register"));
   return response;
@@ -192,11 +198,9 @@ absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
   request.set_member_id(member_id);
   request.set_member_key(member_key);
   dlrm::v1::HeartbeatResponse response;
+  // While the coordinator restarts, the heartbeat is what reconnects (see Register).
+  AwaitConnected(options_.timeout);
   auto context = MakeClientContext(options_.timeout);
-  // As Register: while the coordinator restarts (a new pod, a new address), the heartbeat is
-  // what drives the reconnection; failing fast, it left members unable to reach the new one
-  // until their leases ran out and their jobs went RECOVERING.
-  context->set_wait_for_ready(true);
   DLRM_RETURN_IF_ERROR(
       Check(coordinator_->Heartbeat(context.get(), request, &response), "Heartbeat"));
   return response;

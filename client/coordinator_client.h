@@ -89,6 +89,8 @@ class CoordinatorClient {
   CoordinatorClient(const CoordinatorClientOptions& options,
                     std::shared_ptr<grpc::Channel> channel);
   absl::Status Check(const grpc::Status& status, const char* method) const;
+  // Waits up to `wait` for the channel to connect (at once when it is).
+  void AwaitConnected(absl::Duration wait);
 
   CoordinatorClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
