@@ -133,7 +133,7 @@ class Pod:
         self.writable_volumes = []
         self.dir = None
         self.procs = []  # (container name, Popen, log path) of the running containers
-        self.logs = []  # the same for every container started, kept after they stop
+        self.log_paths = []  # of every container started, kept after they stop
 
 
 class Cluster:
@@ -418,7 +418,7 @@ class Cluster:
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()  # the container has its own descriptor
         pod.procs.append((c["name"], proc, path))
-        pod.logs.append((c["name"], proc, path))
+        pod.log_paths.append(path)
         return proc, path
 
     def run_init_containers(self, pod, deadline):
@@ -559,7 +559,7 @@ class Cluster:
 
     def logs(self, pod):
         lines = []
-        for _, _, path in pod.logs:
+        for path in pod.log_paths:
             with open(path, errors="replace") as f:
                 lines += f.read().splitlines()
         return lines
