@@ -43,6 +43,7 @@ std::string BagSizesString(const BagSizes& bags) { return absl::StrJoin(bags, ",
 
 absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.empty()) return absl::InvalidArgumentError("empty line");
   const int fields = 1 + static_cast<int>(std::count(line.begin(), line.end(), '\t'));
   if (fields != kNumFields) {
     return absl::InvalidArgumentError(
@@ -72,6 +73,10 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
     int64_t value = 0;
     if (!field.empty()) {
       auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+      if (ec == std::errc::result_out_of_range && ptr == field.data() + field.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("dense I", j + 1, ": ", Quote(field),
+                                                       " is out of range (a 64-bit integer)"));
+      }
       if (ec != std::errc() || ptr != field.data() + field.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("dense I", j + 1, ": ", Quote(field), " is not an integer"));
@@ -133,17 +138,30 @@ CriteoTsvReader::~CriteoTsvReader() {
   std::fclose(file_);
 }
 
+absl::Status CriteoTsvReader::LineTooLong() const {
+  return absl::InvalidArgumentError(
+      absl::StrCat(options_.path, ":", line_ + 1, ": line is longer than the limit of ",
+                   options_.max_line_bytes, " bytes",
+                   options_.max_line_bytes == kMaxTsvLineBytes
+                       ? " (kMaxTsvLineBytes in worker/input/criteo_tsv.h)"
+                       : "",
+                   "; a Criteo TSV line has under 1 KB: is this a TSV file?"));
+}
+
 absl::StatusOr<bool> CriteoTsvReader::NextLine(absl::string_view* line) {
   while (true) {
     const char* start = buffer_.data() + begin_;
     const void* nl = std::memchr(start, '\n', end_ - begin_);
     if (nl != nullptr) {
       const size_t len = static_cast<const char*>(nl) - start;
+      if (len > options_.max_line_bytes) return LineTooLong();
       *line = absl::string_view(start, len);
       begin_ += len + 1;
       ++line_;
       return true;
     }
+    // No line end yet: more than the limit already is an error, before the buffer grows for it.
+    if (end_ - begin_ > options_.max_line_bytes) return LineTooLong();
     if (eof_) {
       if (begin_ == end_) return false;
       *line = absl::string_view(start, end_ - begin_);  // final line without '\n'
@@ -179,7 +197,7 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
       LogSummary();
       return false;
     }
-    if (line.empty() || line == "\r") continue;
+    if ((line.empty() || line == "\r") && !options_.blank_lines_are_malformed) continue;
     absl::Status status = ParseCriteoLine(line, record);
     if (status.ok()) {
       ++records_;

@@ -11,10 +11,14 @@
 // Dense values are transformed to log(1 + max(x, 0)) when parsed.
 //
 // Lines may end in "\n" or "\r\n"; the last line need not end in a newline. Completely empty lines
-// carry no data and are ignored without being counted. Any other line that is not a valid record
-// is "malformed": in the default mode it is skipped, counted and reported to a ParseIssueSink
-// (and the first few are logged as warnings, then one summary); in strict mode reading stops with
-// INVALID_ARGUMENT naming `file:line`.
+// (or "\r" alone) carry no data and are ignored without being counted, unless the reader is told
+// that every line must be a record (TsvReaderOptions::blank_lines_are_malformed, for dlrm predict,
+// whose scores line up with the input's lines). Any other line that is not a valid record is
+// "malformed": in the default mode it is skipped, counted and reported to a ParseIssueSink (and the
+// first few are logged as warnings, then one summary); in strict mode reading stops with
+// INVALID_ARGUMENT naming `file:line`. A line longer than TsvReaderOptions::max_line_bytes (a
+// Criteo line has well under 1 KB) is always an error: such input is not Criteo TSV, and reading on
+// would hold the whole line in memory.
 #pragma once
 
 #include <array>
@@ -34,6 +38,9 @@ namespace dlrm::worker {
 
 inline constexpr int kCriteoNumDense = 13;
 inline constexpr int kCriteoNumCategorical = 26;
+// The longest line a TSV reader accepts by default. The longest valid Criteo line is 40 fields of
+// at most 20 characters and 39 tabs, under 1 KB; the slack allows for stray spaces.
+inline constexpr size_t kMaxTsvLineBytes = size_t{64} << 10;  // 64 KiB
 
 // Ids per table of one sample: 1 for one-hot data (Criteo TSV, binary version 1); any number in
 // [1, kMaxBagSize] per table for multi-hot data (binary version 2), the same for every sample of
@@ -97,8 +104,14 @@ struct TsvReaderOptions {
   // Non-strict mode logs the first `max_logged_issues` malformed lines as warnings, then one
   // summary line at the end of the file (or when the reader is destroyed). Negative: log nothing.
   int max_logged_issues = 10;
-  // Size of each read(2); lines longer than this grow the buffer.
+  // Size of each read(2); lines longer than this grow the buffer (up to max_line_bytes).
   size_t buffer_bytes = 1 << 20;
+  // A longer line (without its terminator) is an error naming file:line and the limit, in every
+  // mode.
+  size_t max_line_bytes = kMaxTsvLineBytes;
+  // An empty line (or "\r" alone) is a malformed line ("empty line") instead of being ignored:
+  // for readers whose records must line up with the file's lines.
+  bool blank_lines_are_malformed = false;
 };
 
 // Streams records from one TSV file with large buffered reads; memory use is O(buffer_bytes).
@@ -124,6 +137,8 @@ class CriteoTsvReader {
   CriteoTsvReader(const TsvReaderOptions& options, std::FILE* file);
   // Sets *line to the next line (without '\n'); false at end of file.
   absl::StatusOr<bool> NextLine(absl::string_view* line);
+  // INVALID_ARGUMENT: the next line passes options_.max_line_bytes.
+  absl::Status LineTooLong() const;
   void Report(absl::string_view reason);
   void LogSummary();
 

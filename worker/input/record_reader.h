@@ -39,10 +39,13 @@ struct RecordReaderOptions {
   std::vector<std::string> paths;           // read in this order
   InputFormat format = InputFormat::kAuto;  // kAuto: binary when a file starts with the magic
   bool strict = false;                      // TSV: a malformed line is an error instead of a skip
-  ParseIssueSink on_issue = nullptr;        // TSV: gets every skipped line (optional)
-  int64_t begin = 0;                        // record range [begin, end)
-  int64_t end = -1;                         // -1: to the end
-  int rank = 0;                             // shard of the range read by this reader
+  // TSV: an empty line is malformed instead of ignored (TsvReaderOptions), so that records line up
+  // with the files' lines.
+  bool blank_lines_are_malformed = false;
+  ParseIssueSink on_issue = nullptr;  // TSV: gets every skipped line (optional)
+  int64_t begin = 0;                  // record range [begin, end)
+  int64_t end = -1;                   // -1: to the end
+  int rank = 0;                       // shard of the range read by this reader
   int world_size = 1;
   bool even_shards = false;
   int64_t interleave_block = 0;  // > 0: the shard is interleaved in blocks of this many records
