@@ -1,13 +1,19 @@
 #include "worker/input/binary_format.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
@@ -135,6 +141,10 @@ BinaryLayout BinaryLayout::MultiHot(const BagSizes& bags) {
 }
 
 absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return OpenError("open input file", path, errno);
+  // A pipe or device is not read here: what this read took would be lost to the real reader.
+  if (!S_ISREG(st.st_mode)) return false;
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) return OpenError("open input file", path, errno);
   char magic[8];
@@ -144,39 +154,261 @@ absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// OutputFile
+
+namespace {
+
+std::string CannotWrite(const std::string& what, const std::string& path,
+                        absl::string_view reason) {
+  return absl::StrCat(what, ": cannot write '", path, "': ", reason);
+}
+
+// The status of a failed call on an output, by its errno.
+absl::Status OutputError(int err, const std::string& message) {
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(message);
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::UnavailableError(message);
+  }
+}
+
+// Where the symlinks from `path` lead (the last one need not exist).
+struct FollowedPath {
+  std::string target;
+  // A link in /dev or /proc was followed (/dev/stdout, /proc/self/fd/N): the target is a
+  // descriptor's file, written in place rather than replaced.
+  bool through_descriptor = false;
+};
+
+absl::StatusOr<FollowedPath> FollowLinks(const std::string& path, const std::string& what) {
+  constexpr int kMaxLinks = 40;  // as the kernel's MAXSYMLINKS
+  FollowedPath followed;
+  std::filesystem::path p(path);
+  for (int links = 0; links <= kMaxLinks; ++links) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+      followed.target = p.string();
+      return followed;
+    }
+    const std::string name = p.string();
+    if (name.starts_with("/dev/") || name.starts_with("/proc/")) followed.through_descriptor = true;
+    std::error_code ec;
+    const std::filesystem::path to = std::filesystem::read_symlink(p, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          CannotWrite(what, path, absl::StrCat("cannot read the link ", name, ": ", ec.message())));
+    }
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return absl::InvalidArgumentError(CannotWrite(what, path, std::strerror(ELOOP)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& path,
+                                                             const std::string& what,
+                                                             const Options& options) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no path given"));
+  struct stat st;
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) {
+    const int err = errno;
+    return OutputError(err, CannotWrite(what, path, std::strerror(err)));
+  }
+  if (exists && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(CannotWrite(what, path, "it is a folder"));
+  }
+  FollowedPath followed;
+  if (!exists || S_ISREG(st.st_mode)) {
+    DLRM_ASSIGN_OR_RETURN(followed, FollowLinks(path, what));
+  }
+  if (exists && (!S_ISREG(st.st_mode) || followed.through_descriptor)) {
+    // A FIFO, a device, a terminal, a descriptor's file: written in place.
+    if (options.seekable && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+      return absl::InvalidArgumentError(CannotWrite(
+          what, path,
+          "it is a FIFO or socket, and this file is written with seeks (its header comes last); "
+          "give a regular file"));
+    }
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    if (file == nullptr) {
+      const int err = errno;
+      return OutputError(err, CannotWrite(what, path, std::strerror(err)));
+    }
+    return std::unique_ptr<OutputFile>(new OutputFile(path, what, path, "", file));
+  }
+  const std::string temp = absl::StrCat(followed.target, ".tmp");
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string reason =
+        absl::StrCat(std::strerror(err), " (creating its temporary file '", temp, "')");
+    return OutputError(err, CannotWrite(what, path, reason));
+  }
+  // The replacement keeps the permissions of the file it replaces.
+  if (exists) (void)::fchmod(fd, st.st_mode & 07777);
+  std::FILE* file = ::fdopen(fd, "wb");
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return OutputError(err, CannotWrite(what, path, std::strerror(err)));
+  }
+  return std::unique_ptr<OutputFile>(new OutputFile(path, what, followed.target, temp, file));
+}
+
+OutputFile::OutputFile(std::string path, std::string what, std::string target, std::string temp,
+                       std::FILE* file)
+    : path_(std::move(path)),
+      what_(std::move(what)),
+      target_(std::move(target)),
+      temp_(std::move(temp)),
+      file_(file) {}
+
+OutputFile::~OutputFile() { Abandon(); }
+
+void OutputFile::Abandon() {
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+}
+
+absl::Status OutputFile::Error(int err) const {
+  return OutputError(err, CannotWrite(what_, path_, std::strerror(err)));
+}
+
+absl::Status OutputFile::Write(const void* data, size_t size) {
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(what_, ": closed"));
+  if (size > 0 && std::fwrite(data, 1, size, file_) != size) return Error(errno);
+  return absl::OkStatus();
+}
+
+absl::Status OutputFile::Commit() {
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(what_, ": committed twice"));
+  }
+  int err = 0;
+  errno = 0;
+  if (std::fflush(file_) != 0 || std::ferror(file_)) err = errno != 0 ? errno : EIO;
+  std::FILE* file = file_;
+  file_ = nullptr;
+  if (std::fclose(file) != 0 && err == 0) err = errno;
+  if (err == 0 && !temp_.empty() && std::rename(temp_.c_str(), target_.c_str()) != 0) err = errno;
+  if (err != 0) {
+    if (!temp_.empty()) ::unlink(temp_.c_str());
+    return Error(err);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputPath(const std::string& path, const std::string& what) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no path given"));
+  auto refuse = [&](absl::string_view reason) {
+    return absl::InvalidArgumentError(CannotWrite(what, path, reason));
+  };
+  struct stat st;
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) return refuse(std::strerror(errno));
+  if (exists && S_ISDIR(st.st_mode)) return refuse("it is a folder");
+  FollowedPath followed;
+  if (!exists || S_ISREG(st.st_mode)) {
+    DLRM_ASSIGN_OR_RETURN(followed, FollowLinks(path, what));
+  }
+  if (exists && (!S_ISREG(st.st_mode) || followed.through_descriptor)) {
+    // Written in place: opening a FIFO here would wait for its reader.
+    if (::access(path.c_str(), W_OK) != 0) return refuse(std::strerror(errno));
+    return absl::OkStatus();
+  }
+  std::filesystem::path folder = std::filesystem::path(followed.target).parent_path();
+  if (folder.empty()) folder = ".";
+  struct stat dir;
+  if (::stat(folder.c_str(), &dir) != 0) {
+    return refuse(absl::StrCat("folder '", folder.string(), "': ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(dir.st_mode)) {
+    return refuse(absl::StrCat("'", folder.string(), "' is not a folder"));
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    return refuse(absl::StrCat("folder '", folder.string(), "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputIsNotAnInput(const std::string& path, const std::string& what,
+                                     const std::vector<std::string>& inputs) {
+  // The files the output would write: the path itself, and the temporary file next to its target.
+  struct Written {
+    std::string name;
+    struct stat st;
+  };
+  std::vector<Written> written;
+  Written w;
+  if (::stat(path.c_str(), &w.st) == 0) {
+    if (!S_ISREG(w.st.st_mode)) return absl::OkStatus();  // written in place, never replaced
+    w.name = path;
+    written.push_back(w);
+  }
+  absl::StatusOr<FollowedPath> followed = FollowLinks(path, what);
+  if (followed.ok()) {
+    w.name = absl::StrCat(followed->target, ".tmp");
+    if (::stat(w.name.c_str(), &w.st) == 0 && S_ISREG(w.st.st_mode)) written.push_back(w);
+  }
+  for (const std::string& input : inputs) {
+    struct stat in;
+    if (::stat(input.c_str(), &in) != 0 || !S_ISREG(in.st_mode)) continue;
+    for (const Written& out : written) {
+      if (out.st.st_dev != in.st_dev || out.st.st_ino != in.st_ino) continue;
+      if (out.name == path) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": '", path, "' is the input file '", input,
+                         "': refusing to overwrite the data being read; write somewhere else"));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the temporary file '", out.name, "' written for '", path,
+                       "' is the input file '", input,
+                       "': refusing to overwrite the data being read; write somewhere else"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
 // BinaryWriter
 
 absl::StatusOr<std::unique_ptr<BinaryWriter>> BinaryWriter::Create(const std::string& path,
-                                                                   std::optional<BagSizes> bags) {
+                                                                   std::optional<BagSizes> bags,
+                                                                   const std::string& what) {
   if (bags.has_value()) DLRM_RETURN_IF_ERROR(Annotate(CheckBags(*bags), path));
   const BinaryLayout layout =
       bags.has_value() ? BinaryLayout::MultiHot(*bags) : BinaryLayout::OneHot();
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) return OpenError("create binary file", tmp, errno);
-  auto writer = std::unique_ptr<BinaryWriter>(new BinaryWriter(path, file, layout));
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out,
+                        OutputFile::Open(path, what, {.seekable = true}));
   std::vector<char> header(layout.header_bytes);
   EncodeHeader(layout, 0, header.data());  // placeholder; Finish() writes the real count
-  if (std::fwrite(header.data(), 1, header.size(), file) != header.size()) {
-    return absl::DataLossError(absl::StrCat("cannot write header of ", tmp));
-  }
-  return writer;
+  DLRM_RETURN_IF_ERROR(out->Write(header.data(), header.size()));
+  return std::unique_ptr<BinaryWriter>(new BinaryWriter(std::move(out), layout));
 }
 
-BinaryWriter::BinaryWriter(std::string path, std::FILE* file, const BinaryLayout& layout)
-    : layout_(layout), path_(std::move(path)), tmp_path_(path_ + ".tmp"), file_(file) {
+BinaryWriter::BinaryWriter(std::unique_ptr<OutputFile> out, const BinaryLayout& layout)
+    : layout_(layout), out_(std::move(out)), path_(out_->path()) {
   buffer_.reserve(BufferRecords(kWriterBufferRecords, layout_.record_bytes) * layout_.record_bytes);
 }
 
-BinaryWriter::~BinaryWriter() {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    std::remove(tmp_path_.c_str());
-  }
-}
+// The OutputFile removes the temporary file when Finish() did not run.
+BinaryWriter::~BinaryWriter() = default;
 
 absl::Status BinaryWriter::Append(const CriteoRecord& record) {
-  if (file_ == nullptr) return absl::FailedPreconditionError("BinaryWriter: Append after Finish");
+  if (out_ == nullptr) return absl::FailedPreconditionError("BinaryWriter: Append after Finish");
   if (record.bags != layout_.bags ||
       record.extra_ids.size() != static_cast<size_t>(layout_.extra_ids)) {
     return absl::InvalidArgumentError(
@@ -197,34 +429,20 @@ absl::Status BinaryWriter::Append(const CriteoRecord& record) {
 }
 
 absl::Status BinaryWriter::Flush() {
-  if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) {
-    return absl::DataLossError(
-        absl::StrCat("write to ", tmp_path_, " failed: ", std::strerror(errno)));
-  }
+  DLRM_RETURN_IF_ERROR(out_->Write(buffer_.data(), buffer_.size()));
   buffer_.clear();
   return absl::OkStatus();
 }
 
 absl::Status BinaryWriter::Finish() {
-  if (file_ == nullptr) return absl::FailedPreconditionError("BinaryWriter: Finish called twice");
+  if (out_ == nullptr) return absl::FailedPreconditionError("BinaryWriter: Finish called twice");
   DLRM_RETURN_IF_ERROR(Flush());
   std::vector<char> header(layout_.header_bytes);
   EncodeHeader(layout_, records_, header.data());
-  if (std::fseek(file_, 0, SEEK_SET) != 0 ||
-      std::fwrite(header.data(), 1, header.size(), file_) != header.size() ||
-      std::fflush(file_) != 0) {
-    return absl::DataLossError(
-        absl::StrCat("cannot write header of ", tmp_path_, ": ", std::strerror(errno)));
-  }
-  const int close_result = std::fclose(file_);
-  file_ = nullptr;
-  if (close_result != 0 || std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp_path_.c_str());
-    return absl::DataLossError(
-        absl::StrCat("cannot finish binary file ", path_, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  if (std::fseek(out_->file(), 0, SEEK_SET) != 0) return out_->Error(errno);
+  DLRM_RETURN_IF_ERROR(out_->Write(header.data(), header.size()));
+  const std::unique_ptr<OutputFile> out = std::move(out_);
+  return out->Commit();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,7 +584,18 @@ absl::StatusOr<bool> BinaryReader::Next(CriteoRecord* record) {
 absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options) {
   if (options.inputs.empty()) return absl::InvalidArgumentError("convert: no input files");
   if (options.output.empty()) return absl::InvalidArgumentError("convert: no output path");
-  DLRM_ASSIGN_OR_RETURN(auto writer, BinaryWriter::Create(options.output));
+  DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output, "convert --out", options.inputs));
+  for (const std::string& input : options.inputs) {
+    DLRM_ASSIGN_OR_RETURN(bool binary, IsBinaryCriteoFile(input));
+    if (binary) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("convert: ", input,
+                       " is already in the binary format (it starts with DLRMBIN1): nothing to "
+                       "convert; train on it, or evaluate it, as it is"));
+    }
+  }
+  DLRM_ASSIGN_OR_RETURN(auto writer,
+                        BinaryWriter::Create(options.output, std::nullopt, "convert --out"));
   ConvertResult result;
   CriteoRecord record;
   for (const std::string& input : options.inputs) {
@@ -383,6 +612,12 @@ absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options) 
     result.skipped += reader->skipped();
   }
   result.records = writer->records();
+  if (result.records == 0) {
+    // The writer's temporary file goes with it; an older file at the output stays.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "convert: no valid records in ", absl::StrJoin(options.inputs, ", "), " (", result.skipped,
+        " malformed line(s) skipped): ", options.output, " not written"));
+  }
   DLRM_RETURN_IF_ERROR(writer->Finish());
   return result;
 }

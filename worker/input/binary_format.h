@@ -40,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/input/criteo_tsv.h"
 
 namespace dlrm::worker {
@@ -65,17 +66,87 @@ struct BinaryLayout {
   static BinaryLayout MultiHot(const BagSizes& bags);
 };
 
-// True when the file starts with the binary magic. NOT_FOUND when it cannot be opened.
+// True when the file starts with the binary magic. NOT_FOUND when it cannot be opened. Something
+// other than a regular file (a pipe such as /dev/stdin, a device) is not read, since the bytes
+// read would be lost to the reader that follows: it is not binary (the binary reader needs a
+// regular file to seek in).
 absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path);
 
-// Writes a binary file. The data goes to "<path>.tmp" and is renamed to `path` by Finish(), so a
-// crashed conversion never leaves a file that looks complete. Not thread-safe.
+// A file a command writes (dlrm predict --out, convert --out, --metrics-out). A regular file, or a
+// path where nothing is yet, is written to "<file>.tmp" next to it, which Commit() renames over
+// it: a failed or interrupted command leaves the old file whole and no temporary file. A symlink
+// is followed: the file it leads to is replaced and the link stays. Anything else that exists (a
+// FIFO, a character device, /dev/stdout, or a link through /dev or /proc to a descriptor) is
+// written in place. A folder and an empty path are refused. Errors name `what` (e.g. "--out")
+// and the path as the user gave it, with the reason (strerror where a call failed).
+// Not thread-safe.
+class OutputFile {
+ public:
+  struct Options {
+    // The writer seeks (BinaryWriter writes the header last): a FIFO or socket is refused.
+    bool seekable = false;
+  };
+  static absl::StatusOr<std::unique_ptr<OutputFile>> Open(const std::string& path,
+                                                          const std::string& what,
+                                                          const Options& options);
+  static absl::StatusOr<std::unique_ptr<OutputFile>> Open(const std::string& path,
+                                                          const std::string& what) {
+    return Open(path, what, Options());
+  }
+  ~OutputFile();  // without Commit(): closes the file and removes the temporary one
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  // The stream to write to (binary mode), until Commit(). Write() and Error() for short writes.
+  std::FILE* file() const { return file_; }
+  absl::Status Write(const void* data, size_t size);
+  absl::Status Write(absl::string_view data) { return Write(data.data(), data.size()); }
+  // "what: cannot write 'path': strerror(err)" (UNAVAILABLE; RESOURCE_EXHAUSTED for a full disk).
+  absl::Status Error(int err) const;
+  // Flushes and closes; renames the temporary file over the target. On failure the temporary file
+  // is removed. Call once.
+  absl::Status Commit();
+
+  const std::string& path() const { return path_; }      // as given
+  const std::string& target() const { return target_; }  // symlinks followed
+  const std::string& temp() const { return temp_; }      // "" when written in place
+  bool in_place() const { return temp_.empty(); }
+
+ private:
+  OutputFile(std::string path, std::string what, std::string target, std::string temp,
+             std::FILE* file);
+  void Abandon();
+
+  std::string path_;
+  std::string what_;
+  std::string target_;
+  std::string temp_;
+  std::FILE* file_;
+};
+
+// Checks, before a long run, that OutputFile::Open(path, what) would succeed, creating nothing:
+// the path is not empty and not a folder, and the folder it is written in exists and is
+// writable. INVALID_ARGUMENT naming `what` and the path, with the reason.
+absl::Status CheckOutputPath(const std::string& path, const std::string& what);
+
+// INVALID_ARGUMENT naming both when the output at `path` (or the temporary file OutputFile would
+// write next to it) is one of `inputs`: the same regular file by device and inode, whatever the
+// names. Paths that do not exist yet, and outputs that are not regular files (written in place:
+// a FIFO, /dev/stdout), pass.
+absl::Status CheckOutputIsNotAnInput(const std::string& path, const std::string& what,
+                                     const std::vector<std::string>& inputs);
+
+// Writes a binary file through an OutputFile: the data goes to "<path>.tmp" and is renamed to
+// `path` (a symlink's target) by Finish(), so a crashed conversion never leaves a file that looks
+// complete. Not thread-safe.
 class BinaryWriter {
  public:
   // One-hot (version 1) without `bags`; multi-hot (version 2) with them, even when all are 1.
-  // INVALID_ARGUMENT naming the table for a bag size outside [1, kMaxBagSize].
+  // INVALID_ARGUMENT naming the table for a bag size outside [1, kMaxBagSize]. `what` names the
+  // output in messages (e.g. "convert --out").
   static absl::StatusOr<std::unique_ptr<BinaryWriter>> Create(
-      const std::string& path, std::optional<BagSizes> bags = std::nullopt);
+      const std::string& path, std::optional<BagSizes> bags = std::nullopt,
+      const std::string& what = "binary file");
   ~BinaryWriter();  // without Finish(): removes the temporary file
   BinaryWriter(const BinaryWriter&) = delete;
   BinaryWriter& operator=(const BinaryWriter&) = delete;
@@ -87,13 +158,12 @@ class BinaryWriter {
   int64_t records() const { return records_; }
 
  private:
-  BinaryWriter(std::string path, std::FILE* file, const BinaryLayout& layout);
+  BinaryWriter(std::unique_ptr<OutputFile> out, const BinaryLayout& layout);
   absl::Status Flush();
 
   BinaryLayout layout_;
+  std::unique_ptr<OutputFile> out_;  // null after Finish()
   std::string path_;
-  std::string tmp_path_;
-  std::FILE* file_;
   std::vector<char> buffer_;
   int64_t records_ = 0;
 };
@@ -148,7 +218,10 @@ struct ConvertResult {
   int64_t skipped = 0;
 };
 
-// TSV -> binary (what `dlrm convert` runs). The output appears only when the conversion succeeds.
+// TSV -> binary (what `dlrm convert` runs). The output appears only when the conversion succeeds
+// (OutputFile: a symlink is followed). Refused with INVALID_ARGUMENT before anything is written:
+// an input that is already binary, and an output that is one of the inputs. No valid record in
+// the inputs is FAILED_PRECONDITION, and nothing is written.
 absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options);
 
 }  // namespace dlrm::worker
