@@ -3,24 +3,29 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/checkpoint.h"
 #include "worker/gpu_embeddings.h"
 #include "worker/input/batch_reader.h"
+#include "worker/input/binary_format.h"
 #include "worker/job_input.h"
 #include "worker/progress.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
 
-absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std::string& device,
-                                                                       const std::string& math_mode,
-                                                                       int cpu_threads,
-                                                                       int cuda_device) {
+absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(
+    const std::string& device, const std::string& math_mode, int cpu_threads, int cuda_device,
+    const std::string& activity) {
   dense::BackendOptions backend_options;
   backend_options.device_ordinal = cuda_device;
   DLRM_ASSIGN_OR_RETURN(backend_options.kind, dense::ParseDeviceKind(device));
@@ -29,22 +34,62 @@ absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std
   DLRM_ASSIGN_OR_RETURN(auto backend, dense::CreateBackend(backend_options));
   if (backend_options.kind == dense::BackendOptions::Kind::kAuto) {
     if (backend->device() == dense::Device::kCuda) {
-      DLRM_LOG(INFO) << "device auto: a CUDA device is visible, training on " << backend->name();
-    } else if (dense::BuiltWithCuda()) {
-      DLRM_LOG(INFO) << "device auto: built with CUDA but no CUDA device is visible, training on "
+      DLRM_LOG(INFO) << "device auto: a CUDA device is visible, " << activity << " on "
                      << backend->name();
+    } else if (dense::BuiltWithCuda()) {
+      DLRM_LOG(INFO) << "device auto: built with CUDA but no CUDA device is visible, " << activity
+                     << " on " << backend->name();
     } else {
-      DLRM_LOG(INFO) << "training on " << backend->name();
+      DLRM_LOG(INFO) << activity << " on " << backend->name();
     }
   } else {
-    DLRM_LOG(INFO) << "training on " << backend->name();
+    DLRM_LOG(INFO) << activity << " on " << backend->name();
   }
   return backend;
 }
 
+namespace {
+
+// The same file or folder: by device and inode when both exist, else by their absolute paths.
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
+  const std::filesystem::path x = std::filesystem::weakly_canonical(a, ec);
+  if (ec) return false;
+  const std::filesystem::path y = std::filesystem::weakly_canonical(b, ec);
+  return !ec && x == y;
+}
+
+// The checkpoint a run continues from: --resume, else the spec's checkpoint.resume_from (which
+// LoadJobSpec resolved against the spec's folder); "" = a fresh start.
+absl::StatusOr<std::string> ResumeFrom(const common::JobSpec& spec,
+                                       const TrainRunOptions& options) {
+  const std::string& key = spec.checkpoint.resume_from;
+  if (options.resume_from.empty()) return key;
+  if (!key.empty() && !SamePath(options.resume_from, key)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--resume ", options.resume_from, " and the job spec's checkpoint.resume_from ", key,
+        " name different checkpoints: give one of them (or the same one)"));
+  }
+  return options.resume_from;
+}
+
+// What the summary line and the log say when the model was not evaluated.
+std::string NoEvalReason(const common::JobSpec& spec, int64_t train_records) {
+  if (!spec.eval_paths.empty()) return "the files of data.eval have no valid record";
+  if (spec.eval_fraction <= 0) return "data.eval_fraction is 0 and data.eval names no file";
+  return absl::StrCat("data.eval_fraction ", spec.eval_fraction, " of ",
+                      train_records >= 0 ? absl::StrCat(train_records) : std::string("the"),
+                      " records is less than one record");
+}
+
+}  // namespace
+
 absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                                            const TrainRunOptions& options,
                                            TrainArtifacts* artifacts) {
+  DLRM_ASSIGN_OR_RETURN(const std::string resume_from, ResumeFrom(spec, options));
+  const bool resume_from_spec = options.resume_from.empty() && !resume_from.empty();
   std::atomic<int64_t> issues{0};
   JobInputOptions input_options;
   input_options.on_issue = [&issues](const ParseIssue& issue) {
@@ -53,6 +98,16 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
     issues.fetch_add(1, std::memory_order_relaxed);
   };
   DLRM_ASSIGN_OR_RETURN(JobInput input, OpenJobInput(spec, input_options));
+  if (input.eval != nullptr && !spec.eval_paths.empty()) {
+    // Eval files without a valid record: no eval data, as when the split holds out none.
+    Batch probe;
+    DLRM_ASSIGN_OR_RETURN(bool any, input.eval->Next(&probe));
+    if (any) {
+      DLRM_RETURN_IF_ERROR(input.eval->Rewind());
+    } else {
+      input.eval.reset();
+    }
+  }
 
   DLRM_ASSIGN_OR_RETURN(auto backend,
                         CreateBackendForDevice(
@@ -101,9 +156,13 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
 
   TrainPosition position;
   std::string resumed_dir;
-  if (!options.resume_from.empty()) {
-    DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
-                          RestoreCheckpoint(options.resume_from, {}, trainer.get(), store.get()));
+  if (!resume_from.empty()) {
+    absl::StatusOr<RestoredCheckpoint> restoring =
+        RestoreCheckpoint(resume_from, {}, trainer.get(), store.get());
+    if (!restoring.ok() && resume_from_spec) {
+      return Annotate(restoring.status(), "the job spec's checkpoint.resume_from");
+    }
+    DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored, std::move(restoring));
     // GPU-resident tables were initialised on the device: they take the restored rows now.
     DLRM_RETURN_IF_ERROR(trainer->LoadEmbeddingsFromStore());
     store->ClearChanged();
@@ -237,6 +296,12 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
     report.logloss = m.logloss;
     report.accuracy = m.accuracy;
     report.eval_samples = m.samples;
+  } else {
+    // Not evaluated: no numbers that could pass for results (null in the JSON).
+    report.auc = report.logloss = report.accuracy = std::numeric_limits<double>::quiet_NaN();
+    report.eval_samples = 0;
+    DLRM_LOG(WARNING) << "no eval data (" << NoEvalReason(spec, input.train_records)
+                      << "): the model was not evaluated";
   }
   if (artifacts != nullptr) {
     dense::DlrmDenseModel& model = trainer->model();
@@ -271,6 +336,27 @@ absl::Status WriteTrainRunReport(const TrainCommandOptions& options, const commo
   return absl::OkStatus();
 }
 
+// Writes the report's JSON (--metrics-out) atomically.
+absl::Status WriteMetricsJson(const std::string& path, const TrainReport& report) {
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path, "--metrics-out"));
+  DLRM_RETURN_IF_ERROR(out->Write(absl::StrCat(TrainReportToJson(report), "\n")));
+  return out->Commit();
+}
+
+// --metrics-out, before any work: writable, and none of the files the command reads.
+absl::Status CheckMetricsOut(const std::string& path, const std::vector<std::string>& inputs) {
+  DLRM_RETURN_IF_ERROR(CheckOutputPath(path, "--metrics-out"));
+  return CheckOutputIsNotAnInput(path, "--metrics-out", inputs);
+}
+
+// The summary line of a run; "n/a" for metrics of a model that was not evaluated.
+std::string SummaryLine(const TrainReport& report) {
+  if (report.eval_samples > 0) return TrainReportSummary(report);
+  return absl::StrFormat(
+      "AUC n/a  logloss n/a  accuracy n/a  (no eval data; %d steps, %.0f samples/s)", report.steps,
+      report.samples_per_sec);
+}
+
 }  // namespace
 
 absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) {
@@ -284,6 +370,12 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
                  << spec.batch_size << ", " << spec.epochs << " epoch(s), data "
                  << spec.train_paths.front();
   if (!options.report.empty()) DLRM_RETURN_IF_ERROR(CheckReportPath(options.report));
+  if (!options.metrics_out.empty()) {
+    std::vector<std::string> inputs = {options.config_path};
+    inputs.insert(inputs.end(), spec.train_paths.begin(), spec.train_paths.end());
+    inputs.insert(inputs.end(), spec.eval_paths.begin(), spec.eval_paths.end());
+    DLRM_RETURN_IF_ERROR(CheckMetricsOut(options.metrics_out, inputs));
+  }
   RunRecorder recorder;
   TrainRunOptions run = options.run;
   if (!options.report.empty()) run.recorder = &recorder;
@@ -297,13 +389,13 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
     return trained.status();
   }
   const TrainReport& report = *trained;
-  std::printf("%s\n", TrainReportSummary(report).c_str());
+  std::printf("%s\n", SummaryLine(report).c_str());
   std::fflush(stdout);
   if (report.skipped_lines > 0) {
     DLRM_LOG(WARNING) << report.skipped_lines << " malformed line(s) skipped";
   }
   if (!options.metrics_out.empty()) {
-    DLRM_RETURN_IF_ERROR(WriteTrainReport(options.metrics_out, report));
+    DLRM_RETURN_IF_ERROR(WriteMetricsJson(options.metrics_out, report));
   }
   if (!options.report.empty()) {
     DLRM_RETURN_IF_ERROR(WriteTrainRunReport(options, spec, trained, recorder));
@@ -321,14 +413,16 @@ struct CheckpointModel {
   std::unique_ptr<Trainer> trainer;
 };
 
-absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions& options) {
+// `activity`: what the model is loaded for, in the log ("evaluating", "scoring").
+absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions& options,
+                                                    const std::string& activity) {
   DLRM_ASSIGN_OR_RETURN(std::string dir, embedding::ResolveCheckpoint(options.checkpoint));
   DLRM_ASSIGN_OR_RETURN(embedding::CheckpointManifest manifest, embedding::ReadManifest(dir));
   CheckpointModel m;
   DLRM_ASSIGN_OR_RETURN(m.spec,
                         common::ParseJobSpec(manifest.spec_yaml, absl::StrCat(dir, " (job spec)")));
-  DLRM_ASSIGN_OR_RETURN(m.backend,
-                        CreateBackendForDevice(options.device, m.spec.math_mode, options.threads));
+  DLRM_ASSIGN_OR_RETURN(m.backend, CreateBackendForDevice(options.device, m.spec.math_mode,
+                                                          options.threads, 0, activity));
   embedding::LocalStoreOptions store_options;
   store_options.tables = TableConfigsFromSpec(m.spec);
   store_options.seed = m.spec.seed;
@@ -348,15 +442,18 @@ absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions
   return m;
 }
 
+// `by_line`: every line of TSV data is a record (predict: strict, and an empty line is malformed).
 absl::StatusOr<std::unique_ptr<BatchReader>> OpenScoringInput(const CheckpointModel& model,
                                                               const std::vector<std::string>& data,
-                                                              bool strict) {
-  if (data.empty()) return absl::InvalidArgumentError("--data: no input file");
+                                                              bool by_line) {
   BatchReaderOptions reader;
-  DLRM_ASSIGN_OR_RETURN(reader.format, ParseInputFormat(model.spec.format));
+  // Each file's own format, from its first bytes: the model's training data format (the spec's
+  // data.format) says nothing about the data it scores.
+  reader.format = InputFormat::kAuto;
   reader.paths = data;
   reader.batch_size = model.spec.batch_size;
-  reader.strict = strict;
+  reader.strict = by_line;
+  reader.blank_lines_are_malformed = by_line;
   for (const auto& t : model.spec.tables) reader.table_rows.push_back(t.rows);
   return BatchReader::Create(reader);
 }
@@ -365,9 +462,18 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenScoringInput(const CheckpointMo
 
 absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options,
                                            const std::string& metrics_out) {
-  DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options));
-  DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*strict=*/false));
-  DLRM_ASSIGN_OR_RETURN(EvalMetrics m, model.trainer->Evaluate(reader.get()));
+  if (options.data.empty()) return absl::InvalidArgumentError("--data: no input file");
+  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(CheckMetricsOut(metrics_out, options.data));
+  DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options, "evaluating"));
+  DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*by_line=*/false));
+  absl::StatusOr<EvalMetrics> evaluated = model.trainer->Evaluate(reader.get());
+  if (!evaluated.ok() && evaluated.status().code() == absl::StatusCode::kFailedPrecondition &&
+      reader->records_read() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data: no valid records in ", absl::StrJoin(options.data, ", "), " (",
+                     reader->skipped(), " malformed line(s) skipped): nothing to evaluate"));
+  }
+  DLRM_ASSIGN_OR_RETURN(EvalMetrics m, std::move(evaluated));
   TrainReport report;
   report.auc = m.auc;
   report.logloss = m.logloss;
@@ -382,25 +488,37 @@ absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options
   if (report.skipped_lines > 0) {
     DLRM_LOG(WARNING) << report.skipped_lines << " malformed line(s) skipped";
   }
-  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(WriteTrainReport(metrics_out, report));
+  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(WriteMetricsJson(metrics_out, report));
   return m;
 }
 
 absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std::string& out) {
-  DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options));
-  DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*strict=*/true));
+  if (options.data.empty()) return absl::InvalidArgumentError("--data: no input file");
+  // Before the model is loaded: a path that cannot be written, or the data itself.
+  DLRM_RETURN_IF_ERROR(CheckOutputPath(out, "--out"));
+  DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(out, "--out", options.data));
+  DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options, "scoring"));
+  DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*by_line=*/true));
   std::vector<float> scores;
   std::vector<float> labels;
   DLRM_RETURN_IF_ERROR(model.trainer->Predict(reader.get(), &scores, &labels));
-  const std::string tmp = absl::StrCat(out, ".tmp");
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return absl::UnavailableError(absl::StrCat("--out: cannot write ", tmp));
-  for (float s : scores) std::fprintf(f, "%.9g\n", s);
-  const bool ok = std::fflush(f) == 0 && std::ferror(f) == 0;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), out.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("--out: cannot write ", out));
+  // Opened once the scores are known: a FIFO's reader sees them all at once, and a failed run
+  // leaves the old file.
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> file, OutputFile::Open(out, "--out"));
+  std::string text;
+  constexpr size_t kChunkBytes = 1 << 20;
+  text.reserve(kChunkBytes + 32);
+  char line[32];
+  for (float s : scores) {
+    const int n = std::snprintf(line, sizeof(line), "%.9g\n", s);
+    text.append(line, static_cast<size_t>(n));
+    if (text.size() >= kChunkBytes) {
+      DLRM_RETURN_IF_ERROR(file->Write(text));
+      text.clear();
+    }
   }
+  DLRM_RETURN_IF_ERROR(file->Write(text));
+  DLRM_RETURN_IF_ERROR(file->Commit());
   std::fprintf(stderr, "wrote %zu scores to %s\n", scores.size(), out.c_str());
   return absl::OkStatus();
 }

@@ -27,7 +27,9 @@ struct TrainRunOptions {
   // memory, 0 = never).
   int64_t gpu_table_budget_bytes = -1;
   // A checkpoint (or a folder of them: the newest committed) to continue from: model, optimizer
-  // state, step and input position (docs/CHECKPOINTS.md). "" = start fresh.
+  // state, step and input position (docs/CHECKPOINTS.md). "" = the spec's
+  // checkpoint.resume_from, or a fresh start when that is empty too. Both set and naming
+  // different paths is INVALID_ARGUMENT naming both.
   std::string resume_from;
   // When set, receives the progress (every step) and the evaluations (training.eval_every_steps
   // and the final one), for the run report. Not owned.
@@ -36,11 +38,11 @@ struct TrainRunOptions {
 
 // Creates the dense backend for `device` ("auto", "cpu", "cuda"; on CUDA device `cuda_device`)
 // and logs what "auto" chose, so that a CUDA build on a machine without a GPU says it runs on the
-// CPU.
-absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(const std::string& device,
-                                                                       const std::string& math_mode,
-                                                                       int cpu_threads,
-                                                                       int cuda_device = 0);
+// CPU. `activity` is what the log line says the backend does ("training on cpu(...)";
+// "evaluating", "scoring").
+absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(
+    const std::string& device, const std::string& math_mode, int cpu_threads, int cuda_device = 0,
+    const std::string& activity = "training");
 
 // What a run leaves behind, for tests that compare models.
 struct TrainArtifacts {
@@ -48,15 +50,20 @@ struct TrainArtifacts {
   std::unique_ptr<embedding::LocalEmbeddingStore> store;
 };
 
+// Trains the spec's model. Without eval data (data.eval_fraction holds out no record, and
+// data.eval names no file) the report's auc, logloss and accuracy are NaN (null in its JSON) and
+// eval_samples 0.
 absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                                            const TrainRunOptions& options,
                                            TrainArtifacts* artifacts = nullptr);
 
 struct TrainCommandOptions {
   std::string config_path;
-  std::string metrics_out;  // "" = none
-  bool strict = false;      // --strict: stop at the first malformed line
-  std::string report;       // --report: the HTML run report (worker/run_report.h); "" = none
+  // "" = none. Checked before training (its folder exists and is writable, it is none of the
+  // inputs), written atomically (worker/input/binary_format.h: OutputFile).
+  std::string metrics_out;
+  bool strict = false;  // --strict: stop at the first malformed line
+  std::string report;   // --report: the HTML run report (worker/run_report.h); "" = none
   TrainRunOptions run;
 };
 
@@ -71,11 +78,19 @@ struct CheckpointModelOptions {
   std::string device = "cpu";
   int threads = 0;
 };
-// Prints AUC, logloss and accuracy over every record of the data (JSON to metrics_out if set).
+// Each data file's format is told by its first bytes (binary files start with DLRMBIN1), whatever
+// format the model was trained on.
+//
+// Prints AUC, logloss and accuracy over every record of the data (JSON to metrics_out if set,
+// checked before the model is loaded and written as --metrics-out of dlrm train). Data without a
+// valid record is FAILED_PRECONDITION.
 absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options,
                                            const std::string& metrics_out);
-// Writes one click probability per input record to `out`, in input order (strict parsing: a
-// malformed line is an error naming it, since skipping it would shift every later score).
+// Writes one click probability per input line to `out`, in input order. Parsing is strict: a
+// malformed line, or an empty one within the file, is an error naming file:line, since skipping it
+// would shift every later score. `out` is written as an OutputFile (worker/input/binary_format.h:
+// a regular file atomically, a symlink's target, a FIFO or device in place); it must not be one of
+// the data files.
 absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std::string& out);
 
 }  // namespace dlrm::worker
