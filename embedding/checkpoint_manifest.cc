@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
 #include "nlohmann/json.hpp"
@@ -176,7 +177,25 @@ absl::Status VerifyCheckpointFiles(const std::string& dir, const CheckpointManif
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(const std::string& root) {
+std::string NormalizeCheckpointPath(const std::string& path) {
+  auto strip = [](fs::path p) {
+    p = p.lexically_normal();
+    // "a/b/" names a/b: its filename is empty.
+    if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+    return p;
+  };
+  fs::path p = strip(fs::path(path));
+  const std::string name = p.filename().string();
+  if (!p.has_parent_path() || name == "." || name == "..") {
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(p, ec);
+    if (!ec) p = strip(absolute);
+  }
+  return p.string();
+}
+
+absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(
+    const std::string& root, std::vector<absl::Status>* damaged) {
   std::vector<CheckpointManifest> out;
   std::error_code ec;
   if (!fs::exists(root, ec)) return out;
@@ -184,7 +203,10 @@ absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(const std::strin
     if (!e.is_directory() || !IsCheckpointDirName(e.path().filename().string())) continue;
     absl::StatusOr<CheckpointManifest> m = ReadManifest(e.path().string());
     if (m.status().code() == absl::StatusCode::kNotFound) continue;  // not committed
-    if (!m.ok()) return m.status();
+    if (!m.ok()) {
+      if (damaged != nullptr) damaged->push_back(m.status());
+      continue;
+    }
     out.push_back(std::move(*m));
   }
   if (ec) return absl::UnavailableError(absl::StrCat(root, ": ", ec.message()));
@@ -194,18 +216,8 @@ absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(const std::strin
   return out;
 }
 
-absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
-  std::error_code ec;
-  if (fs::exists(fs::path(path) / kManifestName, ec)) return path;
-  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, ListCheckpoints(path));
-  if (all.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
-  }
-  return (fs::path(path) / all.back().name).string();
-}
-
-absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& dir) {
+absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& checkpoint) {
+  const std::string dir = NormalizeCheckpointPath(checkpoint);
   std::vector<CheckpointManifest> chain;
   const fs::path root = fs::path(dir).parent_path();
   std::string current = dir;
@@ -228,6 +240,46 @@ absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& dir
   }
   std::reverse(chain.begin(), chain.end());
   return chain;
+}
+
+absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& path) {
+  VerifiedCheckpoint out;
+  const std::string normal = NormalizeCheckpointPath(path);
+  std::error_code ec;
+  if (fs::exists(fs::path(normal) / kManifestName, ec)) {
+    out.dir = normal;
+    DLRM_ASSIGN_OR_RETURN(out.chain, LoadChain(normal));
+    return out;
+  }
+  std::vector<absl::Status> damaged;
+  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, ListCheckpoints(normal, &damaged));
+  absl::Status last_error;
+  for (const absl::Status& d : damaged) {
+    DLRM_LOG(ERROR) << "checkpoint refused: " << d.message();
+    last_error = d;
+  }
+  if (all.empty() && damaged.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+  }
+  // The newest whose whole chain verifies; damaged ones are named.
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const std::string candidate = (fs::path(normal) / it->name).string();
+    absl::StatusOr<std::vector<CheckpointManifest>> loaded = LoadChain(candidate);
+    if (loaded.ok()) {
+      out.dir = candidate;
+      out.chain = std::move(*loaded);
+      return out;
+    }
+    DLRM_LOG(ERROR) << "checkpoint " << candidate << " refused: " << loaded.status().message();
+    last_error = loaded.status();
+  }
+  return last_error;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+  DLRM_ASSIGN_OR_RETURN(VerifiedCheckpoint c, FindVerifiedCheckpoint(path));
+  return c.dir;
 }
 
 absl::StatusOr<int> RemoveUncommitted(const std::string& root) {

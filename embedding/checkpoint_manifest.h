@@ -5,7 +5,7 @@
 // manifest with its size and CRC32C.
 //
 //   DLRM_RETURN_IF_ERROR(CommitManifest(dir, manifest));        // last step of writing
-//   DLRM_ASSIGN_OR_RETURN(auto chain, LoadChain(ResolveCheckpoint(path)));  // full .. newest
+//   DLRM_ASSIGN_OR_RETURN(VerifiedCheckpoint c, FindVerifiedCheckpoint(path));  // c.chain: full ..
 #pragma once
 
 #include <cstdint>
@@ -83,14 +83,32 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
 // that does not.
 absl::Status VerifyCheckpointFiles(const std::string& dir, const CheckpointManifest& manifest);
 
-// The committed checkpoints under `root`, oldest first. A missing root is an empty list.
-absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(const std::string& root);
-// `path` itself when it holds a manifest, else the newest committed checkpoint under it.
-// NOT_FOUND naming the path when neither.
-absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
+// `path` as a checkpoint directory or folder path: lexically normalised, without a trailing
+// separator, and absolute when it has no parent in it ("." or "ckpt-000000000005"), so that its
+// parent is the folder holding it and its siblings.
+std::string NormalizeCheckpointPath(const std::string& path);
+
+// The committed checkpoints under `root`, oldest first. A missing root is an empty list. A
+// checkpoint whose manifest does not parse is left out; `damaged`, when given, gets its error
+// (DATA_LOSS naming the manifest).
+absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(
+    const std::string& root, std::vector<absl::Status>* damaged = nullptr);
 // The manifests from the full checkpoint `dir` builds on to `dir` itself (its parents are its
 // siblings). Verifies every file of every link; DATA_LOSS / NOT_FOUND name the broken one.
 absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& dir);
+
+struct VerifiedCheckpoint {
+  std::string dir;                        // the checkpoint (normalised, see above)
+  std::vector<CheckpointManifest> chain;  // its full base .. itself, every file verified
+};
+// The checkpoint at `path`: `path` itself when it holds a manifest (DATA_LOSS naming the file
+// when it does not verify), else the newest checkpoint of the folder `path` whose whole chain
+// verifies. The ones refused on the way (a damaged manifest or file, a missing parent) are
+// logged by name. NOT_FOUND when the folder holds no committed checkpoint; the last refusal's
+// error when none verifies.
+absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& path);
+// FindVerifiedCheckpoint(path)->dir.
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 // Removes checkpoint directories under `root` without a committed manifest (an interrupted
 // write) and stray temporary files. Returns how many it removed.
 absl::StatusOr<int> RemoveUncommitted(const std::string& root);

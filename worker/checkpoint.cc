@@ -289,34 +289,57 @@ absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::
   return absl::OkStatus();
 }
 
+namespace {
+
+// A checkpoint records where the input stood in batches of the epoch in progress. A run that
+// resumes with another (global) batch size skips the same samples in its own batches: the
+// number of batches it skips, or INVALID_ARGUMENT naming both sizes when those samples are not
+// a whole number of its batches (it would train some twice or skip some).
+absl::StatusOr<int64_t> BatchesToSkip(const CheckpointManifest& m, int64_t batches,
+                                      int64_t global_batch) {
+  if (batches == 0) return batches;
+  absl::StatusOr<common::JobSpec> trained = common::ParseJobSpec(m.spec_yaml, m.name);
+  if (!trained.ok() || trained->batch_size == global_batch || global_batch <= 0) return batches;
+  const int64_t samples = batches * trained->batch_size;
+  if (samples % global_batch == 0) return samples / global_batch;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "checkpoint ", m.name, " stopped ", batches, " batch(es) of training.batch_size ",
+      trained->batch_size, " (", samples, " samples) into its epoch; this run's batch_size ",
+      global_batch,
+      " does not divide those samples, so it would train some of them twice or "
+      "skip some. Resume with a batch_size that divides ",
+      samples, " (e.g. ", trained->batch_size, "), or from a checkpoint at the start of an epoch"));
+}
+
+}  // namespace
+
 absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path) {
-  // LoadChain verifies the size and CRC32C of every file of every link.
-  ValidCheckpoint out;
-  std::error_code ec;
-  if (fs::exists(fs::path(path) / embedding::kManifestName, ec)) {
-    out.dir = path;
-    DLRM_ASSIGN_OR_RETURN(out.chain, embedding::LoadChain(path));
-    return out;
-  }
-  // A folder: the newest checkpoint whose whole chain verifies; damaged ones are named.
-  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, embedding::ListCheckpoints(path));
-  if (all.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
-  }
-  absl::Status last_error;
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    const std::string candidate = (fs::path(path) / it->name).string();
-    absl::StatusOr<std::vector<CheckpointManifest>> loaded = embedding::LoadChain(candidate);
-    if (loaded.ok()) {
-      out.dir = candidate;
-      out.chain = std::move(*loaded);
-      return out;
+  return embedding::FindVerifiedCheckpoint(path);
+}
+
+absl::Status CheckNoNewerCheckpoints(const std::string& root, int64_t resume_step) {
+  DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, embedding::ListCheckpoints(root));
+  for (auto it = all.rbegin(); it != all.rend() && it->step > resume_step; ++it) {
+    if (!embedding::LoadChain((fs::path(root) / it->name).string()).ok()) continue;
+    const std::string what =
+        absl::StrCat("checkpoint ", it->name, " (step ", it->step, ", job '", it->job_name, "'",
+                     it->job_id.empty() ? "" : absl::StrCat(" ", it->job_id), ")");
+    const std::string why =
+        " Its checkpoints and this run's would mix: a resume, a recovery (which loads the "
+        "folder's newest) or an incremental checkpoint would take the other run's model.";
+    if (resume_step == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint.dir ", root, " already holds ", what,
+          " of another run, and this run starts from step 0.", why,
+          " Give the job an empty folder, remove those checkpoints, or resume from them "
+          "(dlrm train --resume, checkpoint.resume_from, dlrmctl submit --resume-from)."));
     }
-    DLRM_LOG(ERROR) << "checkpoint " << candidate << " refused: " << loaded.status().message();
-    last_error = loaded.status();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.dir ", root, " holds ", what, ", newer than step ", resume_step,
+        " that this run resumes from.", why,
+        " Resume from the newest, give the job another folder, or remove the newer ones."));
   }
-  return last_error;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
@@ -330,10 +353,19 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   const std::vector<CheckpointManifest>& chain = valid.chain;
   const CheckpointManifest& newest = chain.back();
   DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(newest, trainer->spec()));
+  // Every rank of the writer stood at the same epoch and batch (a step is one batch of each).
+  // Checked before anything is loaded.
+  DLRM_ASSIGN_OR_RETURN(
+      const int64_t batches_to_skip,
+      BatchesToSkip(newest, newest.ranks.empty() ? 0 : newest.ranks.front().batches,
+                    static_cast<int64_t>(trainer->spec().batch_size) * options.world_size));
   const fs::path root = fs::path(dir).parent_path();
   RestoredCheckpoint out;
   for (const CheckpointManifest& link : chain) {
     DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(link, trainer->spec()));
+    // The newest link is the directory given, whatever its name (a copy, a renamed one); the
+    // links it builds on are its siblings by their names.
+    const fs::path link_dir = &link == &chain.back() ? fs::path(dir) : root / link.name;
     for (const CheckpointFileEntry& f : link.files) {
       if (f.kind == "dense" || f.kind == "powersgd") continue;
       const bool hot = f.kind == "hot_rows";
@@ -341,12 +373,11 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
       if (hot && newest_link) out.hot_ids.resize(link.tables.size());
       if (!options.load_rows && !(hot && newest_link)) continue;
       if (f.table < 0 || f.table >= static_cast<int>(link.tables.size())) {
-        return absl::DataLossError(
-            absl::StrCat((root / link.name / f.name).string(), ": table ", f.table));
+        return absl::DataLossError(absl::StrCat((link_dir / f.name).string(), ": table ", f.table));
       }
       const int row_floats = link.tables[f.table].row_floats;
       DLRM_RETURN_IF_ERROR(
-          embedding::ReadRowFile((root / link.name / f.name).string(), f.table, row_floats,
+          embedding::ReadRowFile((link_dir / f.name).string(), f.table, row_floats,
                                  [&](absl::Span<const int64_t> ids, const float* rows) {
                                    if (hot && newest_link) {
                                      std::vector<int64_t>& h = out.hot_ids[f.table];
@@ -369,14 +400,16 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   out.dir = dir;
   out.manifest = newest;
   out.position.step = newest.step;
-  out.position.samples = newest.samples;
+  out.position.samples = newest.samples / std::max(1, options.world_size);
+  // A rank the writer did not have (the job resumes on more workers) starts where the others
+  // do, on its new shard.
+  if (!newest.ranks.empty()) out.position.epoch = newest.ranks.front().epoch;
   for (const embedding::RankPosition& r : newest.ranks) {
-    if (r.rank == rank) {
-      out.position.epoch = r.epoch;
-      out.position.batches = r.batches;
+    if (r.rank == rank && newest.world_size == options.world_size) {
       out.position.samples = r.samples;
     }
   }
+  out.position.batches = batches_to_skip;
   return out;
 }
 

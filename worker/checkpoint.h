@@ -50,7 +50,10 @@ class TrainCheckpointer {
  public:
   // Prepares spec.checkpoint.dir (created if missing; an interrupted write's leftovers are
   // removed). `resumed_from`: the checkpoint training resumed from ("" if none); when it lies in
-  // the same folder, the first checkpoint may be incremental on top of it.
+  // the same folder, the first checkpoint may be incremental on top of it. The folder is locked
+  // (its file `.lock`, flock) while the checkpointer lives: FAILED_PRECONDITION naming the
+  // process when another holds it, and when it holds checkpoints newer than the run's start
+  // (CheckNoNewerCheckpoints).
   static absl::StatusOr<std::unique_ptr<TrainCheckpointer>> Create(
       const common::JobSpec& spec, const std::string& resumed_from = "");
 
@@ -117,6 +120,7 @@ class TrainCheckpointer {
   int since_full_ = 0;     // checkpoints written since the last full one
   int64_t last_step_ = -1;
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
+  int lock_fd_ = -1;  // holds the flock of the folder's .lock file
   std::thread writer_;
   std::shared_ptr<absl::StatusOr<CheckpointWriteResult>> pending_;  // the writer's result
   // The newest snapshot: once its write is done (and its changed rows applied to it), the next
@@ -243,21 +247,18 @@ struct RestoredCheckpoint {
 };
 
 struct RestoreOptions {
-  int rank = 0;           // whose input position (and PowerSGD state) to take
-  int world_size = 1;     // workers of the job resuming (PowerSGD state needs the writer's)
+  int rank = 0;           // whose input position (and PowerSGD state) to take; a rank the writer
+                          // did not have takes rank 0's epoch and batches (every rank has the same)
+  int world_size = 1;     // workers of the job resuming (PowerSGD state needs the writer's); with
+                          // the trainer's batch size, the global batch the run resumes with
   bool load_rows = true;  // false: dense state only (the other ranks of a cluster job)
   bool set_steps = true;  // false: leave the trainer's step count (a cluster job numbers its
                           // steps from 0 on the parameter servers after a resume)
 };
 
-struct ValidCheckpoint {
-  std::string dir;                                   // the checkpoint
-  std::vector<embedding::CheckpointManifest> chain;  // its full parent .. itself, verified
-};
 // The checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files all
-// verify, the damaged ones logged by name). NOT_FOUND when the folder holds no committed one;
-// DATA_LOSS naming the file when `path` is a checkpoint that does not verify, or when no
-// checkpoint of the folder does.
+// verify, the damaged ones logged by name): embedding::FindVerifiedCheckpoint.
+using ValidCheckpoint = embedding::VerifiedCheckpoint;
 absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path);
 
 // Loads the checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files
@@ -265,7 +266,10 @@ absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path);
 // row of every link of its chain, oldest first, files in manifest order, through
 // WriteStoredRows: a later file's row replaces an earlier one's). The checkpoint must fit the
 // trainer's spec: INVALID_ARGUMENT naming the first difference (a table's rows or dim, the
-// optimizers, the dense parameter count). DATA_LOSS naming the file when a checksum or a file's
+// optimizers, the dense parameter count). A run with another global batch size (the trainer's
+// times options.world_size) skips the same samples of the epoch in its own batches, or gets
+// INVALID_ARGUMENT naming both sizes when they are not a whole number of its batches. DATA_LOSS
+// naming the file when a checksum or a file's
 // layout is wrong; nothing is loaded then (the files are verified before anything is applied).
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
                                                      const RestoreOptions& options,
@@ -275,5 +279,13 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
 // Checks that `manifest` describes a model of `spec`'s shape and optimizers.
 absl::Status CheckCheckpointFitsSpec(const embedding::CheckpointManifest& manifest,
                                      const common::JobSpec& spec);
+
+// Before a run writes its first checkpoint into `root`: OK when no committed checkpoint there is
+// newer than `resume_step` (the step the run resumed from; 0 for a run from the start), leaving
+// out those whose files do not verify (nothing can load them; the run writes over them).
+// Otherwise FAILED_PRECONDITION naming the folder and the newest such checkpoint: the two runs'
+// checkpoints would mix, and a later resume, a recovery (which takes the folder's newest) or an
+// incremental chain would load the other run's model.
+absl::Status CheckNoNewerCheckpoints(const std::string& root, int64_t resume_step);
 
 }  // namespace dlrm::worker

@@ -163,8 +163,11 @@ absl::Status ClusterCheckpointer::Prepare(const TrainPosition& position) {
   DLRM_RETURN_IF_ERROR(Finish());  // one write in flight at a time
   const common::JobSpec& spec = options_.spec;
   const std::string name = embedding::CheckpointDirName(position.step);
-  if (embedding::ReadManifest((fs::path(spec.checkpoint.dir) / name).string()).ok()) {
-    // Committed already (the job resumed from it and trained no further): kept as it is.
+  if (position.step == options_.base_step &&
+      embedding::ReadManifest((fs::path(spec.checkpoint.dir) / name).string()).ok()) {
+    // Committed already (the job resumed from it and trained no further): kept as it is. Any
+    // other committed checkpoint of this name is written over (a damaged one the job could not
+    // resume from; CheckNoNewerCheckpoints refused other runs' before the job's first step).
     return absl::OkStatus();
   }
   // Made before the barrier ahead of the cut, so that every rank may write its part into it.
@@ -184,7 +187,9 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
     DLRM_RETURN_IF_ERROR(Finish());
     const std::string dir =
         (fs::path(spec.checkpoint.dir) / embedding::CheckpointDirName(position.step)).string();
-    if (embedding::ReadManifest(dir).ok()) return absl::OkStatus();  // committed already
+    if (position.step == options_.base_step && embedding::ReadManifest(dir).ok()) {
+      return absl::OkStatus();  // committed already (see Prepare)
+    }
     writer_ = std::thread([this, dir, state = std::move(powersgd_state)] {
       write_status_ = WritePowerSgdPart(dir, state).status();
     });

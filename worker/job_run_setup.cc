@@ -215,6 +215,11 @@ absl::StatusOr<std::string> WorkerProcess::JobRun::KvGetUntilStopped(const std::
 
 absl::Status WorkerProcess::JobRun::CreateCheckpointer() {
   if (spec_.checkpoint.dir.empty()) return absl::OkStatus();
+  if (rank_ == 0 && job_.recovery() == 0) {
+    // The job's first run: its folder must not hold another run's newer checkpoints (a
+    // recovery of this job takes the folder's newest). Later runs find the job's own there.
+    DLRM_RETURN_IF_ERROR(CheckNoNewerCheckpoints(spec_.checkpoint.dir, base_.step));
+  }
   client::CoordinatorClient* client = worker_.client_.get();
   DLRM_ASSIGN_OR_RETURN(
       checkpointer_,

@@ -1,5 +1,10 @@
 // TrainCheckpointer (worker/checkpoint.h): `dlrm train`'s checkpoints, from a snapshot it keeps.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -30,6 +35,35 @@ using embedding::CheckpointFileEntry;
 using embedding::CheckpointManifest;
 using embedding::SnapshotBuffer;
 
+// Takes an exclusive flock on root/.lock and writes this process's id into it; the descriptor
+// holds the lock until it is closed (also when the process dies).
+absl::StatusOr<int> LockCheckpointFolder(const std::string& root) {
+  const std::string path = (fs::path(root) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat(path, ": open: ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (error == EWOULDBLOCK) {
+      std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("?");
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint.dir ", root, " is in use by another run (process ", pid,
+                       " holds ", path, "): two runs in one folder would mix their checkpoints"));
+    }
+    return absl::UnavailableError(absl::StrCat(path, ": flock: ", std::strerror(error)));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    DLRM_LOG(WARNING) << path << ": cannot record this process: " << std::strerror(errno);
+  }
+  return fd;
+}
+
 }  // namespace
 
 using checkpoint_internal::BaseManifest;
@@ -43,16 +77,28 @@ absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
     const common::JobSpec& spec, const std::string& resumed_from) {
   const std::string& root = spec.checkpoint.dir;
   if (root.empty()) return absl::InvalidArgumentError("checkpoint.dir is empty");
-  DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(root));
   std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint.dir ", root, ": ", ec.message()));
   std::unique_ptr<TrainCheckpointer> c(new TrainCheckpointer(spec));
-  if (!resumed_from.empty() &&
-      fs::equivalent(fs::path(resumed_from).parent_path(), fs::path(root), ec)) {
-    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, embedding::ReadManifest(resumed_from));
+  // Locked before anything in the folder is read or removed: a second run would otherwise take
+  // the first's unfinished checkpoint for a crash's leftovers and remove it.
+  DLRM_ASSIGN_OR_RETURN(c->lock_fd_, LockCheckpointFolder(root));
+  const std::string resumed =
+      resumed_from.empty() ? std::string() : embedding::NormalizeCheckpointPath(resumed_from);
+  int64_t resume_step = 0;
+  if (!resumed.empty()) {
+    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, embedding::ReadManifest(resumed));
+    resume_step = m.step;
+  }
+  DLRM_RETURN_IF_ERROR(CheckNoNewerCheckpoints(root, resume_step));
+  DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(root));
+  if (!resumed.empty() && fs::equivalent(fs::path(resumed).parent_path(), fs::path(root), ec)) {
+    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, embedding::ReadManifest(resumed));
     c->parent_ = m.name;
     c->last_step_ = m.step;
     // The chain since its full base counts toward full_every.
-    DLRM_ASSIGN_OR_RETURN(auto chain, embedding::LoadChain(resumed_from));
+    DLRM_ASSIGN_OR_RETURN(auto chain, embedding::LoadChain(resumed));
     c->since_full_ = static_cast<int>(chain.size());
   }
   return c;
@@ -583,6 +629,7 @@ TrainCheckpointer::~TrainCheckpointer() {
   if (prepare_thread_.joinable()) prepare_thread_.join();
   if (precopy_thread_.joinable()) precopy_thread_.join();
   if (writer_.joinable()) writer_.join();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void TrainCheckpointer::PrepareSnapshotMemory(const embedding::LocalEmbeddingStore& store) {

@@ -412,6 +412,31 @@ TEST_F(ClusterCheckpointTest, ResumingFromTheFinalCheckpointEndsAtOnceWithItsMod
   EXPECT_EQ(Newest("end"), final_checkpoint);
 }
 
+// A job submitted again with the same checkpoint.dir would mix its checkpoints with the first
+// job's (a recovery loads the folder's newest, retention removes the older ones, and a
+// checkpoint of a step the first job has is not written): it fails at its start naming the
+// first job's newest checkpoint, which is kept as it was.
+TEST_F(ClusterCheckpointTest, ASecondJobIntoTheSameFolderFailsAndLeavesTheFirstsCheckpoints) {
+  const std::vector<std::string> shape = {"--ps", "1", "--workers", "1"};
+  ProcessResult first = Local(Job("again", /*max_steps=*/20, "again"), shape, "again-1");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string newest = Newest("again");
+  auto before = embedding::ReadManifest(newest);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_EQ(before->step, 20);
+
+  ProcessResult second = Local(Job("again", /*max_steps=*/20, "again"), shape, "again-2");
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(second.err,
+                                "already holds checkpoint ckpt-000000000020 (step 20, job 'again' "
+                                "job-1) of another run"))
+      << second.err;
+  auto after = embedding::ReadManifest(newest);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->created_unix, before->created_unix);
+  EXPECT_EQ(Newest("again"), newest);
+}
+
 // PowerSGD's state is each worker's own (its residual): every checkpoint of a 2-worker job holds
 // both ranks' files, checksummed in the manifest, and a job resumed with 2 workers takes each
 // rank's back (PowerSgdTest checks that this continues training bit for bit). The warm-up counts

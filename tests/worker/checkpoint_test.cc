@@ -3,6 +3,8 @@
 // damaged or unfinished checkpoints are refused or removed, eval/predict use the saved model.
 #include "worker/checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -692,6 +694,171 @@ TEST(CheckpointFilesTest, HalfPrecisionRowFilesKeepHalfTheWeightBytes) {
       path, 4, 6, [](absl::Span<const int64_t>, const float*) { return absl::OkStatus(); });
   EXPECT_EQ(forged.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(forged.message()), HasSubstr("half-precision row format"));
+}
+
+// A run from the start into a folder that holds another run's checkpoints would mix the two:
+// refused before anything is written, naming the newest. Resuming from the newest continues the
+// folder; resuming from an older one while newer ones exist is refused; a newer checkpoint that
+// does not verify (nothing can load it) does not stand in the way.
+TEST_F(CheckpointTest, ARunRefusesAFolderHoldingNewerCheckpointsOfAnotherRun) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("mix"));
+  spec.max_steps = 10;
+  spec.checkpoint.every_steps = 5;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  const std::string newest = Ckpt("mix/ckpt-000000000010");
+  auto before = embedding::ReadManifest(newest);
+  ASSERT_TRUE(before.ok());
+
+  auto again = TrainInProcess(spec, Quiet());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.status().message()),
+              HasSubstr("already holds checkpoint ckpt-000000000010 (step 10, job 'ckpt-test')"));
+  auto after = embedding::ReadManifest(newest);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->created_unix, before->created_unix) << "the earlier run's checkpoint is kept";
+
+  common::JobSpec more = spec;
+  more.max_steps = 15;
+  auto resumed = TrainInProcess(more, Quiet(Ckpt("mix")));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+
+  auto older = TrainInProcess(more, Quiet(Ckpt("mix/ckpt-000000000005")));
+  ASSERT_FALSE(older.ok());
+  EXPECT_EQ(older.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(older.status().message()),
+              HasSubstr("holds checkpoint ckpt-000000000015 (step 15, job 'ckpt-test'), newer "
+                        "than step 5 that this run resumes from"));
+
+  // ckpt-15 damaged: the folder resumes from ckpt-10, and the run writes over ckpt-15.
+  testing::WriteFile(Ckpt("mix/ckpt-000000000015/dense.bin"), "damaged");
+  auto over = TrainInProcess(more, Quiet(Ckpt("mix")));
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_TRUE(embedding::LoadChain(Ckpt("mix/ckpt-000000000015")).ok());
+}
+
+// Two runs at once in one folder: the second is refused naming the first's process, and may
+// start once the first is done.
+TEST_F(CheckpointTest, ASecondCheckpointerOfAFolderIsRefusedWhileTheFirstLives) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("locked"));
+  auto first = TrainCheckpointer::Create(spec);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = TrainCheckpointer::Create(spec);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr(absl::StrCat("is in use by another run (process ", ::getpid())));
+  first->reset();
+  EXPECT_TRUE(TrainCheckpointer::Create(spec).ok());
+}
+
+// A checkpoint loads from the directory given, however it is spelled: with a trailing slash, as
+// "." from inside it, or renamed (next to the checkpoint it builds on).
+TEST_F(CheckpointTest, ACheckpointLoadsFromTheDirectoryGivenHoweverItIsSpelled) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("spell"));
+  spec.max_steps = 10;
+  spec.checkpoint.every_steps = 5;
+  spec.checkpoint.full_every = 2;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  const std::string canonical = Ckpt("spell/ckpt-000000000010");
+  auto manifest = embedding::ReadManifest(canonical);
+  ASSERT_TRUE(manifest.ok());
+  ASSERT_TRUE(manifest->incremental) << "the renamed one must find its parent by name";
+
+  common::JobSpec load = spec;  // nothing left to train: the loaded state is the model
+  load.checkpoint.dir = "";
+  TrainArtifacts reference;
+  ASSERT_TRUE(TrainInProcess(load, Quiet(canonical), &reference).ok());
+  auto expect_loads = [&](const std::string& path) {
+    SCOPED_TRACE(path);
+    TrainArtifacts loaded;
+    auto r = TrainInProcess(load, Quiet(path), &loaded);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectBitIdentical(reference, loaded);
+  };
+  expect_loads(canonical + "/");
+  expect_loads(canonical + "/.");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(canonical);
+  expect_loads(".");
+  fs::current_path(cwd);
+  fs::rename(canonical, Ckpt("spell/best"));
+  expect_loads(Ckpt("spell/best"));
+}
+
+// A newest checkpoint whose manifest does not parse is passed over like one whose files do not
+// verify: the folder resolves to the one before, and the listing reports the damaged one.
+TEST_F(CheckpointTest, AFolderPassesOverACheckpointWithADamagedManifest) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("dm"));
+  spec.max_steps = 10;
+  spec.checkpoint.every_steps = 5;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  testing::WriteFile(Ckpt("dm/ckpt-000000000010/MANIFEST.json"), "{not json");
+  std::vector<absl::Status> damaged;
+  auto list = embedding::ListCheckpoints(Ckpt("dm"), &damaged);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(damaged[0].message()), HasSubstr("ckpt-000000000010/MANIFEST.json"));
+  auto resolved = embedding::ResolveCheckpoint(Ckpt("dm"));
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000005");
+}
+
+// The input position is counted in batches: a run resumed with another batch size skips the
+// same samples in its own batches (10 of 256 = 5 of 512), and is refused naming both sizes when
+// they do not divide (2,560 samples are not a whole number of batches of 384).
+TEST_F(CheckpointTest, ResumingWithAnotherBatchSizeSkipsTheSameSamples) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("bs"));
+  spec.max_steps = 10;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+
+  common::JobSpec wider = spec;
+  wider.batch_size = 384;
+  wider.max_steps = 20;
+  wider.checkpoint.dir = Ckpt("bs-384");
+  auto r = TrainInProcess(wider, Quiet(Ckpt("bs")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("stopped 10 batch(es) of training.batch_size 256 (2560 samples) into its "
+                        "epoch; this run's batch_size 384 does not divide those samples"));
+
+  // 12,000 samples an epoch: 2,560 trained, 9,440 left, in 19 batches of 512 (the last of 224).
+  wider.batch_size = 512;
+  wider.max_steps = 0;
+  wider.epochs = 1;
+  wider.checkpoint.dir = Ckpt("bs-512");
+  auto resumed = TrainInProcess(wider, Quiet(Ckpt("bs")));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->train_samples, 12000 - 2560);
+}
+
+// A job resumed on more workers than wrote the checkpoint: a rank the writer did not have
+// starts at the same epoch and batch as the others (each skips that many batches of its shard).
+TEST(CheckpointRanksTest, ARankTheWriterDidNotHaveStartsWhereTheOthersDo) {
+  testing::TempDir dir;
+  StoreRun run = MakeStoreRun(dir, "ranks", /*every_steps=*/0);
+  auto written = run.checkpointer->Write(*run.trainer, *run.store,
+                                         {.step = 60, .samples = 15360, .epoch = 1, .batches = 13});
+  ASSERT_TRUE(written.ok()) << written.status();
+  run.checkpointer.reset();
+  common::JobSpec spec = run.trainer->spec();
+  spec.batch_size /= 2;  // the same global batch over two workers
+  TrainerOptions trainer_options;
+  trainer_options.spec = spec;
+  trainer_options.backend = run.backend.get();
+  trainer_options.store = run.store.get();
+  auto trainer = Trainer::Create(trainer_options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto restored = RestoreCheckpoint(written->dir, {.rank = 1, .world_size = 2, .load_rows = false},
+                                    trainer->get(), run.store.get());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->position.step, 60);
+  EXPECT_EQ(restored->position.epoch, 1);
+  EXPECT_EQ(restored->position.batches, 13);
+  EXPECT_EQ(restored->position.samples, 15360 / 2);
 }
 
 }  // namespace
