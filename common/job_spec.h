@@ -159,13 +159,28 @@ struct JobSpec {
 };
 
 // Parses and validates a job spec. `source` names the text in messages (a path or "<submitted>").
-// A text over kMaxSpecBytes is refused before it is parsed.
+// A text over kMaxSpecBytes is refused before it is parsed. A key given twice in one mapping is
+// refused naming it and both lines (YAML leaves it to the reader; yaml-cpp would take the first).
+// Integers are decimal: a leading zero (YAML 1.1's octal, 0400 = 256) or a 0x / 0o prefix is
+// refused naming the key.
+//
+// A value the job would ignore is not refused but warned about, one message per key that starts
+// with `source` and names the key: an optimizer parameter its `type` does not use (beta1 and beta2
+// except for adam; epsilon for sgd; a sparse initial_accumulator except for adagrad and
+// rowwise_adagrad), and data.eval_fraction next to data.eval (nothing is held out then). Only
+// a value other than the default is warned about: it is the one that looks meant, and specs
+// written back by older versions list every key with its default. The messages go to `warnings`,
+// or to the log (WARNING) when it is null.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text,
-                                     const std::string& source = "<job spec>");
-// Reads and parses a file; a missing or unreadable file is NOT_FOUND naming the path. Relative
-// data paths are resolved against the directory of the spec file.
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
-// Emits a spec back to YAML that ParseJobSpec reads to an equal spec.
+                                     const std::string& source = "<job spec>",
+                                     std::vector<std::string>* warnings = nullptr);
+// Reads and parses a file; a missing or unreadable file (or a folder) is NOT_FOUND naming the path
+// and the reason ("No such file or directory", "is a directory"). Relative data paths are
+// resolved against the directory of the spec file. `warnings` as for ParseJobSpec.
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,
+                                    std::vector<std::string>* warnings = nullptr);
+// Emits a spec back to YAML that ParseJobSpec reads to an equal spec (equal in every value the
+// job uses: the keys the warnings above name are left out, so it reads back without a warning).
 std::string JobSpecToYaml(const JobSpec& spec);
 
 // `training.batch_size` is the global batch: each of `workers` workers trains on an equal share
@@ -174,8 +189,9 @@ std::string JobSpecToYaml(const JobSpec& spec);
 // naming both numbers when batch_size is not a multiple of workers.
 absl::StatusOr<int> WorkerBatchSize(const JobSpec& spec, int workers);
 
-// Parses "64MiB", "2GB", "1048576" into bytes; INVALID_ARGUMENT naming the text otherwise, or
-// naming the text and the limit past kMaxByteSize (common/limits.h).
+// Parses "64MiB", "2GB", "1048576" into bytes (units B; KiB, MiB, GiB, TiB, PiB, EiB, also as K,
+// Ki, ...; KB, MB, GB, TB, PB, EB); INVALID_ARGUMENT naming the text otherwise, or naming the text
+// and the limit past kMaxByteSize (common/limits.h, 1 PiB).
 absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
 
 }  // namespace dlrm::common

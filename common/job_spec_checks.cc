@@ -2,8 +2,11 @@
 // INVALID_ARGUMENT that names the key, the value and, past a limit, the limit.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +14,9 @@
 #include "common/job_spec.h"
 #include "common/job_spec_internal.h"
 #include "common/limits.h"
+#include "yaml-cpp/eventhandler.h"
+#include "yaml-cpp/mark.h"
+#include "yaml-cpp/parser.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dlrm::common::job_spec_internal {
@@ -100,6 +106,110 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& prefix,
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Walks the parser's events of one document, keeping for each open mapping the line of every
+// scalar key seen. A key that is an alias or a collection has no text to compare and is skipped.
+class DuplicateKeyFinder : public YAML::EventHandler {
+ public:
+  const absl::Status& status() const { return status_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Leaf(mark, "~", true); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Leaf(mark, "", false); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string& value) override {
+    Leaf(mark, value, true);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Open(false);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Open(true);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Collection {
+    bool map = false;
+    std::string path;                  // dotted path of this collection; "" at the root
+    bool at_key = true;                // map: the next node is a key
+    std::string key;                   // map: the key whose value comes next
+    size_t index = 0;                  // sequence: index of the next item
+    std::map<std::string, int> lines;  // map: 1-based line of each scalar key
+  };
+
+  static std::string Join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : absl::StrCat(path, ".", key);
+  }
+
+  // Path of the node that comes next in the innermost collection.
+  std::string NextPath() const {
+    if (open_.empty()) return "";
+    const Collection& c = open_.back();
+    if (!c.map) return absl::StrCat(c.path, "[", c.index, "]");
+    return Join(c.path, c.at_key ? "?" : c.key);
+  }
+
+  // A whole node ended in the innermost collection: a key (its value comes next), a value or an
+  // item.
+  void NodeDone(const std::string& key) {
+    if (open_.empty()) return;
+    Collection& c = open_.back();
+    if (!c.map) {
+      ++c.index;
+    } else if (c.at_key) {
+      c.key = key;
+      c.at_key = false;
+    } else {
+      c.at_key = true;
+    }
+  }
+
+  void Leaf(const YAML::Mark& mark, const std::string& text, bool comparable) {
+    if (!open_.empty() && open_.back().map && open_.back().at_key && comparable && status_.ok()) {
+      Collection& c = open_.back();
+      const int line = mark.line + 1;
+      auto [it, inserted] = c.lines.emplace(text, line);
+      if (!inserted) {
+        status_ = Invalid(Join(c.path, text), absl::StrCat("duplicate key at line ", line,
+                                                           " (first at line ", it->second, ")"));
+      }
+    }
+    NodeDone(comparable ? text : "?");
+  }
+
+  void Open(bool map) {
+    Collection c;
+    c.map = map;
+    c.path = NextPath();
+    open_.push_back(std::move(c));
+  }
+
+  void Close() {
+    if (open_.empty()) return;
+    open_.pop_back();
+    NodeDone("?");
+  }
+
+  std::vector<Collection> open_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+absl::Status CheckDuplicateKeys(const std::string& yaml_text) {
+  std::istringstream in(yaml_text);
+  YAML::Parser parser(in);
+  DuplicateKeyFinder finder;
+  parser.HandleNextDocument(finder);
+  return finder.status();
 }
 
 // A table's own pooling: "" (model.pooling's), sum or mean.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,7 +50,13 @@ absl::Status CheckRowDtype(const std::string& key, const std::string& dtype);
 // otherwise valid already.
 absl::Status CheckModelSize(const JobSpec& spec);
 
-// Reads and validates the mapping at the root of a job spec (job_spec_parse.cc).
-absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root);
+// Refuses a key given twice in one mapping anywhere in `yaml_text` (already known to be valid
+// YAML), naming its dotted path and both lines: "training.epochs: duplicate key at line 5 (first
+// at line 4)". Reads the parser's events, so an alias is never expanded.
+absl::Status CheckDuplicateKeys(const std::string& yaml_text);
+
+// Reads and validates the mapping at the root of a job spec (job_spec_parse.cc). Values the job
+// ignores are appended to `warnings`, each naming its key (job_spec.h, ParseJobSpec).
+absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::string>* warnings);
 
 }  // namespace dlrm::common::job_spec_internal

@@ -1,12 +1,16 @@
 // Reads each section of a job spec's YAML into a JobSpec, checking every value as it is read
 // (the checks are in job_spec_checks.cc).
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -22,21 +26,63 @@ std::string Join(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
 }
 
+// Reads an integer as decimal text: an optional sign, then 0 or digits without a leading zero.
+// yaml-cpp reads YAML 1.1's 0400 as octal (256), 0x100 as hex, and refuses 09; YAML 1.2 reads
+// 0400 as 400. Refusing a leading zero and every prefix leaves no doubt which was meant.
+template <typename T>
+absl::Status ReadInteger(const YAML::Node& node, const std::string& key, T* out) {
+  const std::string text = node.IsScalar() ? node.Scalar() : YAML::Dump(node);
+  const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  const bool digits = node.IsScalar() && sign < text.size() &&
+                      std::all_of(text.begin() + sign, text.end(), [](char c) {
+                        return std::isdigit(static_cast<unsigned char>(c)) != 0;
+                      });
+  if (!digits) return Invalid(key, absl::StrCat("cannot read '", text, "' as an integer"));
+  if (text.size() - sign > 1 && text[sign] == '0') {
+    const size_t first = text.find_first_not_of('0', sign);
+    return Invalid(key,
+                   absl::StrCat("'", text,
+                                "' has a leading zero (integers are decimal, never octal: "
+                                "write ",
+                                first == std::string::npos
+                                    ? std::string("0")
+                                    : absl::StrCat(text[0] == '-' ? "-" : "", text.substr(first)),
+                                ")"));
+  }
+  // Read at 64 bits, then narrowed: T is int, int64_t or uint64_t (the seed).
+  using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+  Wide wide = 0;
+  bool fits = (std::is_signed_v<T> || text[0] != '-') && absl::SimpleAtoi(text, &wide);
+  if constexpr (sizeof(T) < sizeof(Wide)) {
+    fits = fits && wide >= std::numeric_limits<T>::min() && wide <= std::numeric_limits<T>::max();
+  }
+  if (!fits) {
+    return Invalid(
+        key, absl::StrCat("'", text, "' is out of range [", std::numeric_limits<T>::min(), ", ",
+                          std::numeric_limits<T>::max(), "]"));
+  }
+  *out = static_cast<T>(wide);
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::Status Read(const YAML::Node& parent, const std::string& prefix, const std::string& key,
                   T* out) {
   YAML::Node node = parent[key];
   if (!node) return absl::OkStatus();
-  try {
-    *out = node.as<T>();
-  } catch (const YAML::Exception&) {
-    return Invalid(Join(prefix, key), absl::StrCat("cannot read '", YAML::Dump(node), "' as ",
-                                                   std::is_same_v<T, std::string> ? "a string"
-                                                   : std::is_floating_point_v<T>  ? "a number"
-                                                   : std::is_same_v<T, bool>      ? "a boolean"
-                                                                                  : "an integer"));
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return ReadInteger(node, Join(prefix, key), out);
+  } else {
+    try {
+      *out = node.as<T>();
+    } catch (const YAML::Exception&) {
+      return Invalid(Join(prefix, key), absl::StrCat("cannot read '", YAML::Dump(node), "' as ",
+                                                     std::is_same_v<T, std::string> ? "a string"
+                                                     : std::is_floating_point_v<T>  ? "a number"
+                                                                                    : "a boolean"));
+    }
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
 }
 
 absl::Status ReadIntList(const YAML::Node& parent, const std::string& prefix,
@@ -49,12 +95,7 @@ absl::Status ReadIntList(const YAML::Node& parent, const std::string& prefix,
   out->clear();
   for (size_t i = 0; i < node.size(); ++i) {
     int v = 0;
-    try {
-      v = node[i].as<int>();
-    } catch (const YAML::Exception&) {
-      return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
-                     absl::StrCat("cannot read '", YAML::Dump(node[i]), "' as an integer"));
-    }
+    DLRM_RETURN_IF_ERROR(ReadInteger(node[i], absl::StrCat(Join(prefix, key), "[", i, "]"), &v));
     if (v <= 0) {
       return Invalid(absl::StrCat(Join(prefix, key), "[", i, "]"),
                      absl::StrCat("width must be > 0, got ", v));
@@ -85,7 +126,7 @@ absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, cons
 }
 
 absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bool dense,
-                           OptimizerSpec* out) {
+                           OptimizerSpec* out, std::vector<std::string>* warnings) {
   if (!node) return absl::OkStatus();
   std::set<std::string> allowed = {"type", "learning_rate", "epsilon", "beta1", "beta2"};
   if (dense) {
@@ -122,6 +163,26 @@ absl::Status ReadOptimizer(const YAML::Node& node, const std::string& prefix, bo
       CheckOptimizerValue(Join(prefix, "weight_decay"), out->weight_decay, /*zero_ok=*/true));
   DLRM_RETURN_IF_ERROR(CheckOptimizerValue(Join(prefix, "initial_accumulator"),
                                            out->initial_accumulator, /*zero_ok=*/true));
+  // Parameters this type does not read (dense/cpu/cpu_backend.cc, embedding/sparse_optimizer.cc):
+  // given with a value other than the default, they look meant, so they are warned about.
+  const OptimizerSpec defaults;
+  auto unused = [&](const char* key, double value, double default_value, const char* why) {
+    if (node[key] && value != default_value) {
+      warnings->push_back(absl::StrCat(Join(prefix, key), ": ", value, " is ignored: ", out->type,
+                                       " does not use it (", why, ")"));
+    }
+  };
+  if (out->type != "adam") {
+    unused("beta1", out->beta1, defaults.beta1, "only adam reads beta1 and beta2");
+    unused("beta2", out->beta2, defaults.beta2, "only adam reads beta1 and beta2");
+  }
+  if (out->type == "sgd") {
+    unused("epsilon", out->epsilon, defaults.epsilon, "adagrad and adam read it");
+  }
+  if (!dense && out->type != "adagrad" && out->type != "rowwise_adagrad") {
+    unused("initial_accumulator", out->initial_accumulator, defaults.initial_accumulator,
+           "only adagrad and rowwise_adagrad keep an accumulator");
+  }
   return absl::OkStatus();
 }
 
@@ -171,11 +232,7 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
       t.dtype = dtype;
       t.pooling = pooling;
       std::string key = absl::StrCat("tables.cardinalities[", i, "]");
-      try {
-        t.rows = cards[i].as<int64_t>();
-      } catch (const YAML::Exception&) {
-        return Invalid(key, absl::StrCat("cannot read '", YAML::Dump(cards[i]), "' as an integer"));
-      }
+      DLRM_RETURN_IF_ERROR(ReadInteger(cards[i], key, &t.rows));
       if (t.rows <= 0) return Invalid(key, absl::StrCat("must be > 0, got ", t.rows));
       if (max_rows > 0 && t.rows > max_rows) t.rows = max_rows;
       DLRM_RETURN_IF_ERROR(AtMost(key, t.rows, kMaxTableRows, "kMaxTableRows"));
@@ -188,7 +245,7 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
 
 }  // namespace
 
-absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
+absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::string>* warnings) {
   JobSpec spec;
   spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
   spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
@@ -258,9 +315,9 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   if (YAML::Node opt = root["optimizer"]) {
     DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse"}));
     DLRM_RETURN_IF_ERROR(
-        ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer));
+        ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer, warnings));
     DLRM_RETURN_IF_ERROR(
-        ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer));
+        ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer, warnings));
   }
 
   if (YAML::Node tr = root["training"]) {
@@ -431,6 +488,13 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root) {
   if (!(spec.eval_fraction >= 0 && spec.eval_fraction < 1)) {
     return Invalid("data.eval_fraction",
                    absl::StrCat("must be in [0, 1), got ", spec.eval_fraction));
+  }
+  if (root["data"] && root["data"]["eval_fraction"] && !spec.eval_paths.empty() &&
+      spec.eval_fraction != JobSpec().eval_fraction) {
+    warnings->push_back(absl::StrCat(
+        "data.eval_fraction: ", spec.eval_fraction,
+        " is ignored: data.eval is given, so the job evaluates on it and holds out none of "
+        "data.train"));
   }
   return spec;
 }

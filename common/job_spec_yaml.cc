@@ -8,14 +8,18 @@ namespace dlrm::common {
 
 std::string JobSpecToYaml(const JobSpec& spec) {
   YAML::Emitter out;
+  // Only the parameters the optimizer's type reads (ParseJobSpec warns about the others).
   auto optimizer = [&out](const OptimizerSpec& o, bool dense) {
     out << YAML::BeginMap << YAML::Key << "type" << YAML::Value << o.type << YAML::Key
-        << "learning_rate" << YAML::Value << o.learning_rate << YAML::Key << "epsilon"
-        << YAML::Value << o.epsilon << YAML::Key << "beta1" << YAML::Value << o.beta1 << YAML::Key
-        << "beta2" << YAML::Value << o.beta2;
+        << "learning_rate" << YAML::Value << o.learning_rate;
+    if (o.type != "sgd") out << YAML::Key << "epsilon" << YAML::Value << o.epsilon;
+    if (o.type == "adam") {
+      out << YAML::Key << "beta1" << YAML::Value << o.beta1 << YAML::Key << "beta2" << YAML::Value
+          << o.beta2;
+    }
     if (dense) {
       out << YAML::Key << "weight_decay" << YAML::Value << o.weight_decay;
-    } else {
+    } else if (o.type == "adagrad" || o.type == "rowwise_adagrad") {
       out << YAML::Key << "initial_accumulator" << YAML::Value << o.initial_accumulator;
     }
     out << YAML::EndMap;
@@ -78,7 +82,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "train" << YAML::Value << YAML::Flow << spec.train_paths;
   out << YAML::Key << "eval" << YAML::Value << YAML::Flow << spec.eval_paths;
   out << YAML::Key << "format" << YAML::Value << spec.format;
-  out << YAML::Key << "eval_fraction" << YAML::Value << spec.eval_fraction;
+  if (spec.eval_paths.empty()) {
+    out << YAML::Key << "eval_fraction" << YAML::Value << spec.eval_fraction;
+  }
   out << YAML::Key << "strict" << YAML::Value << spec.strict;
   out << YAML::EndMap;
   if (!spec.checkpoint.dir.empty() || !spec.checkpoint.resume_from.empty()) {
