@@ -178,6 +178,17 @@ absl::Status WriteClusterCertificates(const ClusterCertOptions& options) {
   }
   const fs::path out(options.out_dir);
   std::error_code ec;
+  if (!options.overwrite) {
+    for (const char* name : {"ca.key", "ca.crt"}) {
+      const fs::path existing = out / name;
+      if (fs::exists(fs::symlink_status(existing, ec))) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "certificates: '", existing.string(), "' exists: '", out.string(),
+            "' already holds a CA, and a new one would break every certificate it issued "
+            "(--overwrite replaces it)"));
+      }
+    }
+  }
   fs::create_directories(out, ec);
   if (ec) {
     return absl::PermissionDeniedError(

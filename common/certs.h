@@ -32,11 +32,16 @@ struct ClusterCertOptions {
   std::string out_dir;
   std::vector<std::string> hosts = {"localhost", "127.0.0.1"};
   int valid_days = 365;
+  // false: refuse a folder that already holds a CA (ca.key or ca.crt), before anything is written:
+  // a new CA breaks every certificate the old one issued. `dlrm certs` refuses unless given
+  // --overwrite; `dlrm local` makes a new CA in DATA_DIR/tls for each cluster it launches and
+  // replaces the last one's (true).
+  bool overwrite = true;
 };
 
-// INVALID_ARGUMENT for an empty out_dir, no hosts or valid_days outside [1, 3650]; INTERNAL with
-// OpenSSL's message when a step fails; the path when a file cannot be written. Existing files are
-// replaced.
+// INVALID_ARGUMENT for an empty out_dir, no hosts or valid_days outside [1, 3650]; ALREADY_EXISTS
+// naming the file when out_dir holds a CA and !overwrite; INTERNAL with OpenSSL's message when a
+// step fails; the path when a file cannot be written. With overwrite, existing files are replaced.
 absl::Status WriteClusterCertificates(const ClusterCertOptions& options);
 
 }  // namespace dlrm::common

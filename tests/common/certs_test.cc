@@ -1,0 +1,58 @@
+// WriteClusterCertificates onto a folder that already holds a CA: refused without `overwrite`
+// (a new CA would break every certificate the old one issued), replaced with it.
+#include "common/certs.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
+
+namespace dlrm::common {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ClusterCertificates, AFolderWithACaIsRefusedUnlessOverwriteIsSet) {
+  dlrm::testing::ScopedTempDir dir("certs");
+  const std::string out = dir.Sub("tls");
+  ASSERT_TRUE(WriteClusterCertificates({.out_dir = out, .overwrite = false}).ok());
+  const std::string ca = Read(out + "/ca.crt"), ca_key = Read(out + "/ca.key");
+  const std::string worker = Read(out + "/worker/tls.crt");
+  ASSERT_FALSE(ca.empty());
+
+  absl::Status again = WriteClusterCertificates({.out_dir = out, .overwrite = false});
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(
+      std::string(again.message()),
+      AllOf(HasSubstr(out + "/ca.key"), HasSubstr("already holds a CA"), HasSubstr("--overwrite")));
+  // Nothing was written.
+  EXPECT_EQ(Read(out + "/ca.crt"), ca);
+  EXPECT_EQ(Read(out + "/ca.key"), ca_key);
+  EXPECT_EQ(Read(out + "/worker/tls.crt"), worker);
+
+  // Either file of the CA is enough to refuse.
+  std::filesystem::remove(out + "/ca.key");
+  again = WriteClusterCertificates({.out_dir = out, .overwrite = false});
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(again.message()), HasSubstr(out + "/ca.crt"));
+
+  // overwrite (the default, which `dlrm local` relies on for its own folder) makes a new CA.
+  ASSERT_TRUE(WriteClusterCertificates({.out_dir = out}).ok());
+  EXPECT_NE(Read(out + "/ca.crt"), ca);
+  EXPECT_NE(Read(out + "/worker/tls.crt"), worker);
+}
+
+}  // namespace
+}  // namespace dlrm::common
