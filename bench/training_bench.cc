@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/shapes.h"
+#include "common/limits.h"
 #include "common/parallel.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
@@ -137,17 +139,62 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// INVALID_ARGUMENT naming the option, its value and the limit past one; checked before anything is
+// allocated (`dlrm bench` checks its flags the same way, client/dlrm_main.cc).
+absl::Status CheckOptions(const TrainingBenchOptions& o) {
+  auto over = [](const char* name, int64_t value, int64_t limit, const char* limit_name) {
+    return absl::InvalidArgumentError(absl::StrCat("bench: ", name, " ", value,
+                                                   " is over the limit of ", limit, " (",
+                                                   limit_name, " in common/limits.h)"));
+  };
+  if (o.batch_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench: batch_size ", o.batch_size, " must be >= 0 (0: the shape's)"));
+  }
+  if (o.batch_size > common::kMaxBatchSize) {
+    return over("batch_size", o.batch_size, common::kMaxBatchSize, "kMaxBatchSize");
+  }
+  if (o.steps <= 0 || o.rounds <= 0 || o.warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps ", o.steps, " and rounds ", o.rounds, " must be > 0"));
+  }
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench: threads ", o.threads, " must be >= 0 (0: all cores)"));
+  }
+  if (o.threads > common::kMaxThreads) {
+    return over("threads", o.threads, common::kMaxThreads, "kMaxThreads");
+  }
+  if (!(o.zipf_exponent > 0) || !std::isfinite(o.zipf_exponent)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench: zipf exponent ", o.zipf_exponent, " must be a finite number > 0"));
+  }
+  if (o.hot_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench: hot_budget ", o.hot_budget_bytes, " bytes must be >= 0 (0: none)"));
+  }
+  if (o.hot_budget_bytes > common::kMaxByteSize) {
+    return over("hot_budget", o.hot_budget_bytes, common::kMaxByteSize, "kMaxByteSize");
+  }
+  if (o.gpu_table_budget_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("bench: gpu_table_budget ",
+                                                   o.gpu_table_budget_bytes,
+                                                   " bytes must be >= -1 (-1: 80% of free)"));
+  }
+  if (o.gpu_table_budget_bytes > common::kMaxByteSize) {
+    return over("gpu_table_budget", o.gpu_table_budget_bytes, common::kMaxByteSize, "kMaxByteSize");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options) {
+  DLRM_RETURN_IF_ERROR(CheckOptions(options));
   DLRM_ASSIGN_OR_RETURN(BenchShape shape, GetBenchShape(options.shape));
   common::JobSpec& spec = shape.spec;
   if (options.batch_size > 0) spec.batch_size = options.batch_size;
   spec.seed = options.seed;
-  if (options.steps <= 0 || options.rounds <= 0 || options.warmup_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps ", options.steps, " and rounds ", options.rounds, " must be > 0"));
-  }
 
   DLRM_ASSIGN_OR_RETURN(auto backend, worker::CreateBackendForDevice(
                                           options.device, options.math_mode, options.threads));

@@ -9,14 +9,19 @@
 //                 [--format binary] [--multi-hot mlperf|N|N,N,...]   or binary, multi-hot
 //   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
 //   dlrm bench --shape kaggle-shape|model1|mlperf-dcnv2               full step vs GEMM bound
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bench/training_bench.h"
 #include "client/dlrm_commands.h"
 #include "common/allocator.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "dense/cpu/blas_env.h"
 #include "worker/input/binary_format.h"
@@ -42,7 +47,8 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
                   "Write a self-contained HTML page with the loss, eval AUC and logloss, and "
                   "throughput curves (also when training fails)");
   cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)");
-  cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)")
+      ->check(ThreadCount());
   cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");
   cmd->add_option("--resume", options.run.resume_from,
                   "Continue from a checkpoint, or from the newest one in a checkpoint folder");
@@ -59,7 +65,8 @@ void AddCheckpointModelOptions(CLI::App* cmd, worker::CheckpointModelOptions* op
                   "A checkpoint, or a checkpoint folder (its newest committed checkpoint)")
       ->required();
   cmd->add_option("--device", options->device, "cpu | cuda | auto")->capture_default_str();
-  cmd->add_option("--threads", options->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--threads", options->threads, "CPU threads (0 = all cores)")
+      ->check(ThreadCount());
 }
 
 void AddEval(CLI::App& app, std::function<int()>* run) {
@@ -103,10 +110,12 @@ void AddGenData(CLI::App& app, std::function<int()>* run) {
   static std::string format = "tsv";
   static std::string multi_hot;
   cmd->add_option("-o,--out", options.output, "Output file")->required();
-  cmd->add_option("-n,--rows", options.num_rows, "Number of samples")->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", options.seed, "Random seed");
+  cmd->add_option("-n,--rows", options.num_rows, "Number of samples")
+      ->check(IntegerIn(1, common::kMaxGenDataRows, "kMaxGenDataRows"));
+  cmd->add_option("--seed", options.seed, "Random seed")->check(UnsignedInteger());
   cmd->add_option("--max-rows", max_rows,
-                  "Cap every table's cardinality (0 = the full Kaggle cardinalities)");
+                  "Cap every table's cardinality (0 = the full Kaggle cardinalities)")
+      ->check(IntegerIn(0, common::kMaxTableRows, "kMaxTableRows"));
   cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the ids");
   cmd->add_option("--signal", options.signal_strength, "Strength of the planted logistic signal");
   cmd->add_option("--empty-fraction", options.empty_fraction, "Fraction of empty fields");
@@ -161,20 +170,27 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
       "bench", "Full training step vs the GEMM-only bound of a shape (prints one JSON object)");
   static bench::TrainingBenchOptions options;
   cmd->add_option("--shape", options.shape, "kaggle-shape | model1 | mlperf-dcnv2");
-  cmd->add_option("--batch-size", options.batch_size, "Batch size (0 = the shape's)");
-  cmd->add_option("--steps", options.steps, "Timed steps per round and path");
-  cmd->add_option("--rounds", options.rounds, "Rounds (alternating full step and GEMM-only)");
-  cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)");
-  cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids");
+  cmd->add_option("--batch-size", options.batch_size, "Batch size (0 = the shape's)")
+      ->check(IntegerIn(0, common::kMaxBatchSize, "kMaxBatchSize"));
+  cmd->add_option("--steps", options.steps, "Timed steps per round and path")
+      ->check(IntegerIn(1, std::numeric_limits<int>::max()));
+  cmd->add_option("--rounds", options.rounds, "Rounds (alternating full step and GEMM-only)")
+      ->check(IntegerIn(1, std::numeric_limits<int>::max()));
+  cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)")
+      ->check(ThreadCount());
+  cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids")
+      ->check(FiniteNumberIn(0, std::numeric_limits<double>::infinity(), /*min_excluded=*/true));
   cmd->add_option("--device", options.device, "cpu | cuda | auto");
   cmd->add_option("--math-mode", options.math_mode,
                   "GEMMs: fp32 | tf32 | bf16 (CUDA; bf16 also on CPUs with AVX512_BF16 or AMX)");
   cmd->add_option("--gpu-table-budget", options.gpu_table_budget_bytes,
                   "CUDA: bytes of tables (with optimizer state) kept in GPU memory when they fit "
-                  "(-1 = 80% of free device memory, 0 = never: the store serves the rows)");
+                  "(-1 = 80% of free device memory, 0 = never: the store serves the rows)")
+      ->check(IntegerIn(-1, common::kMaxByteSize, "kMaxByteSize"));
   cmd->add_option("--hot-budget", options.hot_budget_bytes,
                   "Bytes of hot rows replicated on the worker (GPU memory on CUDA), chosen from "
-                  "a sample of batches like the timed ones; 0 = none");
+                  "a sample of batches like the timed ones; 0 = none")
+      ->check(IntegerIn(0, common::kMaxByteSize, "kMaxByteSize"));
   cmd->callback([run] {
     *run = [] {
       auto json = bench::RunTrainingBench(options);
@@ -183,6 +199,23 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
       return 0;
     };
   });
+}
+
+// CLI11 answers a first word that is no subcommand ("dlrm frob") with "A subcommand is required";
+// this names the word and the subcommands instead. Any other error (and --help) is CLI11's own.
+int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() != 0 && app.get_subcommands().empty()) {
+    for (const std::string& word : app.remaining()) {
+      if (word.empty() || word[0] == '-') continue;
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+      std::sort(names.begin(), names.end());
+      return app.exit(CLI::ParseError(absl::StrCat("unknown subcommand '", word,
+                                                   "' (one of: ", absl::StrJoin(names, ", "), ")"),
+                                      CLI::ExitCodes::ExtrasError));
+    }
+  }
+  return app.exit(e);
 }
 
 }  // namespace
@@ -203,7 +236,11 @@ int main(int argc, char** argv) {
   dlrm::AddConvert(app, &run);
   dlrm::AddBench(app, &run);
   dlrm::AddServiceCommands(app, &run);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return dlrm::ExitOnParseError(app, e);
+  }
   dlrm::common::LogSeverity severity;
   if (!dlrm::common::ParseLogSeverity(log_level, &severity)) {
     std::fprintf(stderr, "error: --log-level: unknown level '%s'\n", log_level.c_str());

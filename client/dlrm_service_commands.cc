@@ -196,7 +196,8 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
       ->required();
   cmd->add_option("--memory-budget", flags.memory_budget, "Bytes of the memory tier, e.g. 4GiB")
       ->capture_default_str();
-  cmd->add_option("--threads", flags.options.server.num_threads, "Work-pool threads (0: cores)");
+  cmd->add_option("--threads", flags.options.server.num_threads, "Work-pool threads (0: cores)")
+      ->check(ThreadCount());
   cmd->add_option("--metrics-port", flags.metrics_port,
                   "Prometheus port (0: any free port, < 0: none)");
   cmd->add_option("--metrics-listen", flags.metrics_listen,
@@ -271,7 +272,8 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--metrics-listen", flags.metrics_listen,
                   "Address the metrics endpoint binds (a worker has no --listen)")
       ->capture_default_str();
-  cmd->add_option("--threads", flags.options.threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--threads", flags.options.threads, "CPU threads (0 = all cores)")
+      ->check(ThreadCount());
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
   cmd->add_flag("--no-pipeline", flags.no_pipeline,
                 "Run the plain Trainer::Step loop instead of the pipelined trainer");
@@ -334,7 +336,8 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
                   "fewer GPUs than workers: the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--worker-threads", o.cluster.worker_threads,
-                  "CPU threads per worker (0 = cores / workers)");
+                  "CPU threads per worker (0 = cores / workers)")
+      ->check(ThreadCount());
   cmd->add_flag("--no-pipeline", flags.no_pipeline, "Workers run the plain Trainer::Step loop");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows, "Workers keep no hot rows (all on the PS)");
   cmd->add_flag("--sync-hot-exchange", flags.sync_hot_exchange,
@@ -393,10 +396,16 @@ void AddCerts(CLI::App& app, std::function<int()>* run) {
                   "Name or IP address the servers are dialled at (repeat; default localhost and "
                   "127.0.0.1)");
   cmd->add_option("--days", options.valid_days, "Days the certificates are valid")
+      ->check(IntegerIn(1, 3650))
       ->capture_default_str();
+  static bool overwrite = false;
+  cmd->add_flag("--overwrite", overwrite,
+                "Replace the CA of a folder that already holds one (ca.key, ca.crt): every "
+                "certificate the old CA issued stops being trusted");
   cmd->callback([run] {
     *run = [] {
       if (!hosts.empty()) options.hosts = hosts;
+      options.overwrite = overwrite;
       absl::Status written = common::WriteClusterCertificates(options);
       if (!written.ok()) return Fail(written);
       std::printf("certificates in %s: ca.crt (ca.key: keep it off the cluster), and %s\n",

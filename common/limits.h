@@ -64,6 +64,18 @@ inline constexpr int64_t kMaxRecoveries = 1000;
 // Learning rates, epsilons, weight decay, initial accumulators: finite, and at most this.
 inline constexpr double kMaxOptimizerValue = 1e6;
 
+// ---- command-line flags of `dlrm` (client/dlrm_main.cc, client/dlrm_service_commands.cc) ----
+
+// CPU threads one process is told to use: --threads of `dlrm train`, `eval`, `predict`, `bench`,
+// `worker` and `ps`, and `dlrm local --worker-threads` (0 still means all cores). A fixed number,
+// not a multiple of the cores, so that a flag means the same on every machine (a pod sees its
+// node's cores): four times the 256 hardware threads of today's largest two-socket servers. Past
+// it thread creation fails (EAGAIN) and the process would abort.
+inline constexpr int64_t kMaxThreads = 1024;
+// `dlrm gen-data --rows`: 10^12 samples, about 200 TB of TSV, far past Criteo Terabyte's 4.4
+// billion; keeps the count, and every count derived from it, well inside int64.
+inline constexpr int64_t kMaxGenDataRows = 1000000000000;
+
 // ---- the coordinator (server/coordinator_service.cc) ----
 
 // Workers, and parameter servers, of one job (LoadJobRequest.num_workers, shard_count).

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "worker/input/binary_format.h"
 #include "worker/input/feature_hash.h"
@@ -30,6 +31,11 @@ absl::Status Validate(const GenDataOptions& o) {
   if (o.num_rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat("gen-data: num_rows ", o.num_rows, " < 0"));
   }
+  if (o.num_rows > common::kMaxGenDataRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gen-data: num_rows ", o.num_rows, " is over the limit of ",
+                     common::kMaxGenDataRows, " (kMaxGenDataRows in common/limits.h)"));
+  }
   if (o.cardinalities.size() != kCriteoNumCategorical) {
     return absl::InvalidArgumentError(absl::StrCat("gen-data: expected ", kCriteoNumCategorical,
                                                    " cardinalities, got ", o.cardinalities.size()));
@@ -40,9 +46,10 @@ absl::Status Validate(const GenDataOptions& o) {
                                                      o.cardinalities[t], " not in [1, 2^32]"));
     }
   }
-  if (!(o.zipf_exponent > 0.0)) {
+  // An infinite exponent never samples (the sampler's rejection loop runs forever).
+  if (!(o.zipf_exponent > 0.0) || !std::isfinite(o.zipf_exponent)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gen-data: zipf_exponent ", o.zipf_exponent, " must be > 0"));
+        absl::StrCat("gen-data: zipf_exponent ", o.zipf_exponent, " must be a finite number > 0"));
   }
   if (!(o.signal_strength >= 0.0) || !std::isfinite(o.signal_strength)) {
     return absl::InvalidArgumentError(

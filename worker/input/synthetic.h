@@ -37,10 +37,10 @@ std::vector<int64_t> CappedKaggleCardinalities(int64_t max_rows);
 struct GenDataOptions {
   std::string output;                      // file to write
   InputFormat format = InputFormat::kTsv;  // kTsv or kBinary (kAuto means kTsv)
-  int64_t num_rows = 100000;
+  int64_t num_rows = 100000;               // in [0, kMaxGenDataRows] (common/limits.h)
   uint64_t seed = 1;
   std::vector<int64_t> cardinalities = KaggleCardinalities();  // 26 entries, each >= 1
-  double zipf_exponent = 1.1;                                  // > 0
+  double zipf_exponent = 1.1;                                  // finite, > 0
   double signal_strength = 1.0;  // >= 0; 0 gives labels independent of the features
   double bias = -1.1;            // logit offset: about 25% positives at signal 0
   double empty_fraction = 0.02;  // in [0, 1)

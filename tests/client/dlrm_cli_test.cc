@@ -1,0 +1,284 @@
+// `dlrm`'s flags as a user gives them, run through the real binary: every --threads has a limit,
+// `bench` and `gen-data` refuse sizes they cannot mean, integers are decimal, an unknown
+// subcommand is named, and `dlrm certs` keeps an existing CA. Every refusal comes from the flag
+// checks, before any work: each run takes milliseconds. Also the library side of the same checks
+// (RunTrainingBench, GenerateCriteoTsv), for callers that skip the flags.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "bench/training_bench.h"
+#include "client/dlrm_commands.h"
+#include "common/limits.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
+#include "tests/integration/process_util.h"
+#include "worker/input/synthetic.h"
+
+namespace dlrm {
+namespace {
+
+using ::dlrm::testing::BinPath;
+using ::dlrm::testing::ProcessResult;
+using ::dlrm::testing::RunProcess;
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class DlrmCliTest : public ::testing::Test {
+ protected:
+  // Runs `dlrm args...` in the test's folder; refusals take milliseconds, so 30 s is only a guard
+  // against a flag that is not refused and starts real work.
+  ProcessResult Dlrm(std::vector<std::string> args) {
+    args.insert(args.begin(), BinPath("dlrm"));
+    return RunProcess(args, dir_.path(), absl::StrCat("dlrm-", runs_++), absl::Seconds(30));
+  }
+
+  // Expects a refusal (a non-zero exit, not a crash) whose stderr has every one of `parts`.
+  void ExpectRefused(const std::vector<std::string>& args, const std::vector<std::string>& parts) {
+    const ProcessResult r = Dlrm(args);
+    std::string command;
+    for (const std::string& a : args) absl::StrAppend(&command, " ", a);
+    EXPECT_FALSE(r.timed_out) << command;
+    EXPECT_EQ(r.term_signal, 0) << command << "\n" << r.err;
+    EXPECT_GT(r.exit_code, 0) << command << "\n" << r.err;
+    for (const std::string& part : parts) EXPECT_THAT(r.err, HasSubstr(part)) << command;
+  }
+
+  dlrm::testing::ScopedTempDir dir_{"dlrm_cli_test"};
+  int runs_ = 0;
+};
+
+// The validators themselves, in process: what each accepts and the message for what it refuses.
+// Returns "" when `value` is accepted (and *out set), else CLI11's message.
+template <typename T>
+std::string ParseFlag(const CLI::Validator& check, const std::string& value, T* out) {
+  CLI::App app;
+  app.add_option("--flag", *out)->check(check);
+  try {
+    app.parse(std::vector<std::string>{"--flag=" + value});
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DlrmFlagsTest, IntegersAreDecimalAndInRange) {
+  int64_t v = 0;
+  const CLI::Validator threads = ThreadCount();
+  EXPECT_EQ(ParseFlag(threads, "0", &v), "");
+  EXPECT_EQ(ParseFlag(threads, "1024", &v), "");
+  EXPECT_EQ(v, 1024);
+  EXPECT_EQ(ParseFlag(threads, "+12", &v), "");
+  EXPECT_EQ(v, 12);
+  for (const std::string over : {"1025", "20000", "100000", "99999999999999999999"}) {
+    EXPECT_EQ(ParseFlag(threads, over, &v),
+              "--flag: " + over + " is over the limit of 1024 (kMaxThreads in common/limits.h)");
+  }
+  EXPECT_EQ(ParseFlag(threads, "-1", &v), "--flag: -1 is not in [0, 1024]");
+  EXPECT_EQ(ParseFlag(threads, "-99999999999999999999", &v),
+            "--flag: -99999999999999999999 is not in [0, 1024]");
+  // CLI11 alone read 010 as octal 8, 0x10 as 16.
+  EXPECT_EQ(ParseFlag(threads, "010", &v),
+            "--flag: '010' has a leading zero (integers are decimal: write 10)");
+  EXPECT_EQ(ParseFlag(threads, "-007", &v),
+            "--flag: '-007' has a leading zero (integers are decimal: write -7)");
+  EXPECT_EQ(ParseFlag(threads, "00", &v),
+            "--flag: '00' has a leading zero (integers are decimal: write 0)");
+  for (const std::string bad : {"0x10", "10abc", "1e3", "-", " 5", "1.0"}) {
+    EXPECT_EQ(ParseFlag(threads, bad, &v), "--flag: '" + bad + "' is not an integer") << bad;
+  }
+  const CLI::Validator rows = IntegerIn(1, common::kMaxGenDataRows);
+  EXPECT_EQ(ParseFlag(rows, "0", &v), "--flag: 0 is not in [1, 1000000000000]");
+  // Without a limit's name, past max is out of the range too.
+  EXPECT_EQ(ParseFlag(rows, "99999999999999999999", &v),
+            "--flag: 99999999999999999999 is not in [1, 1000000000000]");
+  EXPECT_EQ(ParseFlag(rows, "1000000000000", &v), "");
+  EXPECT_EQ(v, 1000000000000);
+}
+
+TEST(DlrmFlagsTest, UnsignedIntegersRefuseASign) {
+  uint64_t seed = 0;
+  EXPECT_EQ(ParseFlag(UnsignedInteger(), "18446744073709551615", &seed), "");
+  EXPECT_EQ(seed, UINT64_MAX);
+  // CLI11 alone read -1 as 2^64 - 1.
+  EXPECT_EQ(ParseFlag(UnsignedInteger(), "-1", &seed),
+            "--flag: -1 is not in [0, 18446744073709551615]");
+  EXPECT_EQ(ParseFlag(UnsignedInteger(), "18446744073709551616", &seed),
+            "--flag: 18446744073709551616 is not in [0, 18446744073709551615]");
+  EXPECT_EQ(ParseFlag(UnsignedInteger(), "0x5", &seed), "--flag: '0x5' is not an integer");
+}
+
+TEST(DlrmFlagsTest, NumbersAreFiniteAndInRange) {
+  double x = 0;
+  const CLI::Validator zipf =
+      FiniteNumberIn(0, std::numeric_limits<double>::infinity(), /*min_excluded=*/true);
+  EXPECT_EQ(ParseFlag(zipf, "1.05", &x), "");
+  EXPECT_DOUBLE_EQ(x, 1.05);
+  for (const std::string bad : {"-1", "0", "inf", "nan", "-inf", "1e999"}) {
+    EXPECT_EQ(ParseFlag(zipf, bad, &x), "--flag: " + bad + " is not a finite number > 0") << bad;
+  }
+  EXPECT_EQ(ParseFlag(zipf, "abc", &x), "--flag: 'abc' is not a number");
+  const CLI::Validator fraction = FiniteNumberIn(0, 1);
+  EXPECT_EQ(ParseFlag(fraction, "0", &x), "");
+  EXPECT_EQ(ParseFlag(fraction, "1.5", &x), "--flag: 1.5 is not a finite number in [0, 1]");
+}
+
+// Each flag of the binary has its check: one refused value per flag (each run loads the binary
+// and its libraries, about a second on a loaded machine).
+TEST_F(DlrmCliTest, EveryThreadsFlagHasALimit) {
+  // The arguments each subcommand needs besides --threads (never used: the flag is refused).
+  const std::vector<std::vector<std::string>> commands = {
+      {"train", "--config", "job.yaml", "--threads"},
+      {"eval", "--checkpoint", "ck", "--data", "x.tsv", "--threads"},
+      {"predict", "--checkpoint", "ck", "--data", "x.tsv", "--out", "s.tsv", "--threads"},
+      {"bench", "--shape", "model1", "--threads"},
+      {"worker", "--coordinator", "127.0.0.1:1", "--threads"},
+      {"ps", "--data-dir", "ps", "--threads"},
+      {"local", "--config", "job.yaml", "--worker-threads"},
+  };
+  for (const auto& command : commands) {
+    // Was an abort (std::system_error from thread creation) or a run that made no progress.
+    std::vector<std::string> args = command;
+    args.push_back("100000");
+    ExpectRefused(args, {command.back() + ": 100000 is over the limit of 1024", "kMaxThreads"});
+  }
+}
+
+TEST_F(DlrmCliTest, BenchRefusesSizesItCannotMean) {
+  auto bench = [](std::vector<std::string> more) {
+    std::vector<std::string> args = {"bench", "--shape", "model1"};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  // Was an abort: "out of memory allocating 39999999616 bytes".
+  ExpectRefused(bench({"--batch-size", "99999999"}),
+                {"--batch-size: 99999999 is over the limit of 1048576", "kMaxBatchSize"});
+  // Was the shape's batch, silently.
+  ExpectRefused(bench({"--batch-size", "-1"}), {"--batch-size: -1 is not in [0, 1048576]"});
+  ExpectRefused(bench({"--zipf", "-1"}), {"--zipf: -1 is not a finite number > 0"});
+  ExpectRefused(bench({"--hot-budget", "-5"}), {"--hot-budget: -5 is not in [0, "});
+  ExpectRefused(bench({"--gpu-table-budget", "-2"}), {"--gpu-table-budget: -2 is not in [-1, "});
+}
+
+TEST_F(DlrmCliTest, GenDataRefusesCountsItCannotMeanAndReadsDecimal) {
+  const std::string out = dir_.Sub("g.tsv");
+  auto gen = [&out](std::vector<std::string> more) {
+    std::vector<std::string> args = {"gen-data", "--out", out};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  // Was "not in range 0.000000 to 17976931348623157..." (300 digits).
+  ExpectRefused(gen({"--rows", "0"}), {"--rows: 0 is not in [1, 1000000000000]"});
+  // Was read as INT64_MAX, and written until killed.
+  ExpectRefused(
+      gen({"--rows", "99999999999999999999"}),
+      {"--rows: 99999999999999999999 is over the limit of 1000000000000", "kMaxGenDataRows"});
+  // Was the full cardinalities, silently.
+  ExpectRefused(gen({"--rows", "10", "--max-rows", "-1"}),
+                {"--max-rows: -1 is not in [0, 8589934592]"});
+  // Was seed 2^64 - 1.
+  ExpectRefused(gen({"--rows", "10", "--seed", "-1"}), {"--seed: -1 is not in [0, "});
+  // No refusal left a file behind.
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+
+  // Was octal: 8 rows.
+  const ProcessResult r = Dlrm(gen({"--rows", "12", "--max-rows", "10"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(out);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 12);
+  EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+}
+
+TEST_F(DlrmCliTest, AnUnknownSubcommandIsNamed) {
+  // Was "A subcommand is required".
+  ExpectRefused({"--log-level", "debug", "frob", "--x"},
+                {"unknown subcommand 'frob' (one of: bench, certs, convert, coordinator, eval, "
+                 "gen-data, local, predict, ps, train, worker)"});
+}
+
+TEST_F(DlrmCliTest, ASpecThatCannotBeReadIsNamedWithTheReason) {
+  ExpectRefused({"train", "--config", "nope.yaml"},
+                {"cannot read job spec 'nope.yaml': No such file or directory"});
+  ExpectRefused({"train", "--config", "."}, {"cannot read job spec '.': is a directory"});
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST_F(DlrmCliTest, CertsKeepsAnExistingCaUnlessToldToOverwrite) {
+  const std::string out = dir_.Sub("certs");
+  ProcessResult r = Dlrm({"certs", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string ca = Read(out + "/ca.crt"), ca_key = Read(out + "/ca.key");
+  const std::string ps = Read(out + "/ps/tls.crt");
+  ExpectRefused({"certs", "--out", out, "--host", "other"},
+                {out + "/ca.key' exists", "already holds a CA", "--overwrite"});
+  EXPECT_EQ(Read(out + "/ca.crt"), ca);
+  EXPECT_EQ(Read(out + "/ca.key"), ca_key);
+  EXPECT_EQ(Read(out + "/ps/tls.crt"), ps);
+
+  r = Dlrm({"certs", "--out", out, "--overwrite"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(Read(out + "/ca.crt"), ca);
+  EXPECT_NE(Read(out + "/ps/tls.crt"), ps);
+}
+
+// RunTrainingBench checks its options itself, before it allocates anything.
+TEST(TrainingBenchOptionsTest, OutOfRangeOptionsAreRefusedNamingTheValueAndTheLimit) {
+  struct Case {
+    bench::TrainingBenchOptions options;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {{.shape = "model1", .batch_size = 99999999}, {"batch_size 99999999", "kMaxBatchSize"}},
+      {{.shape = "model1", .batch_size = -1}, {"batch_size -1 must be >= 0"}},
+      {{.shape = "model1", .threads = 100000}, {"threads 100000", "1024", "kMaxThreads"}},
+      {{.shape = "model1", .threads = -3}, {"threads -3 must be >= 0"}},
+      {{.shape = "model1", .zipf_exponent = -1}, {"zipf exponent -1", "finite number > 0"}},
+      {{.shape = "model1", .hot_budget_bytes = -5}, {"hot_budget -5 bytes must be >= 0"}},
+      {{.shape = "model1", .hot_budget_bytes = common::kMaxByteSize + 1}, {"kMaxByteSize"}},
+      {{.shape = "model1", .gpu_table_budget_bytes = -2}, {"gpu_table_budget -2"}},
+  };
+  for (const Case& c : cases) {
+    auto json = bench::RunTrainingBench(c.options);
+    ASSERT_FALSE(json.ok()) << c.parts[0];
+    EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument) << c.parts[0];
+    for (const std::string& part : c.parts) {
+      EXPECT_THAT(std::string(json.status().message()), HasSubstr(part));
+    }
+  }
+}
+
+TEST(GenDataOptionsTest, ARowCountPastTheLimitAndAnInfiniteZipfAreRefused) {
+  dlrm::testing::ScopedTempDir dir("gen_data_options");
+  worker::GenDataOptions options;
+  options.output = dir.Sub("x.tsv");
+  options.num_rows = common::kMaxGenDataRows + 1;
+  absl::Status st = worker::GenerateCriteoTsv(options);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              AllOf(HasSubstr("1000000000001"), HasSubstr("kMaxGenDataRows")));
+  options.num_rows = 10;
+  options.zipf_exponent = std::numeric_limits<double>::infinity();
+  st = worker::GenerateCriteoTsv(options);  // was a sampler loop that never ended
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("finite"));
+  EXPECT_FALSE(std::filesystem::exists(options.output + ".tmp"));
+}
+
+}  // namespace
+}  // namespace dlrm
