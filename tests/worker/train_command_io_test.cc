@@ -257,25 +257,59 @@ TEST_F(TrainCommandIoTest, PredictWriteFailureKeepsTheOldFileAndRemovesTheTemp) 
   EXPECT_FALSE(fs::exists(out + ".tmp"));
 }
 
+// Checked before the model is loaded: the checkpoint given does not exist, and the error is the
+// output's.
 TEST_F(TrainCommandIoTest, PredictRefusesBadOutputPathsBeforeScoring) {
   const std::string data = SmallData(5);
   const std::string folder = tmp_.File("outdir");
   fs::create_directory(folder);
-  absl::Status st = RunPredictCommand(Model({data}), folder);
+  absl::Status st = RunPredictCommand(Model({data}, tmp_.File("no-checkpoint")), folder);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("'" + folder + "': it is a folder"));
   EXPECT_FALSE(fs::exists(folder + ".tmp"));
 
-  st = RunPredictCommand(Model({data}), "");
+  st = RunPredictCommand(Model({data}, tmp_.File("no-checkpoint")), "");
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("--out: no path given"));
   EXPECT_FALSE(fs::exists(".tmp"));
 
   const std::string nowhere = tmp_.File("nodir/scores.tsv");
-  st = RunPredictCommand(Model({data}), nowhere);
+  st = RunPredictCommand(Model({data}, tmp_.File("no-checkpoint")), nowhere);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("'" + nowhere + "'"));
   EXPECT_THAT(std::string(st.message()), HasSubstr(std::strerror(ENOENT)));
+}
+
+TEST(OutputFileTest, RefusesAFolderAndAnEmptyPathAndCreatesNothing) {
+  testing::TempDir dir;
+  const std::string folder = dir.File("d");
+  fs::create_directory(folder);
+  auto out = OutputFile::Open(folder, "--out");
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr("--out: cannot write '" + folder + "': it is a folder"));
+  EXPECT_FALSE(fs::exists(folder + ".tmp"));
+  out = OutputFile::Open("", "--out");
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+  EXPECT_FALSE(fs::exists(".tmp"));
+}
+
+// The rename at the end fails (a folder took the name meanwhile): the temporary file goes, the
+// reason is given.
+TEST(OutputFileTest, AFailedCommitRemovesTheTemporaryFile) {
+  testing::TempDir dir;
+  const std::string path = dir.File("out");
+  auto out = OutputFile::Open(path, "--out");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)->temp(), path + ".tmp");
+  ASSERT_TRUE((*out)->Write("scores\n").ok());
+  fs::create_directory(path);
+  WriteFile(path + "/inside", "x");
+  absl::Status st = (*out)->Commit();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("--out: cannot write '" + path + "': "));
+  EXPECT_THAT(std::string(st.message()), HasSubstr(std::strerror(EISDIR)));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
 // --- a command never overwrites its input ------------------------------------------------------
@@ -343,7 +377,9 @@ TEST_F(TrainCommandIoTest, ConvertFollowsASymlinkAndRefusesAFifo) {
   auto converted = ConvertTsvToBinary({.inputs = {data}, .output = link});
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_TRUE(IsSymlink(link));
-  EXPECT_TRUE(*IsBinaryCriteoFile(tmp_.File("real.bin")));
+  absl::StatusOr<bool> binary = IsBinaryCriteoFile(tmp_.File("real.bin"));
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  EXPECT_TRUE(*binary);
 
   const std::string fifo = tmp_.File("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -527,6 +563,13 @@ TEST(TsvReaderLimits, OutOfRangeIntegerAndOverlongLine) {
               HasSubstr(absl::StrCat(path, ":2: line is longer than the limit of ",
                                      kMaxTsvLineBytes, " bytes")));
 
+  // The same with a buffer that holds the whole line.
+  options.buffer_bytes = size_t{1} << 20;
+  reader = CriteoTsvReader::Open(options);
+  ASSERT_TRUE(reader.ok());
+  more = (*reader)->Next(&record);  // line 1 (out of range) is skipped
+  EXPECT_THAT(std::string(more.status().message()), HasSubstr(path + ":2: line is longer"));
+
   // A file without a line end at all (as /dev/zero) stops at the limit too.
   options.path = "/dev/zero";
   reader = CriteoTsvReader::Open(options);
@@ -552,7 +595,10 @@ TEST(TsvReaderLimits, BlankLinesAreMalformedOnlyWhenAsked) {
     ASSERT_TRUE(reader.ok());
     CriteoRecord record;
     int records = 0;
-    while (*(*reader)->Next(&record)) ++records;
+    for (absl::StatusOr<bool> more = (*reader)->Next(&record); more.ok() && *more;
+         more = (*reader)->Next(&record)) {
+      ++records;
+    }
     EXPECT_EQ(records, 2);
     EXPECT_EQ((*reader)->skipped(), malformed ? 1 : 0);
     if (malformed) {
