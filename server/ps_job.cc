@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/limits.h"
@@ -229,6 +231,7 @@ void PushDedupe::End(int64_t epoch, int rank, uint64_t sequence, Outcome outcome
 PsJob::PsJob(const PsJobOptions& options, std::string path)
     : spec_(options.spec),
       path_(std::move(path)),
+      snapshots_path_(absl::StrCat(path_, "-snapshots")),
       memory_budget_bytes_(options.memory_budget_bytes),
       timers_(options.timers),
       push_dedupe_(options.spec.num_workers()),
@@ -257,14 +260,15 @@ absl::StatusOr<std::unique_ptr<PsJob>> PsJob::Create(const PsJobOptions& options
   const dlrm::v1::LoadJobRequest& spec = options.spec;
   const std::filesystem::path path = std::filesystem::path(options.data_dir) / spec.job_id() /
                                      absl::StrCat("shard-", spec.shard_index());
+  std::unique_ptr<PsJob> job(new PsJob(options, path.string()));
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
+  if (!ec) std::filesystem::remove_all(job->snapshots_path_, ec);
   if (!ec) std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) {
     return absl::UnavailableError(
         absl::StrCat("cannot prepare ", path.string(), ": ", ec.message()));
   }
-  std::unique_ptr<PsJob> job(new PsJob(options, path.string()));
   auto type = embedding::ParseSparseOptimizerType(spec.optimizer().type());
   embedding::TieredStoreOptions store_options;
   store_options.tables = job->tables_;
@@ -292,6 +296,36 @@ absl::StatusOr<std::unique_ptr<PsJob>> PsJob::Create(const PsJobOptions& options
     });
   }
   return job;
+}
+
+std::string PsJob::SnapshotPath(int64_t epoch, int64_t step) const {
+  return (std::filesystem::path(snapshots_path_) / absl::StrCat("epoch-", epoch, "-step-", step))
+      .string();
+}
+
+int PsJob::RemoveSnapshotsBefore(int64_t epoch) const {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(snapshots_path_, ec)) {
+    // "epoch-<e>-step-<s>"
+    const std::string name = entry.path().filename().string();
+    int64_t e = 0;
+    const size_t dash = name.find("-step-");
+    if (!absl::StartsWith(name, "epoch-") || dash == std::string::npos ||
+        !absl::SimpleAtoi(name.substr(6, dash - 6), &e) || e >= epoch) {
+      continue;
+    }
+    std::error_code rm;
+    std::filesystem::remove_all(entry.path(), rm);
+    if (rm) {
+      DLRM_LOG(WARNING) << "job " << job_id() << " shard " << shard_index()
+                        << ": cannot remove the snapshot " << entry.path().string() << " of epoch "
+                        << e << ": " << rm.message();
+    } else {
+      ++removed;
+    }
+  }
+  return removed;
 }
 
 int64_t PsJob::epoch() const {

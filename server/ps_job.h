@@ -1,6 +1,7 @@
 // PsJob: one training job loaded on a parameter server: its shard of the embedding tables (a
 // TieredStore under <data_dir>/<job_id>/shard-<i>), the job's parameters as LoadJob gave them,
-// and the stale-synchronous StepGate.
+// the stale-synchronous StepGate, and the folder of its checkpoint snapshots
+// (<data_dir>/<job_id>/shard-<i>-snapshots).
 //
 // Validation (every Lookup / PushGradients is checked whole before any row is read or written;
 // messages name the value):
@@ -112,7 +113,8 @@ class PushDedupe {
 class PsJob {
  public:
   // Creates the job's store in a fresh <data_dir>/<job_id>/shard-<i> (an old one is removed: a
-  // newly loaded job starts from the deterministic initialisation).
+  // newly loaded job starts from the deterministic initialisation), and removes the snapshots an
+  // earlier load of the job left.
   static absl::StatusOr<std::unique_ptr<PsJob>> Create(const PsJobOptions& options);
   ~PsJob();
 
@@ -125,6 +127,16 @@ class PsJob {
   absl::Status CheckEpoch(int64_t epoch) const;
   // The store's directory.
   const std::string& path() const { return path_; }
+  // The folder of the job's checkpoint snapshots (RocksDB checkpoints of the store), beside the
+  // store: <data_dir>/<job_id>/shard-<i>-snapshots. Create empties it.
+  const std::string& snapshots_path() const { return snapshots_path_; }
+  // Where the SNAPSHOT of `step` taken at job epoch `epoch` lives:
+  // <snapshots_path>/epoch-<epoch>-step-<step>. Unique per job, shard, epoch and step, so that
+  // two jobs on one server, or an older epoch's write still stopping, never share a folder.
+  std::string SnapshotPath(int64_t epoch, int64_t step) const;
+  // Removes the snapshot folders of epochs older than `epoch` (left by checkpoints of a replaced
+  // run that never got their WRITE); returns how many.
+  int RemoveSnapshotsBefore(int64_t epoch) const;
 
   // Whether `request` asks for the same job as loaded, the epoch aside.
   bool SameParameters(const dlrm::v1::LoadJobRequest& request) const;
@@ -218,6 +230,7 @@ class PsJob {
 
   const dlrm::v1::LoadJobRequest spec_;  // epoch as first loaded; see epoch_
   const std::string path_;
+  const std::string snapshots_path_;
   const int64_t memory_budget_bytes_;
   TimerQueue* const timers_;
   std::vector<embedding::TableConfig> tables_;

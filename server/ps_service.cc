@@ -203,13 +203,16 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
   }
   job->gate()->Close(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));
   UpdateStoreMetrics();
-  // Calls in flight hold their own references; the store closes with the last one. The folder
-  // is removed now only if nobody else holds the job (else a later LoadJob clears it).
+  // Calls in flight hold their own references; the store closes with the last one. The folders
+  // (store and snapshots) are removed now only if nobody else holds the job (else a later
+  // LoadJob clears them).
   const std::string path = job->path();
+  const std::string snapshots = job->snapshots_path();
   if (job.use_count() == 1) {
     job.reset();
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
+    std::filesystem::remove_all(snapshots, ec);
   }
   return absl::OkStatus();
 }

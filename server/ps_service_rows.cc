@@ -65,15 +65,18 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   const int64_t epoch = request.job_epoch();
   if (epoch > 0) DLRM_RETURN_IF_ERROR(job->CheckEpoch(epoch));
   namespace fs = std::filesystem;
-  // The snapshot lives in this server's data folder, named by job and step only.
-  const fs::path snapshot = fs::path(options_.data_dir) / "snapshots" /
-                            absl::StrCat(job->shard_index(), "-", request.step());
+  // The snapshot lives beside the job's store, named by shard, epoch and step: jobs loaded on
+  // this server together, and a replaced epoch's write still stopping, each have their own.
+  const fs::path snapshot = job->SnapshotPath(epoch, request.step());
   std::error_code ec;
   dlrm::v1::CheckpointResponse response;
   if (request.phase() == dlrm::v1::CheckpointRequest::SNAPSHOT) {
+    // A folder of the same name is left by an earlier attempt that failed before its WRITE;
+    // those of older epochs by a run a recovery replaced.
     fs::remove_all(snapshot, ec);
-    fs::create_directories(snapshot.parent_path(), ec);
+    if (!ec) fs::create_directories(snapshot.parent_path(), ec);
     if (ec) return absl::UnavailableError(absl::StrCat(snapshot.string(), ": ", ec.message()));
+    if (epoch > 0) job->RemoveSnapshotsBefore(epoch);
     std::vector<std::vector<int64_t>> changed;
     std::shared_ptr<embedding::StoreSnapshot> copy = job->RecycledStoreSnapshot();
     const absl::Status taken = job->store().TakeSnapshot(snapshot.string(), copy.get(), &changed);

@@ -1,0 +1,175 @@
+// The parameter server's checkpoint snapshots are its jobs' own: two jobs loaded on one server
+// checkpoint at the same step (both with shard 0, as two `--ps 1` jobs on one cluster are), each
+// WRITE holds its own job's rows, and what an earlier attempt or a replaced epoch left is cleared.
+// (The checkpoint calls themselves: ps_service_rows_test.cc.)
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "embedding/checkpoint_io.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/ps_service_fixture.h"
+#include "tests/server/ps_test_util.h"
+
+namespace dlrm::server {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::kTimeout;
+using testing::PsServiceTest;
+
+constexpr int kDim = 4;
+constexpr int64_t kRows = 400;
+
+class PsSnapshotPathsTest : public PsServiceTest {
+ protected:
+  // Loads `job` (one table, shard 0 of 1, epoch `epoch`) and writes every row with `value`.
+  void LoadWithRows(const std::string& job, float value, int64_t epoch = 1) {
+    dlrm::v1::LoadJobRequest load = testing::TestJob(job, {{kRows, kDim}});
+    load.set_job_epoch(epoch);
+    grpc::Status s = Load(load);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    std::vector<int64_t> ids(kRows);
+    for (int64_t i = 0; i < kRows; ++i) ids[i] = i;
+    dlrm::v1::WriteRowsRequest write =
+        WriteRowsOf(job, 0, ids, std::vector<float>(kRows * kDim, value));  // SGD: dim floats
+    write.set_job_epoch(epoch);
+    s = WriteRows(write);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  grpc::Status Checkpoint(const std::string& job, dlrm::v1::CheckpointRequest::Phase phase,
+                          int64_t step, const std::string& dir = "", int64_t epoch = 1,
+                          dlrm::v1::CheckpointResponse* response = nullptr) {
+    dlrm::v1::CheckpointRequest r;
+    r.set_job_id(job);
+    r.set_job_epoch(epoch);
+    r.set_step(step);
+    r.set_phase(phase);
+    r.set_directory(dir);
+    dlrm::v1::CheckpointResponse unused;
+    return stub_->Checkpoint(common::MakeClientContext(kTimeout).get(), r,
+                             response != nullptr ? response : &unused);
+  }
+
+  // Every row of the row file `dir`/rows-t0-p0.bin, which must all hold `value`.
+  static void ExpectRowsOf(const std::string& dir, float value) {
+    int64_t rows = 0;
+    int64_t wrong = 0;
+    const absl::Status read = embedding::ReadRowFile(
+        dir + "/rows-t0-p0.bin", 0, kDim, [&](absl::Span<const int64_t> ids, const float* r) {
+          rows += static_cast<int64_t>(ids.size());
+          for (size_t k = 0; k < ids.size() * kDim; ++k) wrong += r[k] != value ? 1 : 0;
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(read.ok()) << read;
+    EXPECT_EQ(rows, kRows) << dir;
+    EXPECT_EQ(wrong, 0) << dir << " holds rows that are not " << value;
+  }
+};
+
+// Two jobs cut at the same step before either writes: each WRITE finds its own snapshot and
+// writes its own job's rows. (With one snapshot folder per shard and step, the second SNAPSHOT
+// replaced the first job's, whose WRITE then wrote the other job's rows and removed the folder,
+// and the second WRITE found no snapshot.)
+TEST_F(PsSnapshotPathsTest, TwoJobsCheckpointTheSameStepOnOneServer) {
+  StartPs(/*budget=*/1 << 10);  // a small memory tier: most rows are in the RocksDB checkpoint
+  LoadWithRows("job-a", 1.0f);
+  LoadWithRows("job-b", 2.0f);
+  dlrm::v1::CheckpointResponse a, b;
+  grpc::Status s =
+      Checkpoint("job-a", dlrm::v1::CheckpointRequest::SNAPSHOT, 100, "", /*epoch=*/1, &a);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  s = Checkpoint("job-b", dlrm::v1::CheckpointRequest::SNAPSHOT, 100, "", /*epoch=*/1, &b);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(a.directory(), b.directory());
+  EXPECT_THAT(a.directory(), HasSubstr("job-a"));
+  EXPECT_THAT(b.directory(), HasSubstr("job-b"));
+
+  const std::string out_a = dir_.path() + "/ckpt-a/ckpt-100";
+  const std::string out_b = dir_.path() + "/ckpt-b/ckpt-100";
+  s = Checkpoint("job-a", dlrm::v1::CheckpointRequest::WRITE, 100, out_a);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  s = Checkpoint("job-b", dlrm::v1::CheckpointRequest::WRITE, 100, out_b);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRowsOf(out_a, 1.0f);
+  ExpectRowsOf(out_b, 2.0f);
+  EXPECT_FALSE(fs::exists(a.directory())) << "a written snapshot is removed";
+  EXPECT_FALSE(fs::exists(b.directory()));
+}
+
+// The same with both jobs' checkpoints at once, as two jobs' rank 0s send them: every call
+// succeeds, several rounds over.
+TEST_F(PsSnapshotPathsTest, TwoJobsCheckpointingTogetherBothSucceed) {
+  StartPs(/*budget=*/1 << 10);
+  LoadWithRows("job-a", 1.0f);
+  LoadWithRows("job-b", 2.0f);
+  for (int round = 0; round < 5; ++round) {
+    const int64_t step = 100 * (round + 1);
+    grpc::Status results[2];
+    std::vector<std::thread> threads;
+    for (int j = 0; j < 2; ++j) {
+      threads.emplace_back([&, j] {
+        const std::string job = j == 0 ? "job-a" : "job-b";
+        grpc::Status s = Checkpoint(job, dlrm::v1::CheckpointRequest::SNAPSHOT, step);
+        if (s.ok()) {
+          s = Checkpoint(job, dlrm::v1::CheckpointRequest::WRITE, step,
+                         absl::StrCat(dir_.path(), "/ckpt-", job, "/", step));
+        }
+        results[j] = s;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_TRUE(results[j].ok())
+          << "round " << round << " job " << j << ": " << results[j].error_message();
+    }
+    ExpectRowsOf(absl::StrCat(dir_.path(), "/ckpt-job-a/", step), 1.0f);
+    ExpectRowsOf(absl::StrCat(dir_.path(), "/ckpt-job-b/", step), 2.0f);
+  }
+}
+
+// A snapshot folder left by an attempt that never wrote (same job, epoch and step) is replaced;
+// those of an older epoch go at the next SNAPSHOT; unloading the job removes the rest.
+TEST_F(PsSnapshotPathsTest, LeftoverSnapshotsAreRemoved) {
+  StartPs();
+  LoadWithRows("job-a", 1.0f);
+  dlrm::v1::CheckpointResponse first;
+  ASSERT_TRUE(
+      Checkpoint("job-a", dlrm::v1::CheckpointRequest::SNAPSHOT, 20, "", /*epoch=*/1, &first).ok());
+  ASSERT_TRUE(fs::exists(first.directory()));
+  std::ofstream(first.directory() + "/stray") << "from the failed attempt";
+  dlrm::v1::CheckpointResponse again;
+  grpc::Status s =
+      Checkpoint("job-a", dlrm::v1::CheckpointRequest::SNAPSHOT, 20, "", /*epoch=*/1, &again);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(again.directory(), first.directory());
+  EXPECT_FALSE(fs::exists(first.directory() + "/stray"));
+
+  // A recovery moves the job to epoch 2 (same parameters: the rows stay); its first SNAPSHOT
+  // clears epoch 1's unwritten one.
+  dlrm::v1::LoadJobRequest load = testing::TestJob("job-a", {{kRows, kDim}});
+  load.set_job_epoch(2);
+  ASSERT_TRUE(Load(load).ok());
+  dlrm::v1::CheckpointResponse next;
+  s = Checkpoint("job-a", dlrm::v1::CheckpointRequest::SNAPSHOT, 20, "", /*epoch=*/2, &next);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(next.directory(), first.directory());
+  EXPECT_FALSE(fs::exists(first.directory())) << "epoch 1's snapshot was left behind";
+  EXPECT_TRUE(fs::exists(next.directory()));
+
+  dlrm::v1::UnloadJobRequest unload;
+  unload.set_job_id("job-a");
+  dlrm::v1::UnloadJobResponse unloaded;
+  s = stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(fs::exists(next.directory())) << "unloading the job leaves its snapshot";
+}
+
+}  // namespace
+}  // namespace dlrm::server
