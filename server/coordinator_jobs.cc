@@ -367,27 +367,23 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
     }
   }
   if (static_cast<int>(idle.size()) < job->requested_workers()) return false;
-  // PS: slots 0..P-1 for a new job; for a recovering one the same count, lowest slots first
-  // among the usable ones (a replacement may hold a higher slot than the member it replaces).
+  // PS: the job's shard i is the i-th PS it is given, whatever slot that PS holds. A new job
+  // takes P of the PS alive, lowest slots first (P = requested_ps, or every PS alive); a
+  // recovering one as many as it had, among the usable ones. Slots may have holes: a PS that
+  // replaces a dead one whose lease has not run out takes a higher slot, and the dead one's slot
+  // stays free when its lease ends; neither kind of job waits for a hole to be filled.
+  const int ps_count = recovering                ? job->ps_member_ids_size()
+                       : job->requested_ps() > 0 ? job->requested_ps()
+                                                 : AlivePsCount();
+  if (ps_count == 0) return false;
   std::vector<const MemberEntry*> ps;
-  if (recovering) {
-    for (const std::string& id : ps_slots_) {
-      if (id.empty()) continue;
-      const MemberEntry& e = members_.at(id);
-      if (usable(e.info) && static_cast<int>(ps.size()) < job->ps_member_ids_size()) {
-        ps.push_back(&e);
-      }
-    }
-    if (ps.empty() || static_cast<int>(ps.size()) < job->ps_member_ids_size()) return false;
-  } else {
-    const int ps_count = job->requested_ps() > 0 ? job->requested_ps() : AlivePsCount();
-    if (ps_count == 0 || static_cast<int>(ps_slots_.size()) < ps_count) return false;
-    for (int i = 0; i < ps_count; ++i) {
-      if (ps_slots_[i].empty()) return false;
-      ps.push_back(&members_.at(ps_slots_[i]));
-    }
+  for (const std::string& id : ps_slots_) {
+    if (static_cast<int>(ps.size()) == ps_count) break;
+    if (id.empty()) continue;
+    const MemberEntry& e = members_.at(id);
+    if (usable(e.info)) ps.push_back(&e);
   }
-  const int ps_count = static_cast<int>(ps.size());
+  if (static_cast<int>(ps.size()) < ps_count) return false;
   std::sort(idle.begin(), idle.end(), [](const MemberEntry* a, const MemberEntry* b) {
     return a->info.sequence() < b->info.sequence();
   });

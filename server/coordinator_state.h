@@ -9,10 +9,14 @@
 // Rules:
 //  - Every membership or assignment change bumps the epoch.
 //  - A PS takes the lowest free shard slot when it registers and keeps it while it holds its
-//    lease. A row's shard is common::ShardOf(table, id, shard count).
-//  - A PENDING job starts (FIFO) when `requested_workers` idle workers are alive and PS slots
-//    0..P-1 are held, P = requested_ps or, when 0, every PS alive (at least one). Its workers
-//    get ranks in registration order and learn the job through Heartbeat.
+//    lease. Slots may have holes (a replacement that registered while the PS it replaces still
+//    held its lease took a higher slot); the next PS to register fills the lowest one.
+//  - A job's shard i is the i-th PS it was given (ps_member_ids), whatever slot that PS holds;
+//    a row's shard is common::ShardOf(table, id, the job's PS count).
+//  - A PENDING job starts (FIFO) when `requested_workers` idle workers are alive and P PS are
+//    alive, P = requested_ps or, when 0, every PS alive (at least one); it takes the P in the
+//    lowest slots. Its workers get ranks in registration order and learn the job through
+//    Heartbeat.
 //  - Rank 0's `done` report ends the job SUCCEEDED with its final metrics; a `failed` report
 //    ends it FAILED, unless it says a peer was unreachable (peer_unreachable).
 //  - Recovery: a member of a RUNNING job whose lease expires or who leaves, or a peer_unreachable

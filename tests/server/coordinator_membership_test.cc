@@ -1,0 +1,172 @@
+// CoordinatorState's membership as a cluster lives it, with time passed in: a parameter server
+// replaced before its lease ran out (a hole in the shard slots) must not keep new jobs from
+// starting.
+// (The basic state machine: coordinator_state_test.cc.)
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_state.h"
+#include "server/coordinator_store.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_specs.h"
+
+namespace dlrm::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTtl = absl::Seconds(10);
+
+class CoordinatorMembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override { now_ = absl::FromUnixSeconds(1'700'000'000); }
+
+  std::unique_ptr<CoordinatorState> Make(CoordinatorStore* store = nullptr) {
+    auto s = CoordinatorState::Create({.lease_ttl = kTtl}, store, nullptr, now_);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  std::string Register(dlrm::v1::Role role, const std::string& address,
+                       const std::string& name = "") {
+    dlrm::v1::RegisterRequest r;
+    r.set_role(role);
+    r.set_address(address);
+    r.set_name(name);
+    auto resp = state_->Register(r, now_);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->member_id() : "";
+  }
+
+  dlrm::v1::Job Submit(int workers, int ps) {
+    dlrm::v1::SubmitJobRequest r;
+    r.set_spec_yaml(dlrm::testing::kTinySpec);
+    r.set_workers(workers);
+    r.set_ps(ps);
+    auto job = state_->Submit(r, now_);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : dlrm::v1::Job();
+  }
+
+  dlrm::v1::Job Get(const std::string& job_id) {
+    auto job = state_->GetJob(job_id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : dlrm::v1::Job();
+  }
+
+  // Advances time by `step` with one lease sweep: `alive` heartbeat first.
+  int Tick(absl::Duration step, const std::vector<std::string>& alive) {
+    now_ += step;
+    for (const std::string& id : alive) {
+      auto hb = state_->Heartbeat(id, now_);
+      EXPECT_TRUE(hb.ok()) << id << ": " << hb.status();
+    }
+    return state_->ExpireLeases(now_);
+  }
+
+  int ShardOf(const std::string& ps) {
+    auto hb = state_->Heartbeat(ps, now_);
+    EXPECT_TRUE(hb.ok()) << hb.status();
+    return hb.ok() ? hb->ps().shard_index() : -1;
+  }
+
+  absl::Time now_;
+  std::unique_ptr<CoordinatorState> state_;
+};
+
+// `dlrm local` restarts a killed PS within 200 ms, long before the dead one's lease runs out, so
+// the replacement registers into a new slot; when the lease ends, the dead one's slot is a hole
+// in the shard map (",h:2,h:3"). The running job recovers onto the live servers, and new jobs,
+// with `--ps 0` (every PS alive) or `--ps 1`, start on the live servers instead of waiting for
+// slot 0 forever; also after a coordinator restart. The next PS to register fills the hole.
+TEST_F(CoordinatorMembershipTest, HoleInTheShardSlotsBlocksNoNewJob) {
+  ::dlrm::testing::ScopedTempDir temp("coordinator_membership_hole");
+  auto store = CoordinatorStore::Open(temp.Sub("db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  state_ = Make(store->get());
+  const std::string a = Register(dlrm::v1::ROLE_PS, "h:1");
+  const std::string b = Register(dlrm::v1::ROLE_PS, "h:2");
+  const std::string w0 = Register(dlrm::v1::ROLE_WORKER, "");
+  const std::string w1 = Register(dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job job1 = Submit(1, 0);
+  ASSERT_EQ(Get(job1.job_id()).state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get(job1.job_id()).ps_member_ids(), ElementsAre(a, b));
+
+  // a is killed; its replacement c registers while a still holds slot 0.
+  now_ += absl::Milliseconds(200);
+  const std::string c = Register(dlrm::v1::ROLE_PS, "h:3");
+  EXPECT_EQ(ShardOf(c), 2);
+  int expired = 0;
+  for (int i = 0; i < 10 && expired == 0; ++i) expired = Tick(kTtl / 4, {b, c, w0, w1});
+  ASSERT_EQ(expired, 1) << "a's lease never ran out";
+  EXPECT_THAT(state_->ClusterView().shard_map(), ElementsAre("", "h:2", "h:3"));
+
+  // The running job lost a: it recovers onto the two live servers.
+  ASSERT_EQ(Get(job1.job_id()).state(), dlrm::v1::JOB_STATE_RECOVERING);
+  Tick(absl::Seconds(1), {b, c, w0, w1});
+  dlrm::v1::Job recovered = Get(job1.job_id());
+  ASSERT_EQ(recovered.state(), dlrm::v1::JOB_STATE_RUNNING) << recovered.message();
+  EXPECT_THAT(recovered.ps_member_ids(), ElementsAre(b, c));
+  EXPECT_THAT(recovered.ps_addresses(), ElementsAre("h:2", "h:3"));
+  EXPECT_EQ(recovered.recoveries(), 1);
+
+  // New jobs: every PS alive, and one PS.
+  const dlrm::v1::Job job2 = Submit(1, 0);
+  dlrm::v1::Job started = Get(job2.job_id());
+  ASSERT_EQ(started.state(), dlrm::v1::JOB_STATE_RUNNING) << started.message();
+  EXPECT_THAT(started.ps_member_ids(), ElementsAre(b, c));
+  EXPECT_THAT(started.worker_ids(), ElementsAre(w1));
+  const std::string w2 = Register(dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job job3 = Submit(1, 1);
+  started = Get(job3.job_id());
+  ASSERT_EQ(started.state(), dlrm::v1::JOB_STATE_RUNNING) << started.message();
+  EXPECT_THAT(started.ps_member_ids(), ElementsAre(b));
+
+  // The coordinator restarts from its store: the hole is still there, and still blocks nothing.
+  state_.reset();
+  state_ = Make(store->get());
+  EXPECT_THAT(state_->ClusterView().shard_map(), ElementsAre("", "h:2", "h:3"));
+  Register(dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job job4 = Submit(1, 0);
+  started = Get(job4.job_id());
+  ASSERT_EQ(started.state(), dlrm::v1::JOB_STATE_RUNNING) << started.message();
+  EXPECT_THAT(started.ps_member_ids(), ElementsAre(b, c));
+
+  // A job asking for more PS than are alive waits for them; the next PS fills the hole.
+  Register(dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job job5 = Submit(1, 3);
+  EXPECT_EQ(Get(job5.job_id()).state(), dlrm::v1::JOB_STATE_PENDING);
+  const std::string d = Register(dlrm::v1::ROLE_PS, "h:4");
+  EXPECT_EQ(ShardOf(d), 0);
+  EXPECT_THAT(state_->ClusterView().shard_map(), ElementsAre("h:4", "h:2", "h:3"));
+  started = Get(job5.job_id());
+  ASSERT_EQ(started.state(), dlrm::v1::JOB_STATE_RUNNING) << started.message();
+  EXPECT_THAT(started.ps_member_ids(), ElementsAre(d, b, c));
+  state_.reset();
+}
+
+// After both servers were replaced that way the map is ",,h:3,h:4": a new job takes the two.
+TEST_F(CoordinatorMembershipTest, NewJobRunsOnReplacementsOfEveryServer) {
+  state_ = Make();
+  const std::string a = Register(dlrm::v1::ROLE_PS, "h:1");
+  const std::string b = Register(dlrm::v1::ROLE_PS, "h:2");
+  const std::string w0 = Register(dlrm::v1::ROLE_WORKER, "");
+  now_ += absl::Milliseconds(200);
+  const std::string c = Register(dlrm::v1::ROLE_PS, "h:3");
+  const std::string d = Register(dlrm::v1::ROLE_PS, "h:4");
+  int expired = 0;
+  for (int i = 0; i < 10 && expired < 2; ++i) expired += Tick(kTtl / 4, {c, d, w0});
+  ASSERT_EQ(expired, 2);
+  EXPECT_THAT(state_->ClusterView().shard_map(), ElementsAre("", "", "h:3", "h:4"));
+  const dlrm::v1::Job job = Submit(1, 0);
+  const dlrm::v1::Job started = Get(job.job_id());
+  ASSERT_EQ(started.state(), dlrm::v1::JOB_STATE_RUNNING) << started.message();
+  EXPECT_THAT(started.ps_addresses(), ElementsAre("h:3", "h:4"));
+}
+
+}  // namespace
+}  // namespace dlrm::server
