@@ -50,8 +50,11 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)")
       ->check(ThreadCount());
   cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");
-  cmd->add_option("--resume", options.run.resume_from,
-                  "Continue from a checkpoint, or from the newest one in a checkpoint folder");
+  cmd->add_option(
+      "--resume", options.run.resume_from,
+      "Continue from a checkpoint, or from the newest one in a checkpoint folder (overrides "
+      "the spec's checkpoint.resume_from; both naming different checkpoints is an "
+      "error)");
   cmd->callback([run] {
     *run = [] {
       auto report = worker::RunTrainCommand(options);
@@ -91,7 +94,10 @@ void AddPredict(CLI::App& app, std::function<int()>* run) {
   static std::string out;
   AddCheckpointModelOptions(cmd, &options);
   cmd->add_option("--data", options.data, "Input file(s), Criteo TSV or binary")->required();
-  cmd->add_option("-o,--out", out, "Scores, one per input line, in input order")->required();
+  cmd->add_option("-o,--out", out,
+                  "Scores, one per input line, in input order (a FIFO, device or /dev/stdout is "
+                  "written in place; a symlink's target is replaced)")
+      ->required();
   cmd->callback([run] {
     *run = [] {
       absl::Status st = worker::RunPredictCommand(options, out);
@@ -151,7 +157,8 @@ void AddConvert(CLI::App& app, std::function<int()>* run) {
   auto* cmd = app.add_subcommand("convert", "Convert Criteo TSV to the compact binary format");
   static worker::ConvertOptions options;
   cmd->add_option("-o,--out", options.output, "Output binary file")->required();
-  cmd->add_option("inputs", options.inputs, "Input TSV files")->required();
+  cmd->add_option("inputs", options.inputs, "Criteo TSV files (binary inputs are refused)")
+      ->required();
   cmd->add_flag("--strict", options.strict, "Stop at the first malformed line");
   cmd->callback([run] {
     *run = [] {
