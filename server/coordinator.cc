@@ -16,6 +16,15 @@
 
 namespace dlrm::server {
 
+namespace {
+
+absl::Duration ExpiryCheckInterval(const CoordinatorOptions& options) {
+  if (options.expiry_check_interval > absl::ZeroDuration()) return options.expiry_check_interval;
+  return std::clamp(options.lease_ttl / 10, absl::Milliseconds(10), absl::Seconds(1));
+}
+
+}  // namespace
+
 Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
@@ -39,6 +48,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   c->keys_ = std::make_unique<common::GrantKeys>(std::move(grant_secret));
   CoordinatorStateOptions state_options;
   state_options.lease_ttl = options.lease_ttl;
+  // A sweep late by more than half a lease (or two check periods, when those are longer) means
+  // the coordinator was not serving; see CoordinatorStateOptions::stall_after.
+  state_options.stall_after = std::max(options.lease_ttl / 2, 2 * ExpiryCheckInterval(options));
   DLRM_ASSIGN_OR_RETURN(c->state_, CoordinatorState::Create(state_options, c->store_.get(),
                                                             c->metrics_.get(), absl::Now()));
   c->timers_ = std::make_unique<TimerQueue>();
@@ -75,10 +87,7 @@ absl::Status Coordinator::Start() {
 }
 
 void Coordinator::ExpiryLoop() {
-  absl::Duration interval = options_.expiry_check_interval;
-  if (interval <= absl::ZeroDuration()) {
-    interval = std::clamp(options_.lease_ttl / 10, absl::Milliseconds(10), absl::Seconds(1));
-  }
+  const absl::Duration interval = ExpiryCheckInterval(options_);
   absl::Time next_export = absl::InfinitePast();
   absl::MutexLock lock(&mu_);
   while (!stopping_) {

@@ -73,6 +73,10 @@ class CoordinatorState::Metrics {
     }
     epoch = &registry->Gauge("cluster_epoch", "Cluster epoch (bumped on every membership change).");
     expired = &registry->Counter("lease_expirations_total", "Member leases that expired.");
+    stalls = &registry->Counter(
+        "lease_sweep_stalls_total",
+        "Lease sweeps that came later than stall_after after the previous one (the coordinator "
+        "was stalled): every live lease was renewed instead of any being expired.");
     recoveries = &registry->Counter("job_recoveries_total",
                                     "Times a running job lost a member and went RECOVERING.");
   }
@@ -80,6 +84,7 @@ class CoordinatorState::Metrics {
   std::map<int, prometheus::Gauge*> jobs;
   prometheus::Gauge* epoch;
   prometheus::Counter* expired;
+  prometheus::Counter* stalls;
   prometheus::Counter* recoveries;
 };
 
@@ -98,7 +103,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("lease ttl ", absl::FormatDuration(options.lease_ttl), " must be > 0"));
   }
-  std::unique_ptr<CoordinatorState> state(new CoordinatorState(options, store, metrics));
+  if (options.stall_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stall_after ", absl::FormatDuration(options.stall_after), " must be >= 0"));
+  }
+  CoordinatorStateOptions resolved = options;
+  if (resolved.stall_after == absl::ZeroDuration()) resolved.stall_after = options.lease_ttl / 2;
+  std::unique_ptr<CoordinatorState> state(new CoordinatorState(resolved, store, metrics));
   if (store != nullptr) {
     DLRM_ASSIGN_OR_RETURN(CoordinatorSnapshot snapshot, store->Load());
     absl::MutexLock lock(&state->mu_);
@@ -409,6 +420,26 @@ int CoordinatorState::ExpireLeases(absl::Time now) {
   int expired = 0;
   {
     absl::MutexLock lock(&mu_);
+    const absl::Time previous = last_sweep_;
+    last_sweep_ = now;
+    if (previous != absl::InfinitePast() && now - previous > options_.stall_after) {
+      // Heartbeats that came while the coordinator was not serving were not heard: judge the
+      // leases from now on, as if the coordinator had just started.
+      int renewed = 0;
+      for (auto& [id, entry] : members_) {
+        if (entry.info.state() != dlrm::v1::MEMBER_STATE_ALIVE) continue;
+        entry.lease_deadline = std::max(entry.lease_deadline, now + options_.lease_ttl);
+        ++renewed;
+      }
+      DLRM_LOG(WARNING) << "leases were last checked " << absl::FormatDuration(now - previous)
+                        << " ago, more than " << absl::FormatDuration(options_.stall_after)
+                        << ": the coordinator was stalled (stopped, suspended, starved, or its "
+                           "clock jumped); "
+                        << renewed << " live member(s) get a fresh lease of "
+                        << absl::FormatDuration(options_.lease_ttl) << " instead of expiring";
+      if (metrics_ != nullptr) metrics_->stalls->Increment();
+      return 0;
+    }
     for (auto& [id, entry] : members_) {
       if (entry.info.state() != dlrm::v1::MEMBER_STATE_ALIVE || entry.lease_deadline > now) {
         continue;

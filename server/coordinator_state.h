@@ -54,6 +54,11 @@ struct CoordinatorStateOptions {
   // A dead member is noticed within lease_ttl (plus the expiry check's period); members
   // heartbeat every lease_ttl / 8, so a process stalled for 10 s keeps its lease.
   absl::Duration lease_ttl = absl::Seconds(14);
+  // Leases count only time the coordinator was serving: when two lease sweeps (ExpireLeases)
+  // are further apart than this, the coordinator was stalled (stopped, suspended, starved, its
+  // clock jumped), and every live member gets a fresh lease of lease_ttl from the late sweep
+  // instead of being expired for heartbeats the coordinator could not hear. 0: lease_ttl / 2.
+  absl::Duration stall_after = absl::ZeroDuration();
   // Expired or departed members kept for the cluster view before they are forgotten.
   int max_dead_members = 256;
   // Largest worker or PS count a job may ask for.
@@ -98,7 +103,9 @@ class CoordinatorState {
                                                         absl::Time now);
   absl::StatusOr<int64_t> Leave(const std::string& member_id, absl::Time now);
   dlrm::v1::GetClusterViewResponse ClusterView() const;
-  // Expires every lease that ran out at `now`; returns how many.
+  // The lease sweep, called periodically: expires every lease that ran out at `now` and
+  // returns how many. A sweep more than stall_after after the previous one expires none and
+  // renews every live lease to `now` + lease_ttl (see CoordinatorStateOptions::stall_after).
   int ExpireLeases(absl::Time now);
   int64_t epoch() const;
 
@@ -183,6 +190,9 @@ class CoordinatorState {
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // The last ExpireLeases; InfinitePast before the first (a state loaded from the store gave
+  // every member a fresh lease already).
+  absl::Time last_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace dlrm::server

@@ -1,6 +1,7 @@
 // CoordinatorState's membership as a cluster lives it, with time passed in: a parameter server
 // replaced before its lease ran out (a hole in the shard slots) must not keep new jobs from
-// starting.
+// starting; a coordinator that stopped serving for longer than a lease must not expire members
+// whose heartbeats it could not hear.
 // (The basic state machine: coordinator_state_test.cc.)
 #include <string>
 #include <vector>
@@ -166,6 +167,53 @@ TEST_F(CoordinatorMembershipTest, NewJobRunsOnReplacementsOfEveryServer) {
   const dlrm::v1::Job started = Get(job.job_id());
   ASSERT_EQ(started.state(), dlrm::v1::JOB_STATE_RUNNING) << started.message();
   EXPECT_THAT(started.ps_addresses(), ElementsAre("h:3", "h:4"));
+}
+
+// The coordinator stops for 25 s (SIGSTOP, a suspended VM): no heartbeat is heard and no lease
+// is checked. The first sweep after it expires nobody and gives every member a lease from then,
+// so the running job goes on with no recovery used; a member that is really gone expires one
+// lease later. Sweeps at their usual pace expire as before.
+TEST_F(CoordinatorMembershipTest, StalledCoordinatorRenewsLeasesInsteadOfExpiringThem) {
+  state_ = Make();
+  const std::string ps = Register(dlrm::v1::ROLE_PS, "h:1");
+  const std::string w0 = Register(dlrm::v1::ROLE_WORKER, "");
+  const std::string w1 = Register(dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job job = Submit(2, 0);
+  ASSERT_EQ(Get(job.job_id()).state(), dlrm::v1::JOB_STATE_RUNNING);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Tick(absl::Seconds(1), {ps, w0, w1}), 0);
+
+  for (absl::Duration stall : {absl::Seconds(25), absl::Seconds(75)}) {
+    now_ += stall;
+    EXPECT_EQ(state_->ExpireLeases(now_), 0) << "after a stall of " << stall;
+    const dlrm::v1::Job after = Get(job.job_id());
+    EXPECT_EQ(after.state(), dlrm::v1::JOB_STATE_RUNNING) << after.message();
+    EXPECT_EQ(after.recoveries(), 0);
+    const dlrm::v1::GetClusterViewResponse view = state_->ClusterView();
+    for (const dlrm::v1::Member& m : view.members()) {
+      EXPECT_EQ(m.state(), dlrm::v1::MEMBER_STATE_ALIVE) << m.member_id();
+    }
+    // Their heartbeats, queued during the stall, are answered.
+    ASSERT_EQ(Tick(absl::Milliseconds(100), {ps, w0, w1}), 0);
+  }
+
+  // w1 is really gone (it never heartbeats again): it expires a lease after its last heartbeat,
+  // at sweeps a second apart.
+  const absl::Time last_heard = now_;
+  int expired = 0;
+  while (expired == 0 && now_ < last_heard + 2 * kTtl) expired = Tick(absl::Seconds(1), {ps, w0});
+  EXPECT_EQ(expired, 1);
+  EXPECT_GE(now_, last_heard + kTtl);
+  EXPECT_LT(now_, last_heard + kTtl + absl::Seconds(1));
+  const dlrm::v1::Job lost = Get(job.job_id());
+  EXPECT_EQ(lost.state(), dlrm::v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(lost.message(), HasSubstr(w1));
+
+  // Sweeps 4 s apart (under half a lease) are no stall: a silent member expires.
+  const absl::Time w0_heard = now_;
+  expired = 0;
+  while (expired == 0 && now_ < w0_heard + 2 * kTtl) expired = Tick(absl::Seconds(4), {ps});
+  EXPECT_EQ(expired, 1);
+  EXPECT_LT(now_, w0_heard + kTtl + absl::Seconds(4));
 }
 
 }  // namespace
