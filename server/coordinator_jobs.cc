@@ -5,7 +5,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -221,22 +220,22 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
     }
     const std::string& holder = job.worker_ids(request.rank());
     if (!request.member_id().empty() && request.member_id() != holder) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("member ", request.member_id(), " does not hold rank ", request.rank(),
-                       " of job ", job.job_id(), " (", holder, " does)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "member ", MemberLabel(request.member_id()), " does not hold rank ", request.rank(),
+          " of job ", job.job_id(), "; ", MemberLabel(holder), " does"));
     }
     // A failure report carries no progress: keep what the rank reported last.
     if (!request.failed()) UpdateProgress(request, now, &job);
     if (request.failed() && request.peer_unreachable()) {
-      BeginRecovery(
-          &job,
-          absl::StrCat("rank ", request.rank(), " (", holder, ") lost a peer: ", request.message()),
-          now, &changes);
+      BeginRecovery(&job,
+                    absl::StrCat("rank ", request.rank(), " (", MemberLabelInParens(holder),
+                                 ") lost a peer: ", request.message()),
+                    now, &changes);
     } else if (request.failed()) {
-      status = FinishJob(
-          &job, dlrm::v1::JOB_STATE_FAILED,
-          absl::StrCat("rank ", request.rank(), " (", holder, ") failed: ", request.message()), now,
-          &changes);
+      status = FinishJob(&job, dlrm::v1::JOB_STATE_FAILED,
+                         absl::StrCat("rank ", request.rank(), " (", MemberLabelInParens(holder),
+                                      ") failed: ", request.message()),
+                         now, &changes);
     } else if (request.done() && request.rank() == 0) {
       dlrm::v1::FinalMetrics* fm = job.mutable_final_metrics();
       const auto& m = request.metrics();
@@ -422,8 +421,8 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
       job, now,
       absl::StrCat(recovering ? absl::StrCat("running again (recovery ", job->recoveries(), ")")
                               : std::string("started"),
-                   " on workers ", absl::StrJoin(job->worker_ids(), ","), "; PS ",
-                   absl::StrJoin(job->ps_member_ids(), ","), "; job epoch ", epoch_));
+                   " on workers ", MemberLabels(job->worker_ids()), "; PS ",
+                   MemberLabels(job->ps_member_ids()), "; job epoch ", epoch_));
   TouchJob(job, changes);
   DLRM_LOG(INFO) << "job " << job->job_id() << (recovering ? " RUNNING again" : " RUNNING")
                  << " on " << job->worker_ids_size() << " workers and " << ps_count << " PS, epoch "

@@ -33,6 +33,11 @@ bool IsTerminal(dlrm::v1::JobState state) {
          state == dlrm::v1::JOB_STATE_CANCELLED;
 }
 
+std::string MemberLabel(const Member& member) {
+  if (member.name().empty() || member.name() == member.member_id()) return member.member_id();
+  return absl::StrCat(member.member_id(), " (name ", member.name(), ")");
+}
+
 absl::Status CheckJobTransition(const std::string& job_id, dlrm::v1::JobState from,
                                 dlrm::v1::JobState to) {
   bool legal = false;
@@ -221,6 +226,28 @@ int CoordinatorState::AlivePsCount() const {
   return n;
 }
 
+std::string CoordinatorState::MemberLabel(const std::string& member_id) const {
+  auto it = members_.find(member_id);
+  return it == members_.end() ? member_id : server::MemberLabel(it->second.info);
+}
+
+std::string CoordinatorState::MemberLabelInParens(const std::string& member_id) const {
+  auto it = members_.find(member_id);
+  if (it == members_.end()) return member_id;
+  const Member& m = it->second.info;
+  if (m.name().empty() || m.name() == member_id) return member_id;
+  return absl::StrCat(member_id, ", name ", m.name());
+}
+
+std::string CoordinatorState::MemberLabels(
+    const google::protobuf::RepeatedPtrField<std::string>& member_ids) const {
+  std::string labels;
+  for (const std::string& id : member_ids) {
+    absl::StrAppend(&labels, labels.empty() ? "" : ", ", MemberLabel(id));
+  }
+  return labels;
+}
+
 absl::StatusOr<CoordinatorState::MemberEntry*> CoordinatorState::FindLiveMember(
     const std::string& member_id) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id is empty");
@@ -229,11 +256,12 @@ absl::StatusOr<CoordinatorState::MemberEntry*> CoordinatorState::FindLiveMember(
     return absl::NotFoundError(
         absl::StrCat("member '", member_id, "' is not registered; register again"));
   }
-  if (it->second.info.state() != dlrm::v1::MEMBER_STATE_ALIVE) {
+  const Member& m = it->second.info;
+  if (m.state() != dlrm::v1::MEMBER_STATE_ALIVE) {
+    const bool named = !m.name().empty() && m.name() != member_id;
     return absl::FailedPreconditionError(absl::StrCat(
-        "member '", member_id, "' is ",
-        it->second.info.state() == dlrm::v1::MEMBER_STATE_LEFT ? "gone (left)" : "expired",
-        "; register again"));
+        "member '", member_id, "'", named ? absl::StrCat(" (name ", m.name(), ")") : "", " is ",
+        m.state() == dlrm::v1::MEMBER_STATE_LEFT ? "gone (left)" : "expired", "; register again"));
   }
   return &it->second;
 }
@@ -281,8 +309,8 @@ absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorState::Register(
     response.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
     response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(HeartbeatInterval()));
     response.set_epoch(epoch_);
-    DLRM_LOG(INFO) << "registered " << info.member_id() << " at '" << info.address() << "', epoch "
-                   << epoch_;
+    DLRM_LOG(INFO) << "registered " << server::MemberLabel(info) << " at '" << info.address()
+                   << "', epoch " << epoch_;
     status = Finalize(changes);
   }
   Notify(changes);
@@ -369,7 +397,11 @@ void CoordinatorState::DropMember(MemberEntry* entry, dlrm::v1::MemberState stat
     const auto w = std::find(workers.begin(), workers.end(), info.member_id());
     const bool in_ps = std::find(ps.begin(), ps.end(), info.member_id()) != ps.end();
     if (w == workers.end() && !in_ps) continue;
-    std::string what = absl::StrCat("member ", info.member_id(), " (", RoleName(info.role()));
+    std::string what = absl::StrCat("member ", info.member_id(), " (");
+    if (!info.name().empty() && info.name() != info.member_id()) {
+      absl::StrAppend(&what, "name ", info.name(), "; ");
+    }
+    absl::StrAppend(&what, RoleName(info.role()));
     if (w != workers.end()) absl::StrAppend(&what, " rank ", w - workers.begin());
     if (in_ps) absl::StrAppend(&what, " shard ", info.shard_index());
     if (!info.address().empty()) absl::StrAppend(&what, " at ", info.address());
@@ -379,7 +411,7 @@ void CoordinatorState::DropMember(MemberEntry* entry, dlrm::v1::MemberState stat
   info.clear_job_id();
   info.set_rank(-1);
   TouchMember(info, changes);
-  DLRM_LOG(WARNING) << "member " << info.member_id() << " " << why << "; epoch " << epoch_;
+  DLRM_LOG(WARNING) << "member " << server::MemberLabel(info) << " " << why << "; epoch " << epoch_;
 }
 
 void CoordinatorState::PruneDeadMembers(Changes* changes) {

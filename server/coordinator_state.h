@@ -70,6 +70,8 @@ std::string JobStateName(dlrm::v1::JobState state);
 // "PS", "WORKER", ...
 std::string RoleName(dlrm::v1::Role role);
 bool IsTerminal(dlrm::v1::JobState state);
+// "worker-5 (name worker-1)": the member's id, and its registered name when it has another.
+std::string MemberLabel(const dlrm::v1::Member& member);
 // OK when `from -> to` is a legal transition; FAILED_PRECONDITION naming the job and both
 // states otherwise.
 absl::Status CheckJobTransition(const std::string& job_id, dlrm::v1::JobState from,
@@ -154,6 +156,14 @@ class CoordinatorState {
                       dlrm::v1::Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRecovery() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int AlivePsCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How messages name a member: its id, and the name it registered with (its process's --name)
+  // when that differs, e.g. "worker-5 (name worker-1)". Ids unknown here are given as they are.
+  std::string MemberLabel(const std::string& member_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same inside parentheses: "worker-5, name worker-1".
+  std::string MemberLabelInParens(const std::string& member_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string MemberLabels(const google::protobuf::RepeatedPtrField<std::string>& member_ids) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TryStartJobs(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool TryStart(dlrm::v1::Job* job, absl::Time now, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

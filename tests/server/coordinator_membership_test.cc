@@ -1,7 +1,7 @@
 // CoordinatorState's membership as a cluster lives it, with time passed in: a parameter server
 // replaced before its lease ran out (a hole in the shard slots) must not keep new jobs from
 // starting; a coordinator that stopped serving for longer than a lease must not expire members
-// whose heartbeats it could not hear.
+// whose heartbeats it could not hear; and messages name a member by id and by process name.
 // (The basic state machine: coordinator_state_test.cc.)
 #include <string>
 #include <vector>
@@ -214,6 +214,73 @@ TEST_F(CoordinatorMembershipTest, StalledCoordinatorRenewsLeasesInsteadOfExpirin
   while (expired == 0 && now_ < w0_heard + 2 * kTtl) expired = Tick(absl::Seconds(4), {ps});
   EXPECT_EQ(expired, 1);
   EXPECT_LT(now_, w0_heard + kTtl + absl::Seconds(4));
+}
+
+// Member ids (worker-5) and the names processes were started with (--name worker-1) differ after
+// restarts; what the coordinator says about a member gives both.
+TEST_F(CoordinatorMembershipTest, MessagesNameMembersByIdAndName) {
+  state_ = Make();
+  // Ids and names out of step, as after restarts.
+  Register(dlrm::v1::ROLE_WORKER, "", "worker-9");
+  const std::string ps = Register(dlrm::v1::ROLE_PS, "h:1", "ps-0");
+  const std::string w0 = Register(dlrm::v1::ROLE_WORKER, "", "worker-1");
+  ASSERT_TRUE(state_->Leave("worker-1", now_).ok());
+  const std::string w1 = Register(dlrm::v1::ROLE_WORKER, "", "worker-0");
+  ASSERT_EQ(w0, "worker-3");
+  ASSERT_EQ(w1, "worker-4");
+  dlrm::v1::Job job = Submit(2, 0);
+  dlrm::v1::Job running = Get(job.job_id());
+  ASSERT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running.history(running.history_size() - 1).message(),
+              HasSubstr("on workers worker-3 (name worker-1), worker-4 (name worker-0); PS ps-2 "
+                        "(name ps-0)"));
+
+  // A peer report and a lease expiry.
+  dlrm::v1::ReportProgressRequest lost;
+  lost.set_job_id(job.job_id());
+  lost.set_rank(1);
+  lost.set_failed(true);
+  lost.set_peer_unreachable(true);
+  lost.set_message("gloo: connection reset");
+  ASSERT_EQ(*state_->ReportProgress(lost, now_), dlrm::v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(Get(job.job_id()).message(),
+              HasSubstr("rank 1 (worker-4, name worker-0) lost a peer"));
+  Tick(absl::Seconds(1), {ps, w0, w1});
+  ASSERT_EQ(Get(job.job_id()).state(), dlrm::v1::JOB_STATE_RUNNING);
+  int expired = 0;
+  for (int i = 0; i < 20 && expired == 0; ++i) expired = Tick(absl::Seconds(1), {ps, w0});
+  ASSERT_EQ(expired, 1);
+  EXPECT_THAT(Get(job.job_id()).message(),
+              HasSubstr("member worker-4 (name worker-0; WORKER rank 1"));
+  auto late = state_->Heartbeat(w1, now_);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("member 'worker-4' (name worker-0) is expired"));
+
+  // A report from a member for a rank it does not hold names both members.
+  Tick(absl::Seconds(1), {ps, w0});
+  const std::string w2 = Register(dlrm::v1::ROLE_WORKER, "", "worker-0");
+  Tick(absl::Seconds(1), {ps, w0, w2});
+  running = Get(job.job_id());
+  ASSERT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING) << running.message();
+  dlrm::v1::ReportProgressRequest wrong;
+  wrong.set_job_id(job.job_id());
+  wrong.set_job_epoch(running.job_epoch());
+  wrong.set_rank(0);
+  wrong.set_member_id(w2);
+  auto refused = state_->ReportProgress(wrong, now_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr(absl::StrCat("member ", w2, " (name worker-0) does not hold rank 0")));
+  EXPECT_THAT(refused.status().message(), HasSubstr("worker-3 (name worker-1) does"));
+
+  // A failure report.
+  dlrm::v1::ReportProgressRequest failed;
+  failed.set_job_id(job.job_id());
+  failed.set_rank(0);
+  failed.set_failed(true);
+  failed.set_message("disk full");
+  ASSERT_EQ(*state_->ReportProgress(failed, now_), dlrm::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job.job_id()).message(), HasSubstr("rank 0 (worker-3, name worker-1) failed"));
 }
 
 }  // namespace
