@@ -1,0 +1,250 @@
+// A `dlrm local --keep-running` cluster (real coordinator, parameter servers and workers on
+// loopback) through what its operators saw go wrong:
+//  - a parameter server killed mid-job and restarted at once by `dlrm local` registers while the
+//    dead one still holds its lease, so when that lease ends the shard map has a hole
+//    (",127.0.0.1:40307"): the job recovers, and later jobs (every PS alive, or one PS) start;
+//  - two jobs on one parameter server checkpoint the same steps: both succeed;
+//  - the coordinator stopped (SIGSTOP) for longer than a lease expires nobody: the job goes on
+//    without a recovery.
+// (Recovery from each kind of lost process: recovery_test.cc.)
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_util.h"
+
+namespace dlrm::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ClusterMembershipTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(MakeGeneratedDataDir("dlrm-membership", 20000, 1000, 5));
+    ASSERT_FALSE(dir_->empty());
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (dir_ != nullptr) fs::remove_all(*dir_, ec);
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // A job of `epochs` over the 18k training samples (70 steps of 256 an epoch); `checkpoint`:
+  // the spec's checkpoint block's settings after its dir (<dir>/<name>-ckpt), none when empty.
+  static std::string Spec(const std::string& name, int epochs, const std::string& checkpoint) {
+    const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
+    std::ofstream(path) << absl::StrCat(
+        "name: ", name, R"(
+model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
+)",
+        kCappedKaggleTablesYaml, R"(optimizer:
+  dense: {type: adam, learning_rate: 0.003}
+  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
+training: {batch_size: 256, epochs: )",
+        epochs, R"(, seed: 11, staleness: 0, hot_budget: 0}
+data: {train: [train.tsv], eval_fraction: 0.1}
+)",
+        checkpoint.empty()
+            ? std::string()
+            : absl::StrCat("checkpoint: {dir: ", *dir_, "/", name, "-ckpt, ", checkpoint, "}\n"));
+    return path;
+  }
+
+  // `dlrm local --keep-running` with `args` after the spec; fills address_, tls_dir_, client_.
+  std::unique_ptr<Process> StartCluster(const std::string& name, const std::string& spec,
+                                        const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinPath("dlrm"),
+                                     "local",
+                                     "-c",
+                                     spec,
+                                     "--keep-running",
+                                     "--no-progress",
+                                     "--worker-threads",
+                                     "1",
+                                     "--data-dir",
+                                     absl::StrCat(*dir_, "/", name, "-cluster")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto local = std::make_unique<Process>(argv, *dir_, name);
+    // The job's run prints the address only when it ends: read the cluster's port file.
+    const std::string cluster = absl::StrCat(*dir_, "/", name, "-cluster");
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (absl::Now() < deadline && local->Running() &&
+           !absl::StrContains(local->Stderr(), "local cluster up")) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    int port = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(ReadFileOrEmpty(cluster + "/coordinator.port"), &port))
+        << local->Stderr();
+    address_ = absl::StrCat("127.0.0.1:", port);
+    tls_dir_ = cluster + "/tls/admin";
+    auto client = client::CoordinatorClient::Create(
+        {.address = address_,
+         .timeout = absl::Seconds(2),
+         .security = common::TransportSecurity::FromDir(tls_dir_)});
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (client.ok()) client_ = std::move(*client);
+    return local;
+  }
+
+  // Polls the job until `done` says so or `timeout` passes; returns the last answer.
+  dlrm::v1::Job WaitForJob(const std::string& job_id, absl::Duration timeout,
+                           const std::function<bool(const dlrm::v1::Job&)>& done) {
+    dlrm::v1::Job last;
+    const absl::Time deadline = absl::Now() + timeout;
+    while (client_ != nullptr && absl::Now() < deadline) {
+      absl::StatusOr<dlrm::v1::Job> job = client_->Get(job_id);
+      if (job.ok()) {
+        last = *job;
+        if (done(last)) break;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return last;
+  }
+
+  static bool Ended(const dlrm::v1::Job& job) {
+    return job.state() == dlrm::v1::JOB_STATE_SUCCEEDED ||
+           job.state() == dlrm::v1::JOB_STATE_FAILED ||
+           job.state() == dlrm::v1::JOB_STATE_CANCELLED;
+  }
+
+  // `dlrmctl submit -f spec --wait` with `args`, in the background.
+  std::unique_ptr<Process> Submit(const std::string& name, const std::string& spec,
+                                  const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinPath("dlrmctl"),
+                                     "--coordinator",
+                                     address_,
+                                     "--tls-dir",
+                                     tls_dir_,
+                                     "submit",
+                                     "-f",
+                                     spec,
+                                     "--wait"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Process>(argv, *dir_, name);
+  }
+
+  static pid_t ChildWith(pid_t local, const std::string& role_flag) {
+    for (pid_t child : ChildrenOf(local)) {
+      if (absl::StrContains(CommandLine(child) + " ", role_flag)) return child;
+    }
+    return -1;
+  }
+
+  static bool Committed(const std::string& ckpt) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(ckpt, ec)) {
+      if (fs::exists(e.path() / "MANIFEST.json")) return true;
+    }
+    return false;
+  }
+
+  static std::string* dir_;
+  std::string address_;
+  std::string tls_dir_;
+  std::unique_ptr<client::CoordinatorClient> client_;
+};
+
+std::string* ClusterMembershipTest::dir_ = nullptr;
+
+TEST_F(ClusterMembershipTest, JobsStartAfterAServerIsReplacedAndShareItsSnapshots) {
+  // A 4 s lease: the replacement (up within a second) registers while the killed one holds it.
+  std::unique_ptr<Process> local =
+      StartCluster("replaced", Spec("first", 2, "every_steps: 10, keep_last: 2"),
+                   {"--ps", "2", "--workers", "2", "--lease-ttl", "4s"});
+  ASSERT_NE(client_, nullptr);
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  while (!Committed(*dir_ + "/first-ckpt") && local->Running() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(Committed(*dir_ + "/first-ckpt")) << local->Stderr();
+  const pid_t ps = ChildWith(local->pid(), " ps ");
+  ASSERT_GT(ps, 0);
+  ASSERT_EQ(kill(ps, SIGKILL), 0);
+
+  const dlrm::v1::Job first = WaitForJob("job-1", absl::Seconds(240), Ended);
+  ASSERT_EQ(first.state(), dlrm::v1::JOB_STATE_SUCCEEDED) << first.message();
+  EXPECT_EQ(first.recoveries(), 1);
+  absl::StatusOr<dlrm::v1::GetClusterViewResponse> view = client_->Members();
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->shard_map_size(), 3)
+      << "the replacement should have registered into a third slot: "
+      << absl::StrJoin(view->shard_map(), ",");
+  EXPECT_TRUE(std::count(view->shard_map().begin(), view->shard_map().end(), "") == 1)
+      << "no hole in the shard map: " << absl::StrJoin(view->shard_map(), ",");
+
+  // A job on every PS alive (--ps 0) starts on the two live servers and succeeds.
+  std::unique_ptr<Process> second = Submit("second-submit", Spec("second", 1, ""), {});
+  ProcessResult r = second->Wait(absl::Seconds(180));
+  ASSERT_FALSE(r.timed_out) << "the job never ended (PENDING behind the hole?)";
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // Two jobs at once on one PS each (the same one), both checkpointing at steps 10, 20, ...
+  std::unique_ptr<Process> a =
+      Submit("third-submit", Spec("third", 1, "every_steps: 10"), {"--workers", "1", "--ps", "1"});
+  std::unique_ptr<Process> b = Submit("fourth-submit", Spec("fourth", 1, "every_steps: 10"),
+                                      {"--workers", "1", "--ps", "1"});
+  ProcessResult ra = a->Wait(absl::Seconds(240));
+  ProcessResult rb = b->Wait(absl::Seconds(240));
+  EXPECT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  const dlrm::v1::Job third = WaitForJob("job-3", absl::Seconds(5), Ended);
+  const dlrm::v1::Job fourth = WaitForJob("job-4", absl::Seconds(5), Ended);
+  ASSERT_EQ(third.ps_member_ids_size(), 1);
+  ASSERT_EQ(fourth.ps_member_ids_size(), 1);
+  EXPECT_EQ(third.ps_member_ids(0), fourth.ps_member_ids(0)) << "the jobs shared no server";
+  EXPECT_TRUE(Committed(*dir_ + "/third-ckpt"));
+  EXPECT_TRUE(Committed(*dir_ + "/fourth-ckpt"));
+
+  local->Signal(SIGINT);
+  local->Wait(absl::Seconds(30));
+}
+
+TEST_F(ClusterMembershipTest, CoordinatorStoppedLongerThanALeaseCostsNoRecovery) {
+  // A 3 s lease and an 8 s stop; no checkpoint.dir: a recovery would start over from step 0.
+  std::unique_ptr<Process> local = StartCluster(
+      "stalled", Spec("stalled", 3, ""), {"--ps", "1", "--workers", "2", "--lease-ttl", "3s"});
+  ASSERT_NE(client_, nullptr);
+  const dlrm::v1::Job training = WaitForJob(
+      "job-1", absl::Seconds(120), [](const dlrm::v1::Job& j) { return j.total_samples() > 0; });
+  ASSERT_EQ(training.state(), dlrm::v1::JOB_STATE_RUNNING) << training.message();
+  const pid_t coordinator = ChildWith(local->pid(), " coordinator ");
+  ASSERT_GT(coordinator, 0);
+  ASSERT_EQ(kill(coordinator, SIGSTOP), 0);
+  absl::SleepFor(absl::Seconds(8));
+  ASSERT_EQ(kill(coordinator, SIGCONT), 0);
+
+  const dlrm::v1::Job done = WaitForJob("job-1", absl::Seconds(240), Ended);
+  EXPECT_EQ(done.state(), dlrm::v1::JOB_STATE_SUCCEEDED) << done.message();
+  EXPECT_EQ(done.recoveries(), 0) << done.message();
+  absl::StatusOr<dlrm::v1::GetClusterViewResponse> view = client_->Members();
+  ASSERT_TRUE(view.ok()) << view.status();
+  for (const dlrm::v1::Member& m : view->members()) {
+    EXPECT_EQ(m.state(), dlrm::v1::MEMBER_STATE_ALIVE) << m.member_id() << " lost its lease";
+  }
+  const std::string log =
+      ReadFileOrEmpty(absl::StrCat(*dir_, "/stalled-cluster/logs/coordinator.log"));
+  EXPECT_FALSE(absl::StrContains(log, "lease expired")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "fresh lease")) << log;
+
+  local->Signal(SIGINT);
+  local->Wait(absl::Seconds(30));
+}
+
+}  // namespace
+}  // namespace dlrm::testing
