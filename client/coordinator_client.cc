@@ -6,14 +6,56 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace dlrm::client {
 
 using common::MakeClientContext;
 
-// How long Watch keeps reconnecting to a coordinator that does not answer.
-constexpr absl::Duration kWatchReconnectFor = absl::Seconds(60);
+namespace {
+
+// Cancels a call unless its first answer comes by a deadline: a stream's deadline is the whole
+// watch, but its first event (the job as it is, sent at once) must come within the client's
+// timeout, as the answer to any other call must.
+class FirstEventDeadline {
+ public:
+  FirstEventDeadline(grpc::ClientContext* context, absl::Time deadline)
+      : thread_([this, context, deadline] {
+          absl::MutexLock lock(&mu_);
+          if (!mu_.AwaitWithDeadline(absl::Condition(&answered_), deadline)) {
+            expired_ = true;
+            context->TryCancel();
+          }
+        }) {}
+  ~FirstEventDeadline() {
+    Answered();
+    thread_.join();
+  }
+  // The first event came: the call is no longer cancelled (unless it already was: expired()).
+  void Answered() {
+    absl::MutexLock lock(&mu_);
+    answered_ = true;
+  }
+  bool expired() {
+    absl::MutexLock lock(&mu_);
+    return expired_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  bool expired_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the fields it reads are set
+};
+
+}  // namespace
+
+// Watch's pause between attempts to watch again starts at kWatchFirstBackoff and doubles up to
+// kWatchMaxBackoff.
+constexpr absl::Duration kWatchFirstBackoff = absl::Milliseconds(250);
+constexpr absl::Duration kWatchMaxBackoff = absl::Seconds(2);
 
 bool IsTerminalJobState(dlrm::v1::JobState state) {
   return state == dlrm::v1::JOB_STATE_SUCCEEDED || state == dlrm::v1::JOB_STATE_FAILED ||
@@ -105,8 +147,10 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id
   request.set_job_id(job_id);
   const absl::Time deadline = absl::Now() + timeout;
   dlrm::v1::Job last;
-  bool seen = false;
-  absl::Time unreachable_since = absl::InfiniteFuture();
+  bool seen = false;  // an event came, on any stream
+  // When the stream of a watch that had events was lost; InfiniteFuture while it is not.
+  absl::Time lost_at = absl::InfiniteFuture();
+  absl::Duration backoff = kWatchFirstBackoff;
   // After the coordinator went away, each attempt dials on a channel of its own: the shared one
   // can stay stuck in failing TLS handshakes to a coordinator restarted by this very process
   // (`dlrm local`), while a new channel connects at once.
@@ -114,31 +158,58 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id
   dlrm::v1::Jobs::Stub* stub = jobs_.get();
   while (true) {
     auto context = MakeClientContext(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
-    std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader =
-        stub->WatchJob(context.get(), request);
-    dlrm::v1::JobEvent event;
+    grpc::Status status;
     bool stopped = false;
-    while (reader->Read(&event)) {
-      last = event.job();
-      seen = true;
-      unreachable_since = absl::InfiniteFuture();
-      if (on_event && !on_event(event)) {
-        stopped = true;
-        context->TryCancel();
-        break;
+    bool expired = false;
+    {
+      FirstEventDeadline first_event(context.get(),
+                                     std::min(deadline, absl::Now() + options_.timeout));
+      std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader =
+          stub->WatchJob(context.get(), request);
+      dlrm::v1::JobEvent event;
+      while (reader->Read(&event)) {
+        first_event.Answered();
+        last = event.job();
+        seen = true;
+        if (lost_at != absl::InfiniteFuture()) {
+          DLRM_LOG(INFO) << "coordinator " << options_.address << ": watching job " << job_id
+                         << " again";
+          lost_at = absl::InfiniteFuture();
+          backoff = kWatchFirstBackoff;
+        }
+        if (on_event && !on_event(event)) {
+          stopped = true;
+          context->TryCancel();
+          break;
+        }
       }
+      status = reader->Finish();
+      expired = first_event.expired();
     }
-    grpc::Status status = reader->Finish();
     if (stopped) return last;
-    // A coordinator that restarts (its jobs are in its store) ends the stream with UNAVAILABLE:
-    // watch again until it is back, for up to kWatchReconnectFor.
+    if (expired) {
+      status =
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       absl::StrCat("no answer within ",
+                                    absl::FormatDuration(std::min(options_.timeout, timeout))));
+    }
+    // A coordinator that restarts (its jobs are in its store) ends the stream with UNAVAILABLE,
+    // and may not answer at once when it is back: a watch that had events watches again, for
+    // up to options.watch_reconnect_for. One that never had any fails as any other call would.
     const bool terminal = seen && IsTerminalJobState(last.state());
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !terminal &&
-        absl::Now() < deadline && (!reconnect || reconnect())) {
+    const bool lost = status.error_code() == grpc::StatusCode::UNAVAILABLE || expired;
+    if (seen && lost && !terminal && absl::Now() < deadline && (!reconnect || reconnect())) {
       const absl::Time now = absl::Now();
-      if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
-      if (now - unreachable_since < kWatchReconnectFor) {
-        absl::SleepFor(absl::Milliseconds(500));
+      if (lost_at == absl::InfiniteFuture()) {
+        lost_at = now;
+        DLRM_LOG(WARNING) << "coordinator " << options_.address << ": lost the watch of job "
+                          << job_id << " (" << status.error_message() << "); watching again for "
+                          << "up to " << absl::FormatDuration(options_.watch_reconnect_for);
+      }
+      if (now - lost_at < options_.watch_reconnect_for) {
+        absl::SleepFor(
+            std::min({backoff, deadline - now, lost_at + options_.watch_reconnect_for - now}));
+        backoff = std::min(2 * backoff, kWatchMaxBackoff);
         common::ChannelOptions channel_options;
         channel_options.target = options_.address;
         channel_options.security = options_.security;
@@ -151,6 +222,9 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id
         }
         continue;
       }
+      return Annotate(Check(status, "WatchJob"),
+                      absl::StrCat("lost the watch of job ", job_id, " and tried again for ",
+                                   absl::FormatDuration(options_.watch_reconnect_for), " in vain"));
     }
     DLRM_RETURN_IF_ERROR(Check(status, "WatchJob"));
     if (!seen) {

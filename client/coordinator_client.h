@@ -31,6 +31,8 @@ struct CoordinatorClientOptions {
   std::string address = "127.0.0.1:50051";
   absl::Duration timeout = absl::Seconds(10);  // deadline of each unary call
   common::TransportSecurity security = {};
+  // How long Watch keeps watching again after it lost a stream that had events (see Watch).
+  absl::Duration watch_reconnect_for = absl::Seconds(60);
 };
 
 struct SubmitOptions {
@@ -58,9 +60,14 @@ class CoordinatorClient {
   // Asks a running job for a checkpoint now (Jobs.CheckpointJob).
   absl::StatusOr<dlrm::v1::Job> RequestCheckpoint(const std::string& job_id);
   // Streams the job's events to `on_event` until it reaches a terminal state, `on_event`
-  // returns false, or `timeout` passes (DEADLINE_EXCEEDED). Returns the last job seen. When the
-  // coordinator goes away (UNAVAILABLE: restarting) it watches again, for up to 60 s and while
-  // `reconnect` (when given) returns true.
+  // returns false, or `timeout` passes (DEADLINE_EXCEEDED). Returns the last job seen. The first
+  // event (the job as it is) must come within options.timeout, as any call's answer must: before
+  // it, a coordinator that cannot be reached, refuses the caller or does not answer fails the
+  // watch at once with that call's error (UNAVAILABLE, DEADLINE_EXCEEDED, UNAUTHENTICATED, ...).
+  // Once events came, a stream that ends with UNAVAILABLE or a new one that does not answer (a
+  // coordinator restarting: its jobs are in its store) is watched again, logged once, with a
+  // backoff of up to 2 s, for up to options.watch_reconnect_for (60 s) and while `reconnect`
+  // (when given) returns true.
   absl::StatusOr<dlrm::v1::Job> Watch(const std::string& job_id, const EventCallback& on_event,
                                       absl::Duration timeout = absl::Hours(24 * 7),
                                       const std::function<bool()>& reconnect = nullptr);

@@ -4,8 +4,10 @@
 #include <iostream>
 
 #include "client/dlrmctl.h"
+#include "common/logging.h"
 
 int main(int argc, char** argv) {
+  dlrm::common::SetLogProcessName("dlrmctl");  // the client's few log lines (a watch reconnecting)
   const char* env = std::getenv("DLRM_COORDINATOR");
   const std::string default_coordinator = env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
   return dlrm::client::RunDlrmctl(argc, argv, default_coordinator, std::cout, std::cerr);
