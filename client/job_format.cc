@@ -9,8 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "google/protobuf/struct.pb.h"
@@ -321,12 +323,27 @@ std::string Auc(const dlrm::v1::Job& job) {
   return absl::StrFormat("%.4f", job.final_metrics().auc());
 }
 
-std::string UtcTime(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
-}
-
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// The MESSAGE column of the job tables: one line. The coordinator's message of a job that lost a
+// member with no recovery left is "<the loss>; no recovery left (N of max_recoveries N used);
+// recovery 1: <loss>; ...": the verdict goes first, then the loss that ended the job.
+std::string TableMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
+  std::string message = JobMessage(job, cluster);
+  constexpr char kNoRecoveryLeft[] = "; no recovery left (";
+  const size_t verdict = message.find(kNoRecoveryLeft);
+  if (job.state() == dlrm::v1::JOB_STATE_FAILED && verdict != std::string::npos) {
+    const size_t start = verdict + 2;  // past "; "
+    const size_t close = message.find(')', start);
+    if (close != std::string::npos) {
+      message =
+          absl::StrCat(message.substr(start, close + 1 - start), ": ", message.substr(0, verdict));
+    }
+  }
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  std::replace(message.begin(), message.end(), '\r', ' ');
+  return OrDash(message);
+}
 
 std::string PsColumn(const dlrm::v1::Job& job) {
   if (!job.ps_addresses().empty()) return absl::StrCat(job.ps_addresses_size());
@@ -414,9 +431,97 @@ std::string VersionDocument(const std::string& client_version,
                       ",\"server_version\":", ToJson(server), "}\n");
 }
 
+std::string UtcTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
+}
+
 std::string HistoryLine(const dlrm::v1::JobStateChange& change) {
   return absl::StrFormat("%-20s  %-10s  %s", UtcTime(change.time_ms()), StateName(change.state()),
                          change.message());
+}
+
+std::string HistoryDocument(const std::string& job_id,
+                            const std::vector<dlrm::v1::JobStateChange>& history,
+                            OutputFormat format) {
+  Value id;
+  id.set_string_value(job_id);
+  if (format == OutputFormat::kYaml) {
+    std::string out = absl::StrCat("job_id: ", YamlScalar(id, 2), "history:");
+    if (history.empty()) return out + " []\n";
+    out += "\n";
+    const YamlShape shape{.message = dlrm::v1::JobStateChange::descriptor()};
+    for (const dlrm::v1::JobStateChange& change : history) {
+      Value tree;
+      // The JSON printer's own output always parses back.
+      (void)google::protobuf::util::JsonStringToMessage(JsonOf(change, false), &tree);
+      EmitYamlItem(tree, 0, shape, &out);  // a sequence under a key is not indented further
+    }
+    return out;
+  }
+  // Written out, not printed from a Struct: a Struct's keys come in no fixed order. The changes
+  // are the printer's indented objects, one level deeper.
+  std::string out = absl::StrCat("{\n \"job_id\": ", ToJson(id), ",\n \"history\": [");
+  for (size_t i = 0; i < history.size(); ++i) {
+    const std::string change(absl::StripTrailingAsciiWhitespace(JsonOf(history[i], true)));
+    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "  ",
+                    absl::StrReplaceAll(change, {{"\n", "\n  "}}));
+  }
+  absl::StrAppend(&out, history.empty() ? "]" : "\n ]", "\n}\n");
+  return out;
+}
+
+std::string ShortestFloats(absl::string_view yaml) {
+  constexpr absl::string_view kStarts = " \t\n[{,";  // what a plain scalar may follow
+  std::string out;
+  out.reserve(yaml.size());
+  char quote = 0;  // inside a quoted scalar: its quote
+  for (size_t i = 0; i < yaml.size();) {
+    const char c = yaml[i];
+    const char before = i == 0 ? '\n' : yaml[i - 1];
+    if (quote != 0) {  // copied as it is; the spec writer keeps quoted scalars on one line
+      if (c == '\\' && quote == '"' && i + 1 < yaml.size()) {
+        absl::StrAppend(&out, yaml.substr(i, 2));
+        i += 2;
+        continue;
+      }
+      if (c == quote || c == '\n') quote = 0;
+    } else if ((c == '"' || c == '\'') && absl::StrContains(" \t\n[{,:", before)) {
+      quote = c;
+    } else if (c == '#' && (before == ' ' || before == '\n')) {  // a comment, as it is
+      const size_t end = std::min(yaml.find('\n', i), yaml.size());
+      absl::StrAppend(&out, yaml.substr(i, end - i));
+      i = end;
+      continue;
+    } else if (absl::StrContains(kStarts, before) &&
+               (absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.')) {
+      // A scalar from here to a flow indicator or the line's end.
+      const size_t end = std::min(yaml.find_first_of(",]}\n", i), yaml.size());
+      const absl::string_view token = absl::StripTrailingAsciiWhitespace(yaml.substr(i, end - i));
+      double value = 0;
+      const auto parsed = std::from_chars(token.data(), token.data() + token.size(), value);
+      const auto digits = std::count_if(token.begin(), token.end(), [](char d) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(d));
+      });
+      // Only a float written in 16 digits or more (as the spec writer writes every float): a
+      // shorter one is how someone wrote it, and may be a string to its reader ("1.10").
+      if (digits >= 16 && token.find_first_of(".eE") != absl::string_view::npos &&
+          parsed.ec == std::errc() && parsed.ptr == token.data() + token.size() &&
+          std::isfinite(value)) {
+        char buffer[64];
+        const auto written = std::to_chars(buffer, buffer + sizeof(buffer), value);
+        std::string shortest(buffer, written.ptr);
+        // Still a float to a YAML reader: "0.5" and "1e+20" are, "3" would be an int.
+        if (shortest.find_first_of(".e") == std::string::npos) shortest += ".0";
+        out += shortest;
+        i += token.size();
+        continue;
+      }
+    }
+    out += c;
+    ++i;
+  }
+  return out;
 }
 
 std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
@@ -431,7 +536,7 @@ std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* clus
     for (const std::string& c : checkpoints) absl::StrAppend(&out, "  ", c, "\n");
   }
   absl::StrAppend(&out, "\nspec:\n");
-  for (absl::string_view line : absl::StrSplit(job.spec_yaml(), '\n')) {
+  for (absl::string_view line : absl::StrSplit(ShortestFloats(job.spec_yaml()), '\n')) {
     if (!line.empty()) absl::StrAppend(&out, "  ", line, "\n");
   }
   return out;
@@ -521,7 +626,7 @@ std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
     rows.push_back({"JOB", "NAME", "STATE", "WORKERS", "STEP", "SAMPLES", "AUC", "MESSAGE"});
   }
   for (const auto& job : jobs) {
-    const std::string message = OrDash(JobMessage(job, cluster));
+    const std::string message = TableMessage(job, cluster);
     if (wide) {
       rows.push_back({job.job_id(), job.name(), StateName(job.state()),
                       absl::StrCat(job.requested_workers()), PsColumn(job),
@@ -539,9 +644,78 @@ std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
   return Columns(rows);
 }
 
-std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
+// The window RunSpeed measures over, and the least span of reports it measures.
+constexpr int64_t kSpeedWindowMs = 30'000;
+constexpr int64_t kSpeedMinSpanMs = 1'000;
+
+void RunSpeed::Restart() {
+  rank_samples_.clear();
+  points_.clear();
+}
+
+void RunSpeed::Observe(const dlrm::v1::Job& job) {
+  if (job.job_id() != job_id_ || job.recoveries() != recoveries_ ||
+      job.state() != dlrm::v1::JOB_STATE_RUNNING ||
+      static_cast<size_t>(job.rank_samples_size()) != rank_samples_.size()) {
+    Restart();
+    job_id_ = job.job_id();
+    recoveries_ = job.recoveries();
+    if (job.state() != dlrm::v1::JOB_STATE_RUNNING) return;
+  }
+  const int64_t time_ms = job.progress().time_ms();
+  if (time_ms <= 0) return;  // no report yet
+  if (!points_.empty() && time_ms < points_.back().time_ms) Restart();
+  // The step of the newest report, which ranks make at their own times: the furthest one seen.
+  const int64_t step = std::max(job.progress().step(), points_.empty() ? 0 : points_.back().step);
+  int64_t trained = points_.empty() ? 0 : points_.back().trained;
+  if (rank_samples_.empty()) rank_samples_.assign(job.rank_samples_size(), 0);
+  for (int r = 0; r < job.rank_samples_size(); ++r) {
+    const int64_t now = job.rank_samples(r);
+    int64_t& then = rank_samples_[r];
+    if (now < then) {  // this rank went back: measure afresh
+      Restart();
+      Observe(job);
+      return;
+    }
+    // A rank's first report of the run holds what it trained before (a checkpoint's samples):
+    // only what it adds after that counts.
+    if (then > 0) trained += now - then;
+    then = now;
+  }
+  if (!points_.empty() && time_ms == points_.back().time_ms) {
+    points_.back() = {.time_ms = time_ms, .step = step, .trained = trained};
+    return;  // no new report (another change of the job), or one more rank at the same time
+  }
+  points_.push_back({.time_ms = time_ms, .step = step, .trained = trained});
+  while (points_.size() > 2 && points_[1].time_ms <= time_ms - kSpeedWindowMs) {
+    points_.pop_front();
+  }
+}
+
+std::optional<double> RunSpeed::Seconds() const {
+  if (points_.size() < 2 || points_.back().time_ms - points_.front().time_ms < kSpeedMinSpanMs) {
+    return std::nullopt;
+  }
+  return (points_.back().time_ms - points_.front().time_ms) / 1000.0;
+}
+
+std::optional<double> RunSpeed::steps_per_sec() const {
+  const std::optional<double> seconds = Seconds();
+  if (!seconds.has_value()) return std::nullopt;
+  return (points_.back().step - points_.front().step) / *seconds;
+}
+
+std::optional<double> RunSpeed::samples_per_sec() const {
+  const std::optional<double> seconds = Seconds();
+  if (!seconds.has_value()) return std::nullopt;
+  return (points_.back().trained - points_.front().trained) / *seconds;
+}
+
+std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
+                         const RunSpeed* speed) {
+  const bool running = job.state() == dlrm::v1::JOB_STATE_RUNNING;
   std::string line = absl::StrCat(job.job_id(), " ", StateName(job.state()));
-  if (job.state() == dlrm::v1::JOB_STATE_RUNNING || job.state() == dlrm::v1::JOB_STATE_RECOVERING ||
+  if (running || job.state() == dlrm::v1::JOB_STATE_RECOVERING ||
       (IsTerminalJobState(job.state()) && job.started_ms() > 0)) {
     absl::StrAppend(&line, " step ", job.progress().step());
     const auto& metrics = job.progress().metrics();
@@ -550,17 +724,19 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
       const double t = total->second;
       const double step = static_cast<double>(job.progress().step());
       absl::StrAppend(&line, absl::StrFormat("/%.0f (%.0f%%)", t, 100 * std::min(1.0, step / t)));
-      const double seconds = (job.progress().time_ms() - job.started_ms()) / 1000.0;
-      if (job.state() == dlrm::v1::JOB_STATE_RUNNING && step > 0 && seconds > 0) {
+      const std::optional<double> steps_per_sec =
+          speed != nullptr ? speed->steps_per_sec() : std::nullopt;
+      if (running && steps_per_sec.has_value() && *steps_per_sec > 0) {
         absl::StrAppend(&line,
-                        absl::StrFormat(" ETA %.0fs", std::max(0.0, t - step) * seconds / step));
+                        absl::StrFormat(" ETA %.0fs", std::max(0.0, t - step) / *steps_per_sec));
       }
     }
     absl::StrAppend(&line, " samples ", job.total_samples(),
                     absl::StrFormat(" loss %.4f", job.progress().loss()));
-    const double elapsed = (job.progress().time_ms() - job.started_ms()) / 1000.0;
-    if (job.state() == dlrm::v1::JOB_STATE_RUNNING && elapsed > 0 && job.total_samples() > 0) {
-      absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", job.total_samples() / elapsed));
+    const std::optional<double> samples_per_sec =
+        speed != nullptr ? speed->samples_per_sec() : std::nullopt;
+    if (running && samples_per_sec.has_value()) {
+      absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", *samples_per_sec));
     }
   }
   if (job.state() == dlrm::v1::JOB_STATE_SUCCEEDED) {

@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
 #include "proto/coordinator.pb.h"
 #include "proto/jobs.pb.h"
@@ -63,10 +65,19 @@ struct ClusterSnapshot {
 // reason was recorded. Empty for RUNNING and SUCCEEDED. `cluster` may be null.
 std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster);
 
+// "2026-12-01T17:00:00Z" (UTC) for unix milliseconds; "-" for 0 or less (never set).
+std::string UtcTime(int64_t unix_ms);
+
 // One line per state change: "2026-12-01T17:00:00Z  RUNNING     started on ...".
 std::string HistoryLine(const dlrm::v1::JobStateChange& change);
+// `dlrmctl logs` as one document: {"job_id": "job-1", "history": [JobStateChange...]}, the
+// changes oldest first. Precondition: `format` is kJson or kYaml (jsonl is a change per line).
+std::string HistoryDocument(const std::string& job_id,
+                            const std::vector<dlrm::v1::JobStateChange>& history,
+                            OutputFormat format);
 // `dlrmctl describe`: the job in detail (as -o wide), its state history, the newest committed
-// checkpoints (`checkpoints`, may be empty) and its spec.
+// checkpoints (`checkpoints`, may be empty) and its spec, whose floats are written shortest
+// (0.9, not the stored 0.90000000000000002: ShortestFloats).
 std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
                            const std::vector<std::string>& checkpoints);
 
@@ -74,14 +85,53 @@ std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* clus
 // and times.
 std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot* cluster);
 // One line per job under a header; `wide` adds columns (parameter servers, loss, created time).
+// The MESSAGE column is one line; a job that failed with no recovery left starts it with that
+// ("no recovery left (3 of max_recoveries 3 used): <the last loss>"), leaving out the list of the
+// earlier recoveries (in `describe` and -o wide's detail).
 std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
                      const ClusterSnapshot* cluster);
-// One line for a watch event: "job-1 RUNNING step 120 samples 245760 loss 0.4512", with the
-// JobMessage in parentheses when there is one.
-std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster);
+// How fast the current run of a job trains, as a watcher measures it from the jobs of the events
+// it sees: steps and samples per second over the last 30 s of progress reports (by the
+// coordinator's report times). Only what the run trained while watched counts: a job resumed from
+// a checkpoint reports totals (step, samples) that start at the checkpoint's, a rank's first
+// report after a start can add a whole checkpoint's samples at once, and a recovery rolls the
+// totals back; none of that is a sample trained. A run starts over when the job leaves RUNNING,
+// its recoveries change or its step or a rank's samples go back.
+class RunSpeed {
+ public:
+  // Feeds the job of the next event (of one job).
+  void Observe(const dlrm::v1::Job& job);
+  // nullopt until the reports seen of the run span a second.
+  std::optional<double> steps_per_sec() const;
+  std::optional<double> samples_per_sec() const;
+
+ private:
+  std::optional<double> Seconds() const;  // the span of the window; nullopt under a second
+  struct Point {
+    int64_t time_ms = 0;  // the report's time (JobProgress.time_ms)
+    int64_t step = 0;
+    int64_t trained = 0;  // samples the ranks trained since the run's first point
+  };
+  void Restart();
+
+  std::string job_id_;
+  int32_t recoveries_ = 0;
+  std::vector<int64_t> rank_samples_;  // at the newest point; 0: no report yet this run
+  std::deque<Point> points_;           // oldest first, within the window (at least two)
+};
+
+// One line for a watch event: "job-1 RUNNING step 120/352 (34%) ETA 41s samples 245760 loss
+// 0.4512 5120 samples/s", with the JobMessage in parentheses when there is one. The ETA and the
+// rate come from `speed` (the watcher's, fed this job already), and are left out without it.
+std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
+                         const RunSpeed* speed = nullptr);
 // One line per member (id and name) under a header, then the epoch and shard map; `now_ms` ages
 // heartbeats; `wide` adds the metrics address, capabilities and registration age.
 std::string MemberTable(const dlrm::v1::GetClusterViewResponse& view, int64_t now_ms, bool wide);
+
+// `yaml` with every plain float scalar written in the fewest digits that read back as the same
+// double ("beta1: 0.90000000000000002" -> "beta1: 0.9"); everything else is left as it is.
+std::string ShortestFloats(absl::string_view yaml);
 
 // A member as people call it: its name, or its id when it registered without one.
 std::string MemberLabel(const dlrm::v1::Member& member);

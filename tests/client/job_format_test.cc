@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -15,6 +16,7 @@ namespace dlrm::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Strings that break naive YAML: indicators, keywords, numbers, quotes, escapes, and multi-line
 // text with every kind of trailing newline and indentation.
@@ -255,20 +257,183 @@ TEST(JobFormatMessage, OtherStates) {
               HasSubstr("PENDING (waiting for 1 idle worker and at least 1 parameter server)"));
 }
 
-TEST(JobFormatEventLine, ShowsPercentAndEtaWhenTheTotalIsKnown) {
+// A RUNNING job's event as the coordinator sends it: the newest report at `time_ms`, and each
+// rank's samples.
+dlrm::v1::Job Running(int64_t time_ms, int64_t step, std::vector<int64_t> rank_samples) {
   dlrm::v1::Job job;
   job.set_job_id("job-7");
   job.set_state(dlrm::v1::JOB_STATE_RUNNING);
   job.set_started_ms(1'000'000);
-  job.mutable_progress()->set_step(50);
-  job.mutable_progress()->set_time_ms(1'010'000);  // 50 steps in 10 s
+  job.mutable_progress()->set_step(step);
+  job.mutable_progress()->set_time_ms(time_ms);
+  int64_t total = 0;
+  for (int64_t s : rank_samples) {
+    job.add_rank_samples(s);
+    total += s;
+  }
+  job.set_total_samples(total);
+  return job;
+}
+
+TEST(JobFormatEventLine, ShowsPercentAndEtaWhenTheTotalIsKnown) {
+  RunSpeed speed;
+  dlrm::v1::Job job = Running(1'010'000, 50, {51'200});
   (*job.mutable_progress()->mutable_metrics())["total_steps"] = 200;
-  job.set_total_samples(51'200);
-  // 150 steps left at 5 steps/s; 51,200 samples in 10 s.
-  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("step 50/200 (25%) ETA 30s"));
-  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("loss 0.0000 5120 samples/s"));
+  speed.Observe(job);
+  // One report: no rate yet.
+  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("step 50/200 (25%) samples 51200"));
+  EXPECT_THAT(JobEventLine(job, nullptr, &speed), Not(HasSubstr("ETA")));
+  EXPECT_THAT(JobEventLine(job, nullptr, &speed), Not(HasSubstr("samples/s")));
+  job = Running(1'020'000, 100, {102'400});  // 50 steps and 51,200 samples in 10 s
+  (*job.mutable_progress()->mutable_metrics())["total_steps"] = 200;
+  speed.Observe(job);
+  // 100 steps left at 5 steps/s.
+  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("step 100/200 (50%) ETA 20s"));
+  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("loss 0.0000 5120 samples/s"));
   job.mutable_progress()->mutable_metrics()->erase("total_steps");
-  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("step 50 samples"));
+  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("step 100 samples"));
+  // Without the watcher's measure, no rate.
+  EXPECT_THAT(JobEventLine(job, nullptr), Not(HasSubstr("samples/s")));
+}
+
+// A job resumed from a checkpoint at step 900 of 1760, on 2 workers: its totals start at the
+// checkpoint's, and each rank's first report adds its share of them at once. The rate and the
+// ETA count only what the run trains: 2 x 51,200 samples and 50 steps in 2 s.
+TEST(JobFormatEventLine, ResumedJobCountsOnlyWhatThisRunTrains) {
+  RunSpeed speed;
+  std::vector<std::string> lines;
+  auto observe = [&](dlrm::v1::Job job) {
+    (*job.mutable_progress()->mutable_metrics())["total_steps"] = 1760;
+    speed.Observe(job);
+    lines.push_back(JobEventLine(job, nullptr, &speed));
+  };
+  observe(Running(1'001'000, 901, {916'384, 0}));        // rank 0's first report
+  observe(Running(1'001'100, 901, {916'384, 921'504}));  // rank 1's: the total doubles
+  EXPECT_THAT(lines.back(), HasSubstr("samples 1837888"));
+  EXPECT_THAT(lines.back(), Not(HasSubstr("samples/s")));  // nothing trained yet
+  observe(Running(1'003'100, 950, {967'584, 921'504}));
+  observe(Running(1'003'100, 951, {967'584, 972'704}));
+  const std::optional<double> rate = speed.samples_per_sec();
+  ASSERT_TRUE(rate.has_value());
+  EXPECT_NEAR(*rate, 102'400 / 2.1, 1);  // 48,762 samples/s, not the 600k of totals / time
+  // 50 steps in 2.1 s: 809 steps left take 34 s.
+  EXPECT_THAT(lines.back(), HasSubstr("step 951/1760 (54%) ETA 34s"));
+  EXPECT_THAT(lines.back(), HasSubstr(" 48762 samples/s"));
+}
+
+// A recovery rolls the job back to its checkpoint: the measure starts over, and the samples
+// trained again are counted as they come, not the drop.
+TEST(JobFormatEventLine, RecoveryStartsTheMeasureOver) {
+  RunSpeed speed;
+  speed.Observe(Running(1'001'000, 100, {102'400}));
+  speed.Observe(Running(1'011'000, 200, {204'800}));
+  EXPECT_NEAR(*speed.samples_per_sec(), 10'240, 1e-6);
+  dlrm::v1::Job recovering = Running(1'011'000, 200, {204'800});
+  recovering.set_state(dlrm::v1::JOB_STATE_RECOVERING);
+  recovering.set_recoveries(1);
+  speed.Observe(recovering);
+  EXPECT_FALSE(speed.samples_per_sec().has_value());
+  dlrm::v1::Job again = Running(1'020'000, 150, {153'600});  // from the checkpoint at step 150
+  again.set_recoveries(1);
+  speed.Observe(again);
+  again = Running(1'022'000, 170, {174'080});
+  again.set_recoveries(1);
+  speed.Observe(again);
+  EXPECT_NEAR(*speed.samples_per_sec(), 10'240, 1e-6);
+  EXPECT_NEAR(*speed.steps_per_sec(), 10, 1e-6);
+  // A rank that goes back with no change of state or recoveries seen (events coalesce): the same.
+  again = Running(1'030'000, 120, {122'880});
+  again.set_recoveries(1);
+  speed.Observe(again);
+  EXPECT_FALSE(speed.samples_per_sec().has_value());
+  again = Running(1'032'000, 140, {143'360});
+  again.set_recoveries(1);
+  speed.Observe(again);
+  EXPECT_NEAR(*speed.samples_per_sec(), 10'240, 1e-6);
+}
+
+TEST(JobFormatTable, NoRecoveryLeftComesFirstOnOneLine) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-3");
+  job.set_name("criteo");
+  job.set_state(dlrm::v1::JOB_STATE_FAILED);
+  job.set_message(
+      "rank 0 (m-9) lost a peer: Gloo connectFullMesh failed: Connection reset\nby peer; no "
+      "recovery left (3 of max_recoveries 3 used); recovery 1: member m-4 (WORKER rank 1) lease "
+      "expired; recovery 2: member m-7 (PS shard 0) left; recovery 3: rank 1 (m-8) lost a peer: "
+      "timeout");
+  for (const bool wide : {false, true}) {
+    const std::vector<std::string> lines =
+        absl::StrSplit(JobTable({job}, wide, nullptr), '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), 2u) << lines.back();  // the header and one line
+    EXPECT_THAT(lines[1], HasSubstr("no recovery left (3 of max_recoveries 3 used): rank 0 (m-9) "
+                                    "lost a peer: Gloo connectFullMesh failed: Connection reset "
+                                    "by peer"));
+    EXPECT_THAT(lines[1], Not(HasSubstr("recovery 1:")));
+  }
+  // The job's detail keeps the coordinator's whole message.
+  EXPECT_THAT(JobDetail(job, false, nullptr), HasSubstr("recovery 3: rank 1 (m-8)"));
+}
+
+TEST(JobFormatSpec, ShortestFloats) {
+  EXPECT_EQ(ShortestFloats("  beta1: 0.90000000000000002\n  learning_rate: "
+                           "0.050000000000000003\n"),
+            "  beta1: 0.9\n  learning_rate: 0.05\n");
+  EXPECT_EQ(ShortestFloats("dense: {type: adam, learning_rate: 0.001, epsilon: "
+                           "1.0000000000000001e-05}\nx: [0.10000000000000001, 2]"),
+            "dense: {type: adam, learning_rate: 0.001, epsilon: 1e-05}\nx: [0.1, 2]");
+  EXPECT_EQ(ShortestFloats("- 0.20000000000000001\n- 3\n"), "- 0.2\n- 3\n");
+  EXPECT_EQ(ShortestFloats("a: 2.0000000000000000\n"), "a: 2.0\n");  // still a float
+  // Left alone: what is not a plain float of 16 digits or more, and what is shortest already.
+  for (const char* yaml :
+       {"name: \"0.90000000000000002\"\n", "name: '0.90000000000000002'", "name: 1.10\n",
+        "train: [/data/0.10000000000000001.bin]\n", "# 0.10000000000000001\n",
+        "v: 0.30000000000000004\n", "steps: 12345678901234567\n", "x: 0.10000000000000001 m\n",
+        "name: v0.10000000000000001\n"}) {
+    EXPECT_EQ(ShortestFloats(yaml), yaml);
+  }
+  // Every value reads back the same.
+  const std::string spec =
+      "optimizer:\n  dense: {type: adam, learning_rate: 0.0030000000000000001, beta1: "
+      "0.90000000000000002, beta2: 0.999}\ndata:\n  eval_fraction: 0.10000000000000001\n";
+  const YAML::Node before = YAML::Load(spec);
+  const YAML::Node after = YAML::Load(ShortestFloats(spec));
+  EXPECT_EQ(after["optimizer"]["dense"]["learning_rate"].as<double>(),
+            before["optimizer"]["dense"]["learning_rate"].as<double>());
+  EXPECT_EQ(after["optimizer"]["dense"]["beta1"].as<double>(),
+            before["optimizer"]["dense"]["beta1"].as<double>());
+  EXPECT_EQ(after["data"]["eval_fraction"].as<double>(),
+            before["data"]["eval_fraction"].as<double>());
+}
+
+TEST(JobFormatDocument, HistoryIsOneDocument) {
+  std::vector<dlrm::v1::JobStateChange> history(3);
+  history[0].set_state(dlrm::v1::JOB_STATE_PENDING);
+  history[0].set_time_ms(1'000);
+  history[0].set_message("queued for 1 worker(s)");
+  history[1].set_state(dlrm::v1::JOB_STATE_RUNNING);
+  history[1].set_time_ms(2'000);
+  history[1].set_message("started: \"quoted\"\nand a second line");
+  history[1].set_job_epoch(3);
+  history[2].set_state(dlrm::v1::JOB_STATE_FAILED);
+  history[2].set_time_ms(3'000);
+  history[2].set_message("key: value # not a comment");
+  const auto json = nlohmann::json::parse(HistoryDocument("job-2", history, OutputFormat::kJson));
+  EXPECT_EQ(json["job_id"], "job-2");
+  ASSERT_EQ(json["history"].size(), 3u);
+  const YAML::Node yaml = YAML::Load(HistoryDocument("job-2", history, OutputFormat::kYaml));
+  EXPECT_EQ(yaml["job_id"].as<std::string>(), "job-2");
+  ASSERT_EQ(yaml["history"].size(), 3u);
+  for (size_t i = 0; i < history.size(); ++i) {
+    EXPECT_EQ(json["history"][i], nlohmann::json::parse(ToJson(history[i]))) << i;
+    EXPECT_EQ(yaml["history"][i]["state"].as<std::string>(), json["history"][i]["state"]);
+    EXPECT_EQ(yaml["history"][i]["message"].as<std::string>(), history[i].message());
+    EXPECT_EQ(yaml["history"][i]["time_ms"].as<std::string>(), json["history"][i]["time_ms"]);
+  }
+  // No changes: still one document with an empty list.
+  EXPECT_TRUE(
+      nlohmann::json::parse(HistoryDocument("job-2", {}, OutputFormat::kJson))["history"].empty());
+  EXPECT_EQ(YAML::Load(HistoryDocument("job-2", {}, OutputFormat::kYaml))["history"].size(), 0u);
 }
 
 TEST(JobFormatMembers, TableShowsNamesAndDashesForNone) {
