@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -13,9 +14,13 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
@@ -35,20 +40,25 @@ constexpr const char* kCommands[] = {"submit",      "status",  "describe", "logs
 
 constexpr char kFooter[] = R"(Output (-o):
   table, wide   for people (wide: more columns)
-  json, yaml    one document per call; watch and submit --wait print only the final job
-  jsonl         one line per document; watch and submit --wait print one JSON event per line
+  json, yaml    one document per call; watch and submit --wait print only the final job, logs
+                {"job_id", "history"}
+  jsonl         one line per document; watch and submit --wait print one JSON event per line,
+                logs one state change per line
 
 Exit codes:
-  0  success (watch, submit --wait: the job SUCCEEDED)
+  0  success (watch, submit --wait, logs -f: the job SUCCEEDED)
   1  the job FAILED or was CANCELLED, or an error without a code of its own
-  2  usage: unknown command, bad flag or value
+  2  usage: unknown command, bad flag or value (also an address without a port, TLS or token
+     files that cannot be read)
   3  not found: no such job
-  4  coordinator unavailable: unreachable, or no answer within --timeout
-  5  unauthenticated or permission denied
+  4  coordinator unavailable: unreachable, or no answer within --timeout (watch: its first)
+  5  unauthenticated or permission denied (also a TLS handshake the coordinator answered but
+     that failed, e.g. an admin certificate of another CA)
 )";
 
 struct Flags {
   std::string coordinator;
+  bool coordinator_given = false;  // by --coordinator (else $DLRM_COORDINATOR or the default)
   TlsFlags tls;            // --tls-dir (or DLRM_TLS_DIR): the admin identity of `dlrm certs`
   std::string token_file;  // --token-file (or DLRM_TOKEN): a bearer token instead
   double timeout_s = 10;
@@ -67,6 +77,90 @@ struct Flags {
   // list
   std::string state;
 };
+
+// A flag's value that cannot work (an address without a port, TLS files or a token that cannot be
+// read) is a usage error: its status carries this payload, and dlrmctl exits kExitUsage.
+constexpr absl::string_view kUsagePayload = "dlrm.dlrmctl/usage";
+
+absl::Status UsageStatus(absl::Status status) {
+  status.SetPayload(kUsagePayload, absl::Cord());
+  return status;
+}
+
+bool IsUsageStatus(const absl::Status& status) {
+  return status.GetPayload(kUsagePayload).has_value();
+}
+
+// The coordinator's address, as gRPC would dial it: HOST:PORT with a port from 1 to 65535 (or a
+// service name; "127.0.0.1:" dialled port 0), [IPV6]:PORT, or a gRPC target URI
+// ("dns:///host:port", "unix:/path"), left to gRPC. `source` names where it came from.
+absl::Status CheckCoordinatorAddress(const std::string& address, const std::string& source) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " '", address, "': ", why, "; give HOST:PORT, e.g. 127.0.0.1:50051"));
+  };
+  if (address.empty()) return bad("empty");
+  for (const absl::string_view scheme :
+       {"dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
+    if (absl::StartsWith(address, scheme)) return absl::OkStatus();
+  }
+  if (absl::StrContains(address, "://")) return absl::OkStatus();
+  absl::string_view host;
+  absl::string_view port;
+  if (address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return bad("no port after the bracketed address");
+    }
+    host = absl::string_view(address).substr(1, close - 1);
+    port = absl::string_view(address).substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) return bad("no port");
+    if (address.find(':') != colon) return bad("an IPv6 address goes in brackets, [::1]:PORT");
+    host = absl::string_view(address).substr(0, colon);
+    port = absl::string_view(address).substr(colon + 1);
+  }
+  if (host.empty()) return bad("no host");
+  if (port.empty()) return bad("no port after the colon");
+  // A service name ("https") is looked up as gRPC would; a number must be a port one can dial.
+  if (absl::ascii_isalpha(static_cast<unsigned char>(port.front())) &&
+      std::all_of(port.begin(), port.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
+      })) {
+    return absl::OkStatus();
+  }
+  int number = 0;
+  if (!std::all_of(port.begin(), port.end(),
+                   [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }) ||
+      !absl::SimpleAtoi(port, &number) || number < 1 || number > 65535) {
+    return bad(absl::StrCat("port '", port, "' is not a number from 1 to 65535"));
+  }
+  return absl::OkStatus();
+}
+
+// gRPC reports a failed TLS handshake as UNAVAILABLE, like a coordinator that is down; only its
+// message tells them apart. Empty when `status` is not one; else what failed, for people.
+std::string TlsHandshakeFailure(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return "";
+  const std::string message = absl::AsciiStrToLower(status.message());
+  if (absl::StrContains(message, "certificate verify failed")) {
+    return "the coordinator's certificate is not signed by the CA this client trusts (ca.crt of "
+           "--tls-dir, or --tls-ca): give the admin certificate of the coordinator's own CA";
+  }
+  if (absl::StrContains(message, "is not in peer certificate")) {
+    return "the coordinator's certificate does not name the host dialled: give the name it "
+           "carries with --tls-server-name";
+  }
+  if (absl::StrContains(message, "wrong version number")) {
+    return "the coordinator does not speak TLS (it runs with --insecure?): leave out --tls-dir "
+           "(and $DLRM_TLS_DIR)";
+  }
+  if (absl::StrContains(message, "ssl handshake failed")) {
+    return "gRPC's message above says why";
+  }
+  return "";
+}
 
 bool NeedsExplaining(const dlrm::v1::Job& job) {
   return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
@@ -161,7 +255,8 @@ class Command {
         return kExitOk;
       }
       auto now = (*client)->Get(flags_.job_id);
-      if (now.ok() && IsTerminalJobState(now->state())) {
+      if (!now.ok()) return Fail(now.status());  // e.g. 4: the coordinator cannot be reached
+      if (IsTerminalJobState(now->state())) {
         err_ << "job " << flags_.job_id << " ended (" << StateName(now->state())
              << ") before a new checkpoint was committed" << std::endl;
         return kExitFailed;
@@ -210,11 +305,9 @@ class Command {
     out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %s\n", "NAME", "STEP", "CREATED", "BYTES",
                             "KIND");
     for (const embedding::CheckpointManifest& m : *list) {
-      out_ << absl::StrFormat(
-          "%-20s %10d  %-20s %14d  %s\n", m.name, m.step,
-          absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMicros(m.created_unix * 1e6),
-                           absl::UTCTimeZone()),
-          m.total_bytes(), m.incremental ? "incremental" : "full");
+      out_ << absl::StrFormat("%-20s %10d  %-20s %14d  %s\n", m.name, m.step,
+                              UtcTime(static_cast<int64_t>(std::llround(m.created_unix * 1000))),
+                              m.total_bytes(), m.incremental ? "incremental" : "full");
     }
     if (list->empty()) err_ << "no committed checkpoint in " << root << std::endl;
     return kExitOk;
@@ -327,44 +420,70 @@ class Command {
   }
 
   // The job's event log: every state change with its reason; with -f, new ones as they come
-  // until the job ends (exit code as for watch).
+  // until the job ends, and the exit code as for watch (1 when it FAILED or was CANCELLED, also
+  // when it had already). -o json and yaml print one document, {"job_id", "history"} (with -f
+  // once the job ended); jsonl a change per line as it comes.
   int Logs() {
     auto client = Connect();
     if (!client.ok()) return Fail(client.status());
     auto job = (*client)->Get(flags_.job_id);
     if (!job.ok()) return Fail(job.status());
     std::set<std::string> printed;
+    std::vector<dlrm::v1::JobStateChange> history;
     auto print_new = [&](const dlrm::v1::Job& j) {
       for (const dlrm::v1::JobStateChange& change : j.history()) {
-        const std::string key = change.SerializeAsString();
-        if (!printed.insert(key).second) continue;
-        if (format_ == OutputFormat::kJsonl || format_ == OutputFormat::kJson) {
+        if (!printed.insert(change.SerializeAsString()).second) continue;
+        history.push_back(change);
+        if (format_ == OutputFormat::kJsonl) {
           out_ << ToDocument(change, OutputFormat::kJsonl);
-        } else {
+        } else if (!IsDocumentFormat(format_)) {
           out_ << HistoryLine(change) << "\n";
         }
       }
       out_ << std::flush;
     };
     print_new(*job);
-    if (!flags_.follow || IsTerminalJobState(job->state())) return kExitOk;
-    auto last = (*client)->Watch(flags_.job_id, [&](const dlrm::v1::JobEvent& event) {
-      print_new(event.job());
-      return true;
-    });
-    if (!last.ok()) return Fail(last.status());
-    return last->state() == dlrm::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+    dlrm::v1::JobState state = job->state();
+    if (flags_.follow && !IsTerminalJobState(state)) {
+      auto last = (*client)->Watch(flags_.job_id, [&](const dlrm::v1::JobEvent& event) {
+        print_new(event.job());
+        return true;
+      });
+      if (!last.ok()) return Fail(last.status());
+      state = last->state();
+    }
+    if (format_ == OutputFormat::kJson || format_ == OutputFormat::kYaml) {
+      out_ << HistoryDocument(flags_.job_id, history, format_);
+    }
+    if (!flags_.follow) return kExitOk;
+    return state == dlrm::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
   }
 
  private:
   bool wide() const { return format_ == OutputFormat::kWide; }
 
-  // Prints `status` and returns `code`, by default the one its status code maps to.
+  // Prints `status` and returns `code`, by default the one its status code maps to (kExitUsage
+  // for a flag's value that cannot work).
   int Fail(const absl::Status& status, std::optional<int> code = std::nullopt) {
+    if (IsUsageStatus(status)) {
+      err_ << "dlrmctl: " << absl::StripPrefix(status.message(), "dlrmctl: ")
+           << "\nRun 'dlrmctl --help' for usage.\n";
+      return kExitUsage;
+    }
     err_ << "dlrmctl: " << status.message() << " [" << absl::StatusCodeToString(status.code())
          << "]\n";
     const int exit_code = code.value_or(ExitCodeForStatus(status));
-    if (exit_code == kExitUnavailable) {
+    if (const std::string tls = TlsHandshakeFailure(status); !tls.empty()) {
+      err_ << "dlrmctl: the coordinator at " << flags_.coordinator
+           << " answered, but the TLS handshake failed: " << tls << ".\n";
+    } else if (exit_code == kExitUnavailable && tls_ &&
+               absl::StrContains(status.message(), "Socket closed")) {
+      err_ << "dlrmctl: the coordinator at " << flags_.coordinator
+           << " closed the connection during the TLS handshake. It does so when its CA did not "
+              "sign this client's certificate (--tls-dir of another cluster?), and gRPC does not "
+              "tell that apart from a coordinator going away, hence exit code 4: check that "
+              "--tls-dir holds the admin certificate of the coordinator's CA.\n";
+    } else if (exit_code == kExitUnavailable) {
       err_ << "dlrmctl: is a coordinator running at " << flags_.coordinator
            << "? Pass --coordinator HOST:PORT or set $DLRM_COORDINATOR. A coordinator with mutual "
               "TLS also needs --tls-dir (the admin certificate of its CA) and, when its "
@@ -373,13 +492,25 @@ class Command {
     return exit_code;
   }
 
+  // The client the flags describe. A flag's value that cannot work is a usage error
+  // (UsageStatus), found before anything is dialled.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect() {
     CoordinatorClientOptions options;
     options.address = flags_.coordinator;
     options.timeout = absl::Seconds(flags_.timeout_s);
+    if (absl::Status address = CheckCoordinatorAddress(
+            flags_.coordinator, flags_.coordinator_given ? "--coordinator" : "$DLRM_COORDINATOR");
+        !address.ok()) {
+      return UsageStatus(address);
+    }
     TlsFlags tls = flags_.tls;
-    DLRM_ASSIGN_OR_RETURN(tls.token, ReadClientToken(flags_.token_file));
-    DLRM_ASSIGN_OR_RETURN(options.security, ResolveTls(tls, "", "dlrmctl"));
+    absl::StatusOr<std::string> token = ReadClientToken(flags_.token_file);
+    if (!token.ok()) return UsageStatus(token.status());
+    tls.token = *std::move(token);
+    absl::StatusOr<common::TransportSecurity> security = ResolveTls(tls, "", "dlrmctl");
+    if (!security.ok()) return UsageStatus(security.status());
+    options.security = *std::move(security);
+    tls_ = options.security.tls();
     return CoordinatorClient::Create(options);
   }
 
@@ -408,13 +539,15 @@ class Command {
   // Streams `job_id` until it ends: a line per change for people, a JSON event per line for
   // jsonl, the final job alone for json and yaml. Returns the exit code of its final state.
   int WatchUntilDone(CoordinatorClient& client, const std::string& job_id) {
+    RunSpeed speed;
     auto last = client.Watch(job_id, [&](const dlrm::v1::JobEvent& event) {
+      speed.Observe(event.job());
       if (format_ == OutputFormat::kJsonl) {
         out_ << ToDocument(event, format_) << std::flush;
       } else if (!IsDocumentFormat(format_)) {
         std::optional<ClusterSnapshot> cluster;
         if (NeedsExplaining(event.job())) cluster = ReadCluster(client);
-        const std::string line = JobEventLine(event.job(), cluster ? &*cluster : nullptr);
+        const std::string line = JobEventLine(event.job(), cluster ? &*cluster : nullptr, &speed);
         if (terminal_) {
           // On a terminal the running job's line is redrawn in place; other states stay.
           const bool running = event.job().state() == dlrm::v1::JOB_STATE_RUNNING;
@@ -442,7 +575,28 @@ class Command {
   // Table output to a terminal: watch redraws the running job's line (plain lines otherwise).
   const bool terminal_ = &out_ == &std::cout && isatty(STDOUT_FILENO) == 1;
   bool line_open_ = false;
+  bool tls_ = false;  // Connect chose TLS
 };
+
+// --timeout and --wait-timeout: a finite number of seconds > 0.
+CLI::Validator PositiveSeconds() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        double seconds = 0;
+        if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds) && seconds > 0) return "";
+        return absl::StrCat("'", value, "' is not a number of seconds > 0");
+      },
+      "SECONDS");
+}
+
+// A job id argument: not empty (`status ""`).
+CLI::Validator JobId() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        return value.empty() ? "the job id is empty (give one, e.g. job-1)" : "";
+      },
+      "JOB");
+}
 
 // The first argument that is neither an option nor a global option's value: the command the
 // user meant to run.
@@ -489,6 +643,8 @@ int ExitCodeForStatus(const absl::Status& status) {
     case absl::StatusCode::kNotFound:
       return kExitNotFound;
     case absl::StatusCode::kUnavailable:
+      // A coordinator that answered, but whose TLS handshake failed: not one that is down.
+      return TlsHandshakeFailure(status).empty() ? kExitUnavailable : kExitDenied;
     case absl::StatusCode::kDeadlineExceeded:
       return kExitUnavailable;
     case absl::StatusCode::kUnauthenticated:
@@ -507,10 +663,12 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   app.fallthrough();
   app.require_subcommand(1);
   app.footer(kFooter);
-  app.add_option("--coordinator", flags.coordinator,
-                 "coordinator address host:port (default $DLRM_COORDINATOR or 127.0.0.1:50051)");
-  app.add_option("--timeout", flags.timeout_s, "deadline of each call, seconds")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* coordinator = app.add_option(
+      "--coordinator", flags.coordinator,
+      "coordinator address host:port (default $DLRM_COORDINATOR or 127.0.0.1:50051)");
+  app.add_option("--timeout", flags.timeout_s,
+                 "deadline of each call, and of the first answer of a watch, seconds")
+      ->check(PositiveSeconds());
   app.add_option("-o,--output", flags.output, "output format: table, wide, json, yaml, jsonl")
       ->check(CLI::IsMember(OutputFormatNames()));
   AddTlsFlags(&app, &flags.tls);
@@ -528,17 +686,17 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
                      "continue from a checkpoint, or the newest in a checkpoint folder "
                      "(docs/CHECKPOINTS.md)");
   CLI::App* status = app.add_subcommand("status", "show one job");
-  status->add_option("job", flags.job_id, "job id")->required();
+  status->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   CLI::App* describe = app.add_subcommand(
       "describe", "show a job in detail: members, state history, checkpoints, spec");
-  describe->add_option("job", flags.job_id, "job id")->required();
+  describe->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   CLI::App* logs = app.add_subcommand("logs", "print a job's state changes with their reasons");
-  logs->add_option("job", flags.job_id, "job id")->required();
+  logs->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   logs->add_flag("-f,--follow", flags.follow, "keep printing new ones until the job ends");
   CLI::App* watch = app.add_subcommand("watch", "stream a job's progress until it ends");
-  watch->add_option("job", flags.job_id, "job id")->required();
+  watch->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a pending or running job");
-  cancel->add_option("job", flags.job_id, "job id")->required();
+  cancel->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   cancel->add_option("--reason", flags.reason, "recorded in the job's message");
   CLI::App* list = app.add_subcommand("list", "list jobs, oldest first");
   list->add_option("--state", flags.state,
@@ -547,15 +705,15 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
                                 CLI::ignore_case));
   CLI::App* checkpoint = app.add_subcommand(
       "checkpoint", "ask a running job for a checkpoint now (taken within 50 steps)");
-  checkpoint->add_option("job", flags.job_id, "job id")->required();
+  checkpoint->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   checkpoint->add_flag("--wait", flags.wait,
                        "wait until it is committed, then print its path (reads the job's "
                        "checkpoint folder)");
   checkpoint->add_option("--wait-timeout", flags.wait_timeout_s, "seconds --wait waits")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveSeconds());
   CLI::App* checkpoints = app.add_subcommand(
       "checkpoints", "list a job's committed checkpoints (reads its checkpoint folder)");
-  checkpoints->add_option("job", flags.job_id, "job id")->required();
+  checkpoints->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   CLI::App* members =
       app.add_subcommand("members", "list cluster members (ids and names) and the shard map");
   CLI::App* version = app.add_subcommand("version", "print the client's and server's versions");
@@ -569,6 +727,7 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   } catch (const CLI::ParseError& e) {
     return UsageError(e, argc, argv, err);
   }
+  flags.coordinator_given = coordinator->count() > 0;
   Command command(flags, out, err);
   if (submit->parsed()) return command.Submit();
   if (status->parsed()) return command.Status();

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -58,15 +60,23 @@ absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
   common::TransportSecurity security;
   const bool files = !flags.cert.empty() || !flags.key.empty() || !flags.ca.empty();
   std::string dir = flags.dir;
+  std::string dir_source = "--tls-dir";  // what the user gave: named in errors
   if (dir.empty() && !files) {
     const char* env = getenv("DLRM_TLS_DIR");
     if (env != nullptr) dir = env;
+    dir_source = "$DLRM_TLS_DIR";
   }
   if (!dir.empty() && files) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": give --tls-dir or --tls-cert/--tls-key/--tls-ca, not both"));
   }
   if (!dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return absl::NotFoundError(absl::StrCat(who, ": ", dir_source, " '", dir,
+                                              "' is not a folder (it should hold tls.crt, tls.key "
+                                              "and ca.crt, as `dlrm certs` writes them)"));
+    }
     security = common::TransportSecurity::FromDir(dir);
   } else if (files && !flags.token.empty() && flags.cert.empty() && flags.key.empty()) {
     // A client with a token: the CA to check the server, no certificate of its own.
@@ -94,13 +104,17 @@ absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
     }
     security.server_name = flags.server_name;
     security.bearer_token = flags.token;
-    DLRM_RETURN_IF_ERROR(
-        common::ReadPemFile(security.root_certs_path, "TLS CA (--tls-ca)").status());
-    if (!security.cert_chain_path.empty()) {
+    // Each file is named by the flag the user gave: their --tls-dir, not a --tls-ca never given.
+    auto check = [&](const std::string& path, const char* what, const char* flag,
+                     const char* file) {
+      const std::string from = dir.empty() ? flag : absl::StrCat(file, " of ", dir_source);
+      return Annotate(common::ReadPemFile(path, absl::StrCat(what, " (", from, ")")).status(), who);
+    };
+    DLRM_RETURN_IF_ERROR(check(security.root_certs_path, "TLS CA", "--tls-ca", "ca.crt"));
+    if (!security.cert_chain_path.empty()) {  // else a client with a token
       DLRM_RETURN_IF_ERROR(
-          common::ReadPemFile(security.cert_chain_path, "TLS certificate (--tls-cert)").status());
-      DLRM_RETURN_IF_ERROR(
-          common::ReadPemFile(security.private_key_path, "TLS key (--tls-key)").status());
+          check(security.cert_chain_path, "TLS certificate", "--tls-cert", "tls.crt"));
+      DLRM_RETURN_IF_ERROR(check(security.private_key_path, "TLS key", "--tls-key", "tls.key"));
     }
     return security;
   }

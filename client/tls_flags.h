@@ -45,8 +45,10 @@ absl::StatusOr<std::string> ReadClientToken(const std::string& path);
 // The transport security the flags ask for. `listen_address` is the gRPC address the process
 // serves ("" for a process that only dials out). INVALID_ARGUMENT naming the flag for a partial
 // set of files or TLS together with --insecure; FAILED_PRECONDITION naming the address for
-// plaintext off loopback without --insecure; the errors of common::ReadPemFile for files that
-// cannot be read (checked here, so a bad path stops the process at once).
+// plaintext off loopback without --insecure; NOT_FOUND for a --tls-dir (or $DLRM_TLS_DIR) that
+// is not a folder; the errors of common::ReadPemFile for files that cannot be read (checked here,
+// so a bad path stops the process at once), each naming the flag the file came from ("ca.crt of
+// --tls-dir", "--tls-ca"). Every message starts with `who`.
 absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
                                                      const std::string& listen_address,
                                                      const std::string& who);

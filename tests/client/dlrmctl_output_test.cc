@@ -1,6 +1,8 @@
 // What a dlrmctl user sees: one document per call under -o json|yaml|jsonl, member names, why a
 // job is pending, exit codes per kind of error, the command list on an unknown command, the
 // version. Against a real in-process coordinator (tests/client/client_fixture.h).
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_util.h"
+#include "embedding/checkpoint_manifest.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -140,9 +143,11 @@ TEST_F(DlrmctlOutputTest, DescribeAndLogsTellTheStateHistory) {
   ASSERT_EQ(Ctl({"logs", "job-1", "-o", "jsonl"}, &out, &err), kExitOk) << err;
   ASSERT_EQ(Lines(out).size(), 3u);
   EXPECT_EQ(nlohmann::json::parse(Lines(out)[2])["state"], "JOB_STATE_FAILED");
-  // -f on a job that is over prints the same and returns.
-  ASSERT_EQ(Ctl({"logs", "job-1", "-f"}, &out, &err), kExitOk) << err;
+  // -f on a job that is over prints the same and returns, with the exit code of watch: the job
+  // FAILED (it exited 0).
+  ASSERT_EQ(Ctl({"logs", "job-1", "-f"}, &out, &err), kExitFailed) << err;
   EXPECT_EQ(Lines(out).size(), 3u);
+  EXPECT_EQ(Ctl({"watch", "job-1"}, &out, &err), kExitFailed) << err;
 
   ASSERT_EQ(Ctl({"describe", "job-1"}, &out, &err), kExitOk) << err;
   EXPECT_THAT(out, HasSubstr("history:"));
@@ -156,6 +161,89 @@ TEST_F(DlrmctlOutputTest, DescribeAndLogsTellTheStateHistory) {
   // The coordinator reports its version.
   ASSERT_EQ(Ctl({"version", "-o", "json"}, &out, &err), kExitOk) << err;
   EXPECT_EQ(nlohmann::json::parse(out)["server_version"], kDlrmctlVersion);
+}
+
+// logs under json and yaml is one document per call (it printed a JSON object per line, and the
+// table under yaml); jsonl is a change per line.
+TEST_F(DlrmctlOutputTest, LogsIsOneDocumentPerCall) {
+  RegisterPs();
+  StartWorker(/*fail=*/true);
+  std::string out, err;
+  EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--wait"}, &out, &err), kExitFailed);
+  for (const std::vector<std::string>& follow :
+       {std::vector<std::string>{}, std::vector<std::string>{"-f"}}) {
+    std::vector<std::string> args = {"logs", "job-1", "-o", "json"};
+    args.insert(args.end(), follow.begin(), follow.end());
+    ASSERT_EQ(Ctl(args, &out, &err), follow.empty() ? kExitOk : kExitFailed) << err;
+    const auto json = nlohmann::json::parse(out);  // throws unless the whole output is one value
+    EXPECT_EQ(json["job_id"], "job-1");
+    ASSERT_EQ(json["history"].size(), 3u) << out;
+    EXPECT_EQ(json["history"][0]["state"], "JOB_STATE_PENDING");
+    EXPECT_EQ(json["history"][2]["state"], "JOB_STATE_FAILED");
+    EXPECT_THAT(json["history"][2]["message"].get<std::string>(), HasSubstr("disk on fire"));
+
+    args[3] = "yaml";
+    ASSERT_EQ(Ctl(args, &out, &err), follow.empty() ? kExitOk : kExitFailed) << err;
+    const YAML::Node yaml = YAML::Load(out);
+    EXPECT_EQ(yaml["job_id"].as<std::string>(), "job-1") << out;
+    ASSERT_EQ(yaml["history"].size(), 3u) << out;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(yaml["history"][i]["state"].as<std::string>(), json["history"][i]["state"]);
+      EXPECT_EQ(yaml["history"][i]["message"].as<std::string>(), json["history"][i]["message"]);
+    }
+  }
+  ASSERT_EQ(Ctl({"logs", "job-1", "-o", "jsonl"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(Lines(out).size(), 3u);
+}
+
+// describe shows the spec with floats as people write them (0.90000000000000002 was shown).
+TEST_F(DlrmctlOutputTest, DescribeWritesTheSpecsFloatsShortest) {
+  const std::string spec = dir_.Sub("adam.yaml");
+  std::ofstream(spec) << dlrm::testing::kTinySpec
+                      << "optimizer:\n  dense: {type: adam, learning_rate: 0.003, beta1: 0.9}\n"
+                         "  sparse: {type: rowwise_adagrad, learning_rate: 0.05}\n";
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Ctl({"describe", "job-1"}, &out, &err), kExitOk) << err;
+  const std::string shown = out.substr(out.find("\nspec:\n") + 7);
+  EXPECT_THAT(shown, Not(::testing::ContainsRegex("[0-9]\\.[0-9]{15}"))) << shown;
+  EXPECT_THAT(shown, HasSubstr("learning_rate: 0.003"));
+  EXPECT_THAT(shown, HasSubstr("beta1: 0.9"));
+  EXPECT_THAT(shown, HasSubstr("learning_rate: 0.05"));
+  // The same values as the stored spec.
+  auto job = client_->Get("job-1");
+  ASSERT_TRUE(job.ok());
+  std::string unindented;
+  for (const std::string& line : Lines(shown)) absl::StrAppend(&unindented, line.substr(2), "\n");
+  const YAML::Node described = YAML::Load(unindented);
+  const YAML::Node stored = YAML::Load(job->spec_yaml());
+  for (const char* key : {"learning_rate", "beta1", "beta2", "epsilon"}) {
+    if (!stored["optimizer"]["dense"][key]) continue;
+    EXPECT_EQ(described["optimizer"]["dense"][key].as<double>(),
+              stored["optimizer"]["dense"][key].as<double>())
+        << key;
+  }
+}
+
+// The checkpoints table's CREATED column is in the form of every other time dlrmctl prints:
+// 2026-12-01T17:00:00Z.
+TEST_F(DlrmctlOutputTest, CheckpointsTableTimesAreUtcIso) {
+  const std::string root = dir_.Sub("ckpt");
+  const std::string spec = dir_.Sub("ckpt.yaml");
+  std::ofstream(spec) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << root << "\n";
+  embedding::CheckpointManifest manifest;
+  manifest.name = embedding::CheckpointDirName(100);
+  manifest.job_name = "tiny";
+  manifest.step = 100;
+  manifest.created_unix = 1796400000.25;  // 2026-12-04T16:00:00Z
+  const std::string dir = absl::StrCat(root, "/", manifest.name);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(embedding::CommitManifest(dir, manifest).ok());
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Lines(out).size(), 2u) << out << err;
+  EXPECT_THAT(Lines(out)[1], HasSubstr("2026-12-04T16:00:00Z")) << out;
 }
 
 TEST_F(DlrmctlOutputTest, MembersShowNamesNextToIds) {
@@ -291,6 +379,19 @@ TEST(DlrmctlExitCodes, MapStatusCodes) {
     EXPECT_EQ(ExitCodeForStatus(common::FromGrpcStatus(grpc::Status(code, "x"))), exit_code)
         << code;
   }
+  // gRPC's UNAVAILABLE for a TLS handshake that a coordinator answered but that failed: refused
+  // credentials, not a coordinator that is down.
+  for (const char* message :
+       {"failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5: Ssl handshake "
+        "failed: SSL_ERROR_SSL: error:0A000086:SSL routines::certificate verify failed",
+        "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5: Peer name "
+        "elsewhere is not in peer certificate"}) {
+    EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError(message)), kExitDenied) << message;
+  }
+  EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError(
+                "failed to connect to all addresses; last error: UNAVAILABLE: "
+                "ipv4:127.0.0.1:5: Socket closed")),
+            kExitUnavailable);
   // Distinct codes for distinct causes.
   const std::vector<int> codes = {kExitOk,       kExitFailed,      kExitUsage,
                                   kExitNotFound, kExitUnavailable, kExitDenied};
