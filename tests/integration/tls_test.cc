@@ -100,10 +100,14 @@ TEST_F(TlsTest, OnlyTheClusterCaGetsIn) {
                                   "admin-files");
   EXPECT_EQ(by_file.exit_code, 0) << by_file.err;
 
-  // Another CA's certificate, and no certificate at all: the handshake fails, so the call is
-  // UNAVAILABLE (exit 4), and nothing reached the coordinator.
+  // Another CA's certificate, and no certificate at all: the handshake fails and nothing
+  // reaches the coordinator. The client refuses the coordinator's certificate (not signed by
+  // the CA it trusts): exit 5, naming the CA; a plaintext client sees a peer that goes away,
+  // which gRPC cannot tell from an unreachable one: exit 4.
   ProcessResult foreign = Dlrmctl(port, {"--tls-dir", dir_ + "/theirs/admin"}, "foreign");
-  EXPECT_EQ(foreign.exit_code, 4) << foreign.out << foreign.err;
+  EXPECT_EQ(foreign.exit_code, 5) << foreign.out << foreign.err;
+  EXPECT_TRUE(absl::StrContains(foreign.err, "not signed by the CA this client trusts"))
+      << foreign.err;
   ProcessResult plaintext = Dlrmctl(port, {}, "plaintext");
   EXPECT_EQ(plaintext.exit_code, 4) << plaintext.out << plaintext.err;
   ProcessResult partial =
