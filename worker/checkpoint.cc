@@ -346,11 +346,19 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
                                                      const RestoreOptions& options,
                                                      Trainer* trainer,
                                                      embedding::EmbeddingStore* store) {
-  const int rank = options.rank;
   // Every file of every link is verified before anything is read.
   DLRM_ASSIGN_OR_RETURN(ValidCheckpoint valid, FindValidCheckpoint(path));
-  const std::string& dir = valid.dir;
-  const std::vector<CheckpointManifest>& chain = valid.chain;
+  return RestoreCheckpoint(valid, options, trainer, store);
+}
+
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const ValidCheckpoint& checkpoint,
+                                                     const RestoreOptions& options,
+                                                     Trainer* trainer,
+                                                     embedding::EmbeddingStore* store) {
+  const int rank = options.rank;
+  const std::string& dir = checkpoint.dir;
+  const std::vector<CheckpointManifest>& chain = checkpoint.chain;
+  DLRM_CHECK(!chain.empty()) << dir << ": a checkpoint without its chain";
   const CheckpointManifest& newest = chain.back();
   DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(newest, trainer->spec()));
   // Every rank of the writer stood at the same epoch and batch (a step is one batch of each).

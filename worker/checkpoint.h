@@ -271,7 +271,14 @@ absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path);
 // INVALID_ARGUMENT naming both sizes when they are not a whole number of its batches. DATA_LOSS
 // naming the file when a checksum or a file's
 // layout is wrong; nothing is loaded then (the files are verified before anything is applied).
+// FindValidCheckpoint(path), then the overload below.
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
+                                                     const RestoreOptions& options,
+                                                     Trainer* trainer,
+                                                     embedding::EmbeddingStore* store);
+// The same for a checkpoint FindValidCheckpoint found, whose files it verified: they are read
+// once more, to load them, and not checksummed again (a file's layout is still checked).
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const ValidCheckpoint& checkpoint,
                                                      const RestoreOptions& options,
                                                      Trainer* trainer,
                                                      embedding::EmbeddingStore* store);

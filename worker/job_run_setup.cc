@@ -1,6 +1,8 @@
 // WorkerProcess::JobRun::SetUp (job_run.h): a run's parameter servers, collectives, input and
 // trainer, the checkpoint it resumes from, its hot rows and its checkpointer.
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "worker/job_run.h"
 #include "worker/local_devices.h"
@@ -155,12 +157,15 @@ absl::Status WorkerProcess::JobRun::Restore() {
   // loads the same one even while a checkpoint is being committed.
   client::CoordinatorClient* client = worker_.client_.get();
   std::string resume_from = spec_.checkpoint.resume_from;
+  // Rank 0's choice after a recovery, its files verified: loaded without checksumming them again.
+  std::optional<ValidCheckpoint> chosen_newest;
   if (job_.recovery() > 0 && !spec_.checkpoint.dir.empty()) {
     const std::string key = absl::StrCat("job/", job_id_, "/", job_.job_epoch(), "/resume_from");
     if (rank_ == 0) {
       absl::StatusOr<ValidCheckpoint> newest = FindValidCheckpoint(spec_.checkpoint.dir);
       if (newest.ok()) {
         resume_from = newest->dir;
+        chosen_newest = *std::move(newest);
       } else if (!absl::IsNotFound(newest.status())) {
         return newest.status();
       }
@@ -180,12 +185,13 @@ absl::Status WorkerProcess::JobRun::Restore() {
   // starts in the job's numbering.
   resumed_ = !resume_from.empty();
   if (!resumed_) return absl::OkStatus();
+  const RestoreOptions restore_options{
+      .rank = rank_, .world_size = world_, .load_rows = rank_ == 0, .set_steps = false};
   DLRM_ASSIGN_OR_RETURN(
       RestoredCheckpoint restored,
-      RestoreCheckpoint(
-          resume_from,
-          {.rank = rank_, .world_size = world_, .load_rows = rank_ == 0, .set_steps = false},
-          trainer_.get(), store_.get()));
+      chosen_newest.has_value()
+          ? RestoreCheckpoint(*chosen_newest, restore_options, trainer_.get(), store_.get())
+          : RestoreCheckpoint(resume_from, restore_options, trainer_.get(), store_.get()));
   base_ = restored.position;
   base_.samples = restored.manifest.samples;
   resumed_hot_ids_ = std::move(restored.hot_ids);

@@ -416,8 +416,10 @@ struct CheckpointModel {
 // `activity`: what the model is loaded for, in the log ("evaluating", "scoring").
 absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions& options,
                                                     const std::string& activity) {
-  DLRM_ASSIGN_OR_RETURN(std::string dir, embedding::ResolveCheckpoint(options.checkpoint));
-  DLRM_ASSIGN_OR_RETURN(embedding::CheckpointManifest manifest, embedding::ReadManifest(dir));
+  // Verified once: RestoreCheckpoint below loads this chain without checksumming it again.
+  DLRM_ASSIGN_OR_RETURN(ValidCheckpoint checkpoint, FindValidCheckpoint(options.checkpoint));
+  const std::string& dir = checkpoint.dir;
+  const embedding::CheckpointManifest& manifest = checkpoint.chain.back();
   CheckpointModel m;
   DLRM_ASSIGN_OR_RETURN(m.spec,
                         common::ParseJobSpec(manifest.spec_yaml, absl::StrCat(dir, " (job spec)")));
@@ -436,7 +438,7 @@ absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions
   trainer_options.threads = options.threads;
   DLRM_ASSIGN_OR_RETURN(m.trainer, Trainer::Create(trainer_options));
   DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored,
-                        RestoreCheckpoint(dir, {}, m.trainer.get(), m.store.get()));
+                        RestoreCheckpoint(checkpoint, {}, m.trainer.get(), m.store.get()));
   DLRM_LOG(INFO) << "model of " << restored.dir << " (job '" << m.spec.name << "', step "
                  << restored.manifest.step << ")";
   return m;
