@@ -32,6 +32,14 @@ std::vector<const Job*> SortedJobs(const std::map<std::string, Job>& jobs) {
   return sorted;
 }
 
+// The stored job `job_id` of `jobs` (const or not), or NOT_FOUND naming it.
+template <typename Jobs>
+auto FindJob(Jobs& jobs, const std::string& job_id) -> absl::StatusOr<decltype(&jobs.at(job_id))> {
+  auto it = jobs.find(job_id);
+  if (it == jobs.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  return &it->second;
+}
+
 // Keeps the newest kMaxHistory state changes of a job.
 constexpr int kMaxHistory = 100;
 
@@ -110,9 +118,8 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
 absl::StatusOr<Job> CoordinatorState::GetJob(const std::string& job_id) const {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
-  return it->second;
+  DLRM_ASSIGN_OR_RETURN(const Job* job, FindJob(jobs_, job_id));
+  return *job;
 }
 
 std::vector<Job> CoordinatorState::ListJobs(dlrm::v1::JobState filter) const {
@@ -135,15 +142,12 @@ absl::StatusOr<Job> CoordinatorState::Cancel(const std::string& job_id, const st
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
-    }
+    DLRM_ASSIGN_OR_RETURN(Job * job, FindJob(jobs_, job_id));
     DLRM_RETURN_IF_ERROR(FinishJob(
-        &it->second, dlrm::v1::JOB_STATE_CANCELLED,
+        job, dlrm::v1::JOB_STATE_CANCELLED,
         reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason), now, &changes));
     TryStartJobs(now, &changes);
-    result = it->second;
+    result = *job;
     status = Finalize(changes);
   }
   Notify(changes);
@@ -159,11 +163,8 @@ absl::StatusOr<Job> CoordinatorState::RequestCheckpoint(const std::string& job_i
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
-    }
-    Job& job = it->second;
+    DLRM_ASSIGN_OR_RETURN(Job * found, FindJob(jobs_, job_id));
+    Job& job = *found;
     if (job.state() != dlrm::v1::JOB_STATE_RUNNING) {
       return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ",
                                                         JobStateName(job.state()),
@@ -197,11 +198,8 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request.job_id());
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("job '", request.job_id(), "' not found"));
-    }
-    Job& job = it->second;
+    DLRM_ASSIGN_OR_RETURN(Job * found, FindJob(jobs_, request.job_id()));
+    Job& job = *found;
     if (request.job_epoch() > 0 && request.job_epoch() != job.job_epoch()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job.job_id(), ": report from job epoch ", request.job_epoch(),
