@@ -21,6 +21,19 @@ enum class Device { kCpu, kCuda };
 // Precision of the GEMMs on backends that have a choice (CUDA). fp32 is the default.
 enum class MathMode { kFp32, kTf32, kBf16 };
 
+// "fp32", "tf32", "bf16" (ParseMathMode in dense/backend_factory.h reads them back).
+inline const char* MathModeName(MathMode mode) {
+  switch (mode) {
+    case MathMode::kFp32:
+      return "fp32";
+    case MathMode::kTf32:
+      return "tf32";
+    case MathMode::kBf16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -90,18 +90,6 @@ absl::StatusOr<MathMode> ParseMathMode(const std::string& name) {
       absl::StrCat("unknown math mode '", name, "' (expected fp32, tf32 or bf16)"));
 }
 
-const char* MathModeName(MathMode mode) {
-  switch (mode) {
-    case MathMode::kFp32:
-      return "fp32";
-    case MathMode::kTf32:
-      return "tf32";
-    case MathMode::kBf16:
-      return "bf16";
-  }
-  return "unknown";
-}
-
 int VisibleCudaDevices() {
 #ifdef DLRM_WITH_CUDA
   return cuda::DeviceCount();

@@ -36,9 +36,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
 absl::StatusOr<BackendOptions::Kind> ParseDeviceKind(const std::string& name);
 const char* DeviceKindName(BackendOptions::Kind kind);
 
-// "fp32", "tf32", "bf16"; anything else is INVALID_ARGUMENT naming it.
+// "fp32", "tf32", "bf16"; anything else is INVALID_ARGUMENT naming it. MathModeName (in
+// dense/backend.h) writes them.
 absl::StatusOr<MathMode> ParseMathMode(const std::string& name);
-const char* MathModeName(MathMode mode);
 
 // True when this binary was built with the CUDA backend (whether or not a device is present).
 bool BuiltWithCuda();

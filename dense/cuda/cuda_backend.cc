@@ -30,18 +30,6 @@ cublasComputeType_t ComputeTypeFor(MathMode mode) {
   return CUBLAS_COMPUTE_32F;
 }
 
-const char* MathModeName(MathMode mode) {
-  switch (mode) {
-    case MathMode::kFp32:
-      return "fp32";
-    case MathMode::kTf32:
-      return "tf32";
-    case MathMode::kBf16:
-      return "bf16";
-  }
-  return "unknown";
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, MathMode math_mode) : device_(device), math_mode_(math_mode) {}
