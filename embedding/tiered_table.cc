@@ -181,6 +181,21 @@ absl::Status TieredStore::CheckIds(int table, absl::Span<const int64_t> ids) con
   return CheckIdsInTable(table, tables_[table]->config, ids);
 }
 
+absl::Status TieredStore::CheckDistinctIds(int table, absl::Span<const int64_t> unique_ids,
+                                           const char* what) const {
+  DLRM_RETURN_IF_ERROR(CheckIds(table, unique_ids));
+  absl::flat_hash_set<int64_t> seen;
+  seen.reserve(unique_ids.size());
+  for (int64_t id : unique_ids) {
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", table, " (",
+                                                     tables_[table]->config.name, "): id ", id,
+                                                     " repeated in one ", what));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TieredStore::FetchCold(Table& t, absl::Span<const int64_t> keys, float* rows) {
   std::vector<bool> found;
   DLRM_RETURN_IF_ERROR(rocksdb_->MultiGet(t.index, keys, rows, &found));
@@ -419,18 +434,8 @@ absl::StatusOr<bool> TieredStore::TryLookupResidentRows(int table, absl::Span<co
 
 absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> unique_ids,
                                          const float* grads) {
-  DLRM_RETURN_IF_ERROR(CheckIds(table, unique_ids));
+  DLRM_RETURN_IF_ERROR(CheckDistinctIds(table, unique_ids, "gradient push"));
   Table& t = *tables_[table];
-  {
-    absl::flat_hash_set<int64_t> seen;
-    seen.reserve(unique_ids.size());
-    for (int64_t id : unique_ids) {
-      if (!seen.insert(id).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table ", table, " (", t.config.name, "): id ", id, " repeated in one gradient push"));
-      }
-    }
-  }
   const int dim = t.config.dim;
   absl::MutexLock lock(&t.mu);
   if (tracking_changes_) t.changed.insert(unique_ids.begin(), unique_ids.end());
@@ -504,18 +509,8 @@ absl::Status TieredStore::ReadRows(int table, absl::Span<const int64_t> ids, flo
 
 absl::Status TieredStore::WriteRows(int table, absl::Span<const int64_t> unique_ids,
                                     const float* rows) {
-  DLRM_RETURN_IF_ERROR(CheckIds(table, unique_ids));
+  DLRM_RETURN_IF_ERROR(CheckDistinctIds(table, unique_ids, "row write"));
   Table& t = *tables_[table];
-  {
-    absl::flat_hash_set<int64_t> seen;
-    seen.reserve(unique_ids.size());
-    for (int64_t id : unique_ids) {
-      if (!seen.insert(id).second) {
-        return absl::InvalidArgumentError(absl::StrCat("table ", table, " (", t.config.name,
-                                                       "): id ", id, " repeated in one row write"));
-      }
-    }
-  }
   const size_t width = t.row_floats;
   absl::MutexLock lock(&t.mu);
   if (tracking_changes_) t.changed.insert(unique_ids.begin(), unique_ids.end());

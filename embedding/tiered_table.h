@@ -162,6 +162,10 @@ class TieredStore {
   struct Batch;
   explicit TieredStore(const TieredStoreOptions& options);
   absl::Status CheckIds(int table, absl::Span<const int64_t> ids) const;
+  // CheckIds, and INVALID_ARGUMENT naming the first id that `unique_ids` repeats ("... repeated
+  // in one <what>").
+  absl::Status CheckDistinctIds(int table, absl::Span<const int64_t> unique_ids,
+                                const char* what) const;
   absl::Status LookupRows(int table, absl::Span<const int64_t> ids, void* weights_out,
                           bool encoded);
   absl::StatusOr<bool> TryLookupResidentRows(int table, absl::Span<const int64_t> ids,

@@ -164,6 +164,21 @@ absl::Status GpuEmbeddingTable::CheckIds(const int64_t* ids, int64_t n) const {
                    ids[j] < 0 ? "" : absl::StrCat(options_.rows), " (position ", j, ")"));
 }
 
+absl::StatusOr<int> GpuEmbeddingTable::CheckBatch(const int64_t* ids, const int32_t* offsets,
+                                                  int batch,
+                                                  absl::Span<const PoolingMode> table_modes,
+                                                  int64_t out_stride) const {
+  DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
+  DLRM_RETURN_IF_ERROR(CheckTableModes(table_modes, batch, "table ", options_.name));
+  const int nnz = offsets[batch];
+  DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
+  if (out_stride < options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
+                                                   out_stride, " < dim ", options_.dim));
+  }
+  return nnz;
+}
+
 absl::Status GpuEmbeddingTable::CheckBags(const int32_t* offsets, int batch) const {
   if (batch < 0) {
     return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": batch ", batch));
@@ -339,14 +354,7 @@ absl::Status GpuEmbeddingTable::Lookup(const int64_t* ids, const int32_t* offset
                                        absl::Span<const PoolingMode> table_modes, float* device_out,
                                        int64_t out_stride) {
   last_lookup_.valid = false;
-  DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
-  DLRM_RETURN_IF_ERROR(CheckTableModes(table_modes, batch, "table ", options_.name));
-  const int nnz = offsets[batch];
-  DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
-  if (out_stride < options_.dim) {
-    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
-                                                   out_stride, " < dim ", options_.dim));
-  }
+  DLRM_ASSIGN_OR_RETURN(const int nnz, CheckBatch(ids, offsets, batch, table_modes, out_stride));
   if (batch == 0) {
     last_lookup_ = {.valid = true, .batch = 0, .nnz = 0, .pooling = {}};  // nothing to apply
     return absl::OkStatus();
@@ -373,14 +381,7 @@ absl::Status GpuEmbeddingTable::ApplyGradients(const int64_t* ids, const int32_t
                                                int batch, absl::Span<const PoolingMode> table_modes,
                                                const float* device_dout, int64_t out_stride) {
   last_lookup_.valid = false;
-  DLRM_RETURN_IF_ERROR(CheckBags(offsets, batch));
-  DLRM_RETURN_IF_ERROR(CheckTableModes(table_modes, batch, "table ", options_.name));
-  const int nnz = offsets[batch];
-  DLRM_RETURN_IF_ERROR(CheckIds(ids, nnz));
-  if (out_stride < options_.dim) {
-    return absl::InvalidArgumentError(absl::StrCat("table ", options_.name, ": out_stride ",
-                                                   out_stride, " < dim ", options_.dim));
-  }
+  DLRM_ASSIGN_OR_RETURN(const int nnz, CheckBatch(ids, offsets, batch, table_modes, out_stride));
   if (nnz == 0) return absl::OkStatus();
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   std::vector<uint8_t>& means = scratch_->means;

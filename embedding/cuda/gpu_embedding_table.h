@@ -145,6 +145,11 @@ class GpuEmbeddingTable {
   absl::Status Init();
   absl::Status CheckIds(const int64_t* ids, int64_t n) const;
   absl::Status CheckBags(const int32_t* offsets, int batch) const;
+  // CheckBags, CheckTableModes, CheckIds and out_stride >= dim for a Lookup or ApplyGradients;
+  // returns the batch's id count (offsets[batch]).
+  absl::StatusOr<int> CheckBatch(const int64_t* ids, const int32_t* offsets, int batch,
+                                 absl::Span<const PoolingMode> table_modes,
+                                 int64_t out_stride) const;
   // Copies ids (and offsets when not null, followed by the per-table flags `means` when not
   // empty) to device scratch through pinned staging.
   absl::Status StageInputs(const int64_t* ids, int64_t n, const int32_t* offsets, int batch,

@@ -393,6 +393,12 @@ TEST(TieredStoreTest, WriteRowsKeepsTheBudgetAndReadsBackExactly) {
   std::vector<float> row5(width);
   ASSERT_TRUE(store->ReadRows(0, std::vector<int64_t>{5}, row5.data()).ok());
   EXPECT_EQ(std::memcmp(row5.data(), &all[5 * width], width * sizeof(float)), 0);
+  // A gradient push that repeats an id is refused the same way, and changes nothing either.
+  s = store->ApplyGradients(0, std::vector<int64_t>{7, 5, 7}, twice.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("table 0 (A): id 7 repeated in one gradient push"));
+  ASSERT_TRUE(store->ReadRows(0, std::vector<int64_t>{5}, row5.data()).ok());
+  EXPECT_EQ(std::memcmp(row5.data(), &all[5 * width], width * sizeof(float)), 0);
 }
 
 TEST(TieredStoreTest, BadInput) {
