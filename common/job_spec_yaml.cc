@@ -1,30 +1,40 @@
 // JobSpecToYaml: a spec written back as the YAML that ParseJobSpec reads.
+#include <charconv>
 #include <string>
 
 #include "common/job_spec.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dlrm::common {
+namespace {
+
+// The shortest text that reads back as exactly `v` (0.003, not yaml-cpp's 0.0030000000000000001).
+std::string Shortest(double v) {
+  char buf[32];
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
 
 std::string JobSpecToYaml(const JobSpec& spec) {
   YAML::Emitter out;
   // Only the parameters the optimizer's type reads (ParseJobSpec warns about the others).
   auto optimizer = [&out](const OptimizerSpec& o, bool dense) {
     out << YAML::BeginMap << YAML::Key << "type" << YAML::Value << o.type << YAML::Key
-        << "learning_rate" << YAML::Value << o.learning_rate;
-    if (o.type != "sgd") out << YAML::Key << "epsilon" << YAML::Value << o.epsilon;
+        << "learning_rate" << YAML::Value << Shortest(o.learning_rate);
+    if (o.type != "sgd") out << YAML::Key << "epsilon" << YAML::Value << Shortest(o.epsilon);
     if (o.type == "adam") {
-      out << YAML::Key << "beta1" << YAML::Value << o.beta1 << YAML::Key << "beta2" << YAML::Value
-          << o.beta2;
+      out << YAML::Key << "beta1" << YAML::Value << Shortest(o.beta1) << YAML::Key << "beta2"
+          << YAML::Value << Shortest(o.beta2);
     }
     if (dense) {
-      out << YAML::Key << "weight_decay" << YAML::Value << o.weight_decay;
+      out << YAML::Key << "weight_decay" << YAML::Value << Shortest(o.weight_decay);
     } else if (o.type == "adagrad" || o.type == "rowwise_adagrad") {
-      out << YAML::Key << "initial_accumulator" << YAML::Value << o.initial_accumulator;
+      out << YAML::Key << "initial_accumulator" << YAML::Value << Shortest(o.initial_accumulator);
     }
     out << YAML::EndMap;
   };
-  out.SetDoublePrecision(17);
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << spec.name;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
@@ -63,7 +73,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "hot_budget" << YAML::Value
       << (spec.hot_budget_bytes == JobSpec::kHotBudgetAuto ? std::string("auto")
                                                            : std::to_string(spec.hot_budget_bytes));
-  out << YAML::Key << "network_gbps" << YAML::Value << spec.network_gbps;
+  out << YAML::Key << "network_gbps" << YAML::Value << Shortest(spec.network_gbps);
   if (!spec.hot_sync_dtype.empty()) {
     out << YAML::Key << "hot_sync_dtype" << YAML::Value << spec.hot_sync_dtype;
   }
@@ -83,7 +93,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "eval" << YAML::Value << YAML::Flow << spec.eval_paths;
   out << YAML::Key << "format" << YAML::Value << spec.format;
   if (spec.eval_paths.empty()) {
-    out << YAML::Key << "eval_fraction" << YAML::Value << spec.eval_fraction;
+    out << YAML::Key << "eval_fraction" << YAML::Value << Shortest(spec.eval_fraction);
   }
   out << YAML::Key << "strict" << YAML::Value << spec.strict;
   out << YAML::EndMap;
@@ -92,7 +102,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "dir" << YAML::Value << c.dir;
     out << YAML::Key << "every_steps" << YAML::Value << c.every_steps;
-    out << YAML::Key << "every_seconds" << YAML::Value << c.every_seconds;
+    out << YAML::Key << "every_seconds" << YAML::Value << Shortest(c.every_seconds);
     out << YAML::Key << "keep_last" << YAML::Value << c.keep_last;
     out << YAML::Key << "full_every" << YAML::Value << c.full_every;
     out << YAML::Key << "resume_from" << YAML::Value << c.resume_from;

@@ -252,6 +252,24 @@ TEST(JobSpecWarnings, OptimizerParametersTheTypeDoesNotUseAreWarnedAbout) {
   }
 }
 
+TEST(JobSpecToYamlTest, WritesEachDoubleAsTheShortestTextThatReadsBackExactly) {
+  auto spec = ParseJobSpec(Replace(kSpec, "learning_rate: 0.002", "learning_rate: 0.003"), "job");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->sparse_optimizer.learning_rate = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  spec->eval_fraction = 0.05;
+  const std::string yaml = JobSpecToYaml(*spec);
+  EXPECT_THAT(yaml, HasSubstr("learning_rate: 0.003\n")) << yaml;
+  EXPECT_THAT(yaml, HasSubstr("learning_rate: 0.30000000000000004\n")) << yaml;
+  EXPECT_THAT(yaml, HasSubstr("eval_fraction: 0.05\n")) << yaml;
+  EXPECT_THAT(yaml, HasSubstr("epsilon: 1e-08")) << yaml;
+  auto again = ParseJobSpec(yaml, "again");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << yaml;
+  EXPECT_EQ(again->dense_optimizer.learning_rate, 0.003);
+  EXPECT_EQ(again->sparse_optimizer.learning_rate, 0.1 + 0.2);
+  EXPECT_EQ(again->eval_fraction, 0.05);
+  EXPECT_EQ(again->dense_optimizer.epsilon, spec->dense_optimizer.epsilon);
+}
+
 TEST(JobSpecWarnings, EvalFractionNextToEvalDataIsWarnedAbout) {
   std::vector<std::string> warnings;
   auto spec = ParseJobSpec(Replace(kSpec, "  train: [a.tsv]\n",
