@@ -711,6 +711,22 @@ std::optional<double> RunSpeed::samples_per_sec() const {
   return (points_.back().trained - points_.front().trained) / *seconds;
 }
 
+std::optional<ProgressFigures> JobProgressMeter::Observe(const dlrm::v1::Job& job) {
+  speed_.Observe(job);
+  const std::optional<double> samples_per_sec = speed_.samples_per_sec();
+  if (job.state() != dlrm::v1::JOB_STATE_RUNNING || !samples_per_sec.has_value()) {
+    return std::nullopt;
+  }
+  const auto& metrics = job.progress().metrics();
+  const auto total = metrics.find("total_steps");
+  return ProgressFigures{
+      .step = job.progress().step(),
+      .samples = job.total_samples(),
+      .loss = job.progress().loss(),
+      .samples_per_sec = *samples_per_sec,
+      .total_steps = total == metrics.end() ? -1 : static_cast<int64_t>(total->second)};
+}
+
 std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
                          const RunSpeed* speed) {
   const bool running = job.state() == dlrm::v1::JOB_STATE_RUNNING;

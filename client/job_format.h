@@ -120,6 +120,29 @@ class RunSpeed {
   std::deque<Point> points_;           // oldest first, within the window (at least two)
 };
 
+// What `dlrm local`'s progress line (worker::ProgressLine::Update) shows of a job.
+struct ProgressFigures {
+  int64_t step = 0;
+  int64_t samples = 0;  // the job's total (Job.total_samples), a checkpoint's included
+  double loss = 0;
+  double samples_per_sec = 0;  // what this run trains (RunSpeed), not the total over the time
+  int64_t total_steps = -1;    // -1: unknown
+};
+
+// `dlrm local`'s progress line for the job it watches: the figures to draw for each event's job,
+// the rate measured by a RunSpeed, so that a job resumed from a checkpoint shows what it trains
+// now and not its checkpoint's samples over the time since the command started. (ProgressLine's
+// ETA counts the steps from the first line it draws: this run's too.)
+class JobProgressMeter {
+ public:
+  // Feeds the job of the next event (of one job). nullopt while the job is not RUNNING or its
+  // rate is not measured yet (the first second of its reports): no line that shows no rate.
+  std::optional<ProgressFigures> Observe(const dlrm::v1::Job& job);
+
+ private:
+  RunSpeed speed_;
+};
+
 // One line for a watch event: "job-1 RUNNING step 120/352 (34%) ETA 41s samples 245760 loss
 // 0.4512 5120 samples/s", with the JobMessage in parentheses when there is one. The ETA and the
 // rate come from `speed` (the watcher's, fed this job already), and are left out without it.

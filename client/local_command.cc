@@ -3,12 +3,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/coordinator_client.h"
+#include "client/job_format.h"
 #include "client/local_cluster.h"
 #include "client/termination_signals.h"
 #include "common/job_spec.h"
@@ -175,6 +177,7 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
                job_id.c_str(), cluster.coordinator_address().c_str(), options.cluster.num_ps,
                options.cluster.num_workers);
   worker::ProgressLine progress;
+  JobProgressMeter meter;
   // Progress reports reach the coordinator from every worker at their own times: intervals of
   // at least half a second keep the throughput curve from spiking.
   worker::RunRecorder recorder({.min_interval_seconds = 0.5});
@@ -187,15 +190,10 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
         if (!options.report.empty()) {
           RecordJobProgress(j, absl::ToDoubleSeconds(absl::Now() - start), &recorder);
         }
-        if (options.show_progress && j.state() == dlrm::v1::JOB_STATE_RUNNING &&
-            j.total_samples() > 0) {
-          const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-          const auto total = j.progress().metrics().find("total_steps");
-          progress.Update(
-              absl::StrCat("job ", job_id), j.progress().step(), j.total_samples(),
-              j.progress().loss(), seconds > 0 ? j.total_samples() / seconds : 0,
-              /*force=*/false,
-              total == j.progress().metrics().end() ? -1 : static_cast<int64_t>(total->second));
+        if (!options.show_progress) return true;
+        if (const std::optional<ProgressFigures> f = meter.Observe(j); f.has_value()) {
+          progress.Update(absl::StrCat("job ", job_id), f->step, f->samples, f->loss,
+                          f->samples_per_sec, /*force=*/false, f->total_steps);
         }
         return true;
       },

@@ -3,6 +3,7 @@
 // that explain a job's state.
 #include "client/job_format.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -319,6 +320,36 @@ TEST(JobFormatEventLine, ResumedJobCountsOnlyWhatThisRunTrains) {
   // 50 steps in 2.1 s: 809 steps left take 34 s.
   EXPECT_THAT(lines.back(), HasSubstr("step 951/1760 (54%) ETA 34s"));
   EXPECT_THAT(lines.back(), HasSubstr(" 48762 samples/s"));
+}
+
+// `dlrm local --resume-from` on the same resumed job: its progress line shows the rate this run
+// trains, not the totals (the checkpoint's 1.8M samples) over the time since the command started,
+// and no line before that rate is measured.
+TEST(JobProgressMeterTest, ResumedJobShowsTheRateThisRunTrains) {
+  JobProgressMeter meter;
+  auto observe = [&](dlrm::v1::Job job) {
+    (*job.mutable_progress()->mutable_metrics())["total_steps"] = 1760;
+    return meter.Observe(job);
+  };
+  dlrm::v1::Job pending = Running(0, 0, {0, 0});
+  pending.set_state(dlrm::v1::JOB_STATE_PENDING);
+  EXPECT_FALSE(observe(pending).has_value());
+  EXPECT_FALSE(observe(Running(1'001'000, 901, {916'384, 0})).has_value());
+  EXPECT_FALSE(observe(Running(1'001'100, 901, {916'384, 921'504})).has_value());
+  // Rank 0's second report, 2.1 s after the first: 51,200 samples trained so far.
+  ASSERT_TRUE(observe(Running(1'003'100, 950, {967'584, 921'504})).has_value());
+  const std::optional<ProgressFigures> f = observe(Running(1'003'100, 951, {967'584, 972'704}));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->step, 951);
+  EXPECT_EQ(f->samples, 1'940'288);
+  EXPECT_EQ(f->total_steps, 1760);
+  EXPECT_NEAR(f->samples_per_sec, 102'400 / 2.1, 1);  // 48,762 samples/s
+  // Without the total, the line shows no percent (and ProgressLine no ETA).
+  EXPECT_EQ(meter.Observe(Running(1'004'100, 975, {992'160, 997'280}))->total_steps, -1);
+  // A job that ended draws no more line.
+  dlrm::v1::Job done = Running(1'004'100, 975, {992'160, 997'280});
+  done.set_state(dlrm::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_FALSE(meter.Observe(done).has_value());
 }
 
 // A recovery rolls the job back to its checkpoint: the measure starts over, and the samples
