@@ -314,8 +314,12 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   static LocalFlags flags;
   auto& o = flags.options;
   cmd->add_option("-c,--config", o.config_path, "Job spec (YAML)")->required();
-  cmd->add_option("--ps", o.cluster.num_ps, "Parameter servers")->capture_default_str();
-  cmd->add_option("--workers", o.cluster.num_workers, "Workers")->capture_default_str();
+  cmd->add_option("--ps", o.cluster.num_ps, "Parameter servers")
+      ->check(LocalMemberCount())
+      ->capture_default_str();
+  cmd->add_option("--workers", o.cluster.num_workers, "Workers")
+      ->check(LocalMemberCount())
+      ->capture_default_str();
   cmd->add_option("--data-dir", o.cluster.data_dir,
                   "Folder for the processes' data and logs (default: a temporary folder)");
   cmd->add_option("--metrics-out", o.metrics_out,

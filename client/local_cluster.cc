@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
 #include "common/certs.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
@@ -75,12 +77,16 @@ absl::StatusOr<int> PickFreePort() {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     const LocalClusterOptions& options) {
-  if (options.num_ps < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--ps ", options.num_ps, " must be >= 1"));
-  }
-  if (options.num_workers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--workers ", options.num_workers, " must be >= 1"));
+  for (const auto& [flag, count] :
+       {std::pair{"--ps", options.num_ps}, std::pair{"--workers", options.num_workers}}) {
+    if (count < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", count, " must be >= 1"));
+    }
+    if (count > common::kMaxLocalMembers) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", count, " is over the limit of ",
+                                                     common::kMaxLocalMembers,
+                                                     " (kMaxLocalMembers in common/limits.h)"));
+    }
   }
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(options));
   cluster->binary_ = options.dlrm_binary;

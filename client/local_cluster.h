@@ -35,8 +35,8 @@ namespace dlrm::client {
 
 struct LocalClusterOptions {
   std::string dlrm_binary;    // "" = this executable (/proc/self/exe)
-  int num_ps = 1;             // >= 1
-  int num_workers = 1;        // >= 1
+  int num_ps = 1;             // 1..kMaxLocalMembers (common/limits.h)
+  int num_workers = 1;        // 1..kMaxLocalMembers
   std::string data_dir;       // "" = a fresh temporary folder, removed by Stop()
   std::string memory_budget;  // each parameter server's --memory-budget ("" = its default)
   absl::Duration lease_ttl = absl::Seconds(14);

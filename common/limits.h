@@ -72,6 +72,11 @@ inline constexpr double kMaxOptimizerValue = 1e6;
 // node's cores): four times the 256 hardware threads of today's largest two-socket servers. Past
 // it thread creation fails (EAGAIN) and the process would abort.
 inline constexpr int64_t kMaxThreads = 1024;
+// `dlrm local --ps` and `--workers`: parameter servers, and workers, of a cluster on one machine.
+// One process per hardware thread of today's largest two-socket servers (256, as for
+// kMaxThreads): past it the processes of one kind share cores, and each worker keeps a collective
+// connection to every other. Far inside kMaxJobWorkers, which bounds a job on a real cluster.
+inline constexpr int64_t kMaxLocalMembers = 256;
 // `dlrm gen-data --rows`: 10^12 samples, about 200 TB of TSV, far past Criteo Terabyte's 4.4
 // billion; keeps the count, and every count derived from it, well inside int64.
 inline constexpr int64_t kMaxGenDataRows = 1000000000000;

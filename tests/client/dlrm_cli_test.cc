@@ -103,6 +103,16 @@ TEST(DlrmFlagsTest, IntegersAreDecimalAndInRange) {
   EXPECT_EQ(v, 1000000000000);
 }
 
+TEST(DlrmFlagsTest, LocalClusterSizeIsOneUpToTheLimit) {
+  int v = 0;
+  EXPECT_EQ(ParseFlag(LocalMemberCount(), "1", &v), "");
+  EXPECT_EQ(ParseFlag(LocalMemberCount(), "256", &v), "");
+  EXPECT_EQ(v, common::kMaxLocalMembers);
+  EXPECT_EQ(ParseFlag(LocalMemberCount(), "257", &v),
+            "--flag: 257 is over the limit of 256 (kMaxLocalMembers in common/limits.h)");
+  EXPECT_EQ(ParseFlag(LocalMemberCount(), "0", &v), "--flag: 0 is not in [1, 256]");
+}
+
 TEST(DlrmFlagsTest, UnsignedIntegersRefuseASign) {
   uint64_t seed = 0;
   EXPECT_EQ(ParseFlag(UnsignedInteger(), "18446744073709551615", &seed), "");
@@ -148,6 +158,27 @@ TEST_F(DlrmCliTest, EveryThreadsFlagHasALimit) {
     std::vector<std::string> args = command;
     args.push_back("100000");
     ExpectRefused(args, {command.back() + ": 100000 is over the limit of 1024", "kMaxThreads"});
+  }
+}
+
+// `dlrm local --ps N` and `--workers N` start N processes each on this machine: past
+// kMaxLocalMembers the flag is refused, naming the value and the limit, with the exit code of any
+// other flag refused (as --worker-threads), and before anything starts.
+TEST_F(DlrmCliTest, LocalClusterSizeHasALimit) {
+  const ProcessResult threads =
+      Dlrm({"local", "--config", "job.yaml", "--worker-threads", "100000"});
+  ASSERT_GT(threads.exit_code, 0) << threads.err;
+  for (const std::string flag : {"--ps", "--workers"}) {
+    // Was 100000 child processes started, until the machine ran out of them.
+    for (const std::string over : {"257", "100000"}) {
+      const ProcessResult r = Dlrm({"local", "--config", "job.yaml", flag, over});
+      EXPECT_FALSE(r.timed_out) << flag << " " << over;
+      EXPECT_EQ(r.exit_code, threads.exit_code) << flag << " " << over << "\n" << r.err;
+      EXPECT_THAT(r.err, HasSubstr(flag + ": " + over +
+                                   " is over the limit of 256 (kMaxLocalMembers in "
+                                   "common/limits.h)"));
+    }
+    ExpectRefused({"local", "--config", "job.yaml", flag, "0"}, {flag + ": 0 is not in [1, 256]"});
   }
 }
 
