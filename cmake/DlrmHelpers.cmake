@@ -18,8 +18,10 @@ function(dlrm_cc_binary)
   cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
-  # Denormals flushed to zero from the start (common/denormals.h); the object needs dlrm_common.
-  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} dlrm_denormals_at_start dlrm_common)
+  # Denormals flushed to zero from the start (common/denormals.h) and uncaught exceptions named
+  # (common/terminate_handler.h); the objects need dlrm_common.
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} dlrm_denormals_at_start
+                        dlrm_terminate_handler_at_start dlrm_common)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
 
