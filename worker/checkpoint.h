@@ -49,13 +49,13 @@ struct CheckpointWriteResult {
 class TrainCheckpointer {
  public:
   // Prepares spec.checkpoint.dir (created if missing; an interrupted write's leftovers are
-  // removed). `resumed_from`: the checkpoint training resumed from ("" if none); when it lies in
-  // the same folder, the first checkpoint may be incremental on top of it. The folder is locked
-  // (its file `.lock`, flock) while the checkpointer lives: FAILED_PRECONDITION naming the
-  // process when another holds it, and when it holds checkpoints newer than the run's start
-  // (CheckNoNewerCheckpoints).
+  // removed). `resumed`: the checkpoint training resumed from, as FindValidCheckpoint found it
+  // (null if none; not read again); when it lies in the same folder, the first checkpoint may be
+  // incremental on top of it. The folder is locked (its file `.lock`, flock) while the
+  // checkpointer lives: FAILED_PRECONDITION naming the process when another holds it, and when
+  // it holds checkpoints newer than the run's start (CheckNoNewerCheckpoints).
   static absl::StatusOr<std::unique_ptr<TrainCheckpointer>> Create(
-      const common::JobSpec& spec, const std::string& resumed_from = "");
+      const common::JobSpec& spec, const embedding::VerifiedCheckpoint* resumed = nullptr);
 
   ~TrainCheckpointer();  // waits for a write in flight
 

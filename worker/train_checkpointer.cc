@@ -74,7 +74,7 @@ using checkpoint_internal::SeekSorted;
 using checkpoint_internal::WriteDenseBytes;
 
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
-    const common::JobSpec& spec, const std::string& resumed_from) {
+    const common::JobSpec& spec, const ValidCheckpoint* resumed) {
   const std::string& root = spec.checkpoint.dir;
   if (root.empty()) return absl::InvalidArgumentError("checkpoint.dir is empty");
   std::error_code ec;
@@ -84,22 +84,17 @@ absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
   // Locked before anything in the folder is read or removed: a second run would otherwise take
   // the first's unfinished checkpoint for a crash's leftovers and remove it.
   DLRM_ASSIGN_OR_RETURN(c->lock_fd_, LockCheckpointFolder(root));
-  const std::string resumed =
-      resumed_from.empty() ? std::string() : embedding::NormalizeCheckpointPath(resumed_from);
-  int64_t resume_step = 0;
-  if (!resumed.empty()) {
-    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, embedding::ReadManifest(resumed));
-    resume_step = m.step;
-  }
-  DLRM_RETURN_IF_ERROR(CheckNoNewerCheckpoints(root, resume_step));
+  const CheckpointManifest* resumed_manifest =
+      resumed != nullptr && !resumed->chain.empty() ? &resumed->chain.back() : nullptr;
+  DLRM_RETURN_IF_ERROR(
+      CheckNoNewerCheckpoints(root, resumed_manifest != nullptr ? resumed_manifest->step : 0));
   DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(root));
-  if (!resumed.empty() && fs::equivalent(fs::path(resumed).parent_path(), fs::path(root), ec)) {
-    DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, embedding::ReadManifest(resumed));
-    c->parent_ = m.name;
-    c->last_step_ = m.step;
+  if (resumed_manifest != nullptr &&
+      fs::equivalent(fs::path(resumed->dir).parent_path(), fs::path(root), ec)) {
+    c->parent_ = resumed_manifest->name;
+    c->last_step_ = resumed_manifest->step;
     // The chain since its full base counts toward full_every.
-    DLRM_ASSIGN_OR_RETURN(auto chain, embedding::LoadChain(resumed));
-    c->since_full_ = static_cast<int>(chain.size());
+    c->since_full_ = static_cast<int>(resumed->chain.size());
   }
   return c;
 }

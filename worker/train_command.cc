@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -155,25 +156,29 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   }
 
   TrainPosition position;
-  std::string resumed_dir;
+  // The checkpoint resumed from, verified once: loaded, then continued by the checkpointer.
+  std::optional<ValidCheckpoint> resumed;
   if (!resume_from.empty()) {
+    absl::StatusOr<ValidCheckpoint> found = FindValidCheckpoint(resume_from);
     absl::StatusOr<RestoredCheckpoint> restoring =
-        RestoreCheckpoint(resume_from, {}, trainer.get(), store.get());
+        found.ok() ? RestoreCheckpoint(*found, {}, trainer.get(), store.get())
+                   : absl::StatusOr<RestoredCheckpoint>(found.status());
     if (!restoring.ok() && resume_from_spec) {
       return Annotate(restoring.status(), "the job spec's checkpoint.resume_from");
     }
     DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored, std::move(restoring));
+    resumed = *std::move(found);
     // GPU-resident tables were initialised on the device: they take the restored rows now.
     DLRM_RETURN_IF_ERROR(trainer->LoadEmbeddingsFromStore());
     store->ClearChanged();
     position = restored.position;
-    resumed_dir = restored.dir;
     DLRM_LOG(INFO) << "resumed from " << restored.dir << ": step " << position.step << ", epoch "
                    << position.epoch + 1 << ", " << position.batches << " batch(es) into it";
   }
   std::unique_ptr<TrainCheckpointer> checkpointer;
   if (!spec.checkpoint.dir.empty()) {
-    DLRM_ASSIGN_OR_RETURN(checkpointer, TrainCheckpointer::Create(spec, resumed_dir));
+    DLRM_ASSIGN_OR_RETURN(checkpointer,
+                          TrainCheckpointer::Create(spec, resumed ? &*resumed : nullptr));
     if (spec.checkpoint.every_steps > 0 || spec.checkpoint.every_seconds > 0) {
       checkpointer->PrepareSnapshotMemory(*store);
     }

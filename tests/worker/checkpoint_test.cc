@@ -112,6 +112,30 @@ TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
   ExpectBitIdentical(reference, resumed);
 }
 
+// A run resumed in its own folder continues the chain it resumed from: its first checkpoint
+// builds on that one, and full_every counts the links before it.
+TEST_F(CheckpointTest, ResumeInItsFolderContinuesTheChain) {
+  common::JobSpec first = SmallJob(dir_.File("train.tsv"), Ckpt("chain"));
+  first.max_steps = 14;
+  first.checkpoint.every_steps = 7;
+  first.checkpoint.full_every = 3;
+  first.checkpoint.keep_last = 10;
+  auto r1 = TrainInProcess(first, Quiet());
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  common::JobSpec second = first;
+  second.max_steps = 28;
+  auto r2 = TrainInProcess(second, Quiet(Ckpt("chain")));
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  auto list = embedding::ListCheckpoints(Ckpt("chain"));
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> chain;
+  for (const embedding::CheckpointManifest& m : *list) {
+    chain.push_back(absl::StrCat(m.step, m.incremental ? " on " + m.parent : " full"));
+  }
+  EXPECT_THAT(chain, ::testing::ElementsAre("7 full", "14 on ckpt-000000000007",
+                                            "21 on ckpt-000000000014", "28 full"));
+}
+
 // dlrm train on the CPU keeps fp32 tables in process: a half dtype is refused by name, not
 // ignored (only the CUDA device's GPU tables store half rows).
 TEST_F(CheckpointTest, DlrmTrainRefusesHalfPrecisionTablesOnTheCpu) {
