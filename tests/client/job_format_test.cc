@@ -1,6 +1,6 @@
-// The renderings of client/job_format.h without a coordinator: YAML that any YAML parser reads
-// back to the same values as the JSON document, whatever the strings hold; and the messages
-// that explain a job's state.
+// The renderings of client/job_format.h and client/output_format.h without a coordinator: YAML
+// that any YAML parser reads back to the same values as the JSON document, whatever the strings
+// hold; the messages that explain a job's state; and how fast a watched job trains (run_speed.h).
 #include "client/job_format.h"
 
 #include <optional>
@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "client/output_format.h"
+#include "client/run_speed.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -1,0 +1,499 @@
+#include "client/dlrmctl_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/dlrmctl.h"
+#include "client/run_speed.h"
+#include "common/job_spec.h"
+#include "embedding/checkpoint_manifest.h"
+#include "google/protobuf/struct.pb.h"
+
+namespace dlrm::client::dlrmctl_internal {
+namespace {
+
+// A flag's value that cannot work (an address without a port, TLS files or a token that cannot be
+// read) is a usage error: its status carries this payload, and dlrmctl exits kExitUsage.
+constexpr absl::string_view kUsagePayload = "dlrm.dlrmctl/usage";
+
+absl::Status UsageStatus(absl::Status status) {
+  status.SetPayload(kUsagePayload, absl::Cord());
+  return status;
+}
+
+bool IsUsageStatus(const absl::Status& status) {
+  return status.GetPayload(kUsagePayload).has_value();
+}
+
+// The coordinator's address, as gRPC would dial it: HOST:PORT with a port from 1 to 65535 (or a
+// service name; "127.0.0.1:" dialled port 0), [IPV6]:PORT, or a gRPC target URI
+// ("dns:///host:port", "unix:/path"), left to gRPC. `source` names where it came from.
+absl::Status CheckCoordinatorAddress(const std::string& address, const std::string& source) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " '", address, "': ", why, "; give HOST:PORT, e.g. 127.0.0.1:50051"));
+  };
+  if (address.empty()) return bad("empty");
+  for (const absl::string_view scheme :
+       {"dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
+    if (absl::StartsWith(address, scheme)) return absl::OkStatus();
+  }
+  if (absl::StrContains(address, "://")) return absl::OkStatus();
+  absl::string_view host;
+  absl::string_view port;
+  if (address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return bad("no port after the bracketed address");
+    }
+    host = absl::string_view(address).substr(1, close - 1);
+    port = absl::string_view(address).substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) return bad("no port");
+    if (address.find(':') != colon) return bad("an IPv6 address goes in brackets, [::1]:PORT");
+    host = absl::string_view(address).substr(0, colon);
+    port = absl::string_view(address).substr(colon + 1);
+  }
+  if (host.empty()) return bad("no host");
+  if (port.empty()) return bad("no port after the colon");
+  // A service name ("https") is looked up as gRPC would; a number must be a port one can dial.
+  if (absl::ascii_isalpha(static_cast<unsigned char>(port.front())) &&
+      std::all_of(port.begin(), port.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
+      })) {
+    return absl::OkStatus();
+  }
+  int number = 0;
+  if (!std::all_of(port.begin(), port.end(),
+                   [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }) ||
+      !absl::SimpleAtoi(port, &number) || number < 1 || number > 65535) {
+    return bad(absl::StrCat("port '", port, "' is not a number from 1 to 65535"));
+  }
+  return absl::OkStatus();
+}
+
+bool NeedsExplaining(const dlrm::v1::Job& job) {
+  return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
+}
+
+}  // namespace
+
+std::string TlsHandshakeFailure(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return "";
+  const std::string message = absl::AsciiStrToLower(status.message());
+  if (absl::StrContains(message, "certificate verify failed")) {
+    return "the coordinator's certificate is not signed by the CA this client trusts (ca.crt of "
+           "--tls-dir, or --tls-ca): give the admin certificate of the coordinator's own CA";
+  }
+  if (absl::StrContains(message, "is not in peer certificate")) {
+    return "the coordinator's certificate does not name the host dialled: give the name it "
+           "carries with --tls-server-name";
+  }
+  if (absl::StrContains(message, "wrong version number")) {
+    return "the coordinator does not speak TLS (it runs with --insecure?): leave out --tls-dir "
+           "(and $DLRM_TLS_DIR)";
+  }
+  if (absl::StrContains(message, "ssl handshake failed")) {
+    return "gRPC's message above says why";
+  }
+  return "";
+}
+
+Command::Command(const Flags& flags, std::ostream& out, std::ostream& err)
+    : flags_(flags),
+      format_(*ParseOutputFormat(flags.output)),
+      out_(out),
+      err_(err),
+      terminal_(&out_ == &std::cout && isatty(STDOUT_FILENO) == 1) {}
+
+int Command::Submit() {
+  // Parsed here first: errors name the file, and relative data paths are resolved against
+  // the spec's folder (absolute), so workers started elsewhere find the data.
+  std::error_code ec;
+  const std::string path = std::filesystem::absolute(flags_.file, ec).string();
+  auto spec = common::LoadJobSpec(ec ? flags_.file : path);
+  if (!spec.ok()) return Fail(spec.status(), kExitFailed);
+  if (!flags_.resume_from.empty()) {
+    // Every worker reads it: an absolute path on the volume they share.
+    spec->checkpoint.resume_from = std::filesystem::absolute(flags_.resume_from, ec).string();
+  }
+  const std::string yaml = common::JobSpecToYaml(*spec);
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto job = (*client)->Submit(yaml, {.workers = flags_.workers, .ps = flags_.ps});
+  if (!job.ok()) return Fail(job.status());
+  if (!flags_.wait) {
+    if (IsDocumentFormat(format_)) {
+      out_ << ToDocument(*job, format_);
+    } else if (format_ == OutputFormat::kWide) {
+      PrintJob(**client, *job);
+    } else {
+      out_ << job->job_id() << "\n";  // for JOB=$(dlrmctl submit -f job.yaml)
+    }
+    return kExitOk;
+  }
+  if (!IsDocumentFormat(format_)) out_ << "submitted " << job->job_id() << std::endl;
+  return WatchUntilDone(**client, job->job_id());
+}
+
+int Command::Status() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto job = (*client)->Get(flags_.job_id);
+  if (!job.ok()) return Fail(job.status());
+  PrintJob(**client, *job);
+  return kExitOk;
+}
+
+int Command::Watch() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  return WatchUntilDone(**client, flags_.job_id);
+}
+
+int Command::Cancel() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto job = (*client)->Cancel(flags_.job_id, flags_.reason);
+  if (!job.ok()) return Fail(job.status());
+  PrintJob(**client, *job);
+  return kExitOk;
+}
+
+int Command::Checkpoint() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto before = (*client)->Get(flags_.job_id);
+  if (!before.ok()) return Fail(before.status());
+  auto spec = common::ParseJobSpec(before->spec_yaml(), absl::StrCat("job ", flags_.job_id));
+  if (!spec.ok()) return Fail(spec.status());
+  int64_t newest_step = -1;
+  if (flags_.wait && !spec->checkpoint.dir.empty()) {
+    auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
+    if (!list.ok()) return Fail(list.status());
+    if (!list->empty()) newest_step = list->back().step;
+  }
+  auto job = (*client)->RequestCheckpoint(flags_.job_id);
+  if (!job.ok()) return Fail(job.status());
+  err_ << "job " << flags_.job_id << ": checkpoint requested (request "
+       << job->checkpoint_requests() << "); its workers take it within "
+       << "50 steps" << std::endl;
+  if (!flags_.wait) return kExitOk;
+  const absl::Time give_up = absl::Now() + absl::Seconds(flags_.wait_timeout_s);
+  while (absl::Now() < give_up) {
+    auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
+    if (list.ok() && !list->empty() && list->back().step > newest_step) {
+      const embedding::CheckpointManifest& m = list->back();
+      out_ << absl::StrCat(spec->checkpoint.dir, "/", m.name) << "\n";
+      return kExitOk;
+    }
+    auto now = (*client)->Get(flags_.job_id);
+    if (!now.ok()) return Fail(now.status());  // e.g. 4: the coordinator cannot be reached
+    if (IsTerminalJobState(now->state())) {
+      err_ << "job " << flags_.job_id << " ended (" << StateName(now->state())
+           << ") before a new checkpoint was committed" << std::endl;
+      return kExitFailed;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  err_ << "no new checkpoint of job " << flags_.job_id << " within " << flags_.wait_timeout_s
+       << " s" << std::endl;
+  return kExitFailed;
+}
+
+int Command::Checkpoints() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto job = (*client)->Get(flags_.job_id);
+  if (!job.ok()) return Fail(job.status());
+  auto spec = common::ParseJobSpec(job->spec_yaml(), absl::StrCat("job ", flags_.job_id));
+  if (!spec.ok()) return Fail(spec.status());
+  const std::string& root = spec->checkpoint.dir;
+  if (root.empty()) {
+    err_ << "job " << flags_.job_id << " takes no checkpoints (its spec has no checkpoint.dir)"
+         << std::endl;
+    return kExitFailed;
+  }
+  auto list = embedding::ListCheckpoints(root);
+  if (!list.ok()) return Fail(list.status());
+  if (IsDocumentFormat(format_)) {
+    google::protobuf::Struct doc;
+    (*doc.mutable_fields())["dir"].set_string_value(root);
+    google::protobuf::ListValue* items =
+        (*doc.mutable_fields())["checkpoints"].mutable_list_value();
+    for (const embedding::CheckpointManifest& m : *list) {
+      google::protobuf::Struct* c = items->add_values()->mutable_struct_value();
+      (*c->mutable_fields())["name"].set_string_value(m.name);
+      (*c->mutable_fields())["step"].set_number_value(static_cast<double>(m.step));
+      (*c->mutable_fields())["created_unix"].set_number_value(m.created_unix);
+      (*c->mutable_fields())["bytes"].set_number_value(static_cast<double>(m.total_bytes()));
+      (*c->mutable_fields())["kind"].set_string_value(m.incremental ? "incremental" : "full");
+      (*c->mutable_fields())["parent"].set_string_value(m.parent);
+    }
+    out_ << ToDocument(doc, format_);
+    return kExitOk;
+  }
+  out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %s\n", "NAME", "STEP", "CREATED", "BYTES",
+                          "KIND");
+  for (const embedding::CheckpointManifest& m : *list) {
+    out_ << absl::StrFormat("%-20s %10d  %-20s %14d  %s\n", m.name, m.step,
+                            UtcTime(static_cast<int64_t>(std::llround(m.created_unix * 1000))),
+                            m.total_bytes(), m.incremental ? "incremental" : "full");
+  }
+  if (list->empty()) err_ << "no committed checkpoint in " << root << std::endl;
+  return kExitOk;
+}
+
+int Command::List() {
+  dlrm::v1::JobState filter = dlrm::v1::JOB_STATE_UNSPECIFIED;
+  if (!flags_.state.empty()) {
+    // The flag's values are checked by the parser.
+    (void)dlrm::v1::JobState_Parse(absl::StrCat("JOB_STATE_", absl::AsciiStrToUpper(flags_.state)),
+                                   &filter);
+  }
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto jobs = (*client)->List(filter);
+  if (!jobs.ok()) return Fail(jobs.status());
+  if (IsDocumentFormat(format_)) {
+    dlrm::v1::ListJobsResponse response;
+    for (auto& job : *jobs) *response.add_jobs() = job;
+    out_ << ToDocument(response, format_);
+    return kExitOk;
+  }
+  // The list holds every pending job when it holds any (the filter is none or PENDING),
+  // oldest first: the order the coordinator starts them in.
+  std::optional<ClusterSnapshot> cluster;
+  if (std::any_of(jobs->begin(), jobs->end(), NeedsExplaining)) {
+    cluster.emplace();
+    if (auto view = (*client)->Members(); view.ok()) cluster->view = std::move(*view);
+    cluster->pending_job_ids.emplace();
+    for (const auto& job : *jobs) {
+      if (job.state() == dlrm::v1::JOB_STATE_PENDING) {
+        cluster->pending_job_ids->push_back(job.job_id());
+      }
+    }
+  }
+  out_ << JobTable(*jobs, wide(), cluster ? &*cluster : nullptr);
+  return kExitOk;
+}
+
+int Command::Members() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto view = (*client)->Members();
+  if (!view.ok()) return Fail(view.status());
+  if (IsDocumentFormat(format_)) {
+    out_ << ToDocument(*view, format_);
+  } else {
+    out_ << MemberTable(*view, absl::ToUnixMillis(absl::Now()), wide());
+  }
+  return kExitOk;
+}
+
+int Command::Version() {
+  std::optional<std::string> server;
+  std::string why;
+  auto client = Connect();
+  if (client.ok()) {
+    auto view = (*client)->Members();
+    if (view.ok()) {
+      server = view->server_version().empty() ? std::string("unknown (older than 0.1.0)")
+                                              : view->server_version();
+    } else {
+      why = std::string(view.status().message());
+    }
+  } else {
+    why = std::string(client.status().message());
+  }
+  if (IsDocumentFormat(format_)) {
+    out_ << VersionDocument(kDlrmctlVersion, server, format_);
+  } else {
+    out_ << "client: " << kDlrmctlVersion << "\n"
+         << "server: " << (server ? *server : absl::StrCat("unknown (", why, ")")) << "\n";
+  }
+  return kExitOk;
+}
+
+int Command::Describe() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto job = (*client)->Get(flags_.job_id);
+  if (!job.ok()) return Fail(job.status());
+  if (IsDocumentFormat(format_)) {
+    out_ << ToDocument(*job, format_);
+    return kExitOk;
+  }
+  std::vector<std::string> checkpoints;
+  auto spec = common::ParseJobSpec(job->spec_yaml(), absl::StrCat("job ", flags_.job_id));
+  if (spec.ok() && !spec->checkpoint.dir.empty()) {
+    auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
+    if (list.ok()) {
+      for (const embedding::CheckpointManifest& m : *list) {
+        checkpoints.push_back(absl::StrFormat("%s  step %d  %d bytes  %s", m.name, m.step,
+                                              m.total_bytes(),
+                                              m.incremental ? "incremental" : "full"));
+      }
+    } else {
+      checkpoints.push_back(absl::StrCat("(", spec->checkpoint.dir,
+                                         " cannot be read here: ", list.status().message(), ")"));
+    }
+  }
+  std::optional<ClusterSnapshot> cluster;
+  if (NeedsExplaining(*job)) cluster = ReadCluster(**client);
+  out_ << JobDescription(*job, cluster ? &*cluster : nullptr, checkpoints);
+  return kExitOk;
+}
+
+int Command::Logs() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto job = (*client)->Get(flags_.job_id);
+  if (!job.ok()) return Fail(job.status());
+  std::set<std::string> printed;
+  std::vector<dlrm::v1::JobStateChange> history;
+  auto print_new = [&](const dlrm::v1::Job& j) {
+    for (const dlrm::v1::JobStateChange& change : j.history()) {
+      if (!printed.insert(change.SerializeAsString()).second) continue;
+      history.push_back(change);
+      if (format_ == OutputFormat::kJsonl) {
+        out_ << ToDocument(change, OutputFormat::kJsonl);
+      } else if (!IsDocumentFormat(format_)) {
+        out_ << HistoryLine(change) << "\n";
+      }
+    }
+    out_ << std::flush;
+  };
+  print_new(*job);
+  dlrm::v1::JobState state = job->state();
+  if (flags_.follow && !IsTerminalJobState(state)) {
+    auto last = (*client)->Watch(flags_.job_id, [&](const dlrm::v1::JobEvent& event) {
+      print_new(event.job());
+      return true;
+    });
+    if (!last.ok()) return Fail(last.status());
+    state = last->state();
+  }
+  if (format_ == OutputFormat::kJson || format_ == OutputFormat::kYaml) {
+    out_ << HistoryDocument(flags_.job_id, history, format_);
+  }
+  if (!flags_.follow) return kExitOk;
+  return state == dlrm::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+int Command::Fail(const absl::Status& status, std::optional<int> code) {
+  if (IsUsageStatus(status)) {
+    err_ << "dlrmctl: " << absl::StripPrefix(status.message(), "dlrmctl: ")
+         << "\nRun 'dlrmctl --help' for usage.\n";
+    return kExitUsage;
+  }
+  err_ << "dlrmctl: " << status.message() << " [" << absl::StatusCodeToString(status.code())
+       << "]\n";
+  const int exit_code = code.value_or(ExitCodeForStatus(status));
+  if (const std::string tls = TlsHandshakeFailure(status); !tls.empty()) {
+    err_ << "dlrmctl: the coordinator at " << flags_.coordinator
+         << " answered, but the TLS handshake failed: " << tls << ".\n";
+  } else if (exit_code == kExitUnavailable && tls_ &&
+             absl::StrContains(status.message(), "Socket closed")) {
+    err_ << "dlrmctl: the coordinator at " << flags_.coordinator
+         << " closed the connection during the TLS handshake. It does so when its CA did not "
+            "sign this client's certificate (--tls-dir of another cluster?), and gRPC does not "
+            "tell that apart from a coordinator going away, hence exit code 4: check that "
+            "--tls-dir holds the admin certificate of the coordinator's CA.\n";
+  } else if (exit_code == kExitUnavailable) {
+    err_ << "dlrmctl: is a coordinator running at " << flags_.coordinator
+         << "? Pass --coordinator HOST:PORT or set $DLRM_COORDINATOR. A coordinator with mutual "
+            "TLS also needs --tls-dir (the admin certificate of its CA) and, when its "
+            "certificate does not name that host, --tls-server-name.\n";
+  }
+  return exit_code;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> Command::Connect() {
+  CoordinatorClientOptions options;
+  options.address = flags_.coordinator;
+  options.timeout = absl::Seconds(flags_.timeout_s);
+  if (absl::Status address = CheckCoordinatorAddress(
+          flags_.coordinator, flags_.coordinator_given ? "--coordinator" : "$DLRM_COORDINATOR");
+      !address.ok()) {
+    return UsageStatus(address);
+  }
+  TlsFlags tls = flags_.tls;
+  absl::StatusOr<std::string> token = ReadClientToken(flags_.token_file);
+  if (!token.ok()) return UsageStatus(token.status());
+  tls.token = *std::move(token);
+  absl::StatusOr<common::TransportSecurity> security = ResolveTls(tls, "", "dlrmctl");
+  if (!security.ok()) return UsageStatus(security.status());
+  options.security = *std::move(security);
+  tls_ = options.security.tls();
+  return CoordinatorClient::Create(options);
+}
+
+ClusterSnapshot Command::ReadCluster(CoordinatorClient& client) {
+  ClusterSnapshot cluster;
+  if (auto view = client.Members(); view.ok()) cluster.view = std::move(*view);
+  if (auto pending = client.List(dlrm::v1::JOB_STATE_PENDING); pending.ok()) {
+    cluster.pending_job_ids.emplace();
+    for (const auto& job : *pending) cluster.pending_job_ids->push_back(job.job_id());
+  }
+  return cluster;
+}
+
+void Command::PrintJob(CoordinatorClient& client, const dlrm::v1::Job& job) {
+  if (IsDocumentFormat(format_)) {
+    out_ << ToDocument(job, format_);
+    return;
+  }
+  std::optional<ClusterSnapshot> cluster;
+  if (NeedsExplaining(job)) cluster = ReadCluster(client);
+  out_ << JobDetail(job, wide(), cluster ? &*cluster : nullptr);
+}
+
+int Command::WatchUntilDone(CoordinatorClient& client, const std::string& job_id) {
+  RunSpeed speed;
+  auto last = client.Watch(job_id, [&](const dlrm::v1::JobEvent& event) {
+    speed.Observe(event.job());
+    if (format_ == OutputFormat::kJsonl) {
+      out_ << ToDocument(event, format_) << std::flush;
+    } else if (!IsDocumentFormat(format_)) {
+      std::optional<ClusterSnapshot> cluster;
+      if (NeedsExplaining(event.job())) cluster = ReadCluster(client);
+      const std::string line = JobEventLine(event.job(), cluster ? &*cluster : nullptr, &speed);
+      if (terminal_) {
+        // On a terminal the running job's line is redrawn in place; other states stay.
+        const bool running = event.job().state() == dlrm::v1::JOB_STATE_RUNNING;
+        out_ << "\r\033[K" << line << (running ? "" : "\n") << std::flush;
+        line_open_ = running;
+      } else {
+        out_ << line << std::endl;
+      }
+    }
+    return true;
+  });
+  if (line_open_) out_ << "\n";
+  line_open_ = false;
+  if (!last.ok()) return Fail(last.status());
+  if (format_ == OutputFormat::kJson || format_ == OutputFormat::kYaml) {
+    out_ << ToDocument(*last, format_);
+  }
+  return last->state() == dlrm::v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+}  // namespace dlrm::client::dlrmctl_internal
