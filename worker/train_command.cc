@@ -17,7 +17,7 @@
 #include "worker/checkpoint.h"
 #include "worker/gpu_embeddings.h"
 #include "worker/input/batch_reader.h"
-#include "worker/input/binary_format.h"
+#include "worker/input/output_file.h"
 #include "worker/job_input.h"
 #include "worker/progress.h"
 #include "worker/trainer.h"

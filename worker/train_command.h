@@ -60,7 +60,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
 struct TrainCommandOptions {
   std::string config_path;
   // "" = none. Checked before training (its folder exists and is writable, it is none of the
-  // inputs), written atomically (worker/input/binary_format.h: OutputFile).
+  // inputs), written atomically (worker/input/output_file.h: OutputFile).
   std::string metrics_out;
   bool strict = false;  // --strict: stop at the first malformed line
   std::string report;   // --report: the HTML run report (worker/run_report.h); "" = none
@@ -88,7 +88,7 @@ absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options
                                            const std::string& metrics_out);
 // Writes one click probability per input line to `out`, in input order. Parsing is strict: a
 // malformed line, or an empty one within the file, is an error naming file:line, since skipping it
-// would shift every later score. `out` is written as an OutputFile (worker/input/binary_format.h:
+// would shift every later score. `out` is written as an OutputFile (worker/input/output_file.h:
 // a regular file atomically, a symlink's target, a FIFO or device in place); it must not be one of
 // the data files.
 absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std::string& out);

@@ -280,38 +280,6 @@ TEST_F(TrainCommandIoTest, PredictRefusesBadOutputPathsBeforeScoring) {
   EXPECT_THAT(std::string(st.message()), HasSubstr(std::strerror(ENOENT)));
 }
 
-TEST(OutputFileTest, RefusesAFolderAndAnEmptyPathAndCreatesNothing) {
-  testing::TempDir dir;
-  const std::string folder = dir.File("d");
-  fs::create_directory(folder);
-  auto out = OutputFile::Open(folder, "--out");
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
-  EXPECT_THAT(std::string(out.status().message()),
-              HasSubstr("--out: cannot write '" + folder + "': it is a folder"));
-  EXPECT_FALSE(fs::exists(folder + ".tmp"));
-  out = OutputFile::Open("", "--out");
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
-  EXPECT_FALSE(fs::exists(".tmp"));
-}
-
-// The rename at the end fails (a folder took the name meanwhile): the temporary file goes, the
-// reason is given.
-TEST(OutputFileTest, AFailedCommitRemovesTheTemporaryFile) {
-  testing::TempDir dir;
-  const std::string path = dir.File("out");
-  auto out = OutputFile::Open(path, "--out");
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ((*out)->temp(), path + ".tmp");
-  ASSERT_TRUE((*out)->Write("scores\n").ok());
-  fs::create_directory(path);
-  WriteFile(path + "/inside", "x");
-  absl::Status st = (*out)->Commit();
-  EXPECT_FALSE(st.ok());
-  EXPECT_THAT(std::string(st.message()), HasSubstr("--out: cannot write '" + path + "': "));
-  EXPECT_THAT(std::string(st.message()), HasSubstr(std::strerror(EISDIR)));
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
-}
-
 // --- a command never overwrites its input ------------------------------------------------------
 
 TEST_F(TrainCommandIoTest, PredictRefusesToOverwriteItsInput) {
