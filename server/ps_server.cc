@@ -5,10 +5,51 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace dlrm::server {
+namespace {
+
+// Versions before 2026-12-05 cut each checkpoint's snapshot into <data>/snapshots/<shard>-<step>
+// (shared by the jobs of a server); they now live beside each job's store and nothing reads the
+// old folder. What a crash between a SNAPSHOT and its WRITE left there holds hard links to
+// RocksDB files (as large as a shard's store): removed here, folders of that name only.
+void RemoveOldLayoutSnapshots(const std::string& data_dir) {
+  namespace fs = std::filesystem;
+  const fs::path old = fs::path(data_dir) / "snapshots";
+  std::error_code ec;
+  if (!fs::is_directory(old, ec)) return;
+  int removed = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(old, ec)) {
+    const std::vector<std::string> parts =
+        absl::StrSplit(entry.path().filename().string(), absl::MaxSplits('-', 1));
+    int64_t shard = 0;
+    int64_t step = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shard) ||
+        !absl::SimpleAtoi(parts[1], &step) || !entry.is_directory(ec)) {
+      continue;
+    }
+    std::error_code remove_ec;
+    fs::remove_all(entry.path(), remove_ec);
+    if (remove_ec) {
+      DLRM_LOG(WARNING) << "cannot remove " << entry.path().string()
+                        << ", a snapshot of an earlier version: " << remove_ec.message();
+    } else {
+      ++removed;
+    }
+  }
+  if (removed > 0) {
+    DLRM_LOG(INFO) << "removed " << removed << " checkpoint snapshot(s) an earlier version left in "
+                   << old.string();
+  }
+  fs::remove(old, ec);  // only if now empty
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PsOptions& options) {
   if (options.data_dir.empty()) {
@@ -24,6 +65,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
     return absl::UnavailableError(
         absl::StrCat("parameter server: cannot create ", options.data_dir, ": ", ec.message()));
   }
+  RemoveOldLayoutSnapshots(options.data_dir);
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   if (options.metrics != nullptr) {
     ps->metrics_ = options.metrics;

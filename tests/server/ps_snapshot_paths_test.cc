@@ -171,5 +171,29 @@ TEST_F(PsSnapshotPathsTest, LeftoverSnapshotsAreRemoved) {
   EXPECT_FALSE(fs::exists(next.directory())) << "unloading the job leaves its snapshot";
 }
 
+// A data folder from before the snapshots moved beside each job's store: the snapshots an
+// interrupted checkpoint left in <data>/snapshots/<shard>-<step> hold RocksDB files nothing reads
+// any more, and go when the server starts; anything else there stays.
+TEST_F(PsSnapshotPathsTest, SnapshotsOfTheOldLayoutAreRemovedAtStart) {
+  const fs::path old = fs::path(dir_.path()) / "snapshots";
+  fs::create_directories(old / "0-100" / "table_0");
+  std::ofstream((old / "0-100" / "table_0" / "000012.sst").string()) << "rows";
+  fs::create_directories(old / "3-2000");
+  std::ofstream((old / "notes.txt").string()) << "the operator's";
+  fs::create_directories(old / "0-latest");
+  StartPs();
+  EXPECT_FALSE(fs::exists(old / "0-100"));
+  EXPECT_FALSE(fs::exists(old / "3-2000"));
+  EXPECT_TRUE(fs::exists(old / "notes.txt"));
+  EXPECT_TRUE(fs::exists(old / "0-latest"));
+  // With nothing else in it, the folder itself goes too.
+  ps_.reset();
+  fs::remove(old / "notes.txt");
+  fs::remove(old / "0-latest");
+  fs::create_directories(old / "1-5");
+  StartPs();
+  EXPECT_FALSE(fs::exists(old));
+}
+
 }  // namespace
 }  // namespace dlrm::server
