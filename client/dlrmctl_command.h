@@ -65,8 +65,6 @@ class Command {
   int List();
   int Members();
 
-  // The coordinator's API has no call that reports its version yet, so only the client's is
-  // known; nothing is dialled.
   // The client's version, and the coordinator's when it answers (null / "unknown" otherwise:
   // this command works without a cluster).
   int Version();
