@@ -341,13 +341,6 @@ absl::Status WriteTrainRunReport(const TrainCommandOptions& options, const commo
   return absl::OkStatus();
 }
 
-// Writes the report's JSON (--metrics-out) atomically.
-absl::Status WriteMetricsJson(const std::string& path, const TrainReport& report) {
-  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path, "--metrics-out"));
-  DLRM_RETURN_IF_ERROR(out->Write(absl::StrCat(TrainReportToJson(report), "\n")));
-  return out->Commit();
-}
-
 // --metrics-out, before any work: writable, and none of the files the command reads.
 absl::Status CheckMetricsOut(const std::string& path, const std::vector<std::string>& inputs) {
   DLRM_RETURN_IF_ERROR(CheckOutputPath(path, "--metrics-out"));
@@ -400,7 +393,7 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
     DLRM_LOG(WARNING) << report.skipped_lines << " malformed line(s) skipped";
   }
   if (!options.metrics_out.empty()) {
-    DLRM_RETURN_IF_ERROR(WriteMetricsJson(options.metrics_out, report));
+    DLRM_RETURN_IF_ERROR(WriteTrainReport(options.metrics_out, report));
   }
   if (!options.report.empty()) {
     DLRM_RETURN_IF_ERROR(WriteTrainRunReport(options, spec, trained, recorder));
@@ -495,7 +488,7 @@ absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options
   if (report.skipped_lines > 0) {
     DLRM_LOG(WARNING) << report.skipped_lines << " malformed line(s) skipped";
   }
-  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(WriteMetricsJson(metrics_out, report));
+  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(WriteTrainReport(metrics_out, report));
   return m;
 }
 

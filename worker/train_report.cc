@@ -1,11 +1,13 @@
 #include "worker/train_report.h"
 
-#include <fstream>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "worker/input/output_file.h"
 
 namespace dlrm::worker {
 
@@ -59,13 +61,11 @@ absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& text) {
   return r;
 }
 
-absl::Status WriteTrainReport(const std::string& path, const TrainReport& report) {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
-  out << TrainReportToJson(report) << "\n";
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("error writing '", path, "'"));
-  return absl::OkStatus();
+absl::Status WriteTrainReport(const std::string& path, const TrainReport& report,
+                              const std::string& what) {
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path, what));
+  DLRM_RETURN_IF_ERROR(out->Write(absl::StrCat(TrainReportToJson(report), "\n")));
+  return out->Commit();
 }
 
 std::string TrainReportSummary(const TrainReport& r) {

@@ -38,8 +38,11 @@ struct TrainReport {
 bool IsNetworkKey(absl::string_view key);
 std::string TrainReportToJson(const TrainReport& report);
 absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& json);
-// Writes the JSON to `path`; an unwritable path is an error naming it.
-absl::Status WriteTrainReport(const std::string& path, const TrainReport& report);
+// Writes the JSON to `path` as an OutputFile (worker/input/output_file.h): a regular file is
+// replaced atomically, so a failed write leaves the old one whole. Errors name `what` and the
+// path, with the reason.
+absl::Status WriteTrainReport(const std::string& path, const TrainReport& report,
+                              const std::string& what = "--metrics-out");
 // "AUC 0.7812  logloss 0.4620  accuracy 0.7901  (eval 20000 samples; 1234 steps, 56789 samples/s)"
 std::string TrainReportSummary(const TrainReport& report);
 
