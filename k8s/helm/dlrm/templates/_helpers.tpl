@@ -19,6 +19,20 @@ name alone when it already contains the chart name.
 {{- end }}
 {{- end }}
 
+{{/*
+A number or string value as the text a flag or field needs: Helm reads every number of a values
+file as a float64 and prints a large one in exponent notation (ps.memoryBudget: 1073741824
+would become --memory-budget=1.073741824e+09, which dlrm refuses); an integral float64 is printed
+as an integer. include "dlrm.number" .Values.ps.memoryBudget
+*/}}
+{{- define "dlrm.number" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) }}
+{{- int64 . }}
+{{- else }}
+{{- . }}
+{{- end }}
+{{- end }}
+
 {{- define "dlrm.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -338,9 +352,9 @@ include "dlrm.waitForCoordinator" (list . resources)
     - name: COORDINATOR
       value: {{ include "dlrm.coordinatorAddress" $root | quote }}
     - name: ATTEMPTS
-      value: {{ $w.attempts | quote }}
+      value: {{ include "dlrm.number" $w.attempts | quote }}
     - name: PERIOD
-      value: {{ $w.periodSeconds | quote }}
+      value: {{ include "dlrm.number" $w.periodSeconds | quote }}
   resources:
     {{- toYaml (index . 1) | nindent 4 }}
   securityContext:
