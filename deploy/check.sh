@@ -58,11 +58,28 @@ else
     "kubernetes-models; structural checks only)"
 fi
 
+# The containers' flags against the binaries' --help (k8s/checks/check_commands.py), when a build
+# is here: DLRM_BUILD_DIR (default build) holds bin/dlrm and bin/dlrmctl.
+build="${DLRM_BUILD_DIR:-build}"
+commands_check=0
+if [ -x "$build/bin/dlrm" ] && [ -x "$build/bin/dlrmctl" ]; then
+  commands_check=1
+else
+  echo "SKIP  rendered flags against dlrm/dlrmctl --help (no $build/bin/dlrm and dlrmctl;" \
+    "DLRM_BUILD_DIR)"
+fi
+
 # The functions below run inside `if` (in run), where `set -e` does not apply: every step that
 # can fail ends in `|| return 1`.
-# manifests_ok FILE...: structural checks, then the Kubernetes schemas when available.
+# manifests_ok FILE...: structural checks, the scrape targets that prometheus.yml's `dlrm` job
+# and the ServiceMonitor would make of the pods, the containers' flags, paths and ports against
+# the binaries (with a build), then the Kubernetes schemas when available.
 manifests_ok() {
   python3 k8s/checks/check_rendered.py --json "$tmp/docs.json" "$@" || return 1
+  python3 k8s/checks/check_scrape.py "$@" || return 1
+  if [ "$commands_check" = 1 ]; then
+    python3 k8s/checks/check_commands.py --bin "$build/bin" "$@" || return 1
+  fi
   if [ "$schema_validation" = 1 ]; then
     node k8s/checks/validate_schemas.mjs "$k8s_models" "$tmp/docs.json" || return 1
   fi
@@ -175,6 +192,16 @@ checkpoint_volumes() {
     --set checkpoints.existingClaim=x
 }
 run "helm template (checkpoints: new PVC, existingClaim, hostPath; not both)" checkpoint_volumes
+# Helm reads every number of a values file as a float64 and prints a large one in exponent
+# notation: without the chart's "dlrm.number", ps.memoryBudget: 1073741824 rendered
+# --memory-budget=1.073741824e+09, which the PS refuses, and tests.rows: 2000000 --rows=2e+06.
+large_numbers() {
+  render_ok "-f k8s/checks/values-large-numbers.yaml" || return 1
+  if grep -nE '[0-9]e[+-]?[0-9]' "$tmp/render.yaml"; then
+    echo "a number rendered in exponent notation (above)"; return 1
+  fi
+}
+run "helm template (large integers in a values file: no exponent notation)" large_numbers
 plain_manifests_match() {
   mkdir -p "$tmp/plain"
   "$helm" template dlrm k8s/helm/dlrm --namespace dlrm -f k8s/manifests/values-minimal.yaml \
@@ -214,7 +241,6 @@ fi
 # (k8s/checks/run_manifests.py, root): each eviction's recovery rolls back to the job's newest
 # checkpoint on that volume. The plain manifests (no checkpoint volume) run in ctest's
 # k8s_manifests_run.
-build="${DLRM_BUILD_DIR:-build}"
 if [ "$(id -u)" = 0 ] && [ -x "$build/bin/dlrm" ]; then
   pods_with_checkpoints() {
     "$helm" template dlrm k8s/helm/dlrm --namespace dlrm -f k8s/manifests/values-minimal.yaml \
