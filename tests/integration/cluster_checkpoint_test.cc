@@ -18,13 +18,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
 #include "embedding/row_dtype.h"
 #include "gtest/gtest.h"
+#include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
 #include "worker/train_report.h"
 
@@ -64,38 +64,21 @@ std::map<std::pair<int, int64_t>, std::vector<float>> AllRows(const std::string&
   return rows;
 }
 
-class ClusterCheckpointTest : public ::testing::Test {
+class ClusterCheckpointTest : public LocalClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(MakeGeneratedDataDir("dlrm-cluster-ckpt", 16000, 1000, 21));
-    ASSERT_FALSE(dir_->empty());
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    if (dir_ != nullptr) fs::remove_all(*dir_, ec);
-    delete dir_;
-    dir_ = nullptr;
-  }
+  static void SetUpTestSuite() { ASSERT_TRUE(MakeDataDir("dlrm-cluster-ckpt", 16000, 1000, 21)); }
 
   // A job spec file `name`.yaml: k = 0, checkpoints every 10 steps into `ckpt` (absolute).
   static std::string Job(const std::string& name, int max_steps, const std::string& ckpt,
                          const std::string& hot = "hot_budget: 0", int full_every = 1,
                          const std::string& dtype = "fp32") {
-    const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
-    std::ofstream(path) << absl::StrCat(
-        "name: ", name, R"(
-model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
-)",
-        kCappedKaggleTablesYaml, "  dtype: ", dtype, R"(
-optimizer:
-  dense: {type: adam, learning_rate: 0.003}
-  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 256, epochs: 1, seed: 11, staleness: 0, max_steps: )",
-        max_steps, ", ", hot, R"(}
-data: {train: [train.tsv], eval_fraction: 0.1}
-checkpoint: {dir: )",
-        *dir_, "/", ckpt, ", every_steps: 10, keep_last: 2, full_every: ", full_every, "}\n");
-    return path;
+    return WriteSpec(
+        {.name = name,
+         .table_dtype = dtype,
+         .training = absl::StrCat("batch_size: 256, epochs: 1, seed: 11, staleness: 0, max_steps: ",
+                                  max_steps, ", ", hot),
+         .checkpoint = absl::StrCat("dir: ", Dir(), "/", ckpt,
+                                    ", every_steps: 10, keep_last: 2, full_every: ", full_every)});
   }
 
   static ProcessResult Local(const std::string& spec, std::vector<std::string> extra,
@@ -103,19 +86,15 @@ checkpoint: {dir: )",
     std::vector<std::string> argv = {BinPath("dlrm"),    "local", "-c", spec, "--no-progress",
                                      "--worker-threads", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return RunProcess(argv, *dir_, name, absl::Seconds(180));
+    return RunProcess(argv, Dir(), name, absl::Seconds(180));
   }
 
   static std::string Newest(const std::string& ckpt) {
-    auto r = embedding::ResolveCheckpoint(*dir_ + "/" + ckpt);
+    auto r = embedding::ResolveCheckpoint(Dir() + "/" + ckpt);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : "";
   }
-
-  static std::string* dir_;
 };
-
-std::string* ClusterCheckpointTest::dir_ = nullptr;
 
 // 1 PS + 1 worker, k = 0: 40 steps in one go and 20 + resume + 20 write byte-identical files,
 // and `dlrm train` on the same spec writes the same dense file and a model that evaluates the
@@ -126,7 +105,7 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
   ProcessResult b1 = Local(Job("split", 20, "split"), {}, "split-1");
   ASSERT_EQ(b1.exit_code, 0) << b1.err;
   ProcessResult b2 =
-      Local(Job("split", 40, "split"), {"--resume-from", *dir_ + "/split"}, "split-2");
+      Local(Job("split", 40, "split"), {"--resume-from", Dir() + "/split"}, "split-2");
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
 
   const std::string ca = Newest("straight");
@@ -144,17 +123,17 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
 
   ProcessResult t = RunProcess({BinPath("dlrm"), "train", "-c", Job("single", 40, "single"),
                                 "--no-progress", "--threads", "1"},
-                               *dir_, "train", absl::Seconds(120));
+                               Dir(), "train", absl::Seconds(120));
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const std::string ct = Newest("single");
   EXPECT_EQ(Slurp(ct + "/dense.bin"), Slurp(ca + "/dense.bin"))
       << "dlrm train and the cluster computed different dense models";
   std::vector<std::string> evals;
   for (const std::string& ckpt : {ca, ct}) {
-    const std::string out = absl::StrCat(*dir_, "/eval-", evals.size(), ".json");
+    const std::string out = absl::StrCat(Dir(), "/eval-", evals.size(), ".json");
     ProcessResult e = RunProcess({BinPath("dlrm"), "eval", "--checkpoint", ckpt, "--data",
-                                  *dir_ + "/train.tsv", "--metrics-out", out, "--threads", "1"},
-                                 *dir_, "eval", absl::Seconds(60));
+                                  Dir() + "/train.tsv", "--metrics-out", out, "--threads", "1"},
+                                 Dir(), "eval", absl::Seconds(60));
     ASSERT_EQ(e.exit_code, 0) << e.err;
     evals.push_back(ReadFileOrEmpty(out));
   }
@@ -163,7 +142,7 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
   // The cluster's checkpoint continues in dlrm train.
   ProcessResult more = RunProcess({BinPath("dlrm"), "train", "-c", Job("more", 50, "more"),
                                    "--no-progress", "--threads", "1", "--resume", ca},
-                                  *dir_, "train-more", absl::Seconds(120));
+                                  Dir(), "train-more", absl::Seconds(120));
   ASSERT_EQ(more.exit_code, 0) << more.err;
   EXPECT_EQ(fs::path(Newest("more")).filename(), "ckpt-000000000050");
 }
@@ -178,11 +157,11 @@ TEST_F(ClusterCheckpointTest, IncrementalCheckpointsHoldTheChangedRowsAndLoadToT
   ProcessResult part = Local(Job("incr", 30, "incr", hot, 3), {}, "incr-1");
   ASSERT_EQ(part.exit_code, 0) << part.err;
 
-  const std::string c30 = *dir_ + "/incr/ckpt-000000000030";
-  const std::string f30 = *dir_ + "/full/ckpt-000000000030";
+  const std::string c30 = Dir() + "/incr/ckpt-000000000030";
+  const std::string f30 = Dir() + "/full/ckpt-000000000030";
   auto m30 = embedding::ReadManifest(c30);
-  auto m20 = embedding::ReadManifest(*dir_ + "/incr/ckpt-000000000020");
-  auto m10 = embedding::ReadManifest(*dir_ + "/incr/ckpt-000000000010");
+  auto m20 = embedding::ReadManifest(Dir() + "/incr/ckpt-000000000020");
+  auto m10 = embedding::ReadManifest(Dir() + "/incr/ckpt-000000000010");
   auto full30 = embedding::ReadManifest(f30);
   ASSERT_TRUE(m30.ok() && m20.ok() && m10.ok() && full30.ok())
       << "keep_last 2 keeps the chain the newest builds on";
@@ -204,7 +183,7 @@ TEST_F(ClusterCheckpointTest, IncrementalCheckpointsHoldTheChangedRowsAndLoadToT
   EXPECT_EQ(Slurp(c30 + "/dense.bin"), Slurp(f30 + "/dense.bin"));
 
   ProcessResult resumed =
-      Local(Job("incr", 40, "incr", hot, 3), {"--resume-from", *dir_ + "/incr"}, "incr-2");
+      Local(Job("incr", 40, "incr", hot, 3), {"--resume-from", Dir() + "/incr"}, "incr-2");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const std::string c40 = Newest("incr");
   const std::string f40 = Newest("full");
@@ -254,7 +233,7 @@ TEST_F(ClusterCheckpointTest, HalfPrecisionTablesCheckpointHalfWeightsAndResume)
       Local(Job("half-straight", 30, "half-straight", "hot_budget: 0", 1, "fp16"), {}, "half-30");
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
   ProcessResult resumed = Local(Job("half", 30, "half", "hot_budget: 0", 1, "fp16"),
-                                {"--resume-from", *dir_ + "/half"}, "half-resumed");
+                                {"--resume-from", Dir() + "/half"}, "half-resumed");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   ASSERT_EQ(fs::path(Newest("half")).filename(), "ckpt-000000000030");
   const auto resumed_rows = AllRows(Newest("half"));
@@ -278,10 +257,10 @@ TEST_F(ClusterCheckpointTest, HalfPrecisionTablesCheckpointHalfWeightsAndResume)
   // checkpoint can part by up to 2 x 10 x 0.05.
   EXPECT_LT(largest, 1.0f);
 
-  const std::string out = *dir_ + "/eval-half.json";
+  const std::string out = Dir() + "/eval-half.json";
   ProcessResult e = RunProcess({BinPath("dlrm"), "eval", "--checkpoint", Newest("half"), "--data",
-                                *dir_ + "/train.tsv", "--metrics-out", out, "--threads", "1"},
-                               *dir_, "eval-half", absl::Seconds(60));
+                                Dir() + "/train.tsv", "--metrics-out", out, "--threads", "1"},
+                               Dir(), "eval-half", absl::Seconds(60));
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_NE(ReadFileOrEmpty(out).find("auc"), std::string::npos);
 }
@@ -290,29 +269,20 @@ TEST_F(ClusterCheckpointTest, HalfPrecisionTablesCheckpointHalfWeightsAndResume)
 TEST_F(ClusterCheckpointTest, DlrmctlListsAJobsCheckpoints) {
   Process local({BinPath("dlrm"), "local", "-c", Job("listed", 30, "listed"), "--no-progress",
                  "--worker-threads", "1", "--keep-running"},
-                *dir_, "listed");
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  while (absl::Now() < deadline && local.Running() &&
-         local.Stdout().find("coordinator: ") == std::string::npos) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  const std::string out = local.Stdout();
-  const size_t at = out.find("coordinator: ");
-  ASSERT_NE(at, std::string::npos) << local.Stderr();
-  const std::string address = out.substr(at + 13, out.find('\n', at) - at - 13);
-  const size_t tls_at = out.find("tls-dir: ");  // dlrm local runs mutual TLS
-  ASSERT_NE(tls_at, std::string::npos) << out;
-  const std::string tls_dir = out.substr(tls_at + 9, out.find('\n', tls_at) - tls_at - 9);
-  ProcessResult list = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
-                                   tls_dir, "checkpoints", "job-1", "-o", "json"},
-                                  *dir_, "dlrmctl-checkpoints", absl::Seconds(30));
+                Dir(), "listed");
+  WaitForKeptRunning(local, absl::Seconds(120));
+  ASSERT_FALSE(address_.empty()) << local.Stderr();
+  ASSERT_FALSE(tls_dir_.empty()) << local.Stdout();  // dlrm local runs mutual TLS
+  ProcessResult list = RunProcess({BinPath("dlrmctl"), "--coordinator", address_, "--tls-dir",
+                                   tls_dir_, "checkpoints", "job-1", "-o", "json"},
+                                  Dir(), "dlrmctl-checkpoints", absl::Seconds(30));
   ASSERT_EQ(list.exit_code, 0) << list.err;
   EXPECT_NE(list.out.find("\"ckpt-000000000020\""), std::string::npos) << list.out;
   EXPECT_NE(list.out.find("\"ckpt-000000000030\""), std::string::npos) << list.out;
   EXPECT_NE(list.out.find("\"full\""), std::string::npos) << list.out;
-  ProcessResult missing = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
-                                      tls_dir, "checkpoints", "job-404"},
-                                     *dir_, "dlrmctl-missing", absl::Seconds(30));
+  ProcessResult missing = RunProcess({BinPath("dlrmctl"), "--coordinator", address_, "--tls-dir",
+                                      tls_dir_, "checkpoints", "job-404"},
+                                     Dir(), "dlrmctl-missing", absl::Seconds(30));
   EXPECT_EQ(missing.exit_code, 3) << "not found";
   local.Signal(SIGINT);
   local.Wait(absl::Seconds(30));
@@ -366,18 +336,18 @@ TEST_F(ClusterCheckpointTest, TwoPsTwoWorkersResumeReachesTheSameAuc) {
                  worker::TrainReport* report) {
     extra.insert(extra.end(), shape.begin(), shape.end());
     extra.push_back("--metrics-out");
-    extra.push_back(*dir_ + "/" + name + ".json");
+    extra.push_back(Dir() + "/" + name + ".json");
     ProcessResult p = Local(spec, extra, name);
     ASSERT_EQ(p.exit_code, 0) << p.err;
     if (report != nullptr) {
-      auto r = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/" + name + ".json"));
+      auto r = worker::TrainReportFromJson(ReadFileOrEmpty(Dir() + "/" + name + ".json"));
       ASSERT_TRUE(r.ok()) << r.status();
       *report = *r;
     }
   };
   run(Job("s2", 24, "s2", hot), {}, "s2", &straight);
   run(Job("r2", 12, "r2", hot), {}, "r2-1", nullptr);
-  run(Job("r2", 24, "r2", hot), {"--resume-from", *dir_ + "/r2"}, "r2-2", &resumed);
+  run(Job("r2", 24, "r2", hot), {"--resume-from", Dir() + "/r2"}, "r2-2", &resumed);
   EXPECT_EQ(straight.steps, 24);
   EXPECT_EQ(resumed.steps, 24);
   EXPECT_NEAR(resumed.auc, straight.auc, kResumeTolerance);
@@ -393,10 +363,10 @@ TEST_F(ClusterCheckpointTest, ResumingFromTheFinalCheckpointEndsAtOnceWithItsMod
   const std::vector<std::string> shape = {"--ps", "1", "--workers", "2"};
   auto run = [&](std::vector<std::string> extra, const std::string& name) {
     extra.insert(extra.end(), shape.begin(), shape.end());
-    extra.insert(extra.end(), {"--metrics-out", *dir_ + "/" + name + ".json"});
+    extra.insert(extra.end(), {"--metrics-out", Dir() + "/" + name + ".json"});
     ProcessResult p = Local(Job("end", /*max_steps=*/0, "end"), extra, name);
     EXPECT_EQ(p.exit_code, 0) << p.err;
-    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/" + name + ".json"));
+    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(Dir() + "/" + name + ".json"));
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : worker::TrainReport{};
   };
@@ -449,15 +419,15 @@ TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesF
   const std::vector<std::string> shape = {"--ps", "1", "--workers", "2", "--data-dir"};
   auto run = [&](int steps, std::vector<std::string> extra, const std::string& name) {
     std::vector<std::string> argv = shape;
-    argv.push_back(*dir_ + "/" + name + "-cluster");
+    argv.push_back(Dir() + "/" + name + "-cluster");
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back("--metrics-out");
-    argv.push_back(*dir_ + "/" + name + ".json");
+    argv.push_back(Dir() + "/" + name + ".json");
     ProcessResult p = Local(Job("psgd", steps, "psgd", psgd), argv, name);
     EXPECT_EQ(p.exit_code, 0) << p.err;
     std::string logs;
     for (const char* w : {"worker-0", "worker-1"}) {
-      logs += ReadFileOrEmpty(absl::StrCat(*dir_, "/", name, "-cluster/logs/", w, ".log"));
+      logs += ReadFileOrEmpty(absl::StrCat(Dir(), "/", name, "-cluster/logs/", w, ".log"));
     }
     return logs;
   };
@@ -496,7 +466,7 @@ TEST_F(ClusterCheckpointTest, APowerSgdJobCheckpointsEachWorkersStateAndResumesF
   EXPECT_TRUE(end_states[0] != end_states[1]) << "the workers' PowerSGD states are the same";
 
   auto dense_bytes = [&](const std::string& name) {
-    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/" + name + ".json"));
+    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(Dir() + "/" + name + ".json"));
     EXPECT_TRUE(r.ok()) << r.status();
     const char* key = "network_dense_allreduce_bytes_per_sample";
     return r.ok() && r->network.contains(key) ? r->network.at(key) : -1.0;
@@ -516,43 +486,29 @@ TEST_F(ClusterCheckpointTest, APowerSgdJobLeavesNoCheckpointKeysInTheCoordinator
       "powersgd_warmup_steps: 3";
   Process local({BinPath("dlrm"), "local", "-c", Job("psgd-keys", 20, "psgd-keys", psgd), "--ps",
                  "1", "--workers", "2", "--keep-running", "--no-progress", "--worker-threads", "1",
-                 "--data-dir", *dir_ + "/psgd-keys-cluster"},
-                *dir_, "psgd-keys");
-  std::string address, tls_dir;
+                 "--data-dir", Dir() + "/psgd-keys-cluster"},
+                Dir(), "psgd-keys");
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  while ((address.empty() || tls_dir.empty()) && local.Running() && absl::Now() < deadline) {
-    for (absl::string_view line : absl::StrSplit(local.Stdout(), '\n')) {
-      if (absl::ConsumePrefix(&line, "coordinator: ")) address = std::string(line);
-      if (absl::ConsumePrefix(&line, "tls-dir: ")) tls_dir = std::string(line);
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_FALSE(address.empty() || tls_dir.empty()) << local.Stdout() << local.Stderr();
-  auto client =
-      client::CoordinatorClient::Create({.address = address,
-                                         .timeout = absl::Seconds(5),
-                                         .security = common::TransportSecurity::FromDir(tls_dir)});
-  ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<dlrm::v1::Job> job = absl::NotFoundError("not asked yet");
-  while (absl::Now() < deadline) {
-    job = (*client)->Get("job-1");
-    if (job.ok() && job->state() == dlrm::v1::JOB_STATE_SUCCEEDED) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_TRUE(job.ok() && job->state() == dlrm::v1::JOB_STATE_SUCCEEDED)
-      << (job.ok() ? job->DebugString() : job.status().ToString()) << local.Stderr();
+  WaitForKeptRunning(local, deadline - absl::Now());
+  ASSERT_FALSE(address_.empty() || tls_dir_.empty()) << local.Stdout() << local.Stderr();
+  Connect(absl::Seconds(5));
+  ASSERT_NE(client_, nullptr);
+  const dlrm::v1::Job job = WaitForJob("job-1", deadline - absl::Now(), [](const dlrm::v1::Job& j) {
+    return j.state() == dlrm::v1::JOB_STATE_SUCCEEDED;
+  });
+  ASSERT_EQ(job.state(), dlrm::v1::JOB_STATE_SUCCEEDED) << job.DebugString() << local.Stderr();
   auto manifest = embedding::ReadManifest(Newest("psgd-keys"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->step, 20);
   // The store answers workers only: asked with the cluster's worker certificate.
   auto as_worker = client::CoordinatorClient::Create(
-      {.address = address,
+      {.address = address_,
        .timeout = absl::Seconds(5),
-       .security = common::TransportSecurity::FromDir(*dir_ + "/psgd-keys-cluster/tls/worker")});
+       .security = common::TransportSecurity::FromDir(Dir() + "/psgd-keys-cluster/tls/worker")});
   ASSERT_TRUE(as_worker.ok()) << as_worker.status();
   absl::StatusOr<int64_t> left =
       (*as_worker)
-          ->KvDelete(absl::StrCat("job/job-1/", job->job_epoch(), "/checkpoint/"), /*prefix=*/true);
+          ->KvDelete(absl::StrCat("job/job-1/", job.job_epoch(), "/checkpoint/"), /*prefix=*/true);
   ASSERT_TRUE(left.ok()) << left.status();
   EXPECT_EQ(*left, 0) << "checkpoint keys left in the coordinator's store";
   local.Signal(SIGINT);

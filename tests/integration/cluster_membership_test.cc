@@ -10,117 +10,35 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "gtest/gtest.h"
+#include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
 
 namespace dlrm::testing {
 namespace {
 
-namespace fs = std::filesystem;
-
-class ClusterMembershipTest : public ::testing::Test {
+class ClusterMembershipTest : public LocalClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(MakeGeneratedDataDir("dlrm-membership", 20000, 1000, 5));
-    ASSERT_FALSE(dir_->empty());
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    if (dir_ != nullptr) fs::remove_all(*dir_, ec);
-    delete dir_;
-    dir_ = nullptr;
-  }
+  static void SetUpTestSuite() { ASSERT_TRUE(MakeDataDir("dlrm-membership", 20000, 1000, 5)); }
 
   // A job of `epochs` over the 18k training samples (70 steps of 256 an epoch); `checkpoint`:
   // the spec's checkpoint block's settings after its dir (<dir>/<name>-ckpt), none when empty.
   static std::string Spec(const std::string& name, int epochs, const std::string& checkpoint) {
-    const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
-    std::ofstream(path) << absl::StrCat(
-        "name: ", name, R"(
-model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
-)",
-        kCappedKaggleTablesYaml, R"(optimizer:
-  dense: {type: adam, learning_rate: 0.003}
-  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 256, epochs: )",
-        epochs, R"(, seed: 11, staleness: 0, hot_budget: 0}
-data: {train: [train.tsv], eval_fraction: 0.1}
-)",
-        checkpoint.empty()
-            ? std::string()
-            : absl::StrCat("checkpoint: {dir: ", *dir_, "/", name, "-ckpt, ", checkpoint, "}\n"));
-    return path;
-  }
-
-  // `dlrm local --keep-running` with `args` after the spec; fills address_, tls_dir_, client_.
-  std::unique_ptr<Process> StartCluster(const std::string& name, const std::string& spec,
-                                        const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {BinPath("dlrm"),
-                                     "local",
-                                     "-c",
-                                     spec,
-                                     "--keep-running",
-                                     "--no-progress",
-                                     "--worker-threads",
-                                     "1",
-                                     "--data-dir",
-                                     absl::StrCat(*dir_, "/", name, "-cluster")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto local = std::make_unique<Process>(argv, *dir_, name);
-    // The job's run prints the address only when it ends: read the cluster's port file.
-    const std::string cluster = absl::StrCat(*dir_, "/", name, "-cluster");
-    const absl::Time deadline = absl::Now() + absl::Seconds(120);
-    while (absl::Now() < deadline && local->Running() &&
-           !absl::StrContains(local->Stderr(), "local cluster up")) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    int port = 0;
-    EXPECT_TRUE(absl::SimpleAtoi(ReadFileOrEmpty(cluster + "/coordinator.port"), &port))
-        << local->Stderr();
-    address_ = absl::StrCat("127.0.0.1:", port);
-    tls_dir_ = cluster + "/tls/admin";
-    auto client = client::CoordinatorClient::Create(
-        {.address = address_,
-         .timeout = absl::Seconds(2),
-         .security = common::TransportSecurity::FromDir(tls_dir_)});
-    EXPECT_TRUE(client.ok()) << client.status();
-    if (client.ok()) client_ = std::move(*client);
-    return local;
-  }
-
-  // Polls the job until `done` says so or `timeout` passes; returns the last answer.
-  dlrm::v1::Job WaitForJob(const std::string& job_id, absl::Duration timeout,
-                           const std::function<bool(const dlrm::v1::Job&)>& done) {
-    dlrm::v1::Job last;
-    const absl::Time deadline = absl::Now() + timeout;
-    while (client_ != nullptr && absl::Now() < deadline) {
-      absl::StatusOr<dlrm::v1::Job> job = client_->Get(job_id);
-      if (job.ok()) {
-        last = *job;
-        if (done(last)) break;
-      }
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    return last;
-  }
-
-  static bool Ended(const dlrm::v1::Job& job) {
-    return job.state() == dlrm::v1::JOB_STATE_SUCCEEDED ||
-           job.state() == dlrm::v1::JOB_STATE_FAILED ||
-           job.state() == dlrm::v1::JOB_STATE_CANCELLED;
+    return WriteSpec({.name = name,
+                      .training = absl::StrCat("batch_size: 256, epochs: ", epochs,
+                                               ", seed: 11, staleness: 0, hot_budget: 0"),
+                      .checkpoint = checkpoint.empty() ? ""
+                                                       : absl::StrCat("dir: ", Dir(), "/", name,
+                                                                      "-ckpt, ", checkpoint)});
   }
 
   // `dlrmctl submit -f spec --wait` with `args`, in the background.
@@ -136,31 +54,9 @@ data: {train: [train.tsv], eval_fraction: 0.1}
                                      spec,
                                      "--wait"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return std::make_unique<Process>(argv, *dir_, name);
+    return std::make_unique<Process>(argv, Dir(), name);
   }
-
-  static pid_t ChildWith(pid_t local, const std::string& role_flag) {
-    for (pid_t child : ChildrenOf(local)) {
-      if (absl::StrContains(CommandLine(child) + " ", role_flag)) return child;
-    }
-    return -1;
-  }
-
-  static bool Committed(const std::string& ckpt) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(ckpt, ec)) {
-      if (fs::exists(e.path() / "MANIFEST.json")) return true;
-    }
-    return false;
-  }
-
-  static std::string* dir_;
-  std::string address_;
-  std::string tls_dir_;
-  std::unique_ptr<client::CoordinatorClient> client_;
 };
-
-std::string* ClusterMembershipTest::dir_ = nullptr;
 
 TEST_F(ClusterMembershipTest, JobsStartAfterAServerIsReplacedAndShareItsSnapshots) {
   // A 4 s lease: the replacement (up within a second) registers while the killed one holds it.
@@ -168,11 +64,8 @@ TEST_F(ClusterMembershipTest, JobsStartAfterAServerIsReplacedAndShareItsSnapshot
       StartCluster("replaced", Spec("first", 2, "every_steps: 10, keep_last: 2"),
                    {"--ps", "2", "--workers", "2", "--lease-ttl", "4s"});
   ASSERT_NE(client_, nullptr);
-  const absl::Time give_up = absl::Now() + absl::Seconds(120);
-  while (!Committed(*dir_ + "/first-ckpt") && local->Running() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_TRUE(Committed(*dir_ + "/first-ckpt")) << local->Stderr();
+  ASSERT_TRUE(WaitForCommitted(Dir() + "/first-ckpt", *local, absl::Seconds(120)))
+      << local->Stderr();
   const pid_t ps = ChildWith(local->pid(), " ps ");
   ASSERT_GT(ps, 0);
   ASSERT_EQ(kill(ps, SIGKILL), 0);
@@ -208,8 +101,8 @@ TEST_F(ClusterMembershipTest, JobsStartAfterAServerIsReplacedAndShareItsSnapshot
   ASSERT_EQ(third.ps_member_ids_size(), 1);
   ASSERT_EQ(fourth.ps_member_ids_size(), 1);
   EXPECT_EQ(third.ps_member_ids(0), fourth.ps_member_ids(0)) << "the jobs shared no server";
-  EXPECT_TRUE(Committed(*dir_ + "/third-ckpt"));
-  EXPECT_TRUE(Committed(*dir_ + "/fourth-ckpt"));
+  EXPECT_TRUE(Committed(Dir() + "/third-ckpt"));
+  EXPECT_TRUE(Committed(Dir() + "/fourth-ckpt"));
 
   local->Signal(SIGINT);
   local->Wait(absl::Seconds(30));
@@ -244,7 +137,7 @@ TEST_F(ClusterMembershipTest, CoordinatorStoppedLongerThanALeaseCostsNoRecovery)
     EXPECT_EQ(m.state(), dlrm::v1::MEMBER_STATE_ALIVE) << m.member_id() << " lost its lease";
   }
   const std::string log =
-      ReadFileOrEmpty(absl::StrCat(*dir_, "/stalled-cluster/logs/coordinator.log"));
+      ReadFileOrEmpty(absl::StrCat(Dir(), "/stalled-cluster/logs/coordinator.log"));
   EXPECT_FALSE(absl::StrContains(log, "lease expired")) << log;
   EXPECT_TRUE(absl::StrContains(log, "fresh lease")) << log;
 

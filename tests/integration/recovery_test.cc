@@ -27,6 +27,7 @@
 #include "client/coordinator_client.h"
 #include "embedding/checkpoint_manifest.h"
 #include "gtest/gtest.h"
+#include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
 #include "worker/train_report.h"
 
@@ -47,37 +48,20 @@ struct Observed {
   dlrm::v1::Job last;
 };
 
-class RecoveryTest : public ::testing::Test {
+class RecoveryTest : public LocalClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(MakeGeneratedDataDir("dlrm-recovery", 64000, 1000, 21));
-    ASSERT_FALSE(dir_->empty());
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    if (dir_ != nullptr) fs::remove_all(*dir_, ec);
-    delete dir_;
-    dir_ = nullptr;
-  }
+  static void SetUpTestSuite() { ASSERT_TRUE(MakeDataDir("dlrm-recovery", 64000, 1000, 21)); }
 
   // A 2-epoch job (226 steps of a global batch of 512: 256 per worker) with checkpoints into
   // <dir>/<name>-ckpt, every 20 steps unless `when` says otherwise.
   static std::string Spec(const std::string& name,
                           const std::string& when = "every_steps: 20, keep_last: 2",
                           const std::string& training = "") {
-    const std::string path = absl::StrCat(*dir_, "/", name, ".yaml");
-    std::ofstream(path) << absl::StrCat("name: ", name, R"(
-model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
-)",
-                                        kCappedKaggleTablesYaml, R"(optimizer:
-  dense: {type: adam, learning_rate: 0.003}
-  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training: {batch_size: 512, epochs: 2, seed: 11, staleness: 0, hot_budget: 0)",
-                                        training, R"(}
-data: {train: [train.tsv], eval_fraction: 0.1}
-checkpoint: {dir: )",
-                                        *dir_, "/", name, "-ckpt, ", when, "}\n");
-    return path;
+    return WriteSpec(
+        {.name = name,
+         .training = absl::StrCat(
+             "batch_size: 512, epochs: 2, seed: 11, staleness: 0, hot_budget: 0", training),
+         .checkpoint = absl::StrCat("dir: ", Dir(), "/", name, "-ckpt, ", when)});
   }
 
   static std::vector<std::string> LocalArgs(
@@ -95,13 +79,13 @@ checkpoint: {dir: )",
             "--worker-threads",
             "1",
             "--data-dir",
-            absl::StrCat(*dir_, "/", name, "-cluster"),
+            absl::StrCat(Dir(), "/", name, "-cluster"),
             "--metrics-out",
-            absl::StrCat(*dir_, "/", name, ".json")};
+            absl::StrCat(Dir(), "/", name, ".json")};
   }
 
   static worker::TrainReport Report(const std::string& name) {
-    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(absl::StrCat(*dir_, "/", name, ".json")));
+    auto r = worker::TrainReportFromJson(ReadFileOrEmpty(absl::StrCat(Dir(), "/", name, ".json")));
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : worker::TrainReport{};
   }
@@ -109,60 +93,32 @@ checkpoint: {dir: )",
   // The AUC of the job run undisturbed (once per suite).
   static double BaselineAuc() {
     static double auc = [] {
-      ProcessResult p = RunProcess(LocalArgs("baseline"), *dir_, "baseline", absl::Seconds(240));
+      ProcessResult p = RunProcess(LocalArgs("baseline"), Dir(), "baseline", absl::Seconds(240));
       EXPECT_EQ(p.exit_code, 0) << p.err;
       return Report("baseline").auc;
     }();
     return auc;
   }
 
-  // The child of `local` whose command line holds `role_flag` (" ps ", " worker ",
-  // " coordinator ").
-  static pid_t ChildWith(pid_t local, const std::string& role_flag) {
-    for (pid_t child : ChildrenOf(local)) {
-      if (absl::StrContains(CommandLine(child) + " ", role_flag)) return child;
-    }
-    return -1;
-  }
-
   // Runs the job under `dlrm local`, does `disturb` to the child found by `role_flag` once the
   // first checkpoint is committed, and follows the job until `dlrm local` exits.
-  static Observed RunDisturbed(const std::string& name, const std::string& role_flag,
-                               const std::function<void(pid_t)>& disturb,
-                               const std::string& training = "") {
+  Observed RunDisturbed(const std::string& name, const std::string& role_flag,
+                        const std::function<void(pid_t)>& disturb,
+                        const std::string& training = "") {
     Observed seen;
-    Process local(LocalArgs(name, "every_steps: 20, keep_last: 2", training), *dir_, name);
-    const std::string ckpt = absl::StrCat(*dir_, "/", name, "-ckpt");
-    const std::string port_file = absl::StrCat(*dir_, "/", name, "-cluster/coordinator.port");
+    Process local(LocalArgs(name, "every_steps: 20, keep_last: 2", training), Dir(), name);
+    const std::string ckpt = absl::StrCat(Dir(), "/", name, "-ckpt");
     // The first committed checkpoint: the job has something to roll back to.
-    const absl::Time give_up = absl::Now() + absl::Seconds(120);
-    auto committed = [&] {
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(ckpt, ec)) {
-        if (fs::exists(e.path() / "MANIFEST.json")) return true;
-      }
-      return false;
-    };
-    while (!committed() && local.Running() && absl::Now() < give_up) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    EXPECT_TRUE(committed()) << "no checkpoint within 120 s; " << local.Stderr();
+    EXPECT_TRUE(WaitForCommitted(ckpt, local, absl::Seconds(120)))
+        << "no checkpoint within 120 s; " << local.Stderr();
     const pid_t victim = ChildWith(local.pid(), role_flag);
     EXPECT_GT(victim, 0) << "no child with '" << role_flag << "'";
     if (victim > 0) disturb(victim);
 
-    int port = 0;
-    EXPECT_TRUE(absl::SimpleAtoi(ReadFileOrEmpty(port_file), &port)) << port_file;
-    const std::string address = absl::StrCat("127.0.0.1:", port);
-    const std::string tls_dir = absl::StrCat(*dir_, "/", name, "-cluster/tls/admin");
-    auto client = client::CoordinatorClient::Create(
-        {.address = address,
-         .timeout = absl::Seconds(2),
-         .security = common::TransportSecurity::FromDir(tls_dir)});
-    EXPECT_TRUE(client.ok()) << client.status();
+    ConnectTo(local, absl::StrCat(Dir(), "/", name, "-cluster"), absl::Seconds(2));
     bool had_progress = false;
-    while (local.Running() && client.ok()) {
-      absl::StatusOr<dlrm::v1::Job> job = (*client)->Get("job-1");
+    while (local.Running() && client_ != nullptr) {
+      absl::StatusOr<dlrm::v1::Job> job = client_->Get("job-1");
       if (job.ok()) {
         if (seen.states.empty() || seen.states.back() != job->state()) {
           seen.states.push_back(job->state());
@@ -173,9 +129,9 @@ checkpoint: {dir: )",
         // after a quick recovery has already ended.
         if (job->state() == dlrm::v1::JOB_STATE_RECOVERING &&
             !absl::StrContains(seen.status_while_recovering, "RECOVERING")) {
-          seen.status_while_recovering = RunProcess({BinPath("dlrmctl"), "--coordinator", address,
-                                                     "--tls-dir", tls_dir, "status", "job-1"},
-                                                    *dir_, name + "-dlrmctl", absl::Seconds(20))
+          seen.status_while_recovering = RunProcess({BinPath("dlrmctl"), "--coordinator", address_,
+                                                     "--tls-dir", tls_dir_, "status", "job-1"},
+                                                    Dir(), name + "-dlrmctl", absl::Seconds(20))
                                              .out;
         }
         seen.last = *job;
@@ -198,11 +154,7 @@ checkpoint: {dir: )",
     EXPECT_FALSE(seen.progress_went_to_zero);
     EXPECT_NEAR(Report(name).auc, baseline, kAucTolerance);
   }
-
-  static std::string* dir_;
 };
-
-std::string* RecoveryTest::dir_ = nullptr;
 
 void Kill9(pid_t pid) { ASSERT_EQ(kill(pid, SIGKILL), 0); }
 // What Kubernetes sends a pod it evicts (SIGKILL only after the grace period).
@@ -246,11 +198,11 @@ TEST_F(RecoveryTest, KilledWorkerOfAPowerSgdJobRollsBackWithEachRanksState) {
   // The job did not resume from anything at its start: a restore is the rollback's.
   std::string logs;
   for (const char* w : {"worker-0", "worker-1"}) {
-    logs += ReadFileOrEmpty(absl::StrCat(*dir_, "/kill-worker-psgd-cluster/logs/", w, ".log"));
+    logs += ReadFileOrEmpty(absl::StrCat(Dir(), "/kill-worker-psgd-cluster/logs/", w, ".log"));
   }
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(absl::StrContains(logs, absl::StrCat("rank ", r, ": PowerSGD state restored from ",
-                                                     *dir_, "/kill-worker-psgd-ckpt/")))
+                                                     Dir(), "/kill-worker-psgd-ckpt/")))
         << "rank " << r << " did not restore its PowerSGD state";
   }
 }
@@ -302,28 +254,25 @@ TEST_F(RecoveryTest, TenSecondStallOfAParameterServerNeedsNoRecovery) {
 // `dlrmctl checkpoint JOB --wait` on a job that takes no periodic checkpoints: one is committed
 // mid-run and its path printed; the job's final checkpoint comes after it.
 TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
-  Process local(LocalArgs("on-request", "keep_last: 5"), *dir_, "on-request");
-  const std::string port_file = *dir_ + "/on-request-cluster/coordinator.port";
+  Process local(LocalArgs("on-request", "keep_last: 5"), Dir(), "on-request");
+  const std::string port_file = Dir() + "/on-request-cluster/coordinator.port";
   int port = 0;
   for (int i = 0; i < 600 && !absl::SimpleAtoi(ReadFileOrEmpty(port_file), &port); ++i) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_GT(port, 0);
-  const std::string address = absl::StrCat("127.0.0.1:", port);
-  const std::string tls_dir = *dir_ + "/on-request-cluster/tls/admin";
-  auto client = client::CoordinatorClient::Create(
-      {.address = address, .security = common::TransportSecurity::FromDir(tls_dir)});
-  ASSERT_TRUE(client.ok());
+  ConnectTo(local, Dir() + "/on-request-cluster", client::CoordinatorClientOptions().timeout);
+  ASSERT_NE(client_, nullptr);
   // As soon as the job runs (a request before its workers start is served by them too).
   for (int i = 0; i < 600; ++i) {
-    auto job = (*client)->Get("job-1");
+    auto job = client_->Get("job-1");
     if (job.ok() && job->state() == dlrm::v1::JOB_STATE_RUNNING) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
   ProcessResult asked =
-      RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir", tls_dir, "checkpoint",
-                  "job-1", "--wait", "--wait-timeout", "120"},
-                 *dir_, "dlrmctl-checkpoint", absl::Seconds(150));
+      RunProcess({BinPath("dlrmctl"), "--coordinator", address_, "--tls-dir", tls_dir_,
+                  "checkpoint", "job-1", "--wait", "--wait-timeout", "120"},
+                 Dir(), "dlrmctl-checkpoint", absl::Seconds(150));
   ASSERT_EQ(asked.exit_code, 0) << asked.err;
   const std::string path(absl::StripAsciiWhitespace(asked.out));
   auto taken = embedding::ReadManifest(path);
@@ -332,25 +281,25 @@ TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
   EXPECT_LT(taken->step, 226) << "taken at the end, not on request";
   ProcessResult result = local.Wait(absl::Seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  auto all = embedding::ListCheckpoints(*dir_ + "/on-request-ckpt");
+  auto all = embedding::ListCheckpoints(Dir() + "/on-request-ckpt");
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u) << "the requested one and the final one";
   EXPECT_EQ(all->back().step, 226);
 
   // Asking a job that is over is refused, naming its state.
   ProcessResult late = RunProcess(
-      {BinPath("dlrmctl"), "--coordinator", address, "--tls-dir", tls_dir, "checkpoint", "job-1"},
-      *dir_, "dlrmctl-checkpoint-late", absl::Seconds(30));
+      {BinPath("dlrmctl"), "--coordinator", address_, "--tls-dir", tls_dir_, "checkpoint", "job-1"},
+      Dir(), "dlrmctl-checkpoint-late", absl::Seconds(30));
   EXPECT_NE(late.exit_code, 0);
 }
 
 // checkpoint.every_seconds in a cluster job: rank 0 decides by its clock, every rank cuts at the
 // same step.
 TEST_F(RecoveryTest, TimedCheckpointsOfAClusterJob) {
-  ProcessResult run = RunProcess(LocalArgs("timed", "every_seconds: 0.5, keep_last: 20"), *dir_,
+  ProcessResult run = RunProcess(LocalArgs("timed", "every_seconds: 0.5, keep_last: 20"), Dir(),
                                  "timed", absl::Seconds(240));
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  auto all = embedding::ListCheckpoints(*dir_ + "/timed-ckpt");
+  auto all = embedding::ListCheckpoints(Dir() + "/timed-ckpt");
   ASSERT_TRUE(all.ok());
   ASSERT_GE(all->size(), 2u) << "a timed one besides the final one";
   EXPECT_EQ(all->back().step, 226);
@@ -386,8 +335,8 @@ TEST_F(RecoveryTest, ParameterServerKilledDuringCheckpointWritesNeverLeavesAMix)
   std::vector<std::string> args =
       LocalArgs("crash-writes", "every_steps: 5, keep_last: 3", ", max_recoveries: 40");
   args.insert(args.end(), {"--lease-ttl", "3s"});
-  Process local(args, *dir_, "crash-writes");
-  const std::string ckpt = *dir_ + "/crash-writes-ckpt";
+  Process local(args, Dir(), "crash-writes");
+  const std::string ckpt = Dir() + "/crash-writes-ckpt";
   std::mt19937 rng(20261201);
   std::uniform_int_distribution<int> delay_ms(0, 300);
   std::set<std::string> killed_during;
@@ -427,8 +376,8 @@ TEST_F(RecoveryTest, ParameterServerKilledDuringCheckpointWritesNeverLeavesAMix)
 TEST_F(RecoveryTest, RecoveryRefusesADamagedCheckpointAndUsesThePreviousOne) {
   std::vector<std::string> args = LocalArgs("damaged", "every_steps: 20, keep_last: 5");
   args.insert(args.end(), {"--lease-ttl", "3s"});
-  Process local(args, *dir_, "damaged");
-  const std::string ckpt = *dir_ + "/damaged-ckpt";
+  Process local(args, Dir(), "damaged");
+  const std::string ckpt = Dir() + "/damaged-ckpt";
   const absl::Time give_up = absl::Now() + absl::Seconds(120);
   while (ExpectEveryCommittedCheckpointLoads(ckpt) < 2 && local.Running() &&
          absl::Now() < give_up) {
@@ -473,7 +422,7 @@ TEST_F(RecoveryTest, RecoveryRefusesADamagedCheckpointAndUsesThePreviousOne) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   std::string logs;
   for (const char* w : {"worker-0", "worker-1"}) {
-    logs += ReadFileOrEmpty(absl::StrCat(*dir_, "/damaged-cluster/logs/", w, ".log"));
+    logs += ReadFileOrEmpty(absl::StrCat(Dir(), "/damaged-cluster/logs/", w, ".log"));
   }
   std::string relevant;  // the lines that tell what the rollback did, for a failure message
   for (absl::string_view line : absl::StrSplit(logs, '\n')) {
