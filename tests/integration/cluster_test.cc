@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -23,13 +22,12 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
 #include "worker/train_report.h"
 
 namespace dlrm::testing {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr double kSameModelTolerance = 1e-5;
 // Two workers train on the batches of dlrm train (issue 12: within 0.003).
@@ -44,71 +42,46 @@ constexpr double kSameBatchesAucTolerance = 0.003;
 constexpr double kPerWorkerStepsAucTolerance = 0.006;
 
 // hot_budget 0: every row on the parameter servers (what the exact-match tests compare).
-std::string JobYaml(int epochs, int staleness, const std::string& name,
-                    const std::string& hot = "hot_budget: 0",
-                    const std::string& optimizer =
-                        "dense: {type: adam, learning_rate: 0.003}\n"
-                        "  sparse: {type: rowwise_adagrad, "
-                        "learning_rate: 0.05}") {
-  return absl::StrCat(R"(name: )", name, R"(
-model:
-  dense_features: 13
-  bottom_mlp: [16, 8]
-  top_mlp: [16, 1]
-  embedding_dim: 8
-  pooling: sum
-)",
-                      kCappedKaggleTablesYaml, "optimizer:\n  ", optimizer, R"(
-training:
-  batch_size: 256
-  epochs: )",
-                      epochs, R"(
-  seed: 11
-  staleness: )",
-                      staleness, "\n  ", hot, R"(
-data:
-  train: [train.tsv]
-  eval_fraction: 0.1
-)");
+JobSpec Job(int epochs, int staleness, const std::string& name,
+            const std::string& hot = "hot_budget: 0") {
+  return {.name = name,
+          .model = "pooling: sum",
+          .training = absl::StrCat("batch_size: 256, epochs: ", epochs,
+                                   ", seed: 11, staleness: ", staleness, ", ", hot)};
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public LocalClusterTest {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeGeneratedDataDir("dlrm-integration", 20000, 1000, 7));
-    ASSERT_FALSE(dir_->empty());
-    WriteFile(*dir_ + "/job.yaml", JobYaml(1, 0, "it-job"));
+    ASSERT_TRUE(MakeDataDir("dlrm-integration", 20000, 1000, 7));
+    WriteFile(Dir() + "/job.yaml", JobYaml(Job(1, 0, "it-job")));
     // The same job, evaluated every 10 steps while it trains.
-    WriteFile(*dir_ + "/job-eval.yaml",
-              JobYaml(1, 0, "it-job", "hot_budget: 0\n  eval_every_steps: 10"));
+    WriteFile(Dir() + "/job-eval.yaml",
+              JobYaml(Job(1, 0, "it-job", "hot_budget: 0, eval_every_steps: 10")));
     // Two workers replicate the hottest rows (about a tenth) and re-check them every 20 steps.
-    WriteFile(*dir_ + "/job3.yaml",
-              JobYaml(3, 1, "it-job3", "hot_budget: 64KiB\n  hot_refresh_steps: 20"));
-    WriteFile(*dir_ + "/job3-sgd.yaml", JobYaml(3, 0, "it-job3-sgd", "hot_budget: 0",
-                                                "dense: {type: sgd, learning_rate: 0.3}\n"
-                                                "  sparse: {type: sgd, learning_rate: 1.5}"));
-    WriteFile(*dir_ + "/long.yaml", JobYaml(200, 1, "it-long"));
+    WriteFile(Dir() + "/job3.yaml",
+              JobYaml(Job(3, 1, "it-job3", "hot_budget: 64KiB, hot_refresh_steps: 20")));
+    JobSpec sgd = Job(3, 0, "it-job3-sgd");
+    sgd.dense_optimizer = "type: sgd, learning_rate: 0.3";
+    sgd.sparse_optimizer = "type: sgd, learning_rate: 1.5";
+    WriteFile(Dir() + "/job3-sgd.yaml", JobYaml(sgd));
+    WriteFile(Dir() + "/long.yaml", JobYaml(Job(200, 1, "it-long")));
     // A job that may not recover: the first lost member fails it.
-    WriteFile(*dir_ + "/long-no-recovery.yaml",
-              JobYaml(200, 1, "it-long", "hot_budget: 0\n  max_recoveries: 0"));
-    ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
-                                      "--metrics-out", *dir_ + "/reference.json", "--no-progress"},
-                                     *dir_, "train", absl::Seconds(120));
+    WriteFile(Dir() + "/long-no-recovery.yaml",
+              JobYaml(Job(200, 1, "it-long", "hot_budget: 0, max_recoveries: 0")));
+    ProcessResult train = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml",
+                                      "--metrics-out", Dir() + "/reference.json", "--no-progress"},
+                                     Dir(), "train", absl::Seconds(120));
     ASSERT_EQ(train.exit_code, 0) << train.err;
-    auto report = worker::TrainReportFromJson(ReadFileOrEmpty(*dir_ + "/reference.json"));
+    auto report = worker::TrainReportFromJson(ReadFileOrEmpty(Dir() + "/reference.json"));
     ASSERT_TRUE(report.ok()) << report.status();
     reference_ = new worker::TrainReport(*report);
     ASSERT_GT(reference_->auc, 0.6) << "the reference did not learn; the comparison would be weak";
   }
 
   static void TearDownTestSuite() {
-    if (dir_ != nullptr) {
-      std::error_code ec;
-      fs::remove_all(*dir_, ec);
-    }
-    delete dir_;
+    LocalClusterTest::TearDownTestSuite();
     delete reference_;
-    dir_ = nullptr;
     reference_ = nullptr;
   }
 
@@ -117,7 +90,6 @@ class ClusterTest : public ::testing::Test {
     out << text;
   }
 
-  static std::string Dir() { return *dir_; }
   static const worker::TrainReport& Reference() { return *reference_; }
 
   // `dlrm local` on a job spec; returns its result and, when it wrote one, its report.
@@ -156,11 +128,9 @@ class ClusterTest : public ::testing::Test {
     return out;
   }
 
-  static std::string* dir_;
   static worker::TrainReport* reference_;
 };
 
-std::string* ClusterTest::dir_ = nullptr;
 worker::TrainReport* ClusterTest::reference_ = nullptr;
 
 TEST_F(ClusterTest, OnePsOneWorkerTrainsTheSameModelAsDlrmTrain) {
@@ -289,18 +259,11 @@ TEST_F(ClusterTest, TwoWorkersTrainDcnV2OnMultiHotDataLikeDlrmTrain) {
   // row-wise Adagrad the order in which the servers apply the two workers' pushes changes the
   // steps, and on multi-hot data, where most rows get pushes from both workers every step, that
   // alone moved the AUC by up to 0.0045 from run to run.
-  std::string yaml = JobYaml(3, 0, "it-dcn-mh", "hot_budget: 64KiB\n  hot_refresh_steps: 0",
-                             "dense: {type: adam, learning_rate: 0.003}\n"
-                             "  sparse: {type: sgd, learning_rate: 0.5}");
-  for (auto [from, to] :
-       {std::pair<std::string, std::string>{"train: [train.tsv]", "train: [train-mh.bin]"},
-        {"  pooling: sum\n",
-         "  pooling: sum\n  interaction: dcnv2\n  cross_layers: 2\n"
-         "  low_rank: 16\n"}}) {
-    ASSERT_NE(yaml.find(from), std::string::npos) << from;
-    yaml.replace(yaml.find(from), from.size(), to);
-  }
-  WriteFile(Dir() + "/job-dcn-mh.yaml", yaml);
+  JobSpec dcn = Job(3, 0, "it-dcn-mh", "hot_budget: 64KiB, hot_refresh_steps: 0");
+  dcn.model = "pooling: sum, interaction: dcnv2, cross_layers: 2, low_rank: 16";
+  dcn.sparse_optimizer = "type: sgd, learning_rate: 0.5";
+  dcn.train = "[train-mh.bin]";
+  WriteFile(Dir() + "/job-dcn-mh.yaml", JobYaml(dcn));
   ExpectTwoWorkersMatchDlrmTrain(Dir(), "job-dcn-mh.yaml", "dcn-multi-hot");
 }
 
@@ -356,20 +319,15 @@ TEST_F(ClusterTest, DlrmctlSubmitsASecondJobToAKeepRunningCluster) {
   Process local({BinPath("dlrm"), "local", "--config", Dir() + "/job.yaml", "--keep-running",
                  "--no-progress"},
                 Dir(), "local-keep");
-  ASSERT_TRUE(WaitForOutput(local, "coordinator: ", absl::Seconds(120))) << local.Stderr();
-  std::string address;
-  std::string tls_dir;  // dlrm local runs mutual TLS: the admin certificate for dlrmctl
-  for (absl::string_view line : absl::StrSplit(local.Stdout(), '\n')) {
-    if (absl::ConsumePrefix(&line, "coordinator: ")) address = std::string(line);
-    if (absl::ConsumePrefix(&line, "tls-dir: ")) tls_dir = std::string(line);
-  }
-  ASSERT_FALSE(address.empty()) << local.Stdout();
-  ASSERT_FALSE(tls_dir.empty()) << local.Stdout();
+  WaitForKeptRunning(local, absl::Seconds(120));
+  ASSERT_FALSE(address_.empty()) << local.Stdout() << local.Stderr();
+  // dlrm local runs mutual TLS: the admin certificate for dlrmctl.
+  ASSERT_FALSE(tls_dir_.empty()) << local.Stdout();
   const std::vector<pid_t> children = ChildrenOf(local.pid());
   EXPECT_EQ(children.size(), 3u);  // coordinator, ps-0, worker-0
 
-  ProcessResult second = RunProcess({BinPath("dlrmctl"), "--coordinator", address, "--tls-dir",
-                                     tls_dir, "submit", "-f", Dir() + "/job.yaml", "--wait"},
+  ProcessResult second = RunProcess({BinPath("dlrmctl"), "--coordinator", address_, "--tls-dir",
+                                     tls_dir_, "submit", "-f", Dir() + "/job.yaml", "--wait"},
                                     Dir(), "dlrmctl-submit", absl::Seconds(120));
   EXPECT_EQ(second.exit_code, 0) << second.out << second.err;
 

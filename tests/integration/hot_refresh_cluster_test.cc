@@ -4,7 +4,6 @@
 // worker that went its own way would wait at a barrier the other never reaches, and the job would
 // fail. On data whose popular ids change halfway, refreshes pay and move rows; on unchanging data
 // at the default link rate, every boundary is skipped and no row moves.
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -13,13 +12,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
 #include "worker/train_report.h"
 
 namespace dlrm::testing {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Criteo TSV: label, 13 dense fields, then 26 categorical ones.
 constexpr int kFirstCategorical = 14;
@@ -32,15 +30,14 @@ constexpr int kFirstCategorical = 14;
 // beside them). "The same" allows 0.006; a gradient path that breaks training costs tenths.
 constexpr double kSameAuc = 0.006;
 
-class HotRefreshClusterTest : public ::testing::Test {
+class HotRefreshClusterTest : public LocalClusterTest {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeGeneratedDataDir("dlrm-hot-refresh", 8000, 1000, 5));
-    ASSERT_FALSE(dir_->empty());
+    ASSERT_TRUE(MakeDataDir("dlrm-hot-refresh", 8000, 1000, 5));
     // The same records with every categorical value reversed: other ids, as popular as the
     // originals, so a hot set chosen from the first file is cold for the second.
-    std::ifstream in(*dir_ + "/train.tsv");
-    std::ofstream out(*dir_ + "/shifted.tsv");
+    std::ifstream in(Dir() + "/train.tsv");
+    std::ofstream out(Dir() + "/shifted.tsv");
     std::string line;
     while (std::getline(in, line)) {
       std::vector<std::string> fields = absl::StrSplit(line, '\t');
@@ -51,40 +48,19 @@ class HotRefreshClusterTest : public ::testing::Test {
     }
   }
 
-  static void TearDownTestSuite() {
-    if (dir_ != nullptr) {
-      std::error_code ec;
-      fs::remove_all(*dir_, ec);
-    }
-    delete dir_;
-    dir_ = nullptr;
-  }
-
   // Runs `dlrm local --ps 2 --workers 2` on a job over `train` (a YAML list) with hot rows
-  // re-checked every 10 steps; returns its report.
+  // re-checked every 10 steps and the training settings `training_extra`; returns its report.
   static worker::TrainReport RunJob(const std::string& name, const std::string& train,
                                     const std::string& training_extra, int staleness = 1) {
-    const std::string config = absl::StrCat(*dir_, "/", name, ".yaml");
-    std::ofstream(config) << "name: " << name << R"(
-model: {dense_features: 13, bottom_mlp: [16, 8], top_mlp: [16, 1], embedding_dim: 8}
-)" << kCappedKaggleTablesYaml
-                          << R"(optimizer:
-  dense: {type: adam, learning_rate: 0.003}
-  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training:
-  batch_size: 256
-  epochs: 1
-  seed: 3
-  staleness: )" << staleness
-                          << R"(
-  hot_budget: 64KiB
-  hot_refresh_steps: 10
-  )" << training_extra
-                          << "\ndata:\n  train: " << train << "\n  eval_fraction: 0.1\n";
-    const std::string metrics = absl::StrCat(*dir_, "/", name, ".json");
+    const std::string config = WriteSpec(
+        {.name = name,
+         .training = absl::StrCat("batch_size: 256, epochs: 1, seed: 3, staleness: ", staleness,
+                                  ", hot_budget: 64KiB, hot_refresh_steps: 10, ", training_extra),
+         .train = train});
+    const std::string metrics = absl::StrCat(Dir(), "/", name, ".json");
     ProcessResult r = RunProcess({BinPath("dlrm"), "local", "--config", config, "--ps", "2",
                                   "--workers", "2", "--metrics-out", metrics, "--no-progress"},
-                                 *dir_, name, absl::Seconds(120));
+                                 Dir(), name, absl::Seconds(120));
     EXPECT_EQ(r.exit_code, 0) << r.err;
     auto report = worker::TrainReportFromJson(ReadFileOrEmpty(metrics));
     EXPECT_TRUE(report.ok()) << report.status();
@@ -96,17 +72,13 @@ training:
     const std::string key = absl::StrCat("network_", part, "_bytes_per_sample");
     return r.network.contains(key) ? r.network.at(key) : -1.0;
   }
-
-  static std::string* dir_;
 };
-
-std::string* HotRefreshClusterTest::dir_ = nullptr;
 
 TEST_F(HotRefreshClusterTest, RefreshesPayWhenThePopularIdsChange) {
   // A slow link in the planner's model (1 Mbit/s), where a row kept off it is worth its move,
   // and a first hot set chosen from a few batches, so that the window soon follows the data.
   const worker::TrainReport report =
-      RunJob("shifted", "[train.tsv, shifted.tsv]", "network_gbps: 0.001\n  hot_sample_batches: 4");
+      RunJob("shifted", "[train.tsv, shifted.tsv]", "network_gbps: 0.001, hot_sample_batches: 4");
   EXPECT_GT(report.hot_rows, 0);
   EXPECT_GT(report.hot_migrations, 500) << "the second file's popular rows were not made hot";
   EXPECT_GT(report.auc, 0.6);
@@ -168,7 +140,7 @@ TEST_F(HotRefreshClusterTest, APowerSgdDenseAllReduceSendsAThirdOfItsBytes) {
       RunJob("dense-whole", "[train.tsv]", "dense_sync_dtype: fp32", 0);
   const worker::TrainReport factors =
       RunJob("dense-powersgd", "[train.tsv]",
-             "dense_sync_compression: powersgd\n  powersgd_warmup_steps: 5", 0);
+             "dense_sync_compression: powersgd, powersgd_warmup_steps: 5", 0);
   ASSERT_GT(BytesPerSample(whole, "dense_allreduce"), 0);
   ASSERT_GT(factors.steps, 5);
   const double steps = static_cast<double>(factors.steps);

@@ -3,7 +3,6 @@
 // AUC is the one the run printed to --metrics-out; a path that cannot be written is refused before
 // training starts.
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
 #include "tests/worker/report_page.h"
 #include "worker/train_report.h"
@@ -21,43 +21,16 @@ namespace {
 
 constexpr int kEvalEvery = 5;
 
-// 3600 training samples in batches of 256: 15 steps, evaluated at steps 5, 10 and 15.
-std::string JobYaml() {
-  return absl::StrCat(R"(name: report-job
-model:
-  dense_features: 13
-  bottom_mlp: [16, 8]
-  top_mlp: [16, 1]
-  embedding_dim: 8
-  pooling: sum
-)",
-                      kCappedKaggleTablesYaml, R"(optimizer:
-  dense: {type: adam, learning_rate: 0.003}
-  sparse: {type: rowwise_adagrad, learning_rate: 0.05}
-training:
-  batch_size: 256
-  epochs: 1
-  seed: 3
-  eval_every_steps: )",
-                      kEvalEvery, R"(
-data:
-  train: [train.tsv]
-  eval_fraction: 0.1
-)");
-}
-
-class ReportTest : public ::testing::Test {
+class ReportTest : public LocalClusterTest {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeGeneratedDataDir("dlrm-report", 4000, 1000, 5));
-    ASSERT_FALSE(dir_->empty());
-    std::ofstream(*dir_ + "/job.yaml") << JobYaml();
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    if (dir_ != nullptr && !dir_->empty()) std::filesystem::remove_all(*dir_, ec);
-    delete dir_;
-    dir_ = nullptr;
+    ASSERT_TRUE(MakeDataDir("dlrm-report", 4000, 1000, 5));
+    // 3600 training samples in batches of 256: 15 steps, evaluated at steps 5, 10 and 15.
+    std::ofstream(Dir() + "/job.yaml")
+        << JobYaml({.name = "report-job",
+                    .model = "pooling: sum",
+                    .training = absl::StrCat(
+                        "batch_size: 256, epochs: 1, seed: 3, eval_every_steps: ", kEvalEvery)});
   }
 
   // The page has every chart drawn and the final AUC of the run's --metrics-out JSON.
@@ -80,21 +53,17 @@ class ReportTest : public ::testing::Test {
     EXPECT_FALSE(absl::StrContains(html, "https://"));
     EXPECT_FALSE(absl::StrContains(html, "<script"));
   }
-
-  static std::string* dir_;
 };
 
-std::string* ReportTest::dir_ = nullptr;
-
 TEST_F(ReportTest, TrainWritesThePageWithItsEvaluations) {
-  const std::string html_path = *dir_ + "/train.html";
+  const std::string html_path = Dir() + "/train.html";
   ProcessResult r =
-      RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml", "--metrics-out",
-                  *dir_ + "/train.json", "--report", html_path, "--no-progress", "--threads", "1"},
-                 *dir_, "train", absl::Seconds(120));
+      RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml", "--metrics-out",
+                  Dir() + "/train.json", "--report", html_path, "--no-progress", "--threads", "1"},
+                 Dir(), "train", absl::Seconds(120));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = ReadFileOrEmpty(html_path);
-  const std::string json = ReadFileOrEmpty(*dir_ + "/train.json");
+  const std::string json = ReadFileOrEmpty(Dir() + "/train.json");
   ExpectPageOfRun(html, json);
   // Periodic evaluations at steps 5, 10 and 15 (the last one is also the final evaluation).
   auto report = worker::TrainReportFromJson(json);
@@ -107,14 +76,14 @@ TEST_F(ReportTest, TrainWritesThePageWithItsEvaluations) {
 }
 
 TEST_F(ReportTest, LocalWritesThePageOfTheJob) {
-  const std::string html_path = *dir_ + "/local.html";
+  const std::string html_path = Dir() + "/local.html";
   ProcessResult r = RunProcess(
-      {BinPath("dlrm"), "local", "--config", *dir_ + "/job.yaml", "--ps", "1", "--workers", "1",
-       "--metrics-out", *dir_ + "/local.json", "--report", html_path, "--no-progress"},
-      *dir_, "local", absl::Seconds(120));
+      {BinPath("dlrm"), "local", "--config", Dir() + "/job.yaml", "--ps", "1", "--workers", "1",
+       "--metrics-out", Dir() + "/local.json", "--report", html_path, "--no-progress"},
+      Dir(), "local", absl::Seconds(120));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = ReadFileOrEmpty(html_path);
-  ExpectPageOfRun(html, ReadFileOrEmpty(*dir_ + "/local.json"));
+  ExpectPageOfRun(html, ReadFileOrEmpty(Dir() + "/local.json"));
   EXPECT_GE(Count(Figure(html, "chart-auc"), "<circle"), 1);
 }
 
@@ -143,9 +112,9 @@ TEST_F(ReportTest, TrainStartsTheGemmThreadsWithoutTheirSpinUnlessTheUserSetsIt)
       setenv(c.variable, c.value, 1);
     }
     ProcessResult r =
-        RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml", "--no-progress",
+        RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml", "--no-progress",
                     "--threads", "1", "--device", "cpu"},
-                   *dir_, absl::StrCat("train-", c.library, c.value), absl::Seconds(120));
+                   Dir(), absl::StrCat("train-", c.library, c.value), absl::Seconds(120));
     unsetenv(c.variable);
     unsetenv("DLRM_CPU_GEMM");
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -159,9 +128,9 @@ TEST_F(ReportTest, TrainStartsTheGemmThreadsWithoutTheirSpinUnlessTheUserSetsIt)
 // A DLRM_CPU_GEMM that names no library stops dlrm before training, with its value.
 TEST_F(ReportTest, AnUnknownGemmLibraryIsRefusedWithItsName) {
   setenv("DLRM_CPU_GEMM", "mkl", 1);
-  ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+  ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml",
                                 "--no-progress", "--threads", "1", "--device", "cpu"},
-                               *dir_, "train-gemm-mkl", absl::Seconds(60));
+                               Dir(), "train-gemm-mkl", absl::Seconds(60));
   unsetenv("DLRM_CPU_GEMM");
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "DLRM_CPU_GEMM: unknown CPU GEMM library 'mkl'")) << r.err;
@@ -175,9 +144,9 @@ TEST_F(ReportTest, TrainNamesTheOpenBlasKernelsItRuns) {
   setenv("DLRM_CPU_GEMM", "openblas", 1);
   for (const char* core : {"Prescott", "Nehalem"}) {
     setenv("OPENBLAS_CORETYPE", core, 1);
-    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml",
                                   "--no-progress", "--threads", "1", "--device", "cpu"},
-                                 *dir_, absl::StrCat("train-core-", core), absl::Seconds(120));
+                                 Dir(), absl::StrCat("train-core-", core), absl::Seconds(120));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("training on cpu(openblas ", core, ",")))
         << r.err;
@@ -195,9 +164,9 @@ TEST_F(ReportTest, TrainNamesTheOpenBlasKernelsItRuns) {
 TEST_F(ReportTest, TrainFlushesDenormalsUnlessTheUserKeepsThem) {
   for (const bool keep : {false, true}) {
     if (keep) setenv("DLRM_DENORMALS", "keep", 1);
-    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+    ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml",
                                   "--no-progress", "--threads", "1", "--device", "cpu"},
-                                 *dir_, absl::StrCat("train-denormals-", keep), absl::Seconds(120));
+                                 Dir(), absl::StrCat("train-denormals-", keep), absl::Seconds(120));
     unsetenv("DLRM_DENORMALS");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(absl::StrContains(r.err, "training on cpu(onednn")) << r.err;
@@ -206,10 +175,10 @@ TEST_F(ReportTest, TrainFlushesDenormalsUnlessTheUserKeepsThem) {
 }
 
 TEST_F(ReportTest, AnUnwritablePathIsRefusedBeforeTraining) {
-  const std::string bad = *dir_ + "/no/such/folder/report.html";
-  ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", *dir_ + "/job.yaml",
+  const std::string bad = Dir() + "/no/such/folder/report.html";
+  ProcessResult r = RunProcess({BinPath("dlrm"), "train", "--config", Dir() + "/job.yaml",
                                 "--report", bad, "--no-progress", "--threads", "1"},
-                               *dir_, "train-bad", absl::Seconds(60));
+                               Dir(), "train-bad", absl::Seconds(60));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, bad)) << r.err;
   EXPECT_FALSE(absl::StrContains(r.out, "AUC")) << r.out;
