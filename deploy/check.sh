@@ -106,7 +106,8 @@ rejected() {
 }
 
 all_on="--set worker.gpu.enabled=true --set worker.device=cuda --set job.submit.enabled=true
-  --set metrics.serviceMonitor.enabled=true --set coordinator.pdb.enabled=true
+  --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true
+  --set coordinator.pdb.enabled=true
   --set coordinator.persistence.enabled=false --set ps.persistence.enabled=false
   --set checkpoints.enabled=true"
 run "helm lint --strict (defaults)" "$helm" lint --strict k8s/helm/dlrm
@@ -202,6 +203,28 @@ large_numbers() {
   fi
 }
 run "helm template (large integers in a values file: no exponent notation)" large_numbers
+# The chart's PrometheusRule carries files/alerts.yml, a copy of deploy/prometheus/alerts.yml
+# (Helm reads no file outside the chart): the rendered groups must be those of the original.
+prometheus_rule() {
+  "$helm" template dlrm k8s/helm/dlrm --namespace dlrm --set metrics.prometheusRule.enabled=true \
+    --set metrics.prometheusRule.labels.release=kube-prometheus-stack >"$tmp/rule.yaml" \
+    || return 1
+  python3 - "$tmp/rule.yaml" deploy/prometheus/alerts.yml <<'EOF' || return 1
+import sys, yaml
+rules = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "PrometheusRule"]
+want = yaml.safe_load(open(sys.argv[2]))["groups"]
+if len(rules) != 1:
+    sys.exit(f"{len(rules)} PrometheusRules rendered, want 1")
+if rules[0]["metadata"]["labels"].get("release") != "kube-prometheus-stack":
+    sys.exit(f"metrics.prometheusRule.labels not on it: {rules[0]['metadata']['labels']}")
+if rules[0]["spec"]["groups"] != want:
+    sys.exit("its groups differ from deploy/prometheus/alerts.yml: copy it to "
+             "k8s/helm/dlrm/files/alerts.yml")
+print(f"{sum(len(g['rules']) for g in want)} rules in {len(want)} groups, as alerts.yml")
+EOF
+}
+SHOW=1 run "helm template (PrometheusRule: the rules of deploy/prometheus/alerts.yml)" \
+  prometheus_rule
 plain_manifests_match() {
   mkdir -p "$tmp/plain"
   "$helm" template dlrm k8s/helm/dlrm --namespace dlrm -f k8s/manifests/values-minimal.yaml \
