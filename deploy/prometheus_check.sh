@@ -7,7 +7,11 @@
 #     alert pending or firing against the healthy cluster, and stores the coordinator's
 #     dlrm_members (2 ps, 2 workers);
 #   - `promtool check metrics` on each target's /metrics, `promtool check rules alerts.yml`,
-#     `promtool test rules alerts_test.yml`.
+#     `promtool test rules alerts_test.yml`;
+#   - every dlrm_ metric and label that alerts.yml and the Grafana dashboard query is in those
+#     scrapes, and docs/DEPLOY.md's metrics table lists exactly the exported metric families
+#     (deploy/prometheus/check_names.py). The job writes checkpoints, so that rank 0's
+#     dlrm_checkpoint* metrics are exported too.
 #
 #   deploy/prometheus_check.sh [BIN_DIR]    BIN_DIR holds dlrm (default: build/bin)
 #   PROMETHEUS=, PROMTOOL=/path/to/binary pick the binaries (default: from PATH).
@@ -96,6 +100,7 @@ tables:
   max_rows: 1000
 training: {batch_size: 256, epochs: 1, seed: 5}
 data: {train: [train.tsv], eval_fraction: 0.1}
+checkpoint: {dir: ckpt, every_steps: 5}
 EOF
 
 # free_ports: "BASE PROM": BASE..BASE+4 (metrics of 1 coordinator, 2 ps, 2 workers) and PROM free
@@ -221,6 +226,7 @@ sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' 
     echo "no dlrm_ metric in the scrape ($(wc -l <"$tmp/scrape") lines)"; return 1
   fi
   echo "$(grep -c '^# TYPE ' "$tmp/scrape") metric families, $(grep -c '^[^#]' "$tmp/scrape") samples"
+  cp "$tmp/scrape" "$tmp/scrapes/$target.txt"
   "$promtool" check metrics <"$tmp/scrape" >"$tmp/lint" 2>&1 || rc=$?
   cat "$tmp/lint"
   if [ "$rc" = 3 ] && ! grep -q 'error while linting' "$tmp/lint"; then
@@ -231,11 +237,20 @@ sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' 
   [ "$rc" = 0 ]
 }
 lint_targets=0
+mkdir -p "$tmp/scrapes"
 while read -r component target; do
   SHOW=1 run "promtool check metrics: $component $target" check_metrics "$target"
 done < <(python3 -c 'import json, sys
 for c, ts in json.load(open(sys.argv[1])).items():
     for t in ts: print(c, t)' "$tmp/targets.json")
+names_ok() {
+  local -a scrapes=()
+  local f
+  for f in "$tmp"/scrapes/*.txt; do scrapes+=(--scrape "$f"); done
+  python3 deploy/prometheus/check_names.py "${scrapes[@]}"
+}
+SHOW=1 run "metrics that alerts.yml, the dashboard and DEPLOY.md name are the exported ones" \
+  names_ok
 
 # Prometheus itself.
 "$prometheus" --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
