@@ -94,7 +94,7 @@ TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_FALSE(list->empty());
   EXPECT_EQ(list->back().step, 60) << "the end of training is always checkpointed";
-  EXPECT_TRUE(list->back().incremental) << "step 60 is the 2nd after the full one at 56";
+  EXPECT_TRUE(list->back().incremental) << "step 60 is the 2nd after the full one at 49";
 
   common::JobSpec second = first;
   second.max_steps = 80;
