@@ -193,7 +193,7 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
         if (!options.show_progress) return true;
         if (const std::optional<ProgressFigures> f = meter.Observe(j); f.has_value()) {
           progress.Update(absl::StrCat("job ", job_id), f->step, f->samples, f->loss,
-                          f->samples_per_sec, /*force=*/false, f->total_steps);
+                          f->samples_per_sec, /*force=*/false, f->total_steps, f->steps_per_sec);
         }
         return true;
       },

@@ -84,6 +84,7 @@ std::optional<ProgressFigures> JobProgressMeter::Observe(const dlrm::v1::Job& jo
       .samples = job.total_samples(),
       .loss = job.progress().loss(),
       .samples_per_sec = *samples_per_sec,
+      .steps_per_sec = speed_.steps_per_sec(),
       .total_steps = total == metrics.end() ? -1 : static_cast<int64_t>(total->second)};
 }
 

@@ -49,13 +49,14 @@ struct ProgressFigures {
   int64_t samples = 0;  // the job's total (Job.total_samples), a checkpoint's included
   double loss = 0;
   double samples_per_sec = 0;  // what this run trains (RunSpeed), not the total over the time
-  int64_t total_steps = -1;    // -1: unknown
+  std::optional<double> steps_per_sec;  // RunSpeed's, for the ETA
+  int64_t total_steps = -1;             // -1: unknown
 };
 
 // `dlrm local`'s progress line for the job it watches: the figures to draw for each event's job,
 // the rate measured by a RunSpeed, so that a job resumed from a checkpoint shows what it trains
-// now and not its checkpoint's samples over the time since the command started. (ProgressLine's
-// ETA counts the steps from the first line it draws: this run's too.)
+// now and not its checkpoint's samples over the time since the command started, and an ETA at
+// the steps/s of the same window (after a recovery, which takes the job's step back, too).
 class JobProgressMeter {
  public:
   // Feeds the job of the next event (of one job). nullopt while the job is not RUNNING or its

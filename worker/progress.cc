@@ -29,7 +29,8 @@ std::string FormatEta(double seconds) {
 }  // namespace
 
 void ProgressLine::Update(const std::string& phase, int64_t step, int64_t samples, double loss,
-                          double samples_per_sec, bool force, int64_t total_steps) {
+                          double samples_per_sec, bool force, int64_t total_steps,
+                          std::optional<double> steps_per_sec) {
   auto now = std::chrono::steady_clock::now();
   if (first_step_ < 0) {
     first_step_ = step;
@@ -46,8 +47,11 @@ void ProgressLine::Update(const std::string& phase, int64_t step, int64_t sample
     text = absl::StrFormat("%s [%3.0f%%] step %d/%d  samples %d  loss %.5f  %.0f samples/s", phase,
                            100 * done, step, total_steps, samples, loss, samples_per_sec);
     const double seconds = std::chrono::duration<double>(now - first_update_).count();
-    if (step > first_step_ && seconds > 0) {
-      const double rate = static_cast<double>(step - first_step_) / seconds;
+    const double rate = steps_per_sec.has_value() ? *steps_per_sec
+                        : step > first_step_ && seconds > 0
+                            ? static_cast<double>(step - first_step_) / seconds
+                            : 0;
+    if (rate > 0) {
       absl::StrAppend(
           &text, "  ETA ",
           FormatEta(static_cast<double>(std::max<int64_t>(0, total_steps - step)) / rate));

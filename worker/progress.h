@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dlrm::worker {
@@ -20,10 +21,12 @@ class ProgressLine {
  public:
   explicit ProgressLine(const ProgressOptions& options = {});
   // Reports the running totals; prints when the interval has passed (or `force`). With
-  // `total_steps` > 0 the line also shows the percent done and the time left at the rate so far
+  // `total_steps` > 0 the line also shows the percent done and the time left at `steps_per_sec`
+  // when given (a rate the caller measured, e.g. over a recent window), else at the rate so far
   // (steps since the first Update over the time since).
   void Update(const std::string& phase, int64_t step, int64_t samples, double loss,
-              double samples_per_sec, bool force = false, int64_t total_steps = -1);
+              double samples_per_sec, bool force = false, int64_t total_steps = -1,
+              std::optional<double> steps_per_sec = std::nullopt);
   // Ends an in-place line with a newline (no-op when nothing is pending).
   void Finish();
   bool is_tty() const { return tty_; }

@@ -346,6 +346,8 @@ TEST(JobProgressMeterTest, ResumedJobShowsTheRateThisRunTrains) {
   EXPECT_EQ(f->samples, 1'940'288);
   EXPECT_EQ(f->total_steps, 1760);
   EXPECT_NEAR(f->samples_per_sec, 102'400 / 2.1, 1);  // 48,762 samples/s
+  ASSERT_TRUE(f->steps_per_sec.has_value());          // for the ETA: 50 steps in 2.1 s
+  EXPECT_NEAR(*f->steps_per_sec, 50 / 2.1, 1e-6);
   // Without the total, the line shows no percent (and ProgressLine no ETA).
   EXPECT_EQ(meter.Observe(Running(1'004'100, 975, {992'160, 997'280}))->total_steps, -1);
   // A job that ended draws no more line.

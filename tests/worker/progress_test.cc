@@ -1,0 +1,56 @@
+#include "worker/progress.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dlrm::worker {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A ProgressLine writing into a pipe (not a terminal: one full line per Update with force).
+class ProgressLineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::pipe2(fds_, O_NONBLOCK), 0);
+    line_ = std::make_unique<ProgressLine>(ProgressOptions{.fd = fds_[1]});
+  }
+  void TearDown() override {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  std::string Read() {
+    char buf[4096];
+    const ssize_t n = ::read(fds_[0], buf, sizeof(buf));
+    return n > 0 ? std::string(buf, n) : std::string();
+  }
+
+  int fds_[2] = {-1, -1};
+  std::unique_ptr<ProgressLine> line_;
+};
+
+TEST_F(ProgressLineTest, TheEtaUsesTheRateTheCallerMeasured) {
+  // 1000 of 2000 steps left at 10 steps/s: 1:40, whatever the steps since the first line say.
+  line_->Update("job", 500, 1000, 0.5, 100, /*force=*/true, 2000);
+  EXPECT_THAT(Read(), AllOf(HasSubstr("step 500/2000"), Not(HasSubstr("ETA"))));
+  line_->Update("job", 1000, 2000, 0.5, 100, /*force=*/true, 2000, /*steps_per_sec=*/10.0);
+  EXPECT_THAT(Read(), HasSubstr("[ 50%] step 1000/2000  samples 2000  loss 0.50000  100 "
+                                "samples/s  ETA 1:40"));
+  // A recovery took the job back below its first line's step: still an ETA at the given rate.
+  line_->Update("job", 400, 2000, 0.5, 100, /*force=*/true, 2000, /*steps_per_sec=*/20.0);
+  EXPECT_THAT(Read(), HasSubstr("ETA 1:20"));
+  // Without a measured rate there, no ETA (the steps since the first line went back).
+  line_->Update("job", 400, 2000, 0.5, 100, /*force=*/true, 2000);
+  EXPECT_THAT(Read(), Not(HasSubstr("ETA")));
+}
+
+}  // namespace
+}  // namespace dlrm::worker
