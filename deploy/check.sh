@@ -162,6 +162,15 @@ SHOW=1 run "chart refuses auth.tokens with tls.enabled=false" \
   --set auth.tokens.existingSecret=dlrm-tokens --set tls.enabled=false
 SHOW=1 run "schema rejects an unknown key under auth.tokens (--set auth.tokens.file=x)" \
   rejected '\bfile\b' --set auth.tokens.file=x
+# Helm merges a user's resources with the defaults: a lower limit alone keeps the default request,
+# and the API server would refuse every pod; a PS limit under its memory budget would OOM.
+SHOW=1 run "chart refuses a request above its limit (--set ps.resources.limits.memory=2Gi)" \
+  rejected "ps.resources: requests.memory 5Gi is above limits.memory 2Gi" \
+  --set ps.resources.limits.memory=2Gi --set ps.memoryBudget=1GiB
+SHOW=1 run "chart refuses a PS memory limit below ps.memoryBudget" \
+  rejected "ps.resources.limits.memory 4Gi is below ps.memoryBudget 5GiB" \
+  --set ps.resources.requests.memory=4Gi --set ps.resources.limits.memory=4Gi \
+  --set ps.memoryBudget=5GiB
 run "helm template (an image per role)" render_ok \
   "--set image.tag=1.2.3 --set coordinator.image.repository=reg.example/coord
    --set ps.image.tag=ps-9 --set ps.image.pullPolicy=Always

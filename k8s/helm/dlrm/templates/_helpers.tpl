@@ -364,3 +364,66 @@ include "dlrm.waitForCoordinator" (list . resources)
     {{- include "dlrm.tlsMount" $root | nindent 4 }}
   {{- end }}
 {{- end }}
+
+{{/*
+Bytes (or cores) of a Kubernetes quantity, as a float: include "dlrm.quantity" "5Gi" -> 5368709120,
+"250m" -> 0.25; "" for what it cannot read (then no check is made on it).
+*/}}
+{{- define "dlrm.quantity" -}}
+{{- $s := toString . | trim }}
+{{- $num := regexFind "^[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" $s }}
+{{- $unit := trimPrefix $num $s }}
+{{- $mult := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18
+      "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 }}
+{{- if and $num (hasKey $mult $unit) }}
+{{- mulf (float64 (trimPrefix "+" $num)) (index $mult $unit) }}
+{{- end }}
+{{- end }}
+
+{{/* Bytes of a dlrm byte size (`--memory-budget`: K, M, G are 1024-based, KB, MB, GB 1000-based). */}}
+{{- define "dlrm.byteSize" -}}
+{{- $s := toString . | trim }}
+{{- $num := regexFind "^[0-9]*\\.?[0-9]+" $s }}
+{{- $unit := trimPrefix $num $s | trim }}
+{{- $mult := dict "" 1.0 "B" 1.0 "K" 1024.0 "Ki" 1024.0 "KiB" 1024.0 "M" 1048576.0 "Mi" 1048576.0
+      "MiB" 1048576.0 "G" 1073741824.0 "Gi" 1073741824.0 "GiB" 1073741824.0 "KB" 1e3 "MB" 1e6
+      "GB" 1e9 }}
+{{- if and $num (hasKey $mult $unit) }}
+{{- mulf (float64 $num) (index $mult $unit) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render on resources that Kubernetes would refuse or that cannot work: a request above
+its limit (Helm merges a user's `resources` with the defaults, so `ps.resources.limits.memory=2Gi`
+alone keeps the default 5Gi request and the API server rejects every PS pod), and a PS memory
+limit below its memory tier's budget (the PS would be OOM-killed once the tier fills).
+include "dlrm.resourcesCheck" .
+*/}}
+{{- define "dlrm.resourcesCheck" -}}
+{{- $root := . }}
+{{- $all := dict "coordinator" .Values.coordinator.resources "ps" .Values.ps.resources
+      "worker" .Values.worker.resources "job.submit" .Values.job.submit.resources
+      "tests" .Values.tests.resources }}
+{{- range $name, $r := $all }}
+{{- $requests := default dict (default dict $r).requests }}
+{{- $limits := default dict (default dict $r).limits }}
+{{- range $key := list "cpu" "memory" }}
+{{- if and (hasKey $requests $key) (hasKey $limits $key) }}
+{{- $req := include "dlrm.quantity" (index $requests $key) }}
+{{- $lim := include "dlrm.quantity" (index $limits $key) }}
+{{- if and $req $lim (gt (float64 $req) (float64 $lim)) }}
+{{- fail (printf "%s.resources: requests.%s %v is above limits.%s %v, which Kubernetes refuses (Helm merges your resources with the chart's defaults: set both, or the request to null)" $name $key (index $requests $key) $key (index $limits $key)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $psLimit := (default dict (default dict .Values.ps.resources).limits).memory }}
+{{- if $psLimit }}
+{{- $lim := include "dlrm.quantity" $psLimit }}
+{{- $budget := include "dlrm.byteSize" (include "dlrm.number" .Values.ps.memoryBudget) }}
+{{- if and $lim $budget (lt (float64 $lim) (float64 $budget)) }}
+{{- fail (printf "ps.resources.limits.memory %v is below ps.memoryBudget %v: the PS would be OOM-killed once its memory tier fills (keep the limit above about 1.7 x the budget + 0.5GiB, values.yaml)" $psLimit (include "dlrm.number" .Values.ps.memoryBudget)) }}
+{{- end }}
+{{- end }}
+{{- end }}
