@@ -109,11 +109,12 @@ void PrintLogTails(LocalCluster& cluster) {
 }
 
 // The progress and evaluations of a watched job, for --report: the latest step and loss of any
-// rank with the samples of all, and the eval_* metrics rank 0 reports after each periodic
-// evaluation (training.eval_every_steps).
+// rank with the samples of all (from the first event in which every rank has reported: before,
+// a resumed job's total lacks the checkpoint's share of the silent ranks), and the eval_* metrics
+// rank 0 reports after each periodic evaluation (training.eval_every_steps).
 void RecordJobProgress(const dlrm::v1::Job& job, double seconds, worker::RunRecorder* recorder) {
   const auto& m = job.progress().metrics();
-  if (job.progress().step() > 0) {
+  if (job.progress().step() > 0 && EveryRankReported(job)) {
     recorder->Record(seconds, job.progress().step(), job.total_samples(), job.progress().loss());
   }
   const auto step = m.find("eval_step");

@@ -71,6 +71,12 @@ std::optional<double> RunSpeed::samples_per_sec() const {
   return (points_.back().trained - points_.front().trained) / *seconds;
 }
 
+bool EveryRankReported(const dlrm::v1::Job& job) {
+  return job.rank_samples_size() > 0 &&
+         std::all_of(job.rank_samples().begin(), job.rank_samples().end(),
+                     [](int64_t samples) { return samples > 0; });
+}
+
 std::optional<ProgressFigures> JobProgressMeter::Observe(const dlrm::v1::Job& job) {
   speed_.Observe(job);
   const std::optional<double> samples_per_sec = speed_.samples_per_sec();

@@ -43,6 +43,12 @@ class RunSpeed {
   std::deque<Point> points_;           // oldest first, within the window (at least two)
 };
 
+// True once every rank of the job's run has reported progress (Job.rank_samples all > 0). Until
+// then Job.total_samples lacks what the silent ranks hold: a resumed job's ranks each bring their
+// share of the checkpoint's samples with their first report, which a curve of total samples over
+// time would draw as a burst of training (dlrm local --report measures from here).
+bool EveryRankReported(const dlrm::v1::Job& job);
+
 // What `dlrm local`'s progress line (worker::ProgressLine::Update) shows of a job.
 struct ProgressFigures {
   int64_t step = 0;

@@ -356,6 +356,16 @@ TEST(JobProgressMeterTest, ResumedJobShowsTheRateThisRunTrains) {
   EXPECT_FALSE(meter.Observe(done).has_value());
 }
 
+// A resumed job's total samples are whole only once every rank has reported (each brings its
+// share of the checkpoint's with its first report).
+TEST(EveryRankReportedTest, OnlyWhenNoRankIsSilent) {
+  EXPECT_FALSE(EveryRankReported(Running(1'001'000, 901, {})));
+  EXPECT_FALSE(EveryRankReported(Running(1'001'000, 901, {916'384, 0})));
+  EXPECT_FALSE(EveryRankReported(Running(1'001'000, 901, {0, 916'384})));
+  EXPECT_TRUE(EveryRankReported(Running(1'001'100, 901, {916'384, 921'504})));
+  EXPECT_TRUE(EveryRankReported(Running(1'001'100, 1, {512})));
+}
+
 // A recovery rolls the job back to its checkpoint: the measure starts over, and the samples
 // trained again are counted as they come, not the drop.
 TEST(JobFormatEventLine, RecoveryStartsTheMeasureOver) {
