@@ -31,6 +31,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import yaml
 
@@ -53,7 +54,15 @@ def help_options(argv):
     """{flag: takes_value} of the options `argv --help` lists, and its subcommand names."""
     key = tuple(argv)
     if key not in _help_cache:
-        out = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=30)
+        for attempt in range(30):
+            try:
+                out = subprocess.run(argv + ["--help"], capture_output=True, text=True,
+                                     timeout=30)
+                break
+            except OSError as e:  # a binary being relinked: ETXTBSY, EACCES for a moment
+                if attempt == 29:
+                    raise SystemExit(f"check_commands: cannot run {argv[0]}: {e}")
+                time.sleep(2)
         text = out.stdout + out.stderr
         if out.returncode != 0:
             raise SystemExit(f"check_commands: {' '.join(argv)} --help exited {out.returncode}:"
