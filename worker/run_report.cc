@@ -140,7 +140,25 @@ std::vector<TrainingPoint> RunRecorder::training() const {
     p.step = last_step_;
     p.samples = last_samples_;
     p.loss = open_loss_weight_ > 0 ? open_loss_sum_ / open_loss_weight_ : std::nan("");
-    out.push_back(p);
+    if (!out.empty() && last_seconds_ - open_.start_seconds < min_interval_seconds_) {
+      // Shorter than an interval may be: one more point would be the spike the minimum is there
+      // to prevent (a worker's report that landed in it carries a second's samples). The last
+      // point takes it in instead, its loss weighted by the steps of each.
+      const TrainingPoint& last = out.back();
+      const double wa = loss_weights_.back();
+      const double wb = open_loss_weight_;
+      double sum = 0;
+      if (wa > 0) sum += last.loss * wa;
+      if (wb > 0) sum += open_loss_sum_;
+      p.start_seconds = last.start_seconds;
+      p.start_step = last.start_step;
+      p.start_samples = last.start_samples;
+      p.paused_seconds += last.paused_seconds;
+      p.loss = wa + wb > 0 ? sum / (wa + wb) : std::nan("");
+      out.back() = p;
+    } else {
+      out.push_back(p);
+    }
   }
   return out;
 }

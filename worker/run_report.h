@@ -73,7 +73,8 @@ class RunRecorder {
   // first (the final evaluation after a periodic one at the last step).
   void RecordEval(double seconds, int64_t step, double auc, double logloss);
 
-  // The finished intervals and the one in progress, in step order.
+  // The finished intervals and the one in progress, in step order; an interval in progress shorter
+  // than min_interval_seconds is part of the last finished one.
   std::vector<TrainingPoint> training() const;
   const std::vector<EvalPoint>& eval() const { return eval_; }
   int64_t last_step() const { return last_step_; }

@@ -91,6 +91,35 @@ TEST(RunRecorderTest, IntervalsLastAtLeastTheMinimumTime) {
   }
 }
 
+// The run ends 0.3 s into an interval, just after a late worker's report brought in a second's
+// samples: that tail joins the last point instead of standing alone as a spike.
+TEST(RunRecorderTest, AnIntervalInProgressShorterThanTheMinimumJoinsTheLastPoint) {
+  RunRecorder recorder({.min_interval_seconds = 1.0});
+  recorder.Start(0, 0, 0);
+  for (int step = 1; step <= 8; ++step) recorder.Record(0.25 * step, step, 100LL * step, 1.0);
+  recorder.Record(2.25, 9, 1800, 4.0);  // 900 samples more in 0.25 s
+  std::vector<TrainingPoint> points = recorder.training();
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_DOUBLE_EQ(points[0].samples_per_sec(), 400);
+  EXPECT_EQ(points[1].start_step, 4);
+  EXPECT_EQ(points[1].step, 9);
+  EXPECT_EQ(points[1].samples, 1800);
+  EXPECT_DOUBLE_EQ(points[1].samples_per_sec(), 1400 / 1.25);  // not 900 / 0.25
+  EXPECT_DOUBLE_EQ(points[1].loss, (4 * 1.0 + 4.0) / 5);
+  // Once it spans the minimum it is a point of its own.
+  recorder.Record(3.0, 10, 1900, 1.0);
+  points = recorder.training();
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[1].step, 8);
+  EXPECT_EQ(points[2].start_step, 8);
+  // A run shorter than the minimum still has its one point.
+  RunRecorder short_run({.min_interval_seconds = 1.0});
+  short_run.Start(0, 0, 0);
+  short_run.Record(0.5, 3, 300, 2.0);
+  ASSERT_EQ(short_run.training().size(), 1u);
+  EXPECT_DOUBLE_EQ(short_run.training()[0].samples_per_sec(), 600);
+}
+
 TEST(RunRecorderTest, AnEvaluationAtTheSameStepReplacesTheEarlierOne) {
   RunRecorder recorder;
   recorder.RecordEval(1, 10, 0.6, 0.5);
