@@ -354,8 +354,11 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
   // After a loss, only members that showed they are alive since then.
   const int64_t alive_since_ms =
       recovering ? job->recovery_history(job->recovery_history_size() - 1).started_ms() : -1;
+  // Nor members loaded from the store that have not heartbeated since: one that died while the
+  // coordinator was down still holds the lease the restart gave it.
   auto usable = [&](const Member& m) {
-    return m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.last_heartbeat_ms() > alive_since_ms;
+    return m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.last_heartbeat_ms() > alive_since_ms &&
+           !unheard_since_restore_.contains(m.member_id());
   };
   std::vector<MemberEntry*> idle;
   for (auto& [id, e] : members_) {

@@ -136,6 +136,7 @@ void CoordinatorState::Restore(const CoordinatorSnapshot& snapshot, absl::Time n
   for (const Job& job : snapshot.jobs) jobs_[job.job_id()] = job;
   for (const Member& m : snapshot.members) {
     MemberEntry entry{m, now + options_.lease_ttl};
+    if (m.state() == dlrm::v1::MEMBER_STATE_ALIVE) unheard_since_restore_.insert(m.member_id());
     if (m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.role() == dlrm::v1::ROLE_PS &&
         m.shard_index() >= 0) {
       if (ps_slots_.size() <= static_cast<size_t>(m.shard_index())) {
@@ -345,11 +346,13 @@ absl::StatusOr<dlrm::v1::HeartbeatResponse> CoordinatorState::HeartbeatAndRestar
   DLRM_ASSIGN_OR_RETURN(MemberEntry * entry, FindLiveMember(member_id));
   entry->lease_deadline = now + options_.lease_ttl;
   entry->info.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+  // A member loaded from the store may now take a job: a pending one may have waited for it.
+  const bool first_since_restore = unheard_since_restore_.erase(member_id) > 0;
   // A recovering job runs again once enough members have shown they are alive since the loss.
   const bool recovering = std::any_of(jobs_.begin(), jobs_.end(), [](const auto& j) {
     return j.second.state() == dlrm::v1::JOB_STATE_RECOVERING;
   });
-  if (recovering) {
+  if (recovering || first_since_restore) {
     TryStartJobs(now, changes);
     if (!changes->jobs.empty()) DLRM_RETURN_IF_ERROR(Finalize(*changes));
   }

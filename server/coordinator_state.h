@@ -27,6 +27,8 @@
 //    lease has not run out yet is not picked again); PS are taken lowest slot first. It starts
 //    at a new job_epoch with JobAssignment.recovery > 0: members roll back to the last checkpoint.
 //    Reports carrying an older job_epoch are refused.
+//  - After a restart (state loaded from the store) a member is given to a job only once it has
+//    heartbeated or registered: one that died while the coordinator was down is never picked.
 //
 // Every change is written to the CoordinatorStore (when given) before the call returns.
 // Time is passed in (`now`) so tests control it. Thread-safe.
@@ -36,6 +38,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,7 +87,7 @@ class CoordinatorState {
 
   // `store` (may be null: nothing persisted) and `metrics` (may be null) are not owned and must
   // outlive the state. With a store, the state it holds is loaded back; members that were alive
-  // get a fresh lease from `now`.
+  // get a fresh lease from `now`, but are given to no job before their first heartbeat.
   static absl::StatusOr<std::unique_ptr<CoordinatorState>> Create(
       const CoordinatorStateOptions& options, CoordinatorStore* store,
       common::MetricsRegistry* metrics, absl::Time now);
@@ -203,6 +206,10 @@ class CoordinatorState {
   // The last ExpireLeases; InfinitePast before the first (a state loaded from the store gave
   // every member a fresh lease already).
   absl::Time last_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Members loaded from the store as alive that have not heartbeated since: one may have died
+  // while the coordinator was down (its fresh lease says nothing), so none is given to a job
+  // until it is heard from.
+  std::set<std::string> unheard_since_restore_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dlrm::server

@@ -131,6 +131,8 @@ TEST_F(CoordinatorMembershipTest, HoleInTheShardSlotsBlocksNoNewJob) {
   state_.reset();
   state_ = Make(store->get());
   EXPECT_THAT(state_->ClusterView().shard_map(), ElementsAre("", "h:2", "h:3"));
+  // (Members loaded from the store take jobs once they heartbeat again.)
+  for (const std::string& m : {b, c}) ASSERT_TRUE(state_->Heartbeat(m, now_).ok());
   Register(dlrm::v1::ROLE_WORKER, "");
   const dlrm::v1::Job job4 = Submit(1, 0);
   started = Get(job4.job_id());

@@ -428,5 +428,46 @@ TEST_F(CoordinatorStateTest, RestartKeepsJobsMembersAndCounters) {
   state_.reset();
 }
 
+// A coordinator restarted from its store gives every member that was alive a fresh lease, but a
+// member may have died while it was down (Kubernetes restarts the pod, and the new process
+// registers as another member). A job submitted after the restart must not be given such a
+// member: it goes to the members heard from since, and waits for the others until they
+// heartbeat.
+TEST_F(CoordinatorStateTest, AfterARestartOnlyMembersHeardFromSinceTakeAJob) {
+  ::dlrm::testing::ScopedTempDir temp("coordinator_state_unheard");
+  const std::string dir = temp.Sub("db");
+  std::string ps, dead_worker, live_worker;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    state_ = Make(store->get());
+    ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+    dead_worker = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+    live_worker = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+    state_.reset();
+  }
+  now_ += absl::Seconds(3);
+  auto store = CoordinatorStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  state_ = Make(store->get());
+  // The dead worker's replacement registers; the PS and the other worker heartbeat.
+  const std::string replacement = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
+  ASSERT_TRUE(state_->Heartbeat(live_worker, now_).ok());
+
+  const dlrm::v1::Job job = Submit(*state_, 2);
+  ASSERT_EQ(job.state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(job.worker_ids(), ::testing::ElementsAre(live_worker, replacement));
+
+  // A job that needs the unheard member waits for its first heartbeat, then starts.
+  const dlrm::v1::Job second = Submit(*state_, 1);
+  EXPECT_EQ(second.state(), dlrm::v1::JOB_STATE_PENDING);
+  auto hb = state_->Heartbeat(dead_worker, now_);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(state_->GetJob(second.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(hb->worker().job().job_id(), second.job_id());
+  state_.reset();
+}
+
 }  // namespace
 }  // namespace dlrm::server
