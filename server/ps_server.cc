@@ -1,13 +1,21 @@
 #include "server/ps_server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/status.h"
 
@@ -49,6 +57,66 @@ void RemoveOldLayoutSnapshots(const std::string& data_dir) {
   fs::remove(old, ec);  // only if now empty
 }
 
+// Whether another process has the RocksDB store in `dir` open: RocksDB holds an fcntl write lock
+// on its LOCK file while the store is open.
+bool StoreOpenElsewhere(const std::filesystem::path& dir) {
+  const int fd = open((dir / "LOCK").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  const bool held = fcntl(fd, F_GETLK, &lock) == 0 && lock.l_type != F_UNLCK;
+  close(fd);
+  return held;
+}
+
+// A process that starts has no job loaded, and LoadJob makes a job's store anew; but a server
+// that was killed (or lost its lease and was replaced) left its jobs' stores,
+// <data>/<job>/shard-<i>, and their checkpoint snapshots, <data>/<job>/shard-<i>-snapshots,
+// which hold hard links to the store's files: as large as a shard's RocksDB tier, and nothing
+// removes them later unless the same job loads the same shard here again. Removed here: folders
+// of those names only, and only while no other process has the store open (a second server on
+// the same data folder).
+void RemoveStoresOfEarlierProcesses(const std::string& data_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> jobs;
+  for (const fs::directory_entry& job : fs::directory_iterator(data_dir, ec)) {
+    std::error_code job_ec;
+    if (job.is_directory(job_ec) && job.path().filename() != "snapshots") jobs.push_back(job);
+  }
+  int removed = 0;
+  for (const fs::path& job : jobs) {
+    std::vector<fs::path> leftovers;
+    std::error_code job_ec;
+    for (const fs::directory_entry& entry : fs::directory_iterator(job, job_ec)) {
+      const std::string filename = entry.path().filename().string();
+      absl::string_view name = filename;
+      absl::ConsumeSuffix(&name, "-snapshots");
+      int64_t shard = 0;
+      if (absl::ConsumePrefix(&name, "shard-") && absl::SimpleAtoi(name, &shard) && shard >= 0 &&
+          entry.is_directory(job_ec) && !StoreOpenElsewhere(job / absl::StrCat("shard-", shard))) {
+        leftovers.push_back(entry.path());
+      }
+    }
+    for (const fs::path& leftover : leftovers) {
+      std::error_code remove_ec;
+      fs::remove_all(leftover, remove_ec);
+      if (remove_ec) {
+        DLRM_LOG(WARNING) << "cannot remove " << leftover.string()
+                          << ", left by an earlier process: " << remove_ec.message();
+      } else if (!absl::EndsWith(leftover.filename().string(), "-snapshots")) {
+        ++removed;
+      }
+    }
+    if (!leftovers.empty()) fs::remove(job, job_ec);  // only if now empty
+  }
+  if (removed > 0) {
+    DLRM_LOG(INFO) << "removed " << removed << " job store(s) an earlier process left in "
+                   << data_dir;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PsOptions& options) {
@@ -66,6 +134,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
         absl::StrCat("parameter server: cannot create ", options.data_dir, ": ", ec.message()));
   }
   RemoveOldLayoutSnapshots(options.data_dir);
+  RemoveStoresOfEarlierProcesses(options.data_dir);
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   if (options.metrics != nullptr) {
     ps->metrics_ = options.metrics;

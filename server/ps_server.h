@@ -41,8 +41,10 @@ struct PsOptions {
 
 class ParameterServer {
  public:
-  // Creates data_dir when missing and starts serving. INVALID_ARGUMENT for bad options,
-  // UNAVAILABLE when the address cannot be bound or data_dir cannot be created.
+  // Creates data_dir when missing and starts serving. The job stores an earlier process left in
+  // data_dir (<job>/shard-<i> and its -snapshots) are removed first, unless another process has
+  // one open. INVALID_ARGUMENT for bad options, UNAVAILABLE when the address cannot be bound or
+  // data_dir cannot be created.
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Start(const PsOptions& options);
   // Shuts down (grace 0) if still serving.
   ~ParameterServer();

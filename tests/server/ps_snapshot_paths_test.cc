@@ -2,6 +2,10 @@
 // checkpoint at the same step (both with shard 0, as two `--ps 1` jobs on one cluster are), each
 // WRITE holds its own job's rows, and what an earlier attempt or a replaced epoch left is cleared.
 // (The checkpoint calls themselves: ps_service_rows_test.cc.)
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -193,6 +197,63 @@ TEST_F(PsSnapshotPathsTest, SnapshotsOfTheOldLayoutAreRemovedAtStart) {
   fs::create_directories(old / "1-5");
   StartPs();
   EXPECT_FALSE(fs::exists(old));
+}
+
+// A server killed with jobs loaded leaves their stores, and their checkpoint snapshots (hard
+// links to the stores' files), in its data folder. The process restarted on that folder has none
+// of them loaded and nothing else would remove them (LoadJob makes a store anew): it removes
+// them when it starts. A store another process has open (a second server on the same folder),
+// and folders of other names, stay.
+TEST_F(PsSnapshotPathsTest, StoresAKilledServerLeftAreRemovedAtStart) {
+  const fs::path data = dir_.path();
+  StartPs(/*budget=*/1 << 10);  // most rows in the RocksDB tier
+  LoadWithRows("job-a", 1.0f);
+  ASSERT_TRUE(Checkpoint("job-a", dlrm::v1::CheckpointRequest::SNAPSHOT, 10).ok());
+  ASSERT_TRUE(fs::exists(data / "job-a" / "shard-0" / "CURRENT"));
+  ASSERT_TRUE(fs::exists(data / "job-a" / "shard-0-snapshots"));
+  ps_.reset();  // as a killed server: nothing unloaded
+  ASSERT_TRUE(fs::exists(data / "job-a" / "shard-0"));
+
+  // Another process has job-b's store open: RocksDB's fcntl lock on its LOCK file.
+  const fs::path busy = data / "job-b" / "shard-1";
+  fs::create_directories(busy);
+  std::ofstream((busy / "LOCK").string());
+  fs::create_directories(data / "job-b" / "shard-1-snapshots" / "epoch-1-step-5");
+  fs::create_directories(data / "models" / "shard-final");
+  std::ofstream((data / "notes.txt").string()) << "the operator's";
+  int locked[2], release[2];
+  ASSERT_EQ(pipe(locked), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const std::string lock_path = (busy / "LOCK").string();
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {  // only async-signal-safe calls
+    const int fd = open(lock_path.c_str(), O_RDWR);
+    struct flock lock = {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    char c = fd >= 0 && fcntl(fd, F_SETLK, &lock) == 0 ? 'y' : 'n';
+    if (write(locked[1], &c, 1) != 1 || read(release[0], &c, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(locked[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y') << "the other process could not lock " << lock_path;
+
+  StartPs();
+  EXPECT_FALSE(fs::exists(data / "job-a")) << "the killed server's store and snapshots stay";
+  EXPECT_TRUE(fs::exists(busy / "LOCK"));
+  EXPECT_TRUE(fs::exists(data / "job-b" / "shard-1-snapshots" / "epoch-1-step-5"));
+  EXPECT_TRUE(fs::exists(data / "models" / "shard-final"));
+  EXPECT_TRUE(fs::exists(data / "notes.txt"));
+  EXPECT_EQ(write(release[1], "x", 1), 1);
+  int status = 0;
+  EXPECT_EQ(waitpid(holder, &status, 0), holder);
+  for (int fd : {locked[0], locked[1], release[0], release[1]}) close(fd);
+
+  // The job loads on the new server as on any other.
+  LoadWithRows("job-a", 2.0f);
+  EXPECT_TRUE(fs::exists(data / "job-a" / "shard-0"));
 }
 
 }  // namespace
