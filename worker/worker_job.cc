@@ -59,8 +59,55 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   std::string message = status.ToString();
   if (message.size() > 4096) message = absl::StrCat(message.substr(0, 4096), "... (truncated)");
   report.set_message(message);
-  absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
-  if (!state.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << state.status().message();
+  const absl::Status sent = SendFinalReport(
+      report, absl::StrCat("the failure of run ", job_id, "@", assignment.job().job_epoch()));
+  if (!sent.ok()) DLRM_LOG(WARNING) << "reporting the failure: " << sent.message();
+}
+
+namespace {
+
+// The coordinator did not answer (restarting, or its address not yet back): worth sending again.
+bool Unreached(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+}  // namespace
+
+absl::Status WorkerProcess::SendFinalReport(const dlrm::v1::ReportProgressRequest& report,
+                                            const std::string& what) {
+  const absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
+  if (state.ok() || !Unreached(state.status())) return state.status();
+  DLRM_LOG(WARNING) << "the coordinator did not take " << what << " (" << state.status().message()
+                    << "); sending it again until it answers";
+  absl::MutexLock lock(&mu_);
+  undelivered_report_ = report;
+  undelivered_what_ = what;
+  return absl::OkStatus();
+}
+
+void WorkerProcess::ResendUndeliveredReport() {
+  dlrm::v1::ReportProgressRequest report;
+  std::string what;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!undelivered_report_.has_value()) return;
+    report = *undelivered_report_;
+    what = undelivered_what_;
+  }
+  const absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
+  if (!state.ok() && Unreached(state.status())) return;  // still away: at the next heartbeat
+  if (state.ok()) {
+    DLRM_LOG(INFO) << "the coordinator took " << what << " at last";
+  } else {
+    // E.g. a recovery replaced the run meanwhile: the report has nothing left to move.
+    DLRM_LOG(WARNING) << "the coordinator refused " << what << ": " << state.status().message();
+  }
+  absl::MutexLock lock(&mu_);
+  // A newer run's report may have taken the slot meanwhile; only this one is done.
+  if (undelivered_report_.has_value() &&
+      undelivered_report_->SerializeAsString() == report.SerializeAsString()) {
+    undelivered_report_.reset();
+  }
 }
 
 dlrm::v1::ReportProgressRequest WorkerProcess::NewReport(
@@ -193,18 +240,10 @@ absl::Status WorkerProcess::JobRun::Finish() {
     DLRM_LOG(INFO) << "job " << job_id_ << ": AUC " << eval.auc << ", logloss " << eval.logloss
                    << ", " << steps_ << " steps, " << m["samples_per_sec"] << " samples/s";
   }
-  // The coordinator may be restarting: the result is worth waiting for.
-  absl::StatusOr<dlrm::v1::JobState> state = worker_.client_->ReportProgress(done);
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(60);
-       !state.ok() && absl::IsUnavailable(state.status()) && absl::Now() < give_up &&
-       !worker_.cancel_job_.load();) {
-    absl::SleepFor(absl::Milliseconds(500));
-    state = worker_.client_->ReportProgress(done);
-  }
-  if (!state.ok()) {
-    return absl::Status(state.status().code(),
-                        absl::StrCat("final report: ", state.status().message()));
-  }
+  // The coordinator may be restarting: then the report waits for it (SendFinalReport).
+  const absl::Status sent = worker_.SendFinalReport(
+      done, absl::StrCat("the end of run ", job_id_, "@", job_.job_epoch()));
+  if (!sent.ok()) return absl::Status(sent.code(), absl::StrCat("final report: ", sent.message()));
   if (rank_ == 0) {
     // Every rank has pushed its last step (the barrier) and the job is over: free its shards
     // for the next job.

@@ -74,6 +74,7 @@ absl::Status WorkerProcess::RegisterLocked() {
 
 void WorkerProcess::HeartbeatLoop() {
   while (true) {
+    ResendUndeliveredReport();
     std::string member_id, member_key;
     absl::Duration interval;
     {

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -115,6 +116,14 @@ class WorkerProcess {
   // A progress report of `assignment`'s rank, signed with this member's id and key.
   dlrm::v1::ReportProgressRequest NewReport(const dlrm::v1::WorkerAssignment& assignment)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends a run's final report (its failure, or rank 0's done). One the coordinator could not take
+  // (unreachable or timed out: a coordinator restarting) is kept and sent again before each
+  // heartbeat until it answers, since only that report moves the job on: without it the job
+  // stays RUNNING on workers that already left the run. `what` names it in the logs.
+  // Returns the coordinator's answer, or OK for a report kept to send again.
+  absl::Status SendFinalReport(const dlrm::v1::ReportProgressRequest& report,
+                               const std::string& what) ABSL_LOCKS_EXCLUDED(mu_);
+  void ResendUndeliveredReport() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment, JobResources* resources);
   // Chooses and installs the job's hot rows (when its spec has a hot_budget) and returns the
   // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
@@ -143,6 +152,9 @@ class WorkerProcess {
   std::string running_job_ ABSL_GUARDED_BY(mu_);  // "job@epoch" being trained, "" when idle
   bool poll_now_ ABSL_GUARDED_BY(mu_) = false;    // wakes the heartbeat thread early
   std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mu_);  // "job@epoch" runs done
+  // A final report the coordinator has not taken yet, and what it is (SendFinalReport).
+  std::optional<dlrm::v1::ReportProgressRequest> undelivered_report_ ABSL_GUARDED_BY(mu_);
+  std::string undelivered_what_ ABSL_GUARDED_BY(mu_);
   // Called (under mu_) to stop the training in progress; set by a JobRun.
   std::function<void()> cancel_hook_ ABSL_GUARDED_BY(mu_);
 };
