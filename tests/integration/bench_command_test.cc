@@ -16,10 +16,9 @@ TEST(BenchCommandTest, PrintsTheStepItsBoundsAndTheRowPassesConsistently) {
   const std::string dir = ::testing::TempDir();
   // Batch 256 over the 26 kaggle-shape tables (33.8M rows: the tables' size, not the batch's,
   // sets the run's few seconds).
-  ProcessResult r =
-      RunProcess({BinPath("dlrm"), "bench", "--shape", "kaggle-shape", "--batch-size", "256",
-                  "--steps", "3", "--rounds", "1", "--threads", "2"},
-                 dir, "bench-kaggle", absl::Seconds(240));
+  ProcessResult r = RunProcess({BinPath("dlrm"), "bench", "--shape", "kaggle-shape", "--batch-size",
+                                "256", "--steps", "3", "--rounds", "1", "--threads", "2"},
+                               dir, "bench-kaggle", absl::Seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
