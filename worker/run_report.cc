@@ -14,6 +14,25 @@
 
 namespace dlrm::worker {
 
+namespace {
+
+// Consecutive points `a` then `b` as one: from a's start to b's end, the loss weighted by the
+// finite-loss steps behind each (`wa`, `wb`).
+TrainingPoint Merged(const TrainingPoint& a, double wa, const TrainingPoint& b, double wb) {
+  TrainingPoint m = b;
+  m.start_seconds = a.start_seconds;
+  m.start_step = a.start_step;
+  m.start_samples = a.start_samples;
+  m.paused_seconds = a.paused_seconds + b.paused_seconds;
+  double sum = 0;
+  if (wa > 0) sum += a.loss * wa;
+  if (wb > 0) sum += b.loss * wb;
+  m.loss = wa + wb > 0 ? sum / (wa + wb) : std::nan("");
+  return m;
+}
+
+}  // namespace
+
 double TrainingPoint::samples_per_sec() const {
   const double dt = seconds - start_seconds - paused_seconds;
   return dt > 0 ? static_cast<double>(samples - start_samples) / dt : 0;
@@ -91,21 +110,8 @@ void RunRecorder::Halve() {
       }
       break;
     }
-    const TrainingPoint& a = points_[i];
-    const TrainingPoint& b = points_[i + 1];
-    TrainingPoint m = b;
-    m.start_seconds = a.start_seconds;
-    m.start_step = a.start_step;
-    m.start_samples = a.start_samples;
-    m.paused_seconds = a.paused_seconds + b.paused_seconds;
-    const double wa = loss_weights_[i];
-    const double wb = loss_weights_[i + 1];
-    double sum = 0;
-    if (wa > 0) sum += a.loss * wa;
-    if (wb > 0) sum += b.loss * wb;
-    m.loss = wa + wb > 0 ? sum / (wa + wb) : std::nan("");
-    merged.push_back(m);
-    weights.push_back(wa + wb);
+    merged.push_back(Merged(points_[i], loss_weights_[i], points_[i + 1], loss_weights_[i + 1]));
+    weights.push_back(loss_weights_[i] + loss_weights_[i + 1]);
   }
   points_ = std::move(merged);
   loss_weights_ = std::move(weights);
@@ -143,19 +149,8 @@ std::vector<TrainingPoint> RunRecorder::training() const {
     if (!out.empty() && last_seconds_ - open_.start_seconds < min_interval_seconds_) {
       // Shorter than an interval may be: one more point would be the spike the minimum is there
       // to prevent (a worker's report that landed in it carries a second's samples). The last
-      // point takes it in instead, its loss weighted by the steps of each.
-      const TrainingPoint& last = out.back();
-      const double wa = loss_weights_.back();
-      const double wb = open_loss_weight_;
-      double sum = 0;
-      if (wa > 0) sum += last.loss * wa;
-      if (wb > 0) sum += open_loss_sum_;
-      p.start_seconds = last.start_seconds;
-      p.start_step = last.start_step;
-      p.start_samples = last.start_samples;
-      p.paused_seconds += last.paused_seconds;
-      p.loss = wa + wb > 0 ? sum / (wa + wb) : std::nan("");
-      out.back() = p;
+      // point takes it in instead.
+      out.back() = Merged(out.back(), loss_weights_.back(), p, open_loss_weight_);
     } else {
       out.push_back(p);
     }
