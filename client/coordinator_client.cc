@@ -356,6 +356,25 @@ bool RegisterRefused(const absl::Status& status) {
          absl::IsInvalidArgument(status);
 }
 
+absl::Status RegisterWithRetry(absl::Mutex& mu, const bool* stopping, absl::Duration timeout,
+                               absl::string_view who, absl::string_view coordinator,
+                               absl::FunctionRef<absl::Status()> register_once) {
+  absl::Status status;
+  const absl::Time give_up = absl::Now() + timeout;
+  while (!*stopping) {
+    status = register_once();
+    if (status.ok() || absl::Now() > give_up || RegisterRefused(status)) break;
+    mu.AwaitWithTimeout(absl::Condition(stopping), absl::Milliseconds(500));
+  }
+  if (*stopping || status.ok()) return absl::OkStatus();
+  if (RegisterRefused(status)) {
+    return absl::Status(status.code(),
+                        absl::StrCat(who, ": the coordinator refused it: ", status.message()));
+  }
+  return absl::UnavailableError(absl::StrCat(who, ": cannot register with coordinator ",
+                                             coordinator, ": ", status.message()));
+}
+
 bool MustRegisterAgain(const absl::Status& status) {
   return absl::IsNotFound(status) || absl::IsFailedPrecondition(status) ||
          (absl::IsPermissionDenied(status) && absl::StrContains(status.message(), "member key"));

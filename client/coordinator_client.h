@@ -19,7 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -120,6 +123,16 @@ absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response);
 // (UNAUTHENTICATED, PERMISSION_DENIED) or the request (INVALID_ARGUMENT). Members stop at once
 // with it instead of retrying until their register timeout.
 bool RegisterRefused(const absl::Status& status);
+// Registers a member process (`who`: "worker", "parameter server") with the coordinator at
+// `coordinator`: calls register_once, with mu held, until it succeeds, the coordinator refuses it
+// (RegisterRefused), `timeout` has passed or *stopping is set, waiting up to 500 ms on mu between
+// tries, since the coordinator may start after its members (dlrm local, Kubernetes). OK when it
+// registered or *stopping was set (the caller checks which); otherwise the last error, saying who
+// could not register where.
+absl::Status RegisterWithRetry(absl::Mutex& mu, const bool* stopping, absl::Duration timeout,
+                               absl::string_view who, absl::string_view coordinator,
+                               absl::FunctionRef<absl::Status()> register_once)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 // A Heartbeat answer that means the member must register again: the coordinator no longer knows
 // it (lease expired, restarted without its data) or no longer accepts its key.
 bool MustRegisterAgain(const absl::Status& status);

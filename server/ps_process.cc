@@ -71,23 +71,10 @@ void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch
 absl::Status PsProcess::Run() {
   {
     absl::MutexLock lock(&mu_);
-    absl::Status status;
-    const absl::Time give_up = absl::Now() + options_.register_timeout;
-    while (!stopping_) {
-      status = RegisterLocked();
-      if (status.ok() || absl::Now() > give_up || client::RegisterRefused(status)) break;
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(500));
-    }
+    DLRM_RETURN_IF_ERROR(client::RegisterWithRetry(
+        mu_, &stopping_, options_.register_timeout, "parameter server", options_.coordinator,
+        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return RegisterLocked(); }));
     if (stopping_) return absl::OkStatus();
-    if (client::RegisterRefused(status)) {
-      return absl::Status(
-          status.code(),
-          absl::StrCat("parameter server: the coordinator refused it: ", status.message()));
-    }
-    if (!status.ok()) {
-      return absl::UnavailableError(absl::StrCat("parameter server: cannot register with ",
-                                                 options_.coordinator, ": ", status.message()));
-    }
   }
   // The heartbeat loop runs on this thread.
   while (true) {

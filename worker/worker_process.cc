@@ -132,23 +132,10 @@ void WorkerProcess::HeartbeatLoop() {
 absl::Status WorkerProcess::Run() {
   {
     absl::MutexLock lock(&mu_);
-    // The coordinator may start after us (dlrm local, Kubernetes): retry for a while.
-    absl::Status status;
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (!stopping_) {
-      status = RegisterLocked();
-      if (status.ok() || absl::Now() > give_up || client::RegisterRefused(status)) break;
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(500));
-    }
+    DLRM_RETURN_IF_ERROR(client::RegisterWithRetry(
+        mu_, &stopping_, absl::Seconds(60), "worker", options_.coordinator,
+        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return RegisterLocked(); }));
     if (stopping_) return absl::OkStatus();
-    if (client::RegisterRefused(status)) {
-      return absl::Status(status.code(),
-                          absl::StrCat("worker: the coordinator refused it: ", status.message()));
-    }
-    if (!status.ok()) {
-      return absl::UnavailableError(absl::StrCat("worker: cannot register with coordinator ",
-                                                 options_.coordinator, ": ", status.message()));
-    }
   }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   while (true) {
