@@ -65,7 +65,7 @@ void PsService::FailParkedLookups(const absl::Status& status) {
 }
 
 void PsService::UpdateStoreMetrics(bool wait) {
-  int64_t rows = 0, bytes = 0, reads = 0, writes = 0;
+  int64_t rows = 0, bytes = 0;
   if (wait) {
     mu_.Lock();
   } else if (!mu_.TryLock()) {
@@ -75,25 +75,29 @@ void PsService::UpdateStoreMetrics(bool wait) {
     absl::Mutex* mu;
     ~Unlock() { mu->Unlock(); }
   } unlock{&mu_};
+  StoreCounts total = unloaded_;
   for (const auto& [id, job] : jobs_) {
     const embedding::TieredStoreStats s = job->stats();
     rows += s.memory_rows;
     bytes += s.memory_bytes;
-    reads += s.rocksdb_reads;
-    writes += s.rocksdb_writes;
+    total.reads += s.rocksdb_reads;
+    total.hits += s.rocksdb_hits;
+    total.created += s.rows_created;
+    total.writes += s.rocksdb_writes;
   }
-  reads += unloaded_reads_;
-  writes += unloaded_writes_;
   metrics_->memory_rows.Set(static_cast<double>(rows));
   metrics_->memory_bytes.Set(static_cast<double>(bytes));
-  if (reads > reported_reads_) {
-    metrics_->rocksdb_reads.Increment(static_cast<double>(reads - reported_reads_));
-    reported_reads_ = reads;
-  }
-  if (writes > reported_writes_) {
-    metrics_->rocksdb_writes.Increment(static_cast<double>(writes - reported_writes_));
-    reported_writes_ = writes;
-  }
+  // Counters only grow: each gets what its count gained since the last report.
+  auto report = [](int64_t count, int64_t& reported, prometheus::Counter& counter) {
+    if (count > reported) {
+      counter.Increment(static_cast<double>(count - reported));
+      reported = count;
+    }
+  };
+  report(total.reads, reported_.reads, metrics_->rocksdb_reads);
+  report(total.hits, reported_.hits, metrics_->rocksdb_hits);
+  report(total.created, reported_.created, metrics_->rows_created);
+  report(total.writes, reported_.writes, metrics_->rocksdb_writes);
 }
 
 // The typed unary methods are registered raw (common/raw_unary.h): bytes that are no request
@@ -197,8 +201,10 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
     job = std::move(it->second);
     jobs_.erase(it);
     const embedding::TieredStoreStats s = job->stats();
-    unloaded_reads_ += s.rocksdb_reads;
-    unloaded_writes_ += s.rocksdb_writes;
+    unloaded_.reads += s.rocksdb_reads;
+    unloaded_.hits += s.rocksdb_hits;
+    unloaded_.created += s.rows_created;
+    unloaded_.writes += s.rocksdb_writes;
     metrics_->jobs_loaded.Set(static_cast<double>(jobs_.size()));
   }
   job->gate()->Close(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));

@@ -17,8 +17,9 @@
 // Metrics (on the given registry): dlrm_ps_lookup_seconds, dlrm_ps_push_seconds (table work,
 // not the staleness wait), dlrm_ps_lookup_wait_seconds (parked time), dlrm_ps_lookup_rows_total,
 // dlrm_ps_push_rows_total, dlrm_ps_memory_rows, dlrm_ps_memory_bytes,
-// dlrm_ps_memory_budget_bytes, dlrm_ps_rocksdb_reads_total, dlrm_ps_rocksdb_writes_total,
-// dlrm_ps_jobs_loaded, dlrm_ps_rpc_errors_total.
+// dlrm_ps_memory_budget_bytes, dlrm_ps_rocksdb_reads_total (memory-tier misses) =
+// dlrm_ps_rocksdb_hits_total (rows RocksDB had) + dlrm_ps_rows_created_total (rows initialised),
+// dlrm_ps_rocksdb_writes_total, dlrm_ps_jobs_loaded, dlrm_ps_rpc_errors_total.
 //
 // Thread-safe. The pool, timers and metrics registry are not owned and must outlive the
 // service; the gRPC server must be shut down before the service is destroyed.
@@ -197,11 +198,16 @@ class PsService final : public PsRawService {
   absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<PsJob>> jobs_ ABSL_GUARDED_BY(mu_);
-  // RocksDB reads / writes of jobs already unloaded, and what the counters have been given.
-  int64_t unloaded_reads_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t unloaded_writes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t reported_reads_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t reported_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The store counts of the counter metrics (RocksDB reads, hits and writes, rows created).
+  struct StoreCounts {
+    int64_t reads = 0;
+    int64_t hits = 0;
+    int64_t created = 0;
+    int64_t writes = 0;
+  };
+  // Those of jobs already unloaded, and what the counters have been given.
+  StoreCounts unloaded_ ABSL_GUARDED_BY(mu_);
+  StoreCounts reported_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex grant_mu_;
   std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);

@@ -26,8 +26,19 @@ struct PsService::Metrics {
         memory_bytes(r.Gauge("ps_memory_bytes", "Accounted bytes of the memory tier.")),
         memory_budget_bytes(
             r.Gauge("ps_memory_budget_bytes", "Byte budget of the memory tier (all jobs).")),
-        rocksdb_reads(r.Counter("ps_rocksdb_reads_total",
-                                "Rows asked of the RocksDB tier (memory-tier misses).")),
+        rocksdb_reads(r.Counter(
+            "ps_rocksdb_reads_total",
+            "Rows asked of the RocksDB tier (memory-tier misses of lookups and pushes): those it "
+            "had (dlrm_ps_rocksdb_hits_total) plus those it did not have, which were created "
+            "(dlrm_ps_rows_created_total).")),
+        rocksdb_hits(r.Counter("ps_rocksdb_hits_total",
+                               "Rows read from the RocksDB tier (memory-tier misses it had): the "
+                               "real cold reads.")),
+        rows_created(r.Counter(
+            "ps_rows_created_total",
+            "Rows initialised because neither tier had them: a row's first use, and again for a "
+            "row only ever looked up and not kept in memory (lookups alone write nothing to "
+            "RocksDB).")),
         rocksdb_writes(r.Counter("ps_rocksdb_writes_total", "Rows written to the RocksDB tier.")),
         jobs_loaded(r.Gauge("ps_jobs_loaded", "Jobs loaded on this parameter server.")),
         rpc_errors(r.Counter("ps_rpc_errors_total", "Parameter-server calls that failed.")) {}
@@ -41,6 +52,8 @@ struct PsService::Metrics {
   prometheus::Gauge& memory_bytes;
   prometheus::Gauge& memory_budget_bytes;
   prometheus::Counter& rocksdb_reads;
+  prometheus::Counter& rocksdb_hits;
+  prometheus::Counter& rows_created;
   prometheus::Counter& rocksdb_writes;
   prometheus::Gauge& jobs_loaded;
   prometheus::Counter& rpc_errors;

@@ -124,12 +124,85 @@ TEST_F(PsServiceTest, MemoryTierStaysUnderBudgetAndEveryRowReadsBack) {
   for (const char* name :
        {"dlrm_ps_lookup_seconds", "dlrm_ps_push_seconds", "dlrm_ps_lookup_rows_total",
         "dlrm_ps_push_rows_total", "dlrm_ps_memory_rows", "dlrm_ps_memory_bytes",
-        "dlrm_ps_memory_budget_bytes", "dlrm_ps_rocksdb_reads_total",
-        "dlrm_ps_rocksdb_writes_total"}) {
+        "dlrm_ps_memory_budget_bytes", "dlrm_ps_rocksdb_reads_total", "dlrm_ps_rocksdb_hits_total",
+        "dlrm_ps_rows_created_total", "dlrm_ps_rocksdb_writes_total"}) {
     EXPECT_THAT(text, HasSubstr(name));
   }
   EXPECT_THAT(text, HasSubstr(absl::StrCat("dlrm_ps_lookup_rows_total ", kRows)));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("dlrm_ps_push_rows_total ", 2 * kRows)));
+}
+
+// The value of the unlabelled counter or gauge `name` in a metrics text (-1 when absent).
+double MetricValue(const std::string& text, const std::string& name) {
+  const std::string prefix = name + " ";
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(at, prefix.size(), prefix) == 0) {
+      return std::stod(text.substr(at + prefix.size(), end - at - prefix.size()));
+    }
+    at = end + 1;
+  }
+  return -1;
+}
+
+// dlrm_ps_rocksdb_hits_total counts the rows RocksDB had, dlrm_ps_rows_created_total the rows
+// initialised because no tier had them, and dlrm_ps_rocksdb_reads_total their sum: a first
+// lookup only creates; rows pushed past the memory budget go to RocksDB, and the next lookup
+// reads them from it, creating none. The counters keep counting across an unload.
+TEST_F(PsServiceTest, RocksDbHitsAndRowCreationsAreCountedApart) {
+  constexpr int64_t kRows = 2000;
+  constexpr int kDim = 8;
+  StartPs(/*budget=*/200 * (kDim * 4 + 48));  // room for a few hundred of the rows
+  ASSERT_TRUE(Load(TestJob("j", {{kRows, kDim}})).ok());
+  struct Counts {
+    double reads, hits, created;
+  };
+  auto counts = [&] {
+    const std::string text = ps_->metrics().Serialize();
+    return Counts{MetricValue(text, "dlrm_ps_rocksdb_reads_total"),
+                  MetricValue(text, "dlrm_ps_rocksdb_hits_total"),
+                  MetricValue(text, "dlrm_ps_rows_created_total")};
+  };
+  std::vector<int64_t> all(kRows);
+  for (int64_t i = 0; i < kRows; ++i) all[i] = i;
+  dlrm::v1::LookupResponse resp;
+
+  // Never seen: every row is created, none is read from RocksDB.
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, all), &resp).ok());
+  Counts c = counts();
+  EXPECT_EQ(c.created, kRows);
+  EXPECT_EQ(c.hits, 0);
+  EXPECT_EQ(c.reads, kRows);
+
+  // One push of every row: the rows the memory tier does not keep are written to RocksDB. (Rows
+  // the lookup evicted are read back from RocksDB; the looked-up rows the memory tier did not
+  // keep were never stored, so they are created again.)
+  ASSERT_TRUE(Push(PushOf("j", 0, all, std::vector<float>(kRows * kDim, 0.5f))).ok());
+  c = counts();
+  EXPECT_GT(c.created, kRows);
+  EXPECT_EQ(c.reads, c.hits + c.created);
+  const Counts pushed = c;
+
+  // Every row is stored now: the misses of this lookup are all read from RocksDB.
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, all), &resp).ok());
+  c = counts();
+  EXPECT_GT(c.hits, kRows / 2) << "most rows are past the memory budget";
+  EXPECT_EQ(c.created, pushed.created);
+  EXPECT_EQ(c.reads - pushed.reads, c.hits - pushed.hits);
+  const Counts read = c;
+
+  // Unloaded, the job's counts stay in the counters; a new job's first lookup adds to them.
+  dlrm::v1::UnloadJobRequest unload;
+  unload.set_job_id("j");
+  dlrm::v1::UnloadJobResponse unloaded;
+  ASSERT_TRUE(stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded).ok());
+  ASSERT_TRUE(Load(TestJob("k", {{kRows, kDim}})).ok());
+  ASSERT_TRUE(Lookup(LookupOf("k", 0, {1, 2, 3}), &resp).ok());
+  c = counts();
+  EXPECT_EQ(c.created, read.created + 3);
+  EXPECT_EQ(c.hits, read.hits);
+  EXPECT_EQ(c.reads, read.reads + 3);
 }
 
 // Lookups served inline on the reactor (all rows resident, bound met) answer exactly what the
