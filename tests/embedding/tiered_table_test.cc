@@ -359,6 +359,47 @@ TEST(TieredStoreTest, ZeroBudgetKeepsEverythingInRocksDb) {
   EXPECT_EQ(store->stats().rocksdb_writes, 12);
 }
 
+// rocksdb_hits counts the memory-tier misses RocksDB had, rows_created those it did not have
+// (initialised), and rocksdb_reads both: never-seen ids only create rows; rows evicted to RocksDB
+// and looked up again are hits and create nothing.
+TEST(TieredStoreTest, RowsReadFromRocksDbAndRowsCreatedAreCountedApart) {
+  ScopedTempDir dir;
+  const int64_t budget = MemoryRowMap::BytesPerRow(kDim + 1) * 350;  // A holds 300 rows
+  auto store_or = TieredStore::Create(Options(dir.Sub("db"), budget));
+  ASSERT_TRUE(store_or.ok()) << store_or.status();
+  TieredStore& store = **store_or;
+  ASSERT_EQ(store.memory_capacity_rows(0), 300);
+  auto ids_from = [](int64_t begin, int64_t end) {
+    std::vector<int64_t> ids;
+    for (int64_t id = begin; id < end; ++id) ids.push_back(id);
+    return ids;
+  };
+  const std::vector<int64_t> first = ids_from(0, 300);
+  std::vector<float> out(first.size() * kDim);
+
+  ASSERT_TRUE(store.Lookup(0, first, out.data()).ok());
+  TieredStoreStats s = store.stats();
+  EXPECT_EQ(s.rows_created, 300);
+  EXPECT_EQ(s.rocksdb_hits, 0);
+  EXPECT_EQ(s.rocksdb_reads, 300);
+  EXPECT_EQ(s.rocksdb_writes, 0);
+
+  // Other ids, looked up twice, become hotter than the first ones and evict them to RocksDB.
+  const std::vector<int64_t> other = ids_from(1000, 1300);
+  for (int round = 0; round < 2; ++round) ASSERT_TRUE(store.Lookup(0, other, out.data()).ok());
+  int64_t evicted = 0;
+  for (int64_t id : first) evicted += !store.IsResident(0, id);
+  ASSERT_GT(evicted, 100);
+  ASSERT_GE(store.stats().rocksdb_writes, evicted);
+
+  const TieredStoreStats before = store.stats();
+  ASSERT_TRUE(store.Lookup(0, first, out.data()).ok());
+  s = store.stats();
+  EXPECT_EQ(s.rocksdb_hits - before.rocksdb_hits, evicted);
+  EXPECT_EQ(s.rows_created, before.rows_created);
+  EXPECT_EQ(s.rocksdb_reads - before.rocksdb_reads, evicted);
+}
+
 // WriteRows overwrites full rows through the tier: a table four times the budget written in
 // batches stays within budget after every call, and every row reads back bit for bit (resident
 // or in RocksDB); an id written twice in one call is rejected and nothing is written.
