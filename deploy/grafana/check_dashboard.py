@@ -28,9 +28,10 @@ DASHBOARD = os.path.join(HERE, "dlrm-dashboard.json")
 # The metrics the processes export (see docs/DEPLOY.md).
 METRICS = ["dlrm_samples_trained_total", "dlrm_step_seconds", "dlrm_ps_lookup_seconds",
            "dlrm_ps_push_seconds", "dlrm_ps_lookup_rows_total", "dlrm_ps_push_rows_total",
-           "dlrm_ps_memory_rows", "dlrm_ps_memory_bytes", "dlrm_ps_rocksdb_reads_total",
-           "dlrm_ps_rocksdb_writes_total", "dlrm_members", "dlrm_jobs",
-           "dlrm_pipeline_stage_busy_seconds_total", "dlrm_pipeline_stage_stall_seconds_total",
+           "dlrm_ps_memory_rows", "dlrm_ps_memory_bytes", "dlrm_ps_rocksdb_hits_total",
+           "dlrm_ps_rows_created_total", "dlrm_ps_rocksdb_writes_total", "dlrm_members",
+           "dlrm_jobs", "dlrm_pipeline_stage_busy_seconds_total",
+           "dlrm_pipeline_stage_stall_seconds_total",
            "dlrm_pipeline_queue_depth", "dlrm_staleness_steps", "dlrm_hot_hit_ratio",
            "dlrm_hot_migrations_total", "dlrm_ps_bytes_per_sample", "dlrm_train_loss",
            "dlrm_train_epoch", "dlrm_eval_auc", "dlrm_eval_logloss", "dlrm_eval_step"]
