@@ -281,6 +281,51 @@ TEST_F(CoordinatorStateTest, PeerReportRecoversWithoutPickingTheSilentMember) {
   EXPECT_THAT(running.ps_member_ids(), ::testing::ElementsAre(ps2));
 }
 
+// A process killed and restarted under its name registers again before the dead one's lease
+// runs out. A new job must not be given the dead one: it would wait for that lease (14 s) and
+// then go RECOVERING, spending one of its max_recoveries (found by tests/soak/chaos_soak.sh).
+TEST_F(CoordinatorStateTest, NewJobSkipsMembersReplacedUnderTheirName) {
+  auto register_named = [&](dlrm::v1::Role role, const std::string& address,
+                            const std::string& name) {
+    dlrm::v1::RegisterRequest r;
+    r.set_role(role);
+    r.set_address(address);
+    r.set_name(name);
+    auto resp = state_->Register(r, now_);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp->member_id();
+  };
+  const std::string ps0 = register_named(dlrm::v1::ROLE_PS, "h:1", "ps-0");
+  const std::string ps1 = register_named(dlrm::v1::ROLE_PS, "h:2", "ps-1");
+  const std::string w0 = register_named(dlrm::v1::ROLE_WORKER, "", "worker-0");
+  const std::string w1 = register_named(dlrm::v1::ROLE_WORKER, "", "worker-1");
+  // worker-1 and ps-0 are killed; their replacements register under the same names while the
+  // dead ones still hold their leases. The survivors keep heartbeating.
+  now_ += absl::Seconds(2);
+  ASSERT_TRUE(state_->Heartbeat(ps1, now_).ok());
+  ASSERT_TRUE(state_->Heartbeat(w0, now_).ok());
+  now_ += absl::Seconds(1);
+  const std::string w1b = register_named(dlrm::v1::ROLE_WORKER, "", "worker-1");
+  const std::string ps0b = register_named(dlrm::v1::ROLE_PS, "h:3", "ps-0");
+  ASSERT_EQ(state_->ExpireLeases(now_), 0) << "the dead ones' leases have not run out";
+
+  dlrm::v1::Job job = Submit(*state_, 2, 2);
+  dlrm::v1::Job running = *state_->GetJob(job.job_id());
+  ASSERT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running.worker_ids(), ::testing::ElementsAre(w0, w1b));
+  EXPECT_THAT(running.ps_member_ids(), ::testing::ElementsAre(ps1, ps0b));
+
+  // Two live processes that share a name (both heartbeat) are both usable.
+  now_ += absl::Seconds(1);
+  const std::string w2 = register_named(dlrm::v1::ROLE_WORKER, "", "worker-2");
+  now_ += absl::Seconds(1);
+  const std::string w2b = register_named(dlrm::v1::ROLE_WORKER, "", "worker-2");
+  now_ += absl::Milliseconds(1);
+  ASSERT_TRUE(state_->Heartbeat(w2, now_).ok());
+  dlrm::v1::Job second = Submit(*state_, 2, 1);
+  EXPECT_THAT(state_->GetJob(second.job_id())->worker_ids(), ::testing::ElementsAre(w2, w2b));
+}
+
 TEST_F(CoordinatorStateTest, LossAfterMaxRecoveriesFailsWithTheHistory) {
   const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
   RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
