@@ -1,8 +1,14 @@
 #include "worker/input/synthetic.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <filesystem>
 #include <numeric>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -189,6 +195,65 @@ TEST(Synthetic, RejectsBadOptions) {
   options.cardinalities[4] = 0;
   auto status = GenerateCriteoTsv(options);
   EXPECT_NE(std::string(status.message()).find("table 4: cardinality 0"), std::string::npos);
+}
+
+// gen-data's TSV output goes through an OutputFile like its binary output and every other file a
+// command writes. It was written to "<out>.tmp" and renamed over --out: a symlink was replaced by
+// a regular file (its target kept the old data), a FIFO was replaced too (its reader got nothing;
+// as root, --out /dev/stdout would have replaced /dev/stdout), and a folder was refused only after
+// every row had been written next to it.
+TEST(Synthetic, TsvOutputFollowsASymlinkWritesAFifoInPlaceAndRefusesAFolderFirst) {
+  TempDir dir;
+  GenDataOptions options = SmallOptions(dir, "real.tsv");
+  options.num_rows = 50;
+  const std::string reference = dir.File("reference.tsv");
+  options.output = reference;
+  ASSERT_TRUE(GenerateCriteoTsv(options).ok());
+  const std::string expected = testing::ReadFile(reference);
+  ASSERT_FALSE(expected.empty());
+
+  const std::string real = dir.File("real.tsv");
+  const std::string link = dir.File("link.tsv");
+  testing::WriteFile(real, "old\n");
+  std::filesystem::create_symlink(real, link);
+  options.output = link;
+  ASSERT_TRUE(GenerateCriteoTsv(options).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(testing::ReadFile(real), expected);
+
+  // The reading end is open (non-blocking, so that this needs no thread) before gen-data writes:
+  // its 20 rows fit in the pipe's buffer, and they are read once gen-data has closed its end.
+  // (The rename put a regular file in the FIFO's place: the reader got nothing.)
+  const std::string fifo = dir.File("fifo.tsv");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  options.output = fifo;
+  options.num_rows = 20;
+  const std::string reference20 = dir.File("reference20.tsv");
+  GenDataOptions twenty = options;
+  twenty.output = reference20;
+  ASSERT_TRUE(GenerateCriteoTsv(twenty).ok());
+  const absl::Status written = GenerateCriteoTsv(options);
+  std::string read;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(reader, buf, sizeof(buf))) > 0;) read.append(buf, n);
+  ::close(reader);
+  ASSERT_TRUE(written.ok()) << written;
+  EXPECT_EQ(read, testing::ReadFile(reference20));
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_FALSE(std::filesystem::exists(fifo + ".tmp"));
+
+  const std::string folder = dir.File("folder");
+  std::filesystem::create_directory(folder);
+  options.output = folder;
+  options.num_rows = 1000000;  // refused before any row is drawn
+  const absl::Status refused = GenerateCriteoTsv(options);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.message()).find("it is a folder"), std::string::npos) << refused;
+  EXPECT_FALSE(std::filesystem::exists(folder + ".tmp"));
 }
 
 }  // namespace

@@ -1,11 +1,8 @@
 #include "worker/input/synthetic.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +12,7 @@
 #include "common/status.h"
 #include "worker/input/binary_format.h"
 #include "worker/input/feature_hash.h"
+#include "worker/input/output_file.h"
 #include "worker/input/zipf_sampler.h"
 
 namespace dlrm::worker {
@@ -190,26 +188,17 @@ absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stat
   const PlantedModel model(options);
   Xoshiro256 rng(options.seed);
 
+  // Both formats go through an OutputFile, as every other file a command writes: a folder is
+  // refused before any row is drawn, a symlink's target is replaced (the link stays), and a FIFO
+  // or /dev/stdout is written in place (TSV; the binary writer seeks, so it refuses them).
   std::unique_ptr<BinaryWriter> binary_writer;
-  std::FILE* tsv_file = nullptr;
-  const std::string tmp = options.output + ".tmp";
+  std::unique_ptr<OutputFile> tsv_file;
   if (binary) {
-    DLRM_ASSIGN_OR_RETURN(binary_writer, BinaryWriter::Create(options.output, options.bags));
+    DLRM_ASSIGN_OR_RETURN(binary_writer,
+                          BinaryWriter::Create(options.output, options.bags, "gen-data --out"));
   } else {
-    tsv_file = std::fopen(tmp.c_str(), "wb");
-    if (tsv_file == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat("gen-data: cannot create ", tmp, ": ", std::strerror(errno)));
-    }
+    DLRM_ASSIGN_OR_RETURN(tsv_file, OutputFile::Open(options.output, "gen-data --out"));
   }
-  auto fail = [&](const std::string& what) {
-    if (tsv_file != nullptr) {
-      std::fclose(tsv_file);
-      std::remove(tmp.c_str());
-    }
-    return absl::DataLossError(
-        absl::StrCat("gen-data: ", what, " ", tmp, ": ", std::strerror(errno)));
-  };
 
   GenDataStats local;
   std::string out;
@@ -259,7 +248,7 @@ absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stat
     } else {
       AppendTsvLine(record, raw_dense, &out);
       if (out.size() >= (1 << 20) - 1024) {
-        if (std::fwrite(out.data(), 1, out.size(), tsv_file) != out.size()) return fail("write");
+        DLRM_RETURN_IF_ERROR(tsv_file->Write(out));
         out.clear();
       }
     }
@@ -267,18 +256,8 @@ absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stat
   if (binary) {
     DLRM_RETURN_IF_ERROR(binary_writer->Finish());
   } else {
-    if (std::fwrite(out.data(), 1, out.size(), tsv_file) != out.size()) return fail("write");
-    if (std::fclose(tsv_file) != 0) {
-      tsv_file = nullptr;
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("gen-data: cannot close ", tmp));
-    }
-    tsv_file = nullptr;
-    if (std::rename(tmp.c_str(), options.output.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("gen-data: cannot rename ", tmp, " to ",
-                                              options.output, ": ", std::strerror(errno)));
-    }
+    DLRM_RETURN_IF_ERROR(tsv_file->Write(out));
+    DLRM_RETURN_IF_ERROR(tsv_file->Commit());
   }
   if (stats != nullptr) *stats = local;
   return absl::OkStatus();
