@@ -339,5 +339,56 @@ TEST(BatchReader, BadOptionsAreClearErrors) {
   EXPECT_EQ(ParseInputFormat("parquet").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// `data.format: tsv` on a binary file (a multi-hot one from `dlrm gen-data --multi-hot`, or one of
+// `dlrm convert`) read every record as malformed text and skipped it in silence: the run ended
+// in "no training batches in FILE" with nothing to say why. Refused now, naming the file.
+TEST(RecordReader, FormatTsvOnABinaryFileIsRefusedNamingIt) {
+  TempDir dir;
+  GenDataOptions gen;
+  gen.output = dir.File("mh.bin");
+  gen.num_rows = 50;
+  gen.cardinalities = SmallRows();
+  gen.bags = ParseBagSizes("mlperf").value();
+  gen.format = InputFormat::kBinary;
+  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+
+  RecordReaderOptions options{.paths = {gen.output}, .format = InputFormat::kTsv};
+  auto reader = RecordReader::Create(options);
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(reader.status().message()),
+              HasSubstr(gen.output + ": format is tsv but the file is binary"));
+  auto count = CountRecords({gen.output}, InputFormat::kTsv, /*strict=*/false);
+  EXPECT_EQ(count.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(count.status().message()), HasSubstr(gen.output));
+
+  options.format = InputFormat::kAuto;
+  auto records = LoadAll(options);
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_EQ(records->size(), 50u);
+}
+
+// A text file without one valid Criteo line (a CSV, say): counting it (the eval split's pass)
+// logs nothing, and no later pass reads it since its range is empty, so `dlrm train` ended in a
+// bare "no training batches". The count now warns, naming the first malformed line.
+TEST(RecordReader, CountingAFileWithoutAValidRecordSaysWhy) {
+  TempDir dir;
+  const std::string csv = dir.File("data.csv");
+  testing::WriteFile(csv, "0,1,2,3\n1,2,3,4\n");
+  ::testing::internal::CaptureStderr();
+  auto count = CountRecords({csv}, InputFormat::kAuto, /*strict=*/false);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_EQ(*count, 0);
+  EXPECT_THAT(logged, HasSubstr(csv + ": no valid Criteo TSV record, 2 malformed line(s) skipped"));
+  EXPECT_THAT(logged, HasSubstr(csv + ":1: expected 40 tab-separated fields, found 1"));
+
+  // A file with valid records counts in silence, as before (the reading pass reports its lines).
+  ::testing::internal::CaptureStderr();
+  count = CountRecords({testing::CriteoSamplePath()}, InputFormat::kAuto, /*strict=*/false);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_GT(*count, 0);
+}
+
 }  // namespace
 }  // namespace dlrm::worker

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
@@ -25,6 +26,15 @@ absl::StatusOr<InputFile> ResolveFile(const std::string& path, InputFormat forma
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": format is binary but the file does not start with DLRMBIN1"));
   }
+  // Read as text, a binary file is nothing but malformed lines, skipped in silence by the count
+  // pass: the run ended in a bare "no training batches".
+  if (format == InputFormat::kTsv && is_binary) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": format is tsv but the file is binary (it starts with DLRMBIN1, as "
+                     "`dlrm convert` and `dlrm gen-data --format binary|--multi-hot` write); "
+                     "read it with format binary or auto"));
+  }
   file.format = format == InputFormat::kAuto
                     ? (is_binary ? InputFormat::kBinary : InputFormat::kTsv)
                     : format;
@@ -40,11 +50,21 @@ absl::StatusOr<int64_t> CountTsv(const std::string& path, bool strict) {
   options.path = path;
   options.strict = strict;
   options.max_logged_issues = -1;  // the real pass reports issues; the count stays quiet
+  // ...except for a file without one valid record: no real pass reads it (its range is empty),
+  // so the count says why, naming its first malformed line.
+  std::string first_issue;
+  options.on_issue = [&first_issue](const ParseIssue& issue) {
+    if (first_issue.empty()) first_issue = issue.ToString();
+  };
   DLRM_ASSIGN_OR_RETURN(auto reader, CriteoTsvReader::Open(options));
   CriteoRecord record;
   while (true) {
     DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
     if (!more) break;
+  }
+  if (reader->records() == 0 && reader->skipped() > 0) {
+    DLRM_LOG(WARNING) << path << ": no valid Criteo TSV record, " << reader->skipped()
+                      << " malformed line(s) skipped; the first: " << first_issue;
   }
   return reader->records();
 }

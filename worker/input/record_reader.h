@@ -101,7 +101,8 @@ class RecordReader {
   int64_t skipped_closed_ = 0;  // skipped lines of files already closed
 };
 
-// Valid records in `paths` (binary: from headers; TSV: a parsing pass that reports nothing).
+// Valid records in `paths` (binary: from headers; TSV: a parsing pass that reports nothing, but
+// for a file without one valid record: a warning naming its first malformed line).
 absl::StatusOr<int64_t> CountRecords(const std::vector<std::string>& paths, InputFormat format,
                                      bool strict);
 
