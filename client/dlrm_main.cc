@@ -128,13 +128,16 @@ void AddGenData(CLI::App& app, std::function<int()>* run) {
   auto* format_option =
       cmd->add_option("--format", format, "tsv | binary (the default with --multi-hot)")
           ->check(CLI::IsMember({"tsv", "binary"}));
-  cmd->add_option("--multi-hot", multi_hot,
-                  "Bags of ids per table: 'mlperf' (MLPerf DLRMv2's sizes), one size for every "
-                  "table, or 26 comma-separated sizes; writes binary format version 2");
-  cmd->callback([run, format_option] {
-    *run = [format_option] {
+  auto* multi_hot_option = cmd->add_option(
+      "--multi-hot", multi_hot,
+      "Bags of ids per table: 'mlperf' (MLPerf DLRMv2's sizes), one size for every table, or 26 "
+      "comma-separated sizes; writes binary format version 2");
+  cmd->callback([run, format_option, multi_hot_option] {
+    *run = [format_option, multi_hot_option] {
       if (max_rows > 0) options.cardinalities = worker::CappedKaggleCardinalities(max_rows);
-      if (!multi_hot.empty()) {
+      // Given, even empty (`--multi-hot ""`, an unset shell variable): parsed, so that an empty
+      // value is refused instead of writing one-hot TSV.
+      if (multi_hot_option->count() > 0) {
         auto bags = worker::ParseBagSizes(multi_hot);
         if (!bags.ok()) return Fail(bags.status());
         options.bags = *bags;

@@ -216,6 +216,11 @@ TEST_F(DlrmCliTest, GenDataRefusesCountsItCannotMeanAndReadsDecimal) {
                 {"--max-rows: -1 is not in [0, 8589934592]"});
   // Was seed 2^64 - 1.
   ExpectRefused(gen({"--rows", "10", "--seed", "-1"}), {"--seed: -1 is not in [0, "});
+  // Was taken as no --multi-hot at all: one-hot TSV, written where a multi-hot file was asked for.
+  ExpectRefused(gen({"--rows", "10", "--multi-hot", ""}),
+                {"bag sizes '': '' is not a number in [1, 4096]"});
+  ExpectRefused(gen({"--rows", "10", "--multi-hot", "0"}),
+                {"bag sizes '0': '0' is not a number in [1, 4096]"});
   // No refusal left a file behind.
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
