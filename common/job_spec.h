@@ -8,7 +8,8 @@
 //     top_mlp: [512, 256, 1]           # input width is derived; last must be 1
 //     embedding_dim: 16
 //     pooling: sum                     # sum | mean
-//     interaction: dot                 # dot | dcnv2 (then cross_layers: 3, low_rank: 512)
+//     interaction: dot                 # dot | dcnv2 (then cross_layers: 3, low_rank: 512;
+//                                      # a low_rank >= (tables + 1) x embedding_dim warns)
 //   tables:                            # either a list of {name, rows} or `cardinalities: [...]`
 //     cardinalities: [1460, 583, ...]
 //     dtype: fp32                      # fp32 | fp16 | bf16 rows on the parameter servers

@@ -496,6 +496,17 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
         " is ignored: data.eval is given, so the job evaluates on it and holds out none of "
         "data.train"));
   }
+  // A rank at or past the cross layers' width is no low-rank layer: U_l V_l reaches no higher
+  // rank than a full matrix, with more weights (the default 512 does this to a small model).
+  const int width = spec.TopInputWidth();
+  if (spec.interaction == "dcnv2" && spec.low_rank >= width) {
+    warnings->push_back(absl::StrCat(
+        "model.low_rank: ", spec.low_rank, " is not below the width of the cross layers, ", width,
+        " ((", spec.tables.size(), " tables + 1) x embedding_dim ", spec.embedding_dim,
+        "): each layer's U (", width, " x ", spec.low_rank, ") and V (", spec.low_rank, " x ",
+        width, ") reach no higher rank than one ", width, " x ", width,
+        " matrix and hold more weights; give a low_rank below ", width));
+  }
   return spec;
 }
 

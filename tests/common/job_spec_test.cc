@@ -86,6 +86,31 @@ TEST(JobSpec, DcnV2InteractionIsReadWithItsCrossLayers) {
   expect_error("  interaction: dcnv2\n  low_rank: 100000\n", "kMaxLowRank");
 }
 
+// low_rank at or past the cross layers' width ((tables + 1) x dim: 64 here) was taken in silence:
+// no low-rank layer then, and more weights than a full matrix. The default 512 does this to any
+// model narrower than 512. A warning naming both, not an error: such a model still trains.
+TEST(JobSpec, DcnV2LowRankNotBelowTheWidthIsWarnedAbout) {
+  std::vector<std::string> warnings;
+  auto spec =
+      ParseJobSpec(WithModelLines("  interaction: dcnv2\n  low_rank: 64\n"), "job.yaml", &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0],
+              AllOf(HasSubstr("job.yaml: model.low_rank: 64 is not below the width of the cross "
+                              "layers, 64 ((3 tables + 1) x embedding_dim 16)"),
+                    HasSubstr("give a low_rank below 64")));
+  warnings.clear();
+  spec = ParseJobSpec(WithModelLines("  interaction: dcnv2\n"), "job.yaml", &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("model.low_rank: 512 is not below"));
+  warnings.clear();
+  spec =
+      ParseJobSpec(WithModelLines("  interaction: dcnv2\n  low_rank: 63\n"), "job.yaml", &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+}
+
 TEST(JobSpec, WorkerBatchSizeSplitsTheGlobalBatchEvenly) {
   auto spec = ParseJobSpec(kValid);
   ASSERT_TRUE(spec.ok()) << spec.status();
