@@ -16,6 +16,8 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "worker/input/binary_format.h"
+#include "worker/input/criteo_tsv.h"
 #include "worker/progress.h"
 #include "worker/run_report.h"
 #include "worker/train_report.h"
@@ -255,6 +257,36 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
   return WriteJobReport(options, job_id, job_name, report, "", recorder) ? 0 : kExitFailed;
 }
 
+// What the workers' input checks (worker/job_input.cc, record_reader.cc) would refuse, checked
+// before any process starts: Criteo's 13 dense features and 26 tables (one-hot or multi-hot
+// data alike), and each data file's format against data.format (the first bytes only).
+absl::Status CheckSpecFitsData(const common::JobSpec& spec) {
+  if (spec.dense_features != worker::kCriteoNumDense) {
+    return absl::InvalidArgumentError(absl::StrCat("model.dense_features: Criteo input has ",
+                                                   worker::kCriteoNumDense, " dense features, got ",
+                                                   spec.dense_features));
+  }
+  if (spec.tables.size() != static_cast<size_t>(worker::kCriteoNumCategorical)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tables: Criteo input has ", worker::kCriteoNumCategorical,
+                     " categorical features (a table each), got ", spec.tables.size(), " tables"));
+  }
+  if (spec.format == "auto") return absl::OkStatus();
+  for (const auto* paths : {&spec.train_paths, &spec.eval_paths}) {
+    for (const std::string& path : *paths) {
+      absl::StatusOr<bool> binary = worker::IsBinaryCriteoFile(path);
+      if (!binary.ok()) continue;  // the workers say what is wrong with it
+      if (*binary != (spec.format == "binary")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.format: ", spec.format, ", but ", path, " is ",
+            *binary ? "binary (it starts with DLRMBIN1)" : "not binary (no DLRMBIN1 header)",
+            "; give format: auto, or the file's format"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunLocalCommand(const LocalCommandOptions& options) {
@@ -285,6 +317,13 @@ int RunLocalCommand(const LocalCommandOptions& options) {
         return kExitFailed;
       }
     }
+  }
+  // So would a model that does not fit the data (the workers check it too): the job failed after
+  // the whole cluster had started, and left its folder of logs behind.
+  if (absl::Status fits = CheckSpecFitsData(*spec); !fits.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", options.config_path.c_str(),
+                 std::string(fits.message()).c_str());
+    return kExitBadInput;
   }
 
   if (!options.report.empty()) {

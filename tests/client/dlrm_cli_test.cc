@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bench/training_bench.h"
 #include "client/dlrm_commands.h"
 #include "common/limits.h"
@@ -246,6 +247,51 @@ TEST_F(DlrmCliTest, ASpecThatCannotBeReadIsNamedWithTheReason) {
   ExpectRefused({"train", "--config", "nope.yaml"},
                 {"cannot read job spec 'nope.yaml': No such file or directory"});
   ExpectRefused({"train", "--config", "."}, {"cannot read job spec '.': is a directory"});
+}
+
+// `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec
+// written for other multi-hot data would have; or data.format naming the other format) started
+// the whole cluster, failed the job in a worker and left the cluster's folder behind. Refused
+// now before any process starts, naming the key and the counts.
+TEST_F(DlrmCliTest, LocalRefusesAModelThatDoesNotFitTheDataBeforeStarting) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("mh.bin");
+  gen.num_rows = 20;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  gen.format = worker::InputFormat::kBinary;
+  gen.bags = worker::ParseBagSizes("2").value();
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  auto spec = [this](const std::string& cardinalities, const std::string& format) {
+    const std::string path = dir_.Sub("job.yaml");
+    std::ofstream(path) << "name: mh\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8, interaction: dcnv2, low_rank: 8}\n"
+                        << "tables: {cardinalities: [" << cardinalities << "], dtype: fp16}\n"
+                        << "optimizer: {dense: {type: adam, learning_rate: 0.001}, sparse: "
+                           "{type: rowwise_adagrad, learning_rate: 0.05}}\n"
+                        << "training: {batch_size: 8, epochs: 1}\n"
+                        << "data: {train: mh.bin, format: " << format << "}\n";
+    return path;
+  };
+  const std::string data_dir = dir_.Sub("cluster");
+  auto local = [&data_dir](const std::string& config) {
+    return std::vector<std::string>{"local",  "-c",         config,         "--data-dir",
+                                    data_dir, "--insecure", "--no-progress"};
+  };
+  std::vector<std::string> tables(26, "100");
+  const ProcessResult three = Dlrm(local(spec("100, 100, 100", "auto")));
+  EXPECT_EQ(three.exit_code, 2) << three.err;
+  EXPECT_THAT(three.err, HasSubstr("job.yaml: tables: Criteo input has 26 categorical features "
+                                   "(a table each), got 3 tables"));
+  EXPECT_THAT(three.err, Not(HasSubstr("local cluster up")));
+  EXPECT_FALSE(std::filesystem::exists(data_dir));
+
+  const ProcessResult tsv = Dlrm(local(spec(absl::StrJoin(tables, ", "), "tsv")));
+  EXPECT_EQ(tsv.exit_code, 2) << tsv.err;
+  EXPECT_THAT(tsv.err, HasSubstr("data.format: tsv, but "));
+  EXPECT_THAT(tsv.err, HasSubstr("/mh.bin is binary (it starts with DLRMBIN1)"));
+  EXPECT_THAT(tsv.err, Not(HasSubstr("local cluster up")));
+  EXPECT_FALSE(std::filesystem::exists(data_dir));
 }
 
 std::string Read(const std::string& path) {
