@@ -2,7 +2,11 @@
 // leaves. The commands' outputs (FIFOs, symlinks, their inputs) are in train_command_io_test.cc.
 #include "worker/input/output_file.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -49,6 +53,28 @@ TEST(OutputFileTest, AFailedCommitRemovesTheTemporaryFile) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("--out: cannot write '" + path + "': "));
   EXPECT_THAT(std::string(st.message()), HasSubstr(std::strerror(EISDIR)));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// Ctrl-C (or SIGTERM, SIGHUP) on a command writing its output, e.g. `dlrm gen-data` of a large
+// file: the process died with "<out>.tmp" left behind, as large as it had grown. The temporary
+// file goes now, the old file stays whole, and the process still ends by the signal.
+TEST(OutputFileTest, ASignalThatEndsTheProcessRemovesTheTemporaryFile) {
+  testing::TempDir dir;
+  const std::string path = dir.File("out");
+  WriteFile(path, "old\n");
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    EXPECT_EXIT(
+        {
+          auto out = OutputFile::Open(path, "--out");
+          if (!out.ok() || !(*out)->Write("partial\n").ok()) ::_exit(2);
+          std::raise(sig);
+          ::_exit(3);
+        },
+        ::testing::KilledBySignal(sig), "")
+        << strsignal(sig);
+    EXPECT_FALSE(fs::exists(path + ".tmp")) << strsignal(sig);
+    EXPECT_EQ(testing::ReadFile(path), "old\n");
+  }
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 #include "worker/input/output_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -69,6 +73,62 @@ absl::StatusOr<FollowedPath> FollowLinks(const std::string& path, const std::str
   return absl::InvalidArgumentError(CannotWrite(what, path, std::strerror(ELOOP)));
 }
 
+// Temporary files to remove when SIGINT, SIGTERM or SIGHUP ends the process (Ctrl-C on `dlrm
+// gen-data`, `convert`, `predict`): without it their "<file>.tmp" stayed behind, as large as the
+// output had grown. A slot's path is a copy that lives as long as the process, so the handler
+// never reads freed memory; it only loads atomics and calls unlink and raise (async-signal-safe).
+constexpr int kSignalSlots = 32;
+struct SignalSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled, 2 live
+  char path[PATH_MAX] = {};
+};
+SignalSlot g_signal_slots[kSignalSlots];
+
+extern "C" void RemoveTemporaryFilesAndDie(int sig) {
+  const int saved = errno;
+  for (SignalSlot& slot : g_signal_slots) {
+    if (slot.state.load(std::memory_order_acquire) == 2) ::unlink(slot.path);
+  }
+  errno = saved;
+  // SA_RESETHAND restored the default action: the signal, blocked while this runs, ends the
+  // process when the handler returns, as it would have without it.
+  ::raise(sig);
+}
+
+// Only where the signal's action is the default: a process that handles it (the service's
+// processes, `dlrm local`) or ignores it (a background job of a shell) keeps its choice.
+void InstallSignalRemoval() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old = {};
+    if (::sigaction(sig, nullptr, &old) != 0) continue;
+    if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction action = {};
+    action.sa_handler = RemoveTemporaryFilesAndDie;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    ::sigaction(sig, &action, nullptr);
+  }
+}
+
+// -1 when every slot is taken or the path is too long: that file is not removed on a signal.
+int TrackTemporaryFile(const std::string& temp) {
+  static std::once_flag installed;
+  std::call_once(installed, InstallSignalRemoval);
+  if (temp.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kSignalSlots; ++i) {
+    int expected = 0;
+    if (!g_signal_slots[i].state.compare_exchange_strong(expected, 1)) continue;
+    std::memcpy(g_signal_slots[i].path, temp.c_str(), temp.size() + 1);
+    g_signal_slots[i].state.store(2, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void UntrackTemporaryFile(int slot) {
+  if (slot >= 0) g_signal_slots[slot].state.store(0, std::memory_order_release);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& path,
@@ -120,7 +180,9 @@ absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& 
     ::unlink(temp.c_str());
     return OutputError(err, CannotWrite(what, path, std::strerror(err)));
   }
-  return std::unique_ptr<OutputFile>(new OutputFile(path, what, followed.target, temp, file));
+  auto out = std::unique_ptr<OutputFile>(new OutputFile(path, what, followed.target, temp, file));
+  out->signal_slot_ = TrackTemporaryFile(temp);
+  return out;
 }
 
 OutputFile::OutputFile(std::string path, std::string what, std::string target, std::string temp,
@@ -138,6 +200,7 @@ void OutputFile::Abandon() {
   std::fclose(file_);
   file_ = nullptr;
   if (!temp_.empty()) ::unlink(temp_.c_str());
+  UntrackTemporaryFile(std::exchange(signal_slot_, -1));
 }
 
 absl::Status OutputFile::Error(int err) const {
@@ -161,10 +224,9 @@ absl::Status OutputFile::Commit() {
   file_ = nullptr;
   if (std::fclose(file) != 0 && err == 0) err = errno;
   if (err == 0 && !temp_.empty() && std::rename(temp_.c_str(), target_.c_str()) != 0) err = errno;
-  if (err != 0) {
-    if (!temp_.empty()) ::unlink(temp_.c_str());
-    return Error(err);
-  }
+  if (err != 0 && !temp_.empty()) ::unlink(temp_.c_str());
+  UntrackTemporaryFile(std::exchange(signal_slot_, -1));
+  if (err != 0) return Error(err);
   return absl::OkStatus();
 }
 

@@ -16,7 +16,8 @@ namespace dlrm::worker {
 
 // A file a command writes (dlrm predict --out, convert --out, --metrics-out). A regular file, or a
 // path where nothing is yet, is written to "<file>.tmp" next to it, which Commit() renames over
-// it: a failed or interrupted command leaves the old file whole and no temporary file. A symlink
+// it: a failed or interrupted command leaves the old file whole and no temporary file (SIGINT,
+// SIGTERM and SIGHUP remove it too, where the process left their default action). A symlink
 // is followed: the file it leads to is replaced and the link stays. Anything else that exists (a
 // FIFO, a character device, /dev/stdout, or a link through /dev or /proc to a descriptor) is
 // written in place. A folder and an empty path are refused. Errors name `what` (e.g. "--out")
@@ -64,6 +65,7 @@ class OutputFile {
   std::string target_;
   std::string temp_;
   std::FILE* file_;
+  int signal_slot_ = -1;  // where the temporary file is listed for removal on a signal
 };
 
 // Checks, before a long run, that OutputFile::Open(path, what) would succeed, creating nothing:
