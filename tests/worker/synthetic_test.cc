@@ -1,11 +1,13 @@
 #include "worker/input/synthetic.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <csignal>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -254,6 +256,51 @@ TEST(Synthetic, TsvOutputFollowsASymlinkWritesAFifoInPlaceAndRefusesAFolderFirst
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(std::string(refused.message()).find("it is a folder"), std::string::npos) << refused;
   EXPECT_FALSE(std::filesystem::exists(folder + ".tmp"));
+}
+
+// `dlrm gen-data --rows 1000000000000` (the limit) wrote until the disk was full. What cannot fit
+// the free space is refused before a row is written, naming both sizes.
+TEST(Synthetic, OutputThatCannotFitTheFreeSpaceIsRefusedFirst) {
+  // Should the check go, the writes stop at 64 MiB (EFBIG, not SIGXFSZ) instead of filling the
+  // disk, and the messages below do not match.
+  struct rlimit old_limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = std::min<rlim_t>(old_limit.rlim_max, rlim_t{64} << 20);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const sighandler_t old_xfsz = std::signal(SIGXFSZ, SIG_IGN);
+  struct Restore {
+    rlimit limit;
+    sighandler_t xfsz;
+    ~Restore() {
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+      std::signal(SIGXFSZ, xfsz);
+    }
+  } restore{old_limit, old_xfsz};
+  TempDir dir;
+  GenDataOptions options = SmallOptions(dir, "huge.bin");
+  options.num_rows = 1000000000000;  // kMaxGenDataRows
+  options.format = InputFormat::kBinary;
+  options.bags = MlperfDlrmV2BagSizes();  // 913 bytes a row: 913 TB
+  absl::Status st = GenerateCriteoTsv(options);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(std::string(st.message())
+                .find("gen-data --out: 1000000000000 rows need 9.13e+05 GB "
+                      "(913 bytes a row), over the "),
+            std::string::npos)
+      << st;
+  EXPECT_FALSE(std::filesystem::exists(options.output));
+  EXPECT_FALSE(std::filesystem::exists(options.output + ".tmp"));
+
+  options.output = dir.File("huge.tsv");
+  options.format = InputFormat::kTsv;
+  options.bags.reset();
+  st = GenerateCriteoTsv(options);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(std::string(st.message()).find("rows need at least 4.1e+04 GB (41 bytes a row)"),
+            std::string::npos)
+      << st;
+  EXPECT_FALSE(std::filesystem::exists(options.output + ".tmp"));
 }
 
 }  // namespace

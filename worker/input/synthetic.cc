@@ -1,12 +1,16 @@
 #include "worker/input/synthetic.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/limits.h"
 #include "common/status.h"
@@ -90,6 +94,39 @@ void AppendTsvLine(const CriteoRecord& r, const int64_t* raw_dense, std::string*
   }
   *p++ = '\n';
   out->append(line, p - line);
+}
+
+// The least the file takes (binary: exactly; TSV: 41 bytes a row, a label, 39 tabs and a
+// newline) against the space free where it goes: 10^12 rows were written until the disk was full,
+// and every other writer of that disk failed meanwhile. Not for an output written in place (a
+// FIFO, a device), nor where the free space cannot be told.
+absl::Status CheckRoomFor(const GenDataOptions& options, bool binary) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(options.output, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status)) return absl::OkStatus();
+  fs::path where =
+      fs::exists(status) ? fs::path(options.output) : fs::path(options.output).parent_path();
+  if (where.empty()) where = ".";
+  struct statvfs fs_stats;
+  if (::statvfs(where.c_str(), &fs_stats) != 0) return absl::OkStatus();
+  const double free_bytes =
+      static_cast<double>(fs_stats.f_bavail) * static_cast<double>(fs_stats.f_frsize);
+  double row_bytes = 41;
+  double header_bytes = 0;
+  if (binary) {
+    const BinaryLayout layout =
+        options.bags.has_value() ? BinaryLayout::MultiHot(*options.bags) : BinaryLayout::OneHot();
+    row_bytes = static_cast<double>(layout.record_bytes);
+    header_bytes = static_cast<double>(layout.header_bytes);
+  }
+  const double need = header_bytes + row_bytes * static_cast<double>(options.num_rows);
+  if (need <= free_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("gen-data --out: ", options.num_rows, " rows need ", binary ? "" : "at least ",
+                   absl::StrFormat("%.4g GB (%.0f bytes a row)", need / 1e9, row_bytes),
+                   ", over the ", absl::StrFormat("%.4g GB", free_bytes / 1e9),
+                   " free on the file system of ", where.string()));
 }
 
 }  // namespace
@@ -188,6 +225,7 @@ absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stat
   const PlantedModel model(options);
   Xoshiro256 rng(options.seed);
 
+  DLRM_RETURN_IF_ERROR(CheckRoomFor(options, binary));
   // Both formats go through an OutputFile, as every other file a command writes: a folder is
   // refused before any row is drawn, a symlink's target is replaced (the link stays), and a FIFO
   // or /dev/stdout is written in place (TSV; the binary writer seeks, so it refuses them).
