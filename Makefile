@@ -42,6 +42,14 @@ FUZZ_SECONDS ?= 600
 fuzz: deps
 	@./tests/fuzz/run_fuzzers.sh $(FUZZ_SECONDS)
 
+# Chaos soak of a local cluster (not in make test): kill -9, SIGSTOP and coordinator kills while
+# checkpointing jobs run; prints a JSON summary. make soak SOAK_SECONDS=600 SOAK_SEED=N
+SOAK_SECONDS ?= 600
+SOAK_SEED ?=
+.PHONY: soak
+soak: build
+	@SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) nice -n 10 ./tests/soak/chaos_soak.sh --build-dir $(BUILD_DIR)
+
 format:
 	@git ls-files '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i
 
