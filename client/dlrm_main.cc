@@ -10,7 +10,10 @@
 //   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
 //   dlrm bench --shape kaggle-shape|model1|mlperf-dcnv2               full step vs GEMM bound
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/training_bench.h"
 #include "client/dlrm_commands.h"
+#include "client/termination_signals.h"
 #include "common/allocator.h"
 #include "common/limits.h"
 #include "common/logging.h"
@@ -57,8 +61,24 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
       "error)");
   cmd->callback([run] {
     *run = [] {
+      // Ctrl-C (or SIGTERM) stops the run after its step in progress, so that --report still
+      // writes the page of the steps taken, as documented; it killed the process before. A
+      // second signal ends the process at once, as it would have without the handler.
+      static std::atomic<int> interrupted{0};
+      client::InstallTerminationHandlers();
+      client::TerminationSignals signals([](int sig) {
+        if (interrupted.exchange(sig) != 0) {
+          std::signal(sig, SIG_DFL);
+          std::raise(sig);
+        }
+        DLRM_LOG(WARNING) << strsignal(sig) << ": stopping after the step in progress (again to "
+                          << "stop at once)";
+      });
+      options.run.interrupted = &interrupted;
       auto report = worker::RunTrainCommand(options);
-      return report.ok() ? 0 : Fail(report.status());
+      if (report.ok()) return 0;
+      const int code = Fail(report.status());
+      return interrupted.load() != 0 ? 128 + interrupted.load() : code;
     };
   });
 }

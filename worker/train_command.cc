@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -249,6 +250,12 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                         /*force=*/false, total_steps);
       }
       if (recorder != nullptr) recorder->Record(elapsed(), report.steps, position.samples, loss);
+      if (options.interrupted != nullptr && options.interrupted->load() != 0) {
+        if (options.show_progress) progress.Finish();
+        return absl::CancelledError(absl::StrCat("interrupted (",
+                                                 strsignal(options.interrupted->load()),
+                                                 ") after step ", report.steps));
+      }
       if (spec.eval_every_steps > 0 && input.eval != nullptr &&
           report.steps % spec.eval_every_steps == 0) {
         const double eval_start = elapsed();

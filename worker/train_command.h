@@ -4,6 +4,7 @@
 // distributed service is compared against.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ struct TrainRunOptions {
   // When set, receives the progress (every step) and the evaluations (training.eval_every_steps
   // and the final one), for the run report. Not owned.
   RunRecorder* recorder = nullptr;
+  // When set and non-zero (the number of the signal that asked for it, e.g. SIGINT from `dlrm
+  // train`'s handler): the run stops after the step in progress with CANCELLED, so that the
+  // command still writes its --report page of the steps taken. Not owned.
+  const std::atomic<int>* interrupted = nullptr;
 };
 
 // Creates the dense backend for `device` ("auto", "cpu", "cuda"; on CUDA device `cuda_device`)

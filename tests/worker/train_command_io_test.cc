@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -477,6 +478,23 @@ TEST_F(TrainCommandMetricsTest, MetricsOutIsCheckedBeforeTraining) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(ReadFile(metrics), HasSubstr("\"steps\":2"));
   EXPECT_FALSE(fs::exists(metrics + ".tmp"));
+}
+
+// Ctrl-C on `dlrm train --report` killed the process and wrote no page, though the page is
+// documented for a run that "fails or is interrupted after some steps". The command's handler sets
+// `interrupted`; the run stops after its step with CANCELLED and the page of that step is written.
+TEST_F(TrainCommandMetricsTest, AnInterruptedRunStopsAfterItsStepAndWritesTheReport) {
+  TrainCommandOptions o = Options(Config(0.2), "");
+  o.report = tmp_.File("run.html");
+  std::atomic<int> interrupted{SIGINT};
+  o.run.interrupted = &interrupted;
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kCancelled) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr(absl::StrCat("interrupted (", strsignal(SIGINT), ") after step 1")));
+  ASSERT_TRUE(fs::exists(o.report));
+  EXPECT_THAT(ReadFile(o.report), HasSubstr("after step 1"));
+  EXPECT_FALSE(fs::exists(o.report + ".tmp"));
 }
 
 TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
