@@ -17,7 +17,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/input/binary_format.h"
-#include "worker/input/criteo_tsv.h"
+#include "worker/job_input.h"
 #include "worker/progress.h"
 #include "worker/run_report.h"
 #include "worker/train_report.h"
@@ -261,16 +261,7 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
 // before any process starts: Criteo's 13 dense features and 26 tables (one-hot or multi-hot
 // data alike), and each data file's format against data.format (the first bytes only).
 absl::Status CheckSpecFitsData(const common::JobSpec& spec) {
-  if (spec.dense_features != worker::kCriteoNumDense) {
-    return absl::InvalidArgumentError(absl::StrCat("model.dense_features: Criteo input has ",
-                                                   worker::kCriteoNumDense, " dense features, got ",
-                                                   spec.dense_features));
-  }
-  if (spec.tables.size() != static_cast<size_t>(worker::kCriteoNumCategorical)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tables: Criteo input has ", worker::kCriteoNumCategorical,
-                     " categorical features (a table each), got ", spec.tables.size(), " tables"));
-  }
+  DLRM_RETURN_IF_ERROR(worker::CheckModelFitsCriteoInput(spec));
   if (spec.format == "auto") return absl::OkStatus();
   for (const auto* paths : {&spec.train_paths, &spec.eval_paths}) {
     for (const std::string& path : *paths) {

@@ -7,7 +7,7 @@
 
 namespace dlrm::worker {
 
-absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options) {
+absl::Status CheckModelFitsCriteoInput(const common::JobSpec& spec) {
   if (spec.dense_features != kCriteoNumDense) {
     return absl::InvalidArgumentError(absl::StrCat("model.dense_features: Criteo input has ",
                                                    kCriteoNumDense, " dense features, got ",
@@ -16,8 +16,13 @@ absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInpu
   if (spec.tables.size() != static_cast<size_t>(kCriteoNumCategorical)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tables: Criteo input has ", kCriteoNumCategorical,
-                     " categorical features, got ", spec.tables.size(), " tables"));
+                     " categorical features (a table each), got ", spec.tables.size(), " tables"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options) {
+  DLRM_RETURN_IF_ERROR(CheckModelFitsCriteoInput(spec));
   if (spec.train_paths.empty()) return absl::InvalidArgumentError("data.train: no training files");
   DLRM_ASSIGN_OR_RETURN(InputFormat format, ParseInputFormat(spec.format));
 

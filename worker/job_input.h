@@ -35,8 +35,12 @@ struct JobInputOptions {
   ParseIssueSink on_issue = nullptr;
 };
 
-// Checks that the spec's model matches Criteo input (13 dense features, 26 tables; messages name
-// the key) and opens the readers. Missing files are NOT_FOUND naming the path.
+// INVALID_ARGUMENT naming the key when the spec's model does not match Criteo input (13 dense
+// features and 26 tables, one-hot or multi-hot alike).
+absl::Status CheckModelFitsCriteoInput(const common::JobSpec& spec);
+
+// Checks the model (CheckModelFitsCriteoInput) and opens the readers. Missing files are NOT_FOUND
+// naming the path.
 absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options);
 
 }  // namespace dlrm::worker
