@@ -5,6 +5,10 @@
 // reports, checkpoint cuts and evaluations at step boundaries) and Finish (here: the final
 // checkpoint, evaluation and report). Membership and the job loop are in worker_process.cc, the
 // job's hot rows in worker_hot_rows.cc.
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "worker/job_run.h"
 
 namespace dlrm::worker {
@@ -79,35 +83,39 @@ absl::Status WorkerProcess::SendFinalReport(const dlrm::v1::ReportProgressReques
   if (state.ok() || !Unreached(state.status())) return state.status();
   DLRM_LOG(WARNING) << "the coordinator did not take " << what << " (" << state.status().message()
                     << "); sending it again until it answers";
-  absl::MutexLock lock(&mu_);
-  undelivered_report_ = report;
-  undelivered_what_ = what;
+  undelivered_.Keep(report, what);
   return absl::OkStatus();
 }
 
 void WorkerProcess::ResendUndeliveredReport() {
-  dlrm::v1::ReportProgressRequest report;
-  std::string what;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!undelivered_report_.has_value()) return;
-    report = *undelivered_report_;
-    what = undelivered_what_;
-  }
-  const absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(report);
+  const std::optional<UndeliveredReport::Entry> kept = undelivered_.Get();
+  if (!kept.has_value()) return;
+  const absl::StatusOr<dlrm::v1::JobState> state = client_->ReportProgress(kept->report);
   if (!state.ok() && Unreached(state.status())) return;  // still away: at the next heartbeat
   if (state.ok()) {
-    DLRM_LOG(INFO) << "the coordinator took " << what << " at last";
+    DLRM_LOG(INFO) << "the coordinator took " << kept->what << " at last";
   } else {
     // E.g. a recovery replaced the run meanwhile: the report has nothing left to move.
-    DLRM_LOG(WARNING) << "the coordinator refused " << what << ": " << state.status().message();
+    DLRM_LOG(WARNING) << "the coordinator refused " << kept->what << ": "
+                      << state.status().message();
   }
-  absl::MutexLock lock(&mu_);
   // A newer run's report may have taken the slot meanwhile; only this one is done.
-  if (undelivered_report_.has_value() &&
-      undelivered_report_->SerializeAsString() == report.SerializeAsString()) {
-    undelivered_report_.reset();
-  }
+  undelivered_.Done(*kept);
+}
+
+void UndeliveredReport::Keep(const dlrm::v1::ReportProgressRequest& report, std::string what) {
+  absl::MutexLock lock(&mu_);
+  entry_ = Entry{.report = report, .what = std::move(what), .generation = ++generations_};
+}
+
+std::optional<UndeliveredReport::Entry> UndeliveredReport::Get() const {
+  absl::MutexLock lock(&mu_);
+  return entry_;
+}
+
+void UndeliveredReport::Done(const Entry& entry) {
+  absl::MutexLock lock(&mu_);
+  if (entry_.has_value() && entry_->generation == entry.generation) entry_.reset();
 }
 
 dlrm::v1::ReportProgressRequest WorkerProcess::NewReport(

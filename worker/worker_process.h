@@ -52,6 +52,33 @@
 
 namespace dlrm::worker {
 
+// The final report of a run that the coordinator could not take yet, kept to be sent again
+// (WorkerProcess::SendFinalReport), and what it is for the logs. A report is told from the one
+// that replaced it by the generation Keep gave it, not by its bytes: rank 0's end carries the
+// metrics map, whose serialization order differs between copies of the message, so a delivered
+// report never matched its copy, stayed, and was sent again (and refused) at every heartbeat.
+class UndeliveredReport {
+ public:
+  struct Entry {
+    dlrm::v1::ReportProgressRequest report;
+    std::string what;
+    uint64_t generation = 0;
+  };
+  // Replaces whatever report was kept.
+  void Keep(const dlrm::v1::ReportProgressRequest& report, std::string what)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A copy of the kept report, if any.
+  std::optional<Entry> Get() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator answered `entry` (took or refused it): forgets it, unless a newer report was
+  // kept since.
+  void Done(const Entry& entry) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::optional<Entry> entry_ ABSL_GUARDED_BY(mu_);
+  uint64_t generations_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 struct WorkerProcessOptions {
   std::string coordinator = "127.0.0.1:50051";
   // Of the calls to the coordinator and the parameter servers (mutual TLS or plaintext).
@@ -153,8 +180,7 @@ class WorkerProcess {
   bool poll_now_ ABSL_GUARDED_BY(mu_) = false;    // wakes the heartbeat thread early
   std::set<std::string> finished_jobs_ ABSL_GUARDED_BY(mu_);  // "job@epoch" runs done
   // A final report the coordinator has not taken yet, and what it is (SendFinalReport).
-  std::optional<dlrm::v1::ReportProgressRequest> undelivered_report_ ABSL_GUARDED_BY(mu_);
-  std::string undelivered_what_ ABSL_GUARDED_BY(mu_);
+  UndeliveredReport undelivered_;
   // Called (under mu_) to stop the training in progress; set by a JobRun.
   std::function<void()> cancel_hook_ ABSL_GUARDED_BY(mu_);
 };
