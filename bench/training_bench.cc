@@ -176,6 +176,10 @@ absl::Status CheckOptions(const TrainingBenchOptions& o) {
   if (o.hot_budget_bytes > common::kMaxByteSize) {
     return over("hot_budget", o.hot_budget_bytes, common::kMaxByteSize, "kMaxByteSize");
   }
+  if (o.max_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench: max_rows ", o.max_rows, " must be >= 0 (0: the shape's sizes)"));
+  }
   if (o.gpu_table_budget_bytes < -1) {
     return absl::InvalidArgumentError(absl::StrCat("bench: gpu_table_budget ",
                                                    o.gpu_table_budget_bytes,
@@ -194,6 +198,9 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
   DLRM_ASSIGN_OR_RETURN(BenchShape shape, GetBenchShape(options.shape));
   common::JobSpec& spec = shape.spec;
   if (options.batch_size > 0) spec.batch_size = options.batch_size;
+  if (options.max_rows > 0) {
+    for (auto& t : spec.tables) t.rows = std::min(t.rows, options.max_rows);
+  }
   spec.seed = options.seed;
 
   DLRM_ASSIGN_OR_RETURN(auto backend, worker::CreateBackendForDevice(
@@ -400,8 +407,12 @@ absl::StatusOr<std::string> RunTrainingBench(const TrainingBenchOptions& options
     j["row_pass_checksum"] = row_sum;
   }
   j["zipf_exponent"] = options.zipf_exponent;
-  j["ids_per_lookup"] = shape.ids_per_lookup;
-  if (!shape.bags.empty()) j["ids_per_lookup_by_table"] = shape.bags;
+  if (shape.bags.empty()) {
+    j["ids_per_lookup"] = shape.ids_per_lookup;
+  } else {
+    j["ids_per_lookup_by_table"] = shape.bags;
+  }
+  j["max_rows"] = options.max_rows;
   j["interaction"] = spec.interaction;
   j["table_rows"] = [&spec] {
     int64_t rows = 0;

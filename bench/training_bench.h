@@ -26,6 +26,9 @@ struct TrainingBenchOptions {
   // Tables in the store (not on the GPU): bytes of hot rows replicated by the trainer, chosen
   // from the benchmark's batches (GPU memory on CUDA, worker/gpu_hot_rows.h); 0 = none.
   int64_t hot_budget_bytes = 0;
+  // Caps every table of the shape at this many rows (0 = the shape's own sizes), so that a large
+  // shape (mlperf-dcnv2: 7.1M rows of dim 128, 3.7 GB) fits a smaller machine.
+  int64_t max_rows = 0;
   uint64_t seed = 1;
 };
 

@@ -208,6 +208,10 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
       ->check(IntegerIn(1, std::numeric_limits<int>::max()));
   cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)")
       ->check(ThreadCount());
+  cmd->add_option("--max-rows", options.max_rows,
+                  "Cap every table's rows (0 = the shape's sizes; mlperf-dcnv2's "
+                  "7.1M rows of dim 128 take 3.7 GB)")
+      ->check(IntegerIn(0, common::kMaxTableRows, "kMaxTableRows"));
   cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids")
       ->check(FiniteNumberIn(0, std::numeric_limits<double>::infinity(), /*min_excluded=*/true));
   cmd->add_option("--device", options.device, "cpu | cuda | auto");

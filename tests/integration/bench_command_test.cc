@@ -39,6 +39,32 @@ TEST(BenchCommandTest, PrintsTheStepItsBoundsAndTheRowPassesConsistently) {
   EXPECT_DOUBLE_EQ(j.at("ratio_ceiling_formula").get<double>(), gemm / (gemm + read + write));
 }
 
+// --max-rows shrinks a shape to this machine: mlperf-dcnv2's 26 tables (7.1M rows of dim 128)
+// capped at 1000 rows each; its per-table bags are printed as such, not as one id a lookup.
+TEST(BenchCommandTest, MaxRowsCapsEveryTableOfTheShape) {
+  const std::string dir = ::testing::TempDir();
+  ProcessResult r =
+      RunProcess({BinPath("dlrm"), "bench", "--shape", "mlperf-dcnv2", "--max-rows", "1000",
+                  "--batch-size", "32", "--steps", "1", "--rounds", "1", "--threads", "2"},
+                 dir, "bench-mlperf-capped", absl::Seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j.at("max_rows").get<int64_t>(), 1000);
+  // Tables under the cap keep their size (three of 3, 4 and 10 rows among them).
+  EXPECT_LE(j.at("table_rows").get<int64_t>(), 26 * 1000);
+  EXPECT_GT(j.at("table_rows").get<int64_t>(), 15 * 1000);
+  EXPECT_EQ(j.at("table_and_state_bytes").get<int64_t>(),
+            j.at("table_rows").get<int64_t>() * (128 + 1) * 4);
+  EXPECT_EQ(j.at("ids_per_lookup_by_table").size(), 26u);
+  EXPECT_FALSE(j.contains("ids_per_lookup")) << r.out;
+
+  ProcessResult bad = RunProcess({BinPath("dlrm"), "bench", "--max-rows", "-5"}, dir,
+                                 "bench-bad-max-rows", absl::Seconds(30));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(bad.err, "-5")) << bad.err;
+}
+
 TEST(BenchCommandTest, AnUnknownShapeIsRefusedByName) {
   ProcessResult r = RunProcess({BinPath("dlrm"), "bench", "--shape", "kaggle-shap"},
                                ::testing::TempDir(), "bench-bad", absl::Seconds(30));
