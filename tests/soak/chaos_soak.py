@@ -16,7 +16,9 @@ the faults, lets the jobs end, stops the cluster and checks what a user would se
   dlrmctl          every dlrmctl call returned within its --timeout (+ slack) and either
                    answered, or failed with exit 4 (coordinator unavailable) and a message while
                    the coordinator was down or restarting
-  no_leftovers     no process the cluster started is alive after the cluster stopped
+  crashes          no child ends other than by this script's kill -9 (dlrm local logs each exit)
+  no_leftovers     no process the cluster started is alive after the cluster stopped, and dlrm
+                   local stopped every child without having to kill it
   resources        no child grows without bound in open fds, RSS or threads (/proc every 10 s;
                    an instance that lived 120 s must not grow by half and by 64 fds / 256 MiB /
                    32 threads from its first to its last quarter, and none may pass 512 fds,
@@ -83,8 +85,17 @@ class Soak:
     def __init__(self, args):
         self.args = args
         self.rng = random.Random(args.seed)
-        self.bin = os.path.join(os.path.abspath(args.build_dir), "bin")
         self.work = tempfile.mkdtemp(prefix="dlrm-soak-")
+        # Copies of the binaries: a rebuild during the soak (ninja writes build/bin in place)
+        # neither fails a dlrmctl call nor restarts children from another build.
+        self.bin = os.path.join(self.work, "bin")
+        try:
+            os.makedirs(self.bin)
+            for b in ("dlrm", "dlrmctl"):
+                shutil.copy2(os.path.join(os.path.abspath(args.build_dir), "bin", b), self.bin)
+        except OSError:
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise
         self.cluster_dir = os.path.join(self.work, "cluster")
         self.local = None  # Popen of dlrm local
         self.address = None
@@ -486,6 +497,13 @@ checkpoint: {{dir: {ckpt}, every_steps: 10, keep_last: 2, full_every: {full_ever
                    "recoveries": r["recoveries"], "message": r["message"]}
                   for r in soak_jobs if r["state"] in ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED")]
         growth_bad, growth = self.resource_growth()
+        # dlrm local names how each child ended: only our kill -9 may end one.
+        err = read(self.local_err)
+        exits = re.findall(r"\] (\S+) (exited with code \d+|killed by signal \d+|stopped); "
+                           r"restarting it", err)
+        crashes = [f"{n} {how}" for n, how in exits if how != "killed by signal 9"]
+        kills = sum(1 for f in self.faults if f["kind"].startswith("kill9"))
+        unstoppable = re.findall(r"\] (\S+ \(pid \d+\) did not stop within \S+)", err)
         stores = [f"{d}: {' '.join(inside)}" for d, inside in self.ps_left if inside]
         folders = [d for d, inside in self.ps_left if not inside]
         kinds = {}
@@ -498,7 +516,10 @@ checkpoint: {{dir: {ckpt}, every_steps: 10, keep_last: 2, full_every: {full_ever
             "failures": {"ok": not failed, "failed": failed},
             "dlrmctl": {"ok": not self.ctl_problems, "calls": self.ctl_calls,
                         "problems": self.ctl_problems[:20]},
-            "no_leftovers": {"ok": not self.leftovers, "left": self.leftovers},
+            "crashes": {"ok": not crashes, "exits": len(exits), "kill9_sent": kills,
+                        "crashed": crashes[:20]},
+            "no_leftovers": {"ok": not self.leftovers and not unstoppable,
+                             "left": self.leftovers, "killed_at_stop": unstoppable},
             "resources": {"ok": not growth_bad, "growth": growth_bad},
             # A finished job's store (shard-<i>) or snapshots (shard-<i>-snapshots) left behind.
             "ps_stores": {"ok": not stores, "left": stores},
@@ -544,7 +565,11 @@ def main():
     p.add_argument("--keep", action="store_true", help="keep the folder (logs, checkpoints)")
     args = p.parse_args()
 
-    soak = Soak(args)
+    try:
+        soak = Soak(args)
+    except OSError as e:
+        log(f"error: {e} (build first: make build)")
+        sys.exit(2)
 
     def on_signal(sig, _frame):
         raise Interrupted(signal.Signals(sig).name)
