@@ -88,6 +88,8 @@ absl::Status PsProcess::Run() {
       interval = heartbeat_interval_;
     }
     common::ExportRpcBytes(&server_->metrics());  // dlrm_rpc_*_bytes_total
+    // Folders of jobs unloaded while calls in flight held them, once those have ended.
+    server_->service().RemoveReleasedJobFolders();
     absl::StatusOr<dlrm::v1::HeartbeatResponse> response =
         client_->Heartbeat(member_id, member_key);
     if (response.ok() && response->has_ps()) SyncJobs(response->ps(), response->epoch());

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,7 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
     const dlrm::v1::LoadJobRequest& request) {
   DLRM_RETURN_IF_ERROR(ValidateLoadRequest(request));
   absl::MutexLock load_lock(&load_mu_);
+  RemoveReleasedJobFoldersLocked();
   std::shared_ptr<PsJob> existing;
   int64_t reserved = 0;
   {
@@ -210,17 +212,41 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
   job->gate()->Close(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));
   UpdateStoreMetrics();
   // Calls in flight hold their own references; the store closes with the last one. The folders
-  // (store and snapshots) are removed now only if nobody else holds the job (else a later
-  // LoadJob clears them).
-  const std::string path = job->path();
-  const std::string snapshots = job->snapshots_path();
-  if (job.use_count() == 1) {
-    job.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-    std::filesystem::remove_all(snapshots, ec);
-  }
+  // (store and snapshots) go once nobody holds the job: now, or at a later sweep.
+  held_at_unload_.push_back({job, job->path(), job->snapshots_path()});
+  job.reset();
+  RemoveReleasedJobFoldersLocked();
   return absl::OkStatus();
+}
+
+int PsService::RemoveReleasedJobFolders() {
+  absl::MutexLock load_lock(&load_mu_);
+  return RemoveReleasedJobFoldersLocked();
+}
+
+int PsService::RemoveReleasedJobFoldersLocked() {
+  std::set<std::string> in_use;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      in_use.insert(job->path());
+      in_use.insert(job->snapshots_path());
+    }
+  }
+  int removed = 0;
+  std::erase_if(held_at_unload_, [&](const UnloadedJob& unloaded) {
+    if (!unloaded.job.expired()) return false;  // a call still reads or writes its store
+    std::error_code ec;
+    if (!in_use.contains(unloaded.path)) std::filesystem::remove_all(unloaded.path, ec);
+    if (!in_use.contains(unloaded.snapshots_path)) {
+      std::filesystem::remove_all(unloaded.snapshots_path, ec);
+    }
+    // <data>/<job>, which held them: only when nothing else is in it.
+    std::filesystem::remove(std::filesystem::path(unloaded.path).parent_path(), ec);
+    ++removed;
+    return true;
+  });
+  return removed;
 }
 
 void PsService::HandleLoadJob(grpc::CallbackServerContext* context,

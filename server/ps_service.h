@@ -123,12 +123,22 @@ class PsService final : public PsRawService {
   // anew (a recovery rolling back to a checkpoint), whatever its parameters were.
   absl::StatusOr<dlrm::v1::LoadJobResponse> DoLoadJob(const dlrm::v1::LoadJobRequest& request);
   // NOT_FOUND naming the job when it is not loaded. Parked lookups of the job fail (ABORTED)
-  // and its folder is removed once calls in flight are done.
+  // and its folder is removed once calls in flight are done: at once when none holds the job,
+  // else by the first RemoveReleasedJobFolders after the last of them has let go.
   // Unloads the job when it is loaded at an epoch <= max_epoch (FAILED_PRECONDITION, keeping
   // it, when newer: a heartbeat answer older than the job's restart must not unload it).
   absl::Status DoUnloadJob(const std::string& job_id,
                            int64_t max_epoch = std::numeric_limits<int64_t>::max());
   absl::StatusOr<dlrm::v1::GetStatsResponse> DoGetStats(const std::string& job_id) const;
+
+  // Removes the folders (store, snapshots, and the job's folder when nothing else is in it) of
+  // jobs that calls in flight still held when they were unloaded, once those calls have let go;
+  // a folder a job loaded since uses is kept. The parameter server's heartbeat loop calls it, and
+  // every load and unload. Returns how many jobs' folders it removed.
+  int RemoveReleasedJobFolders();
+  // The loaded job; NOT_FOUND naming it when it is not loaded. A holder keeps it alive (as a
+  // call in flight does) after an unload.
+  absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
 
   std::vector<std::string> job_ids() const;
   // The key of the coordinator's job grants (RegisterResponse.ps_grant_key, common/grants.h).
@@ -143,8 +153,9 @@ class PsService final : public PsRawService {
   // DoUnloadJob's work. REQUIRES: load_mu_ held.
   absl::Status UnloadLocked(const std::string& job_id, int64_t max_epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // RemoveReleasedJobFolders' work. REQUIRES: load_mu_ held.
+  int RemoveReleasedJobFoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   struct Metrics;
-  absl::StatusOr<std::shared_ptr<PsJob>> FindJob(const std::string& job_id) const;
   struct LookupCall;
   // Serves a Lookup on the calling (reactor) thread without waiting, as far as it can (see the
   // header comment), handing other parts and the rest to the pool. Returns false when it did
@@ -196,6 +207,13 @@ class PsService final : public PsRawService {
   std::shared_ptr<proto::MessagePool<dlrm::v1::LookupRequest>> lookup_requests_;
 
   absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
+  // Jobs unloaded while calls still held them, with their folders, until those are removed.
+  struct UnloadedJob {
+    std::weak_ptr<PsJob> job;
+    std::string path;
+    std::string snapshots_path;
+  };
+  std::vector<UnloadedJob> held_at_unload_ ABSL_GUARDED_BY(load_mu_);
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<PsJob>> jobs_ ABSL_GUARDED_BY(mu_);
   // The store counts of the counter metrics (RocksDB reads, hits and writes, rows created).

@@ -173,6 +173,54 @@ TEST_F(PsSnapshotPathsTest, LeftoverSnapshotsAreRemoved) {
   s = stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(fs::exists(next.directory())) << "unloading the job leaves its snapshot";
+  EXPECT_FALSE(fs::exists(fs::path(dir_.path()) / "job-a")) << "the job's own folder stays";
+}
+
+// A job unloaded while a call in flight still holds it keeps its store open for that call; its
+// folders go once the call lets go (at the next sweep: the PS's heartbeat, a load or an unload),
+// not at the next load of the same job, which may never come.
+TEST_F(PsSnapshotPathsTest, AJobHeldAtItsUnloadLosesItsFoldersOnceReleased) {
+  StartPs();
+  LoadWithRows("job-a", 1.0f);
+  ASSERT_TRUE(Checkpoint("job-a", dlrm::v1::CheckpointRequest::SNAPSHOT, 20).ok());
+  const fs::path folder = fs::path(dir_.path()) / "job-a";
+  absl::StatusOr<std::shared_ptr<PsJob>> held = ps_->service().FindJob("job-a");
+  ASSERT_TRUE(held.ok()) << held.status();
+  const std::string store = (*held)->path(), snapshots = (*held)->snapshots_path();
+  ASSERT_TRUE(fs::exists(store));
+  ASSERT_TRUE(fs::exists(snapshots));
+
+  dlrm::v1::UnloadJobRequest unload;
+  unload.set_job_id("job-a");
+  dlrm::v1::UnloadJobResponse unloaded;
+  grpc::Status s = stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(fs::exists(store)) << "removed under a call that still uses the store";
+  EXPECT_EQ(ps_->service().RemoveReleasedJobFolders(), 0);
+  EXPECT_TRUE(fs::exists(store));
+
+  held->reset();  // the call ends
+  EXPECT_EQ(ps_->service().RemoveReleasedJobFolders(), 1);
+  EXPECT_FALSE(fs::exists(store));
+  EXPECT_FALSE(fs::exists(snapshots));
+  EXPECT_FALSE(fs::exists(folder));
+  EXPECT_EQ(ps_->service().RemoveReleasedJobFolders(), 0);
+
+  // Loaded again after its release, the job's new folders are its own: a sweep leaves them.
+  held = absl::NotFoundError("");
+  LoadWithRows("job-a", 2.0f);
+  held = ps_->service().FindJob("job-a");
+  ASSERT_TRUE(held.ok());
+  s = stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  held->reset();
+  LoadWithRows("job-a", 3.0f);  // the load's sweep takes the released folders first
+  EXPECT_TRUE(fs::exists(store));
+  EXPECT_EQ(ps_->service().RemoveReleasedJobFolders(), 0);
+  EXPECT_TRUE(fs::exists(store));
+  dlrm::v1::LookupResponse rows;
+  s = Lookup(LookupOf("job-a", 0, {0, 1}), &rows);
+  EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 // A data folder from before the snapshots moved beside each job's store: the snapshots an
