@@ -4,4 +4,4 @@
 # SOAK_SECONDS and SOAK_SEED in the environment set the defaults of --seconds and --seed.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-exec python3 "$here/chaos_soak.py" "$@"
+exec python3 -B "$here/chaos_soak.py" "$@"
