@@ -108,6 +108,9 @@ inline CLI::Validator FiniteNumberIn(double min, double max, bool min_excluded =
 // --threads: 0 (all cores) up to kMaxThreads.
 inline CLI::Validator ThreadCount() { return IntegerIn(0, common::kMaxThreads, "kMaxThreads"); }
 
+// --device: auto, cpu or cuda, checked before a command opens anything.
+inline CLI::Validator DeviceName() { return CLI::IsMember({"auto", "cpu", "cuda"}); }
+
 // `dlrm local --ps` and `--workers`: 1 up to kMaxLocalMembers.
 inline CLI::Validator LocalMemberCount() {
   return IntegerIn(1, common::kMaxLocalMembers, "kMaxLocalMembers");

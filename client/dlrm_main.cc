@@ -50,7 +50,8 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--report", options.report,
                   "Write a self-contained HTML page with the loss, eval AUC and logloss, and "
                   "throughput curves (also when training fails)");
-  cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)");
+  cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)")
+      ->check(DeviceName());
   cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)")
       ->check(ThreadCount());
   cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");
@@ -87,7 +88,9 @@ void AddCheckpointModelOptions(CLI::App* cmd, worker::CheckpointModelOptions* op
   cmd->add_option("--checkpoint", options->checkpoint,
                   "A checkpoint, or a checkpoint folder (its newest committed checkpoint)")
       ->required();
-  cmd->add_option("--device", options->device, "cpu | cuda | auto")->capture_default_str();
+  cmd->add_option("--device", options->device, "cpu | cuda | auto")
+      ->check(DeviceName())
+      ->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0 = all cores)")
       ->check(ThreadCount());
 }
@@ -214,7 +217,7 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
       ->check(IntegerIn(0, common::kMaxTableRows, "kMaxTableRows"));
   cmd->add_option("--zipf", options.zipf_exponent, "Zipf exponent of the synthetic ids")
       ->check(FiniteNumberIn(0, std::numeric_limits<double>::infinity(), /*min_excluded=*/true));
-  cmd->add_option("--device", options.device, "cpu | cuda | auto");
+  cmd->add_option("--device", options.device, "cpu | cuda | auto")->check(DeviceName());
   cmd->add_option("--math-mode", options.math_mode,
                   "GEMMs: fp32 | tf32 | bf16 (CUDA; bf16 also on CPUs with AVX512_BF16 or AMX)");
   cmd->add_option("--gpu-table-budget", options.gpu_table_budget_bytes,

@@ -258,7 +258,7 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
       ->envname("DLRM_COORDINATOR")
       ->capture_default_str();
   cmd->add_option("--device", flags.options.device, "auto | cpu | cuda (overrides the spec)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->check(DeviceName())
       ->capture_default_str();
   cmd->add_option("--cuda-device", flags.options.cuda_device,
                   "CUDA device ordinal to train on when the device is CUDA (one per worker); "
@@ -338,7 +338,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--device", o.cluster.device,
                   "Workers' device: auto | cpu | cuda (worker i on CUDA device i; auto with "
                   "fewer GPUs than workers: the CPU)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->check(DeviceName());
   cmd->add_option("--worker-threads", o.cluster.worker_threads,
                   "CPU threads per worker (0 = cores / workers)")
       ->check(ThreadCount());

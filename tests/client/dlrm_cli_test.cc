@@ -162,6 +162,24 @@ TEST_F(DlrmCliTest, EveryThreadsFlagHasALimit) {
   }
 }
 
+// Every --device names its value when it is no device, before the command opens anything (a
+// train run reported its missing data file first).
+TEST_F(DlrmCliTest, EveryDeviceFlagNamesABadDevice) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"train", "--config", "missing.yaml", "--device"},
+      {"eval", "--checkpoint", "ck", "--data", "x.tsv", "--device"},
+      {"predict", "--checkpoint", "ck", "--data", "x.tsv", "--out", "s.tsv", "--device"},
+      {"bench", "--shape", "model1", "--device"},
+      {"worker", "--coordinator", "127.0.0.1:1", "--device"},
+      {"local", "--config", "missing.yaml", "--device"},
+  };
+  for (const auto& command : commands) {
+    std::vector<std::string> args = command;
+    args.push_back("tpu");
+    ExpectRefused(args, {"--device: tpu not in {auto,cpu,cuda}"});
+  }
+}
+
 // `dlrm local --ps N` and `--workers N` start N processes each on this machine: past
 // kMaxLocalMembers the flag is refused, naming the value and the limit, with the exit code of any
 // other flag refused (as --worker-threads), and before anything starts.
