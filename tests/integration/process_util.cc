@@ -39,6 +39,18 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log_di
   std::vector<char*> cargs;
   for (std::string& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
+  // TMPDIR is the test's own folder: what a child keeps there (`dlrm local` keeps its
+  // dlrm-local-* folder of logs when a job fails, as many tests make it) goes with the test's
+  // folder instead of staying in /tmp after every `make test`. Made before the fork: the child
+  // only calls async-signal-safe functions.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0) env.emplace_back(*e);
+  }
+  env.push_back(absl::StrCat("TMPDIR=", log_dir));
+  std::vector<char*> cenv;
+  for (std::string& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
   const int out_fd = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err_fd = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_ = fork();
@@ -48,7 +60,7 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log_di
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(cargs[0], cargs.data());
+    execve(cargs[0], cargs.data(), cenv.data());
     _exit(127);
   }
   close(out_fd);
