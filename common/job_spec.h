@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/lr_schedule.h"
 
 namespace dlrm::common {
 
@@ -92,6 +93,8 @@ struct JobSpec {
   // optimizers
   OptimizerSpec dense_optimizer;
   OptimizerSpec sparse_optimizer;
+  // `optimizer.schedule`: warm-up and decay of both learning rates (common/lr_schedule.h).
+  LrSchedule lr_schedule;
 
   // training
   int batch_size = 2048;

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -121,6 +122,42 @@ absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, cons
     out->push_back(item.as<std::string>());
     DLRM_RETURN_IF_ERROR(CheckText(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"),
                                    out->back(), kMaxPathBytes, "kMaxPathBytes"));
+  }
+  return absl::OkStatus();
+}
+
+// optimizer.schedule (common/lr_schedule.h).
+absl::Status ReadSchedule(const YAML::Node& node, LrSchedule* out) {
+  if (!node) return absl::OkStatus();
+  const std::string prefix = "optimizer.schedule";
+  if (!node.IsMap()) return Invalid(prefix, "must be a map of warmup_steps, decay_start, ...");
+  DLRM_RETURN_IF_ERROR(CheckKeys(
+      node, prefix, {"warmup_steps", "decay_start", "decay_steps", "decay_power", "end_factor"}));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "warmup_steps", &out->warmup_steps));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "decay_start", &out->decay_start));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "decay_steps", &out->decay_steps));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "decay_power", &out->decay_power));
+  DLRM_RETURN_IF_ERROR(Read(node, prefix, "end_factor", &out->end_factor));
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"warmup_steps", out->warmup_steps},
+        {"decay_start", out->decay_start},
+        {"decay_steps", out->decay_steps}}) {
+    if (value < 0) return Invalid(Join(prefix, key), absl::StrCat("must be >= 0, got ", value));
+    DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, key), value, kMaxScheduleSteps, "kMaxScheduleSteps"));
+  }
+  if (out->decay_steps > 0 && out->decay_start < out->warmup_steps) {
+    return Invalid(Join(prefix, "decay_start"),
+                   absl::StrCat(out->decay_start, " is inside the warm-up of ", out->warmup_steps,
+                                " steps: the decay starts after it"));
+  }
+  if (!(std::isfinite(out->decay_power) && out->decay_power > 0 && out->decay_power <= 100)) {
+    return Invalid(Join(prefix, "decay_power"),
+                   absl::StrCat("must be in (0, 100], got ", out->decay_power));
+  }
+  if (!(out->end_factor >= 0 && out->end_factor <= 1)) {
+    return Invalid(
+        Join(prefix, "end_factor"),
+        absl::StrCat("must be in [0, 1] (a fraction of the learning rate), got ", out->end_factor));
   }
   return absl::OkStatus();
 }
@@ -313,11 +350,12 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
   DLRM_RETURN_IF_ERROR(ReadTables(root["tables"], &spec.tables));
 
   if (YAML::Node opt = root["optimizer"]) {
-    DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse"}));
+    DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse", "schedule"}));
     DLRM_RETURN_IF_ERROR(
         ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer, warnings));
     DLRM_RETURN_IF_ERROR(
         ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer, warnings));
+    DLRM_RETURN_IF_ERROR(ReadSchedule(opt["schedule"], &spec.lr_schedule));
   }
 
   if (YAML::Node tr = root["training"]) {

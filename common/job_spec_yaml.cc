@@ -63,6 +63,16 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   optimizer(spec.dense_optimizer, true);
   out << YAML::Key << "sparse" << YAML::Value;
   optimizer(spec.sparse_optimizer, false);
+  if (!spec.lr_schedule.empty()) {
+    const LrSchedule& s = spec.lr_schedule;
+    out << YAML::Key << "schedule" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "warmup_steps" << YAML::Value << s.warmup_steps;
+    out << YAML::Key << "decay_start" << YAML::Value << s.decay_start;
+    out << YAML::Key << "decay_steps" << YAML::Value << s.decay_steps;
+    out << YAML::Key << "decay_power" << YAML::Value << Shortest(s.decay_power);
+    out << YAML::Key << "end_factor" << YAML::Value << Shortest(s.end_factor);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "batch_size" << YAML::Value << spec.batch_size;

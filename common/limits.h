@@ -55,6 +55,8 @@ inline constexpr int64_t kMaxActivationElements = int64_t{1} << 30;
 inline constexpr int64_t kMaxEpochs = 100000;
 // training.staleness (LoadJobRequest.staleness).
 inline constexpr int64_t kMaxStaleness = 1000;
+// optimizer.schedule's step counts (warmup_steps, decay_start, decay_steps), each.
+inline constexpr int64_t kMaxScheduleSteps = int64_t{1} << 40;
 // training.hot_budget, and any byte size the spec gives (ParseByteSize).
 inline constexpr int64_t kMaxByteSize = int64_t{1} << 50;  // 1 PiB
 // training.hot_sample_batches.
