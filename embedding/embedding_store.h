@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "embedding/sparse_optimizer_options.h"
 #include "embedding/table_config.h"
 
 namespace dlrm::embedding {
@@ -40,8 +41,10 @@ class EmbeddingStore {
   virtual absl::Status Lookup(int64_t step, absl::Span<TableRows> requests) = 0;
 
   // Applies the summed gradients in `grads[i].values` (ids.size() * dim floats) with the table's
-  // sparse optimizer. Ids within one TableRows are distinct.
-  virtual absl::Status Push(int64_t step, absl::Span<const TableRows> grads) = 0;
+  // sparse optimizer, at `learning_rate` (the job's schedule at `step`, common/lr_schedule.h;
+  // kTableLearningRate = the optimizer's own). Ids within one TableRows are distinct.
+  virtual absl::Status Push(int64_t step, absl::Span<const TableRows> grads,
+                            float learning_rate = kTableLearningRate) = 0;
 
   // Full stored rows, [weights | optimizer state] (dim + SparseOptimizerStateFloats floats per
   // id), created on first touch like Lookup. Used to move rows between a worker's hot cache and

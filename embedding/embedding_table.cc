@@ -129,15 +129,16 @@ void EmbeddingTable::LookupUnchecked(absl::Span<const int64_t> ids, float* out) 
 }
 
 absl::Status EmbeddingTable::ApplyGradients(absl::Span<const int64_t> unique_ids,
-                                            const float* grads) {
+                                            const float* grads, float learning_rate) {
   absl::Status status = CheckIds(unique_ids);
   if (!status.ok()) return status;
-  ApplyGradientsUnchecked(unique_ids, grads);
+  ApplyGradientsUnchecked(unique_ids, grads, learning_rate);
   return absl::OkStatus();
 }
 
 void EmbeddingTable::ApplyGradientsUnchecked(absl::Span<const int64_t> unique_ids,
-                                             const float* grads) {
+                                             const float* grads, float learning_rate) {
+  const SparseOptimizerOptions optimizer = WithLearningRate(options_.optimizer, learning_rate);
   constexpr size_t kChunk = 256;
   float* rows[kChunk];
   const int d = dim();
@@ -147,8 +148,7 @@ void EmbeddingTable::ApplyGradientsUnchecked(absl::Span<const int64_t> unique_id
       rows[i] = data_ + unique_ids[start + i] * row_stride_;
       if (i < 8) __builtin_prefetch(rows[i], 1);
     }
-    ApplySparseOptimizerToRows(options_.optimizer, d, rows, grads + start * d,
-                               static_cast<int64_t>(count));
+    ApplySparseOptimizerToRows(optimizer, d, rows, grads + start * d, static_cast<int64_t>(count));
   }
 }
 

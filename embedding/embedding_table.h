@@ -55,9 +55,12 @@ class EmbeddingTable {
 
   // One optimizer step on each of `unique_ids` with grads[j * dim + 0..dim). Ids must be
   // distinct (a repeated id is updated twice). Checks ids first; nothing changes on error.
-  absl::Status ApplyGradients(absl::Span<const int64_t> unique_ids, const float* grads);
+  // `learning_rate`: the rate of this step (a job's schedule); kTableLearningRate = the table's.
+  absl::Status ApplyGradients(absl::Span<const int64_t> unique_ids, const float* grads,
+                              float learning_rate = kTableLearningRate);
   // REQUIRES: CheckIds(unique_ids).ok().
-  void ApplyGradientsUnchecked(absl::Span<const int64_t> unique_ids, const float* grads);
+  void ApplyGradientsUnchecked(absl::Span<const int64_t> unique_ids, const float* grads,
+                               float learning_rate = kTableLearningRate);
 
   // The stored row [weights | state] of `id`. REQUIRES: 0 <= id < rows().
   const float* Row(int64_t id) const { return data_ + id * row_stride_; }

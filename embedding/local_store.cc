@@ -77,7 +77,8 @@ absl::Status LocalEmbeddingStore::Lookup(int64_t /*step*/, absl::Span<TableRows>
   return absl::OkStatus();
 }
 
-absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableRows> grads) {
+absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableRows> grads,
+                                       float learning_rate) {
   int64_t total = 0;
   for (const TableRows& r : grads) {
     absl::Status status = CheckTable(r.table);
@@ -97,7 +98,7 @@ absl::Status LocalEmbeddingStore::Push(int64_t /*step*/, absl::Span<const TableR
     const TableRows& r = grads[i];
     Table& t = *tables_[r.table];
     absl::MutexLock lock(&t.mu);
-    t.table->ApplyGradientsUnchecked(r.ids, r.values.data());
+    t.table->ApplyGradientsUnchecked(r.ids, r.values.data(), learning_rate);
     t.MarkUpdated(r.ids);
   });
   return absl::OkStatus();

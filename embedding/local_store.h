@@ -55,7 +55,8 @@ class LocalEmbeddingStore : public EmbeddingStore {
 
   // Validates every request (table index, ids, values.size() == ids.size() * dim) before
   // applying any. Ids within one request must be distinct (a repeated id is updated twice).
-  absl::Status Push(int64_t step, absl::Span<const TableRows> grads) override;
+  absl::Status Push(int64_t step, absl::Span<const TableRows> grads,
+                    float learning_rate = kTableLearningRate) override;
 
   // Full stored rows [weights | state] (row_stride floats per id); validated like Lookup.
   absl::Status ReadStoredRows(absl::Span<TableRows> requests) override;

@@ -23,6 +23,17 @@ struct SparseOptimizerOptions {
   float initial_accumulator = 0.0f;  // Adagrad variants: starting sum of squares
 };
 
+// The learning rate of an update that asks for none: the table's own (its options').
+inline constexpr float kTableLearningRate = -1.0f;
+
+// `options` with the learning rate an update asked for (a job's schedule, common/lr_schedule.h),
+// or unchanged for kTableLearningRate (any negative value).
+inline SparseOptimizerOptions WithLearningRate(SparseOptimizerOptions options,
+                                               float learning_rate) {
+  if (learning_rate >= 0.0f) options.learning_rate = learning_rate;
+  return options;
+}
+
 // State floats per row: SGD 0; Adagrad dim (sum of squares per element); row-wise Adagrad 1
 // (mean of squares, one per row); lazy Adam 2*dim+1 (m, v, and the row's own step count).
 inline int SparseOptimizerStateFloats(SparseOptimizerType type, int dim) {

@@ -433,8 +433,9 @@ absl::StatusOr<bool> TieredStore::TryLookupResidentRows(int table, absl::Span<co
 }
 
 absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> unique_ids,
-                                         const float* grads) {
+                                         const float* grads, float learning_rate) {
   DLRM_RETURN_IF_ERROR(CheckDistinctIds(table, unique_ids, "gradient push"));
+  const SparseOptimizerOptions optimizer = WithLearningRate(options_.optimizer, learning_rate);
   Table& t = *tables_[table];
   const int dim = t.config.dim;
   absl::MutexLock lock(&t.mu);
@@ -446,12 +447,12 @@ absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> un
   for (size_t j = 0; j < unique_ids.size(); ++j) {
     if (float* row = t.rows.Find(unique_ids[j])) {
       if (!half) {
-        ApplySparseOptimizerToRow(options_.optimizer, dim, grads + j * dim, row);
+        ApplySparseOptimizerToRow(optimizer, dim, grads + j * dim, row);
         continue;
       }
       // Widen, update in fp32, round the weights stochastically, store.
       t.codec.Decode(row, t.widened.data());
-      ApplySparseOptimizerToRow(options_.optimizer, dim, grads + j * dim, t.widened.data());
+      ApplySparseOptimizerToRow(optimizer, dim, grads + j * dim, t.widened.data());
       StochasticRound(t.codec.dtype, t.widened.data(), dim, &t.rounding_rng);
       t.codec.Encode(t.widened.data(), row);
     } else {
@@ -465,7 +466,7 @@ absl::Status TieredStore::ApplyGradients(int table, absl::Span<const int64_t> un
   t.batch.Clear();
   for (size_t k = 0; k < t.miss_keys.size(); ++k) {
     float* row = t.cold.data() + k * t.row_floats;
-    ApplySparseOptimizerToRow(options_.optimizer, dim, grads + t.miss_pos[k] * dim, row);
+    ApplySparseOptimizerToRow(optimizer, dim, grads + t.miss_pos[k] * dim, row);
     StochasticRound(t.codec.dtype, row, dim, &t.rounding_rng);
     if (!TryAdmit(t, t.miss_keys[k], row, &t.batch)) {
       t.batch.cold_keys.push_back(t.miss_keys[k]);

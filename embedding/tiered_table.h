@@ -108,8 +108,10 @@ class TieredStore {
   absl::StatusOr<bool> TryLookupResidentEncoded(int table, absl::Span<const int64_t> ids,
                                                 void* weights_out);
 
-  // One optimizer step on each row of `unique_ids` (distinct) with grads[j * dim ..).
-  absl::Status ApplyGradients(int table, absl::Span<const int64_t> unique_ids, const float* grads);
+  // One optimizer step on each row of `unique_ids` (distinct) with grads[j * dim ..), at
+  // `learning_rate` (a job's schedule; kTableLearningRate = options.optimizer's).
+  absl::Status ApplyGradients(int table, absl::Span<const int64_t> unique_ids, const float* grads,
+                              float learning_rate = kTableLearningRate);
 
   // Full stored rows (rows_out[j * row_floats ..)), wherever they are, without counting accesses
   // or moving rows: for checks, migration and debugging.

@@ -475,6 +475,10 @@ absl::Status PsJob::CheckPayloads(int table, const std::string& ids_bytes,
 absl::Status PsJob::ValidatePush(const dlrm::v1::PushGradientsRequest& request) const {
   DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
   DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
+  if (request.has_learning_rate()) {
+    DLRM_RETURN_IF_ERROR(CheckOptimizerValue(absl::StrCat("PushGradients of job ", job_id(), ": "),
+                                             "learning_rate", request.learning_rate(), true));
+  }
   std::vector<bool> seen(tables_.size(), false);
   for (const dlrm::v1::TableGradients& t : request.tables()) {
     DLRM_RETURN_IF_ERROR(CheckPayloads(t.table(), t.ids(), t.grads(), /*full_rows=*/false, &seen));
@@ -610,7 +614,9 @@ absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& reques
                               aligned.data());
       grads = aligned.data();
     }
-    status = store_->ApplyGradients(t.table(), ids, grads);
+    status = store_->ApplyGradients(
+        t.table(), ids, grads,
+        request.has_learning_rate() ? request.learning_rate() : embedding::kTableLearningRate);
     if (!status.ok()) break;
     rows += static_cast<int64_t>(ids.size());
   }

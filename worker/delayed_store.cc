@@ -51,19 +51,20 @@ absl::Status DelayedStore::Lookup(int64_t step, absl::Span<embedding::TableRows>
   return status;
 }
 
-absl::Status DelayedStore::Push(int64_t step, absl::Span<const embedding::TableRows> grads) {
+absl::Status DelayedStore::Push(int64_t step, absl::Span<const embedding::TableRows> grads,
+                                float learning_rate) {
   if (!options_.enforce_staleness) {
     Sleep(options_.push_delay);
     if (options_.fail_push_at_step >= 0 && step == options_.fail_push_at_step)
       return options_.error;
-    return inner_->Push(step, grads);
+    return inner_->Push(step, grads, learning_rate);
   }
   Sleep(options_.push_delay / 2);
   if (options_.fail_push_at_step >= 0 && step == options_.fail_push_at_step) {
     Sleep(options_.push_delay / 2);
     return options_.error;
   }
-  absl::Status status = inner_->Push(step, grads);
+  absl::Status status = inner_->Push(step, grads, learning_rate);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
     if (step > applied_through_) applied_ahead_.insert(step);

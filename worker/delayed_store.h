@@ -52,7 +52,8 @@ class DelayedStore : public embedding::EmbeddingStore {
 
   const std::vector<embedding::TableConfig>& tables() const override { return inner_->tables(); }
   absl::Status Lookup(int64_t step, absl::Span<embedding::TableRows> requests) override;
-  absl::Status Push(int64_t step, absl::Span<const embedding::TableRows> grads) override;
+  absl::Status Push(int64_t step, absl::Span<const embedding::TableRows> grads,
+                    float learning_rate = embedding::kTableLearningRate) override;
 
   // With enforce_staleness: the largest staleness a lookup with step >= 0 read at (-1: none yet),
   // and how many lookups had to wait for a push.

@@ -83,7 +83,8 @@ class CudaGpuEmbeddings : public GpuEmbeddings {
                           options_.poolings, device_emb, dim());
   }
 
-  absl::Status ApplyGradients(const float* device_demb) override {
+  absl::Status ApplyGradients(const float* device_demb, float learning_rate) override {
+    table_->set_learning_rate(learning_rate);
     return table_->ApplyGradientsOfLastLookup(device_demb, dim());
   }
 

@@ -87,8 +87,9 @@ class GpuEmbeddings {
   // Backward of the last Lookup (device_demb in its layout) and one sparse optimizer step per
   // distinct row its batch touched (gradients of duplicate ids summed first, as the store's Push
   // does). Reuses the bags the Lookup staged on the device: no host work. FAILED_PRECONDITION
-  // without a Lookup since the last ApplyGradients or ReadStoredRows.
-  virtual absl::Status ApplyGradients(const float* device_demb) = 0;
+  // without a Lookup since the last ApplyGradients or ReadStoredRows. `learning_rate`: the step's
+  // rate (a job's schedule); embedding::kTableLearningRate = the optimizer's own.
+  virtual absl::Status ApplyGradients(const float* device_demb, float learning_rate) = 0;
   // Full stored rows [weights | optimizer state] of the requested ids (like
   // EmbeddingStore::ReadStoredRows); waits for the device.
   virtual absl::Status ReadStoredRows(absl::Span<embedding::TableRows> requests) = 0;

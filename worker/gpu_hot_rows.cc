@@ -110,6 +110,7 @@ class CudaGpuHotRows : public GpuHotRows {
       }
     }
     if (cache_->rows() == 0) return absl::OkStatus();
+    cache_->set_learning_rate(work->learning_rate);
     DenseAllReducer* reducer = Reducer();
     if (reducer == nullptr) return cache_->ApplyHot();
     // Every replica adds its gradients into the buffer; the touch counts, then the touched rows'

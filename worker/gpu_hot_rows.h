@@ -75,7 +75,7 @@ class GpuHotRows {
   virtual absl::Status Lookup(const Batch& batch, const SparseWork& work, float* device_emb) = 0;
   // Backward of the last Lookup (device_demb in its layout): fills work->grads with the cold ids
   // and their summed gradients times cold_scale, then applies the hot rows' gradients (summed
-  // over the workers and divided by their number when there are several).
+  // over the workers and divided by their number when there are several) at work->learning_rate.
   virtual absl::Status Backward(SparseWork* work, const float* device_demb, float cold_scale) = 0;
   virtual int64_t hot_rows() const = 0;
   virtual int64_t device_bytes() const = 0;

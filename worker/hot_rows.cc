@@ -319,7 +319,10 @@ int64_t HotRowCache::bytes() const {
   return b;
 }
 
-void HotRowCache::ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads) {
+void HotRowCache::ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads,
+                                    float learning_rate) {
+  const embedding::SparseOptimizerOptions optimizer =
+      embedding::WithLearningRate(optimizer_, learning_rate);
   // Table by table (rows ascend, so a table's rows are one run), through the batched update,
   // which prefetches rows and overlaps several rows' arithmetic (the same bits as one at a time).
   size_t t = 0, i = 0;
@@ -332,7 +335,7 @@ void HotRowCache::ApplyRowGradients(absl::Span<const int32_t> rows, const float*
     }
     const int dim = tables_[t].dim;
     const int64_t n = static_cast<int64_t>(row_ptrs_.size());
-    embedding::ApplySparseOptimizerToRows(optimizer_, dim, row_ptrs_.data(), grads, n);
+    embedding::ApplySparseOptimizerToRows(optimizer, dim, row_ptrs_.data(), grads, n);
     grads += n * dim;
   }
 }

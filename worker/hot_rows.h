@@ -169,7 +169,9 @@ class HotRowCache {
   // Applies summed gradients to the rows `rows` (indices in the flat layout, all tables' rows in
   // order, ascending): grads holds each row's dim floats in that order. Rows not listed are left
   // as they are, as the parameter servers leave rows nobody pushed.
-  void ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads);
+  // `learning_rate`: the step's rate (a job's schedule); kTableLearningRate = options' own.
+  void ApplyRowGradients(absl::Span<const int32_t> rows, const float* grads,
+                         float learning_rate = embedding::kTableLearningRate);
 
   // Replaces the hot set. Rows that stay keep their values; new rows take their stored values
   // (weights and state) from `incoming` ([rows x row_floats] per table, in `hot_ids` order for

@@ -95,7 +95,8 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // EmbeddingStore. `step` goes to the shards for the staleness bound (step < 0: no wait, e.g.
   // evaluation). Lookup resizes each request's values to ids.size() * dim.
   absl::Status Lookup(int64_t step, absl::Span<embedding::TableRows> requests) override;
-  absl::Status Push(int64_t step, absl::Span<const embedding::TableRows> grads) override;
+  absl::Status Push(int64_t step, absl::Span<const embedding::TableRows> grads,
+                    float learning_rate = embedding::kTableLearningRate) override;
   // Full stored rows [weights | optimizer state] through the shards' ReadRows / WriteRows (no
   // staleness wait). ReadStoredRows resizes each request's values to ids.size() * row_floats,
   // row_floats as the shards report it. WriteStoredRows needs distinct ids per table and

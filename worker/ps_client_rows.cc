@@ -205,7 +205,8 @@ absl::Status GrpcPsClient::Lookup(int64_t step, absl::Span<embedding::TableRows>
   return absl::OkStatus();
 }
 
-absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableRows> grads) {
+absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableRows> grads,
+                                float learning_rate) {
   DLRM_RETURN_IF_ERROR(CheckRequests(grads, /*with_values=*/true));
   Plan plan;
   BuildPlan(grads, &plan);
@@ -222,6 +223,7 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const embedding::TableR
     req.set_step(step);
     req.set_worker_rank(options_.worker_rank);
     req.set_more_chunks(!chunk.last_of_shard);
+    if (learning_rate >= 0.0f) req.set_learning_rate(learning_rate);
     for (const Plan::Entry& e : chunk.entries) {
       const embedding::TableRows& in = grads[e.request];
       const int dim = options_.tables[in.table].dim;

@@ -84,6 +84,8 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
   if (!options_.spec.hot_sync_dtype.empty()) {
     hot_wire_ = *ParseHotWire(options_.spec.hot_sync_dtype);
   }
+  dense_learning_rate_ = static_cast<float>(options_.spec.dense_optimizer.learning_rate);
+  sparse_learning_rate_ = static_cast<float>(options_.spec.sparse_optimizer.learning_rate);
 }
 
 Trainer::~Trainer() {
@@ -417,6 +419,17 @@ void Trainer::Pool(const Batch& batch, const SparseWork& work) {
   });
 }
 
+void Trainer::ScheduleLearningRates(SparseWork* work) {
+  const common::LrSchedule& schedule = options_.spec.lr_schedule;
+  if (schedule.empty()) return;  // every optimizer at its own rate, as without a schedule
+  // The job's updates so far: the dense optimizer's count, restored with a checkpoint (a resumed
+  // cluster job numbers work->step from 0 again).
+  const int64_t job_step = model_->optimizer().step();
+  model_->optimizer().set_learning_rate(
+      common::ScheduledRate(dense_learning_rate_, schedule, job_step));
+  work->learning_rate = common::ScheduledRate(sparse_learning_rate_, schedule, job_step);
+}
+
 void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) {
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   // Tables update their own rows with their own scratch.
@@ -432,7 +445,8 @@ void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) 
     grads.mode = poolings_[t];
     grads.num_rows = static_cast<int64_t>(ids.size());
     local_->UpdateTable(t, ids, [&](embedding::EmbeddingTable& table) {
-      updates_[t].Apply(table.optimizer(), grads, ids, table.mutable_data(), table.row_stride());
+      updates_[t].Apply(embedding::WithLearningRate(table.optimizer(), work.learning_rate), grads,
+                        ids, table.mutable_data(), table.row_stride());
     });
   });
 }
@@ -531,12 +545,13 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     DLRM_RETURN_IF_ERROR(AllReduceDenseGradients());
   }
   lap(&counters_.allreduce_ns);
+  ScheduleLearningRates(work);
   model_->ApplyOptimizer();
   lap(&counters_.dense_optimizer_ns);
   absl::Cleanup sparse_time = [&] { lap(&counters_.sparse_ns); };
 
   if (gpu_tables_ != nullptr) {
-    DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(demb_dev_));
+    DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(demb_dev_, work->learning_rate));
     work->grads.assign(num_tables_, {});
     FinishStep(batch, *work);
     return model_->TakeTrainLoss();
@@ -593,7 +608,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
       for (float& v : g.values) v *= scale;
     }
   });
-  DLRM_RETURN_IF_ERROR(ApplyHotGradients());
+  DLRM_RETURN_IF_ERROR(ApplyHotGradients(work->learning_rate));
   FinishStep(batch, *work);
   return model_->TakeTrainLoss();
 }
@@ -612,7 +627,7 @@ void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
 
 absl::Status Trainer::PushGradients(const SparseWork& work) const {
   if (gpu_tables_ != nullptr || work.in_place) return absl::OkStatus();
-  return options_.store->Push(work.step, work.grads);
+  return options_.store->Push(work.step, work.grads, work.learning_rate);
 }
 
 absl::StatusOr<float> Trainer::Step(const Batch& batch) {

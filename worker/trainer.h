@@ -70,6 +70,9 @@ namespace dlrm::worker {
 // concatenation [cold ids..., hot ids...].
 struct SparseWork {
   int64_t step = 0;
+  // The sparse optimizer's rate for this step's updates: the job's schedule at the job's step
+  // (common/lr_schedule.h), set by Compute; kTableLearningRate when the job has no schedule.
+  float learning_rate = embedding::kTableLearningRate;
   std::vector<embedding::TableRows> rows;       // per table: unique cold ids, then their rows
   std::vector<std::vector<int32_t>> hot_slots;  // per table: cache slots of the unique hot ids
   std::vector<std::vector<int64_t>> inverse;    // per table: index into [cold..., hot...]
@@ -259,15 +262,18 @@ class Trainer {
   bool ReadsInPlace() const;
   // work.in_place: each table's gradient, summed per distinct id, applied straight to its rows.
   void ApplyGradientsInPlace(const Batch& batch, const SparseWork& work);
+  // The job's learning-rate schedule at this step: sets the dense optimizer's rate and
+  // work->learning_rate (nothing without a schedule).
+  void ScheduleLearningRates(SparseWork* work);
   // Rows of table t in [cold..., hot...] order: the fetched rows alone when nothing is hot.
   const float* CombinedRows(const SparseWork& work, int t);
   // Runs fn(t) for every table, on the pool when the batch has at least kParallelMinIds ids.
   void ForEachTable(int64_t total_ids, const std::function<void(int)>& fn) const;
   // Sums the hot rows' gradients over the workers and applies them (overlapped: applies the
   // previous step's exchange and starts this step's).
-  absl::Status ApplyHotGradients();
+  absl::Status ApplyHotGradients(float learning_rate);
   // Applies hot_gathered_ (the exchange's output) to the hot rows.
-  void ApplyGatheredHotGradients();
+  void ApplyGatheredHotGradients(float learning_rate);
   // Lets the overlapped exchange in flight apply its gradients: the hot rows' values are no
   // longer read until the next step's Pool, which comes after DrainHotExchange.
   void AllowHotApply();
@@ -286,6 +292,9 @@ class Trainer {
   TrainerOptions options_;
   int num_tables_ = 0;
   int dim_ = 0;
+  // The spec's learning rates, which the job's schedule scales step by step.
+  float dense_learning_rate_ = 0.0f;
+  float sparse_learning_rate_ = 0.0f;
   std::vector<embedding::PoolingMode> poolings_;  // per table
   std::unique_ptr<dense::DlrmDenseModel> model_;
   std::unique_ptr<embedding::EmbeddingKernels> kernels_;  // host-side pooling

@@ -13,7 +13,7 @@
 
 namespace dlrm::worker {
 
-absl::Status Trainer::ApplyHotGradients() {
+absl::Status Trainer::ApplyHotGradients(float learning_rate) {
   if (hot_ == nullptr || hot_->total_rows() == 0) return absl::OkStatus();
   // Overlapped: the previous step's exchange is applied first, in step order on every rank, and
   // its input buffer is free again.
@@ -43,7 +43,7 @@ absl::Status Trainer::ApplyHotGradients() {
       absl::MutexLock lock(&hot_mu_);
       hot_may_apply_ = false;
     }
-    hot_thread_ = std::thread([this, hot_reducer, rows = hot_->total_rows()] {
+    hot_thread_ = std::thread([this, hot_reducer, rows = hot_->total_rows(), learning_rate] {
       common::NameThisThread("dlrm-hot-xchg");
       const int64_t sent_before = hot_reducer->sent_bytes();
       hot_thread_status_ =
@@ -54,7 +54,7 @@ absl::Status Trainer::ApplyHotGradients() {
         absl::MutexLock lock(&hot_mu_);
         hot_mu_.Await(absl::Condition(&hot_may_apply_));
       }
-      ApplyGatheredHotGradients();
+      ApplyGatheredHotGradients(learning_rate);
     });
     return absl::OkStatus();
   }
@@ -63,7 +63,7 @@ absl::Status Trainer::ApplyHotGradients() {
   DLRM_RETURN_IF_ERROR(
       hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_gathered_, hot_wire_));
   if (reducer != nullptr) counters_.hot_sync_bytes += reducer->sent_bytes() - sent_before;
-  ApplyGatheredHotGradients();
+  ApplyGatheredHotGradients(learning_rate);
   return absl::OkStatus();
 }
 
@@ -80,7 +80,7 @@ absl::Status Trainer::DrainHotExchange() {
   return hot_thread_status_;
 }
 
-void Trainer::ApplyGatheredHotGradients() {
+void Trainer::ApplyGatheredHotGradients(float learning_rate) {
   const int world = static_cast<int>(hot_gathered_.counts.size());
   // Scaled by 1/world like the cold rows' pushes.
   if (world > 1) {
@@ -89,13 +89,13 @@ void Trainer::ApplyGatheredHotGradients() {
   }
   if (world > 1 && options_.hot_updates == TrainerOptions::HotUpdates::kSummed) {
     SumGatheredHotGradients();
-    hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data());
+    hot_->ApplyRowGradients(hot_summed_.rows, hot_summed_.grads.data(), learning_rate);
     return;
   }
   // Each worker's gradient is its own step, in rank order, as the parameter servers apply each
   // worker's push.
   for (int r = 0; r < world; ++r) {
-    hot_->ApplyRowGradients(hot_gathered_.Rows(r), hot_gathered_.Grads(r));
+    hot_->ApplyRowGradients(hot_gathered_.Rows(r), hot_gathered_.Grads(r), learning_rate);
   }
 }
 

@@ -453,13 +453,14 @@ HalfRows GpuEmbeddingTable::HalfView() {
 
 void GpuEmbeddingTable::LaunchOptimizer(const int64_t* slots, const float* grads, int64_t n) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const SparseOptimizerOptions optimizer = WithLearningRate(options_.optimizer, learning_rate_);
   if (!half()) {
-    LaunchApplySparseOptimizer(options_.optimizer, rows_, row_stride_, options_.dim, slots, grads,
-                               n, stream);
+    LaunchApplySparseOptimizer(optimizer, rows_, row_stride_, options_.dim, slots, grads, n,
+                               stream);
     return;
   }
   const StochasticRounding rounding{.seed = options_.rounding_seed, .call = optimizer_calls_++};
-  LaunchApplySparseOptimizerHalf(options_.optimizer, HalfView(), slots, grads, n, rounding, stream);
+  LaunchApplySparseOptimizerHalf(optimizer, HalfView(), slots, grads, n, rounding, stream);
 }
 
 void GpuEmbeddingTable::PackRows(const float* rows, int64_t first, int64_t count) {

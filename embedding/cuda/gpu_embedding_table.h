@@ -137,6 +137,10 @@ class GpuEmbeddingTable {
   // (device, n x dim), e.g. after an allreduce of hot-row gradients.
   absl::Status ApplyRowGradients(const int64_t* ids, int64_t n, const float* device_grads);
 
+  // The learning rate of the updates that follow (a job's schedule, common/lr_schedule.h);
+  // kTableLearningRate: options.optimizer's own.
+  void set_learning_rate(float learning_rate) { learning_rate_ = learning_rate; }
+
   // Waits for every call issued so far.
   absl::Status Synchronize();
 
@@ -182,6 +186,7 @@ class GpuEmbeddingTable {
   StagedLookup last_lookup_;
 
   const GpuEmbeddingTableOptions options_;
+  float learning_rate_ = kTableLearningRate;
   const int64_t row_stride_;
   const int64_t row_words_;
   float* rows_ = nullptr;         // rows x row_words_ 4-byte words

@@ -414,9 +414,9 @@ absl::Status GpuHotCache::ApplyHot() {
   }
   s.hot_grads_ready = false;
   DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  LaunchApplySparseOptimizer(options_.optimizer, s.rows, row_stride_, options_.dim, s.hot_slots,
-                             s.step_grads.as<float>() + s.num_cold * options_.dim, s.num_hot,
-                             s.stream);
+  LaunchApplySparseOptimizer(
+      WithLearningRate(options_.optimizer, learning_rate_), s.rows, row_stride_, options_.dim,
+      s.hot_slots, s.step_grads.as<float>() + s.num_cold * options_.dim, s.num_hot, s.stream);
   return absl::OkStatus();
 }
 
@@ -470,9 +470,9 @@ absl::Status GpuHotCache::ReduceAndApply(const AllReduceFn& allreduce) {
     DLRM_RETURN_IF_ERROR(
         Annotate(allreduce(s.packed.as<float>(), static_cast<size_t>(touched) * dim),
                  "allreduce of the touched hot rows' gradients"));
-    LaunchApplySparseOptimizer(options_.optimizer, s.rows, row_stride_, dim,
-                               s.packed_slots.as<int64_t>(), s.packed.as<float>(), touched,
-                               s.stream);
+    LaunchApplySparseOptimizer(WithLearningRate(options_.optimizer, learning_rate_), s.rows,
+                               row_stride_, dim, s.packed_slots.as<int64_t>(), s.packed.as<float>(),
+                               touched, s.stream);
   }
   return CudaStatus(cudaMemsetAsync(s.reduce, 0, ReduceBytes(), s.stream), "cudaMemsetAsync");
 }

@@ -111,6 +111,9 @@ class GpuHotCache {
                         absl::Span<const absl::Span<float>> cold_grad_parts);
   // One optimizer step on each hot row of the last Backward, with its gradient.
   absl::Status ApplyHot();
+  // The learning rate of the updates that follow (ApplyHot, ReduceAndApply; a job's schedule,
+  // common/lr_schedule.h); kTableLearningRate: options.optimizer's own.
+  void set_learning_rate(float learning_rate) { learning_rate_ = learning_rate; }
 
   // Adds scale x the last Backward's hot gradients into the buffer and counts each hot row once.
   // FAILED_PRECONDITION unless created with sum_over_workers.
@@ -141,6 +144,7 @@ class GpuHotCache {
   struct State;
 
   const GpuHotCacheOptions options_;
+  float learning_rate_ = kTableLearningRate;
   const int64_t row_stride_;
   std::unique_ptr<State> state_;
 };

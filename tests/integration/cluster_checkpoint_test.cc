@@ -71,10 +71,11 @@ class ClusterCheckpointTest : public LocalClusterTest {
   // A job spec file `name`.yaml: k = 0, checkpoints every 10 steps into `ckpt` (absolute).
   static std::string Job(const std::string& name, int max_steps, const std::string& ckpt,
                          const std::string& hot = "hot_budget: 0", int full_every = 1,
-                         const std::string& dtype = "fp32") {
+                         const std::string& dtype = "fp32", const std::string& schedule = "") {
     return WriteSpec(
         {.name = name,
          .table_dtype = dtype,
+         .lr_schedule = schedule,
          .training = absl::StrCat("batch_size: 256, epochs: 1, seed: 11, staleness: 0, max_steps: ",
                                   max_steps, ", ", hot),
          .checkpoint = absl::StrCat("dir: ", Dir(), "/", ckpt,
@@ -98,14 +99,20 @@ class ClusterCheckpointTest : public LocalClusterTest {
 
 // 1 PS + 1 worker, k = 0: 40 steps in one go and 20 + resume + 20 write byte-identical files,
 // and `dlrm train` on the same spec writes the same dense file and a model that evaluates the
-// same; `dlrm train` continues from the cluster's checkpoint.
+// same; `dlrm train` continues from the cluster's checkpoint. The job has a learning-rate
+// schedule whose decay starts after the resume, so the resumed run must go on at the job's step,
+// not at its own, and the parameter server must apply the rate each push carries (else the rows,
+// and the evaluations, differ from dlrm train's).
 TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTrain) {
-  ProcessResult a = Local(Job("straight", 40, "straight"), {}, "straight");
+  auto job = [](const std::string& name, int steps) {
+    return Job(name, steps, name, "hot_budget: 0", 1, "fp32",
+               "warmup_steps: 8, decay_start: 24, decay_steps: 12, end_factor: 0.1");
+  };
+  ProcessResult a = Local(job("straight", 40), {}, "straight");
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  ProcessResult b1 = Local(Job("split", 20, "split"), {}, "split-1");
+  ProcessResult b1 = Local(job("split", 20), {}, "split-1");
   ASSERT_EQ(b1.exit_code, 0) << b1.err;
-  ProcessResult b2 =
-      Local(Job("split", 40, "split"), {"--resume-from", Dir() + "/split"}, "split-2");
+  ProcessResult b2 = Local(job("split", 40), {"--resume-from", Dir() + "/split"}, "split-2");
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
 
   const std::string ca = Newest("straight");
@@ -121,9 +128,9 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
         << ma->files[i].name;
   }
 
-  ProcessResult t = RunProcess({BinPath("dlrm"), "train", "-c", Job("single", 40, "single"),
-                                "--no-progress", "--threads", "1"},
-                               Dir(), "train", absl::Seconds(120));
+  ProcessResult t = RunProcess(
+      {BinPath("dlrm"), "train", "-c", job("single", 40), "--no-progress", "--threads", "1"}, Dir(),
+      "train", absl::Seconds(120));
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const std::string ct = Newest("single");
   EXPECT_EQ(Slurp(ct + "/dense.bin"), Slurp(ca + "/dense.bin"))
@@ -140,8 +147,8 @@ TEST_F(ClusterCheckpointTest, OnePsOneWorkerResumeIsBitIdenticalAndMatchesDlrmTr
   EXPECT_EQ(evals[0], evals[1]);
 
   // The cluster's checkpoint continues in dlrm train.
-  ProcessResult more = RunProcess({BinPath("dlrm"), "train", "-c", Job("more", 50, "more"),
-                                   "--no-progress", "--threads", "1", "--resume", ca},
+  ProcessResult more = RunProcess({BinPath("dlrm"), "train", "-c", job("more", 50), "--no-progress",
+                                   "--threads", "1", "--resume", ca},
                                   Dir(), "train-more", absl::Seconds(120));
   ASSERT_EQ(more.exit_code, 0) << more.err;
   EXPECT_EQ(fs::path(Newest("more")).filename(), "ckpt-000000000050");

@@ -22,7 +22,8 @@ std::string JobYaml(const JobSpec& spec) {
       spec.model.empty() ? "" : ", ", spec.model, "}\n", kCappedKaggleTablesYaml,
       spec.table_dtype.empty() ? "" : absl::StrCat("  dtype: ", spec.table_dtype, "\n"),
       "optimizer:\n  dense: {", spec.dense_optimizer, "}\n  sparse: {", spec.sparse_optimizer,
-      "}\ntraining: {", spec.training, "}\ndata: {train: ", spec.train, ", eval_fraction: 0.1}\n",
+      "}\n", spec.lr_schedule.empty() ? "" : absl::StrCat("  schedule: {", spec.lr_schedule, "}\n"),
+      "training: {", spec.training, "}\ndata: {train: ", spec.train, ", eval_fraction: 0.1}\n",
       spec.checkpoint.empty() ? "" : absl::StrCat("checkpoint: {", spec.checkpoint, "}\n"));
 }
 

@@ -27,6 +27,7 @@ struct JobSpec {
   std::string table_dtype = "";  // tables.dtype; none (the default) when empty
   std::string dense_optimizer = "type: adam, learning_rate: 0.003";
   std::string sparse_optimizer = "type: rowwise_adagrad, learning_rate: 0.05";
+  std::string lr_schedule = "";  // optimizer.schedule's settings; no schedule when empty
   std::string training;
   std::string train = "[train.tsv]";  // data.train (files in the spec's folder)
   std::string checkpoint = "";        // no checkpoint block when empty

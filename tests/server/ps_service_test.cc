@@ -5,6 +5,7 @@
 // tests/worker/ps_client_test.cc.)
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,47 @@ TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
   std::vector<embedding::TableRows> ref = {{0, {1}, {}}};
   ASSERT_TRUE((*store)->Lookup(-1, absl::MakeSpan(ref)).ok());
   EXPECT_EQ(UnpackFloats(resp.tables(0).rows()), ref[0].values);
+}
+
+// A push may carry the learning rate of its step (a job's schedule, common/lr_schedule.h, which
+// only the worker knows across a resume): SGD then moves a row by that rate times the gradient,
+// not by LoadJob's 0.1; without one it uses LoadJob's; a rate of 0 moves nothing; a negative, NaN
+// or infinite rate is refused naming it, and nothing is applied.
+TEST_F(PsServiceTest, APushAppliesTheLearningRateItCarries) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  auto row = [&] {
+    dlrm::v1::LookupResponse resp;
+    EXPECT_TRUE(Lookup(LookupOf("j", 0, {1}), &resp).ok());
+    return resp.tables_size() == 1 ? UnpackFloats(resp.tables(0).rows()) : std::vector<float>{};
+  };
+  const std::vector<float> g = {1, -2, 4, 8};
+  auto push = [&](std::optional<float> rate) {
+    dlrm::v1::PushGradientsRequest r = PushOf("j", 0, {1}, g);
+    if (rate.has_value()) r.set_learning_rate(*rate);
+    return Push(r);
+  };
+  std::vector<float> before = row();
+  ASSERT_EQ(before.size(), 4u);
+  ASSERT_TRUE(push(0.25f).ok());
+  std::vector<float> after = row();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(after[k], before[k] - 0.25f * g[k]) << k;
+
+  before = after;
+  ASSERT_TRUE(push(std::nullopt).ok());
+  after = row();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(after[k], before[k] - 0.1f * g[k]) << "LoadJob's " << k;
+
+  before = after;
+  ASSERT_TRUE(push(0.0f).ok());
+  EXPECT_EQ(row(), before) << "a rate of 0";
+  for (float bad : {-0.5f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(), 2e6f}) {
+    const grpc::Status s = push(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(s.error_message(), HasSubstr("learning_rate")) << bad;
+  }
+  EXPECT_EQ(row(), before) << "a refused push changed the row";
 }
 
 TEST_F(PsServiceTest, RejectsIdsOwnedByAnotherShard) {

@@ -375,7 +375,8 @@ TEST_F(HotTrainingTest, HotSetCutsStoreTraffic) {
 
 // A hot row takes the updates a parameter server gives a cold row: each worker's push is its
 // own optimizer step (HotUpdates::kPerWorker). Two workers' gradients applied to the replica in
-// rank order give, bit for bit, the row the store holds after the same two pushes.
+// rank order give, bit for bit, the row the store holds after the same two pushes; at each step's
+// rate of a schedule too (common/lr_schedule.h; 0.01 x (step + 1) here, not the optimizer's 0.05).
 TEST(HotRowCache, PerWorkerStepsEqualTheStoresPushes) {
   for (const char* type : {"sgd", "adagrad", "rowwise_adagrad", "adam"}) {
     SCOPED_TRACE(type);
@@ -412,8 +413,9 @@ TEST(HotRowCache, PerWorkerStepsEqualTheStoresPushes) {
             push[table].values.push_back(g);
           }
         }
-        cache->ApplyRowGradients(rows, grads.data());
-        ASSERT_TRUE(store->Push(step, push).ok());
+        const float rate = 0.01f * static_cast<float>(step + 1);
+        cache->ApplyRowGradients(rows, grads.data(), rate);
+        ASSERT_TRUE(store->Push(step, push, rate).ok());
       }
     }
     for (int table = 0; table < 2; ++table) {

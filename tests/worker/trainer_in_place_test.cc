@@ -2,7 +2,9 @@
 // against the copying path it replaces (the same store behind a wrapper, which FetchRows reads
 // through Lookup and PushGradients writes through Push): the same losses, dense model and stored
 // rows, bit for bit.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
 #include "worker/delayed_store.h"
+#include "worker/hot_rows.h"
 #include "worker/trainer.h"
 
 namespace dlrm::worker {
@@ -172,6 +175,114 @@ TEST(TrainerPoolingTest, EachTablePoolsItsOwnWay) {
   EXPECT_NE(l_mixed, l_sum);
   EXPECT_NE(l_mixed, l_mean);
   EXPECT_NE(l_sum, l_mean);
+}
+
+// optimizer.schedule (common/lr_schedule.h) scales both optimizers, on both sparse paths: rows
+// updated in place, and rows copied out and pushed back through EmbeddingStore::Push (the path of
+// the parameter servers and of hot rows). The first SGD update of a 4-step warm-up moves every
+// dense parameter and every row a quarter as far as the unscheduled update, and a schedule whose
+// rate has decayed to 0 moves nothing at all, while the same steps without it do.
+TEST(TrainerScheduleTest, BothOptimizersFollowTheScheduleOnBothPaths) {
+  struct Snapshot {
+    std::vector<float> dense;
+    std::vector<std::vector<float>> rows;
+  };
+  auto snapshot = [](const Rig& rig) {
+    Snapshot s;
+    dense::DlrmDenseModel& m = rig.trainer->model();
+    s.dense.assign(m.params(), m.params() + m.num_params());
+    for (size_t t = 0; t < kRows.size(); ++t) {
+      const embedding::EmbeddingTable& table = rig.local->table(static_cast<int>(t));
+      s.rows.emplace_back(table.data(), table.data() + table.rows() * table.row_stride());
+    }
+    return s;
+  };
+  // |after - before| of the scheduled run against `factor` times the unscheduled one, within
+  // float rounding of the values themselves.
+  auto expect_scaled = [](const std::vector<float>& before, const std::vector<float>& plain,
+                          const std::vector<float>& scheduled, double factor, const char* what) {
+    int moved = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      const double full = static_cast<double>(plain[i]) - before[i];
+      const double part = static_cast<double>(scheduled[i]) - before[i];
+      moved += full != 0.0;
+      ASSERT_NEAR(part, factor * full, 3e-7 * std::abs(before[i]) + 1e-6 * std::abs(full) + 1e-12)
+          << what << " [" << i << "]";
+    }
+    EXPECT_GT(moved, 0) << what << ": the unscheduled step moved nothing";
+  };
+  for (bool copying : {false, true}) {
+    SCOPED_TRACE(copying ? "rows copied and pushed" : "rows updated in place");
+    common::JobSpec plain = Spec(Shape{16, "sum", "sgd", 256});
+    plain.dense_optimizer = {.type = "sgd", .learning_rate = 0.05};
+    common::JobSpec warmup = plain;
+    warmup.lr_schedule = {.warmup_steps = 4};
+    auto a = MakeRig(plain, copying);
+    auto b = MakeRig(warmup, copying);
+    const Snapshot before = snapshot(*a);
+    const Batch batch = testing::RandomBagBatch(plain, 1);
+    ASSERT_TRUE(a->trainer->Step(batch).ok());
+    ASSERT_TRUE(b->trainer->Step(batch).ok());
+    const Snapshot after_plain = snapshot(*a);
+    const Snapshot after_warmup = snapshot(*b);
+    expect_scaled(before.dense, after_plain.dense, after_warmup.dense, 0.25, "dense");
+    for (size_t t = 0; t < kRows.size(); ++t) {
+      expect_scaled(before.rows[t], after_plain.rows[t], after_warmup.rows[t], 0.25, "rows");
+    }
+
+    // Decayed to nothing from the first update (Adam on the dense side: a zero rate leaves the
+    // weights bit for bit, whatever its moments hold).
+    // With the copying path, some rows are hot (replicated on the worker, updated by the hot
+    // exchange): they stop too, and move without the schedule.
+    common::JobSpec stopped = plain;
+    stopped.dense_optimizer = {.type = "adam", .learning_rate = 0.01};
+    stopped.lr_schedule = {.decay_start = 0, .decay_steps = 1, .end_factor = 0.0};
+    common::JobSpec moving = stopped;
+    moving.lr_schedule = {};
+    std::vector<std::vector<int64_t>> hot_ids(kRows.size());
+    for (size_t t = 0; t < kRows.size(); ++t) {
+      // Ids RandomBagBatch draws often (its r * r * 7919 for small r).
+      for (int64_t r : {0, 1, 2}) hot_ids[t].push_back(r * r * 7919 % kRows[t]);
+      std::sort(hot_ids[t].begin(), hot_ids[t].end());
+      hot_ids[t].erase(std::unique(hot_ids[t].begin(), hot_ids[t].end()), hot_ids[t].end());
+    }
+    auto hot_rows = [&](const Rig& rig) {
+      std::vector<float> all;
+      const HotRowCache* hot = rig.trainer->hot_rows();
+      if (hot == nullptr) return all;
+      for (size_t t = 0; t < kRows.size(); ++t) {
+        for (size_t slot = 0; slot < hot_ids[t].size(); ++slot) {
+          const float* row = hot->StoredRow(static_cast<int>(t), static_cast<int32_t>(slot));
+          all.insert(all.end(), row, row + hot->row_floats(static_cast<int>(t)));
+        }
+      }
+      return all;
+    };
+    for (const common::JobSpec* spec : {&stopped, &moving}) {
+      const bool zero_rate = spec == &stopped;
+      SCOPED_TRACE(zero_rate ? "rate decayed to 0" : "no schedule");
+      auto c = MakeRig(*spec, copying);
+      if (copying) {
+        HotRowCacheOptions cache_options;
+        cache_options.tables = TableConfigsFromSpec(*spec);
+        cache_options.optimizer = *SparseOptimizerFromSpec(*spec);
+        cache_options.seed = spec->seed;
+        ASSERT_TRUE(c->trainer->SetHotRows(*HotRowCache::Create(cache_options, hot_ids)).ok());
+      }
+      const Snapshot start = snapshot(*c);
+      const std::vector<float> hot_start = hot_rows(*c);
+      EXPECT_EQ(hot_start.empty(), !copying);
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        ASSERT_TRUE(c->trainer->Step(testing::RandomBagBatch(*spec, seed)).ok());
+      }
+      const Snapshot end = snapshot(*c);
+      EXPECT_EQ(start.dense == end.dense, zero_rate) << "dense parameters";
+      EXPECT_EQ(start.rows == end.rows, zero_rate) << "rows";
+      if (copying) {
+        EXPECT_EQ(hot_start == hot_rows(*c), zero_rate) << "hot rows";
+      }
+    }
+  }
 }
 
 }  // namespace
