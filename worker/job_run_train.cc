@@ -72,6 +72,9 @@ absl::Status WorkerProcess::JobRun::OnStep(int64_t batch_size, float loss) {
     metrics_.train_loss->Set(loss_avg_);
     const int64_t rewinds = train_reader_ != nullptr ? train_reader_->rewinds() : 0;
     metrics_.epoch->Set(static_cast<double>(base_.epoch + rewinds + 1));
+    const Trainer::LearningRates rates = trainer_->learning_rates();
+    metrics_.dense_learning_rate->Set(rates.dense);
+    metrics_.sparse_learning_rate->Set(rates.sparse);
   }
   return ReportProgress(false);
 }

@@ -86,6 +86,7 @@ Trainer::Trainer(const TrainerOptions& options) : options_(options) {
   }
   dense_learning_rate_ = static_cast<float>(options_.spec.dense_optimizer.learning_rate);
   sparse_learning_rate_ = static_cast<float>(options_.spec.sparse_optimizer.learning_rate);
+  last_sparse_learning_rate_ = sparse_learning_rate_;
 }
 
 Trainer::~Trainer() {
@@ -428,6 +429,7 @@ void Trainer::ScheduleLearningRates(SparseWork* work) {
   model_->optimizer().set_learning_rate(
       common::ScheduledRate(dense_learning_rate_, schedule, job_step));
   work->learning_rate = common::ScheduledRate(sparse_learning_rate_, schedule, job_step);
+  last_sparse_learning_rate_ = work->learning_rate;
 }
 
 void Trainer::ApplyGradientsInPlace(const Batch& batch, const SparseWork& work) {

@@ -212,6 +212,17 @@ class Trainer {
   // The hot set. With GPU hot rows (gpu_hot_rows()) its values are those of the last migration
   // or SyncHotRowsToHost, not the trained ones; its ids and slots are always current.
   const HotRowCache* hot_rows() const { return hot_.get(); }
+
+  // The rates of the latest step (the job's optimizer.schedule at its step; without one, or
+  // before the first step, the optimizers' own).
+  struct LearningRates {
+    float dense = 0.0f;
+    float sparse = 0.0f;
+  };
+  LearningRates learning_rates() const {
+    return {.dense = model_->optimizer().options().learning_rate,
+            .sparse = last_sparse_learning_rate_};
+  }
   // True when the hot rows live in GPU memory (a CUDA backend without GPU tables).
   bool gpu_hot_rows() const { return gpu_hot_ != nullptr; }
   // With GPU hot rows: copies their trained values into hot_rows(). A no-op otherwise.
@@ -295,6 +306,7 @@ class Trainer {
   // The spec's learning rates, which the job's schedule scales step by step.
   float dense_learning_rate_ = 0.0f;
   float sparse_learning_rate_ = 0.0f;
+  float last_sparse_learning_rate_ = 0.0f;        // learning_rates()
   std::vector<embedding::PoolingMode> poolings_;  // per table
   std::unique_ptr<dense::DlrmDenseModel> model_;
   std::unique_ptr<embedding::EmbeddingKernels> kernels_;  // host-side pooling

@@ -29,6 +29,10 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
       "train_loss", "Training log loss of this worker's recent steps (moving average, 1/50).");
   m.epoch =
       &registry->Gauge("train_epoch", "Epoch in progress of the job this worker trains, 1-based.");
+  const char* rate_help =
+      "Learning rate of the latest step, by optimizer (optimizer.schedule's, or the optimizer's).";
+  m.dense_learning_rate = &registry->Gauge("learning_rate", rate_help, {{"optimizer", "dense"}});
+  m.sparse_learning_rate = &registry->Gauge("learning_rate", rate_help, {{"optimizer", "sparse"}});
   m.eval_auc = &registry->Gauge(
       "eval_auc", "AUC on the job's eval split at the latest evaluation (rank 0 only).");
   m.eval_logloss = &registry->Gauge(

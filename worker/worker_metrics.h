@@ -23,6 +23,9 @@ struct WorkerMetrics {
   // rank 0's latest evaluation (training.eval_every_steps, and the final one).
   prometheus::Gauge* train_loss = nullptr;
   prometheus::Gauge* epoch = nullptr;
+  // The learning rates of the latest step (optimizer.schedule's, or the optimizers' own).
+  prometheus::Gauge* dense_learning_rate = nullptr;
+  prometheus::Gauge* sparse_learning_rate = nullptr;
   prometheus::Gauge* eval_auc = nullptr;
   prometheus::Gauge* eval_logloss = nullptr;
   prometheus::Gauge* eval_step = nullptr;
