@@ -141,6 +141,10 @@ struct JobSpec {
   // (dense/cpu/cpu_backend.h; tf32 runs as fp32 on CPUs).
   std::string math_mode = "fp32";
   int64_t eval_every_steps = 0;  // 0 = only at the end
+  // Train to target quality, as MLPerf Training does (0.80275 for DLRMv2): stop at the first
+  // periodic evaluation (eval_every_steps, which it needs) whose AUC is >= this, as if max_steps
+  // had ended training there. 0 = no target; otherwise in (0, 1).
+  double target_auc = 0;
   // A cluster job that loses a member recovers (rolls back to its last checkpoint) at most this
   // many times; the next loss fails it.
   int max_recoveries = 3;

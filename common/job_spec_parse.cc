@@ -363,7 +363,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
         tr, "training",
         {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
          "hot_sample_batches", "hot_refresh_steps", "device", "math_mode", "eval_every_steps",
-         "max_recoveries", "network_gbps", "hot_sync_dtype", "dense_sync_dtype",
+         "target_auc", "max_recoveries", "network_gbps", "hot_sync_dtype", "dense_sync_dtype",
          "dense_sync_compression", "powersgd_rank", "powersgd_warmup_steps"}));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
@@ -375,6 +375,7 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "device", &spec.device));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "math_mode", &spec.math_mode));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "eval_every_steps", &spec.eval_every_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "target_auc", &spec.target_auc));
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_recoveries", &spec.max_recoveries));
     std::string hot_budget;
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
@@ -466,6 +467,16 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
   if (spec.eval_every_steps < 0) {
     return Invalid("training.eval_every_steps",
                    absl::StrCat("must be >= 0, got ", spec.eval_every_steps));
+  }
+  if (!std::isfinite(spec.target_auc) || spec.target_auc < 0 || spec.target_auc >= 1) {
+    return Invalid("training.target_auc",
+                   absl::StrCat("must be in [0, 1) (0 = no target), got ", spec.target_auc));
+  }
+  if (spec.target_auc > 0 && spec.eval_every_steps == 0) {
+    return Invalid("training.target_auc",
+                   absl::StrCat(spec.target_auc,
+                                " needs training.eval_every_steps: the target is checked at each "
+                                "periodic evaluation"));
   }
   if (spec.device != "auto" && spec.device != "cpu" && spec.device != "cuda") {
     return Invalid("training.device",

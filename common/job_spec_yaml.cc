@@ -96,6 +96,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "device" << YAML::Value << spec.device;
   out << YAML::Key << "math_mode" << YAML::Value << spec.math_mode;
   out << YAML::Key << "eval_every_steps" << YAML::Value << spec.eval_every_steps;
+  if (spec.target_auc != 0) {
+    out << YAML::Key << "target_auc" << YAML::Value << Shortest(spec.target_auc);
+  }
   out << YAML::Key << "max_recoveries" << YAML::Value << spec.max_recoveries;
   out << YAML::EndMap;
   out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;

@@ -291,6 +291,45 @@ TEST(JobSpec, HotSyncDtypeIsReadCheckedAndRoundTrips) {
               HasSubstr("training.hot_sync_dtype: 'int4' is not one of fp32, fp16, bf16, fp8"));
 }
 
+TEST(JobSpec, TargetAucIsReadCheckedAndRoundTrips) {
+  auto unset = ParseJobSpec(kValid);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->target_auc, 0);
+  EXPECT_THAT(JobSpecToYaml(*unset), ::testing::Not(HasSubstr("target_auc")));
+  auto spec = ParseJobSpec(
+      Replace(kValid, "hot_budget: 1MiB", "eval_every_steps: 50, target_auc: 0.80275"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->target_auc, 0.80275);
+  EXPECT_EQ(spec->eval_every_steps, 50);
+  EXPECT_THAT(JobSpecToYaml(*spec), HasSubstr("target_auc: 0.80275"));
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
+  EXPECT_EQ(again->target_auc, spec->target_auc);  // the shortest text that reads back exactly
+  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+  // 0 is no target, with or without periodic evaluations.
+  auto zero = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "target_auc: 0"));
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->target_auc, 0);
+  const std::pair<const char*, const char*> refused[] = {
+      {"eval_every_steps: 10, target_auc: -0.1", "must be in [0, 1) (0 = no target), got -0.1"},
+      {"eval_every_steps: 10, target_auc: 1", "must be in [0, 1) (0 = no target), got 1"},
+      {"eval_every_steps: 10, target_auc: 1.5", "got 1.5"},
+      {"eval_every_steps: 10, target_auc: .nan", "got nan"},
+      {"eval_every_steps: 10, target_auc: .inf", "got inf"},
+      {"eval_every_steps: 10, target_auc: high", "cannot read 'high' as a number"},
+      {"target_auc: 0.8",
+       "training.target_auc: 0.8 needs training.eval_every_steps: the target is checked at each "
+       "periodic evaluation"},
+      {"eval_every_steps: 0, target_auc: 0.8", "0.8 needs training.eval_every_steps"}};
+  for (const auto& [yaml, named] : refused) {
+    auto bad = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", yaml));
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("training.target_auc: ")) << yaml;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(named)) << yaml;
+  }
+}
+
 TEST(JobSpec, UnknownKeyIsNamed) {
   auto spec = ParseJobSpec(Replace(kValid, "batch_size: 128", "batchsize: 128"));
   ASSERT_FALSE(spec.ok());
