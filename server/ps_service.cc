@@ -328,6 +328,8 @@ absl::StatusOr<dlrm::v1::GetStatsResponse> PsService::DoGetStats(const std::stri
     r.set_memory_rows(r.memory_rows() + s.memory_rows);
     r.set_memory_bytes(r.memory_bytes() + s.memory_bytes);
     r.set_rocksdb_reads(r.rocksdb_reads() + s.rocksdb_reads);
+    r.set_rocksdb_hits(r.rocksdb_hits() + s.rocksdb_hits);
+    r.set_rows_created(r.rows_created() + s.rows_created);
     r.set_rocksdb_writes(r.rocksdb_writes() + s.rocksdb_writes);
     r.set_shard_index(job->shard_index());
     r.set_shard_count(job->shard_count());

@@ -233,14 +233,18 @@ absl::Status WorkerProcess::JobRun::Finish() {
     // Where the job's rows live now, summed over the shards (shown by dlrm local).
     absl::StatusOr<std::vector<dlrm::v1::GetStatsResponse>> stats = store_->GetStatsAll();
     if (stats.ok()) {
-      double memory_rows = 0, reads = 0, writes = 0;
+      double memory_rows = 0, reads = 0, hits = 0, created = 0, writes = 0;
       for (const dlrm::v1::GetStatsResponse& s : *stats) {
         memory_rows += static_cast<double>(s.memory_rows());
         reads += static_cast<double>(s.rocksdb_reads());
+        hits += static_cast<double>(s.rocksdb_hits());
+        created += static_cast<double>(s.rows_created());
         writes += static_cast<double>(s.rocksdb_writes());
       }
       m["ps_memory_rows"] = memory_rows;
-      m["ps_rocksdb_reads"] = reads;
+      m["ps_rocksdb_reads"] = reads;  // memory-tier misses: hits + created
+      m["ps_rocksdb_hits"] = hits;
+      m["ps_rows_created"] = created;
       m["ps_rocksdb_writes"] = writes;
     } else {
       DLRM_LOG(WARNING) << "parameter-server stats: " << stats.status().message();

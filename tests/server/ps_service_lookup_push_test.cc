@@ -192,6 +192,15 @@ TEST_F(PsServiceTest, RocksDbHitsAndRowCreationsAreCountedApart) {
   EXPECT_EQ(c.reads - pushed.reads, c.hits - pushed.hits);
   const Counts read = c;
 
+  // GetStats splits the job's memory-tier misses the same way (one job so far: the same counts).
+  dlrm::v1::GetStatsRequest stats_req;
+  stats_req.set_job_id("j");
+  dlrm::v1::GetStatsResponse stats;
+  ASSERT_TRUE(stub_->GetStats(common::MakeClientContext(kTimeout).get(), stats_req, &stats).ok());
+  EXPECT_EQ(stats.rocksdb_hits(), read.hits);
+  EXPECT_EQ(stats.rows_created(), read.created);
+  EXPECT_EQ(stats.rocksdb_reads(), stats.rocksdb_hits() + stats.rows_created());
+
   // Unloaded, the job's counts stay in the counters; a new job's first lookup adds to them.
   dlrm::v1::UnloadJobRequest unload;
   unload.set_job_id("j");

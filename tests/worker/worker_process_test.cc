@@ -34,6 +34,8 @@ dlrm::v1::ReportProgressRequest RankZeroEnd(const std::string& job, int64_t epoc
                           "hot_migrations",
                           "ps_memory_rows",
                           "ps_rocksdb_reads",
+                          "ps_rocksdb_hits",
+                          "ps_rows_created",
                           "ps_rocksdb_writes",
                           "network_bytes_per_sample",
                           "network_ps_lookup_bytes_per_sample",
