@@ -8,6 +8,7 @@
 //   dlrm gen-data --out train.tsv --rows N [--max-rows R] [--seed S]  synthetic Criteo TSV
 //                 [--format binary] [--multi-hot mlperf|N|N,N,...]   or binary, multi-hot
 //   dlrm convert --out train.bin IN.tsv...                            TSV -> compact binary
+//                [--multi-hot mlperf|N|N,N,... [--bag-seed S]]        multi-hot bags per token
 //   dlrm bench --shape kaggle-shape|model1|mlperf-dcnv2               full step vs GEMM bound
 #include <algorithm>
 #include <atomic>
@@ -186,13 +187,41 @@ void AddConvert(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("inputs", options.inputs, "Criteo TSV files (binary inputs are refused)")
       ->required();
   cmd->add_flag("--strict", options.strict, "Stop at the first malformed line");
-  cmd->callback([run] {
-    *run = [] {
+  static std::string multi_hot;
+  auto* multi_hot_option = cmd->add_option(
+      "--multi-hot", multi_hot,
+      "Bags of tokens per table, as MLPerf DLRMv2 materialises multi-hot Criteo 1TB: 'mlperf' "
+      "(its sizes), one size for every table, or 26 comma-separated sizes. Each field's token "
+      "stays the first of its bag; the others are a fixed function of (--bag-seed, table, "
+      "token, position), so a token always brings the same bag (an empty field stays empty). "
+      "Writes binary format version 2");
+  auto* bag_seed_option =
+      cmd->add_option("--bag-seed", options.bag_seed,
+                      "Seed of the derived bag tokens (with --multi-hot; default 0)")
+          ->check(UnsignedInteger());
+  cmd->callback([run, multi_hot_option, bag_seed_option] {
+    *run = [multi_hot_option, bag_seed_option] {
+      // Given, even empty (`--multi-hot ""`, an unset shell variable): parsed, so that an empty
+      // value is refused instead of writing one-hot data.
+      if (multi_hot_option->count() > 0) {
+        auto bags = worker::ParseBagSizes(multi_hot, "convert --multi-hot");
+        if (!bags.ok()) return Fail(bags.status());
+        options.bags = *bags;
+      } else if (bag_seed_option->count() > 0) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("convert --bag-seed ", options.bag_seed,
+                         ": seeds the bags of --multi-hot, which is not given")));
+      }
       auto result = worker::ConvertTsvToBinary(options);
       if (!result.ok()) return Fail(result.status());
-      std::fprintf(stderr, "converted %lld records (%lld malformed lines skipped) to %s\n",
+      const std::string bags =
+          options.bags.has_value()
+              ? absl::StrCat(" (multi-hot, bags ", worker::BagSizesString(*options.bags),
+                             ", bag seed ", options.bag_seed, ")")
+              : "";
+      std::fprintf(stderr, "converted %lld records (%lld malformed lines skipped) to %s%s\n",
                    static_cast<long long>(result->records), static_cast<long long>(result->skipped),
-                   options.output.c_str());
+                   options.output.c_str(), bags.c_str());
       return 0;
     };
   });

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/mix64.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
@@ -125,7 +126,31 @@ absl::Status CheckBags(const BagSizes& bags) {
   return absl::OkStatus();
 }
 
+// Sets a one-hot record's bags (ConvertOptions::bags): the one-hot token first, then the
+// derived tokens; an empty field's extra tokens are 0.
+void AddBags(const BagSizes& bags, uint64_t bag_seed, CriteoRecord* record) {
+  record->bags = bags;
+  record->extra_ids.resize(ExtraIdsPerRecord(bags));
+  size_t extra = 0;
+  for (int t = 0; t < kCriteoNumCategorical; ++t) {
+    const bool missing = record->missing(t);
+    for (int k = 1; k < bags[t]; ++k) {
+      record->extra_ids[extra++] = missing ? 0 : MultiHotBagToken(bag_seed, t, record->cats[t], k);
+    }
+  }
+}
+
 }  // namespace
+
+uint32_t MultiHotBagToken(uint64_t bag_seed, int table, uint32_t token, int k) {
+  // token in bits 0-31, table (< 26) in bits 32-39, k (< kMaxBagSize = 2^12) in bits 40-55: one
+  // word per (table, token, k), and a bijection of it for each seed, so no two of them share a
+  // 64-bit mix. The high 32 bits of the mix are the token.
+  const uint64_t word = static_cast<uint64_t>(token) | (static_cast<uint64_t>(table) << 32) |
+                        (static_cast<uint64_t>(k) << 40);
+  const uint64_t key = common::SplitMix64(bag_seed ^ 0x6d756c7469686f74ULL);  // "multihot"
+  return static_cast<uint32_t>(common::SplitMix64(key ^ word) >> 32);
+}
 
 BinaryLayout BinaryLayout::MultiHot(const BagSizes& bags) {
   BinaryLayout layout;
@@ -363,7 +388,7 @@ absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options) 
     }
   }
   DLRM_ASSIGN_OR_RETURN(auto writer,
-                        BinaryWriter::Create(options.output, std::nullopt, "convert --out"));
+                        BinaryWriter::Create(options.output, options.bags, "convert --out"));
   ConvertResult result;
   CriteoRecord record;
   for (const std::string& input : options.inputs) {
@@ -375,6 +400,7 @@ absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options) 
     while (true) {
       DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
       if (!more) break;
+      if (options.bags.has_value()) AddBags(*options.bags, options.bag_seed, &record);
       DLRM_RETURN_IF_ERROR(writer->Append(record));
     }
     result.skipped += reader->skipped();

@@ -16,7 +16,8 @@
 //    53  uint32   cats[26], raw tokens (0 when missing)
 //   157  uint32   missing_mask (bit t: categorical t was empty)
 //
-// Version 2 (multi-hot: a bag of bags[t] tokens per table t, the same sizes for every record):
+// Version 2 (multi-hot: a bag of bags[t] tokens per table t, the same sizes for every record;
+// written by gen-data --multi-hot and convert --multi-hot):
 //   header (96 bytes)
 //     0  as version 1 up to byte 32, with version 2 and record_bytes 161 + 4 E, where
 //        E = sum over t of (bags[t] - 1)
@@ -142,11 +143,31 @@ class BinaryReader {
   int64_t buffered_count_ = 0;  // records in buffer_
 };
 
+// Multi-hot conversion of one-hot data (`dlrm convert --multi-hot`), as MLPerf Training's
+// DLRM-DCNv2 materialises its multi-hot Criteo 1TB from the one-hot files (TorchRec's
+// materialize_synthetic_multihot_dataset.py). Kept: the label, the dense values and each table's
+// one-hot token, which becomes the first token of the table's bag. Derived: the bag's other
+// bags[t] - 1 tokens, extra token k (1 <= k < bags[t]) being MultiHotBagToken(bag_seed, t,
+// token, k). They depend on nothing but the seed, the table, the first token and the position, so
+// a token always brings the same bag: popular ids stay popular, and so do the rows their bags
+// hash to. An empty field keeps its one token 0 and gets extra tokens 0 (as gen-data writes
+// one): it still reads as one id, row 0 (feature_hash.h).
+//
+// The extra tokens are uniform over the 32-bit tokens (splitmix64 of the seed, table, position
+// and token); the feature hashing at read time spreads them over the table's rows, whatever its
+// size, as gen-data's BagId spreads its extra ids over a table of known cardinality.
+uint32_t MultiHotBagToken(uint64_t bag_seed, int table, uint32_t token, int k);
+inline constexpr uint64_t kDefaultBagSeed = 0;
+
 struct ConvertOptions {
   std::vector<std::string> inputs;    // Criteo TSV files, concatenated in order
   std::string output;                 // binary file to write
   bool strict = false;                // fail on the first malformed line instead of skipping it
   ParseIssueSink on_issue = nullptr;  // optional, gets every skipped line
+  // Multi-hot bag sizes (binary format version 2, bags made by MultiHotBagToken); none: one-hot
+  // (version 1), as before.
+  std::optional<BagSizes> bags = std::nullopt;
+  uint64_t bag_seed = kDefaultBagSeed;  // only with `bags`
 };
 
 struct ConvertResult {
@@ -154,10 +175,11 @@ struct ConvertResult {
   int64_t skipped = 0;
 };
 
-// TSV -> binary (what `dlrm convert` runs). The output appears only when the conversion succeeds
-// (OutputFile: a symlink is followed). Refused with INVALID_ARGUMENT before anything is written:
-// an input that is already binary, and an output that is one of the inputs. No valid record in
-// the inputs is FAILED_PRECONDITION, and nothing is written.
+// TSV -> binary (what `dlrm convert` runs): one-hot, or multi-hot with options.bags (each record's
+// bags from MultiHotBagToken). The output appears only when the conversion succeeds (OutputFile: a
+// symlink is followed). Refused with INVALID_ARGUMENT before anything is written: an input that
+// is already binary, an output that is one of the inputs, and a bag size outside
+// [1, kMaxBagSize]. No valid record in the inputs is FAILED_PRECONDITION, and nothing is written.
 absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options);
 
 }  // namespace dlrm::worker

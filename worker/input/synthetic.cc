@@ -135,21 +135,23 @@ BagSizes MlperfDlrmV2BagSizes() {
   return {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
 }
 
-absl::StatusOr<BagSizes> ParseBagSizes(const std::string& text) {
+absl::StatusOr<BagSizes> ParseBagSizes(const std::string& text, const std::string& flag) {
   if (text == "mlperf") return MlperfDlrmV2BagSizes();
+  const std::string prefix = flag.empty() ? "" : absl::StrCat(flag, ": ");
   const std::vector<std::string> parts = absl::StrSplit(text, ',');
   if (parts.size() != 1 && parts.size() != kCriteoNumCategorical) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bag sizes '", text, "': give mlperf, one number, or ", kCriteoNumCategorical,
-                     " comma-separated numbers (got ", parts.size(), ")"));
+        absl::StrCat(prefix, "bag sizes '", text, "': give mlperf, one number, or ",
+                     kCriteoNumCategorical, " comma-separated numbers (got ", parts.size(), ")"));
   }
   BagSizes bags;
   for (int t = 0; t < kCriteoNumCategorical; ++t) {
     const std::string& part = parts[parts.size() == 1 ? 0 : t];
     int size = 0;
     if (!absl::SimpleAtoi(part, &size) || size < 1 || size > kMaxBagSize) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bag sizes '", text, "': '", part, "' is not a number in [1, ", kMaxBagSize, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "bag sizes '", text, "': '", part,
+                                                     "' is not a number in [1, ", kMaxBagSize,
+                                                     "]"));
     }
     bags[t] = static_cast<uint16_t>(size);
   }

@@ -12,7 +12,8 @@
 // Zipf-drawn id above and the others are a fixed function of (table, that id, position), spread
 // uniformly over the table, as MLPerf DLRMv2's synthetic multi-hot data (each one-hot id always
 // brings the same bag), so popular ids stay popular and so do their bags. The planted logit
-// then adds the mean weight of a bag's tokens.
+// then adds the mean weight of a bag's tokens. `dlrm convert --multi-hot` gives real one-hot data
+// bags the same way, from its tokens (MultiHotBagToken in binary_format.h).
 //
 // Deterministic: the same options give byte-identical output (own PRNG, no std:: distributions).
 #pragma once
@@ -51,8 +52,10 @@ struct GenDataOptions {
 // MLPerf Training DLRMv2's bag sizes (its synthetic multi-hot Criteo 1TB), table by table.
 BagSizes MlperfDlrmV2BagSizes();
 // "mlperf" (MlperfDlrmV2BagSizes), one number for every table, or 26 comma-separated numbers,
-// each in [1, kMaxBagSize]. INVALID_ARGUMENT naming the bad part otherwise.
-absl::StatusOr<BagSizes> ParseBagSizes(const std::string& text);
+// each in [1, kMaxBagSize] (gen-data's and convert's --multi-hot). INVALID_ARGUMENT naming the
+// text and its bad part otherwise, after "<flag>: " when `flag` is given (e.g.
+// "convert --multi-hot").
+absl::StatusOr<BagSizes> ParseBagSizes(const std::string& text, const std::string& flag = "");
 
 struct GenDataStats {
   int64_t rows = 0;
