@@ -1,8 +1,12 @@
 #include "worker/input/batch_reader.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +106,140 @@ TEST(BatchReader, BinaryAndTsvGiveIdenticalBatches) {
   EXPECT_EQ(from_tsv.size(), 7u);
   ExpectSameBatches(from_tsv, from_binary);
   ExpectSameBatches(from_tsv, from_binary_explicit);
+}
+
+// The sample converted with these bags (none: one-hot), read back as batches of 33.
+std::vector<Batch> ConvertedSampleBatches(const TempDir& dir, const std::string& name,
+                                          std::optional<BagSizes> bags,
+                                          uint64_t bag_seed = kDefaultBagSeed) {
+  auto converted = ConvertTsvToBinary({.inputs = {testing::CriteoSamplePath()},
+                                       .output = dir.File(name),
+                                       .bags = bags,
+                                       .bag_seed = bag_seed});
+  EXPECT_TRUE(converted.ok()) << converted.status();
+  if (!converted.ok()) return {};
+  EXPECT_EQ(converted->records, 200);
+  BatchReaderOptions options;
+  options.batch_size = 33;
+  options.table_rows = SmallRows();
+  options.paths = {dir.File(name)};
+  return ReadBatches(options);
+}
+
+// Sample i's bag of table t.
+std::vector<int64_t> BagOf(const Batch& batch, int t, int i) {
+  const SparseFeature& f = batch.sparse[t];
+  return std::vector<int64_t>(f.ids.begin() + f.offsets[i], f.ids.begin() + f.offsets[i + 1]);
+}
+
+// convert --multi-hot read as batches: each bag starts with the one-hot conversion's id, row for
+// row, has its table's size, and is the same wherever its token is; an empty field reads as one id
+// 0, as an empty field of gen-data's multi-hot data does. Another --bag-seed changes the other
+// ids only.
+TEST(BatchReader, MultiHotConversionBagsStartWithTheOneHotId) {
+  TempDir dir;
+  const std::vector<Batch> one_hot = ConvertedSampleBatches(dir, "one_hot.bin", std::nullopt);
+  ASSERT_EQ(one_hot.size(), 7u);
+  auto tsv = LoadAll({.paths = {testing::CriteoSamplePath()}});
+  ASSERT_TRUE(tsv.ok()) << tsv.status();
+  BagSizes fours;
+  fours.fill(4);
+  for (const BagSizes& bags : {fours, MlperfDlrmV2BagSizes()}) {
+    SCOPED_TRACE(BagSizesString(bags));
+    const std::vector<Batch> multi_hot = ConvertedSampleBatches(dir, "multi_hot.bin", bags);
+    ASSERT_EQ(multi_hot.size(), one_hot.size());
+    std::map<std::pair<int, uint32_t>, std::vector<int64_t>> bag_of;  // (table, token) -> bag
+    int repeats = 0, empty = 0, sample = 0;
+    for (size_t b = 0; b < one_hot.size(); ++b) {
+      ASSERT_EQ(multi_hot[b].size, one_hot[b].size);
+      EXPECT_EQ(multi_hot[b].labels, one_hot[b].labels);
+      EXPECT_EQ(multi_hot[b].dense, one_hot[b].dense);
+      for (int i = 0; i < one_hot[b].size; ++i, ++sample) {
+        const CriteoRecord& record = (*tsv)[sample];
+        for (int t = 0; t < kCriteoNumCategorical; ++t) {
+          const std::vector<int64_t> bag = BagOf(multi_hot[b], t, i);
+          ASSERT_FALSE(bag.empty()) << "sample " << sample << " table " << t;
+          EXPECT_EQ(bag[0], one_hot[b].sparse[t].ids[i]) << "sample " << sample << " table " << t;
+          if (record.missing(t)) {
+            ++empty;
+            EXPECT_EQ(bag, std::vector<int64_t>{0}) << "sample " << sample << " table " << t;
+            continue;
+          }
+          EXPECT_EQ(bag.size(), bags[t]) << "sample " << sample << " table " << t;
+          auto [it, inserted] = bag_of.emplace(std::make_pair(t, record.cats[t]), bag);
+          if (!inserted) {
+            ++repeats;
+            EXPECT_EQ(it->second, bag) << "sample " << sample << " table " << t;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(sample, 200);
+    EXPECT_GT(repeats, 2000);
+    EXPECT_GT(empty, 500);
+  }
+
+  // gen-data's empty fields read the same way: one id, row 0.
+  GenDataOptions gen;
+  gen.output = dir.File("gen.bin");
+  gen.format = InputFormat::kBinary;
+  gen.num_rows = 200;
+  gen.cardinalities = SmallRows();
+  gen.empty_fraction = 0.3;
+  gen.bags = fours;
+  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  BatchReaderOptions options;
+  options.batch_size = 200;
+  options.table_rows = SmallRows();
+  options.paths = {gen.output};
+  const std::vector<Batch> generated = ReadBatches(options);
+  ASSERT_EQ(generated.size(), 1u);
+  int gen_empty = 0;
+  for (int i = 0; i < 200; ++i) {
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      const std::vector<int64_t> bag = BagOf(generated[0], t, i);
+      if (bag.size() == 4u) continue;
+      ++gen_empty;
+      EXPECT_EQ(bag, std::vector<int64_t>{0});
+    }
+  }
+  EXPECT_GT(gen_empty, 500);
+
+  // Another seed: the same first ids, other extra ids.
+  const std::vector<Batch> seed_0 = ConvertedSampleBatches(dir, "seed_0.bin", fours);
+  const std::vector<Batch> seed_9 = ConvertedSampleBatches(dir, "seed_9.bin", fours, 9);
+  ASSERT_EQ(seed_0.size(), seed_9.size());
+  int differ = 0, extra = 0;
+  for (size_t b = 0; b < seed_0.size(); ++b) {
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      EXPECT_EQ(seed_0[b].sparse[t].offsets, seed_9[b].sparse[t].offsets);
+      for (int i = 0; i < seed_0[b].size; ++i) {
+        const std::vector<int64_t> x = BagOf(seed_0[b], t, i);
+        const std::vector<int64_t> y = BagOf(seed_9[b], t, i);
+        ASSERT_EQ(x.size(), y.size());
+        EXPECT_EQ(x[0], y[0]);
+        for (size_t k = 1; k < x.size(); ++k, ++extra) differ += x[k] != y[k];
+      }
+    }
+  }
+  // Rows are tokens hashed into at most 1000 rows (3 for table 8): some of the other seed's land
+  // on the same rows.
+  EXPECT_GT(extra, 10000);
+  EXPECT_GT(differ, extra * 8 / 10);
+}
+
+// Bags of size one everywhere (a version-2 file) read exactly as the one-hot conversion.
+TEST(BatchReader, MultiHotConversionWithBagsOfOneReadsAsOneHot) {
+  TempDir dir;
+  const std::vector<Batch> one_hot = ConvertedSampleBatches(dir, "one_hot.bin", std::nullopt);
+  const std::vector<Batch> ones = ConvertedSampleBatches(dir, "ones.bin", OneHotBags());
+  auto is_binary = IsBinaryCriteoFile(dir.File("ones.bin"));
+  ASSERT_TRUE(is_binary.ok() && *is_binary);
+  EXPECT_GT(std::filesystem::file_size(dir.File("ones.bin")),
+            std::filesystem::file_size(dir.File("one_hot.bin")))
+      << "the size-one file is a version-2 file";
+  EXPECT_EQ(one_hot.size(), 7u);
+  ExpectSameBatches(one_hot, ones);
 }
 
 TEST(BatchReader, ReusesBatchStorageOnceWarm) {

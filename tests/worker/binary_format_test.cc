@@ -3,13 +3,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
 #include "worker/input/record_reader.h"
+#include "worker/input/synthetic.h"
 
 namespace dlrm::worker {
 namespace {
@@ -184,6 +187,185 @@ TEST(BinaryFormat, ConvertCountsSkipsAndStrictLeavesNoOutput) {
       ConvertTsvToBinary({.inputs = {dir.File("nope.tsv")}, .output = dir.File("x.bin")});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir.File("nope.tsv")));
+}
+
+// The sample converted with these bags (none: one-hot), read back record by record.
+std::vector<CriteoRecord> ConvertSampleWith(const TempDir& dir, const std::string& name,
+                                            std::optional<BagSizes> bags,
+                                            uint64_t bag_seed = kDefaultBagSeed) {
+  auto result = ConvertTsvToBinary({.inputs = {testing::CriteoSamplePath()},
+                                    .output = dir.File(name),
+                                    .bags = bags,
+                                    .bag_seed = bag_seed});
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  EXPECT_EQ(result->records, 200);
+  absl::Status status;
+  std::vector<CriteoRecord> records = ReadBinary(dir.File(name), &status);
+  EXPECT_TRUE(status.ok()) << status;
+  return records;
+}
+
+// Table t's extra tokens in a record of these bags.
+std::vector<uint32_t> ExtraTokens(const CriteoRecord& r, int t) {
+  size_t start = 0;
+  for (int u = 0; u < t; ++u) start += r.bags[u] - 1;
+  return std::vector<uint32_t>(r.extra_ids.begin() + start,
+                               r.extra_ids.begin() + start + r.bags[t] - 1);
+}
+
+// convert --multi-hot: every record keeps its label, dense values and one-hot tokens (the first
+// of each bag); the other tokens follow from the token alone (the same token, the same bag), are
+// spread over the 32-bit tokens, and are 0 for an empty field, as gen-data writes them.
+TEST(BinaryFormat, MultiHotConversionKeepsEachTokenFirstAndDerivesItsBag) {
+  TempDir dir;
+  const std::vector<CriteoRecord> one_hot = ConvertSampleWith(dir, "one_hot.bin", std::nullopt);
+  ASSERT_EQ(one_hot.size(), 200u);
+  BagSizes threes;
+  threes.fill(3);
+  for (const BagSizes& bags : {threes, MlperfDlrmV2BagSizes()}) {
+    SCOPED_TRACE(BagSizesString(bags));
+    const std::vector<CriteoRecord> multi_hot = ConvertSampleWith(dir, "multi_hot.bin", bags);
+    ASSERT_EQ(multi_hot.size(), one_hot.size());
+    EXPECT_EQ(std::filesystem::file_size(dir.File("multi_hot.bin")),
+              static_cast<uintmax_t>(kBinaryHeaderBytesMultiHot +
+                                     200 * (kBinaryRecordBytes + 4 * ExtraIdsPerRecord(bags))));
+    std::map<std::pair<int, uint32_t>, std::vector<uint32_t>> bag_of;  // (table, token) -> extra
+    int repeats = 0, empty = 0;
+    for (size_t i = 0; i < one_hot.size(); ++i) {
+      const CriteoRecord& a = one_hot[i];
+      const CriteoRecord& b = multi_hot[i];
+      ASSERT_EQ(a.label, b.label) << i;
+      ASSERT_EQ(a.dense, b.dense) << i;
+      ASSERT_EQ(a.cats, b.cats) << i;
+      ASSERT_EQ(a.missing_mask, b.missing_mask) << i;
+      ASSERT_EQ(b.bags, bags);
+      ASSERT_EQ(b.extra_ids.size(), static_cast<size_t>(ExtraIdsPerRecord(bags)));
+      for (int t = 0; t < kCriteoNumCategorical; ++t) {
+        const std::vector<uint32_t> extra = ExtraTokens(b, t);
+        if (b.missing(t)) {
+          ++empty;
+          EXPECT_EQ(extra, std::vector<uint32_t>(bags[t] - 1, 0)) << i << " table " << t;
+          continue;
+        }
+        for (int k = 1; k < bags[t]; ++k) {
+          EXPECT_EQ(extra[k - 1], MultiHotBagToken(kDefaultBagSeed, t, b.cats[t], k));
+        }
+        auto [it, inserted] = bag_of.emplace(std::make_pair(t, b.cats[t]), extra);
+        if (!inserted) {
+          ++repeats;
+          EXPECT_EQ(it->second, extra) << "record " << i << " table " << t;
+        }
+      }
+    }
+    EXPECT_GT(repeats, 2000) << "the sample's tokens repeat; so must their bags";
+    EXPECT_GT(empty, 500) << "the sample has empty fields";
+    // Distinct tokens bring distinct bags (a collision of 32-bit tokens is all but impossible),
+    // and their tokens are uniform over [0, 2^32): the mean of token / 2^32 is 1/2 within a few
+    // standard errors (1 / sqrt(12 n)).
+    std::map<int, std::map<std::vector<uint32_t>, uint32_t>> token_of;
+    double sum = 0;
+    int count = 0;
+    for (const auto& [key, extra] : bag_of) {
+      for (uint32_t token : extra) sum += token / 4294967296.0;
+      count += static_cast<int>(extra.size());
+      if (extra.empty()) continue;
+      auto [it, inserted] = token_of[key.first].emplace(extra, key.second);
+      EXPECT_TRUE(inserted) << "table " << key.first << ": tokens " << it->second << " and "
+                            << key.second << " bring the same bag";
+    }
+    ASSERT_GT(count, 2000);
+    EXPECT_NEAR(sum / static_cast<double>(count), 0.5, 0.02);
+  }
+
+  // Another seed: the same first tokens, other extra tokens.
+  const std::vector<CriteoRecord> seed_0 = ConvertSampleWith(dir, "seed_0.bin", threes);
+  const std::vector<CriteoRecord> seed_7 = ConvertSampleWith(dir, "seed_7.bin", threes, 7);
+  ASSERT_EQ(seed_0.size(), seed_7.size());
+  int same = 0, differ = 0;
+  for (size_t i = 0; i < seed_0.size(); ++i) {
+    ASSERT_EQ(seed_0[i].cats, seed_7[i].cats);
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      if (seed_0[i].missing(t)) continue;
+      const std::vector<uint32_t> a = ExtraTokens(seed_0[i], t);
+      const std::vector<uint32_t> b = ExtraTokens(seed_7[i], t);
+      for (size_t k = 0; k < a.size(); ++k) (a[k] == b[k] ? same : differ) += 1;
+    }
+  }
+  EXPECT_EQ(same, 0);
+  EXPECT_GT(differ, 5000);
+}
+
+// An empty field's extra tokens are those gen-data writes for one: zeros.
+TEST(BinaryFormat, MultiHotConversionGivesEmptyFieldsGenDatasEmptyBags) {
+  TempDir dir;
+  BagSizes bags;
+  bags.fill(4);
+  GenDataOptions gen;
+  gen.output = dir.File("gen.bin");
+  gen.format = InputFormat::kBinary;
+  gen.num_rows = 300;
+  gen.cardinalities = CappedKaggleCardinalities(1000);
+  gen.empty_fraction = 0.3;
+  gen.bags = bags;
+  ASSERT_TRUE(GenerateCriteoTsv(gen).ok());
+  absl::Status status;
+  const std::vector<CriteoRecord> generated = ReadBinary(gen.output, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  const std::vector<CriteoRecord> converted = ConvertSampleWith(dir, "c.bin", bags);
+  ASSERT_EQ(converted.size(), 200u);
+  std::vector<uint32_t> gen_empty;
+  for (const CriteoRecord& r : generated) {
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      if (r.missing(t) && gen_empty.empty()) gen_empty = ExtraTokens(r, t);
+    }
+  }
+  ASSERT_EQ(gen_empty, std::vector<uint32_t>(3, 0));
+  int empty = 0;
+  for (const CriteoRecord& r : converted) {
+    for (int t = 0; t < kCriteoNumCategorical; ++t) {
+      if (!r.missing(t)) continue;
+      ++empty;
+      EXPECT_EQ(r.cats[t], 0u);
+      EXPECT_EQ(ExtraTokens(r, t), gen_empty) << "table " << t;
+    }
+  }
+  EXPECT_GT(empty, 500);
+}
+
+// Bags of size one: a version-2 file whose records are the one-hot conversion's.
+TEST(BinaryFormat, MultiHotConversionWithBagsOfOneIsTheOneHotConversion) {
+  TempDir dir;
+  const std::vector<CriteoRecord> one_hot = ConvertSampleWith(dir, "one_hot.bin", std::nullopt);
+  const std::vector<CriteoRecord> ones = ConvertSampleWith(dir, "ones.bin", OneHotBags());
+  EXPECT_EQ(std::filesystem::file_size(dir.File("ones.bin")),
+            static_cast<uintmax_t>(kBinaryHeaderBytesMultiHot + 200 * kBinaryRecordBytes));
+  auto reader = BinaryReader::Open({.path = dir.File("ones.bin")});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->layout().version, kBinaryVersionMultiHot);
+  ASSERT_EQ(one_hot.size(), 200u);
+  EXPECT_EQ(ones, one_hot);
+}
+
+// A bad --multi-hot is refused naming the flag and the value; bag sizes out of range reach no
+// file.
+TEST(BinaryFormat, MultiHotConversionRefusesBadBagSizes) {
+  for (const std::string bad : {"3,x", "0", "", "4097", "mlperff"}) {
+    auto parsed = ParseBagSizes(bad, "convert --multi-hot");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()),
+                HasSubstr("convert --multi-hot: bag sizes '" + bad + "'"));
+  }
+  TempDir dir;
+  BagSizes bags;
+  bags.fill(2);
+  bags[5] = 0;
+  auto result = ConvertTsvToBinary(
+      {.inputs = {testing::CriteoSamplePath()}, .output = dir.File("x.bin"), .bags = bags});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("bag size 0 of table 5"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("x.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("x.bin.tmp")));
 }
 
 }  // namespace
