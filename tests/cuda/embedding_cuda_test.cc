@@ -268,8 +268,12 @@ TEST_P(GpuTableTest, LookupAndApplyGradientsMatchCpu) {
       ExpectClose(d_out.ToHost(), want, 1e-6, 1e-7, "lookup");
 
       const auto dout = RandomVector(want.size(), 40 + step);
-      cuda_test::ApplyReferenceStep(*cpu_, options.optimizer, dim, options.rows, stride, bags,
-                                    batch, PoolingMode::kMean, dout, &host);
+      // The second step at a rate of the job's schedule (set_learning_rate), not the options'.
+      const float rate = step == 0 ? kTableLearningRate : 0.0375f;
+      table.set_learning_rate(rate);
+      cuda_test::ApplyReferenceStep(*cpu_, WithLearningRate(options.optimizer, rate), dim,
+                                    options.rows, stride, bags, batch, PoolingMode::kMean, dout,
+                                    &host);
       DeviceArray<float> d_dout(dout);
       ASSERT_TRUE(table
                       .ApplyGradients(bags.ids.data(), bags.offsets.data(), batch,

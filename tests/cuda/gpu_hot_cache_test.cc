@@ -1,7 +1,7 @@
 // The GPU hot cache (embedding/cuda/gpu_hot_cache.h) against the same steps done on the host
 // with the CPU kernels: lookups over cold and hot rows, the cold gradients, one worker's hot
-// update, and the sum over workers (counts, then the touched rows). Tolerances as in
-// embedding_cuda_test.cc. Skipped without a GPU.
+// update (at the step's rate of a schedule), and the sum over workers (counts, then the touched
+// rows). Tolerances as in embedding_cuda_test.cc. Skipped without a GPU.
 #include "embedding/cuda/gpu_hot_cache.h"
 
 #include <cuda_runtime.h>
@@ -181,6 +181,9 @@ TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
       ExpectClose(cold_grads, want_cold, 1e-5, 1e-6, "cold gradients", &cold_scale);
 
       std::vector<float> hot_grads(grads.begin() + num_cold * dim, grads.end());
+      // A rate of the job's schedule for this step (set_learning_rate), not the options' 0.1.
+      const float rate = 0.025f * static_cast<float>(step + 1);
+      cache.set_learning_rate(rate);
       if (step < 2) {
         ASSERT_TRUE(cache.ApplyHot().ok());
         EXPECT_EQ(cache.ApplyHot().code(), absl::StatusCode::kFailedPrecondition)
@@ -194,8 +197,8 @@ TEST_F(GpuHotCacheTest, StepsMatchTheCpuKernelsForEveryOptimizer) {
                         : std::vector<size_t>{50};
         EXPECT_EQ(sums, want_sums) << "the counts, then the touched rows' gradients";
       }
-      cpu_->ApplySparseOptimizer(options.optimizer, hot.data(), stride, dim, in.hot_slots.data(),
-                                 hot_grads.data(), num_hot);
+      cpu_->ApplySparseOptimizer(WithLearningRate(options.optimizer, rate), hot.data(), stride, dim,
+                                 in.hot_slots.data(), hot_grads.data(), num_hot);
       ASSERT_TRUE(cache.ReadRows(0, options.rows, read.data()).ok());
       // Rows outside the step (Adam's state included) must not move at all.
       ExpectClose(read, hot, 1e-5, 1e-6, "hot rows after the step");
