@@ -2,24 +2,9 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
-
-absl::Status CheckModelFitsCriteoInput(const common::JobSpec& spec) {
-  if (spec.dense_features != kCriteoNumDense) {
-    return absl::InvalidArgumentError(absl::StrCat("model.dense_features: Criteo input has ",
-                                                   kCriteoNumDense, " dense features, got ",
-                                                   spec.dense_features));
-  }
-  if (spec.tables.size() != static_cast<size_t>(kCriteoNumCategorical)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tables: Criteo input has ", kCriteoNumCategorical,
-                     " categorical features (a table each), got ", spec.tables.size(), " tables"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options) {
   DLRM_RETURN_IF_ERROR(CheckModelFitsCriteoInput(spec));

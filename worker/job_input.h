@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/criteo_shape.h"
 #include "common/job_spec.h"
 #include "worker/input/batch_reader.h"
 
@@ -36,8 +37,9 @@ struct JobInputOptions {
 };
 
 // INVALID_ARGUMENT naming the key when the spec's model does not match Criteo input (13 dense
-// features and 26 tables, one-hot or multi-hot alike).
-absl::Status CheckModelFitsCriteoInput(const common::JobSpec& spec);
+// features and 26 tables, one-hot or multi-hot alike). Defined in common/criteo_shape.h, where
+// the coordinator's SubmitJob uses it too.
+using common::CheckModelFitsCriteoInput;
 
 // Checks the model (CheckModelFitsCriteoInput) and opens the readers. Missing files are NOT_FOUND
 // naming the path.

@@ -33,11 +33,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/criteo_shape.h"
 
 namespace dlrm::worker {
 
-inline constexpr int kCriteoNumDense = 13;
-inline constexpr int kCriteoNumCategorical = 26;
+// 13 dense and 26 categorical fields (common/criteo_shape.h, which the coordinator shares).
+using common::kCriteoNumCategorical;
+using common::kCriteoNumDense;
 // The longest line a TSV reader accepts by default. The longest valid Criteo line is 40 fields of
 // at most 20 characters and 39 tabs, under 1 KB; the slack allows for stray spaces.
 inline constexpr size_t kMaxTsvLineBytes = size_t{64} << 10;  // 64 KiB
