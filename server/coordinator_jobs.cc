@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/criteo_shape.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -70,6 +71,11 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
   absl::StatusOr<common::JobSpec> spec = common::ParseJobSpec(request.spec_yaml(), "<submitted>");
   if (!spec.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", spec.status().message()));
+  }
+  // Every worker reads Criteo input (worker/job_input.cc): a model of another shape would be
+  // queued only to fail on its workers.
+  if (absl::Status fits = common::CheckModelFitsCriteoInput(*spec); !fits.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", fits.message()));
   }
   if (request.workers() < 0 || request.workers() > options_.max_job_members) {
     return absl::InvalidArgumentError(absl::StrCat("workers ", request.workers(),

@@ -128,6 +128,24 @@ TEST_F(ClientTest, DlrmctlCommandsAndExitCodes) {
   EXPECT_TRUE(nlohmann::json::parse(out).contains("epoch"));
 }
 
+// A model that does not fit Criteo input (5 dense features for its 13) is refused by the
+// coordinator at once: dlrmctl exits with its code for a refused request (INVALID_ARGUMENT
+// maps to kExitFailed) and prints the coordinator's message, and no job is queued.
+TEST_F(ClientTest, DlrmctlSubmitRefusesAModelThatDoesNotFitCriteoInput) {
+  std::string spec = dlrm::testing::kTinySpec;
+  spec.replace(spec.find("dense_features: 13"), 18, "dense_features: 5");
+  const std::string path = dir_.Sub("bad.yaml");
+  std::ofstream(path) << spec;
+  std::string out, err;
+  EXPECT_EQ(Ctl({"submit", "-f", path}, &out, &err), kExitFailed) << out << err;
+  EXPECT_THAT(err, HasSubstr("model.dense_features: Criteo input has 13 dense features, got 5"));
+  EXPECT_THAT(err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_EQ(out, "");
+  auto jobs = client_->List();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 0u);
+}
+
 TEST_F(ClientTest, SubmitWaitExitCodeIsTheJobsResult) {
   RegisterPs();
   StartWorker();

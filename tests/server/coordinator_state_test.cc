@@ -395,6 +395,41 @@ TEST_F(CoordinatorStateTest, PendingJobsStartInOrderAsWorkersFreeUp) {
   EXPECT_EQ(state_->ListJobs(dlrm::v1::JOB_STATE_RUNNING).size(), 1u);
 }
 
+// Workers read Criteo input (13 dense features, 26 categorical ones), so a model of another
+// shape is refused at submission, naming the key and both numbers, instead of being queued to
+// fail on its workers.
+TEST_F(CoordinatorStateTest, SubmitRefusesAModelThatDoesNotFitCriteoInput) {
+  const dlrm::v1::Job queued = Submit(*state_, 1);
+  const std::string tiny = dlrm::testing::kTinySpec;
+
+  dlrm::v1::SubmitJobRequest dense;
+  std::string five = tiny;
+  five.replace(five.find("dense_features: 13"), 18, "dense_features: 5");
+  dense.set_spec_yaml(five);
+  auto refused = state_->Submit(dense, now_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("model.dense_features: Criteo input has 13 dense features, got 5"));
+
+  dlrm::v1::SubmitJobRequest tables;
+  std::string twenty_five = tiny.substr(0, tiny.find("tables:"));
+  twenty_five += "tables:\n  cardinalities: [";
+  for (int t = 0; t < 25; ++t) absl::StrAppend(&twenty_five, t == 0 ? "" : ", ", 10);
+  twenty_five += "]\n";
+  tables.set_spec_yaml(twenty_five);
+  refused = state_->Submit(tables, now_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("tables: Criteo input has 26 categorical features (a table each), got 25 "
+                        "tables"));
+
+  // Nothing was queued: the job list is the one job, and the next job takes the next id.
+  auto list = state_->ListJobs(dlrm::v1::JOB_STATE_UNSPECIFIED);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].job_id(), queued.job_id());
+  EXPECT_EQ(Submit(*state_, 1).job_id(), "job-2");
+}
+
 TEST_F(CoordinatorStateTest, BadInputsNameTheValue) {
   dlrm::v1::SubmitJobRequest bad;
   bad.set_spec_yaml(dlrm::testing::kBadSpec);

@@ -1,4 +1,5 @@
-// Small valid and invalid job specs shared by the server and client tests.
+// Small valid and invalid job specs shared by the server and client tests. Both have Criteo's
+// shape (13 dense features, 26 tables): the coordinator refuses any other at SubmitJob.
 #pragma once
 
 namespace dlrm::testing {
@@ -10,7 +11,8 @@ model:
   top_mlp: [8, 1]
   embedding_dim: 4
 tables:
-  cardinalities: [10, 20]
+  cardinalities: [10, 20, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
+                  10, 10, 10, 10, 10, 10]
 )";
 
 // model.bottom_mlp's last width does not match embedding_dim.
@@ -21,7 +23,8 @@ model:
   top_mlp: [8, 1]
   embedding_dim: 4
 tables:
-  cardinalities: [10, 20]
+  cardinalities: [10, 20, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
+                  10, 10, 10, 10, 10, 10]
 )";
 
 }  // namespace dlrm::testing
