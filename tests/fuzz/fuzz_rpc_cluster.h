@@ -35,7 +35,9 @@ inline constexpr char kFixtureJob[] = "job-1";
 inline constexpr char kFixtureSpec[] =
     "name: fuzz\n"
     "model: {dense_features: 13, bottom_mlp: [8, 4], top_mlp: [8, 1], embedding_dim: 4}\n"
-    "tables: {cardinalities: [10, 20]}\n"
+    // 26 tables: Criteo input's shape, which SubmitJob checks (the fixture loads two on the PS).
+    "tables: {cardinalities: [10, 20, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, "
+    "10, 10, 10, 10, 10, 10, 10, 10, 10]}\n"
     "checkpoint: {dir: /nonexistent/dlrm-fuzz-rpc}\n";
 
 struct Method {

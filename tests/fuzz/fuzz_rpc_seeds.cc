@@ -168,7 +168,12 @@ void WriteSeeds(const std::string& dir) {
     t->set_table(0);
     t->set_ids(Bytes({1, 2}));
     t->set_grads(Floats(2 * 4, 0.25f));
+    // The rate of a scheduled step (optimizer.schedule), which the server checks and applies.
+    auto scheduled = std::make_unique<dlrm::v1::PushGradientsRequest>(*r);
+    scheduled->set_sequence(2);
+    scheduled->set_learning_rate(0.0125f);
     add("", false, std::move(r));
+    add("scheduled", false, std::move(scheduled));
   }
   {
     auto r = std::make_unique<dlrm::v1::GetStatsRequest>();
