@@ -196,6 +196,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   ProgressLine progress;
   const int64_t total_steps = TotalSteps(spec, input.train_records);
   TrainReport report;
+  report.target_auc = spec.target_auc;
   Batch batch;
   double loss_avg = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -218,6 +219,10 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
     }
     return last_eval;
   };
+  if (spec.target_auc > 0 && input.eval == nullptr) {
+    DLRM_LOG(WARNING) << "training.target_auc " << spec.target_auc << " is never checked: no eval "
+                      << "data (" << NoEvalReason(spec, input.train_records) << ")";
+  }
   const int64_t first_epoch = position.epoch;
   bool stop = spec.max_steps > 0 && position.step >= spec.max_steps;
   for (int64_t epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
@@ -266,13 +271,22 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
         if (options.show_progress) progress.Finish();
         DLRM_LOG(INFO) << "step " << report.steps << ": eval AUC " << m.auc << ", logloss "
                        << m.logloss << " (" << m.samples << " samples, " << eval_took << " s)";
+        // training.target_auc: training stops at this step, as if max_steps ended it here.
+        if (spec.target_auc > 0 && m.auc >= spec.target_auc) {
+          report.reached_target_step = report.steps;
+          DLRM_LOG(INFO) << "reached target AUC " << spec.target_auc << " (eval AUC " << m.auc
+                         << ") at step " << report.steps
+                         << (total_steps > 0 ? absl::StrCat(" of ", total_steps) : "")
+                         << ": training stops";
+        }
       }
       if (checkpointer != nullptr && checkpointer->Due(position.step)) {
         DLRM_RETURN_IF_ERROR(start_checkpoint(/*last=*/false));
       } else if (checkpointer != nullptr) {
         checkpointer->StartPreCopyIfNear(*trainer, *store, position.step);
       }
-      if (spec.max_steps > 0 && report.steps >= spec.max_steps) {
+      if ((spec.max_steps > 0 && report.steps >= spec.max_steps) ||
+          report.reached_target_step >= 0) {
         stop = true;
         break;
       }

@@ -29,6 +29,10 @@ std::string TrainReportToJson(const TrainReport& r) {
                       {"hot_hit_rate", r.hot_hit_rate},
                       {"hot_rows", r.hot_rows},
                       {"hot_migrations", r.hot_migrations}};
+  if (r.target_auc != 0) {
+    j["target_auc"] = r.target_auc;
+    j["reached_target_step"] = r.reached_target_step;
+  }
   for (const auto& [key, value] : r.network) j[key] = value;
   return j.dump();
 }
@@ -55,6 +59,8 @@ absl::StatusOr<TrainReport> TrainReportFromJson(const std::string& text) {
   get("hot_hit_rate", &r.hot_hit_rate);
   get("hot_rows", &r.hot_rows);
   get("hot_migrations", &r.hot_migrations);
+  get("target_auc", &r.target_auc);
+  get("reached_target_step", &r.reached_target_step);
   for (const auto& [key, value] : j.items()) {
     if (IsNetworkKey(key) && value.is_number()) r.network[key] = value.get<double>();
   }

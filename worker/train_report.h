@@ -28,6 +28,11 @@ struct TrainReport {
   double hot_hit_rate = 0;         // share of id lookups served by the workers' hot rows
   int64_t hot_rows = 0;            // hot rows replicated on each worker at the end
   int64_t hot_migrations = 0;      // rows moved between hot and cold while training
+  // training.target_auc: the target (0 = none), and the step whose periodic evaluation reached
+  // it, where training stopped (-1 = not reached). Written to the JSON only with a target; `dlrm
+  // train` fills them.
+  double target_auc = 0;
+  int64_t reached_target_step = -1;
   // Distributed runs: bytes per sample on the network, measured (worker/network_bytes.h):
   // network_bytes_per_sample, its parts network_<part>_bytes_per_sample and the kernel's
   // tcp_{sent,received}_bytes_per_sample. Written as top-level keys.

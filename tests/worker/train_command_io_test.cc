@@ -1,8 +1,8 @@
 // What the user of `dlrm predict`, `eval`, `convert` and `train` sees of their files: scores line
 // up with the input's lines, outputs that are FIFOs, devices or symlinks survive, a command never
 // overwrites its own input, convert of nothing fails, each scoring input's format is its own,
-// the spec's checkpoint.resume_from is honoured, --metrics-out is checked before training, and a
-// run without eval data says so.
+// the spec's checkpoint.resume_from is honoured, --metrics-out is checked before training, a run
+// without eval data says so, and training.target_auc stops a run at the evaluation reaching it.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -26,10 +26,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
+#include "worker/checkpoint.h"
 #include "worker/input/binary_format.h"
 #include "worker/input/criteo_tsv.h"
 #include "worker/input/synthetic.h"
 #include "worker/train_command.h"
+#include "worker/train_report.h"
 
 namespace dlrm::worker {
 namespace {
@@ -521,6 +523,77 @@ TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
   ASSERT_TRUE(trained.ok()) << trained.status();
   EXPECT_EQ(trained->eval_samples, 0);
   EXPECT_TRUE(std::isnan(trained->auc));
+}
+
+// --- train: training.target_auc --------------------------------------------------------------
+
+// MLPerf's "train to target quality": the run stops at the first periodic evaluation whose AUC
+// reaches training.target_auc, as if max_steps ended it there (its final checkpoint, evaluation
+// and report), and the report says at which step; a target it never reaches changes nothing.
+class TrainTargetAucTest : public TrainCommandMetricsTest {
+ protected:
+  // 3000 generated lines (2400 to train on: 10 steps of 256 an epoch, 20 in all), evaluated every
+  // 2 steps, checkpoints in "ck".
+  std::string TargetConfig(const std::string& target_auc) {
+    if (!fs::exists(tmp_.File("data.tsv"))) {
+      EXPECT_TRUE(testing::GenerateCappedTsv(tmp_.File("data.tsv"), 3000, /*seed=*/5, 1000).ok());
+    }
+    return TrainCommandIoTest::Config(
+        absl::StrCat("epochs: 2, eval_every_steps: 2, target_auc: ", target_auc),
+        "eval_fraction: 0.2", "dir: ck");
+  }
+  // The step of the newest checkpoint in "ck".
+  int64_t CheckpointStep() {
+    auto found = FindValidCheckpoint(tmp_.File("ck"));
+    EXPECT_TRUE(found.ok()) << found.status();
+    return found.ok() ? found->chain.back().step : -1;
+  }
+};
+
+TEST_F(TrainTargetAucTest, StopsAtTheFirstEvaluationThatReachesTheTarget) {
+  const std::string metrics = tmp_.File("m.json");
+  ::testing::internal::CaptureStderr();
+  auto report = RunTrainCommand(Options(TargetConfig("0.65"), metrics));
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(report.ok()) << report.status() << "\n" << logged;
+  // The evaluation of step 2 (AUC 0.58 on this data) did not reach it; a later one did.
+  EXPECT_THAT(logged, HasSubstr("step 2: eval AUC"));
+  ASSERT_GT(report->reached_target_step, 2) << logged;
+  EXPECT_EQ(report->reached_target_step % 2, 0) << "not a step of a periodic evaluation";
+  EXPECT_LT(report->reached_target_step, 20) << logged;
+  EXPECT_EQ(report->steps, report->reached_target_step);
+  EXPECT_EQ(report->train_samples, report->steps * 256);
+  EXPECT_GE(report->auc, 0.65);  // the final evaluation is the one at that step
+  EXPECT_DOUBLE_EQ(report->target_auc, 0.65);
+  const std::string step = absl::StrCat(report->steps);
+  EXPECT_THAT(logged, HasSubstr("reached target AUC 0.65 (eval AUC "));
+  EXPECT_THAT(logged, HasSubstr(absl::StrCat(") at step ", step, " of 20: training stops")));
+  // No evaluation after that step: the earlier ones did not reach the target.
+  EXPECT_THAT(logged,
+              ::testing::Not(HasSubstr(absl::StrCat("step ", report->steps + 2, ": eval AUC"))));
+  // The trained model is checkpointed at that step, as at the end of max_steps.
+  EXPECT_EQ(CheckpointStep(), report->steps);
+  // --metrics-out says it, and reads back.
+  const std::string json = ReadFile(metrics);
+  EXPECT_THAT(json, HasSubstr("\"target_auc\":0.65"));
+  EXPECT_THAT(json, HasSubstr(absl::StrCat("\"reached_target_step\":", step)));
+  auto read = TrainReportFromJson(json);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->reached_target_step, report->steps);
+  EXPECT_DOUBLE_EQ(read->target_auc, 0.65);
+}
+
+TEST_F(TrainTargetAucTest, ATargetNeverReachedTrainsEveryStep) {
+  const std::string metrics = tmp_.File("m.json");
+  auto report = RunTrainCommand(Options(TargetConfig("0.99"), metrics));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->steps, 20);
+  EXPECT_EQ(report->reached_target_step, -1);
+  EXPECT_LT(report->auc, 0.99);
+  EXPECT_EQ(CheckpointStep(), 20);
+  const std::string json = ReadFile(metrics);
+  EXPECT_THAT(json, HasSubstr("\"target_auc\":0.99"));
+  EXPECT_THAT(json, HasSubstr("\"reached_target_step\":-1"));
 }
 
 // --- the TSV reader

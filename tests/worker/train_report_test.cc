@@ -50,6 +50,34 @@ TEST(TrainReportTest, WritesOneJsonObjectThatReadsBack) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+// training.target_auc: the target and the step that reached it are written with a target only,
+// and a report without them (no target, or an older version's) reads back as "none".
+TEST(TrainReportTest, TargetAucFieldsAreWrittenWithATargetAndReadBack) {
+  TrainReport none = SomeReport();
+  const std::string plain = TrainReportToJson(none);
+  EXPECT_THAT(plain, ::testing::Not(HasSubstr("target")));
+  auto read = TrainReportFromJson(plain);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->target_auc, 0);
+  EXPECT_EQ(read->reached_target_step, -1);
+
+  TrainReport reached = SomeReport();
+  reached.target_auc = 0.80275;
+  reached.reached_target_step = 40;
+  const std::string json = TrainReportToJson(reached);
+  EXPECT_THAT(json, HasSubstr("\"target_auc\":0.80275"));
+  EXPECT_THAT(json, HasSubstr("\"reached_target_step\":40"));
+  read = TrainReportFromJson(json);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->target_auc, 0.80275);
+  EXPECT_EQ(read->reached_target_step, 40);
+  EXPECT_EQ(read->steps, 42);
+
+  TrainReport missed = SomeReport();
+  missed.target_auc = 0.9;
+  EXPECT_THAT(TrainReportToJson(missed), HasSubstr("\"reached_target_step\":-1"));
+}
+
 // A write that fails half way (here: RLIMIT_FSIZE, as a full disk) keeps the previous run's file,
 // removes the temporary one and says why, naming the path.
 TEST(TrainReportTest, AFailedWriteKeepsTheOldFile) {
