@@ -48,21 +48,25 @@ inline double SecondsSince(Clock::time_point start) {
 
 // A reader that counts the batches of the epoch in progress and the rewinds, so a checkpoint
 // taken at a drained step boundary knows where the input stands (the pipeline reads ahead only
-// between boundaries).
+// between boundaries). After Stop() it has no more batches in any epoch and stays where it is, so
+// training ends at that step (training.target_auc) as when the data ends.
 class CountingReader : public BatchReader {
  public:
   CountingReader(BatchReader* reader, int64_t already_read)
       : reader_(reader), batches_(already_read) {}
   absl::StatusOr<bool> Next(Batch* batch) override {
+    if (stopped_) return false;
     absl::StatusOr<bool> more = reader_->Next(batch);
     if (more.ok() && *more) ++batches_;
     return more;
   }
   absl::Status Rewind() override {
+    if (stopped_) return absl::OkStatus();
     ++rewinds_;
     batches_ = 0;
     return reader_->Rewind();
   }
+  void Stop() { stopped_ = true; }
   int64_t records_read() const override { return reader_->records_read(); }
   int64_t skipped() const override { return reader_->skipped(); }
   int64_t rewinds() const { return rewinds_; }
@@ -72,6 +76,7 @@ class CountingReader : public BatchReader {
   BatchReader* reader_;
   int64_t batches_;
   int64_t rewinds_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace job_run_internal
@@ -133,6 +138,8 @@ class WorkerProcess::JobRun {
   TrainPosition Position(int64_t run_steps) const;
   absl::Status Barrier();
   absl::Status Cut(int64_t run_steps);
+  // Rank 0 evaluates; with training.target_auc every rank learns whether the evaluation reached
+  // it (then target_reached_ is set on every rank, and the reader stopped).
   absl::Status Evaluate(int64_t run_steps);
   absl::StatusOr<bool> CheckpointDue(int64_t run_steps);
 
@@ -175,6 +182,7 @@ class WorkerProcess::JobRun {
   int64_t total_steps_ = -1;                 // the job's steps, -1 when unknown
   std::map<std::string, double> last_eval_;  // rank 0's latest periodic evaluation
   bool evaluated_ = false;
+  bool target_reached_ = false;  // training.target_auc: every rank stops at this boundary
   std::unique_ptr<job_run_internal::CountingReader>
       train_reader_;  // what this run reads, for checkpoints
 

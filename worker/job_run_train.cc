@@ -104,15 +104,18 @@ absl::Status WorkerProcess::JobRun::Cut(int64_t run_steps) {
 }
 
 // training.eval_every_steps: at a drained boundary, rank 0 evaluates on the eval split while the
-// others wait (two barriers: every earlier push is applied, nobody pushes meanwhile).
+// others wait (two barriers: every earlier push is applied, nobody pushes meanwhile). With
+// training.target_auc the second barrier is a one-float allreduce of rank 0's verdict (1: the
+// evaluation reached the target), so every rank stops at this step or none does.
 absl::Status WorkerProcess::JobRun::Evaluate(int64_t run_steps) {
   DLRM_RETURN_IF_ERROR(Barrier());
+  const int64_t step = base_.step + run_steps;
+  float reached = 0;
   if (rank_ == 0 && input_.eval != nullptr) {
     DLRM_RETURN_IF_ERROR(input_.eval->Rewind());
     const auto eval_start = Clock::now();
     DLRM_ASSIGN_OR_RETURN(EvalMetrics e, trainer_->Evaluate(input_.eval.get()));
     evaluated_ = true;
-    const int64_t step = base_.step + run_steps;
     last_eval_ = {
         {"eval_auc", e.auc}, {"eval_logloss", e.logloss}, {"eval_step", static_cast<double>(step)}};
     if (metrics_.eval_auc != nullptr) {
@@ -123,9 +126,30 @@ absl::Status WorkerProcess::JobRun::Evaluate(int64_t run_steps) {
     DLRM_LOG(INFO) << "job " << job_id_ << " step " << step << ": eval AUC " << e.auc
                    << ", logloss " << e.logloss << " (" << e.samples << " samples, "
                    << SecondsSince(eval_start) << " s)";
+    if (spec_.target_auc > 0 && e.auc >= spec_.target_auc) {
+      reached = 1;
+      DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_ << ": reached target AUC "
+                     << spec_.target_auc << " (eval AUC " << e.auc << ") at step " << step
+                     << (total_steps_ > 0 ? absl::StrCat(" of ", total_steps_) : "")
+                     << ": training stops";
+      total_steps_ = step;  // the job's steps: the progress shows it done
+    }
     DLRM_RETURN_IF_ERROR(ReportProgress(true));
   }
-  return Barrier();
+  if (spec_.target_auc <= 0) return Barrier();
+  // Also a barrier: no rank has the sum before every rank has given its part.
+  if (reducer_ != nullptr) DLRM_RETURN_IF_ERROR(reducer_->AllReduceSum(&reached, 1));
+  if (reached > 0) {
+    target_reached_ = true;
+    train_reader_->Stop();  // the pipeline reads no further batch: its last step is this one
+    if (rank_ != 0) {
+      DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_
+                     << ": rank 0's evaluation reached target AUC " << spec_.target_auc
+                     << " at step " << step << ": training stops";
+      total_steps_ = step;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Checkpoints that rank 0 alone can want (every_seconds, `dlrmctl checkpoint`) are agreed on at
@@ -180,6 +204,10 @@ absl::Status WorkerProcess::JobRun::Train() {
     DLRM_LOG(INFO) << "job " << job_id_ << ": the checkpoint is at the end of training already";
     return absl::OkStatus();
   }
+  if (rank_ == 0 && spec_.target_auc > 0 && input_.eval == nullptr) {
+    DLRM_LOG(WARNING) << "job " << job_id_ << ": training.target_auc " << spec_.target_auc
+                      << " is never checked: no eval data";
+  }
   return worker_.options_.use_pipeline ? RunPipeline() : RunStepByStep();
 }
 
@@ -201,6 +229,7 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
     // A boundary drains the pipeline only when it has work: a checkpoint decision or cut, an
     // evaluation, or a hot-set refresh that pays (HotSetRefresher::Wanted).
     pipeline_options.boundary_needed = [this](int64_t step) -> absl::StatusOr<bool> {
+      if (target_reached_) return false;  // training ended at the last one
       if ((eval_every_ > 0 && step % eval_every_ == 0) ||
           (checkpointer_ != nullptr &&
            ((decide_every_ > 0 && step % decide_every_ == 0) ||
@@ -261,6 +290,7 @@ absl::Status WorkerProcess::JobRun::RunStepByStep() {
       }
       if (eval_every_ > 0 && steps_ > 0 && steps_ % eval_every_ == 0) {
         DLRM_RETURN_IF_ERROR(Evaluate(steps_));
+        if (target_reached_) return absl::OkStatus();
       }
       DLRM_ASSIGN_OR_RETURN(bool more, train_reader_->Next(&batch));
       if (!more) break;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster_fixture.h"
 #include "tests/integration/process_util.h"
+#include "worker/checkpoint.h"
 #include "worker/train_report.h"
 
 namespace dlrm::testing {
@@ -40,6 +42,8 @@ constexpr double kSameBatchesAucTolerance = 0.003;
 // staleness 0 and 1, four pairs of learning rates; 2026-12-03). With SGD both are the same step
 // (kSameBatchesAucTolerance holds).
 constexpr double kPerWorkerStepsAucTolerance = 0.006;
+// training.target_auc of the job-target specs: reached about halfway through their first epoch.
+constexpr double kTarget = 0.7;
 
 // hot_budget 0: every row on the parameter servers (what the exact-match tests compare).
 JobSpec Job(int epochs, int staleness, const std::string& name,
@@ -66,6 +70,14 @@ class ClusterTest : public LocalClusterTest {
     sgd.sparse_optimizer = "type: sgd, learning_rate: 1.5";
     WriteFile(Dir() + "/job3-sgd.yaml", JobYaml(sgd));
     WriteFile(Dir() + "/long.yaml", JobYaml(Job(200, 1, "it-long")));
+    // Trained to a target AUC, evaluated every 5 of its 142 steps (2 epochs of 71; AUC about 0.71
+    // at step 30).
+    JobSpec target = Job(2, 1, "it-target",
+                         absl::StrCat("hot_budget: 0, eval_every_steps: 5, target_auc: ", kTarget));
+    target.checkpoint = absl::StrCat("dir: ", Dir(), "/target-ckpt");
+    WriteFile(Dir() + "/job-target.yaml", JobYaml(target));
+    target.checkpoint = absl::StrCat("dir: ", Dir(), "/target-plain-ckpt");
+    WriteFile(Dir() + "/job-target-plain.yaml", JobYaml(target));
     // A job that may not recover: the first lost member fails it.
     WriteFile(Dir() + "/long-no-recovery.yaml",
               JobYaml(Job(200, 1, "it-long", "hot_budget: 0, max_recoveries: 0")));
@@ -167,6 +179,126 @@ TEST_F(ClusterTest, PeriodicEvaluationIsReportedAndLeavesTheModelAlone) {
   }
   EXPECT_EQ(evaluations, static_cast<int>(Reference().steps / 10)) << log;
   EXPECT_TRUE(absl::StrContains(log, "step 10: eval AUC")) << log;
+}
+
+// The step at which a worker's log says training stopped for training.target_auc ("... at step 30
+// of 142: training stops" on rank 0, "... at step 30: training stops" on the others); -1 if none.
+int64_t TargetStopStep(const std::string& log) {
+  const size_t end = log.find(": training stops");
+  if (end == std::string::npos) return -1;
+  const size_t at = log.rfind(" at step ", end);
+  if (at == std::string::npos) return -1;
+  std::string step = log.substr(at + 9, end - at - 9);
+  step = step.substr(0, step.find(' '));  // before " of 142"
+  int64_t n = -1;
+  return absl::SimpleAtoi(step, &n) ? n : -1;
+}
+
+int Occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The newest checkpoint in `folder` is of `step`, in the first epoch: each of the 2 ranks read
+// one batch of 128 per step, and no rewind.
+void ExpectCheckpointAt(const std::string& folder, int64_t step) {
+  auto checkpoint = worker::FindValidCheckpoint(folder);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  const embedding::CheckpointManifest& m = checkpoint->chain.back();
+  EXPECT_EQ(m.step, step);
+  ASSERT_EQ(m.ranks.size(), 2u);
+  for (const embedding::RankPosition& p : m.ranks) {
+    EXPECT_EQ(p.epoch, 0) << "rank " << p.rank;
+    EXPECT_EQ(p.batches, step) << "rank " << p.rank;
+  }
+}
+
+// The step at which both workers of the cluster in `data_dir` stopped for training.target_auc,
+// checked in their logs: rank 0 says that its evaluation of that step reached kTarget, rank 1 that
+// it stops there too, and no evaluation follows (the second epoch neither trains nor evaluates).
+int64_t ExpectStoppedTogether(const std::string& data_dir) {
+  const std::string log0 = ReadFileOrEmpty(data_dir + "/logs/worker-0.log");
+  const std::string log1 = ReadFileOrEmpty(data_dir + "/logs/worker-1.log");
+  // Ranks are given to the workers in either order: the line of rank 0 is in one of the logs.
+  const std::string& rank0_log = absl::StrContains(log0, " rank 0: reached") ? log0 : log1;
+  EXPECT_TRUE(absl::StrContains(
+      rank0_log, absl::StrCat(" rank 0: reached target AUC ", kTarget, " (eval AUC ")))
+      << log0 << log1;
+  const int64_t step = TargetStopStep(log0);
+  EXPECT_GT(step, 0) << log0;
+  EXPECT_EQ(step % 5, 0) << "not a step of a periodic evaluation";
+  EXPECT_EQ(TargetStopStep(log1), step) << log1;
+  EXPECT_TRUE(absl::StrContains(rank0_log, absl::StrCat(" at step ", step, " of 142:")))
+      << rank0_log;
+  EXPECT_EQ(Occurrences(rank0_log, absl::StrCat(" step ", step, ": eval AUC")), 1) << rank0_log;
+  EXPECT_EQ(Occurrences(rank0_log, ": eval AUC"), step / 5) << rank0_log;
+  return step;
+}
+
+// training.target_auc (MLPerf's train to target quality): rank 0's periodic evaluation reaches
+// the target, its verdict goes to every rank with the allreduce that ends the evaluation, and
+// both workers stop at that step, as max_steps would stop them: the final checkpoint is of that
+// step, the final evaluation and report follow, and the job SUCCEEDED with nothing amiss.
+TEST_F(ClusterTest, TwoWorkersStopTogetherAtTheTargetAuc) {
+  const std::string data_dir = Dir() + "/target-cluster";
+  const std::string metrics = Dir() + "/local-target.json";
+  Process local(
+      {BinPath("dlrm"), "local", "--config", Dir() + "/job-target.yaml", "--ps", "2", "--workers",
+       "2", "--data-dir", data_dir, "--metrics-out", metrics, "--keep-running", "--no-progress"},
+      Dir(), "local-target");
+  WaitForKeptRunning(local, absl::Seconds(120));
+  ASSERT_FALSE(address_.empty()) << local.Stdout() << local.Stderr();
+  auto report = worker::TrainReportFromJson(ReadFileOrEmpty(metrics));
+  ASSERT_TRUE(report.ok()) << report.status() << local.Stderr();
+  const int64_t step = ExpectStoppedTogether(data_dir);
+  EXPECT_EQ(report->steps, step);
+  EXPECT_LT(report->steps, 71);  // within the first epoch of 18000 samples in batches of 256
+  EXPECT_EQ(report->train_samples, step * 256);
+  EXPECT_GT(report->auc, kTarget - 0.01);  // the final evaluation, of the model of that step
+  ExpectCheckpointAt(Dir() + "/target-ckpt", step);
+
+  // The coordinator has the job SUCCEEDED at that step, with no message.
+  const std::string err = local.Stderr();
+  const size_t submitted = err.find("submitted job ");
+  ASSERT_NE(submitted, std::string::npos) << err;
+  const std::string job_id =
+      err.substr(submitted + 14, err.find(' ', submitted + 14) - submitted - 14);
+  ProcessResult status = RunProcess(
+      {BinPath("dlrmctl"), "--coordinator", address_, "--tls-dir", tls_dir_, "status", job_id},
+      Dir(), "dlrmctl-status-target", absl::Seconds(30));
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_TRUE(absl::StrContains(status.out, "SUCCEEDED")) << status.out;
+  const size_t steps_line = status.out.find("\nsteps:");
+  ASSERT_NE(steps_line, std::string::npos) << status.out;
+  EXPECT_EQ(absl::StripAsciiWhitespace(status.out.substr(
+                steps_line + 7, status.out.find('\n', steps_line + 1) - steps_line - 7)),
+            absl::StrCat(step))
+      << status.out;
+  EXPECT_FALSE(absl::StrContains(status.out, "message")) << status.out;
+  EXPECT_FALSE(absl::StrContains(absl::AsciiStrToLower(status.out + status.err), "warn"))
+      << status.out << status.err;
+
+  local.Signal(SIGINT);
+  ProcessResult stopped = local.Wait(absl::Seconds(30));
+  EXPECT_FALSE(stopped.timed_out);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+}
+
+// The same with the workers' plain Trainer::Step loop (--no-pipeline), which leaves its loop at
+// the evaluation itself.
+TEST_F(ClusterTest, TwoWorkersStopTogetherAtTheTargetAucWithoutThePipeline) {
+  const std::string data_dir = Dir() + "/target-plain-cluster";
+  worker::TrainReport report;
+  ProcessResult r =
+      RunLocal("local-target-plain",
+               {"--ps", "2", "--workers", "2", "--no-pipeline", "--data-dir", data_dir}, &report,
+               "job-target-plain.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const int64_t step = ExpectStoppedTogether(data_dir);
+  EXPECT_EQ(report.steps, step);
+  EXPECT_LT(report.steps, 71);  // within the first epoch
+  ExpectCheckpointAt(Dir() + "/target-plain-ckpt", step);
 }
 
 // training.batch_size is the global batch: two workers take a half of every batch of dlrm train
