@@ -81,6 +81,10 @@ worker::TrainReport ReportFromJob(const dlrm::v1::Job& job) {
   if (auto it = m.find("hot_migrations"); it != m.end()) {
     r.hot_migrations = static_cast<int64_t>(it->second);
   }
+  if (auto it = m.find("target_auc"); it != m.end()) r.target_auc = it->second;
+  if (auto it = m.find("reached_target_step"); it != m.end()) {
+    r.reached_target_step = static_cast<int64_t>(it->second);
+  }
   for (const auto& [key, value] : m) {
     if (worker::IsNetworkKey(key)) r.network[key] = value;
   }
@@ -232,12 +236,14 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
     return kExitFailed;
   }
   const auto& m = job->progress().metrics();
-  if (m.contains("ps_memory_rows") && m.contains("ps_rocksdb_reads") &&
-      m.contains("ps_rocksdb_writes")) {
+  if (m.contains("ps_memory_rows") && m.contains("ps_rocksdb_hits") &&
+      m.contains("ps_rows_created") && m.contains("ps_rocksdb_writes")) {
+    // Rows created on first use are no reads: the memory tier missed them and no tier had them.
     std::fprintf(stderr,
-                 "parameter servers: %.0f rows in memory; RocksDB tier: %.0f rows read, %.0f rows "
-                 "written\n",
-                 m.at("ps_memory_rows"), m.at("ps_rocksdb_reads"), m.at("ps_rocksdb_writes"));
+                 "parameter servers: %.0f rows in memory, %.0f rows created on first use; RocksDB "
+                 "tier: %.0f rows read, %.0f rows written\n",
+                 m.at("ps_memory_rows"), m.at("ps_rows_created"), m.at("ps_rocksdb_hits"),
+                 m.at("ps_rocksdb_writes"));
   }
   const worker::TrainReport report = ReportFromJob(*job);
   std::printf("%s\n", worker::TrainReportSummary(report).c_str());

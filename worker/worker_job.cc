@@ -218,6 +218,15 @@ absl::Status WorkerProcess::JobRun::Finish() {
     m["train_seconds"] = train_seconds;
     m["samples_per_sec"] = train_seconds > 0 ? total_samples / train_seconds : 0;
     m["skipped_lines"] = static_cast<double>(input_.train->skipped());
+    if (spec_.target_auc > 0) {
+      // training.target_auc: the run ended at the step whose evaluation reached it, if one did.
+      m["target_auc"] = spec_.target_auc;
+      m["reached_target_step"] = target_reached_ ? static_cast<double>(base_.step + steps_) : -1;
+      if (target_reached_) {
+        done.set_message(absl::StrCat("reached target AUC ", spec_.target_auc, " at step ",
+                                      base_.step + steps_));
+      }
+    }
     const TrainerCounters c = trainer_->counters();
     // Measured between the start and the end of training, per sample this rank trained.
     for (const auto& [key, value] : NetworkBytesPerSample(network_start_, network_end, samples_)) {
