@@ -72,9 +72,12 @@ class TlsTest : public ::testing::Test {
   // A valid job spec to submit (it never runs: no workers).
   std::string WriteTinySpec() {
     const std::string spec = dir_ + "/job.yaml";
-    std::ofstream(spec) << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], "
-                           "top_mlp: [4, 1], embedding_dim: 8}\ntables: {cardinalities: [10, 10]}\n"
-                           "data: {train: [t.tsv]}\n";
+    // Criteo input's shape (13 dense features, 26 tables), which SubmitJob checks.
+    std::ofstream(spec)
+        << "name: x\nmodel: {dense_features: 13, bottom_mlp: [8], "
+           "top_mlp: [4, 1], embedding_dim: 8}\ntables: {cardinalities: [10, 10, "
+           "10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, "
+           "10, 10, 10, 10, 10, 10]}\ndata: {train: [t.tsv]}\n";
     return spec;
   }
 
