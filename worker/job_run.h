@@ -24,6 +24,7 @@
 #include "worker/job_input.h"
 #include "worker/network_bytes.h"
 #include "worker/pipeline.h"
+#include "worker/progress.h"
 #include "worker/ps_client.h"
 #include "worker/train_command.h"
 #include "worker/trainer.h"
@@ -177,7 +178,7 @@ class WorkerProcess::JobRun {
   NetworkSnapshot network_start_;
   int64_t samples_ = 0;  // this run's, on this rank
   int64_t steps_ = 0;    // this run's
-  double loss_avg_ = 0;
+  LossAverage loss_avg_;
   int64_t migrations_reported_ = 0;
   int64_t total_steps_ = -1;                 // the job's steps, -1 when unknown
   std::map<std::string, double> last_eval_;  // rank 0's latest periodic evaluation

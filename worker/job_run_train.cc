@@ -30,7 +30,7 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
   // The job's totals: a resumed job's progress continues from its checkpoint.
   request.set_step(base_.step + steps_);
   request.set_samples(base_.samples / world_ + samples_);
-  request.set_loss(loss_avg_);
+  request.set_loss(loss_avg_.value());
   (*request.mutable_metrics())["samples_per_sec"] = samples_ / std::max(SecondsSince(start_), 1e-9);
   for (const auto& [key, value] : last_eval_) (*request.mutable_metrics())[key] = value;
   if (total_steps_ > 0) (*request.mutable_metrics())["total_steps"] = total_steps_;
@@ -67,9 +67,9 @@ absl::Status WorkerProcess::JobRun::OnStep(int64_t batch_size, float loss) {
   last_step_ = now;
   samples_ += batch_size;
   ++steps_;
-  loss_avg_ = steps_ == 1 ? loss : 0.98 * loss_avg_ + 0.02 * loss;
+  loss_avg_.Add(loss);
   if (metrics_.train_loss != nullptr) {
-    metrics_.train_loss->Set(loss_avg_);
+    metrics_.train_loss->Set(loss_avg_.value());
     const int64_t rewinds = train_reader_ != nullptr ? train_reader_->rewinds() : 0;
     metrics_.epoch->Set(static_cast<double>(base_.epoch + rewinds + 1));
     const Trainer::LearningRates rates = trainer_->learning_rates();

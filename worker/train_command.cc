@@ -198,7 +198,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   TrainReport report;
   report.target_auc = spec.target_auc;
   Batch batch;
-  double loss_avg = 0;
+  LossAverage loss_avg;
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -247,10 +247,10 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       position.step = report.steps;
       position.samples += batch.size;
       ++position.batches;
-      loss_avg = report.train_samples == batch.size ? loss : 0.98 * loss_avg + 0.02 * loss;
+      loss_avg.Add(loss);
       if (options.show_progress) {
         progress.Update(absl::StrCat("epoch ", epoch + 1, "/", spec.epochs), report.steps,
-                        report.train_samples, loss_avg,
+                        report.train_samples, loss_avg.value(),
                         report.train_samples / (elapsed() - eval_seconds),
                         /*force=*/false, total_steps);
       }
@@ -296,7 +296,8 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   report.samples_per_sec =
       report.train_seconds > 0 ? report.train_samples / report.train_seconds : 0;
   if (options.show_progress) {
-    progress.Update("trained", report.steps, report.train_samples, loss_avg, report.samples_per_sec,
+    progress.Update("trained", report.steps, report.train_samples, loss_avg.value(),
+                    report.samples_per_sec,
                     /*force=*/true);
     progress.Finish();
   }

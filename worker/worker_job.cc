@@ -192,7 +192,7 @@ absl::Status WorkerProcess::JobRun::Finish() {
   dlrm::v1::ReportProgressRequest done = worker_.NewReport(assignment_);
   done.set_step(base_.step + steps_);
   done.set_samples(base_.samples / world_ + samples_);
-  done.set_loss(loss_avg_);
+  done.set_loss(loss_avg_.value());
   done.set_done(true);
   if (rank_ == 0) {
     EvalMetrics eval;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,31 @@ class ProgressLineTest : public ::testing::Test {
   int fds_[2] = {-1, -1};
   std::unique_ptr<ProgressLine> line_;
 };
+
+// The shown loss follows the recent steps: one first step far above the rest weighs 1/50 of its
+// excess at first and fades, where an average started at the first loss kept 0.56 of it after 30
+// steps. A constant loss reads exactly as itself from the first step on.
+TEST(LossAverageTest, TheFirstStepsFadeAndAConstantLossReadsAsItself) {
+  LossAverage constant;
+  EXPECT_EQ(constant.value(), 0);
+  for (int i = 0; i < 5; ++i) {
+    constant.Add(0.625);
+    EXPECT_DOUBLE_EQ(constant.value(), 0.625) << i;
+  }
+  LossAverage falling;
+  falling.Add(2.0);
+  EXPECT_DOUBLE_EQ(falling.value(), 2.0);
+  for (int i = 0; i < 29; ++i) falling.Add(0.5);
+  // The exact weighted mean: weights 0.98^(30-k) of the losses k = 1..30, normalised.
+  double sum = 0, weight = 0;
+  for (int k = 1; k <= 30; ++k) {
+    const double w = std::pow(0.98, 30 - k);
+    sum += w * (k == 1 ? 2.0 : 0.5);
+    weight += w;
+  }
+  EXPECT_NEAR(falling.value(), sum / weight, 1e-12);
+  EXPECT_LT(falling.value(), 0.54);  // an average started at 2.0: 0.5 + 1.5 x 0.98^29 = 1.33
+}
 
 TEST_F(ProgressLineTest, TheEtaUsesTheRateTheCallerMeasured) {
   // 1000 of 2000 steps left at 10 steps/s: 1:40, whatever the steps since the first line say.
