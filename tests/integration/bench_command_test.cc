@@ -7,13 +7,16 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/temp_dir.h"
 #include "tests/integration/process_util.h"
 
 namespace dlrm::testing {
 namespace {
 
 TEST(BenchCommandTest, PrintsTheStepItsBoundsAndTheRowPassesConsistently) {
-  const std::string dir = ::testing::TempDir();
+  // The run's output files go with the folder (not into /tmp itself).
+  const ScopedTempDir temp("dlrm-bench-test");
+  const std::string& dir = temp.path();
   // Batch 256 over the 26 kaggle-shape tables (33.8M rows: the tables' size, not the batch's,
   // sets the run's few seconds).
   ProcessResult r = RunProcess({BinPath("dlrm"), "bench", "--shape", "kaggle-shape", "--batch-size",
@@ -42,7 +45,8 @@ TEST(BenchCommandTest, PrintsTheStepItsBoundsAndTheRowPassesConsistently) {
 // --max-rows shrinks a shape to this machine: mlperf-dcnv2's 26 tables (7.1M rows of dim 128)
 // capped at 1000 rows each; its per-table bags are printed as such, not as one id a lookup.
 TEST(BenchCommandTest, MaxRowsCapsEveryTableOfTheShape) {
-  const std::string dir = ::testing::TempDir();
+  const ScopedTempDir temp("dlrm-bench-test");
+  const std::string& dir = temp.path();
   ProcessResult r =
       RunProcess({BinPath("dlrm"), "bench", "--shape", "mlperf-dcnv2", "--max-rows", "1000",
                   "--batch-size", "32", "--steps", "1", "--rounds", "1", "--threads", "2"},
@@ -66,8 +70,9 @@ TEST(BenchCommandTest, MaxRowsCapsEveryTableOfTheShape) {
 }
 
 TEST(BenchCommandTest, AnUnknownShapeIsRefusedByName) {
-  ProcessResult r = RunProcess({BinPath("dlrm"), "bench", "--shape", "kaggle-shap"},
-                               ::testing::TempDir(), "bench-bad", absl::Seconds(30));
+  const ScopedTempDir temp("dlrm-bench-test");
+  ProcessResult r = RunProcess({BinPath("dlrm"), "bench", "--shape", "kaggle-shap"}, temp.path(),
+                               "bench-bad", absl::Seconds(30));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(r.err, "kaggle-shap")) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
