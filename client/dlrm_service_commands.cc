@@ -75,6 +75,7 @@ struct CoordinatorFlags {
 };
 
 int RunCoordinator(CoordinatorFlags& flags) {
+  client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
   auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
   if (!ttl.ok()) return Fail(ttl.status());
@@ -149,6 +150,7 @@ struct PsFlags {
 };
 
 int RunPs(PsFlags& flags) {
+  client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
   auto budget = common::ParseByteSize(flags.memory_budget);
   if (!budget.ok()) return Fail(budget.status());
@@ -225,6 +227,7 @@ struct WorkerFlags {
 };
 
 int RunWorker(WorkerFlags& flags) {
+  client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
   // A worker serves no gRPC: the flags only choose how it dials out.
   auto security = client::ResolveTls(flags.tls, "", "dlrm worker");
@@ -365,6 +368,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       ->capture_default_str();
   cmd->callback([run] {
     *run = [] {
+      client::IgnoreBrokenPipes();
       auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
       if (!ttl.ok()) return Fail(ttl.status());
       flags.options.cluster.lease_ttl = *ttl;

@@ -34,6 +34,13 @@ void InstallTerminationHandlers() {
   });
 }
 
+void IgnoreBrokenPipes() {
+  struct sigaction action = {};
+  action.sa_handler = SIG_IGN;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGPIPE, &action, nullptr);
+}
+
 TerminationSignals::TerminationSignals(std::function<void(int)> on_signal)
     : on_signal_(std::move(on_signal)) {
   InstallTerminationHandlers();

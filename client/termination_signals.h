@@ -22,6 +22,15 @@ namespace dlrm::client {
 // kept in the pipe and delivered to the first one.
 void InstallTerminationHandlers();
 
+// Ignores SIGPIPE for the whole process (idempotent), so that a write to a connection whose peer
+// has gone fails with EPIPE in the writer instead of killing the process. Gloo's TCP transport
+// writes with writev, which raises SIGPIPE when the peer closed between two writes: a worker whose
+// peer was evicted mid-collective would die (exit 141 behind the image's tini) instead of
+// reporting the lost peer and taking part in the recovery. gRPC and the metrics endpoint send
+// with MSG_NOSIGNAL and need none of this. The service roles (coordinator, ps, worker, local)
+// call it first; children started by fork+exec inherit the ignored disposition.
+void IgnoreBrokenPipes();
+
 class TerminationSignals {
  public:
   // `on_signal` runs on the watcher thread for every SIGINT/SIGTERM received.

@@ -429,7 +429,7 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 raise Failure(f"{pod.name}: init container {c['name']} did not finish", path)
             if rc != 0:
-                raise Failure(f"{pod.name}: init container {c['name']} exited {rc}", path)
+                raise Failure(f"{pod.name}: init container {c['name']} exited {exit_text(rc)}", path)
 
     def check_running(self):
         """A long-running container that exited is a failure (the kubelet would restart it)."""
@@ -440,7 +440,8 @@ class Cluster:
                 if name in [c["name"] for c in pod.spec.get("initContainers") or []]:
                     continue
                 if proc.poll() is not None:
-                    raise Failure(f"{pod.name}: container {name} exited {proc.returncode}", path)
+                    raise Failure(f"{pod.name}: container {name} exited "
+                                  f"{exit_text(proc.returncode)}", path)
 
     def run_to_completion(self, pod, deadline):
         """Runs a pod with restartPolicy Never (init containers, then its one container) and
@@ -454,7 +455,7 @@ class Cluster:
                 raise Failure(f"{pod.name}: did not finish in time", path)
             time.sleep(0.5)
         if proc.returncode != 0:
-            raise Failure(f"{pod.name}: exited {proc.returncode}", path)
+            raise Failure(f"{pod.name}: exited {exit_text(proc.returncode)}", path)
         with open(path) as f:
             lines = [line for line in f.read().splitlines() if line.strip()]
         return lines[-1] if lines else ""
@@ -671,6 +672,16 @@ class Failure(Exception):
 
 def q(s):
     return shlex.quote(str(s))
+
+
+def exit_text(code):
+    """A container's exit status as a user reads it: the image's PID 1 is tini, which exits with
+    128 + N when dlrm died of signal N (141: SIGPIPE)."""
+    if code is not None and code > 128 and code - 128 < signal.NSIG:
+        return f"{code} (dlrm killed by {signal.Signals(code - 128).name}, behind tini)"
+    if code is not None and code < 0:
+        return f"{code} (killed by {signal.Signals(-code).name})"
+    return str(code)
 
 
 def step_of(status):

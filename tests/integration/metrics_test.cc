@@ -234,6 +234,9 @@ TEST_F(MetricsTest, EveryRoleOfTheShippedBinaryServesParsableMetrics) {
 
   for (Process* p : {&worker, &ps, &coordinator}) {
     EXPECT_TRUE(p->Running()) << p->Stderr();
+    // A write to a connection its peer closed (a Gloo peer evicted mid-collective) must fail in
+    // the writer, not kill the process with SIGPIPE (client/termination_signals.h).
+    EXPECT_TRUE(IgnoresSignal(p->pid(), SIGPIPE)) << CommandLine(p->pid());
     p->Signal(SIGTERM);
     ProcessResult r = p->Wait(absl::Seconds(20));
     EXPECT_EQ(r.exit_code, 0) << p->Stderr();
@@ -291,6 +294,12 @@ data: {train: [train.tsv], eval_fraction: 0.1}
       ExpectValidExposition(reply, must_have.at(component), absl::StrCat(component, ":", port));
       EXPECT_EQ(ListeningAddress(port), "127.0.0.1");
     }
+  }
+  // Every child of `dlrm local`, each role as it starts there, ignores SIGPIPE as well.
+  const std::vector<pid_t> children = ChildrenOf(local.pid());
+  EXPECT_EQ(children.size(), 5u);
+  for (pid_t child : children) {
+    EXPECT_TRUE(IgnoresSignal(child, SIGPIPE)) << CommandLine(child);
   }
   local.Signal(SIGINT);
   ProcessResult r = local.Wait(absl::Seconds(30));

@@ -13,9 +13,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -147,6 +149,17 @@ std::string CommandLine(pid_t pid) {
     if (c == '\0') c = ' ';
   }
   return cmd;
+}
+
+bool IgnoresSignal(pid_t pid, int sig) {
+  const std::string status = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/status"));
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    if (!absl::ConsumePrefix(&line, "SigIgn:")) continue;
+    uint64_t mask = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line), &mask)) return false;
+    return (mask >> (sig - 1)) & 1;
+  }
+  return false;
 }
 
 std::string MakeGeneratedDataDir(const std::string& prefix, int64_t rows, int64_t max_rows,

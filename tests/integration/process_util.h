@@ -59,6 +59,8 @@ std::vector<pid_t> ChildrenOf(pid_t parent);
 bool ProcessAlive(pid_t pid);
 // The command line of a process, arguments joined by spaces ("" when gone).
 std::string CommandLine(pid_t pid);
+// Whether the process ignores signal `sig` (its SigIgn mask in /proc/PID/status; false when gone).
+bool IgnoresSignal(pid_t pid, int sig);
 
 std::string ReadFileOrEmpty(const std::string& path);
 
