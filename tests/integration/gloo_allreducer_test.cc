@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -32,6 +33,10 @@ namespace {
 class GlooAllReducerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A rank whose peer has closed may write once more before its Gloo loop reads the close: as
+    // in the service's roles (client/termination_signals.h), that write fails with EPIPE instead
+    // of killing the test with SIGPIPE.
+    previous_sigpipe_ = std::signal(SIGPIPE, SIG_IGN);
     char tmpl[] = "/tmp/dlrm-gloo-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -50,6 +55,7 @@ class GlooAllReducerTest : public ::testing::Test {
     coordinator_.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+    std::signal(SIGPIPE, previous_sigpipe_);
   }
 
   GlooAllReducerOptions Options(int rank, int world, const std::string& prefix,
@@ -85,6 +91,7 @@ class GlooAllReducerTest : public ::testing::Test {
   }
 
   std::string dir_;
+  void (*previous_sigpipe_)(int) = SIG_DFL;
   std::unique_ptr<server::Coordinator> coordinator_;
   std::unique_ptr<client::CoordinatorClient> client_;
 };

@@ -62,6 +62,9 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log_di
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // As a container or a shell starts it: whatever this test ignores, the child must choose
+    // for itself (MetricsTest checks that every role ignores SIGPIPE).
+    signal(SIGPIPE, SIG_DFL);
     execve(cargs[0], cargs.data(), cenv.data());
     _exit(127);
   }
