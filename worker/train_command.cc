@@ -369,6 +369,16 @@ absl::Status CheckMetricsOut(const std::string& path, const std::vector<std::str
   return CheckOutputIsNotAnInput(path, "--metrics-out", inputs);
 }
 
+// Whether two output paths name one file: the same path once symlinks, "." and ".." are
+// resolved (neither need exist yet).
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code ec_a, ec_b;
+  const std::filesystem::path ca = std::filesystem::weakly_canonical(a, ec_a);
+  const std::filesystem::path cb = std::filesystem::weakly_canonical(b, ec_b);
+  if (ec_a || ec_b) return a == b;
+  return ca == cb;
+}
+
 // The summary line of a run; "n/a" for metrics of a model that was not evaluated.
 std::string SummaryLine(const TrainReport& report) {
   if (report.eval_samples > 0) return TrainReportSummary(report);
@@ -389,12 +399,23 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
   DLRM_LOG(INFO) << "job '" << spec.name << "': " << spec.tables.size() << " tables, batch "
                  << spec.batch_size << ", " << spec.epochs << " epoch(s), data "
                  << spec.train_paths.front();
-  if (!options.report.empty()) DLRM_RETURN_IF_ERROR(CheckReportPath(options.report));
+  // The files the run reads: neither output may replace one (--report over the spec or the
+  // training data destroyed it).
+  std::vector<std::string> inputs = {options.config_path};
+  inputs.insert(inputs.end(), spec.train_paths.begin(), spec.train_paths.end());
+  inputs.insert(inputs.end(), spec.eval_paths.begin(), spec.eval_paths.end());
+  if (!options.report.empty()) {
+    DLRM_RETURN_IF_ERROR(CheckReportPath(options.report));
+    DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.report, "--report", inputs));
+  }
   if (!options.metrics_out.empty()) {
-    std::vector<std::string> inputs = {options.config_path};
-    inputs.insert(inputs.end(), spec.train_paths.begin(), spec.train_paths.end());
-    inputs.insert(inputs.end(), spec.eval_paths.begin(), spec.eval_paths.end());
     DLRM_RETURN_IF_ERROR(CheckMetricsOut(options.metrics_out, inputs));
+  }
+  if (!options.report.empty() && !options.metrics_out.empty() &&
+      SameFile(options.report, options.metrics_out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--report '", options.report, "' and --metrics-out '", options.metrics_out,
+                     "' are the same file: the page would replace the metrics; give two paths"));
   }
   RunRecorder recorder;
   TrainRunOptions run = options.run;

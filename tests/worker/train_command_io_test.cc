@@ -482,6 +482,36 @@ TEST_F(TrainCommandMetricsTest, MetricsOutIsCheckedBeforeTraining) {
   EXPECT_FALSE(fs::exists(metrics + ".tmp"));
 }
 
+// `dlrm train --report` wrote its page over whatever the path named: `--report job.yaml` replaced
+// the spec and `--report data.tsv` the training data, after training on it; the page also replaced
+// --metrics-out's JSON when both named one file. Each is refused before training, naming both.
+TEST_F(TrainCommandMetricsTest, ReportIsCheckedAgainstTheInputsAndMetricsOutBeforeTraining) {
+  const std::string config = Config(0.2);
+  const std::string spec_text = ReadFile(config);
+  const std::string data = tmp_.File("data.tsv");
+  const std::string data_text = ReadFile(data);
+  for (const std::string& input : {config, data}) {
+    TrainCommandOptions o = Options(config, "");
+    o.report = input;
+    auto report = RunTrainCommand(o);
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+    EXPECT_THAT(std::string(report.status().message()),
+                HasSubstr("--report: '" + input + "' is the input file"));
+  }
+  EXPECT_EQ(ReadFile(config), spec_text);
+  EXPECT_EQ(ReadFile(data), data_text);
+  EXPECT_FALSE(fs::exists(tmp_.File("ck"))) << "trained before --report was checked";
+
+  const std::string both = tmp_.File("out.json");
+  TrainCommandOptions o = Options(config, both);
+  o.report = tmp_.File("./out.json");
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("are the same file"));
+  EXPECT_FALSE(fs::exists(both));
+  EXPECT_FALSE(fs::exists(tmp_.File("ck")));
+}
+
 // Ctrl-C on `dlrm train --report` killed the process and wrote no page, though the page is
 // documented for a run that "fails or is interrupted after some steps". The command's handler sets
 // `interrupted`; the run stops after its step with CANCELLED and the page of that step is written.
