@@ -113,15 +113,26 @@ absl::Status ReadPaths(const YAML::Node& parent, const std::string& prefix, cons
   YAML::Node node = parent[key];
   if (!node) return absl::OkStatus();
   out->clear();
+  // An empty path names no file: it failed only when the run opened it ("cannot open input
+  // file : No such file or directory"), without the key.
+  auto check = [&](const std::string& name, const std::string& path) {
+    if (path.empty()) {
+      return Invalid(name, "empty path (leave the key out, or give [], for no files)");
+    }
+    return CheckText(name, path, kMaxPathBytes, "kMaxPathBytes");
+  };
   if (node.IsScalar()) {
     out->push_back(node.as<std::string>());
-    return CheckText(Join(prefix, key), out->back(), kMaxPathBytes, "kMaxPathBytes");
+    return check(Join(prefix, key), out->back());
   }
   if (!node.IsSequence()) return Invalid(Join(prefix, key), "must be a path or a list of paths");
   for (const auto& item : node) {
+    if (!item.IsScalar()) {
+      return Invalid(absl::StrCat(Join(prefix, key), "[", out->size(), "]"), "must be a path");
+    }
     out->push_back(item.as<std::string>());
-    DLRM_RETURN_IF_ERROR(CheckText(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"),
-                                   out->back(), kMaxPathBytes, "kMaxPathBytes"));
+    DLRM_RETURN_IF_ERROR(
+        check(absl::StrCat(Join(prefix, key), "[", out->size() - 1, "]"), out->back()));
   }
   return absl::OkStatus();
 }

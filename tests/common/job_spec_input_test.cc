@@ -197,6 +197,29 @@ TEST(JobSpecFile, AFileThatCannotBeReadIsNamedWithTheReason) {
   }
 }
 
+// `data.train: [a.tsv, ""]` or `data.eval: ""` was read as a file named "", which failed only when
+// the run opened it ("cannot open input file : No such file or directory"), naming no key; a null
+// or nested list item read as "null" or failed with yaml-cpp's "bad conversion".
+TEST(JobSpecPaths, AnEmptyOrNonScalarDataPathIsRefusedNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train: [a.tsv, \"\"]", "data.train[1]: empty path"},
+      {"train: \"\"", "data.train: empty path"},
+      {"train: [a.tsv]\n  eval: ''", "data.eval: empty path"},
+      {"train: [a.tsv, ~]", "data.train[1]: must be a path"},
+      {"train: [a.tsv, [b.tsv]]", "data.train[1]: must be a path"},
+      {"train: [{x: 1}]", "data.train[0]: must be a path"},
+  };
+  for (const auto& [data, message] : cases) {
+    auto spec = ParseJobSpec(Replace(kSpec, "train: [a.tsv]", data), "job.yaml");
+    ASSERT_FALSE(spec.ok()) << data;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << data;
+    EXPECT_THAT(Message(spec), HasSubstr(message)) << data;
+  }
+  auto none = ParseJobSpec(Replace(kSpec, "train: [a.tsv]", "train: [a.tsv]\n  eval: []"), "j");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_THAT(none->eval_paths, IsEmpty());
+}
+
 TEST(JobSpecWarnings, OptimizerParametersTheTypeDoesNotUseAreWarnedAbout) {
   struct Case {
     std::string from, to;
