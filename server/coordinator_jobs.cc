@@ -151,6 +151,13 @@ absl::StatusOr<Job> CoordinatorState::Cancel(const std::string& job_id, const st
   {
     absl::MutexLock lock(&mu_);
     DLRM_ASSIGN_OR_RETURN(Job * job, FindJob(jobs_, job_id));
+    if (IsTerminal(job->state())) {
+      // Cancelling twice, or a job that is over: say how it ended, not "illegal transition".
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " has already ended ", JobStateName(job->state()),
+                       job->message().empty() ? "" : absl::StrCat(" (", job->message(), ")"),
+                       "; only a PENDING, RUNNING or RECOVERING job can be cancelled"));
+    }
     DLRM_RETURN_IF_ERROR(FinishJob(
         job, dlrm::v1::JOB_STATE_CANCELLED,
         reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason), now, &changes));

@@ -29,7 +29,8 @@ TEST_F(ClientTest, SubmitGetListCancel) {
   EXPECT_EQ(cancelled->state(), dlrm::v1::JOB_STATE_CANCELLED);
   auto again = client_->Cancel(job->job_id());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(again.status().message(), HasSubstr("CANCELLED -> CANCELLED"));
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("job-1 has already ended CANCELLED (cancelled: test)"));
   auto missing = client_->Get("job-404");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("job-404"));
@@ -120,6 +121,9 @@ TEST_F(ClientTest, DlrmctlCommandsAndExitCodes) {
   EXPECT_THAT(err, HasSubstr("sleeping"));
   EXPECT_EQ(Ctl({"list", "--state", "Cancelled"}, &out, &err), kExitOk) << err;
   EXPECT_THAT(out, HasSubstr(job_id));
+  // RECOVERING is a state `list` shows, so --state takes it too.
+  EXPECT_EQ(Ctl({"list", "--state", "recovering"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(out, "JOB  NAME  STATE  WORKERS  STEP  SAMPLES  AUC  MESSAGE\n");
   EXPECT_EQ(Ctl({"submit", "-f", spec_path_, "--workers", "0"}, &out, &err), kExitUsage);
   EXPECT_EQ(Ctl({"list", "-o", "xml"}, &out, &err), kExitUsage);
   EXPECT_THAT(err, HasSubstr("xml"));

@@ -153,7 +153,10 @@ TEST_F(CoordinatorStateTest, IllegalTransitionsNameBothStates) {
   ASSERT_EQ(*Report(job.job_id(), 0, true), dlrm::v1::JOB_STATE_SUCCEEDED);
   auto cancel = state_->Cancel(job.job_id(), "", now_);
   EXPECT_EQ(cancel.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(cancel.status().message(), HasSubstr("SUCCEEDED -> CANCELLED"));
+  EXPECT_EQ(cancel.status().message(),
+            absl::StrCat("job ", job.job_id(),
+                         " has already ended SUCCEEDED; only a PENDING, RUNNING or RECOVERING job "
+                         "can be cancelled"));
   auto late = Report(job.job_id(), 0, false);
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(late.status().message(), HasSubstr("SUCCEEDED"));
@@ -166,6 +169,20 @@ TEST_F(CoordinatorStateTest, IllegalTransitionsNameBothStates) {
   EXPECT_EQ(
       CheckJobTransition("j", dlrm::v1::JOB_STATE_FAILED, dlrm::v1::JOB_STATE_RUNNING).message(),
       "job j: illegal transition FAILED -> RUNNING");
+}
+
+// `dlrmctl cancel` twice: the second says how the job ended and why, not "illegal transition
+// CANCELLED -> CANCELLED", and leaves the first reason as it was.
+TEST_F(CoordinatorStateTest, CancellingAnEndedJobSaysHowItEnded) {
+  dlrm::v1::Job job = Submit(*state_, 1);
+  ASSERT_TRUE(state_->Cancel(job.job_id(), "too big", now_).ok());
+  auto again = state_->Cancel(job.job_id(), "again", now_);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(),
+            absl::StrCat("job ", job.job_id(),
+                         " has already ended CANCELLED (cancelled: too big); only a PENDING, "
+                         "RUNNING or RECOVERING job can be cancelled"));
+  EXPECT_EQ(state_->GetJob(job.job_id())->message(), "cancelled: too big");
 }
 
 TEST_F(CoordinatorStateTest, FailureReportFailsAndLostMemberRecoversTheJob) {
