@@ -163,9 +163,11 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   cancel->add_option("--reason", flags.reason, "recorded in the job's message");
   CLI::App* list = app.add_subcommand("list", "list jobs, oldest first");
   list->add_option("--state", flags.state,
-                   "only jobs in this state: pending, running, succeeded, failed, cancelled")
-      ->transform(CLI::IsMember({"pending", "running", "succeeded", "failed", "cancelled"},
-                                CLI::ignore_case));
+                   "only jobs in this state: pending, running, recovering, succeeded, failed, "
+                   "cancelled")
+      ->transform(
+          CLI::IsMember({"pending", "running", "recovering", "succeeded", "failed", "cancelled"},
+                        CLI::ignore_case));
   CLI::App* checkpoint = app.add_subcommand(
       "checkpoint", "ask a running job for a checkpoint now (taken within 50 steps)");
   checkpoint->add_option("job", flags.job_id, "job id")->required()->check(JobId());
