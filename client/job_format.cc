@@ -128,6 +128,13 @@ std::string TableMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
   return OrDash(message);
 }
 
+// The loss of the job's latest progress report, in `format`; "-" when no worker has reported one
+// yet (a job that never trained a step has no loss, and 0 would read as a perfect model).
+std::string Loss(const dlrm::v1::Job& job, const absl::FormatSpec<double>& format) {
+  if (!job.has_progress()) return "-";
+  return absl::StrFormat(format, job.progress().loss());
+}
+
 std::string PsColumn(const dlrm::v1::Job& job) {
   if (!job.ps_addresses().empty()) return absl::StrCat(job.ps_addresses_size());
   return job.requested_ps() == 0 ? "all" : absl::StrCat(job.requested_ps());
@@ -209,7 +216,7 @@ std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot
     if (wide && !job.rank_samples().empty()) {
       rows.push_back({"rank samples:", absl::StrJoin(job.rank_samples(), ",")});
     }
-    rows.push_back({"loss:", absl::StrFormat("%.6f", job.progress().loss())});
+    rows.push_back({"loss:", Loss(job, "%.6f")});
   }
   if (job.state() == dlrm::v1::JOB_STATE_SUCCEEDED) {
     const auto& m = job.final_metrics();
@@ -260,10 +267,7 @@ std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
       rows.push_back({job.job_id(), job.name(), StateName(job.state()),
                       absl::StrCat(job.requested_workers()), PsColumn(job),
                       absl::StrCat(job.progress().step()), absl::StrCat(job.total_samples()),
-                      job.state() == dlrm::v1::JOB_STATE_PENDING
-                          ? "-"
-                          : absl::StrFormat("%.4f", job.progress().loss()),
-                      Auc(job), UtcTime(job.created_ms()), message});
+                      Loss(job, "%.4f"), Auc(job), UtcTime(job.created_ms()), message});
     } else {
       rows.push_back({job.job_id(), job.name(), StateName(job.state()),
                       absl::StrCat(job.requested_workers()), absl::StrCat(job.progress().step()),
@@ -293,8 +297,7 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
                         absl::StrFormat(" ETA %.0fs", std::max(0.0, t - step) / *steps_per_sec));
       }
     }
-    absl::StrAppend(&line, " samples ", job.total_samples(),
-                    absl::StrFormat(" loss %.4f", job.progress().loss()));
+    absl::StrAppend(&line, " samples ", job.total_samples(), " loss ", Loss(job, "%.4f"));
     const std::optional<double> samples_per_sec =
         speed != nullptr ? speed->samples_per_sec() : std::nullopt;
     if (running && samples_per_sec.has_value()) {

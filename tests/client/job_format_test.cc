@@ -299,6 +299,28 @@ TEST(JobFormatEventLine, ShowsPercentAndEtaWhenTheTotalIsKnown) {
   EXPECT_THAT(JobEventLine(job, nullptr), Not(HasSubstr("samples/s")));
 }
 
+// A job that started but whose workers reported no step yet (or that failed before its first:
+// a --resume-from that does not exist) has no loss: "-", not 0, which reads as a perfect model,
+// in the detail, the wide table and the watch line; a reported loss of 0 is still printed.
+TEST(JobFormatLoss, NoProgressReportedShowsNoLoss) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-2");
+  job.set_state(dlrm::v1::JOB_STATE_FAILED);
+  job.set_started_ms(1'000'000);
+  job.set_message("rank 0 (worker-1) failed");
+  EXPECT_THAT(JobDetail(job, /*wide=*/false, nullptr), HasSubstr("loss:     -\n"));
+  EXPECT_THAT(JobDetail(job, /*wide=*/false, nullptr), Not(HasSubstr("0.000000")));
+  EXPECT_THAT(JobTable({job}, /*wide=*/true, nullptr), Not(HasSubstr("0.0000")));
+  job.set_state(dlrm::v1::JOB_STATE_RUNNING);
+  job.clear_message();
+  EXPECT_EQ(JobEventLine(job, nullptr), "job-2 RUNNING step 0 samples 0 loss -");
+
+  job = Running(1'010'000, 0, {0});
+  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("loss 0.0000"));
+  EXPECT_THAT(JobDetail(job, /*wide=*/false, nullptr), HasSubstr("loss:     0.000000"));
+  EXPECT_THAT(JobTable({job}, /*wide=*/true, nullptr), HasSubstr("0.0000"));
+}
+
 // A job resumed from a checkpoint at step 900 of 1760, on 2 workers: its totals start at the
 // checkpoint's, and each rank's first report adds its share of them at once. The rate and the
 // ETA count only what the run trains: 2 x 51,200 samples and 50 steps in 2 s.
