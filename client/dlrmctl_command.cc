@@ -246,16 +246,20 @@ int Command::Checkpoints() {
       (*c->mutable_fields())["bytes"].set_number_value(static_cast<double>(m.total_bytes()));
       (*c->mutable_fields())["kind"].set_string_value(m.incremental ? "incremental" : "full");
       (*c->mutable_fields())["parent"].set_string_value(m.parent);
+      // The folder may hold another job's checkpoints (a job resumed from them, or one given
+      // the same checkpoint.dir): the job that wrote each, "" for `dlrm train`.
+      (*c->mutable_fields())["job_id"].set_string_value(m.job_id);
     }
     out_ << ToDocument(doc, format_);
     return kExitOk;
   }
-  out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %s\n", "NAME", "STEP", "CREATED", "BYTES",
-                          "KIND");
+  out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %-11s  %s\n", "NAME", "STEP", "CREATED", "BYTES",
+                          "KIND", "JOB");
   for (const embedding::CheckpointManifest& m : *list) {
-    out_ << absl::StrFormat("%-20s %10d  %-20s %14d  %s\n", m.name, m.step,
+    out_ << absl::StrFormat("%-20s %10d  %-20s %14d  %-11s  %s\n", m.name, m.step,
                             UtcTime(static_cast<int64_t>(std::llround(m.created_unix * 1000))),
-                            m.total_bytes(), m.incremental ? "incremental" : "full");
+                            m.total_bytes(), m.incremental ? "incremental" : "full",
+                            m.job_id.empty() ? "-" : m.job_id);
   }
   if (list->empty()) err_ << "no committed checkpoint in " << root << std::endl;
   return kExitOk;
@@ -347,9 +351,12 @@ int Command::Describe() {
     auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
     if (list.ok()) {
       for (const embedding::CheckpointManifest& m : *list) {
-        checkpoints.push_back(absl::StrFormat("%s  step %d  %d bytes  %s", m.name, m.step,
-                                              m.total_bytes(),
-                                              m.incremental ? "incremental" : "full"));
+        checkpoints.push_back(absl::StrFormat(
+            "%s  step %d  %d bytes  %s%s", m.name, m.step, m.total_bytes(),
+            m.incremental ? "incremental" : "full",
+            m.job_id == job->job_id()
+                ? ""
+                : absl::StrCat("  (written by ", m.job_id.empty() ? "dlrm train" : m.job_id, ")")));
       }
     } else {
       checkpoints.push_back(absl::StrCat("(", spec->checkpoint.dir,

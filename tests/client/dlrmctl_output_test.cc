@@ -246,6 +246,48 @@ TEST_F(DlrmctlOutputTest, CheckpointsTableTimesAreUtcIso) {
   EXPECT_THAT(Lines(out)[1], HasSubstr("2026-12-04T16:00:00Z")) << out;
 }
 
+// A checkpoint folder can hold another job's checkpoints (a job resumed from them, or given the
+// same checkpoint.dir): `checkpoints` names the job that wrote each (JOB column, "job_id"), and
+// `describe` marks those another job wrote, instead of showing them as this job's.
+TEST_F(DlrmctlOutputTest, CheckpointsNameTheJobThatWroteEach) {
+  const std::string root = dir_.Sub("ckpt");
+  const std::string spec = dir_.Sub("ckpt.yaml");
+  std::ofstream(spec) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << root << "\n";
+  for (const auto& [step, job_id] :
+       std::vector<std::pair<int64_t, std::string>>{{100, "job-7"}, {200, "job-1"}, {300, ""}}) {
+    embedding::CheckpointManifest manifest;
+    manifest.name = embedding::CheckpointDirName(step);
+    manifest.job_name = "tiny";
+    manifest.job_id = job_id;
+    manifest.step = step;
+    const std::string dir = absl::StrCat(root, "/", manifest.name);
+    std::filesystem::create_directories(dir);
+    ASSERT_TRUE(embedding::CommitManifest(dir, manifest).ok());
+  }
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  const std::vector<std::string> lines = Lines(out);
+  ASSERT_EQ(lines.size(), 4u) << out;
+  EXPECT_THAT(lines[0], ::testing::EndsWith("  JOB"));
+  EXPECT_THAT(lines[1], ::testing::EndsWith("  job-7"));
+  EXPECT_THAT(lines[2], ::testing::EndsWith("  job-1"));
+  EXPECT_THAT(lines[3], ::testing::EndsWith("  -"));
+
+  ASSERT_EQ(Ctl({"checkpoints", "job-1", "-o", "json"}, &out, &err), kExitOk) << err;
+  const auto json = nlohmann::json::parse(out);
+  ASSERT_EQ(json["checkpoints"].size(), 3u) << out;
+  EXPECT_EQ(json["checkpoints"][0]["job_id"], "job-7");
+  EXPECT_EQ(json["checkpoints"][1]["job_id"], "job-1");
+  EXPECT_EQ(json["checkpoints"][2]["job_id"], "");
+
+  ASSERT_EQ(Ctl({"describe", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("  ckpt-000000000100  step 100  0 bytes  full  (written by job-7)\n"));
+  EXPECT_THAT(out, HasSubstr("  ckpt-000000000200  step 200  0 bytes  full\n"));
+  EXPECT_THAT(out,
+              HasSubstr("  ckpt-000000000300  step 300  0 bytes  full  (written by dlrm train)\n"));
+}
+
 TEST_F(DlrmctlOutputTest, MembersShowNamesNextToIds) {
   RegisterPs("ps-east-0");
   const std::string worker = RegisterMember(dlrm::v1::ROLE_WORKER, "trainer-a");
