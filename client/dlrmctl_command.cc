@@ -89,6 +89,16 @@ absl::Status CheckCoordinatorAddress(const std::string& address, const std::stri
   return absl::OkStatus();
 }
 
+// The same file or folder: by device and inode when both exist, else by their absolute paths.
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
+  const std::filesystem::path x = std::filesystem::weakly_canonical(a, ec);
+  if (ec) return false;
+  const std::filesystem::path y = std::filesystem::weakly_canonical(b, ec);
+  return !ec && x == y;
+}
+
 bool NeedsExplaining(const dlrm::v1::Job& job) {
   return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
 }
@@ -132,7 +142,15 @@ int Command::Submit() {
   if (!spec.ok()) return Fail(spec.status(), kExitFailed);
   if (!flags_.resume_from.empty()) {
     // Every worker reads it: an absolute path on the volume they share.
-    spec->checkpoint.resume_from = std::filesystem::absolute(flags_.resume_from, ec).string();
+    const std::string resume_from = std::filesystem::absolute(flags_.resume_from, ec).string();
+    // As `dlrm train --resume`: a spec that names another checkpoint is refused, not overridden.
+    if (const std::string& key = spec->checkpoint.resume_from;
+        !key.empty() && !SamePath(resume_from, key)) {
+      return Fail(UsageStatus(absl::InvalidArgumentError(absl::StrCat(
+          "--resume-from ", flags_.resume_from, " and the job spec's checkpoint.resume_from ", key,
+          " (", flags_.file, ") name different checkpoints: give one of them (or the same one)"))));
+    }
+    spec->checkpoint.resume_from = resume_from;
   }
   const std::string yaml = common::JobSpecToYaml(*spec);
   auto client = Connect();

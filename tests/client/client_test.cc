@@ -14,6 +14,7 @@ namespace dlrm::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST_F(ClientTest, SubmitGetListCancel) {
   auto job = client_->Submit(dlrm::testing::kTinySpec, {.workers = 2, .ps = 1});
@@ -148,6 +149,36 @@ TEST_F(ClientTest, DlrmctlSubmitRefusesAModelThatDoesNotFitCriteoInput) {
   auto jobs = client_->List();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_EQ(jobs->size(), 0u);
+}
+
+// `submit --resume-from` on a spec whose checkpoint.resume_from names another checkpoint is
+// refused naming both, as `dlrm train --resume` refuses it, instead of silently overriding the
+// spec; the same checkpoint named both ways (a relative and an absolute path) is fine.
+TEST_F(ClientTest, SubmitResumeFromThatContradictsTheSpecIsRefused) {
+  const std::string a = dir_.Sub("ckpt-a");
+  const std::string b = dir_.Sub("ckpt-b");
+  std::filesystem::create_directories(a);
+  const std::string path = dir_.Sub("resume.yaml");
+  std::ofstream(path) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << dir_.Sub("ckpt")
+                      << "\n  resume_from: ckpt-a\n";  // relative to the spec's folder
+  std::string out, err;
+  EXPECT_EQ(Ctl({"submit", "-f", path, "--resume-from", b}, &out, &err), kExitUsage) << out;
+  EXPECT_THAT(err, HasSubstr(absl::StrCat("--resume-from ", b,
+                                          " and the job spec's checkpoint.resume_from ",
+                                          std::filesystem::path(a).lexically_normal().string())));
+  auto jobs = client_->List();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 0u) << "nothing submitted";
+
+  ASSERT_EQ(Ctl({"submit", "-f", path, "--resume-from", a + "/"}, &out, &err), kExitOk) << err;
+  auto job = client_->Get("job-1");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_THAT(job->spec_yaml(), HasSubstr("/ckpt-a"));
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_, "--resume-from", b}, &out, &err), kExitOk) << err;
+  job = client_->Get("job-2");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_THAT(job->spec_yaml(), HasSubstr("resume_from: " + b));
+  EXPECT_THAT(job->spec_yaml(), Not(HasSubstr("ckpt-a")));
 }
 
 TEST_F(ClientTest, SubmitWaitExitCodeIsTheJobsResult) {
