@@ -257,9 +257,24 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       if (recorder != nullptr) recorder->Record(elapsed(), report.steps, position.samples, loss);
       if (options.interrupted != nullptr && options.interrupted->load() != 0) {
         if (options.show_progress) progress.Finish();
-        return absl::CancelledError(absl::StrCat("interrupted (",
-                                                 strsignal(options.interrupted->load()),
-                                                 ") after step ", report.steps));
+        std::string message = absl::StrCat("interrupted (", strsignal(options.interrupted->load()),
+                                           ") after step ", report.steps);
+        // The steps taken are kept as at the end of a run, so that --resume goes on from them
+        // instead of from the last periodic checkpoint (without one, from the start).
+        if (checkpointer != nullptr && checkpointer->last_step() < position.step) {
+          absl::Status started = start_checkpoint(/*last=*/true);
+          absl::StatusOr<CheckpointWriteResult> kept =
+              started.ok() ? checkpointer->Finish()
+                           : absl::StatusOr<CheckpointWriteResult>(started);
+          if (kept.ok()) {
+            absl::StrAppend(&message, "; its model is checkpoint ", kept->dir,
+                            " (dlrm train --resume ", spec.checkpoint.dir, " goes on from it)");
+          } else {
+            absl::StrAppend(&message,
+                            "; its checkpoint was not written: ", kept.status().message());
+          }
+        }
+        return absl::CancelledError(message);
       }
       if (spec.eval_every_steps > 0 && input.eval != nullptr &&
           report.steps % spec.eval_every_steps == 0) {

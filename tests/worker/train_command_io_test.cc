@@ -529,6 +529,30 @@ TEST_F(TrainCommandMetricsTest, AnInterruptedRunStopsAfterItsStepAndWritesTheRep
   EXPECT_FALSE(fs::exists(o.report + ".tmp"));
 }
 
+// Ctrl-C on `dlrm train` with a checkpoint.dir stopped after its step but wrote no checkpoint: the
+// steps since the last periodic checkpoint (all of them, without every_steps) were lost, and
+// --resume could not go on from them. The interrupted run now keeps its model as a run's end does.
+TEST_F(TrainCommandMetricsTest, AnInterruptedRunKeepsItsStepsAsACheckpointToResumeFrom) {
+  TrainCommandOptions o = Options(Config(0.2), "");
+  std::atomic<int> interrupted{SIGINT};
+  o.run.interrupted = &interrupted;
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kCancelled) << report.status();
+  const std::string kept = tmp_.File("ck/ckpt-000000000001");
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("after step 1; its model is checkpoint "));
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("ck/ckpt-000000000001"));
+  ASSERT_TRUE(fs::exists(kept + "/MANIFEST.json"));
+
+  o.run.interrupted = nullptr;
+  o.run.resume_from = tmp_.File("ck");
+  report = RunTrainCommand(o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->steps, 2);
+  // 480 training lines in batches of 256: the resumed run trains only the second, of 224.
+  EXPECT_EQ(report->train_samples, 224) << "went on from step 1";
+}
+
 TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
   const std::string metrics = tmp_.File("m.json");
   ::testing::internal::CaptureStdout();
