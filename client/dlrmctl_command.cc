@@ -155,8 +155,10 @@ int Command::Submit() {
   const std::string yaml = common::JobSpecToYaml(*spec);
   auto client = Connect();
   if (!client.ok()) return Fail(client.status());
+  unanswered_change_ = "queued the job: see 'dlrmctl list' before submitting it again";
   auto job = (*client)->Submit(yaml, {.workers = flags_.workers, .ps = flags_.ps});
   if (!job.ok()) return Fail(job.status());
+  unanswered_change_.clear();
   if (!flags_.wait) {
     if (IsDocumentFormat(format_)) {
       out_ << ToDocument(*job, format_);
@@ -189,8 +191,11 @@ int Command::Watch() {
 int Command::Cancel() {
   auto client = Connect();
   if (!client.ok()) return Fail(client.status());
+  unanswered_change_ =
+      absl::StrCat("cancelled job ", flags_.job_id, ": see 'dlrmctl status ", flags_.job_id, "'");
   auto job = (*client)->Cancel(flags_.job_id, flags_.reason);
   if (!job.ok()) return Fail(job.status());
+  unanswered_change_.clear();
   PrintJob(**client, *job);
   return kExitOk;
 }
@@ -208,8 +213,10 @@ int Command::Checkpoint() {
     if (!list.ok()) return Fail(list.status());
     if (!list->empty()) newest_step = list->back().step;
   }
+  unanswered_change_ = absl::StrCat("recorded the checkpoint request of job ", flags_.job_id);
   auto job = (*client)->RequestCheckpoint(flags_.job_id);
   if (!job.ok()) return Fail(job.status());
+  unanswered_change_.clear();
   err_ << "job " << flags_.job_id << ": checkpoint requested (request "
        << job->checkpoint_requests() << "); its workers take it within "
        << "50 steps" << std::endl;
@@ -435,6 +442,11 @@ int Command::Fail(const absl::Status& status, std::optional<int> code) {
   if (const std::string tls = TlsHandshakeFailure(status); !tls.empty()) {
     err_ << "dlrmctl: the coordinator at " << flags_.coordinator
          << " answered, but the TLS handshake failed: " << tls << ".\n";
+  } else if (absl::IsDeadlineExceeded(status) && !unanswered_change_.empty()) {
+    // The request may have reached a coordinator that answered too late: it is not gone.
+    err_ << "dlrmctl: the coordinator at " << flags_.coordinator << " did not answer within "
+         << "--timeout " << flags_.timeout_s << " s, but it may have " << unanswered_change_
+         << ".\n";
   } else if (exit_code == kExitUnavailable && tls_ &&
              absl::StrContains(status.message(), "Socket closed")) {
     err_ << "dlrmctl: the coordinator at " << flags_.coordinator

@@ -107,6 +107,10 @@ class Command {
   const bool terminal_;
   bool line_open_ = false;
   bool tls_ = false;  // Connect chose TLS
+  // Set just before a call that changes something (submit, cancel, a checkpoint request): when
+  // its deadline passes, the coordinator may still have made the change, and Fail says so, and
+  // how to check, instead of asking whether a coordinator runs there.
+  std::string unanswered_change_;
 };
 
 }  // namespace dlrm::client::dlrmctl_internal

@@ -62,12 +62,29 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
     stop_answering_ = stop_after_checkpoint_request_.load();
     return grpc::Status::OK;
   }
+  // A coordinator too slow to answer before the caller's deadline, which may still queue the job
+  // or cancel it after that.
+  grpc::Status SubmitJob(grpc::ServerContext* context, const dlrm::v1::SubmitJobRequest*,
+                         dlrm::v1::SubmitJobResponse*) override {
+    return AnswerLate(context);
+  }
+  grpc::Status CancelJob(grpc::ServerContext* context, const dlrm::v1::CancelJobRequest*,
+                         dlrm::v1::Job*) override {
+    return AnswerLate(context);
+  }
   void StopAnsweringAfterCheckpointRequest() { stop_after_checkpoint_request_ = true; }
   void Stop() {
     if (!stopping_.HasBeenNotified()) stopping_.Notify();
   }
 
  private:
+  grpc::Status AnswerLate(grpc::ServerContext* context) {
+    while (!context->IsCancelled() && !stopping_.HasBeenNotified()) {
+      stopping_.WaitForNotificationWithTimeout(absl::Milliseconds(20));
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "too late");
+  }
+
   const std::string checkpoint_dir_;
   std::atomic<bool> stop_after_checkpoint_request_{false};
   std::atomic<bool> stop_answering_{false};
@@ -230,6 +247,29 @@ TEST_F(DlrmctlErrorsTest, CheckpointWaitEndsWhenTheCoordinatorStopsAnswering) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_THAT(err, HasSubstr("checkpoint requested"));
   EXPECT_THAT(err, HasSubstr("DEADLINE_EXCEEDED"));
+}
+
+// A submit or cancel whose answer does not come within --timeout: the coordinator is there
+// (slow), and may have queued or cancelled the job. dlrmctl says so, and how to check, instead
+// of asking whether a coordinator runs there (a user who trusts that submits the job twice).
+TEST_F(DlrmctlErrorsTest, ChangeWithoutAnAnswerMayHaveBeenMade) {
+  Serve();
+  const std::string spec = dir_.Sub("job.yaml");
+  std::ofstream(spec) << dlrm::testing::kTinySpec;
+  std::string err;
+  EXPECT_EQ(Ctl({"--timeout", "0.5", "submit", "-f", spec}, &err), kExitUnavailable) << err;
+  EXPECT_THAT(err, HasSubstr("DEADLINE_EXCEEDED"));
+  EXPECT_THAT(err, HasSubstr("did not answer within --timeout 0.5 s, but it may have queued the "
+                             "job: see 'dlrmctl list' before submitting it again"));
+  EXPECT_THAT(err, Not(HasSubstr("is a coordinator running")));
+  EXPECT_EQ(Ctl({"--timeout", "0.5", "cancel", "job-3"}, &err), kExitUnavailable) << err;
+  EXPECT_THAT(err, HasSubstr("but it may have cancelled job job-3: see 'dlrmctl status job-3'"));
+  EXPECT_THAT(err, Not(HasSubstr("is a coordinator running")));
+  // A coordinator that is not there: no change could have been made.
+  server_->Shutdown(absl::ZeroDuration());
+  EXPECT_EQ(Ctl({"--timeout", "2", "submit", "-f", spec}, &err), kExitUnavailable) << err;
+  EXPECT_THAT(err, HasSubstr("is a coordinator running"));
+  EXPECT_THAT(err, Not(HasSubstr("may have")));
 }
 
 }  // namespace
