@@ -222,16 +222,21 @@ int Command::Checkpoint() {
        << "50 steps" << std::endl;
   if (!flags_.wait) return kExitOk;
   const absl::Time give_up = absl::Now() + absl::Seconds(flags_.wait_timeout_s);
-  while (absl::Now() < give_up) {
+  // Prints the newest checkpoint when it is newer than the newest before the request.
+  auto print_new = [&] {
     auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
-    if (list.ok() && !list->empty() && list->back().step > newest_step) {
-      const embedding::CheckpointManifest& m = list->back();
-      out_ << absl::StrCat(spec->checkpoint.dir, "/", m.name) << "\n";
-      return kExitOk;
-    }
+    if (!list.ok() || list->empty() || list->back().step <= newest_step) return false;
+    out_ << absl::StrCat(spec->checkpoint.dir, "/", list->back().name) << "\n";
+    return true;
+  };
+  while (absl::Now() < give_up) {
+    if (print_new()) return kExitOk;
     auto now = (*client)->Get(flags_.job_id);
     if (!now.ok()) return Fail(now.status());  // e.g. 4: the coordinator cannot be reached
     if (IsTerminalJobState(now->state())) {
+      // Its final checkpoint may have been committed after the folder was read, just before the
+      // job ended.
+      if (print_new()) return kExitOk;
       err_ << "job " << flags_.job_id << " ended (" << StateName(now->state())
            << ") before a new checkpoint was committed" << std::endl;
       return kExitFailed;

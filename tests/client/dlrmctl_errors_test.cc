@@ -18,6 +18,7 @@
 #include "client/dlrmctl.h"
 #include "common/certs.h"
 #include "common/grpc_util.h"
+#include "embedding/checkpoint_manifest.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -50,6 +51,18 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
     }
     job->set_job_id(request->job_id());
     job->set_state(dlrm::v1::JOB_STATE_RUNNING);
+    if (end_after_checkpoint_request_.load() && checkpoint_requested_.load()) {
+      // The job's final checkpoint is committed, then it ends: both between two reads of the
+      // folder by `checkpoint --wait`.
+      embedding::CheckpointManifest manifest;
+      manifest.name = embedding::CheckpointDirName(500);
+      manifest.job_id = request->job_id();
+      manifest.step = 500;
+      const std::string dir = absl::StrCat(checkpoint_dir_, "/", manifest.name);
+      std::filesystem::create_directories(dir);
+      if (!embedding::CommitManifest(dir, manifest).ok()) return grpc::Status::CANCELLED;
+      job->set_state(dlrm::v1::JOB_STATE_SUCCEEDED);
+    }
     job->set_spec_yaml(
         absl::StrCat(dlrm::testing::kTinySpec, "checkpoint:\n  dir: ", checkpoint_dir_, "\n"));
     return grpc::Status::OK;
@@ -59,6 +72,7 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
     job->set_job_id(request->job_id());
     job->set_state(dlrm::v1::JOB_STATE_RUNNING);
     job->set_checkpoint_requests(1);
+    checkpoint_requested_ = true;
     stop_answering_ = stop_after_checkpoint_request_.load();
     return grpc::Status::OK;
   }
@@ -73,6 +87,7 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
     return AnswerLate(context);
   }
   void StopAnsweringAfterCheckpointRequest() { stop_after_checkpoint_request_ = true; }
+  void EndAfterCheckpointRequest() { end_after_checkpoint_request_ = true; }
   void Stop() {
     if (!stopping_.HasBeenNotified()) stopping_.Notify();
   }
@@ -87,6 +102,8 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
 
   const std::string checkpoint_dir_;
   std::atomic<bool> stop_after_checkpoint_request_{false};
+  std::atomic<bool> end_after_checkpoint_request_{false};
+  std::atomic<bool> checkpoint_requested_{false};
   std::atomic<bool> stop_answering_{false};
   absl::Notification stopping_;
 };
@@ -247,6 +264,18 @@ TEST_F(DlrmctlErrorsTest, CheckpointWaitEndsWhenTheCoordinatorStopsAnswering) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_THAT(err, HasSubstr("checkpoint requested"));
   EXPECT_THAT(err, HasSubstr("DEADLINE_EXCEEDED"));
+}
+
+// `checkpoint --wait` on a job that commits its final checkpoint and ends between two reads of
+// its folder: the checkpoint is printed (0), not "ended before a new checkpoint was committed".
+TEST_F(DlrmctlErrorsTest, CheckpointWaitSeesTheFinalCheckpointOfAJobThatEnded) {
+  Serve();
+  service_->EndAfterCheckpointRequest();
+  std::string out, err;
+  EXPECT_EQ(RunCtl(server_->address(), {"checkpoint", "job-6", "--wait"}, &out, &err), kExitOk)
+      << err;
+  EXPECT_EQ(out, absl::StrCat(dir_.Sub("checkpoints"), "/ckpt-000000000500\n"));
+  EXPECT_THAT(err, Not(HasSubstr("ended")));
 }
 
 // A submit or cancel whose answer does not come within --timeout: the coordinator is there
