@@ -41,26 +41,36 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// A path flag given an empty value (`--metrics-out "$UNSET"`) was taken as not given: the run
+// succeeded and wrote nothing, or (--resume) started from scratch.
+CLI::Validator NonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& value) { return value.empty() ? std::string("no path given") : ""; }, "");
+}
+
 void AddTrain(CLI::App& app, std::function<int()>* run) {
   auto* cmd = app.add_subcommand("train", "Train a job in this process (the reference trainer)");
   static worker::TrainCommandOptions options;
   cmd->add_option("-c,--config", options.config_path, "Job spec (YAML)")->required();
   cmd->add_option("--metrics-out", options.metrics_out,
-                  "Write auc, logloss, accuracy, samples_per_sec, steps as one JSON object");
+                  "Write auc, logloss, accuracy, samples_per_sec, steps as one JSON object")
+      ->check(NonEmptyPath());
   cmd->add_flag("--strict", options.strict, "Stop at the first malformed input line");
   cmd->add_option("--report", options.report,
                   "Write a self-contained HTML page with the loss, eval AUC and logloss, and "
-                  "throughput curves (also when training fails)");
+                  "throughput curves (also when training fails)")
+      ->check(NonEmptyPath());
   cmd->add_option("--device", options.run.device_override, "auto | cpu | cuda (overrides spec)")
       ->check(DeviceName());
   cmd->add_option("--threads", options.run.threads, "CPU threads (0 = all cores)")
       ->check(ThreadCount());
   cmd->add_flag("!--no-progress", options.run.show_progress, "Do not draw the progress line");
   cmd->add_option(
-      "--resume", options.run.resume_from,
-      "Continue from a checkpoint, or from the newest one in a checkpoint folder (overrides "
-      "the spec's checkpoint.resume_from; both naming different checkpoints is an "
-      "error)");
+         "--resume", options.run.resume_from,
+         "Continue from a checkpoint, or from the newest one in a checkpoint folder (overrides "
+         "the spec's checkpoint.resume_from; both naming different checkpoints is an "
+         "error)")
+      ->check(NonEmptyPath());
   cmd->callback([run] {
     *run = [] {
       // Ctrl-C (or SIGTERM) stops the run after its step in progress, so that --report still
@@ -102,7 +112,8 @@ void AddEval(CLI::App& app, std::function<int()>* run) {
   static std::string metrics_out;
   AddCheckpointModelOptions(cmd, &options);
   cmd->add_option("--data", options.data, "Input files (Criteo TSV or binary)")->required();
-  cmd->add_option("--metrics-out", metrics_out, "Write the metrics as JSON (as dlrm train)");
+  cmd->add_option("--metrics-out", metrics_out, "Write the metrics as JSON (as dlrm train)")
+      ->check(NonEmptyPath());
   cmd->callback([run] {
     *run = [] {
       auto m = worker::RunEvalCommand(options, metrics_out);

@@ -267,6 +267,17 @@ TEST_F(DlrmCliTest, ASpecThatCannotBeReadIsNamedWithTheReason) {
   ExpectRefused({"train", "--config", "."}, {"cannot read job spec '.': is a directory"});
 }
 
+// An empty path (`--metrics-out "$UNSET"`) was taken as no flag: `dlrm train` and `eval` succeeded
+// and wrote no metrics or page, and `--resume ""` started from scratch. Refused before any work
+// (the spec here does not exist: without the check the error would be about it).
+TEST_F(DlrmCliTest, AnEmptyPathFlagIsRefusedNotIgnored) {
+  for (const std::string flag : {"--metrics-out", "--report", "--resume"}) {
+    ExpectRefused({"train", "--config", "nope.yaml", flag, ""}, {flag + ": no path given"});
+  }
+  ExpectRefused({"eval", "--checkpoint", "nope", "--data", "x.tsv", "--metrics-out", ""},
+                {"--metrics-out: no path given"});
+}
+
 // `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec
 // written for other multi-hot data would have; or data.format naming the other format) started
 // the whole cluster, failed the job in a worker and left the cluster's folder behind. Refused
