@@ -20,6 +20,23 @@ std::string Strip(std::string name, const std::string& prefix) {
   return name;
 }
 
+// Text from the coordinator (a cancel's --reason, a worker's error, which may quote a file name)
+// as it is safe to print on a terminal: control characters other than newline and tab become
+// \xNN, so none can move the cursor, recolour or clear the screen of whoever reads it.
+std::string Printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", byte));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // Formats rows as left-aligned columns separated by two spaces.
 std::string Columns(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
@@ -157,7 +174,7 @@ std::string UtcTime(int64_t unix_ms) {
 
 std::string HistoryLine(const dlrm::v1::JobStateChange& change) {
   return absl::StrFormat("%-20s  %-10s  %s", UtcTime(change.time_ms()), StateName(change.state()),
-                         change.message());
+                         Printable(change.message()));
 }
 
 std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
@@ -183,7 +200,7 @@ std::string MemberLabel(const dlrm::v1::Member& member) {
 }
 
 std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
-  if (!job.message().empty()) return job.message();
+  if (!job.message().empty()) return Printable(job.message());
   switch (job.state()) {
     case dlrm::v1::JOB_STATE_PENDING:
       return PendingMessage(job, cluster);
@@ -239,7 +256,7 @@ std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot
                          "running again after ",
                          absl::StrFormat("%.1f s", (r.resumed_ms() - r.started_ms()) / 1000.0))
                    : std::string("not running again"),
-               ": ", r.reason())});
+               ": ", Printable(r.reason()))});
     }
   }
   if (wide) {
@@ -310,7 +327,8 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
                     absl::StrFormat(" auc %.4f logloss %.4f accuracy %.4f samples/s %.1f", m.auc(),
                                     m.logloss(), m.accuracy(), m.samples_per_sec()));
   }
-  const std::string message = JobMessage(job, cluster);
+  std::string message = JobMessage(job, cluster);
+  std::replace(message.begin(), message.end(), '\n', ' ');  // one line: watch redraws it
   if (!message.empty()) absl::StrAppend(&line, " (", message, ")");
   return line;
 }

@@ -321,6 +321,36 @@ TEST(JobFormatLoss, NoProgressReportedShowsNoLoss) {
   EXPECT_THAT(JobTable({job}, /*wide=*/true, nullptr), HasSubstr("0.0000"));
 }
 
+// Messages come from others (a cancel's --reason, a worker's error quoting a file name): their
+// control characters are shown as \xNN, never sent to the reader's terminal (which would recolour
+// or clear it, or redraw a line over another). Newlines stay in the detail and history and
+// become spaces on the one-line forms.
+TEST(JobFormatMessage, ControlCharactersAreShownNotSentToTheTerminal) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-7");
+  job.set_state(dlrm::v1::JOB_STATE_CANCELLED);
+  job.set_message("cancelled: a\nb \x1b[2J\x1b[31mred\r\x7f");
+  dlrm::v1::JobStateChange* change = job.add_history();
+  change->set_state(dlrm::v1::JOB_STATE_CANCELLED);
+  change->set_message(job.message());
+  job.add_recovery_history()->set_reason("lost \x1b]0;title\x07");
+  job.set_recoveries(1);
+  const std::string shown = "cancelled: a\nb \\x1b[2J\\x1b[31mred\\x0d\\x7f";
+  EXPECT_EQ(JobMessage(job, nullptr), shown);
+  EXPECT_THAT(HistoryLine(*change), ::testing::EndsWith(shown));
+  EXPECT_THAT(JobDetail(job, /*wide=*/true, nullptr), HasSubstr("lost \\x1b]0;title\\x07"));
+  EXPECT_THAT(JobTable({job}, /*wide=*/false, nullptr),
+              HasSubstr("cancelled: a b \\x1b[2J\\x1b[31mred\\x0d\\x7f"));
+  EXPECT_EQ(JobEventLine(job, nullptr),
+            "job-7 CANCELLED (cancelled: a b \\x1b[2J\\x1b[31mred\\x0d\\x7f)");
+  for (const std::string& text :
+       {JobDetail(job, true, nullptr), JobTable({job}, true, nullptr), HistoryLine(*change),
+        JobDescription(job, nullptr, {}), JobEventLine(job, nullptr)}) {
+    EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+    EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  }
+}
+
 // A job resumed from a checkpoint at step 900 of 1760, on 2 workers: its totals start at the
 // checkpoint's, and each rank's first report adds its share of them at once. The rate and the
 // ETA count only what the run trains: 2 x 51,200 samples and 50 steps in 2 s.
