@@ -280,7 +280,8 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
 
 // CLI11 answers a first word that is no subcommand ("dlrm frob") with "A subcommand is required";
 // this names the word and the subcommands instead. Any other error (and --help) is CLI11's own.
-int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
+// Prints the message; returns CLI11's status (0 for --help, 105-114 for an error).
+int PrintParseError(CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() != 0 && app.get_subcommands().empty()) {
     for (const std::string& word : app.remaining()) {
       if (word.empty() || word[0] == '-') continue;
@@ -293,6 +294,13 @@ int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
     }
   }
   return app.exit(e);
+}
+
+// A usage error exits 2, as a bad value the command itself refuses does (and as dlrmctl's usage
+// errors do); CLI11's own statuses (105 for a bad value, 106 for a missing flag, 109 for an
+// unknown one...) told a script nothing it could rely on.
+int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
+  return PrintParseError(app, e) == 0 ? 0 : 2;
 }
 
 }  // namespace

@@ -267,6 +267,19 @@ TEST_F(DlrmCliTest, ASpecThatCannotBeReadIsNamedWithTheReason) {
   ExpectRefused({"train", "--config", "."}, {"cannot read job spec '.': is a directory"});
 }
 
+// A usage error exited with CLI11's own status (106 for a missing flag, 109 for an unknown one,
+// 105 for a bad value), while a value the command refuses exits 2: every usage error exits 2 now,
+// and --help 0.
+TEST_F(DlrmCliTest, AUsageErrorExitsTwo) {
+  const std::vector<std::vector<std::string>> usage = {
+      {"train"}, {"train", "--config", "x.yaml", "--bogus"}, {"gen-data", "--out", "x", "-n", "0"}};
+  for (const auto& args : usage) {
+    const ProcessResult r = Dlrm(args);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+  }
+  EXPECT_EQ(Dlrm({"train", "--help"}).exit_code, 0);
+}
+
 // An empty path (`--metrics-out "$UNSET"`) was taken as no flag: `dlrm train` and `eval` succeeded
 // and wrote no metrics or page, and `--resume ""` started from scratch. Refused before any work
 // (the spec here does not exist: without the check the error would be about it).
