@@ -131,7 +131,8 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
       "coordinator address host:port (default $DLRM_COORDINATOR or 127.0.0.1:50051)");
   app.add_option("--timeout", flags.timeout_s,
                  "deadline of each call, and of the first answer of a watch, seconds")
-      ->check(PositiveSeconds());
+      ->check(PositiveSeconds())
+      ->capture_default_str();
   app.add_option("-o,--output", flags.output, "output format: table, wide, json, yaml, jsonl")
       ->check(CLI::IsMember(OutputFormatNames()));
   AddTlsFlags(&app, &flags.tls);
@@ -141,9 +142,12 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
   submit->add_option("-f,--file", flags.file, "job spec YAML file")->required();
-  submit->add_option("--workers", flags.workers, "workers to run on")->check(CLI::Range(1, 1024));
+  submit->add_option("--workers", flags.workers, "workers to run on")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   submit->add_option("--ps", flags.ps, "parameter servers (0: every PS alive at start)")
-      ->check(CLI::Range(0, 1024));
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   submit->add_flag("--wait", flags.wait, "watch until the job ends; exit code tells the result");
   submit->add_option("--resume-from", flags.resume_from,
                      "continue from a checkpoint, or the newest in a checkpoint folder "
@@ -175,7 +179,8 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
                        "wait until it is committed, then print its path (reads the job's "
                        "checkpoint folder)");
   checkpoint->add_option("--wait-timeout", flags.wait_timeout_s, "seconds --wait waits")
-      ->check(PositiveSeconds());
+      ->check(PositiveSeconds())
+      ->capture_default_str();
   CLI::App* checkpoints = app.add_subcommand(
       "checkpoints", "list a job's committed checkpoints (reads its checkpoint folder)");
   checkpoints->add_option("job", flags.job_id, "job id")->required()->check(JobId());

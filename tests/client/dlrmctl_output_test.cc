@@ -375,6 +375,13 @@ TEST_F(DlrmctlOutputTest, HelpDocumentsTheExitCodes) {
   EXPECT_THAT(out, HasSubstr("4  coordinator unavailable"));
   EXPECT_THAT(out, HasSubstr("5  unauthenticated or permission denied"));
   EXPECT_THAT(out, HasSubstr("version"));
+  // How long a call to a coordinator that does not answer waits, and what submit asks for.
+  EXPECT_THAT(out, HasSubstr("--timeout FLOAT:SECONDS=10 "));
+  ASSERT_EQ(Ctl({"submit", "--help"}, &out, &err), kExitOk);
+  EXPECT_THAT(out, HasSubstr("--workers INT:INT in [1 - 1024]=1\n"));
+  EXPECT_THAT(out, HasSubstr("--ps INT:INT in [0 - 1024]=0\n"));
+  ASSERT_EQ(Ctl({"checkpoint", "--help"}, &out, &err), kExitOk);
+  EXPECT_THAT(out, HasSubstr("--wait-timeout FLOAT:SECONDS=600\n"));
 }
 
 TEST_F(DlrmctlOutputTest, VersionPrintsTheClientsAndSaysTheServersIsUnknown) {
