@@ -52,6 +52,17 @@ CLI::Validator PositiveSeconds() {
       "SECONDS");
 }
 
+// --workers and --ps: a whole number in [lo, hi] ("2.5" and "abc" are not "out of range").
+CLI::Validator WholeNumber(int lo, int hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        int n = 0;
+        if (absl::SimpleAtoi(value, &n) && n >= lo && n <= hi) return "";
+        return absl::StrCat("'", value, "' is not a whole number from ", lo, " to ", hi);
+      },
+      absl::StrCat("INT in [", lo, " - ", hi, "]"));
+}
+
 // A job id argument: not empty (`status ""`).
 CLI::Validator JobId() {
   return CLI::Validator(
@@ -143,10 +154,10 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML)");
   submit->add_option("-f,--file", flags.file, "job spec YAML file")->required();
   submit->add_option("--workers", flags.workers, "workers to run on")
-      ->check(CLI::Range(1, 1024))
+      ->check(WholeNumber(1, 1024))
       ->capture_default_str();
   submit->add_option("--ps", flags.ps, "parameter servers (0: every PS alive at start)")
-      ->check(CLI::Range(0, 1024))
+      ->check(WholeNumber(0, 1024))
       ->capture_default_str();
   submit->add_flag("--wait", flags.wait, "watch until the job ends; exit code tells the result");
   submit->add_option("--resume-from", flags.resume_from,

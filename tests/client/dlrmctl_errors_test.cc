@@ -182,6 +182,15 @@ TEST_F(DlrmctlErrorsTest, UnusableFlagValuesAreUsageErrors) {
   EXPECT_EQ(Ctl({"checkpoint", "job-1", "--wait", "--wait-timeout", "-1"}, &err), kExitUsage)
       << err;
   EXPECT_THAT(err, HasSubstr("--wait-timeout: '-1' is not a number of seconds > 0"));
+
+  // Not "Value 2.5 not in range 1 to 1024": 2.5 is in that range, and "abc" is not a number.
+  for (const char* workers : {"2.5", "abc", "", "0", "1025", "99999999999"}) {
+    EXPECT_EQ(Ctl({"submit", "-f", "job.yaml", "--workers", workers}, &err), kExitUsage) << err;
+    EXPECT_THAT(err, HasSubstr(absl::StrCat("--workers: '", workers,
+                                            "' is not a whole number from 1 to 1024")));
+  }
+  EXPECT_EQ(Ctl({"submit", "-f", "job.yaml", "--ps", "-1"}, &err), kExitUsage) << err;
+  EXPECT_THAT(err, HasSubstr("--ps: '-1' is not a whole number from 0 to 1024"));
 }
 
 // An address gRPC would dial as port 0, or not at all, is a usage error naming where it came
