@@ -173,7 +173,7 @@ void AddGenData(CLI::App& app, std::function<int()>* run) {
       // Given, even empty (`--multi-hot ""`, an unset shell variable): parsed, so that an empty
       // value is refused instead of writing one-hot TSV.
       if (multi_hot_option->count() > 0) {
-        auto bags = worker::ParseBagSizes(multi_hot);
+        auto bags = worker::ParseBagSizes(multi_hot, "gen-data --multi-hot");
         if (!bags.ok()) return Fail(bags.status());
         options.bags = *bags;
         if (format_option->count() == 0) format = "binary";

@@ -238,8 +238,9 @@ TEST_F(DlrmCliTest, GenDataRefusesCountsItCannotMeanAndReadsDecimal) {
   // Was taken as no --multi-hot at all: one-hot TSV, written where a multi-hot file was asked for.
   ExpectRefused(gen({"--rows", "10", "--multi-hot", ""}),
                 {"bag sizes '': '' is not a number in [1, 4096]"});
+  // Named no flag, where convert's names its own.
   ExpectRefused(gen({"--rows", "10", "--multi-hot", "0"}),
-                {"bag sizes '0': '0' is not a number in [1, 4096]"});
+                {"gen-data --multi-hot: bag sizes '0': '0' is not a number in [1, 4096]"});
   // No refusal left a file behind.
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
