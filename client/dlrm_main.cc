@@ -83,8 +83,9 @@ void AddTrain(CLI::App& app, std::function<int()>* run) {
           std::signal(sig, SIG_DFL);
           std::raise(sig);
         }
-        DLRM_LOG(WARNING) << strsignal(sig) << ": stopping after the step in progress (again to "
-                          << "stop at once)";
+        DLRM_LOG(WARNING) << strsignal(sig) << ": stopping after the step in progress, kept as a "
+                          << "checkpoint when the spec has a checkpoint.dir (again to stop at "
+                          << "once)";
       });
       options.run.interrupted = &interrupted;
       auto report = worker::RunTrainCommand(options);
