@@ -99,6 +99,15 @@ bool SamePath(const std::string& a, const std::string& b) {
   return !ec && x == y;
 }
 
+// Commands that read a job's checkpoint folder read it here: when it does not exist here, why
+// they see no checkpoint may be that this machine does not mount the volume the job writes to.
+std::string NotHere(const std::string& folder) {
+  std::error_code ec;
+  if (std::filesystem::exists(folder, ec) || ec) return "";
+  return ": the folder does not exist on this machine (the job has committed none yet, or its "
+         "checkpoint volume is not mounted here)";
+}
+
 bool NeedsExplaining(const dlrm::v1::Job& job) {
   return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
 }
@@ -244,7 +253,7 @@ int Command::Checkpoint() {
     absl::SleepFor(absl::Milliseconds(200));
   }
   err_ << "no new checkpoint of job " << flags_.job_id << " within " << flags_.wait_timeout_s
-       << " s" << std::endl;
+       << " s in " << spec->checkpoint.dir << NotHere(spec->checkpoint.dir) << std::endl;
   return kExitFailed;
 }
 
@@ -291,7 +300,7 @@ int Command::Checkpoints() {
                             m.total_bytes(), m.incremental ? "incremental" : "full",
                             m.job_id.empty() ? "-" : m.job_id);
   }
-  if (list->empty()) err_ << "no committed checkpoint in " << root << std::endl;
+  if (list->empty()) err_ << "no committed checkpoint in " << root << NotHere(root) << std::endl;
   return kExitOk;
 }
 

@@ -288,6 +288,22 @@ TEST_F(DlrmctlOutputTest, CheckpointsNameTheJobThatWroteEach) {
               HasSubstr("  ckpt-000000000300  step 300  0 bytes  full  (written by dlrm train)\n"));
 }
 
+// `checkpoints` of a job whose folder this machine does not have says so: the client may not
+// see the volume the job writes to; "no committed checkpoint" alone would be taken as the job's.
+TEST_F(DlrmctlOutputTest, CheckpointsOfAFolderNotHereSaySo) {
+  const std::string root = dir_.Sub("not-mounted/ckpt");
+  const std::string spec = dir_.Sub("ckpt.yaml");
+  std::ofstream(spec) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << root << "\n";
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(err, HasSubstr(absl::StrCat("no committed checkpoint in ", root,
+                                          ": the folder does not exist on this machine")));
+  std::filesystem::create_directories(root);
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(err, absl::StrCat("no committed checkpoint in ", root, "\n"));
+}
+
 TEST_F(DlrmctlOutputTest, MembersShowNamesNextToIds) {
   RegisterPs("ps-east-0");
   const std::string worker = RegisterMember(dlrm::v1::ROLE_WORKER, "trainer-a");
