@@ -171,6 +171,29 @@ TEST(CriteoTsv, StrictModeStopsAtTheFirstMalformedLineNamingFileAndLine) {
   EXPECT_EQ(result.records.size(), 2u);
 }
 
+// Binary data through a pipe (`cat train.bin | dlrm eval --data /dev/stdin`) is read as TSV, as
+// every pipe is: its lines were all skipped as malformed, and the run ended in "no valid records
+// ... (32 malformed line(s) skipped)". The reader refuses it now, saying what it is, strict or not.
+TEST(CriteoTsv, BinaryDataReadAsTextIsRefusedSayingSo) {
+  TempDir dir;
+  const std::string path = dir.File("piped.bin");
+  WriteFile(path,
+            std::string("DLRMBIN1\x01\x00\x00\x00\r\x00\n\x1a\x00", 13) + "\n" + kRow1 + "\n");
+  for (bool strict : {false, true}) {
+    ReadResult result = ReadAll(path, strict);
+    EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument) << result.status;
+    EXPECT_THAT(std::string(result.status.message()),
+                HasSubstr(path + " is in the binary format (it starts with DLRMBIN1)"));
+    EXPECT_TRUE(result.records.empty());
+  }
+  // A text line that merely begins so, past the first line, is a malformed line as before.
+  WriteFile(path, std::string(kRow1) + "\nDLRMBIN1\n");
+  ReadResult later = ReadAll(path);
+  EXPECT_TRUE(later.status.ok()) << later.status;
+  EXPECT_EQ(later.records.size(), 1u);
+  EXPECT_EQ(later.skipped, 1);
+}
+
 TEST(CriteoTsv, MissingFileIsNotFoundNamingThePath) {
   ReadResult result = ReadAll("/nonexistent/dir/day_0.tsv");
   EXPECT_EQ(result.status.code(), absl::StatusCode::kNotFound);

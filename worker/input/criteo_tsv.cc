@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "worker/input/binary_format.h"
 
 namespace dlrm::worker {
 namespace {
@@ -198,6 +200,16 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
       return false;
     }
     if ((line.empty() || line == "\r") && !options_.blank_lines_are_malformed) continue;
+    // Binary data read as text (a pipe or device is always read as TSV: its first bytes cannot
+    // be looked at and given back) was nothing but malformed lines, skipped, and then "no valid
+    // records": refused here, saying why.
+    if (line_ == 1 && absl::StartsWith(line, absl::string_view(kBinaryMagic, 8))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options_.path,
+          " is in the binary format (it starts with DLRMBIN1), read here as Criteo TSV: binary "
+          "data is read from a regular file only (a pipe or device is read as TSV); give the "
+          "file itself"));
+    }
     absl::Status status = ParseCriteoLine(line, record);
     if (status.ok()) {
       ++records_;
