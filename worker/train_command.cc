@@ -539,8 +539,8 @@ absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options
   report.eval_samples = m.samples;
   report.steps = model.trainer->steps_done();
   report.skipped_lines = reader->skipped();
-  std::printf("AUC %.4f  logloss %.4f  accuracy %.4f  (%lld samples, model of step %lld)\n", m.auc,
-              m.logloss, m.accuracy, static_cast<long long>(m.samples),
+  std::printf("AUC %s  logloss %.4f  accuracy %.4f  (%lld samples, model of step %lld)\n",
+              FormatAuc(m.auc).c_str(), m.logloss, m.accuracy, static_cast<long long>(m.samples),
               static_cast<long long>(report.steps));
   std::fflush(stdout);
   if (report.skipped_lines > 0) {

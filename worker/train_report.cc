@@ -1,5 +1,6 @@
 #include "worker/train_report.h"
 
+#include <cmath>
 #include <memory>
 
 #include "absl/strings/match.h"
@@ -74,10 +75,16 @@ absl::Status WriteTrainReport(const std::string& path, const TrainReport& report
   return out->Commit();
 }
 
+std::string FormatAuc(double auc) {
+  // AUC is undefined when the eval data holds one class only: "nan" said nothing of why.
+  if (std::isnan(auc)) return "n/a (one class)";
+  return absl::StrFormat("%.4f", auc);
+}
+
 std::string TrainReportSummary(const TrainReport& r) {
   return absl::StrFormat(
-      "AUC %.4f  logloss %.4f  accuracy %.4f  (eval %d samples; %d steps, %.0f samples/s)", r.auc,
-      r.logloss, r.accuracy, r.eval_samples, r.steps, r.samples_per_sec);
+      "AUC %s  logloss %.4f  accuracy %.4f  (eval %d samples; %d steps, %.0f samples/s)",
+      FormatAuc(r.auc), r.logloss, r.accuracy, r.eval_samples, r.steps, r.samples_per_sec);
 }
 
 }  // namespace dlrm::worker

@@ -50,5 +50,8 @@ absl::Status WriteTrainReport(const std::string& path, const TrainReport& report
                               const std::string& what = "--metrics-out");
 // "AUC 0.7812  logloss 0.4620  accuracy 0.7901  (eval 20000 samples; 1234 steps, 56789 samples/s)"
 std::string TrainReportSummary(const TrainReport& report);
+// An AUC as the summaries print it: "0.7812", or "n/a (one class)" for NaN (eval data of one
+// class).
+std::string FormatAuc(double auc);
 
 }  // namespace dlrm::worker

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -48,6 +49,15 @@ TEST(TrainReportTest, WritesOneJsonObjectThatReadsBack) {
   EXPECT_EQ(read->eval_samples, 1000);
   EXPECT_EQ(read->network["network_bytes_per_sample"], 96);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// Eval data of one class has no AUC: the summary printed "AUC nan" (the JSON has null).
+TEST(TrainReportTest, TheSummaryOfAnUndefinedAucSaysWhy) {
+  TrainReport r = SomeReport();
+  EXPECT_THAT(TrainReportSummary(r), ::testing::StartsWith("AUC 0.8125  logloss"));
+  r.auc = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(TrainReportSummary(r), ::testing::StartsWith("AUC n/a (one class)  logloss"));
+  EXPECT_EQ(FormatAuc(0.5), "0.5000");
 }
 
 // training.target_auc: the target and the step that reached it are written with a target only,
