@@ -110,13 +110,25 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Get(const std::string& job_id) 
   return job;
 }
 
-absl::StatusOr<std::vector<dlrm::v1::Job>> CoordinatorClient::List(dlrm::v1::JobState filter) {
+absl::StatusOr<std::vector<dlrm::v1::Job>> CoordinatorClient::List(dlrm::v1::JobState filter,
+                                                                   int page_size) {
   dlrm::v1::ListJobsRequest request;
   request.set_state(filter);
-  dlrm::v1::ListJobsResponse response;
-  auto context = MakeClientContext(options_.timeout);
-  DLRM_RETURN_IF_ERROR(Check(jobs_->ListJobs(context.get(), request, &response), "ListJobs"));
-  return std::vector<dlrm::v1::Job>(response.jobs().begin(), response.jobs().end());
+  request.set_page_size(page_size);
+  std::vector<dlrm::v1::Job> jobs;
+  while (true) {
+    dlrm::v1::ListJobsResponse response;
+    auto context = MakeClientContext(options_.timeout);
+    DLRM_RETURN_IF_ERROR(Check(jobs_->ListJobs(context.get(), request, &response), "ListJobs"));
+    for (auto& job : *response.mutable_jobs()) jobs.push_back(std::move(job));
+    if (response.next_page_token().empty()) return jobs;
+    // A page that brings no job, or the token it was asked with, would never end.
+    if (response.jobs().empty() || response.next_page_token() == request.page_token()) {
+      return absl::InternalError(absl::StrCat("ListJobs: the coordinator answered page_token '",
+                                              request.page_token(), "' with no progress"));
+    }
+    request.set_page_token(response.next_page_token());
+  }
 }
 
 absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Cancel(const std::string& job_id,

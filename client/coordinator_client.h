@@ -57,8 +57,10 @@ class CoordinatorClient {
   absl::StatusOr<dlrm::v1::Job> Submit(const std::string& spec_yaml,
                                        const SubmitOptions& options = {});
   absl::StatusOr<dlrm::v1::Job> Get(const std::string& job_id);
+  // Every job (or every one in state `filter`), oldest first: ListJobs a page at a time, each
+  // page a call of its own within the timeout. page_size 0: the coordinator's (1000).
   absl::StatusOr<std::vector<dlrm::v1::Job>> List(
-      dlrm::v1::JobState filter = dlrm::v1::JOB_STATE_UNSPECIFIED);
+      dlrm::v1::JobState filter = dlrm::v1::JOB_STATE_UNSPECIFIED, int page_size = 0);
   absl::StatusOr<dlrm::v1::Job> Cancel(const std::string& job_id, const std::string& reason = "");
   // Asks a running job for a checkpoint now (Jobs.CheckpointJob).
   absl::StatusOr<dlrm::v1::Job> RequestCheckpoint(const std::string& job_id);

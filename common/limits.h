@@ -94,6 +94,11 @@ inline constexpr int64_t kMaxAddressBytes = 512;
 inline constexpr int64_t kMaxMessageBytes = 64 << 10;  // 64 KiB
 // Metrics in one progress report.
 inline constexpr int64_t kMaxReportMetrics = 256;
+// Jobs in one page of ListJobs (also its page size when the request names none), and the bytes
+// after which a page ends early: a job can carry up to kMaxJobWorkers member ids and
+// kMaxRecoveries recovery reasons, so a thousand of them could outgrow a gRPC message.
+inline constexpr int64_t kMaxJobsPage = 1000;
+inline constexpr int64_t kMaxListPageBytes = int64_t{16} << 20;  // 16 MiB
 
 // ---- the rendezvous store (server/rendezvous_store.cc) ----
 

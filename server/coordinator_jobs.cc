@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/criteo_shape.h"
 #include "common/job_spec.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "server/coordinator_state.h"
@@ -128,6 +129,42 @@ absl::StatusOr<Job> CoordinatorState::GetJob(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   DLRM_ASSIGN_OR_RETURN(const Job* job, FindJob(jobs_, job_id));
   return *job;
+}
+
+absl::StatusOr<std::vector<Job>> CoordinatorState::ListJobsPage(
+    dlrm::v1::JobState filter, const std::string& page_token, int64_t max_jobs, int64_t max_bytes,
+    std::string* next_page_token) const {
+  // The token is the id of the page's last job: the next page starts after it in creation
+  // order, whatever was submitted or changed state in between.
+  int64_t after = 0;
+  if (!page_token.empty()) {
+    after = JobSeq(page_token);
+    if (after <= 0 || page_token != absl::StrCat("job-", after)) {
+      return absl::InvalidArgumentError(absl::StrCat("ListJobs: page_token '",
+                                                     page_token.substr(0, common::kMaxNameBytes),
+                                                     "' is not one a ListJobs answer gave"));
+    }
+  }
+  next_page_token->clear();
+  absl::MutexLock lock(&mu_);
+  std::vector<Job> jobs;
+  int64_t bytes = 0;
+  for (const Job* job : SortedJobs(jobs_)) {
+    if (JobSeq(job->job_id()) <= after) continue;
+    if (filter != dlrm::v1::JOB_STATE_UNSPECIFIED && job->state() != filter) continue;
+    Job listed = *job;
+    listed.clear_spec_yaml();
+    listed.clear_history();
+    const int64_t size = static_cast<int64_t>(listed.ByteSizeLong());
+    if (!jobs.empty() &&
+        (static_cast<int64_t>(jobs.size()) >= max_jobs || bytes + size > max_bytes)) {
+      *next_page_token = jobs.back().job_id();
+      break;
+    }
+    bytes += size;
+    jobs.push_back(std::move(listed));
+  }
+  return jobs;
 }
 
 std::vector<Job> CoordinatorState::ListJobs(dlrm::v1::JobState filter) const {

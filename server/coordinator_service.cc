@@ -11,6 +11,7 @@
 #include "common/grpc_util.h"
 #include "common/limits.h"
 #include "common/raw_unary.h"
+#include "common/status.h"
 #include "common/version.h"
 
 namespace dlrm::server {
@@ -333,7 +334,19 @@ absl::Status JobsServiceImpl::DoListJobs(grpc::CallbackServerContext* context,
     return absl::InvalidArgumentError(absl::StrCat(
         "job state filter ", static_cast<int>(request->state()), " is not a JobState"));
   }
-  for (auto& job : state_->ListJobs(request->state())) *response->add_jobs() = std::move(job);
+  if (request->page_size() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ListJobs: page_size ", request->page_size(),
+                                                   " < 0 (0: the default, ", common::kMaxJobsPage,
+                                                   ")"));
+  }
+  const int64_t page_size = request->page_size() == 0
+                                ? common::kMaxJobsPage
+                                : std::min<int64_t>(request->page_size(), common::kMaxJobsPage);
+  DLRM_ASSIGN_OR_RETURN(
+      std::vector<dlrm::v1::Job> jobs,
+      state_->ListJobsPage(request->state(), request->page_token(), page_size,
+                           common::kMaxListPageBytes, response->mutable_next_page_token()));
+  for (auto& job : jobs) *response->add_jobs() = std::move(job);
   return absl::OkStatus();
 }
 

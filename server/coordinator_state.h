@@ -119,6 +119,14 @@ class CoordinatorState {
   absl::StatusOr<dlrm::v1::Job> GetJob(const std::string& job_id) const;
   // Oldest first; UNSPECIFIED lists all.
   std::vector<dlrm::v1::Job> ListJobs(dlrm::v1::JobState filter) const;
+  // One page of that list (ListJobsRequest): the jobs after `page_token` ("" from the first;
+  // else a next_page_token this gave, INVALID_ARGUMENT otherwise), at most `max_jobs` of them
+  // and no more than `max_bytes` in all unless a single job is larger; *next_page_token is ""
+  // when no job is left after the page.
+  absl::StatusOr<std::vector<dlrm::v1::Job>> ListJobsPage(dlrm::v1::JobState filter,
+                                                          const std::string& page_token,
+                                                          int64_t max_jobs, int64_t max_bytes,
+                                                          std::string* next_page_token) const;
   absl::StatusOr<dlrm::v1::Job> Cancel(const std::string& job_id, const std::string& reason,
                                        absl::Time now);
   // Counts a request for a checkpoint of a RUNNING job (FAILED_PRECONDITION naming the state

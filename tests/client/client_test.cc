@@ -151,6 +151,23 @@ TEST_F(ClientTest, DlrmctlSubmitRefusesAModelThatDoesNotFitCriteoInput) {
   EXPECT_EQ(jobs->size(), 0u);
 }
 
+// The client reads every page of ListJobs: with pages of two jobs, all five come back, oldest
+// first, and a filter keeps to its state across the pages.
+TEST_F(ClientTest, ListFollowsThePagesToTheEnd) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(client_->Submit(dlrm::testing::kTinySpec, {.workers = 1}).ok());
+  }
+  ASSERT_TRUE(client_->Cancel("job-4", "test").ok());
+  auto jobs = client_->List(dlrm::v1::JOB_STATE_UNSPECIFIED, /*page_size=*/2);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::vector<std::string> ids;
+  for (const auto& job : *jobs) ids.push_back(job.job_id());
+  EXPECT_THAT(ids, ::testing::ElementsAre("job-1", "job-2", "job-3", "job-4", "job-5"));
+  auto pending = client_->List(dlrm::v1::JOB_STATE_PENDING, /*page_size=*/1);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ(pending->size(), 4u);
+}
+
 // `submit --resume-from` on a spec whose checkpoint.resume_from names another checkpoint is
 // refused naming both, as `dlrm train --resume` refuses it, instead of silently overriding the
 // spec; the same checkpoint named both ways (a relative and an absolute path) is fine.

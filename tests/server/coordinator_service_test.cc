@@ -381,6 +381,39 @@ TEST_F(CoordinatorServiceTest, BadRequestsGetCodesNamingTheValue) {
   EXPECT_THAT(s.error_message(), HasSubstr("COORDINATOR"));
 }
 
+// ListJobs pages: page_size 0 and sizes above the cap give the whole (short) list in one
+// page, a negative one is refused naming it, and next_page_token leads to the next page.
+TEST_F(CoordinatorServiceTest, ListJobsPagesAndRefusesANegativePageSize) {
+  for (int i = 0; i < 3; ++i) Submit(1);
+  auto list = [&](int page_size, const std::string& token, dlrm::v1::ListJobsResponse* response) {
+    dlrm::v1::ListJobsRequest request;
+    request.set_page_size(page_size);
+    request.set_page_token(token);
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    return jobs_->ListJobs(ctx.get(), request, response);
+  };
+  for (int page_size : {0, 1000000}) {
+    dlrm::v1::ListJobsResponse all;
+    ASSERT_TRUE(list(page_size, "", &all).ok());
+    EXPECT_EQ(all.jobs_size(), 3) << page_size;
+    EXPECT_EQ(all.next_page_token(), "");
+  }
+  dlrm::v1::ListJobsResponse first, second;
+  ASSERT_TRUE(list(2, "", &first).ok());
+  ASSERT_EQ(first.jobs_size(), 2);
+  ASSERT_TRUE(list(2, first.next_page_token(), &second).ok());
+  ASSERT_EQ(second.jobs_size(), 1);
+  EXPECT_EQ(second.jobs(0).job_id(), "job-3");
+  EXPECT_EQ(second.next_page_token(), "");
+  dlrm::v1::ListJobsResponse refused;
+  grpc::Status s = list(-5, "", &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_size -5"));
+  s = list(2, "job-abc", &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_token 'job-abc'"));
+}
+
 TEST_F(CoordinatorServiceTest, ServesHealthAndCountsMembersInMetrics) {
   // grpc.health.v1.Health/Check with an empty request (service ""): SERVING is status = 1,
   // encoded as the two bytes 08 01.

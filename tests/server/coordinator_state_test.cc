@@ -412,6 +412,74 @@ TEST_F(CoordinatorStateTest, PendingJobsStartInOrderAsWorkersFreeUp) {
   EXPECT_EQ(state_->ListJobs(dlrm::v1::JOB_STATE_RUNNING).size(), 1u);
 }
 
+// ListJobs a page at a time: each page follows the one before in creation order, whatever
+// changes in between; a page ends early at its byte budget (never empty while jobs are left),
+// and a token no page gave is refused naming it.
+TEST_F(CoordinatorStateTest, JobsAreListedAPageAtATime) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(*state_, 1).job_id());
+  std::vector<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    std::string next;
+    auto page = state_->ListJobsPage(dlrm::v1::JOB_STATE_UNSPECIFIED, token, 2, 1 << 20, &next);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_LE(page->size(), 2u);
+    for (const auto& job : *page) {
+      listed.push_back(job.job_id());
+      EXPECT_TRUE(job.spec_yaml().empty());
+    }
+    if (pages == 0) {
+      ASSERT_EQ(next, "job-2");
+      // Cancelled after the first page: the next page starts after job-2 all the same.
+      ASSERT_TRUE(state_->Cancel("job-1", "gone", now_).ok());
+      ASSERT_TRUE(state_->Cancel("job-3", "gone", now_).ok());
+    }
+    token = next;
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(listed, ids);
+
+  // A filter pages over the jobs it keeps.
+  std::string next;
+  auto cancelled = state_->ListJobsPage(dlrm::v1::JOB_STATE_CANCELLED, "", 1, 1 << 20, &next);
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_EQ(cancelled->size(), 1u);
+  EXPECT_EQ((*cancelled)[0].job_id(), "job-1");
+  cancelled = state_->ListJobsPage(dlrm::v1::JOB_STATE_CANCELLED, next, 1, 1 << 20, &next);
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_EQ(cancelled->size(), 1u);
+  EXPECT_EQ((*cancelled)[0].job_id(), "job-3");
+  EXPECT_EQ(next, "") << "no cancelled job after job-3: no further page";
+
+  // A byte budget smaller than one job: one job a page, never none.
+  auto one = state_->ListJobsPage(dlrm::v1::JOB_STATE_UNSPECIFIED, "", 1000, 1, &next);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(next, "job-1");
+  // The whole list fits a budget of all its bytes.
+  int64_t all_bytes = 0;
+  for (const auto& job : state_->ListJobs(dlrm::v1::JOB_STATE_UNSPECIFIED)) {
+    all_bytes += static_cast<int64_t>(job.ByteSizeLong());
+  }
+  auto all = state_->ListJobsPage(dlrm::v1::JOB_STATE_UNSPECIFIED, "", 1000, all_bytes, &next);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 5u);
+  EXPECT_EQ(next, "");
+  all = state_->ListJobsPage(dlrm::v1::JOB_STATE_UNSPECIFIED, "", 1000, all_bytes - 1, &next);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 4u);
+  EXPECT_EQ(next, "job-4");
+
+  for (const std::string bad : {"nope", "job-", "job-0", "job-x", "job-01", "job--3"}) {
+    auto refused = state_->ListJobsPage(dlrm::v1::JOB_STATE_UNSPECIFIED, bad, 2, 1 << 20, &next);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("page_token '" + bad + "'"));
+  }
+}
+
 // Workers read Criteo input (13 dense features, 26 categorical ones), so a model of another
 // shape is refused at submission, naming the key and both numbers, instead of being queued to
 // fail on its workers.
