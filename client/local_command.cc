@@ -20,6 +20,7 @@
 #include "worker/job_input.h"
 #include "worker/progress.h"
 #include "worker/run_report.h"
+#include "worker/train_command.h"
 #include "worker/train_report.h"
 
 namespace dlrm::client {
@@ -323,12 +324,13 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     return kExitBadInput;
   }
 
-  if (!options.report.empty()) {
-    absl::Status st = worker::CheckReportPath(options.report);
-    if (!st.ok()) {
-      std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
-      return kExitBadInput;
-    }
+  // --metrics-out and --report are written after the job: a path that cannot be, or one that
+  // would replace the spec or its data, is refused before the cluster starts.
+  if (absl::Status st =
+          worker::CheckRunOutputs(options.config_path, *spec, options.metrics_out, options.report);
+      !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return kExitBadInput;
   }
 
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(options.cluster);

@@ -404,6 +404,26 @@ std::string SummaryLine(const TrainReport& report) {
 
 }  // namespace
 
+absl::Status CheckRunOutputs(const std::string& config_path, const common::JobSpec& spec,
+                             const std::string& metrics_out, const std::string& report) {
+  // The files the run reads: neither output may replace one (--report over the spec or the
+  // training data destroyed it).
+  std::vector<std::string> inputs = {config_path};
+  inputs.insert(inputs.end(), spec.train_paths.begin(), spec.train_paths.end());
+  inputs.insert(inputs.end(), spec.eval_paths.begin(), spec.eval_paths.end());
+  if (!report.empty()) {
+    DLRM_RETURN_IF_ERROR(CheckReportPath(report));
+    DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(report, "--report", inputs));
+  }
+  if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(CheckMetricsOut(metrics_out, inputs));
+  if (!report.empty() && !metrics_out.empty() && SameFile(report, metrics_out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--report '", report, "' and --metrics-out '", metrics_out,
+                     "' are the same file: the page would replace the metrics; give two paths"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) {
   DLRM_ASSIGN_OR_RETURN(common::JobSpec spec, common::LoadJobSpec(options.config_path));
   if (options.strict) spec.strict = true;
@@ -414,24 +434,8 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
   DLRM_LOG(INFO) << "job '" << spec.name << "': " << spec.tables.size() << " tables, batch "
                  << spec.batch_size << ", " << spec.epochs << " epoch(s), data "
                  << spec.train_paths.front();
-  // The files the run reads: neither output may replace one (--report over the spec or the
-  // training data destroyed it).
-  std::vector<std::string> inputs = {options.config_path};
-  inputs.insert(inputs.end(), spec.train_paths.begin(), spec.train_paths.end());
-  inputs.insert(inputs.end(), spec.eval_paths.begin(), spec.eval_paths.end());
-  if (!options.report.empty()) {
-    DLRM_RETURN_IF_ERROR(CheckReportPath(options.report));
-    DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.report, "--report", inputs));
-  }
-  if (!options.metrics_out.empty()) {
-    DLRM_RETURN_IF_ERROR(CheckMetricsOut(options.metrics_out, inputs));
-  }
-  if (!options.report.empty() && !options.metrics_out.empty() &&
-      SameFile(options.report, options.metrics_out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--report '", options.report, "' and --metrics-out '", options.metrics_out,
-                     "' are the same file: the page would replace the metrics; give two paths"));
-  }
+  DLRM_RETURN_IF_ERROR(
+      CheckRunOutputs(options.config_path, spec, options.metrics_out, options.report));
   RunRecorder recorder;
   TrainRunOptions run = options.run;
   if (!options.report.empty()) run.recorder = &recorder;

@@ -344,6 +344,45 @@ std::string Read(const std::string& path) {
   return text.str();
 }
 
+// `dlrm local` writes --report and --metrics-out after the job: one naming the spec or its data
+// replaced it with the page or the metrics, and one that could not be written failed only after
+// the whole job. Each is refused before any process starts, and the spec is left as it was.
+TEST_F(DlrmCliTest, LocalRefusesOutputsThatWouldReplaceItsInputsBeforeStarting) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("train.tsv");
+  gen.num_rows = 20;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  const std::string config = dir_.Sub("job.yaml");
+  std::vector<std::string> tables(26, "100");
+  const std::string spec_text =
+      absl::StrCat("name: out\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], ",
+                   "embedding_dim: 8}\ntables: {cardinalities: [", absl::StrJoin(tables, ", "),
+                   "]}\ntraining: {batch_size: 8, epochs: 1}\ndata: {train: train.tsv}\n");
+  std::ofstream(config) << spec_text;
+  const std::string data_dir = dir_.Sub("cluster");
+  auto local = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"local",  "-c",         config,         "--data-dir",
+                                     data_dir, "--insecure", "--no-progress"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return Dlrm(args);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--report", config}, "--report"},
+      {{"--report", dir_.Sub("train.tsv")}, "--report"},
+      {{"--metrics-out", config}, "--metrics-out"},
+      {{"--metrics-out", dir_.Sub("no/such/folder/m.json")}, "--metrics-out"},
+      {{"--report", dir_.Sub("r.json"), "--metrics-out", dir_.Sub("r.json")}, "are the same file"}};
+  for (const auto& [flags, message] : refused) {
+    const ProcessResult r = local(flags);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(flags, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << absl::StrJoin(flags, " ");
+    EXPECT_THAT(r.err, Not(HasSubstr("local cluster up")));
+    EXPECT_FALSE(std::filesystem::exists(data_dir)) << absl::StrJoin(flags, " ");
+  }
+  EXPECT_EQ(Read(config), spec_text);
+}
+
 TEST_F(DlrmCliTest, CertsKeepsAnExistingCaUnlessToldToOverwrite) {
   const std::string out = dir_.Sub("certs");
   ProcessResult r = Dlrm({"certs", "--out", out});
