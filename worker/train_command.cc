@@ -516,6 +516,8 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenScoringInput(const CheckpointMo
   reader.batch_size = model.spec.batch_size;
   reader.strict = by_line;
   reader.blank_lines_are_malformed = by_line;
+  // Scores need no label: Criteo's test files (Kaggle's test.txt) have none.
+  reader.labels_optional = by_line;
   for (const auto& t : model.spec.tables) reader.table_rows.push_back(t.rows);
   return BatchReader::Create(reader);
 }

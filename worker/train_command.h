@@ -99,7 +99,8 @@ absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options
                                            const std::string& metrics_out);
 // Writes one click probability per input line to `out`, in input order. Parsing is strict: a
 // malformed line, or an empty one within the file, is an error naming file:line, since skipping it
-// would shift every later score. `out` is written as an OutputFile (worker/input/output_file.h:
+// would shift every later score. A TSV line may leave out the label (39 fields, as Criteo's test
+// files do). `out` is written as an OutputFile (worker/input/output_file.h:
 // a regular file atomically, a symlink's target, a FIFO or device in place); it must not be one of
 // the data files.
 absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std::string& out);

@@ -8,7 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dlrm::worker::CriteoRecord record;
-  (void)dlrm::worker::ParseCriteoLine(absl::string_view(reinterpret_cast<const char*>(data), size),
-                                      &record);
+  const absl::string_view line(reinterpret_cast<const char*>(data), size);
+  (void)dlrm::worker::ParseCriteoLine(line, &record);
+  (void)dlrm::worker::ParseCriteoLine(line, &record, /*label_optional=*/true);
   return 0;
 }

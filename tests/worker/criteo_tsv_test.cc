@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -96,6 +97,23 @@ TEST(CriteoTsv, DecodesFieldsOfARealRow) {
   // C19, C20, C22, C25, C26 are empty.
   EXPECT_EQ(r.missing_mask, (1u << 18) | (1u << 19) | (1u << 21) | (1u << 24) | (1u << 25));
   EXPECT_EQ(r.cats[18], 0u);
+}
+
+// A line without its label (Criteo's test files) is a record only where the caller allows it
+// (dlrm predict), and then it is the labelled line's record with label 0.
+TEST(CriteoTsv, ALineWithoutTheLabelIsARecordOnlyWhenAllowed) {
+  const absl::string_view row(kRow1);
+  const absl::string_view features = row.substr(row.find('\t') + 1);
+  CriteoRecord labelled, unlabelled;
+  ASSERT_TRUE(ParseCriteoLine(row, &labelled).ok());
+  ASSERT_TRUE(ParseCriteoLine(features, &unlabelled, /*label_optional=*/true).ok());
+  EXPECT_EQ(unlabelled, labelled);
+  absl::Status refused = ParseCriteoLine(features, &unlabelled);
+  EXPECT_EQ(refused.message(), "expected 40 tab-separated fields, found 39");
+  // With the label allowed, a full line still needs a valid one.
+  const std::string bad_label = absl::StrCat("2", row.substr(1));
+  EXPECT_THAT(std::string(ParseCriteoLine(bad_label, &unlabelled, true).message()),
+              ::testing::HasSubstr("label \"2\" is not 0 or 1"));
 }
 
 TEST(CriteoTsv, NegativeDenseClampsToZeroAndUppercaseHexIsAccepted) {

@@ -169,6 +169,29 @@ TEST_F(TrainCommandIoTest, PredictWritesOneScorePerLineWithCrlfAndFinalNewline) 
   EXPECT_EQ(CountLines(ReadFile(out)), 5);
 }
 
+// Criteo's test files (Kaggle's test.txt) have no label: 39 fields a line. predict scores them
+// exactly as the same lines with a label.
+TEST_F(TrainCommandIoTest, PredictScoresLinesWithoutALabelAsTheSameLinesWithOne) {
+  const std::string labelled = SmallData(50);
+  std::string text;
+  for (absl::string_view line : absl::StrSplit(ReadFile(labelled), '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&text, line.substr(line.find('\t') + 1), "\n");
+  }
+  const std::string unlabelled = tmp_.File("test.tsv");
+  WriteFile(unlabelled, text);
+  const std::string with = tmp_.File("with.tsv"), without = tmp_.File("without.tsv");
+  ASSERT_TRUE(RunPredictCommand(Model({labelled}), with).ok());
+  ASSERT_TRUE(RunPredictCommand(Model({unlabelled}), without).ok());
+  EXPECT_EQ(CountLines(ReadFile(without)), 50);
+  EXPECT_EQ(ReadFile(without), ReadFile(with));
+  // A line of 38 fields is still malformed, naming both counts it takes.
+  WriteFile(unlabelled, text.substr(text.find('\t') + 1));
+  absl::Status st = RunPredictCommand(Model({unlabelled}), without);
+  EXPECT_THAT(
+      std::string(st.message()),
+      HasSubstr(":1: expected 40 (or 39, without the label) tab-separated fields, found 38"));
+}
+
 // --- predict: where the scores go --------------------------------------------------------------
 
 TEST_F(TrainCommandIoTest, PredictWritesIntoAFifoInPlace) {

@@ -43,13 +43,15 @@ int ExtraIdsPerRecord(const BagSizes& bags) {
 
 std::string BagSizesString(const BagSizes& bags) { return absl::StrJoin(bags, ","); }
 
-absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
+absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out, bool label_optional) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.empty()) return absl::InvalidArgumentError("empty line");
   const int fields = 1 + static_cast<int>(std::count(line.begin(), line.end(), '\t'));
-  if (fields != kNumFields) {
+  const bool unlabelled = label_optional && fields == kNumFields - 1;
+  if (fields != kNumFields && !unlabelled) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected ", kNumFields, " tab-separated fields, found ", fields));
+        absl::StrCat("expected ", kNumFields, label_optional ? " (or 39, without the label)" : "",
+                     " tab-separated fields, found ", fields));
   }
   const char* p = line.data();
   const char* const end = line.data() + line.size();
@@ -61,7 +63,7 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out) {
     return field;
   };
 
-  absl::string_view label = next_field();
+  absl::string_view label = unlabelled ? absl::string_view("0") : next_field();
   if (label == "0") {
     out->label = 0.0f;
   } else if (label == "1") {
@@ -210,7 +212,7 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
           "data is read from a regular file only (a pipe or device is read as TSV); give the "
           "file itself"));
     }
-    absl::Status status = ParseCriteoLine(line, record);
+    absl::Status status = ParseCriteoLine(line, record, options_.labels_optional);
     if (status.ok()) {
       ++records_;
       return true;

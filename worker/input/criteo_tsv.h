@@ -95,7 +95,10 @@ using ParseIssueSink = std::function<void(const ParseIssue&)>;
 
 // Parses one line (without its line terminator; a trailing '\r' is accepted). On failure returns
 // INVALID_ARGUMENT whose message is the reason only (no file:line) and leaves `out` unspecified.
-absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out);
+// With `label_optional`, a line of the 39 feature fields alone (Criteo's unlabelled test files,
+// such as Kaggle's test.txt) is a record too, with label 0.
+absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out,
+                             bool label_optional = false);
 
 struct TsvReaderOptions {
   std::string path;
@@ -114,6 +117,9 @@ struct TsvReaderOptions {
   // An empty line (or "\r" alone) is a malformed line ("empty line") instead of being ignored:
   // for readers whose records must line up with the file's lines.
   bool blank_lines_are_malformed = false;
+  // A line without the label field (39 fields) is a record with label 0 (ParseCriteoLine): for
+  // readers that only score the records (dlrm predict).
+  bool labels_optional = false;
 };
 
 // Streams records from one TSV file with large buffered reads; memory use is O(buffer_bytes).

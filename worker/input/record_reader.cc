@@ -183,6 +183,7 @@ absl::Status RecordReader::OpenFile(size_t index) {
     tsv_options.path = file.path;
     tsv_options.strict = options_.strict;
     tsv_options.blank_lines_are_malformed = options_.blank_lines_are_malformed;
+    tsv_options.labels_optional = options_.labels_optional;
     tsv_options.on_issue = options_.on_issue;
     DLRM_ASSIGN_OR_RETURN(tsv_, CriteoTsvReader::Open(tsv_options));
   }

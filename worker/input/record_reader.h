@@ -42,6 +42,8 @@ struct RecordReaderOptions {
   // TSV: an empty line is malformed instead of ignored (TsvReaderOptions), so that records line up
   // with the files' lines.
   bool blank_lines_are_malformed = false;
+  // TSV: a line without its label (39 fields) is a record with label 0 (TsvReaderOptions).
+  bool labels_optional = false;
   ParseIssueSink on_issue = nullptr;  // TSV: gets every skipped line (optional)
   int64_t begin = 0;                  // record range [begin, end)
   int64_t end = -1;                   // -1: to the end
