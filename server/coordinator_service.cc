@@ -38,6 +38,20 @@ absl::Status CheckLength(const char* field, const std::string& text, int64_t lim
                                                  limit_name, " in common/limits.h)"));
 }
 
+// INVALID_ARGUMENT naming the field and the byte's offset when `text` holds a control character
+// (below 0x20, or 0x7f): a member's name and addresses are printed in `dlrmctl members`, logs and
+// metrics labels, where an escape sequence would reach the reader's terminal.
+absl::Status CheckPrintable(const char* field, const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": control character 0x", absl::Hex(c, absl::kZeroPad2), " at byte ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRegister(const dlrm::v1::RegisterRequest& r) {
   for (absl::Status s : {
            CheckLength("Register: name", r.name(), common::kMaxNameBytes, "kMaxNameBytes"),
@@ -45,6 +59,9 @@ absl::Status CheckRegister(const dlrm::v1::RegisterRequest& r) {
                        "kMaxAddressBytes"),
            CheckLength("Register: metrics_address", r.metrics_address(), common::kMaxAddressBytes,
                        "kMaxAddressBytes"),
+           CheckPrintable("Register: name", r.name()),
+           CheckPrintable("Register: address", r.address()),
+           CheckPrintable("Register: metrics_address", r.metrics_address()),
        }) {
     if (!s.ok()) return s;
   }

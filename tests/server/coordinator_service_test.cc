@@ -529,6 +529,20 @@ TEST_F(CoordinatorServiceTest, InputsPastTheirLimitsAreRefusedAndChangeNothing) 
     expect(stub_->Register(ctx.get(), request, &response), absl::StrCat("register ", field),
            {"Register: ", "1048576 bytes", field == 0 ? "kMaxNameBytes" : "kMaxAddressBytes"});
   }
+  // A member's name and addresses are printed in `dlrmctl members`, logs and metrics labels:
+  // control characters (a terminal's escape sequences) are refused, naming where.
+  for (int field = 0; field < 3; ++field) {
+    dlrm::v1::RegisterRequest request;
+    request.set_role(dlrm::v1::ROLE_WORKER);
+    const std::string text = "w\x1b[2J";
+    if (field == 0) request.set_name(text);
+    if (field == 1) request.set_address(text);
+    if (field == 2) request.set_metrics_address(text);
+    dlrm::v1::RegisterResponse response;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    expect(stub_->Register(ctx.get(), request, &response), absl::StrCat("escape ", field),
+           {field == 0 ? "Register: name" : "address", "control character 0x1b at byte 1"});
+  }
 
   auto submit = [this](const std::string& spec) {
     dlrm::v1::SubmitJobRequest request;
