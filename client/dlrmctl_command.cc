@@ -22,6 +22,7 @@
 #include "client/dlrmctl.h"
 #include "client/run_speed.h"
 #include "common/job_spec.h"
+#include "common/paths.h"
 #include "embedding/checkpoint_manifest.h"
 #include "google/protobuf/struct.pb.h"
 
@@ -89,16 +90,6 @@ absl::Status CheckCoordinatorAddress(const std::string& address, const std::stri
   return absl::OkStatus();
 }
 
-// The same file or folder: by device and inode when both exist, else by their absolute paths.
-bool SamePath(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
-  const std::filesystem::path x = std::filesystem::weakly_canonical(a, ec);
-  if (ec) return false;
-  const std::filesystem::path y = std::filesystem::weakly_canonical(b, ec);
-  return !ec && x == y;
-}
-
 // Commands that read a job's checkpoint folder read it here: when it does not exist here, why
 // they see no checkpoint may be that this machine does not mount the volume the job writes to.
 std::string NotHere(const std::string& folder) {
@@ -154,7 +145,7 @@ int Command::Submit() {
     const std::string resume_from = std::filesystem::absolute(flags_.resume_from, ec).string();
     // As `dlrm train --resume`: a spec that names another checkpoint is refused, not overridden.
     if (const std::string& key = spec->checkpoint.resume_from;
-        !key.empty() && !SamePath(resume_from, key)) {
+        !key.empty() && !common::SamePath(resume_from, key)) {
       return Fail(UsageStatus(absl::InvalidArgumentError(absl::StrCat(
           "--resume-from ", flags_.resume_from, " and the job spec's checkpoint.resume_from ", key,
           " (", flags_.file, ") name different checkpoints: give one of them (or the same one)"))));

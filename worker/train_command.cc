@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/paths.h"
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/checkpoint.h"
@@ -52,23 +53,13 @@ absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(
 
 namespace {
 
-// The same file or folder: by device and inode when both exist, else by their absolute paths.
-bool SamePath(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
-  const std::filesystem::path x = std::filesystem::weakly_canonical(a, ec);
-  if (ec) return false;
-  const std::filesystem::path y = std::filesystem::weakly_canonical(b, ec);
-  return !ec && x == y;
-}
-
 // The checkpoint a run continues from: --resume, else the spec's checkpoint.resume_from (which
 // LoadJobSpec resolved against the spec's folder); "" = a fresh start.
 absl::StatusOr<std::string> ResumeFrom(const common::JobSpec& spec,
                                        const TrainRunOptions& options) {
   const std::string& key = spec.checkpoint.resume_from;
   if (options.resume_from.empty()) return key;
-  if (!key.empty() && !SamePath(options.resume_from, key)) {
+  if (!key.empty() && !common::SamePath(options.resume_from, key)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--resume ", options.resume_from, " and the job spec's checkpoint.resume_from ", key,
         " name different checkpoints: give one of them (or the same one)"));
@@ -384,16 +375,6 @@ absl::Status CheckMetricsOut(const std::string& path, const std::vector<std::str
   return CheckOutputIsNotAnInput(path, "--metrics-out", inputs);
 }
 
-// Whether two output paths name one file: the same path once symlinks, "." and ".." are
-// resolved (neither need exist yet).
-bool SameFile(const std::string& a, const std::string& b) {
-  std::error_code ec_a, ec_b;
-  const std::filesystem::path ca = std::filesystem::weakly_canonical(a, ec_a);
-  const std::filesystem::path cb = std::filesystem::weakly_canonical(b, ec_b);
-  if (ec_a || ec_b) return a == b;
-  return ca == cb;
-}
-
 // The summary line of a run; "n/a" for metrics of a model that was not evaluated.
 std::string SummaryLine(const TrainReport& report) {
   if (report.eval_samples > 0) return TrainReportSummary(report);
@@ -416,7 +397,7 @@ absl::Status CheckRunOutputs(const std::string& config_path, const common::JobSp
     DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(report, "--report", inputs));
   }
   if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(CheckMetricsOut(metrics_out, inputs));
-  if (!report.empty() && !metrics_out.empty() && SameFile(report, metrics_out)) {
+  if (!report.empty() && !metrics_out.empty() && common::SamePath(report, metrics_out)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--report '", report, "' and --metrics-out '", metrics_out,
                      "' are the same file: the page would replace the metrics; give two paths"));
