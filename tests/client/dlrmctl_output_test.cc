@@ -225,20 +225,28 @@ TEST_F(DlrmctlOutputTest, DescribeWritesTheSpecsFloatsShortest) {
   }
 }
 
+// A committed checkpoint of job "tiny" (job id `job_id`, "" for none) at `step` in `root`: its
+// manifest only, which is what dlrmctl reads.
+void CommitCheckpoint(const std::string& root, int64_t step, const std::string& job_id,
+                      double created_unix = 0) {
+  embedding::CheckpointManifest manifest;
+  manifest.name = embedding::CheckpointDirName(step);
+  manifest.job_name = "tiny";
+  manifest.job_id = job_id;
+  manifest.step = step;
+  manifest.created_unix = created_unix;
+  const std::string dir = absl::StrCat(root, "/", manifest.name);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(embedding::CommitManifest(dir, manifest).ok()) << dir;
+}
+
 // The checkpoints table's CREATED column is in the form of every other time dlrmctl prints:
 // 2026-12-01T17:00:00Z.
 TEST_F(DlrmctlOutputTest, CheckpointsTableTimesAreUtcIso) {
   const std::string root = dir_.Sub("ckpt");
   const std::string spec = dir_.Sub("ckpt.yaml");
   std::ofstream(spec) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << root << "\n";
-  embedding::CheckpointManifest manifest;
-  manifest.name = embedding::CheckpointDirName(100);
-  manifest.job_name = "tiny";
-  manifest.step = 100;
-  manifest.created_unix = 1796400000.25;  // 2026-12-04T16:00:00Z
-  const std::string dir = absl::StrCat(root, "/", manifest.name);
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(embedding::CommitManifest(dir, manifest).ok());
+  CommitCheckpoint(root, 100, "", 1796400000.25);  // 2026-12-04T16:00:00Z
   std::string out, err;
   ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
   ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
@@ -253,17 +261,9 @@ TEST_F(DlrmctlOutputTest, CheckpointsNameTheJobThatWroteEach) {
   const std::string root = dir_.Sub("ckpt");
   const std::string spec = dir_.Sub("ckpt.yaml");
   std::ofstream(spec) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << root << "\n";
-  for (const auto& [step, job_id] :
-       std::vector<std::pair<int64_t, std::string>>{{100, "job-7"}, {200, "job-1"}, {300, ""}}) {
-    embedding::CheckpointManifest manifest;
-    manifest.name = embedding::CheckpointDirName(step);
-    manifest.job_name = "tiny";
-    manifest.job_id = job_id;
-    manifest.step = step;
-    const std::string dir = absl::StrCat(root, "/", manifest.name);
-    std::filesystem::create_directories(dir);
-    ASSERT_TRUE(embedding::CommitManifest(dir, manifest).ok());
-  }
+  CommitCheckpoint(root, 100, "job-7");
+  CommitCheckpoint(root, 200, "job-1");
+  CommitCheckpoint(root, 300, "");
   std::string out, err;
   ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
   ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
