@@ -1,6 +1,7 @@
 // The job half of CoordinatorState: submission, scheduling onto workers and PS, progress and
 // the state machine.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -168,15 +169,9 @@ absl::StatusOr<std::vector<Job>> CoordinatorState::ListJobsPage(
 }
 
 std::vector<Job> CoordinatorState::ListJobs(dlrm::v1::JobState filter) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<Job> jobs;
-  for (const Job* job : SortedJobs(jobs_)) {
-    if (filter != dlrm::v1::JOB_STATE_UNSPECIFIED && job->state() != filter) continue;
-    jobs.push_back(*job);
-    jobs.back().clear_spec_yaml();
-    jobs.back().clear_history();
-  }
-  return jobs;
+  std::string no_more;  // one page without limits holds every job
+  return *ListJobsPage(filter, "", std::numeric_limits<int64_t>::max(),
+                       std::numeric_limits<int64_t>::max(), &no_more);
 }
 
 absl::StatusOr<Job> CoordinatorState::Cancel(const std::string& job_id, const std::string& reason,

@@ -117,7 +117,7 @@ class CoordinatorState {
   // --- jobs ---
   absl::StatusOr<dlrm::v1::Job> Submit(const dlrm::v1::SubmitJobRequest& request, absl::Time now);
   absl::StatusOr<dlrm::v1::Job> GetJob(const std::string& job_id) const;
-  // Oldest first; UNSPECIFIED lists all.
+  // Oldest first; UNSPECIFIED lists all (one page of ListJobsPage without limits).
   std::vector<dlrm::v1::Job> ListJobs(dlrm::v1::JobState filter) const;
   // One page of that list (ListJobsRequest): the jobs after `page_token` ("" from the first;
   // else a next_page_token this gave, INVALID_ARGUMENT otherwise), at most `max_jobs` of them
