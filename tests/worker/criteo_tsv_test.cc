@@ -231,5 +231,75 @@ TEST(CriteoTsv, EveryIssueReachesTheSinkBeyondTheLogLimit) {
   EXPECT_EQ(result.issues.back().line, 25);
 }
 
+// --- the reader's limits ---
+
+TEST(TsvReaderLimits, OutOfRangeIntegerAndOverlongLine) {
+  CriteoRecord record;
+  std::vector<std::string> fields(40, "");
+  fields[0] = "1";
+  fields[3] = "99999999999999999999999";
+  absl::Status st = ParseCriteoLine(absl::StrJoin(fields, "\t"), &record);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("dense I3: \"99999999999999999999999\" is out of range"));
+
+  testing::TempDir dir;
+  const std::string path = dir.File("long.tsv");
+  WriteFile(path, absl::StrCat(absl::StrJoin(fields, "\t"), "\n", std::string(200000, 'x'), "\n"));
+  TsvReaderOptions options;
+  options.path = path;
+  options.buffer_bytes = 4096;  // the line must not grow the buffer past the limit
+  auto reader = CriteoTsvReader::Open(options);
+  ASSERT_TRUE(reader.ok());
+  absl::StatusOr<bool> more = (*reader)->Next(&record);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kInvalidArgument) << more.status();
+  EXPECT_THAT(std::string(more.status().message()),
+              HasSubstr(absl::StrCat(path, ":2: line is longer than the limit of ",
+                                     kMaxTsvLineBytes, " bytes")));
+
+  // The same with a buffer that holds the whole line.
+  options.buffer_bytes = size_t{1} << 20;
+  reader = CriteoTsvReader::Open(options);
+  ASSERT_TRUE(reader.ok());
+  more = (*reader)->Next(&record);  // line 1 (out of range) is skipped
+  EXPECT_THAT(std::string(more.status().message()), HasSubstr(path + ":2: line is longer"));
+
+  // A file without a line end at all (as /dev/zero) stops at the limit too.
+  options.path = "/dev/zero";
+  reader = CriteoTsvReader::Open(options);
+  ASSERT_TRUE(reader.ok());
+  more = (*reader)->Next(&record);
+  EXPECT_THAT(std::string(more.status().message()), HasSubstr("/dev/zero:1: line is longer"));
+}
+
+TEST(TsvReaderLimits, BlankLinesAreMalformedOnlyWhenAsked) {
+  testing::TempDir dir;
+  const std::string path = dir.File("blank.tsv");
+  std::vector<std::string> fields(40, "");
+  fields[0] = "0";
+  const std::string row = absl::StrJoin(fields, "\t");
+  WriteFile(path, row + "\n\n" + row + "\n");
+  for (bool malformed : {false, true}) {
+    TsvReaderOptions options;
+    options.path = path;
+    options.blank_lines_are_malformed = malformed;
+    std::vector<ParseIssue> issues;
+    options.on_issue = [&](const ParseIssue& issue) { issues.push_back(issue); };
+    auto reader = CriteoTsvReader::Open(options);
+    ASSERT_TRUE(reader.ok());
+    CriteoRecord record;
+    int records = 0;
+    for (absl::StatusOr<bool> more = (*reader)->Next(&record); more.ok() && *more;
+         more = (*reader)->Next(&record)) {
+      ++records;
+    }
+    EXPECT_EQ(records, 2);
+    EXPECT_EQ((*reader)->skipped(), malformed ? 1 : 0);
+    if (malformed) {
+      ASSERT_EQ(issues.size(), 1u);
+      EXPECT_EQ(issues[0].ToString(), path + ":2: empty line");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlrm::worker

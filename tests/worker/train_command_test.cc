@@ -1,0 +1,286 @@
+// What the user of `dlrm train` sees of its files: the spec's checkpoint.resume_from is honoured,
+// --metrics-out and --report are checked before training, an interrupted run keeps its steps, a
+// run without eval data says so, and training.target_auc stops a run at the evaluation reaching
+// it. The fixture (a small model trained for the suite) is train_command_io_fixture.h.
+#include "worker/train_command.h"
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/worker/test_util.h"
+#include "tests/worker/train_command_io_fixture.h"
+#include "worker/checkpoint.h"
+#include "worker/train_report.h"
+
+namespace dlrm::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::ReadFile;
+using testing::WriteFile;
+
+// --- train: checkpoint.resume_from --------------------------------------------------------------
+
+TEST_F(TrainCommandIoTest, TrainResumesFromTheSpecsResumeFrom) {
+  common::JobSpec spec = Job(Data(), tmp_.File("ck2"));
+  spec.max_steps = 4;
+  spec.checkpoint.resume_from = dir_->File("ck");  // the suite's model, trained 2 steps
+  auto report = TrainInProcess(spec, Quiet());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->steps, 4);
+  // Steps 3 and 4 are the second epoch, all 480 training records (600 less 20% held out); from
+  // step 0 it would have been twice that.
+  EXPECT_EQ(report->train_samples, 480) << "trained from step 0, not from 2";
+
+  // --resume naming the same checkpoint (another spelling) agrees; another one does not.
+  TrainRunOptions same = Quiet();
+  same.resume_from = dir_->File("./ck");
+  spec.checkpoint.dir = tmp_.File("ck3");
+  report = TrainInProcess(spec, same);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->train_samples, 480);
+  TrainRunOptions other = Quiet();
+  other.resume_from = tmp_.File("ck2");
+  report = TrainInProcess(spec, other);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("--resume " + tmp_.File("ck2") +
+                        " and the job spec's checkpoint.resume_from " + dir_->File("ck")));
+
+  // A resume_from that is not a checkpoint is an error, not a fresh start.
+  spec.checkpoint.resume_from = tmp_.File("nope");
+  report = TrainInProcess(spec, Quiet());
+  EXPECT_FALSE(report.ok());
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("checkpoint.resume_from: " + tmp_.File("nope")));
+}
+
+// The YAML's resume_from is relative to the spec's folder, like its other paths.
+TEST_F(TrainCommandIoTest, TrainCommandResolvesResumeFromAgainstTheSpec) {
+  fs::copy(dir_->File("ck"), tmp_.File("old"), fs::copy_options::recursive);
+  TrainCommandOptions o;
+  o.config_path =
+      Config("epochs: 2, max_steps: 3", "eval_fraction: 0.2", "dir: new, resume_from: old");
+  o.run = Quiet();
+  auto report = RunTrainCommand(o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->steps, 3);
+  EXPECT_EQ(report->train_samples, 256) << "one step after the 2 of the checkpoint";
+}
+
+// --- train: --metrics-out and a run without eval data --------------------------------------------
+
+class TrainCommandMetricsTest : public TrainCommandIoTest {
+ protected:
+  // Two steps on the suite's data, checkpoints in "ck".
+  std::string Config(double eval_fraction) {
+    return TrainCommandIoTest::Config("epochs: 1, max_steps: 2",
+                                      absl::StrCat("eval_fraction: ", eval_fraction), "dir: ck");
+  }
+  TrainCommandOptions Options(const std::string& config, const std::string& metrics_out) {
+    TrainCommandOptions o;
+    o.config_path = config;
+    o.metrics_out = metrics_out;
+    o.run = Quiet();
+    return o;
+  }
+};
+
+TEST_F(TrainCommandMetricsTest, MetricsOutIsCheckedBeforeTraining) {
+  const std::string config = Config(0.2);
+  const std::string nowhere = tmp_.File("nodir/m.json");
+  auto report = RunTrainCommand(Options(config, nowhere));
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("--metrics-out: cannot write '" + nowhere + "'"));
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr(std::strerror(ENOENT)));
+  EXPECT_FALSE(fs::exists(tmp_.File("ck"))) << "trained before --metrics-out was checked";
+
+  report = RunTrainCommand(Options(config, config));
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_FALSE(fs::exists(tmp_.File("ck")));
+
+  const std::string metrics = tmp_.File("m.json");
+  report = RunTrainCommand(Options(config, metrics));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(ReadFile(metrics), HasSubstr("\"steps\":2"));
+  EXPECT_FALSE(fs::exists(metrics + ".tmp"));
+}
+
+// `dlrm train --report` wrote its page over whatever the path named: `--report job.yaml` replaced
+// the spec and `--report data.tsv` the training data, after training on it; the page also replaced
+// --metrics-out's JSON when both named one file. Each is refused before training, naming both.
+TEST_F(TrainCommandMetricsTest, ReportIsCheckedAgainstTheInputsAndMetricsOutBeforeTraining) {
+  const std::string config = Config(0.2);
+  const std::string spec_text = ReadFile(config);
+  const std::string data = tmp_.File("data.tsv");
+  const std::string data_text = ReadFile(data);
+  for (const std::string& input : {config, data}) {
+    TrainCommandOptions o = Options(config, "");
+    o.report = input;
+    auto report = RunTrainCommand(o);
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+    EXPECT_THAT(std::string(report.status().message()),
+                HasSubstr("--report: '" + input + "' is the input file"));
+  }
+  EXPECT_EQ(ReadFile(config), spec_text);
+  EXPECT_EQ(ReadFile(data), data_text);
+  EXPECT_FALSE(fs::exists(tmp_.File("ck"))) << "trained before --report was checked";
+
+  const std::string both = tmp_.File("out.json");
+  TrainCommandOptions o = Options(config, both);
+  o.report = tmp_.File("./out.json");
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("are the same file"));
+  EXPECT_FALSE(fs::exists(both));
+  EXPECT_FALSE(fs::exists(tmp_.File("ck")));
+}
+
+// Ctrl-C on `dlrm train --report` killed the process and wrote no page, though the page is
+// documented for a run that "fails or is interrupted after some steps". The command's handler sets
+// `interrupted`; the run stops after its step with CANCELLED and the page of that step is written.
+TEST_F(TrainCommandMetricsTest, AnInterruptedRunStopsAfterItsStepAndWritesTheReport) {
+  TrainCommandOptions o = Options(Config(0.2), "");
+  o.report = tmp_.File("run.html");
+  std::atomic<int> interrupted{SIGINT};
+  o.run.interrupted = &interrupted;
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kCancelled) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr(absl::StrCat("interrupted (", strsignal(SIGINT), ") after step 1")));
+  ASSERT_TRUE(fs::exists(o.report));
+  EXPECT_THAT(ReadFile(o.report), HasSubstr("after step 1"));
+  EXPECT_FALSE(fs::exists(o.report + ".tmp"));
+}
+
+// Ctrl-C on `dlrm train` with a checkpoint.dir stopped after its step but wrote no checkpoint: the
+// steps since the last periodic checkpoint (all of them, without every_steps) were lost, and
+// --resume could not go on from them. The interrupted run now keeps its model as a run's end does.
+TEST_F(TrainCommandMetricsTest, AnInterruptedRunKeepsItsStepsAsACheckpointToResumeFrom) {
+  TrainCommandOptions o = Options(Config(0.2), "");
+  std::atomic<int> interrupted{SIGINT};
+  o.run.interrupted = &interrupted;
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kCancelled) << report.status();
+  const std::string kept = tmp_.File("ck/ckpt-000000000001");
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("after step 1; its model is checkpoint "));
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("ck/ckpt-000000000001"));
+  ASSERT_TRUE(fs::exists(kept + "/MANIFEST.json"));
+
+  o.run.interrupted = nullptr;
+  o.run.resume_from = tmp_.File("ck");
+  report = RunTrainCommand(o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->steps, 2);
+  // 480 training lines in batches of 256: the resumed run trains only the second, of 224.
+  EXPECT_EQ(report->train_samples, 224) << "went on from step 1";
+}
+
+TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
+  const std::string metrics = tmp_.File("m.json");
+  ::testing::internal::CaptureStdout();
+  auto report = RunTrainCommand(Options(Config(0), metrics));
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->eval_samples, 0);
+  EXPECT_TRUE(std::isnan(report->auc));
+  EXPECT_TRUE(std::isnan(report->logloss));
+  EXPECT_THAT(printed, HasSubstr("AUC n/a  logloss n/a  accuracy n/a  (no eval data"));
+  const std::string json = ReadFile(metrics);
+  EXPECT_THAT(json, HasSubstr("\"auc\":null"));
+  EXPECT_THAT(json, HasSubstr("\"logloss\":null"));
+  EXPECT_THAT(json, HasSubstr("\"accuracy\":null"));
+
+  // Eval files without a valid record: the same.
+  common::JobSpec spec = Job(Data(), tmp_.File("ck-eval"));
+  const std::string empty = tmp_.File("empty.tsv");
+  WriteFile(empty, "");
+  spec.eval_paths = {empty};
+  auto trained = TrainInProcess(spec, Quiet());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_EQ(trained->eval_samples, 0);
+  EXPECT_TRUE(std::isnan(trained->auc));
+}
+
+// --- train: training.target_auc --------------------------------------------------------------
+
+// MLPerf's "train to target quality": the run stops at the first periodic evaluation whose AUC
+// reaches training.target_auc, as if max_steps ended it there (its final checkpoint, evaluation
+// and report), and the report says at which step; a target it never reaches changes nothing.
+class TrainTargetAucTest : public TrainCommandMetricsTest {
+ protected:
+  // 3000 generated lines (2400 to train on: 10 steps of 256 an epoch, 20 in all), evaluated every
+  // 2 steps, checkpoints in "ck".
+  std::string TargetConfig(const std::string& target_auc) {
+    if (!fs::exists(tmp_.File("data.tsv"))) {
+      EXPECT_TRUE(testing::GenerateCappedTsv(tmp_.File("data.tsv"), 3000, /*seed=*/5, 1000).ok());
+    }
+    return TrainCommandIoTest::Config(
+        absl::StrCat("epochs: 2, eval_every_steps: 2, target_auc: ", target_auc),
+        "eval_fraction: 0.2", "dir: ck");
+  }
+  // The step of the newest checkpoint in "ck".
+  int64_t CheckpointStep() {
+    auto found = FindValidCheckpoint(tmp_.File("ck"));
+    EXPECT_TRUE(found.ok()) << found.status();
+    return found.ok() ? found->chain.back().step : -1;
+  }
+};
+
+TEST_F(TrainTargetAucTest, StopsAtTheFirstEvaluationThatReachesTheTarget) {
+  const std::string metrics = tmp_.File("m.json");
+  ::testing::internal::CaptureStderr();
+  auto report = RunTrainCommand(Options(TargetConfig("0.65"), metrics));
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(report.ok()) << report.status() << "\n" << logged;
+  // The evaluation of step 2 (AUC 0.58 on this data) did not reach it; a later one did.
+  EXPECT_THAT(logged, HasSubstr("step 2: eval AUC"));
+  ASSERT_GT(report->reached_target_step, 2) << logged;
+  EXPECT_EQ(report->reached_target_step % 2, 0) << "not a step of a periodic evaluation";
+  EXPECT_LT(report->reached_target_step, 20) << logged;
+  EXPECT_EQ(report->steps, report->reached_target_step);
+  EXPECT_EQ(report->train_samples, report->steps * 256);
+  EXPECT_GE(report->auc, 0.65);  // the final evaluation is the one at that step
+  EXPECT_DOUBLE_EQ(report->target_auc, 0.65);
+  const std::string step = absl::StrCat(report->steps);
+  EXPECT_THAT(logged, HasSubstr("reached target AUC 0.65 (eval AUC "));
+  EXPECT_THAT(logged, HasSubstr(absl::StrCat(") at step ", step, " of 20: training stops")));
+  // No evaluation after that step: the earlier ones did not reach the target.
+  EXPECT_THAT(logged,
+              ::testing::Not(HasSubstr(absl::StrCat("step ", report->steps + 2, ": eval AUC"))));
+  // The trained model is checkpointed at that step, as at the end of max_steps.
+  EXPECT_EQ(CheckpointStep(), report->steps);
+  // --metrics-out says it, and reads back.
+  const std::string json = ReadFile(metrics);
+  EXPECT_THAT(json, HasSubstr("\"target_auc\":0.65"));
+  EXPECT_THAT(json, HasSubstr(absl::StrCat("\"reached_target_step\":", step)));
+  auto read = TrainReportFromJson(json);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->reached_target_step, report->steps);
+  EXPECT_DOUBLE_EQ(read->target_auc, 0.65);
+}
+
+TEST_F(TrainTargetAucTest, ATargetNeverReachedTrainsEveryStep) {
+  const std::string metrics = tmp_.File("m.json");
+  auto report = RunTrainCommand(Options(TargetConfig("0.99"), metrics));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->steps, 20);
+  EXPECT_EQ(report->reached_target_step, -1);
+  EXPECT_LT(report->auc, 0.99);
+  EXPECT_EQ(CheckpointStep(), 20);
+  const std::string json = ReadFile(metrics);
+  EXPECT_THAT(json, HasSubstr("\"target_auc\":0.99"));
+  EXPECT_THAT(json, HasSubstr("\"reached_target_step\":-1"));
+}
+
+}  // namespace
+}  // namespace dlrm::worker
