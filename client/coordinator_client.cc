@@ -85,8 +85,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
 
 absl::Status CoordinatorClient::Check(const grpc::Status& status, const char* method) const {
   if (status.ok()) return absl::OkStatus();
-  return Annotate(common::FromGrpcStatus(status),
-                  absl::StrCat("coordinator ", options_.address, " ", method));
+  absl::Status s = common::FromGrpcStatus(status);
+  // The coordinator's own refusals already start with the method ("CancelJob: reason of ...").
+  if (absl::StartsWith(s.message(), absl::StrCat(method, ":"))) {
+    return Annotate(s, absl::StrCat("coordinator ", options_.address));
+  }
+  return Annotate(s, absl::StrCat("coordinator ", options_.address, " ", method));
 }
 
 absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Submit(const std::string& spec_yaml,

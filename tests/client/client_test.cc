@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +33,11 @@ TEST_F(ClientTest, SubmitGetListCancel) {
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(again.status().message(),
               HasSubstr("job-1 has already ended CANCELLED (cancelled: test)"));
+  // The coordinator's refusal names the method once, not "CancelJob: CancelJob: ...".
+  auto too_long = client_->Cancel(job->job_id(), std::string(common::kMaxMessageBytes + 1, 'x'));
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.status().message(), HasSubstr(": CancelJob: reason of 65537 bytes"));
+  EXPECT_THAT(too_long.status().message(), Not(HasSubstr("CancelJob: CancelJob")));
   auto missing = client_->Get("job-404");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("job-404"));
