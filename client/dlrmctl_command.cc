@@ -159,6 +159,13 @@ int Command::Submit() {
   auto job = (*client)->Submit(yaml, {.workers = flags_.workers, .ps = flags_.ps});
   if (!job.ok()) return Fail(job.status());
   unanswered_change_.clear();
+  if (job->state() == dlrm::v1::JOB_STATE_PENDING) {
+    if (auto view = (*client)->Members(); view.ok()) {
+      if (std::string warning = FewerMembersThanAsked(*job, *view); !warning.empty()) {
+        err_ << "dlrmctl: warning: " << warning << "\n";
+      }
+    }
+  }
   if (!flags_.wait) {
     if (IsDocumentFormat(format_)) {
       out_ << ToDocument(*job, format_);

@@ -199,6 +199,31 @@ std::string MemberLabel(const dlrm::v1::Member& member) {
   return member.name().empty() ? member.member_id() : member.name();
 }
 
+std::string FewerMembersThanAsked(const dlrm::v1::Job& job,
+                                  const dlrm::v1::GetClusterViewResponse& view) {
+  int64_t workers = 0;
+  int64_t ps = 0;
+  for (const auto& m : view.members()) {
+    if (m.state() != dlrm::v1::MEMBER_STATE_ALIVE) continue;
+    if (m.role() == dlrm::v1::ROLE_WORKER) ++workers;
+    if (m.role() == dlrm::v1::ROLE_PS) ++ps;
+  }
+  std::vector<std::string> short_of;
+  if (job.requested_workers() > workers) {
+    short_of.push_back(absl::StrCat(Count(job.requested_workers(), "worker", "workers"), " and ",
+                                    workers, workers == 1 ? " is" : " are", " registered"));
+  }
+  if (job.requested_ps() > ps) {
+    short_of.push_back(
+        absl::StrCat(Count(job.requested_ps(), "parameter server", "parameter servers"), " and ",
+                     ps, ps == 1 ? " is" : " are", " registered"));
+  }
+  if (short_of.empty()) return "";
+  return absl::StrCat(job.job_id(), " asks for ", absl::StrJoin(short_of, "; "),
+                      ": it stays PENDING until more register, and jobs submitted after it wait "
+                      "behind it (jobs start in submission order)");
+}
+
 std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
   if (!job.message().empty()) return Printable(job.message());
   switch (job.state()) {

@@ -35,6 +35,14 @@ struct ClusterSnapshot {
 // reason was recorded. Empty for RUNNING and SUCCEEDED. `cluster` may be null.
 std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster);
 
+// For a job just submitted: "" when the cluster in `view` has as many alive workers and
+// parameter servers as the job asks for, else a warning that it has fewer, e.g. "job-3 asks for 4
+// workers and 2 are registered: it stays PENDING until 2 more register, and jobs submitted after
+// it wait behind it (jobs start in submission order)". Busy workers count as registered: they
+// come free when their job ends.
+std::string FewerMembersThanAsked(const dlrm::v1::Job& job,
+                                  const dlrm::v1::GetClusterViewResponse& view);
+
 // "2026-12-01T17:00:00Z" (UTC) for unix milliseconds; "-" for 0 or less (never set).
 std::string UtcTime(int64_t unix_ms);
 

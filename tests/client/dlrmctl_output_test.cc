@@ -32,6 +32,21 @@ std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
+// A job asking for more workers than have registered would wait, and hold up every later job,
+// with no word at submit: it now gets a warning on stderr (stdout stays the job id alone).
+TEST_F(DlrmctlOutputTest, SubmitWarnsWhenTheClusterHasFewerWorkersThanTheJobAsks) {
+  std::string out, err;
+  RegisterPs();
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_, "--workers", "4"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(out, "job-1\n");
+  EXPECT_THAT(err, HasSubstr("dlrmctl: warning: job-1 asks for 4 workers and 0 are registered: it "
+                             "stays PENDING until more register"))
+      << err;
+  for (int i = 0; i < 4; ++i) RegisterMember(dlrm::v1::ROLE_WORKER);
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_, "--workers", "4"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(err, "");
+}
+
 TEST_F(DlrmctlOutputTest, ListIsOneDocumentInEveryDocumentFormat) {
   std::string out, err;
   for (int i = 0; i < 3; ++i) {

@@ -248,6 +248,36 @@ TEST(JobFormatMessage, PendingSaysWhatItNeedsAndWhatTheClusterHas) {
   EXPECT_EQ(JobMessage(job, &cluster), "needs a GPU");
 }
 
+TEST(JobFormatMessage, SubmitWarnsOnlyWhenTheClusterHasFewerMembersThanAsked) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-3");
+  job.set_requested_workers(4);
+  job.set_requested_ps(2);
+  dlrm::v1::GetClusterViewResponse view;
+  *view.add_members() = Worker("m-1", "trainer-a", "");
+  *view.add_members() = Worker("m-2", "", "job-1");  // busy: comes free when job-1 ends
+  dlrm::v1::Member gone = Worker("m-3", "trainer-c", "");
+  gone.set_state(dlrm::v1::MEMBER_STATE_EXPIRED);  // not counted
+  *view.add_members() = gone;
+  dlrm::v1::Member ps;
+  ps.set_member_id("m-5");
+  ps.set_role(dlrm::v1::ROLE_PS);
+  ps.set_state(dlrm::v1::MEMBER_STATE_ALIVE);
+  *view.add_members() = ps;
+  EXPECT_EQ(FewerMembersThanAsked(job, view),
+            "job-3 asks for 4 workers and 2 are registered; 2 parameter servers and 1 is "
+            "registered: it stays PENDING until more register, and jobs submitted after it wait "
+            "behind it (jobs start in submission order)");
+  job.set_requested_ps(1);
+  EXPECT_EQ(FewerMembersThanAsked(job, view),
+            "job-3 asks for 4 workers and 2 are registered: it stays PENDING until more register, "
+            "and jobs submitted after it wait behind it (jobs start in submission order)");
+  job.set_requested_workers(2);
+  EXPECT_EQ(FewerMembersThanAsked(job, view), "");
+  job.set_requested_ps(0);  // 0: as many as there are
+  EXPECT_EQ(FewerMembersThanAsked(job, view), "");
+}
+
 TEST(JobFormatMessage, OtherStates) {
   dlrm::v1::Job job;
   job.set_state(dlrm::v1::JOB_STATE_FAILED);
