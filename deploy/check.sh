@@ -122,6 +122,10 @@ SHOW=1 run "schema rejects a nested unknown key (--set worker.gpu.colour=red)" \
   rejected '\bcolour\b' --set worker.gpu.colour=red
 SHOW=1 run "schema rejects a bad byte size (--set ps.memoryBudget=4gigs)" \
   rejected "ps[./]memoryBudget" --set ps.memoryBudget=4gigs
+# A values file's unquoted `tag: 1.10` is the number 1.1 to Helm: the image would be dlrm:1.1.
+printf 'image: {tag: 1.10}\n' >"$tmp/tag.yaml"
+SHOW=1 run "schema rejects a non-integral number as image tag (tag: 1.10 in a values file)" \
+  rejected "image[./]tag" -f "$tmp/tag.yaml"
 SHOW=1 run "schema rejects a non-boolean tls.enabled (--set tls.enabled=maybe)" \
   rejected "tls[./]enabled" --set tls.enabled=maybe
 SHOW=1 run "schema rejects an unknown key under tls (--set tls.insecure=true)" \

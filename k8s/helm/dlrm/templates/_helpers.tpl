@@ -74,14 +74,16 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/*
 Image of a role: the role's image values over the global `image`, tag defaulting to appVersion.
+A numeric tag of a values file (tag: 20240101) is a float64 to Helm: "dlrm.number" prints it as an
+integer, not 2.0240101e+07 (the schema refuses a non-integral one such as an unquoted 1.10).
 include "dlrm.image" (list . .Values.ps.image); (list . dict) gives the global image.
 */}}
 {{- define "dlrm.image" -}}
 {{- $root := index . 0 }}
 {{- $img := default dict (index . 1) }}
 {{- $repository := default $root.Values.image.repository $img.repository }}
-{{- $globalTag := default $root.Chart.AppVersion (toString (default "" $root.Values.image.tag)) }}
-{{- $tag := default $globalTag (toString (default "" $img.tag)) }}
+{{- $globalTag := default $root.Chart.AppVersion (include "dlrm.number" (default "" $root.Values.image.tag)) }}
+{{- $tag := default $globalTag (include "dlrm.number" (default "" $img.tag)) }}
 {{- printf "%s:%s" $repository $tag }}
 {{- end }}
 
