@@ -206,6 +206,29 @@ checkpoint_volumes() {
     --set checkpoints.existingClaim=x
 }
 run "helm template (checkpoints: new PVC, existingClaim, hostPath; not both)" checkpoint_volumes
+# The extraArgs examples of values.yaml's comments, rendered together: with a build,
+# check_commands.py finds each flag in the binary's --help (the coordinator's example was --v=1,
+# which `dlrm coordinator` refuses at start-up).
+extra_args_examples() {
+  local -a sets
+  mapfile -t sets < <(python3 - <<'EOF'
+import json, re
+top = None
+for line in open("k8s/helm/dlrm/values.yaml"):
+    m = re.match(r"^(\w+):", line)
+    if m:
+        top = m.group(1)
+    m = re.search(r"# -- Extra command-line flags.*e\.g\. (\[.*?\])", line)
+    if m:
+        print(f"--set-json={top}.extraArgs={json.dumps(json.loads(m.group(1)))}")
+EOF
+  )
+  [ "${#sets[@]}" -gt 0 ] || { echo "no extraArgs example found in values.yaml"; return 1; }
+  printf '%s\n' "${sets[@]}"
+  "$helm" template dlrm k8s/helm/dlrm --namespace dlrm "${sets[@]}" >"$tmp/extra.yaml" || return 1
+  manifests_ok "$tmp/extra.yaml" || return 1
+}
+SHOW=1 run "helm template (the extraArgs examples of values.yaml)" extra_args_examples
 # Helm reads every number of a values file as a float64 and prints a large one in exponent
 # notation: without the chart's "dlrm.number", ps.memoryBudget: 1073741824 rendered
 # --memory-budget=1.073741824e+09, which the PS refuses, and tests.rows: 2000000 --rows=2e+06.
