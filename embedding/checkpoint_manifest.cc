@@ -120,6 +120,15 @@ absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
   return m;
 }
 
+// The manifest's own checksum: CRC32C of its compact JSON (keys sorted, as nlohmann::json keeps
+// them) without this key, so the text read back can be checked after re-serialising it.
+constexpr char kManifestCrcKey[] = "manifest_crc32c";
+
+std::string ManifestCrc(const json& without_crc) {
+  const std::string compact = without_crc.dump();
+  return absl::StrFormat("%08x", Crc32c(compact.data(), compact.size()));
+}
+
 bool IsCheckpointDirName(const std::string& name) {
   return absl::StartsWith(name, kDirPrefix) && name.size() > sizeof(kDirPrefix) - 1;
 }
@@ -139,7 +148,9 @@ std::string RowFileName(int table, int part) {
 }
 
 absl::Status CommitManifest(const std::string& dir, const CheckpointManifest& manifest) {
-  const std::string text = ToJson(manifest).dump(2) + "\n";
+  json j = ToJson(manifest);
+  j[kManifestCrcKey] = ManifestCrc(j);
+  const std::string text = j.dump(2) + "\n";
   const std::string tmp = absl::StrCat(dir, "/", kManifestName, ".tmp");
   DLRM_ASSIGN_OR_RETURN(auto out, ChecksummedWriter::Create(tmp));
   DLRM_RETURN_IF_ERROR(out->Append(text.data(), text.size()));
@@ -161,7 +172,18 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    absl::StatusOr<CheckpointManifest> m = FromJson(json::parse(ss.str()));
+    json j = json::parse(ss.str());
+    // Manifests written before the checksum have none; every one written since is checked.
+    if (j.is_object() && j.contains(kManifestCrcKey)) {
+      const std::string stored = j[kManifestCrcKey].get<std::string>();
+      j.erase(kManifestCrcKey);
+      if (const std::string computed = ManifestCrc(j); computed != stored) {
+        return absl::DataLossError(absl::StrCat(
+            path, ": damaged manifest: its content gives CRC32C ", computed, ", not the ", stored,
+            " written with it (", kManifestCrcKey, "): changed after it was committed"));
+      }
+    }
+    absl::StatusOr<CheckpointManifest> m = FromJson(j);
     if (!m.ok()) return absl::DataLossError(absl::StrCat(path, ": ", m.status().message()));
     return m;
   } catch (const std::exception& e) {

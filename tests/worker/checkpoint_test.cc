@@ -14,7 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "embedding/checkpoint_manifest.h"
 #include "embedding/local_store.h"
 #include "gmock/gmock.h"
@@ -27,6 +31,7 @@ namespace dlrm::worker {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // 12000 training samples: 47 steps per epoch.
@@ -449,6 +454,40 @@ TEST_F(CheckpointTest, AFolderPassesOverACheckpointWithADamagedManifest) {
   auto resolved = embedding::ResolveCheckpoint(Ckpt("dm"));
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000005");
+}
+
+// A manifest edited after its commit (a step changed by hand, a flipped digit) no longer matches
+// its own CRC32C: it is passed over as damaged, naming the manifest. One without the checksum
+// (written before it existed) still loads.
+TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("mc"));
+  spec.max_steps = 10;
+  spec.checkpoint.every_steps = 5;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  const std::string path = Ckpt("mc/ckpt-000000000010/MANIFEST.json");
+  const std::string text = testing::ReadFile(path);
+  ASSERT_TRUE(absl::StrContains(text, "\"step\": 10,")) << text;
+  testing::WriteFile(path, absl::StrReplaceAll(text, {{"\"step\": 10,", "\"step\": 11,"}}));
+  std::vector<absl::Status> damaged;
+  auto list = embedding::ListCheckpoints(Ckpt("mc"), &damaged);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(damaged[0].message()),
+              AllOf(HasSubstr("ckpt-000000000010/MANIFEST.json"), HasSubstr("manifest_crc32c")));
+  auto resolved = embedding::ResolveCheckpoint(Ckpt("mc"));
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000005");
+
+  // The same manifest, unchanged but without its checksum line, as older builds wrote it.
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  std::erase_if(lines,
+                [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
+  testing::WriteFile(path, absl::StrJoin(lines, "\n"));
+  auto old = embedding::ReadManifest(Ckpt("mc/ckpt-000000000010"));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->step, 10);
 }
 
 // The input position is counted in batches: a run resumed with another batch size skips the
