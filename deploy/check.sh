@@ -134,8 +134,8 @@ run "helm template (defaults): probes, helm test hook, TLS on every dlrm contain
   render_ok "" --readiness --test-hook --no-pvc --image coordinator=dlrm:0.1.0 \
   --image ps=dlrm:0.1.0 --image worker=dlrm:0.1.0 --tls dlrm-tls-
 run "helm template (GPU, submit Job, ServiceMonitor, PDBs, no persistence, checkpoints)" \
-  render_ok "$all_on" --readiness --test-hook --submit-job --image worker=dlrm-cuda:0.1.0 \
-  --tls dlrm-tls-
+  render_ok "$all_on --set podAnnotations.team=ml" --readiness --test-hook --submit-job \
+  --image worker=dlrm-cuda:0.1.0 --tls dlrm-tls- --pod-annotation team=ml
 tls_variants() {
   render_ok "--set tls.enabled=false" --readiness --test-hook --insecure || return 1
   render_ok "$all_on --set tls.enabled=false" --readiness --submit-job --insecure || return 1

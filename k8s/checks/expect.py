@@ -22,6 +22,8 @@
   --tls-server-name NAME         with --tls: each of them also has --tls-server-name=NAME (without
                                  it: none has)
   --insecure                     each of them has --insecure, no --tls-* flag and no tls volume
+  --pod-annotation KEY=VALUE     every pod (of each workload, Job and Pod, the `helm test` Pod
+                                 included) carries this annotation (values podAnnotations)
 Prints what it checked and exits 1 at the first mismatch.
 """
 
@@ -132,6 +134,7 @@ def main():
     parser.add_argument("--tls-secret", action="append", default=[])
     parser.add_argument("--tls-server-name")
     parser.add_argument("--insecure", action="store_true")
+    parser.add_argument("--pod-annotation", action="append", default=[])
     args = parser.parse_args()
     docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
 
@@ -237,6 +240,18 @@ def main():
                   args.tls_server_name)
     if args.insecure:
         check_insecure(docs)
+
+    for item in args.pod_annotation:
+        key, value = item.split("=", 1)
+        pods = [(d, d["spec"]["template"] if "template" in d["spec"] else d) for d in docs
+                if d["kind"] in ("Pod", "StatefulSet", "Deployment", "Job")]
+        for d, pod in pods:
+            got = (pod["metadata"].get("annotations") or {}).get(key)
+            if got != value:
+                fail(f"{d['kind']} {d['metadata']['name']}: pod annotation {key} is {got!r}, "
+                     f"want {value!r}")
+        print(f"ok: annotation {key}={value} on the pods of all {len(pods)} workloads, Jobs and "
+              f"Pods")
 
 
 if __name__ == "__main__":
