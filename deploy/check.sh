@@ -237,8 +237,17 @@ large_numbers() {
   if grep -nE '[0-9]e[+-]?[0-9]' "$tmp/render.yaml"; then
     echo "a number rendered in exponent notation (above)"; return 1
   fi
+  # NOTES.txt too (helm template does not render it): its `helm test --timeout 2e+06s` failed.
+  "$helm" install dlrm k8s/helm/dlrm --namespace dlrm --dry-run=client \
+    -f k8s/checks/values-large-numbers.yaml >"$tmp/install.txt" || return 1
+  sed -n '/^NOTES:/,$p' "$tmp/install.txt" >"$tmp/notes.txt"
+  [ -s "$tmp/notes.txt" ] || { echo "helm install --dry-run=client printed no NOTES"; return 1; }
+  if grep -nE '[0-9]e[+-]?[0-9]' "$tmp/notes.txt"; then
+    echo "a number in NOTES.txt in exponent notation (above)"; return 1
+  fi
 }
-run "helm template (large integers in a values file: no exponent notation)" large_numbers
+run "helm template and NOTES.txt (large integers in a values file: no exponent notation)" \
+  large_numbers
 # The chart's PrometheusRule carries files/alerts.yml, a copy of deploy/prometheus/alerts.yml
 # (Helm reads no file outside the chart): the rendered groups must be those of the original.
 prometheus_rule() {
