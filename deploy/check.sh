@@ -126,6 +126,10 @@ SHOW=1 run "schema rejects a bad byte size (--set ps.memoryBudget=4gigs)" \
 printf 'image: {tag: 1.10}\n' >"$tmp/tag.yaml"
 SHOW=1 run "schema rejects a non-integral number as image tag (tag: 1.10 in a values file)" \
   rejected "image[./]tag" -f "$tmp/tag.yaml"
+# prometheus-operator's CRD takes whole units only (15s, 1m30s, 500ms): the API server would
+# refuse a ServiceMonitor with 1.5s at install, after the schema's Go-duration pattern passed it.
+SHOW=1 run "schema rejects a ServiceMonitor interval Prometheus cannot read (1.5s)" \
+  rejected "serviceMonitor[./]interval" --set metrics.serviceMonitor.interval=1.5s
 SHOW=1 run "schema rejects a non-boolean tls.enabled (--set tls.enabled=maybe)" \
   rejected "tls[./]enabled" --set tls.enabled=maybe
 SHOW=1 run "schema rejects an unknown key under tls (--set tls.insecure=true)" \
