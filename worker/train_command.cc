@@ -452,6 +452,8 @@ struct CheckpointModel {
   std::unique_ptr<dense::Backend> backend;
   std::unique_ptr<embedding::LocalEmbeddingStore> store;
   std::unique_ptr<Trainer> trainer;
+  // Every file of the checkpoint's chain, manifests included: outputs must not replace one.
+  std::vector<std::string> files;
 };
 
 // `activity`: what the model is loaded for, in the log ("evaluating", "scoring").
@@ -462,6 +464,14 @@ absl::StatusOr<CheckpointModel> LoadCheckpointModel(const CheckpointModelOptions
   const std::string& dir = checkpoint.dir;
   const embedding::CheckpointManifest& manifest = checkpoint.chain.back();
   CheckpointModel m;
+  const std::filesystem::path folder = std::filesystem::path(dir).parent_path();
+  for (const embedding::CheckpointManifest& link : checkpoint.chain) {
+    // Each link is found next to the checkpoint by its name, the checkpoint itself at `dir`.
+    const std::filesystem::path link_dir =
+        &link == &manifest ? std::filesystem::path(dir) : folder / link.name;
+    m.files.push_back((link_dir / embedding::kManifestName).string());
+    for (const auto& f : link.files) m.files.push_back((link_dir / f.name).string());
+  }
   DLRM_ASSIGN_OR_RETURN(m.spec,
                         common::ParseJobSpec(manifest.spec_yaml, absl::StrCat(dir, " (job spec)")));
   DLRM_ASSIGN_OR_RETURN(m.backend, CreateBackendForDevice(options.device, m.spec.math_mode,
@@ -510,6 +520,9 @@ absl::StatusOr<EvalMetrics> RunEvalCommand(const CheckpointModelOptions& options
   if (options.data.empty()) return absl::InvalidArgumentError("--data: no input file");
   if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(CheckMetricsOut(metrics_out, options.data));
   DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options, "evaluating"));
+  if (!metrics_out.empty()) {
+    DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(metrics_out, "--metrics-out", model.files));
+  }
   DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*by_line=*/false));
   absl::StatusOr<EvalMetrics> evaluated = model.trainer->Evaluate(reader.get());
   if (!evaluated.ok() && evaluated.status().code() == absl::StatusCode::kFailedPrecondition &&
@@ -543,6 +556,7 @@ absl::Status RunPredictCommand(const CheckpointModelOptions& options, const std:
   DLRM_RETURN_IF_ERROR(CheckOutputPath(out, "--out"));
   DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(out, "--out", options.data));
   DLRM_ASSIGN_OR_RETURN(CheckpointModel model, LoadCheckpointModel(options, "scoring"));
+  DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(out, "--out", model.files));
   DLRM_ASSIGN_OR_RETURN(auto reader, OpenScoringInput(model, options.data, /*by_line=*/true));
   std::vector<float> scores;
   std::vector<float> labels;

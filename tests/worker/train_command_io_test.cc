@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "embedding/checkpoint_manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
@@ -231,6 +232,27 @@ TEST_F(TrainCommandIoTest, PredictRefusesToOverwriteItsInput) {
   st = RunPredictCommand(Model({data}), link);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_EQ(ReadFile(data), before);
+}
+
+// --out or --metrics-out naming a file of the checkpoint being loaded (its manifest, its dense
+// parameters) would replace the model with scores: refused, and the checkpoint still loads.
+TEST_F(TrainCommandIoTest, ScoringRefusesToOverwriteTheCheckpointItLoads) {
+  const std::string ck = tmp_.File("ck");
+  fs::copy(dir_->File("ck"), ck, fs::copy_options::recursive);
+  const std::string newest = embedding::ResolveCheckpoint(ck).value();
+  for (const std::string& name :
+       {std::string(embedding::kManifestName), std::string("dense.bin")}) {
+    const std::string file = newest + "/" + name;
+    const std::string before = ReadFile(file);
+    absl::Status st = RunPredictCommand(Model({Data()}, ck), file);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("--out: '" + file + "' is the input file"));
+    auto evaluated = RunEvalCommand(Model({Data()}, ck), file);
+    EXPECT_EQ(evaluated.status().code(), absl::StatusCode::kInvalidArgument) << evaluated.status();
+    EXPECT_THAT(std::string(evaluated.status().message()), HasSubstr("--metrics-out: '" + file));
+    EXPECT_EQ(ReadFile(file), before);
+  }
+  EXPECT_TRUE(RunPredictCommand(Model({Data()}, ck), tmp_.File("scores.txt")).ok());
 }
 
 TEST_F(TrainCommandIoTest, ConvertRefusesToOverwriteItsInput) {
