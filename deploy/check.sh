@@ -179,6 +179,13 @@ SHOW=1 run "chart refuses a PS memory limit below ps.memoryBudget" \
   rejected "ps.resources.limits.memory 4Gi is below ps.memoryBudget 5GiB" \
   --set ps.resources.requests.memory=4Gi --set ps.resources.limits.memory=4Gi \
   --set ps.memoryBudget=5GiB
+# A job on more workers than worker.replicas stays PENDING ("waiting for 3 idle workers"), and
+# the submit Job or the helm test Pod waits on it.
+SHOW=1 run "chart refuses job.submit.workers above worker.replicas" \
+  rejected "job.submit.workers 3 is above worker.replicas 2" \
+  --set job.submit.enabled=true --set job.submit.workers=3
+SHOW=1 run "chart refuses tests.workers above worker.replicas" \
+  rejected "tests.workers 3 is above worker.replicas 2" --set tests.workers=3
 run "helm template (an image per role)" render_ok \
   "--set image.tag=1.2.3 --set coordinator.image.repository=reg.example/coord
    --set ps.image.tag=ps-9 --set ps.image.pullPolicy=Always
