@@ -25,9 +25,11 @@ function(dlrm_cc_binary)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
 
-# One test binary per folder, registered test by test with gtest_discover_tests.
+# One test binary per folder, registered test by test with gtest_discover_tests. COST (seconds,
+# roughly, per test) makes `ctest -j` start these tests before cheaper ones when it has no timings
+# of its own yet (a fresh clone, as in CI), so the long multi-process tests do not come last.
 function(dlrm_cc_test)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;COST" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
@@ -35,6 +37,9 @@ function(dlrm_cc_test)
   set(props ENVIRONMENT "DLRM_BIN_DIR=${PROJECT_BINARY_DIR}/bin")
   if(ARG_LABELS)
     list(APPEND props LABELS "${ARG_LABELS}")
+  endif()
+  if(ARG_COST)
+    list(APPEND props COST ${ARG_COST})
   endif()
   gtest_discover_tests(${ARG_NAME}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
