@@ -186,6 +186,13 @@ SHOW=1 run "chart refuses job.submit.workers above worker.replicas" \
   --set job.submit.enabled=true --set job.submit.workers=3
 SHOW=1 run "chart refuses tests.workers above worker.replicas" \
   rejected "tests.workers 3 is above worker.replicas 2" --set tests.workers=3
+# The coordinator refuses a job whose batch_size is not a multiple of its workers: helm test's
+# job (batch 64) failed with 3 workers, and the example spec (2048) would in the submit Job.
+run "helm template (worker.replicas=3: helm test's batch_size a multiple of its workers)" \
+  render_ok "--set worker.replicas=3" --test-hook
+SHOW=1 run "chart refuses a submit Job whose spec's batch_size its workers do not divide" \
+  rejected "batch_size 2048 is not a multiple of the job's 3 workers" \
+  --set job.submit.enabled=true --set worker.replicas=3
 run "helm template (an image per role)" render_ok \
   "--set image.tag=1.2.3 --set coordinator.image.repository=reg.example/coord
    --set ps.image.tag=ps-9 --set ps.image.pullPolicy=Always

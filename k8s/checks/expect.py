@@ -11,8 +11,9 @@
                                  and PS gRPC ports (gRPC health with --insecure, else a TCP
                                  connect: Kubernetes' gRPC probes cannot do TLS), HTTP /metrics on
                                  the workers
-  --test-hook                    a `helm test` Pod submits ConfigMap <name>-test with --wait, and
-                                 every worker generates its data in an init container
+  --test-hook                    a `helm test` Pod submits ConfigMap <name>-test with --wait, its
+                                 batch_size a multiple of its --workers, and every worker
+                                 generates its data in an init container
   --submit-job                   the submit Job never retries and waits for the coordinator first
   --tls PREFIX                   every container that runs a dlrm process or dlrmctl (coordinator,
                                  ps, worker, and dlrmctl as admin) has --tls-dir=/etc/dlrm/tls and
@@ -212,6 +213,11 @@ def main():
         if spec_text is None:
             fail(f"test Pod mounts ConfigMap {config_map}, which is not rendered")
         spec = yaml.safe_load(spec_text)
+        workers = int(next(a for a in argv if a.startswith("--workers=")).split("=", 1)[1])
+        batch = spec["training"]["batch_size"]
+        if batch % workers:
+            fail(f"test job's batch_size {batch} is not a multiple of its {workers} workers "
+                 f"(the coordinator refuses it)")
         data = spec["data"]["train"][0]
         worker_spec, _ = main_container(workload(docs, "worker"))
         init = [c for c in worker_spec.get("initContainers") or []
@@ -219,8 +225,8 @@ def main():
                 and f"--out={data}" in c["args"]]
         if not init:
             fail(f"no worker init container writes {data} (dlrm gen-data)")
-        print(f"ok: helm test Pod {pods[0]['metadata']['name']} runs {' '.join(argv)}; "
-              f"workers generate {data}")
+        print(f"ok: helm test Pod {pods[0]['metadata']['name']} runs {' '.join(argv)} "
+              f"(batch_size {batch}); workers generate {data}")
 
     if args.submit_job:
         jobs = [d for d in docs if d["kind"] == "Job"]
