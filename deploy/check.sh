@@ -179,6 +179,14 @@ SHOW=1 run "chart refuses a PS memory limit below ps.memoryBudget" \
   rejected "ps.resources.limits.memory 4Gi is below ps.memoryBudget 5GiB" \
   --set ps.resources.requests.memory=4Gi --set ps.resources.limits.memory=4Gi \
   --set ps.memoryBudget=5GiB
+# Helm merges a user's volume or probe with the default: a hostPath data volume kept the default
+# emptyDir, an exec probe the default grpc, and the API server refused the workload.
+SHOW=1 run "chart refuses a data volume with two sources (hostPath beside the default emptyDir)" \
+  rejected "worker.data.volume has 2 volume sources \\(emptyDir, hostPath\\)" \
+  --set worker.data.volume.hostPath.path=/mnt/criteo
+SHOW=1 run "chart refuses a probe with two handlers (exec beside the default grpc)" \
+  rejected "coordinator.readinessProbe has 2 handlers \\(exec, grpc\\)" \
+  --set "coordinator.readinessProbe.exec.command={true}"
 # A job on more workers than worker.replicas stays PENDING ("waiting for 3 idle workers"), and
 # the submit Job or the helm test Pod waits on it.
 SHOW=1 run "chart refuses job.submit.workers above worker.replicas" \

@@ -429,3 +429,38 @@ include "dlrm.resourcesCheck" .
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails on a Kubernetes one-of field that Helm's merge of the user's values with the defaults gave
+two members: a worker.data.volume of {hostPath: ...} kept the default emptyDir beside it, and a
+probe with exec or tcpSocket kept the default grpc (or httpGet); the API server would refuse the
+workload ("may not specify more than 1 volume type" / "handler type"). include "dlrm.oneOfCheck" .
+*/}}
+{{- define "dlrm.oneOfCheck" -}}
+{{- $v := .Values }}
+{{- $probes := dict }}
+{{- range $c := list "coordinator" "ps" "worker" }}
+{{- range $p := list "startupProbe" "readinessProbe" "livenessProbe" }}
+{{- $probe := index (index $v $c) $p }}
+{{- if $probe }}
+{{- $_ := set $probes (printf "%s.%s" $c $p) $probe }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $name, $probe := $probes }}
+{{- $handlers := list }}
+{{- range $k := list "exec" "grpc" "httpGet" "tcpSocket" }}
+{{- if hasKey $probe $k }}
+{{- $handlers = append $handlers $k }}
+{{- end }}
+{{- end }}
+{{- if gt (len $handlers) 1 }}
+{{- $default := ternary "httpGet" "grpc" (hasPrefix "worker." $name) }}
+{{- fail (printf "%s has %d handlers (%s) and Kubernetes takes one: Helm merges your probe with the chart's default, so set the one you do not want to null (e.g. the default's: --set %s.%s=null)" $name (len $handlers) (join ", " $handlers) $name $default) }}
+{{- end }}
+{{- end }}
+{{- $sources := keys (default dict $v.worker.data.volume) | sortAlpha }}
+{{- if gt (len $sources) 1 }}
+{{- fail (printf "worker.data.volume has %d volume sources (%s) and Kubernetes takes one: Helm merges your volume with the default emptyDir, so set that to null (worker.data.volume.emptyDir: null, or --set worker.data.volume.emptyDir=null)" (len $sources) (join ", " $sources)) }}
+{{- end }}
+{{- end }}
