@@ -3,12 +3,17 @@
 // process shuts down cleanly on SIGINT or SIGTERM (client/termination_signals.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -44,6 +49,49 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const 
   return d;
 }
 
+// HOST:PORT (or [IPV6]:PORT) as --listen, --advertise and --coordinator take it, checked before
+// anything starts: gRPC read a port past 65535 modulo 65536 (`--listen 127.0.0.1:99999` served on
+// 34463, saying nothing), and a dialled address without a port (or with port 0 or 99999) made a
+// parameter server or worker retry for a minute before it failed. `port_zero` allows port 0
+// (any free port: --listen). A gRPC target URI (dns:///host:port, unix:/path) is left to gRPC.
+absl::Status CheckHostPort(const std::string& flag, const std::string& address, bool port_zero) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", address, "': ", why, "; give HOST:PORT, e.g. 127.0.0.1:50051"));
+  };
+  if (address.empty()) return bad("empty");
+  if (!port_zero) {
+    for (const absl::string_view scheme :
+         {"dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
+      if (absl::StartsWith(address, scheme)) return absl::OkStatus();
+    }
+  }
+  absl::string_view host;
+  absl::string_view port;
+  if (address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return bad("no port after the bracketed address");
+    }
+    host = absl::string_view(address).substr(1, close - 1);
+    port = absl::string_view(address).substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) return bad("no port");
+    if (address.find(':') != colon) return bad("an IPv6 address goes in brackets, [::1]:PORT");
+    host = absl::string_view(address).substr(0, colon);
+    port = absl::string_view(address).substr(colon + 1);
+  }
+  if (host.empty()) return bad("no host");
+  if (port.empty()) return bad("no port after the colon");
+  int value = -1;
+  if (!std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
+      !absl::SimpleAtoi(port, &value) || value > 65535 || (value == 0 && !port_zero)) {
+    return bad(absl::StrCat("port ", port, " is not in [", port_zero ? 0 : 1, ", 65535]"));
+  }
+  return absl::OkStatus();
+}
+
 // Writes `port` to `path` atomically (write + rename), so a reader never sees half a number.
 absl::Status WritePortFile(const std::string& path, int port) {
   const std::string tmp = absl::StrCat(path, ".tmp");
@@ -77,6 +125,9 @@ struct CoordinatorFlags {
 int RunCoordinator(CoordinatorFlags& flags) {
   client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
+  if (absl::Status st = CheckHostPort("--listen", flags.options.listen_address, true); !st.ok()) {
+    return Fail(st);
+  }
   auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
   if (!ttl.ok()) return Fail(ttl.status());
   flags.options.lease_ttl = *ttl;
@@ -152,6 +203,18 @@ struct PsFlags {
 int RunPs(PsFlags& flags) {
   client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
+  for (const auto& [flag, address, port_zero] :
+       {std::tuple<const char*, const std::string&, bool>{
+            "--listen", flags.options.server.listen_address, true},
+        {"--coordinator", flags.options.coordinator, false}}) {
+    if (absl::Status st = CheckHostPort(flag, address, port_zero); !st.ok()) return Fail(st);
+  }
+  if (!flags.options.advertise_address.empty()) {
+    if (absl::Status st = CheckHostPort("--advertise", flags.options.advertise_address, false);
+        !st.ok()) {
+      return Fail(st);
+    }
+  }
   auto budget = common::ParseByteSize(flags.memory_budget);
   if (!budget.ok()) return Fail(budget.status());
   flags.options.server.memory_budget_bytes = *budget;
@@ -229,6 +292,10 @@ struct WorkerFlags {
 int RunWorker(WorkerFlags& flags) {
   client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
+  if (absl::Status st = CheckHostPort("--coordinator", flags.options.coordinator, false);
+      !st.ok()) {
+    return Fail(st);
+  }
   // A worker serves no gRPC: the flags only choose how it dials out.
   auto security = client::ResolveTls(flags.tls, "", "dlrm worker");
   if (!security.ok()) return Fail(security.status());

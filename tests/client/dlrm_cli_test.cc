@@ -180,6 +180,40 @@ TEST_F(DlrmCliTest, EveryDeviceFlagNamesABadDevice) {
   }
 }
 
+// An address flag without a port, or with one no socket can have, is refused naming the flag and
+// the value, exit 2, before anything starts. gRPC read a --listen port past 65535 modulo 65536
+// (`--listen 127.0.0.1:99999` served on 34463, saying nothing), and a parameter server or worker
+// given such a --coordinator (or none of a port) retried for a minute before it failed, exit 1.
+TEST_F(DlrmCliTest, AddressFlagsNeedAPortInRange) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:99999"},
+       "--listen '127.0.0.1:99999': port 99999 is not in [0, 65535]"},
+      {{"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:-1"},
+       "--listen '127.0.0.1:-1': port -1 is not in [0, 65535]"},
+      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:70000"},
+       "--listen '127.0.0.1:70000': port 70000 is not in [0, 65535]"},
+      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--coordinator",
+        "127.0.0.1"},
+       "--coordinator '127.0.0.1': no port"},
+      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--coordinator",
+        "127.0.0.1:0"},
+       "--coordinator '127.0.0.1:0': port 0 is not in [1, 65535]"},
+      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--advertise",
+        "ps-0.example"},
+       "--advertise 'ps-0.example': no port"},
+      {{"worker", "--insecure", "--coordinator", "127.0.0.1:99999"},
+       "--coordinator '127.0.0.1:99999': port 99999 is not in [1, 65535]"},
+      {{"worker", "--insecure", "--coordinator", "::1:50051"},
+       "--coordinator '::1:50051': an IPv6 address goes in brackets"},
+  };
+  for (const auto& [args, message] : cases) {
+    const ProcessResult r = Dlrm(args);
+    EXPECT_FALSE(r.timed_out) << absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << absl::StrJoin(args, " ");
+  }
+}
+
 // `dlrm local --ps N` and `--workers N` start N processes each on this machine: past
 // kMaxLocalMembers the flag is refused, naming the value and the limit, with the exit code of any
 // other flag refused (as --worker-threads), and before anything starts.
