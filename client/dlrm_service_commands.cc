@@ -40,6 +40,14 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// The TLS flags' refusals (a --tls-dir that is no folder, a file that cannot be read or holds no
+// PEM, plaintext off loopback without --insecure) are all about what the user gave: exit 2, as
+// dlrmctl does for the same flags, not 1 as for a failure of the run.
+int FailTls(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return 2;
+}
+
 absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const std::string& text) {
   absl::Duration d;
   if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
@@ -132,7 +140,7 @@ int RunCoordinator(CoordinatorFlags& flags) {
   if (!ttl.ok()) return Fail(ttl.status());
   flags.options.lease_ttl = *ttl;
   auto security = client::ResolveTls(flags.tls, flags.options.listen_address, "dlrm coordinator");
-  if (!security.ok()) return Fail(security.status());
+  if (!security.ok()) return FailTls(security.status());
   flags.options.security = *security;
   if (!flags.tokens.empty()) {
     if (!flags.options.security.tls()) {
@@ -219,7 +227,7 @@ int RunPs(PsFlags& flags) {
   if (!budget.ok()) return Fail(budget.status());
   flags.options.server.memory_budget_bytes = *budget;
   auto security = client::ResolveTls(flags.tls, flags.options.server.listen_address, "dlrm ps");
-  if (!security.ok()) return Fail(security.status());
+  if (!security.ok()) return FailTls(security.status());
   flags.options.server.security = *security;
   auto metrics = common::MetricsRegistry::Create(
       {.port = flags.metrics_port,
@@ -298,7 +306,7 @@ int RunWorker(WorkerFlags& flags) {
   }
   // A worker serves no gRPC: the flags only choose how it dials out.
   auto security = client::ResolveTls(flags.tls, "", "dlrm worker");
-  if (!security.ok()) return Fail(security.status());
+  if (!security.ok()) return FailTls(security.status());
   flags.options.security = *security;
   auto metrics = common::MetricsRegistry::Create(
       {.port = flags.metrics_port, .bind_address = flags.metrics_listen});

@@ -214,6 +214,28 @@ TEST_F(DlrmCliTest, AddressFlagsNeedAPortInRange) {
   }
 }
 
+// The TLS flags' refusals are usage errors: exit 2 (as dlrmctl's for the same flags), naming the
+// flag and the path. They exited 1, as a run that failed does.
+TEST_F(DlrmCliTest, ATlsFlagThatCannotBeUsedExitsTwo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"worker", "--coordinator", "127.0.0.1:1", "--tls-dir", "no-such-dir"},
+       "--tls-dir 'no-such-dir' is not a folder"},
+      {{"ps", "--data-dir", "p", "--listen", "127.0.0.1:0", "--coordinator", "127.0.0.1:1",
+        "--tls-cert", "no.crt", "--tls-key", "no.key", "--tls-ca", "no-ca.crt"},
+       "(--tls-ca): cannot read 'no-ca.crt'"},
+      {{"coordinator", "--data-dir", "c", "--listen", "0.0.0.0:0"},
+       "refusing to serve plaintext gRPC on 0.0.0.0:0"},
+      {{"coordinator", "--data-dir", "c", "--listen", "127.0.0.1:0", "--tls-cert", "x.crt"},
+       "--tls-key is missing"},
+  };
+  for (const auto& [args, message] : cases) {
+    const ProcessResult r = Dlrm(args);
+    EXPECT_FALSE(r.timed_out) << absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << absl::StrJoin(args, " ");
+  }
+}
+
 // `dlrm local --ps N` and `--workers N` start N processes each on this machine: past
 // kMaxLocalMembers the flag is refused, naming the value and the limit, with the exit code of any
 // other flag refused (as --worker-threads), and before anything starts.
