@@ -187,6 +187,8 @@ SHOW=1 run "chart refuses a data volume with two sources (hostPath beside the de
 SHOW=1 run "chart refuses a probe with two handlers (exec beside the default grpc)" \
   rejected "coordinator.readinessProbe has 2 handlers \\(exec, grpc\\)" \
   --set "coordinator.readinessProbe.exec.command={true}"
+SHOW=1 run "chart refuses metrics.port equal to a gRPC port (--set metrics.port=50061)" \
+  rejected "metrics.port 50061 is also ps.port" --set metrics.port=50061
 # A job on more workers than worker.replicas stays PENDING ("waiting for 3 idle workers"), and
 # the submit Job or the helm test Pod waits on it.
 SHOW=1 run "chart refuses job.submit.workers above worker.replicas" \

@@ -464,3 +464,17 @@ workload ("may not specify more than 1 volume type" / "handler type"). include "
 {{- fail (printf "worker.data.volume has %d volume sources (%s) and Kubernetes takes one: Helm merges your volume with the default emptyDir, so set that to null (worker.data.volume.emptyDir: null, or --set worker.data.volume.emptyDir=null)" (len $sources) (join ", " $sources)) }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails when metrics.port is the gRPC port of the coordinator or the parameter servers: both
+servers of the process would bind the same port, and the second fails ("cannot listen on
+'0.0.0.0:50051' (address in use?)"), a crash loop. include "dlrm.portsCheck" .
+*/}}
+{{- define "dlrm.portsCheck" -}}
+{{- $metrics := int .Values.metrics.port }}
+{{- range $c := list "coordinator" "ps" }}
+{{- if eq $metrics (int (index $.Values $c).port) }}
+{{- fail (printf "metrics.port %d is also %s.port: the %s would bind it twice and exit (address in use); give them different ports" $metrics $c $c) }}
+{{- end }}
+{{- end }}
+{{- end }}
