@@ -273,8 +273,12 @@ large_numbers() {
   if grep -nE '[0-9]e[+-]?[0-9]' "$tmp/notes.txt"; then
     echo "a number in NOTES.txt in exponent notation (above)"; return 1
   fi
+  # Its submit command trains on every worker (dlrmctl submit's --workers defaults to 1).
+  if ! grep -q -- "submit -f job.yaml --workers 2 --wait" "$tmp/notes.txt"; then
+    grep -n "submit -f" "$tmp/notes.txt"; echo "NOTES' submit is not on the 2 workers"; return 1
+  fi
 }
-run "helm template and NOTES.txt (large integers in a values file: no exponent notation)" \
+run "helm template and NOTES.txt (large integers: no exponent notation; NOTES' submit on all workers)" \
   large_numbers
 # The chart's PrometheusRule carries files/alerts.yml, a copy of deploy/prometheus/alerts.yml
 # (Helm reads no file outside the chart): the rendered groups must be those of the original.
