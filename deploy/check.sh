@@ -278,7 +278,7 @@ large_numbers() {
     grep -n "submit -f" "$tmp/notes.txt"; echo "NOTES' submit is not on the 2 workers"; return 1
   fi
 }
-run "helm template and NOTES.txt (large integers: no exponent notation; NOTES' submit on all workers)" \
+run "helm template and NOTES (large integers: no exponent notation; NOTES' submit on all workers)" \
   large_numbers
 # The chart's PrometheusRule carries files/alerts.yml, a copy of deploy/prometheus/alerts.yml
 # (Helm reads no file outside the chart): the rendered groups must be those of the original.
