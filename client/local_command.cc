@@ -28,10 +28,10 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitBadInput = 2;
-constexpr int kExitInterrupted = 130;
 
 // Stops the cluster on SIGINT/SIGTERM; the blocked main flow then sees its calls fail and
-// returns. WaitForSignal() parks the caller until then (--keep-running).
+// returns. WaitForSignal() parks the caller until then (--keep-running). exit_code() is 128 + the
+// first signal (130 for Ctrl-C, 143 for SIGTERM), as README says of every dlrm command.
 class SignalWatcher {
  public:
   explicit SignalWatcher(LocalCluster* cluster)
@@ -40,6 +40,7 @@ class SignalWatcher {
                        sig == SIGINT ? "interrupted" : "terminated");
           {
             absl::MutexLock lock(&mu_);
+            if (!interrupted_) signal_ = sig;
             interrupted_ = true;
           }
           cluster->Stop();
@@ -47,6 +48,10 @@ class SignalWatcher {
   bool interrupted() const {
     absl::MutexLock lock(&mu_);
     return interrupted_;
+  }
+  int exit_code() const {
+    absl::MutexLock lock(&mu_);
+    return 128 + signal_;
   }
   void WaitForSignal() {
     absl::MutexLock lock(&mu_);
@@ -56,6 +61,7 @@ class SignalWatcher {
  private:
   mutable absl::Mutex mu_;
   bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
+  int signal_ ABSL_GUARDED_BY(mu_) = SIGINT;
   TerminationSignals signals_;  // last: its thread uses the members above
 };
 
@@ -176,7 +182,7 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
   absl::StatusOr<dlrm::v1::Job> job = (*client)->Submit(
       spec_yaml, {.workers = options.cluster.num_workers, .ps = options.cluster.num_ps});
   if (!job.ok()) {
-    if (signals.interrupted()) return kExitInterrupted;
+    if (signals.interrupted()) return signals.exit_code();
     std::fprintf(stderr, "error: submit: %s\n", std::string(job.status().message()).c_str());
     return job.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailed;
   }
@@ -214,7 +220,7 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
     if (write_report) {
       WriteJobReport(options, job_id, job_name, PartialReport(recorder), "interrupted", recorder);
     }
-    return kExitInterrupted;
+    return signals.exit_code();
   }
   if (!job.ok()) {
     std::fprintf(stderr, "error: watching job %s: %s\n", job_id.c_str(),
@@ -345,7 +351,7 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     absl::Status launched = (*cluster)->Launch();
     if (!launched.ok()) {
       if (signals.interrupted()) {
-        code = kExitInterrupted;
+        code = signals.exit_code();
       } else {
         std::fprintf(stderr, "error: starting the local cluster: %s\n",
                      std::string(launched.message()).c_str());
@@ -356,7 +362,7 @@ int RunLocalCommand(const LocalCommandOptions& options) {
                    (*cluster)->coordinator_address().c_str(), (*cluster)->data_dir().c_str());
       PrintScrapeTargets(**cluster);
       code = RunJob(options, spec_yaml, **cluster, signals);
-      if (options.keep_running && code != kExitInterrupted) {
+      if (options.keep_running && !signals.interrupted()) {
         std::printf("coordinator: %s\n", (*cluster)->coordinator_address().c_str());
         if (!(*cluster)->admin_tls_dir().empty()) {
           std::printf("tls-dir: %s\n", (*cluster)->admin_tls_dir().c_str());

@@ -3,6 +3,7 @@
 // subcommand is named, and `dlrm certs` keeps an existing CA. Every refusal comes from the flag
 // checks, before any work: each run takes milliseconds. Also the library side of the same checks
 // (RunTrainingBench, GenerateCriteoTsv), for callers that skip the flags.
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,8 +11,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/training_bench.h"
 #include "client/dlrm_commands.h"
 #include "common/limits.h"
@@ -391,6 +395,41 @@ TEST_F(DlrmCliTest, LocalRefusesAModelThatDoesNotFitTheDataBeforeStarting) {
   EXPECT_THAT(tsv.err, HasSubstr("/mh.bin is binary (it starts with DLRMBIN1)"));
   EXPECT_THAT(tsv.err, Not(HasSubstr("local cluster up")));
   EXPECT_FALSE(std::filesystem::exists(data_dir));
+}
+
+// `dlrm local` stopped by SIGTERM (`kill`, systemd, a container runtime) exited 130, as for
+// Ctrl-C; README says 128 + N when signal N stopped a run: 143.
+TEST_F(DlrmCliTest, LocalStoppedBySigtermExits143) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("train.tsv");
+  gen.num_rows = 400;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  std::vector<std::string> tables(26, "100");
+  const std::string config = dir_.Sub("job.yaml");
+  // Far more steps than the test waits for: it is stopped while it trains.
+  std::ofstream(config) << "name: long\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8}\n"
+                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
+                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
+                           "{type: sgd, learning_rate: 0.01}}\n"
+                        << "training: {batch_size: 8, epochs: 100000}\n"
+                        << "data: {train: train.tsv}\n";
+  dlrm::testing::Process local({BinPath("dlrm"), "local", "-c", config, "--data-dir",
+                                dir_.Sub("cluster"), "--insecure", "--no-progress"},
+                               dir_.path(), "local-sigterm");
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (!absl::StrContains(local.Stderr(), "submitted job") && local.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_THAT(local.Stderr(), HasSubstr("submitted job"));
+  local.Signal(SIGTERM);
+  const ProcessResult r = local.Wait(absl::Seconds(30));
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("terminated: stopping the local cluster"));
 }
 
 std::string Read(const std::string& path) {
