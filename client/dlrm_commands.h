@@ -116,4 +116,12 @@ inline CLI::Validator LocalMemberCount() {
   return IntegerIn(1, common::kMaxLocalMembers, "kMaxLocalMembers");
 }
 
+// A path flag given an empty value (`--metrics-out "$UNSET"`) was taken as not given: the run
+// succeeded and wrote nothing, `--resume` started from scratch, `dlrm ps --checkpoint-root ""`
+// let checkpoint files go anywhere. Refused as "--report: no path given".
+inline CLI::Validator NonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& value) { return value.empty() ? std::string("no path given") : ""; }, "");
+}
+
 }  // namespace dlrm

@@ -41,13 +41,6 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-// A path flag given an empty value (`--metrics-out "$UNSET"`) was taken as not given: the run
-// succeeded and wrote nothing, or (--resume) started from scratch.
-CLI::Validator NonEmptyPath() {
-  return CLI::Validator(
-      [](std::string& value) { return value.empty() ? std::string("no path given") : ""; }, "");
-}
-
 void AddTrain(CLI::App& app, std::function<int()>* run) {
   auto* cmd = app.add_subcommand("train", "Train a job in this process (the reference trainer)");
   static worker::TrainCommandOptions options;

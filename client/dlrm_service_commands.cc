@@ -191,9 +191,11 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
                   "Prometheus port (0: any free port, < 0: none)");
   cmd->add_option("--metrics-listen", flags.options.metrics_host,
                   "Address the metrics endpoint binds (default: the host of --listen)");
-  cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file");
+  cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file")
+      ->check(NonEmptyPath());
   cmd->add_option("--tokens", flags.tokens,
-                  "Bearer tokens for dlrmctl users: lines of 'admin|viewer TOKEN' (needs TLS)");
+                  "Bearer tokens for dlrmctl users: lines of 'admin|viewer TOKEN' (needs TLS)")
+      ->check(NonEmptyPath());
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunCoordinator(flags); }; });
 }
@@ -277,7 +279,8 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
   cmd->add_option("--checkpoint-root", flags.options.server.checkpoint_root,
-                  "Write checkpoint row files only under this folder (default: any path)");
+                  "Write checkpoint row files only under this folder (default: any path)")
+      ->check(NonEmptyPath());
   client::AddTlsFlags(cmd, &flags.tls);
   cmd->callback([run] { *run = [] { return RunPs(flags); }; });
 }
@@ -399,14 +402,17 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       ->check(LocalMemberCount())
       ->capture_default_str();
   cmd->add_option("--data-dir", o.cluster.data_dir,
-                  "Folder for the processes' data and logs (default: a temporary folder)");
-  cmd->add_option("--metrics-out", o.metrics_out,
-                  "Write the final metrics as JSON (as dlrm train)");
+                  "Folder for the processes' data and logs (default: a temporary folder)")
+      ->check(NonEmptyPath());
+  cmd->add_option("--metrics-out", o.metrics_out, "Write the final metrics as JSON (as dlrm train)")
+      ->check(NonEmptyPath());
   cmd->add_option("--report", o.report,
                   "Write a self-contained HTML page with the job's loss, eval AUC and logloss, "
-                  "and throughput curves (also when the job fails)");
+                  "and throughput curves (also when the job fails)")
+      ->check(NonEmptyPath());
   cmd->add_option("--resume-from", o.resume_from,
-                  "Continue the job from a checkpoint (or the newest in a checkpoint folder)");
+                  "Continue the job from a checkpoint (or the newest in a checkpoint folder)")
+      ->check(NonEmptyPath());
   cmd->add_flag("--keep-running", o.keep_running,
                 "After the job, keep the cluster up (for dlrmctl) until Ctrl-C");
   cmd->add_option("--memory-budget", o.cluster.memory_budget,

@@ -352,6 +352,31 @@ TEST_F(DlrmCliTest, AnEmptyPathFlagIsRefusedNotIgnored) {
                 {"--metrics-out: no path given"});
 }
 
+// The same for `dlrm local` and the service roles: `local --report ""` (or --metrics-out,
+// --resume-from, --data-dir) trained and wrote nothing, or started from scratch; `ps
+// --checkpoint-root ""` let checkpoint files go anywhere; `coordinator --tokens ""` ran without
+// the tokens and `--port-file ""` wrote no port. Refused, exit 2, before anything starts.
+TEST_F(DlrmCliTest, AnEmptyPathFlagOfLocalOrAServiceRoleIsRefused) {
+  for (const std::string flag : {"--data-dir", "--metrics-out", "--report", "--resume-from"}) {
+    const ProcessResult r = Dlrm({"local", "--config", "nope.yaml", "--insecure", flag, ""});
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(flag + ": no path given"));
+  }
+  const std::vector<std::vector<std::string>> roles = {
+      {"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--checkpoint-root"},
+      {"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:0", "--tokens"},
+      {"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:0", "--port-file"},
+  };
+  for (const auto& command : roles) {
+    std::vector<std::string> args = command;
+    args.push_back("");
+    const ProcessResult r = Dlrm(args);
+    EXPECT_FALSE(r.timed_out) << absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(command.back() + ": no path given"));
+  }
+}
+
 // `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec
 // written for other multi-hot data would have; or data.format naming the other format) started
 // the whole cluster, failed the job in a worker and left the cluster's folder behind. Refused
