@@ -31,7 +31,11 @@ endfunction()
 function(dlrm_cc_test)
   cmake_parse_arguments(ARG "" "NAME;COST" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
-  target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
+  # The code under test is in the libraries, built as the release is (-O3). The tests' own C++ is
+  # built at -O1 in Release: it compiles in about half the time (gtest and gmock's templates are
+  # most of it), and `make test` builds it all on every fresh clone.
+  target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS}
+                         $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   set(props ENVIRONMENT "DLRM_BIN_DIR=${PROJECT_BINARY_DIR}/bin")
