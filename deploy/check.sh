@@ -148,6 +148,10 @@ tls_variants() {
     --tls train-tls- --tls-secret ps=ps-cert --tls-secret admin=ops-cert \
     --tls-server-name dlrm.cluster || return 1
 }
+# Without serviceAccount.create the pods run as an existing account (the namespace's default),
+# whose token Kubernetes mounts unless the pod says no.
+run "helm template (serviceAccount.create=false: no API token in any pod)" \
+  render_ok "--set serviceAccount.create=false --set job.submit.enabled=true" --no-api-token
 run "helm template (tls.enabled=false: --insecure, no Secret; serverName, own Secret names)" \
   tls_variants
 # tokens_ok "HELM ARGS" EXPECT_TOKENS ARGS...: render_ok with TLS, then k8s/checks/expect_tokens.py.

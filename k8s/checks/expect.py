@@ -23,6 +23,8 @@
   --tls-server-name NAME         with --tls: each of them also has --tls-server-name=NAME (without
                                  it: none has)
   --insecure                     each of them has --insecure, no --tls-* flag and no tls volume
+  --no-api-token                 every pod sets automountServiceAccountToken: false (they never
+                                 call the Kubernetes API)
   --pod-annotation KEY=VALUE     every pod (of each workload, Job and Pod, the `helm test` Pod
                                  included) carries this annotation (values podAnnotations)
 Prints what it checked and exits 1 at the first mismatch.
@@ -136,6 +138,7 @@ def main():
     parser.add_argument("--tls-server-name")
     parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--pod-annotation", action="append", default=[])
+    parser.add_argument("--no-api-token", action="store_true")
     args = parser.parse_args()
     docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
 
@@ -246,6 +249,17 @@ def main():
                   args.tls_server_name)
     if args.insecure:
         check_insecure(docs)
+
+    if args.no_api_token:
+        pods = [(d, d["spec"]["template"] if "template" in d["spec"] else d) for d in docs
+                if d["kind"] in ("Pod", "StatefulSet", "Deployment", "Job")]
+        for d, pod in pods:
+            if pod["spec"].get("automountServiceAccountToken") is not False:
+                fail(f"{d['kind']} {d['metadata']['name']}: automountServiceAccountToken is "
+                     f"{pod['spec'].get('automountServiceAccountToken')!r}, want false "
+                     f"(service account {pod['spec'].get('serviceAccountName')})")
+        print(f"ok: automountServiceAccountToken false on the pods of all {len(pods)} workloads, "
+              f"Jobs and Pods")
 
     for item in args.pod_annotation:
         key, value = item.split("=", 1)

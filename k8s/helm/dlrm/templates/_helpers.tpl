@@ -298,6 +298,9 @@ files belong to root and the pod's fsGroup, and the coordinator runs as uid 1000
 {{- $root := index . 0 }}
 {{- $c := index . 1 -}}
 serviceAccountName: {{ include "dlrm.serviceAccountName" $root }}
+{{- /* No pod calls the Kubernetes API: no token, also when serviceAccount.create is false and
+the pods run as an existing account (e.g. the namespace's default, which mounts one). */}}
+automountServiceAccountToken: false
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
