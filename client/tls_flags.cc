@@ -1,10 +1,15 @@
 #include "client/tls_flags.h"
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <system_error>
 #include <utility>
 
@@ -15,6 +20,46 @@
 #include "common/status.h"
 
 namespace dlrm::client {
+namespace {
+
+// The certificate and the key must be one pair. Swapped files (`--tls-cert tls.key --tls-key
+// tls.crt`), or another identity's key, passed the PEM check: a server then failed with "cannot
+// listen on ... (address in use?)", and a worker or parameter server retried for a minute saying
+// nothing. `cert_from` and `key_from` name the flag (or the file of --tls-dir) each came from.
+absl::Status CheckCertificateAndKey(const std::string& cert_path, const std::string& cert_from,
+                                    const std::string& key_path, const std::string& key_from) {
+  auto open = [](const std::string& path) {
+    return std::unique_ptr<BIO, decltype(&BIO_free)>(BIO_new_file(path.c_str(), "r"), &BIO_free);
+  };
+  auto cert_bio = open(cert_path);
+  auto key_bio = open(key_path);
+  if (cert_bio == nullptr || key_bio == nullptr) return absl::OkStatus();  // read before: gone?
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), &EVP_PKEY_free);
+  const bool matches =
+      cert != nullptr && key != nullptr && X509_check_private_key(cert.get(), key.get()) == 1;
+  ERR_clear_error();  // OpenSSL's queue is per thread; gRPC reads it later on this one
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS certificate (", cert_from, "): '", cert_path,
+                     "' holds no certificate (are the certificate and the key swapped?)"));
+  }
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS key (", key_from, "): '", key_path,
+                     "' holds no private key (are the certificate and the key swapped?)"));
+  }
+  if (!matches) {
+    return absl::InvalidArgumentError(absl::StrCat("TLS key (", key_from, "): '", key_path,
+                                                   "' is not the key of the certificate '",
+                                                   cert_path, "' (", cert_from, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 void AddTlsFlags(CLI::App* cmd, TlsFlags* flags) {
   cmd->add_option("--tls-dir", flags->dir,
@@ -115,6 +160,13 @@ absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,
       DLRM_RETURN_IF_ERROR(
           check(security.cert_chain_path, "TLS certificate", "--tls-cert", "tls.crt"));
       DLRM_RETURN_IF_ERROR(check(security.private_key_path, "TLS key", "--tls-key", "tls.key"));
+      auto from = [&](const char* flag, const char* file) {
+        return dir.empty() ? std::string(flag) : absl::StrCat(file, " of ", dir_source);
+      };
+      DLRM_RETURN_IF_ERROR(
+          Annotate(CheckCertificateAndKey(security.cert_chain_path, from("--tls-cert", "tls.crt"),
+                                          security.private_key_path, from("--tls-key", "tls.key")),
+                   who));
     }
     return security;
   }

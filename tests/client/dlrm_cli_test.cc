@@ -240,6 +240,42 @@ TEST_F(DlrmCliTest, ATlsFlagThatCannotBeUsedExitsTwo) {
   }
 }
 
+// A certificate and key that are no pair (swapped, or another identity's key) passed the check
+// that each file holds PEM: the coordinator then failed with "cannot listen on ... (address in
+// use?)", exit 1, and a worker retried for a minute saying nothing. Refused naming both files.
+TEST_F(DlrmCliTest, ATlsCertificateAndKeyThatAreNoPairAreRefused) {
+  const std::string certs_dir = dir_.Sub("certs");
+  const ProcessResult certs = Dlrm({"certs", "--out", certs_dir});
+  ASSERT_EQ(certs.exit_code, 0) << certs.err;
+  const std::string c = certs_dir + "/coordinator/";
+  const std::string mixed = dir_.Sub("mixed");
+  std::filesystem::create_directory(mixed);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{c + "ca.crt", "ca.crt"},
+                                 {c + "tls.crt", "tls.crt"},
+                                 {certs_dir + "/admin/tls.key", "tls.key"}}) {
+    std::filesystem::copy_file(from, mixed + "/" + to);
+  }
+  const std::string ps_key = certs_dir + "/ps/tls.key";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"coordinator", "--data-dir", dir_.Sub("c"), "--listen", "127.0.0.1:0", "--tls-cert",
+        c + "tls.key", "--tls-key", c + "tls.crt", "--tls-ca", c + "ca.crt"},
+       "TLS certificate (--tls-cert): '" + c + "tls.key' holds no certificate"},
+      {{"worker", "--coordinator", "127.0.0.1:1", "--tls-cert", c + "tls.crt", "--tls-key", ps_key,
+        "--tls-ca", c + "ca.crt"},
+       "TLS key (--tls-key): '" + ps_key + "' is not the key of the certificate '" + c +
+           "tls.crt' (--tls-cert)"},
+      {{"ps", "--data-dir", dir_.Sub("p"), "--listen", "127.0.0.1:0", "--coordinator",
+        "127.0.0.1:1", "--tls-dir", mixed},
+       "TLS key (tls.key of --tls-dir): '" + mixed + "/tls.key' is not the key of the certificate"},
+  };
+  for (const auto& [args, message] : cases) {
+    const ProcessResult r = Dlrm(args);
+    EXPECT_FALSE(r.timed_out) << absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << absl::StrJoin(args, " ");
+  }
+}
+
 // `dlrm local --ps N` and `--workers N` start N processes each on this machine: past
 // kMaxLocalMembers the flag is refused, naming the value and the limit, with the exit code of any
 // other flag refused (as --worker-threads), and before anything starts.
