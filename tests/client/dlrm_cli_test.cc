@@ -190,19 +190,19 @@ TEST_F(DlrmCliTest, EveryDeviceFlagNamesABadDevice) {
 // given such a --coordinator (or none of a port) retried for a minute before it failed, exit 1.
 TEST_F(DlrmCliTest, AddressFlagsNeedAPortInRange) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:99999"},
+      {{"coordinator", "--data-dir", dir_.Sub("c"), "--insecure", "--listen", "127.0.0.1:99999"},
        "--listen '127.0.0.1:99999': port 99999 is not in [0, 65535]"},
-      {{"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:-1"},
+      {{"coordinator", "--data-dir", dir_.Sub("c"), "--insecure", "--listen", "127.0.0.1:-1"},
        "--listen '127.0.0.1:-1': port -1 is not in [0, 65535]"},
-      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:70000"},
+      {{"ps", "--data-dir", dir_.Sub("p"), "--insecure", "--listen", "127.0.0.1:70000"},
        "--listen '127.0.0.1:70000': port 70000 is not in [0, 65535]"},
-      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--coordinator",
+      {{"ps", "--data-dir", dir_.Sub("p"), "--insecure", "--listen", "127.0.0.1:0", "--coordinator",
         "127.0.0.1"},
        "--coordinator '127.0.0.1': no port"},
-      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--coordinator",
+      {{"ps", "--data-dir", dir_.Sub("p"), "--insecure", "--listen", "127.0.0.1:0", "--coordinator",
         "127.0.0.1:0"},
        "--coordinator '127.0.0.1:0': port 0 is not in [1, 65535]"},
-      {{"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--advertise",
+      {{"ps", "--data-dir", dir_.Sub("p"), "--insecure", "--listen", "127.0.0.1:0", "--advertise",
         "ps-0.example"},
        "--advertise 'ps-0.example': no port"},
       {{"worker", "--insecure", "--coordinator", "127.0.0.1:99999"},
@@ -224,12 +224,13 @@ TEST_F(DlrmCliTest, ATlsFlagThatCannotBeUsedExitsTwo) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"worker", "--coordinator", "127.0.0.1:1", "--tls-dir", "no-such-dir"},
        "--tls-dir 'no-such-dir' is not a folder"},
-      {{"ps", "--data-dir", "p", "--listen", "127.0.0.1:0", "--coordinator", "127.0.0.1:1",
-        "--tls-cert", "no.crt", "--tls-key", "no.key", "--tls-ca", "no-ca.crt"},
+      {{"ps", "--data-dir", dir_.Sub("p"), "--listen", "127.0.0.1:0", "--coordinator",
+        "127.0.0.1:1", "--tls-cert", "no.crt", "--tls-key", "no.key", "--tls-ca", "no-ca.crt"},
        "(--tls-ca): cannot read 'no-ca.crt'"},
-      {{"coordinator", "--data-dir", "c", "--listen", "0.0.0.0:0"},
+      {{"coordinator", "--data-dir", dir_.Sub("c"), "--listen", "0.0.0.0:0"},
        "refusing to serve plaintext gRPC on 0.0.0.0:0"},
-      {{"coordinator", "--data-dir", "c", "--listen", "127.0.0.1:0", "--tls-cert", "x.crt"},
+      {{"coordinator", "--data-dir", dir_.Sub("c"), "--listen", "127.0.0.1:0", "--tls-cert",
+        "x.crt"},
        "--tls-key is missing"},
   };
   for (const auto& [args, message] : cases) {
@@ -399,9 +400,12 @@ TEST_F(DlrmCliTest, AnEmptyPathFlagOfLocalOrAServiceRoleIsRefused) {
     EXPECT_THAT(r.err, HasSubstr(flag + ": no path given"));
   }
   const std::vector<std::vector<std::string>> roles = {
-      {"ps", "--data-dir", "p", "--insecure", "--listen", "127.0.0.1:0", "--checkpoint-root"},
-      {"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:0", "--tokens"},
-      {"coordinator", "--data-dir", "c", "--insecure", "--listen", "127.0.0.1:0", "--port-file"},
+      {"ps", "--data-dir", dir_.Sub("p"), "--insecure", "--listen", "127.0.0.1:0",
+       "--checkpoint-root"},
+      {"coordinator", "--data-dir", dir_.Sub("c"), "--insecure", "--listen", "127.0.0.1:0",
+       "--tokens"},
+      {"coordinator", "--data-dir", dir_.Sub("c"), "--insecure", "--listen", "127.0.0.1:0",
+       "--port-file"},
   };
   for (const auto& command : roles) {
     std::vector<std::string> args = command;
