@@ -100,6 +100,19 @@ absl::Status CheckHostPort(const std::string& flag, const std::string& address, 
   return absl::OkStatus();
 }
 
+// --metrics-port: a decimal port, 0 for any free one, below 0 for none. CLI11 alone read it with
+// strtoll's base 0: `--metrics-port 010` served on port 8, `0x10` on 16.
+CLI::Validator MetricsPort() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        if (std::string why = flags_internal::NotDecimal(input); !why.empty()) return why;
+        int64_t port = 0;
+        if (absl::SimpleAtoi(input, &port) && port <= 65535) return "";
+        return absl::StrCat(input, " is not a port (at most 65535; 0: any free port, < 0: none)");
+      },
+      "");
+}
+
 // Writes `port` to `path` atomically (write + rename), so a reader never sees half a number.
 absl::Status WritePortFile(const std::string& path, int port) {
   const std::string tmp = absl::StrCat(path, ".tmp");
@@ -188,7 +201,8 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--lease-ttl", flags.lease_ttl, "Member lease, e.g. 10s or 500ms")
       ->capture_default_str();
   cmd->add_option("--metrics-port", flags.options.metrics_port,
-                  "Prometheus port (0: any free port, < 0: none)");
+                  "Prometheus port (0: any free port, < 0: none)")
+      ->check(MetricsPort());
   cmd->add_option("--metrics-listen", flags.options.metrics_host,
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file")
@@ -274,7 +288,8 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--threads", flags.options.server.num_threads, "Work-pool threads (0: cores)")
       ->check(ThreadCount());
   cmd->add_option("--metrics-port", flags.metrics_port,
-                  "Prometheus port (0: any free port, < 0: none)");
+                  "Prometheus port (0: any free port, < 0: none)")
+      ->check(MetricsPort());
   cmd->add_option("--metrics-listen", flags.metrics_listen,
                   "Address the metrics endpoint binds (default: the host of --listen)");
   cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
@@ -349,7 +364,8 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--advertise-host", flags.options.advertise_host,
                   "Address the other workers reach this one at for collectives");
   cmd->add_option("--metrics-port", flags.metrics_port,
-                  "Prometheus port (0: any free port, < 0: none)");
+                  "Prometheus port (0: any free port, < 0: none)")
+      ->check(MetricsPort());
   cmd->add_option("--metrics-listen", flags.metrics_listen,
                   "Address the metrics endpoint binds (a worker has no --listen)")
       ->capture_default_str();

@@ -218,6 +218,28 @@ TEST_F(DlrmCliTest, AddressFlagsNeedAPortInRange) {
   }
 }
 
+// --metrics-port is read as decimal, as every integer flag: CLI11 alone read `010` as octal 8
+// and `0x10` as 16, and the process served its metrics there without a word.
+TEST_F(DlrmCliTest, EveryMetricsPortIsDecimal) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"coordinator", "--data-dir", dir_.Sub("c"), "--insecure", "--listen", "127.0.0.1:0"},
+      {"ps", "--data-dir", dir_.Sub("p"), "--insecure", "--listen", "127.0.0.1:0"},
+      {"worker", "--insecure", "--coordinator", "127.0.0.1:1"},
+  };
+  for (const auto& command : commands) {
+    for (const auto& [value, message] :
+         {std::pair<std::string, std::string>{"010", "--metrics-port: '010' has a leading zero"},
+          {"0x10", "--metrics-port: '0x10' is not an integer"}}) {
+      std::vector<std::string> args = command;
+      args.insert(args.end(), {"--metrics-port", value});
+      const ProcessResult r = Dlrm(args);
+      EXPECT_FALSE(r.timed_out) << absl::StrJoin(args, " ");
+      EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+      EXPECT_THAT(r.err, HasSubstr(message)) << absl::StrJoin(args, " ");
+    }
+  }
+}
+
 // The TLS flags' refusals are usage errors: exit 2 (as dlrmctl's for the same flags), naming the
 // flag and the path. They exited 1, as a run that failed does.
 TEST_F(DlrmCliTest, ATlsFlagThatCannotBeUsedExitsTwo) {
