@@ -74,7 +74,13 @@ absl::Status PsProcess::Run() {
     DLRM_RETURN_IF_ERROR(client::RegisterWithRetry(
         mu_, &stopping_, options_.register_timeout, "parameter server", options_.coordinator,
         [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return RegisterLocked(); }));
-    if (stopping_) return absl::OkStatus();
+    if (stopping_) {
+      // Stopped (SIGTERM, Ctrl-C) while waiting for the coordinator: it exited saying nothing.
+      server_->Shutdown();
+      DLRM_LOG(INFO) << "parameter server " << advertise_address_
+                     << " stopped before it registered with " << options_.coordinator;
+      return absl::OkStatus();
+    }
   }
   // The heartbeat loop runs on this thread.
   while (true) {

@@ -519,6 +519,26 @@ TEST_F(DlrmCliTest, LocalStoppedBySigtermExits143) {
   EXPECT_THAT(r.err, HasSubstr("terminated: stopping the local cluster"));
 }
 
+// A parameter server stopped while it waits for its coordinator (started first, or the address
+// is wrong) exited 0 without a word: it says that it stopped, and where it was waiting.
+TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
+  const std::string coordinator = absl::StrCat("127.0.0.1:", dlrm::testing::FreePort());
+  dlrm::testing::Process ps({BinPath("dlrm"), "ps", "--data-dir", dir_.Sub("p"), "--listen",
+                             "127.0.0.1:0", "--insecure", "--coordinator", coordinator},
+                            dir_.path(), "ps-unregistered");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(ps.Stderr(), "parameter server listening") && ps.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_THAT(ps.Stderr(), HasSubstr("parameter server listening"));
+  ps.Signal(SIGTERM);
+  const ProcessResult r = ps.Wait(absl::Seconds(30));
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stopped before it registered with " + coordinator));
+}
+
 std::string Read(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
