@@ -3,6 +3,11 @@
 // subcommand is named, and `dlrm certs` keeps an existing CA. Every refusal comes from the flag
 // checks, before any work: each run takes milliseconds. Also the library side of the same checks
 // (RunTrainingBench, GenerateCriteoTsv), for callers that skip the flags.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -537,6 +542,48 @@ TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("stopped before it registered with " + coordinator));
+}
+
+// `dlrm local` whose coordinator cannot start (here: its metrics port is taken) says "see
+// /tmp/dlrm-local-XXXXXX/logs/coordinator.log", but removed that temporary folder on exit, log
+// and all. The folder is kept, as after a failed job.
+TEST_F(DlrmCliTest, LocalKeepsTheLogItNamesWhenTheClusterCannotStart) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("train.tsv");
+  gen.num_rows = 40;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  std::vector<std::string> tables(26, "100");
+  const std::string config = dir_.Sub("job.yaml");
+  std::ofstream(config) << "name: short\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8}\n"
+                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
+                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
+                           "{type: sgd, learning_rate: 0.01}}\n"
+                        << "training: {batch_size: 8, epochs: 1}\n"
+                        << "data: {train: train.tsv}\n";
+  // A listening socket on the coordinator's metrics port.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  const ProcessResult r = Dlrm({"local", "-c", config, "--insecure", "--no-progress", "--metrics",
+                                "--metrics-base-port", absl::StrCat(port)});
+  close(fd);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const size_t at = r.err.find("see /tmp/");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string log = r.err.substr(at + 4, r.err.find(':', at) - at - 4);
+  EXPECT_TRUE(std::filesystem::exists(log)) << log << "\n" << r.err;
+  const std::string folder = log.substr(0, log.find("/logs/"));
+  if (absl::StartsWith(folder, "/tmp/dlrm-local-")) std::filesystem::remove_all(folder);
 }
 
 std::string Read(const std::string& path) {
