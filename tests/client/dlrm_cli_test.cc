@@ -524,8 +524,9 @@ TEST_F(DlrmCliTest, LocalStoppedBySigtermExits143) {
   EXPECT_THAT(r.err, HasSubstr("terminated: stopping the local cluster"));
 }
 
-// A parameter server stopped while it waits for its coordinator (started first, or the address
-// is wrong) exited 0 without a word: it says that it stopped, and where it was waiting.
+// A parameter server waiting for its coordinator (started first, or the address is wrong) said
+// nothing for the minute it tried, and stopped then it exited 0 without a word: it says why it
+// waits after the first attempt, and that it stopped.
 TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
   const std::string coordinator = absl::StrCat("127.0.0.1:", dlrm::testing::FreePort());
   dlrm::testing::Process ps({BinPath("dlrm"), "ps", "--data-dir", dir_.Sub("p"), "--listen",
@@ -537,6 +538,13 @@ TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_THAT(ps.Stderr(), HasSubstr("parameter server listening"));
+  // The first failed attempt is logged (it waited out its minute without a word).
+  while (!absl::StrContains(ps.Stderr(), "cannot register with coordinator") && ps.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_THAT(ps.Stderr(), HasSubstr(": cannot register with coordinator " + coordinator +
+                                     " yet (dialled in plaintext): "));
   ps.Signal(SIGTERM);
   const ProcessResult r = ps.Wait(absl::Seconds(30));
   EXPECT_FALSE(r.timed_out);
