@@ -322,6 +322,15 @@ int RunWorker(WorkerFlags& flags) {
       !st.ok()) {
     return Fail(st);
   }
+  // A host only: the collectives bind ports of their own. `10.0.0.5:7000` was accepted and handed
+  // to Gloo as a host name, to be found out only when a multi-worker job connected.
+  if (const std::string& host = flags.options.advertise_host;
+      std::count(host.begin(), host.end(), ':') == 1 || absl::StartsWith(host, "[")) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--advertise-host '", host,
+                     "': give a host name or address without a port (the collectives choose "
+                     "their own ports)")));
+  }
   // A worker serves no gRPC: the flags only choose how it dials out.
   auto security = client::ResolveTls(flags.tls, "", "dlrm worker");
   if (!security.ok()) return FailTls(security.status());

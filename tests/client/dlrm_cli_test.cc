@@ -214,6 +214,10 @@ TEST_F(DlrmCliTest, AddressFlagsNeedAPortInRange) {
        "--coordinator '127.0.0.1:99999': port 99999 is not in [1, 65535]"},
       {{"worker", "--insecure", "--coordinator", "::1:50051"},
        "--coordinator '::1:50051': an IPv6 address goes in brackets"},
+      // A host only: a port was taken as part of the host name, and the job's collectives failed.
+      {{"worker", "--insecure", "--coordinator", "127.0.0.1:1", "--advertise-host",
+        "10.0.0.5:7000"},
+       "--advertise-host '10.0.0.5:7000': give a host name or address without a port"},
   };
   for (const auto& [args, message] : cases) {
     const ProcessResult r = Dlrm(args);
