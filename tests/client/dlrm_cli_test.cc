@@ -47,7 +47,8 @@ class DlrmCliTest : public ::testing::Test {
   // against a flag that is not refused and starts real work.
   ProcessResult Dlrm(std::vector<std::string> args) {
     args.insert(args.begin(), BinPath("dlrm"));
-    return RunProcess(args, dir_.path(), absl::StrCat("dlrm-", runs_++), absl::Seconds(30));
+    return RunProcess(args, dir_.path(), absl::StrCat("dlrm-", runs_++), absl::Seconds(30),
+                      /*cwd=*/dir_.path());
   }
 
   // Expects a refusal (a non-zero exit, not a crash) whose stderr has every one of `parts`.

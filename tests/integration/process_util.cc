@@ -33,7 +33,7 @@ std::string ReadFileOrEmpty(const std::string& path) {
 }
 
 Process::Process(const std::vector<std::string>& argv, const std::string& log_dir,
-                 const std::string& name)
+                 const std::string& name, const std::string& cwd)
     : out_path_(absl::StrCat(log_dir, "/", name, ".out")),
       err_path_(absl::StrCat(log_dir, "/", name, ".err")),
       start_(absl::Now()) {
@@ -65,6 +65,7 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log_di
     // As a container or a shell starts it: whatever this test ignores, the child must choose
     // for itself (MetricsTest checks that every role ignores SIGPIPE).
     signal(SIGPIPE, SIG_DFL);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
     execve(cargs[0], cargs.data(), cenv.data());
     _exit(127);
   }
@@ -112,8 +113,8 @@ std::string Process::Stdout() const { return ReadFileOrEmpty(out_path_); }
 std::string Process::Stderr() const { return ReadFileOrEmpty(err_path_); }
 
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& log_dir,
-                         const std::string& name, absl::Duration timeout) {
-  Process p(argv, log_dir, name);
+                         const std::string& name, absl::Duration timeout, const std::string& cwd) {
+  Process p(argv, log_dir, name, cwd);
   return p.Wait(timeout);
 }
 

@@ -27,9 +27,10 @@ struct ProcessResult {
 
 class Process {
  public:
-  // Starts argv[0] with argv; stdout and stderr go to files under `log_dir` named `name`.
-  Process(const std::vector<std::string>& argv, const std::string& log_dir,
-          const std::string& name);
+  // Starts argv[0] with argv; stdout and stderr go to files under `log_dir` named `name`. With
+  // a `cwd` the child runs in it (relative paths in argv are then under it), else in the test's.
+  Process(const std::vector<std::string>& argv, const std::string& log_dir, const std::string& name,
+          const std::string& cwd = "");
   ~Process();  // SIGKILLs and reaps the process if it still runs
 
   pid_t pid() const { return pid_; }
@@ -51,7 +52,8 @@ class Process {
 
 // Runs to completion (or `timeout`) and returns what happened.
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& log_dir,
-                         const std::string& name, absl::Duration timeout);
+                         const std::string& name, absl::Duration timeout,
+                         const std::string& cwd = "");
 
 // Pids whose parent is `parent` (from /proc/*/stat).
 std::vector<pid_t> ChildrenOf(pid_t parent);
