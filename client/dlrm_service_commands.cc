@@ -24,6 +24,7 @@
 #include "client/tls_flags.h"
 #include "common/authz.h"
 #include "common/certs.h"
+#include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -48,56 +49,24 @@ int FailTls(const absl::Status& status) {
   return 2;
 }
 
-absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag, const std::string& text) {
+// --lease-ttl of `dlrm coordinator` and `dlrm local`: at least kMinLeaseTtl. Members heartbeat
+// every third of the lease over gRPC; `--lease-ttl 1ns` was taken, and every member's lease then
+// expired between two heartbeats (`dlrm local` failed its job after its recoveries).
+constexpr absl::Duration kMinLeaseTtl = absl::Seconds(1);
+
+absl::StatusOr<absl::Duration> ParseLeaseTtl(const std::string& text) {
   absl::Duration d;
   if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", text, "': expected a positive duration like 10s or 500ms"));
+        absl::StrCat("--lease-ttl '", text, "': expected a positive duration like 10s or 500ms"));
+  }
+  if (d < kMinLeaseTtl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lease-ttl '", text, "' is shorter than ", absl::FormatDuration(kMinLeaseTtl),
+        ": members heartbeat every third of the lease, and one this short expires members that "
+        "are alive (the default is 14s)"));
   }
   return d;
-}
-
-// HOST:PORT (or [IPV6]:PORT) as --listen, --advertise and --coordinator take it, checked before
-// anything starts: gRPC read a port past 65535 modulo 65536 (`--listen 127.0.0.1:99999` served on
-// 34463, saying nothing), and a dialled address without a port (or with port 0 or 99999) made a
-// parameter server or worker retry for a minute before it failed. `port_zero` allows port 0
-// (any free port: --listen). A gRPC target URI (dns:///host:port, unix:/path) is left to gRPC.
-absl::Status CheckHostPort(const std::string& flag, const std::string& address, bool port_zero) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", address, "': ", why, "; give HOST:PORT, e.g. 127.0.0.1:50051"));
-  };
-  if (address.empty()) return bad("empty");
-  if (!port_zero) {
-    for (const absl::string_view scheme :
-         {"dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
-      if (absl::StartsWith(address, scheme)) return absl::OkStatus();
-    }
-  }
-  absl::string_view host;
-  absl::string_view port;
-  if (address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
-      return bad("no port after the bracketed address");
-    }
-    host = absl::string_view(address).substr(1, close - 1);
-    port = absl::string_view(address).substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos) return bad("no port");
-    if (address.find(':') != colon) return bad("an IPv6 address goes in brackets, [::1]:PORT");
-    host = absl::string_view(address).substr(0, colon);
-    port = absl::string_view(address).substr(colon + 1);
-  }
-  if (host.empty()) return bad("no host");
-  if (port.empty()) return bad("no port after the colon");
-  int value = -1;
-  if (!std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
-      !absl::SimpleAtoi(port, &value) || value > 65535 || (value == 0 && !port_zero)) {
-    return bad(absl::StrCat("port ", port, " is not in [", port_zero ? 0 : 1, ", 65535]"));
-  }
-  return absl::OkStatus();
 }
 
 // --metrics-port: a decimal port, 0 for any free one, below 0 for none. CLI11 alone read it with
@@ -146,10 +115,12 @@ struct CoordinatorFlags {
 int RunCoordinator(CoordinatorFlags& flags) {
   client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
-  if (absl::Status st = CheckHostPort("--listen", flags.options.listen_address, true); !st.ok()) {
+  if (absl::Status st =
+          common::CheckHostPort("--listen", flags.options.listen_address, common::kListenAddress);
+      !st.ok()) {
     return Fail(st);
   }
-  auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
+  auto ttl = ParseLeaseTtl(flags.lease_ttl);
   if (!ttl.ok()) return Fail(ttl.status());
   flags.options.lease_ttl = *ttl;
   auto security = client::ResolveTls(flags.tls, flags.options.listen_address, "dlrm coordinator");
@@ -227,14 +198,15 @@ struct PsFlags {
 int RunPs(PsFlags& flags) {
   client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
-  for (const auto& [flag, address, port_zero] :
-       {std::tuple<const char*, const std::string&, bool>{
-            "--listen", flags.options.server.listen_address, true},
-        {"--coordinator", flags.options.coordinator, false}}) {
-    if (absl::Status st = CheckHostPort(flag, address, port_zero); !st.ok()) return Fail(st);
+  for (const auto& [flag, address, rules] :
+       {std::tuple<const char*, const std::string&, common::HostPortRules>{
+            "--listen", flags.options.server.listen_address, common::kListenAddress},
+        {"--coordinator", flags.options.coordinator, common::kDialAddress}}) {
+    if (absl::Status st = common::CheckHostPort(flag, address, rules); !st.ok()) return Fail(st);
   }
   if (!flags.options.advertise_address.empty()) {
-    if (absl::Status st = CheckHostPort("--advertise", flags.options.advertise_address, false);
+    if (absl::Status st = common::CheckHostPort("--advertise", flags.options.advertise_address,
+                                                common::kDialAddress);
         !st.ok()) {
       return Fail(st);
     }
@@ -318,7 +290,8 @@ struct WorkerFlags {
 int RunWorker(WorkerFlags& flags) {
   client::IgnoreBrokenPipes();
   client::InstallTerminationHandlers();
-  if (absl::Status st = CheckHostPort("--coordinator", flags.options.coordinator, false);
+  if (absl::Status st =
+          common::CheckHostPort("--coordinator", flags.options.coordinator, common::kDialAddress);
       !st.ok()) {
     return Fail(st);
   }
@@ -475,7 +448,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
   cmd->callback([run] {
     *run = [] {
       client::IgnoreBrokenPipes();
-      auto ttl = ParseDurationFlag("--lease-ttl", flags.lease_ttl);
+      auto ttl = ParseLeaseTtl(flags.lease_ttl);
       if (!ttl.ok()) return Fail(ttl.status());
       flags.options.cluster.lease_ttl = *ttl;
       flags.options.cluster.worker_pipeline = !flags.no_pipeline;

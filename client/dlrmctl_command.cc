@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "client/dlrmctl.h"
 #include "client/run_speed.h"
+#include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/paths.h"
 #include "embedding/checkpoint_manifest.h"
@@ -40,54 +41,6 @@ absl::Status UsageStatus(absl::Status status) {
 
 bool IsUsageStatus(const absl::Status& status) {
   return status.GetPayload(kUsagePayload).has_value();
-}
-
-// The coordinator's address, as gRPC would dial it: HOST:PORT with a port from 1 to 65535 (or a
-// service name; "127.0.0.1:" dialled port 0), [IPV6]:PORT, or a gRPC target URI
-// ("dns:///host:port", "unix:/path"), left to gRPC. `source` names where it came from.
-absl::Status CheckCoordinatorAddress(const std::string& address, const std::string& source) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, " '", address, "': ", why, "; give HOST:PORT, e.g. 127.0.0.1:50051"));
-  };
-  if (address.empty()) return bad("empty");
-  for (const absl::string_view scheme :
-       {"dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
-    if (absl::StartsWith(address, scheme)) return absl::OkStatus();
-  }
-  if (absl::StrContains(address, "://")) return absl::OkStatus();
-  absl::string_view host;
-  absl::string_view port;
-  if (address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
-      return bad("no port after the bracketed address");
-    }
-    host = absl::string_view(address).substr(1, close - 1);
-    port = absl::string_view(address).substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos) return bad("no port");
-    if (address.find(':') != colon) return bad("an IPv6 address goes in brackets, [::1]:PORT");
-    host = absl::string_view(address).substr(0, colon);
-    port = absl::string_view(address).substr(colon + 1);
-  }
-  if (host.empty()) return bad("no host");
-  if (port.empty()) return bad("no port after the colon");
-  // A service name ("https") is looked up as gRPC would; a number must be a port one can dial.
-  if (absl::ascii_isalpha(static_cast<unsigned char>(port.front())) &&
-      std::all_of(port.begin(), port.end(), [](char c) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
-      })) {
-    return absl::OkStatus();
-  }
-  int number = 0;
-  if (!std::all_of(port.begin(), port.end(),
-                   [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }) ||
-      !absl::SimpleAtoi(port, &number) || number < 1 || number > 65535) {
-    return bad(absl::StrCat("port '", port, "' is not a number from 1 to 65535"));
-  }
-  return absl::OkStatus();
 }
 
 // Commands that read a job's checkpoint folder read it here: when it does not exist here, why
@@ -479,8 +432,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> Command::Connect() {
   CoordinatorClientOptions options;
   options.address = flags_.coordinator;
   options.timeout = absl::Seconds(flags_.timeout_s);
-  if (absl::Status address = CheckCoordinatorAddress(
-          flags_.coordinator, flags_.coordinator_given ? "--coordinator" : "$DLRM_COORDINATOR");
+  if (absl::Status address =
+          common::CheckHostPort(flags_.coordinator_given ? "--coordinator" : "$DLRM_COORDINATOR",
+                                flags_.coordinator, common::kDialAddress);
       !address.ok()) {
     return UsageStatus(address);
   }

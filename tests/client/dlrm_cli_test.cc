@@ -330,6 +330,24 @@ TEST_F(DlrmCliTest, LocalClusterSizeHasALimit) {
   }
 }
 
+// Members heartbeat every third of the lease: one under a second expired members that were alive
+// (`dlrm local --lease-ttl 1ms` failed its job after its recoveries). Refused, exit 2.
+TEST_F(DlrmCliTest, ALeaseShorterThanASecondIsRefused) {
+  for (const std::string ttl : {"1ns", "500ms"}) {
+    const std::vector<std::vector<std::string>> commands = {
+        {"coordinator", "--data-dir", dir_.Sub("c"), "--insecure", "--listen", "127.0.0.1:0",
+         "--lease-ttl", ttl},
+        {"local", "--config", "job.yaml", "--lease-ttl", ttl},
+    };
+    for (const auto& args : commands) {
+      const ProcessResult r = Dlrm(args);
+      EXPECT_FALSE(r.timed_out) << absl::StrJoin(args, " ");
+      EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
+      EXPECT_THAT(r.err, HasSubstr("--lease-ttl '" + ttl + "' is shorter than 1s"));
+    }
+  }
+}
+
 TEST_F(DlrmCliTest, BenchRefusesSizesItCannotMean) {
   auto bench = [](std::vector<std::string> more) {
     std::vector<std::string> args = {"bench", "--shape", "model1"};
