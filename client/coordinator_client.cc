@@ -268,7 +268,13 @@ void CoordinatorClient::AwaitConnected(absl::Duration wait) {
   // connected, and members lost their leases to a coordinator back after seconds
   // (k8s/checks/run_manifests.py found both). Waiting here polls the attempt through; the call
   // after it still fails fast, with the connection's own error, when the wait was in vain.
-  (void)channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + wait));
+  // In slices, back to back (the attempt is polled throughout), so that StopWaiting ends the
+  // wait within one: a member's shutdown waited for the rest of it, up to --rpc-timeout.
+  const absl::Time deadline = absl::Now() + wait;
+  while (!stop_waiting_.load()) {
+    const absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(100));
+    if (channel_->WaitForConnected(absl::ToChronoTime(slice)) || slice >= deadline) return;
+  }
 }
 
 absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorClient::Register(

@@ -14,6 +14,7 @@
 // Thread-safe (gRPC stubs are); one client may be shared.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -82,6 +83,11 @@ class CoordinatorClient {
 
   // --- member side (parameter servers and workers) ---
   absl::StatusOr<dlrm::v1::RegisterResponse> Register(const dlrm::v1::RegisterRequest& request);
+  // Ends the waits for a connection that Register and Heartbeat make first (each then goes on at
+  // once, and fails fast while the channel is down): a member stopped while its coordinator is
+  // away exits now, not after the rest of a wait of up to `timeout`. For shutdown: it stays so.
+  // Safe from any thread.
+  void StopWaiting() { stop_waiting_.store(true); }
   // `member_key`: RegisterResponse.member_key, the member's proof of its id.
   absl::StatusOr<dlrm::v1::HeartbeatResponse> Heartbeat(const std::string& member_id,
                                                         const std::string& member_key);
@@ -108,6 +114,7 @@ class CoordinatorClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<dlrm::v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<dlrm::v1::Jobs::Stub> jobs_;
+  std::atomic<bool> stop_waiting_{false};
 };
 
 // True for SUCCEEDED, FAILED and CANCELLED.

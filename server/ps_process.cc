@@ -146,6 +146,8 @@ absl::Status PsProcess::Run() {
 }
 
 void PsProcess::Shutdown() {
+  // First, without the lock: an attempt to register holds it while it waits for the coordinator.
+  if (client_ != nullptr) client_->StopWaiting();
   absl::MutexLock lock(&mu_);
   stopping_ = true;
 }

@@ -178,6 +178,8 @@ absl::Status WorkerProcess::Run() {
 }
 
 void WorkerProcess::Shutdown() {
+  // First, without the lock: an attempt to register holds it while it waits for the coordinator.
+  if (client_ != nullptr) client_->StopWaiting();
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   stopping_ = true;

@@ -568,9 +568,15 @@ TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
   }
   EXPECT_THAT(ps.Stderr(), HasSubstr(": cannot register with coordinator " + coordinator +
                                      " yet (dialled in plaintext): "));
+  // A second past the 0.5 s pause between attempts, the next attempt is waiting (up to
+  // --rpc-timeout, 10 s) for the coordinator to connect: the stop ends that wait. It took 8-10 s,
+  // as long as the wait had left.
+  absl::SleepFor(absl::Seconds(1));
   ps.Signal(SIGTERM);
+  const absl::Time stopped = absl::Now();
   const ProcessResult r = ps.Wait(absl::Seconds(30));
   EXPECT_FALSE(r.timed_out);
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(5));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("stopped before it registered with " + coordinator));
 }
