@@ -15,7 +15,9 @@
 #include "client/termination_signals.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/paths.h"
 #include "common/status.h"
+#include "embedding/checkpoint_manifest.h"
 #include "worker/input/binary_format.h"
 #include "worker/job_input.h"
 #include "worker/progress.h"
@@ -303,7 +305,30 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     return spec.status().code() == absl::StatusCode::kNotFound ? kExitFailed : kExitBadInput;
   }
   if (!options.resume_from.empty()) {
-    spec->checkpoint.resume_from = std::filesystem::absolute(options.resume_from).string();
+    const std::string resume_from = std::filesystem::absolute(options.resume_from).string();
+    // As `dlrm train --resume` and `dlrmctl submit --resume-from`: a flag naming another
+    // checkpoint than the spec's checkpoint.resume_from is refused, not taken over it.
+    if (const std::string& key = spec->checkpoint.resume_from;
+        !key.empty() && !common::SamePath(resume_from, key)) {
+      std::fprintf(stderr,
+                   "error: --resume-from %s and the job spec's checkpoint.resume_from %s (%s) "
+                   "name different checkpoints: give one of them (or the same one)\n",
+                   options.resume_from.c_str(), key.c_str(), options.config_path.c_str());
+      return kExitBadInput;
+    }
+    spec->checkpoint.resume_from = resume_from;
+  }
+  // A checkpoint to resume from that is not there failed the job once the whole cluster had
+  // started. The workers verify its files; here it need only hold a committed manifest.
+  if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
+    auto listed = embedding::ListCheckpoints(from);
+    if (!embedding::ReadManifest(from).ok() && (!listed.ok() || listed->empty())) {
+      std::fprintf(stderr,
+                   "error: %s: neither a checkpoint nor a folder holding committed checkpoints "
+                   "(--resume-from, or checkpoint.resume_from of %s)\n",
+                   from.c_str(), options.config_path.c_str());
+      return kExitFailed;
+    }
   }
   if (!spec->checkpoint.dir.empty()) {
     spec->checkpoint.dir = std::filesystem::absolute(spec->checkpoint.dir).string();

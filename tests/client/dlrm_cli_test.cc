@@ -514,6 +514,31 @@ TEST_F(DlrmCliTest, LocalRefusesAModelThatDoesNotFitTheDataBeforeStarting) {
 
 // `dlrm local` stopped by SIGTERM (`kill`, systemd, a container runtime) exited 130, as for
 // Ctrl-C; README says 128 + N when signal N stopped a run: 143.
+// `dlrm local --resume-from` naming no checkpoint started the whole cluster and then failed the
+// job; one naming another checkpoint than the spec's resume_from replaced it without a word.
+TEST_F(DlrmCliTest, LocalRefusesAResumeFromBeforeStartingWhenItCannotBeUsed) {
+  const std::string spec = dir_.Sub("job.yaml");
+  std::ofstream(spec) << "name: r\n"
+                      << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                         "embedding_dim: 8}\n"
+                      << "tables: {cardinalities: [100]}\n"
+                      << "training: {batch_size: 8}\n"
+                      << "data: {train: nope.tsv}\n";
+  const std::string missing = dir_.Sub("no-such-ckpt");
+  ProcessResult r = Dlrm({"local", "-c", spec, "--insecure", "--resume-from", missing});
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(missing + ": neither a checkpoint nor a folder holding committed "
+                                         "checkpoints"));
+  EXPECT_THAT(r.err, Not(HasSubstr("coordinator listening")));
+
+  std::ofstream(spec, std::ios::app) << "checkpoint: {resume_from: " << dir_.Sub("a") << "}\n";
+  r = Dlrm({"local", "-c", spec, "--insecure", "--resume-from", dir_.Sub("b")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--resume-from " + dir_.Sub("b") +
+                               " and the job spec's checkpoint.resume_from " + dir_.Sub("a")));
+}
+
 TEST_F(DlrmCliTest, LocalStoppedBySigtermExits143) {
   worker::GenDataOptions gen;
   gen.output = dir_.Sub("train.tsv");
