@@ -50,7 +50,7 @@ int FailTls(const absl::Status& status) {
 }
 
 // --lease-ttl of `dlrm coordinator` and `dlrm local`: at least kMinLeaseTtl. Members heartbeat
-// every third of the lease over gRPC; `--lease-ttl 1ns` was taken, and every member's lease then
+// every eighth of the lease over gRPC; `--lease-ttl 1ns` was taken, and every member's lease then
 // expired between two heartbeats (`dlrm local` failed its job after its recoveries).
 constexpr absl::Duration kMinLeaseTtl = absl::Seconds(1);
 
@@ -63,8 +63,8 @@ absl::StatusOr<absl::Duration> ParseLeaseTtl(const std::string& text) {
   if (d < kMinLeaseTtl) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--lease-ttl '", text, "' is shorter than ", absl::FormatDuration(kMinLeaseTtl),
-        ": members heartbeat every third of the lease, and one this short expires members that "
-        "are alive (the default is 14s)"));
+        ": members heartbeat every eighth of the lease, over gRPC, and one this short expires "
+        "members that are alive (the default is 14s)"));
   }
   return d;
 }

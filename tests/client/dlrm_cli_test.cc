@@ -330,7 +330,7 @@ TEST_F(DlrmCliTest, LocalClusterSizeHasALimit) {
   }
 }
 
-// Members heartbeat every third of the lease: one under a second expired members that were alive
+// Members heartbeat every eighth of the lease: one under a second expired members that were alive
 // (`dlrm local --lease-ttl 1ms` failed its job after its recoveries). Refused, exit 2.
 TEST_F(DlrmCliTest, ALeaseShorterThanASecondIsRefused) {
   for (const std::string ttl : {"1ns", "500ms"}) {
