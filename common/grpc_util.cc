@@ -1,6 +1,12 @@
 #include "common/grpc_util.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -22,6 +28,41 @@ int ToMillis(absl::Duration d) { return static_cast<int>(absl::ToInt64Millisecon
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// Why a server could not listen on `address` (HOST:PORT or [IPV6]:PORT), found by trying what
+// gRPC tried: the host does not resolve, or bind() says why (in use, not an address of this
+// machine, a port below 1024 without the right to it). The message said "(address in use?)" for
+// every one of these.
+std::string WhyCannotListen(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "no port";
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int rc =
+          getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::StrCat("host '", host, "' does not resolve: ", gai_strerror(rc));
+  }
+  std::string why;
+  for (const addrinfo* a = found; a != nullptr && why.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as gRPC binds
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) why = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why.empty() ? "address in use?" : why;
 }
 
 struct PemSet {
@@ -173,8 +214,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", options.listen_address, "' (address in use?)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on '", options.listen_address,
+                                               "': ", WhyCannotListen(options.listen_address)));
   }
   std::string address = absl::StrCat(HostOf(options.listen_address), ":", port);
   if (options.enable_health_service && server->GetHealthCheckService() != nullptr) {

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,17 @@ TEST(GrpcUtilTest, ServerReportsBoundPortAndRejectsBadOptions) {
   auto clash = GrpcServer::Start({.listen_address = (*server)->address()}, {});
   EXPECT_EQ(clash.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(clash.status().message(), HasSubstr((*server)->address()));
+  // It says why, as bind() does ("(address in use?)" for every reason before).
+  EXPECT_THAT(clash.status().message(), HasSubstr(std::strerror(EADDRINUSE)));
+  auto unresolved = GrpcServer::Start({.listen_address = "nosuchhost.invalid:0"}, {});
+  EXPECT_EQ(unresolved.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(unresolved.status().message(),
+              HasSubstr("cannot listen on 'nosuchhost.invalid:0': host 'nosuchhost.invalid' does "
+                        "not resolve: "));
+  // 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this machine.
+  auto elsewhere = GrpcServer::Start({.listen_address = "192.0.2.1:0"}, {});
+  EXPECT_EQ(elsewhere.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(elsewhere.status().message(), HasSubstr(std::strerror(EADDRNOTAVAIL)));
   (*server)->Shutdown();
   (*server)->Wait();
 
