@@ -379,13 +379,18 @@ bool RegisterRefused(const absl::Status& status) {
 }
 
 absl::Status RegisterWithRetry(absl::Mutex& mu, const bool* stopping, absl::Duration timeout,
-                               absl::string_view who, absl::string_view coordinator,
+                               absl::string_view who, absl::string_view coordinator, bool tls,
                                absl::FunctionRef<absl::Status()> register_once) {
   absl::Status status;
   const absl::Time give_up = absl::Now() + timeout;
-  while (!*stopping) {
+  for (bool first = true; !*stopping; first = false) {
     status = register_once();
     if (status.ok() || absl::Now() > give_up || RegisterRefused(status)) break;
+    if (first && !*stopping) {
+      DLRM_LOG(WARNING) << who << ": cannot register with coordinator " << coordinator
+                        << " yet (dialled " << (tls ? "with mutual TLS" : "in plaintext")
+                        << "): " << status.message() << "; trying again for up to " << timeout;
+    }
     mu.AwaitWithTimeout(absl::Condition(stopping), absl::Milliseconds(500));
   }
   if (*stopping || status.ok()) return absl::OkStatus();

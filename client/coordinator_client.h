@@ -137,9 +137,11 @@ bool RegisterRefused(const absl::Status& status);
 // (RegisterRefused), `timeout` has passed or *stopping is set, waiting up to 500 ms on mu between
 // tries, since the coordinator may start after its members (dlrm local, Kubernetes). OK when it
 // registered or *stopping was set (the caller checks which); otherwise the last error, saying who
-// could not register where.
+// could not register where. The first failed try is logged as a warning, saying whether it
+// dialled with TLS (`tls`) or in plaintext: a member whose coordinator is down, at a wrong address
+// or speaking the other protocol waited out `timeout` without a word.
 absl::Status RegisterWithRetry(absl::Mutex& mu, const bool* stopping, absl::Duration timeout,
-                               absl::string_view who, absl::string_view coordinator,
+                               absl::string_view who, absl::string_view coordinator, bool tls,
                                absl::FunctionRef<absl::Status()> register_once)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 // A Heartbeat answer that means the member must register again: the coordinator no longer knows

@@ -71,26 +71,11 @@ void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch
 absl::Status PsProcess::Run() {
   {
     absl::MutexLock lock(&mu_);
-    // The first failed attempt is logged: a server whose coordinator is down, at a wrong address
-    // or speaking the other protocol (TLS or plaintext) waited out register_timeout without a
-    // word before it failed.
-    bool said = false;
     DLRM_RETURN_IF_ERROR(client::RegisterWithRetry(
-        mu_, &stopping_, options_.register_timeout, "parameter server", options_.coordinator,
-        [this, &said]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          absl::Status st = RegisterLocked();
-          if (!st.ok() && !said && !stopping_) {
-            said = true;
-            DLRM_LOG(WARNING) << "parameter server " << advertise_address_
-                              << ": cannot register with coordinator " << options_.coordinator
-                              << " yet (dialled "
-                              << (options_.server.security.tls() ? "with mutual TLS"
-                                                                 : "in plaintext")
-                              << "): " << st.message() << "; trying again for up to "
-                              << options_.register_timeout;
-          }
-          return st;
-        }));
+        mu_, &stopping_, options_.register_timeout,
+        absl::StrCat("parameter server ", advertise_address_), options_.coordinator,
+        options_.server.security.tls(),
+        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return RegisterLocked(); }));
     if (stopping_) {
       // Stopped (SIGTERM, Ctrl-C) while waiting for the coordinator: it exited saying nothing.
       server_->Shutdown();

@@ -133,7 +133,7 @@ absl::Status WorkerProcess::Run() {
   {
     absl::MutexLock lock(&mu_);
     DLRM_RETURN_IF_ERROR(client::RegisterWithRetry(
-        mu_, &stopping_, absl::Seconds(60), "worker", options_.coordinator,
+        mu_, &stopping_, absl::Seconds(60), "worker", options_.coordinator, options_.security.tls(),
         [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return RegisterLocked(); }));
     if (stopping_) return absl::OkStatus();
   }

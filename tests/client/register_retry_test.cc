@@ -13,6 +13,7 @@ namespace dlrm::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Member {
   absl::Mutex mu;
@@ -21,7 +22,7 @@ struct Member {
 
   absl::Status Register(absl::Duration timeout, const std::vector<absl::Status>& answers) {
     absl::MutexLock lock(&mu);
-    return RegisterWithRetry(mu, &stopping, timeout, "worker", "coord:7000", [&] {
+    return RegisterWithRetry(mu, &stopping, timeout, "worker", "coord:7000", /*tls=*/false, [&] {
       const absl::Status answer = answers[std::min<size_t>(calls, answers.size() - 1)];
       ++calls;
       return answer;
@@ -31,11 +32,17 @@ struct Member {
 
 TEST(RegisterWithRetryTest, RetriesAnUnreachableCoordinatorUntilItAnswers) {
   Member m;
+  ::testing::internal::CaptureStderr();
   const absl::Status status =
       m.Register(absl::Seconds(30), {absl::UnavailableError("connection refused"),
                                      absl::DeadlineExceededError("deadline"), absl::OkStatus()});
+  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(m.calls, 3);
+  // The first failure is logged (a worker waited out its minute without a word), once.
+  EXPECT_THAT(log, HasSubstr("worker: cannot register with coordinator coord:7000 yet (dialled in "
+                             "plaintext): connection refused; trying again for up to 30s"));
+  EXPECT_THAT(log, Not(HasSubstr("deadline")));
 }
 
 TEST(RegisterWithRetryTest, ARefusalEndsAtOnceAndSaysSo) {
