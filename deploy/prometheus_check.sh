@@ -9,7 +9,8 @@
 #   - `promtool check metrics` on each target's /metrics, `promtool check rules alerts.yml`,
 #     `promtool test rules alerts_test.yml`;
 #   - every dlrm_ metric and label that alerts.yml and the Grafana dashboard query is in those
-#     scrapes, and docs/DEPLOY.md's metrics table lists exactly the exported metric families
+#     scrapes, and docs/DEPLOY.md's metrics table lists exactly the exported metric families,
+#     each with the type, the labels and the roles (coordinator, ps, worker) that serve it
 #     (deploy/prometheus/check_names.py). The job writes checkpoints, so that rank 0's
 #     dlrm_checkpoint* metrics are exported too.
 #
@@ -218,7 +219,7 @@ run "promtool check config (derived: dlrm-local job only)" \
 
 # promtool check metrics on every target's /metrics.
 check_metrics() {
-  local target="$1" rc=0
+  local component="$1" target="$2" rc=0
   python3 -c 'import sys, urllib.request
 sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' \
     "http://$target/metrics" >"$tmp/scrape" || return 1
@@ -226,7 +227,7 @@ sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' 
     echo "no dlrm_ metric in the scrape ($(wc -l <"$tmp/scrape") lines)"; return 1
   fi
   echo "$(grep -c '^# TYPE ' "$tmp/scrape") metric families, $(grep -c '^[^#]' "$tmp/scrape") samples"
-  cp "$tmp/scrape" "$tmp/scrapes/$target.txt"
+  cp "$tmp/scrape" "$tmp/scrapes/$component@$target.txt"
   "$promtool" check metrics <"$tmp/scrape" >"$tmp/lint" 2>&1 || rc=$?
   cat "$tmp/lint"
   if [ "$rc" = 3 ] && ! grep -q 'error while linting' "$tmp/lint"; then
@@ -239,17 +240,18 @@ sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' 
 lint_targets=0
 mkdir -p "$tmp/scrapes"
 while read -r component target; do
-  SHOW=1 run "promtool check metrics: $component $target" check_metrics "$target"
+  SHOW=1 run "promtool check metrics: $component $target" check_metrics "$component" "$target"
 done < <(python3 -c 'import json, sys
 for c, ts in json.load(open(sys.argv[1])).items():
     for t in ts: print(c, t)' "$tmp/targets.json")
 names_ok() {
   local -a scrapes=()
   local f
-  for f in "$tmp"/scrapes/*.txt; do scrapes+=(--scrape "$f"); done
+  # ROLE=FILE: the role is the target's component (the file is COMPONENT@TARGET.txt).
+  for f in "$tmp"/scrapes/*.txt; do scrapes+=(--scrape "$(basename "$f" | cut -d@ -f1)=$f"); done
   python3 deploy/prometheus/check_names.py "${scrapes[@]}"
 }
-SHOW=1 run "metrics that alerts.yml, the dashboard and DEPLOY.md name are the exported ones" \
+SHOW=1 run "metrics that alerts.yml, the dashboard and DEPLOY.md name are the exported ones (DEPLOY.md: with their type, labels, roles)" \
   names_ok
 
 # Prometheus itself.

@@ -2,7 +2,7 @@
 """Checks the metric names and labels that alerts.yml, the Grafana dashboard and docs/DEPLOY.md
 use against real /metrics scrapes (deploy/prometheus_check.sh runs it on a `dlrm local` cluster).
 
-  check_names.py --scrape FILE [--scrape FILE ...] [--repo DIR]
+  check_names.py --scrape [ROLE=]FILE [--scrape [ROLE=]FILE ...] [--repo DIR]
 
   - every dlrm_ metric an alert or recording rule of deploy/prometheus/alerts.yml or a panel of
     deploy/grafana/dlrm-dashboard.json queries is exported by some process (a histogram's
@@ -13,7 +13,10 @@ use against real /metrics scrapes (deploy/prometheus_check.sh runs it on a `dlrm
     (component, pod, namespace, instance, job, node, release; the scrape configs set them);
   - the metric list of deploy/grafana/check_dashboard.py (the series its test feeds) is exported;
   - every exported metric family is listed in the metrics table of docs/DEPLOY.md, and every
-    dlrm_ name that table lists is exported.
+    dlrm_ name that table lists is exported;
+  - each name of that table is exported with the table's type and exactly its labels, and (for
+    scrapes given as ROLE=FILE, ROLE coordinator, ps or worker) by exactly the roles of its
+    "from" column.
 Prints one line per problem and exits 1 if any.
 """
 
@@ -30,14 +33,21 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def read_scrapes(files):
-    """{family: set of label names} and {family: type} from text-format scrapes."""
-    labels, types = {}, {}
-    for f in files:
+    """{family: set of label names}, {family: type} and {family: set of roles} from text-format
+    scrapes, each FILE or ROLE=FILE."""
+    labels, types, roles = {}, {}, {}
+    for spec in files:
+        role, _, f = spec.rpartition("=")
         for line in open(f):
             m = re.match(r"# TYPE (\S+) (\S+)", line)
             if m:
-                types[m.group(1)] = m.group(2)
+                if types.get(m.group(1), m.group(2)) != m.group(2):
+                    types[m.group(1)] = f"{types[m.group(1)]} and {m.group(2)}"
+                else:
+                    types[m.group(1)] = m.group(2)
                 labels.setdefault(m.group(1), set())
+                if role:
+                    roles.setdefault(m.group(1), set()).add(role)
                 continue
             if line.startswith("#") or not line.strip():
                 continue
@@ -49,7 +59,30 @@ def read_scrapes(files):
                     family = name[: -len(suffix)]
             names = set(re.findall(r"(\w+)=\"", m.group(3) or ""))
             labels.setdefault(family, set()).update(names)
-    return labels, types
+    return labels, types, roles
+
+
+def documented_table(deploy_md):
+    """{name: (type, label names, roles)} from the metrics table of docs/DEPLOY.md: a row names
+    one or more metrics, one type for all or one per metric, the label names in backquotes (the
+    values in parentheses after them are not labels), and the roles before any parenthesis of
+    its "from" column."""
+    table = {}
+    for line in deploy_md.splitlines():
+        if not line.startswith("| `dlrm_"):
+            continue
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        names = re.findall(r"`(dlrm_\w+)`", cols[0])
+        kinds = [k.strip() for k in cols[1].split(",")]
+        if len(kinds) == 1:
+            kinds *= len(names)
+        label_names = set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", cols[2])))
+        where = re.sub(r"\(.*", "", cols[3]).lower()
+        row_roles = {r for w, r in (("coordinator", "coordinator"), ("ps", "ps"),
+                                    ("worker", "worker")) if re.search(rf"\b{w}\b", where)}
+        for i, name in enumerate(names):
+            table[name] = (kinds[i] if i < len(kinds) else "?", label_names, row_roles)
+    return table
 
 
 def family_of(name, types):
@@ -91,7 +124,7 @@ def main():
     parser.add_argument("--scrape", action="append", required=True)
     parser.add_argument("--repo", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     args = parser.parse_args()
-    labels, types = read_scrapes(args.scrape)
+    labels, types, roles = read_scrapes(args.scrape)
     exported = {f for f in labels if f.startswith("dlrm_")}
     problems = []
 
@@ -141,6 +174,19 @@ def main():
     for name in sorted(documented - exported):
         problems.append(f"docs/DEPLOY.md: the metrics table lists {name}, which no process "
                         f"exports")
+    for name, (kind, label_names, row_roles) in sorted(documented_table(deploy_md).items()):
+        if name not in exported:
+            continue
+        if kind != types.get(name):
+            problems.append(f"docs/DEPLOY.md: the metrics table says {name} is a {kind}; it is "
+                            f"exported as a {types.get(name)}")
+        served_labels = labels[name] - {"le"}
+        if label_names != served_labels:
+            problems.append(f"docs/DEPLOY.md: the metrics table gives {name} the labels "
+                            f"{sorted(label_names)}; it is exported with {sorted(served_labels)}")
+        if name in roles and row_roles != roles[name]:
+            problems.append(f"docs/DEPLOY.md: the metrics table says {name} comes from "
+                            f"{sorted(row_roles)}; it is exported by {sorted(roles[name])}")
 
     for p in problems:
         print(p)
