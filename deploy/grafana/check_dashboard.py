@@ -8,6 +8,11 @@ which expects none of those alerts to fire. The series come from the list of met
 exports (METRICS below, kept in step with docs), not from the dashboard, so a misspelt metric or
 label, a missing `_bucket`, or a query that does not parse fails the check and names the panel.
 
+The eval gauges are fed as the workers serve them: every worker exports dlrm_eval_auc,
+dlrm_eval_logloss and dlrm_eval_step, but only rank 0 evaluates; the others keep 0. A query that
+names a dlrm_eval_ metric must leave those zeros out (alert `(<query>) == 0` must not fire), or
+its panel draws an AUC and a log loss of 0 for every other worker.
+
   deploy/grafana/check_dashboard.py [--promtool PATH]
 
 promtool is in Debian's `prometheus` package (`apt-get download prometheus && dpkg -x ...` gets it
@@ -51,12 +56,18 @@ def queries(dashboard):
                 yield sub["title"], target["refId"], target["expr"]
 
 
+# Rank 0 (pod p0) has evaluated at step 40; p1 has not and serves 0, as a worker that is not rank 0.
+EVAL = {"dlrm_eval_auc": "0.8", "dlrm_eval_logloss": "0.45", "dlrm_eval_step": "40"}
+
+
 def series_for(metric):
     base = 'namespace="dlrm", job="dlrm"'
     out = []
     for pod in ("p0", "p1"):
         labels = f'{base}, pod="{pod}"'
-        if metric in HISTOGRAMS:
+        if metric in EVAL:
+            out.append((f"{metric}{{{labels}}}", f"{EVAL[metric] if pod == 'p0' else '0'}x30"))
+        elif metric in HISTOGRAMS:
             for le, step in (("0.01", 5), ("0.1", 8), ("1", 10), ("+Inf", 10)):
                 out.append((f'{metric}_bucket{{{labels}, le="{le}"}}', f"0+{step}x30"))
             out.append((f"{metric}_sum{{{labels}}}", "0+0.5x30"))
@@ -90,6 +101,9 @@ def main():
             used.add(family if family in HISTOGRAMS else name)
         rules.append({"alert": f"Q{i}", "expr": f"absent({concrete})",
                       "labels": {"panel": title, "ref": ref}})
+        if "dlrm_eval_" in concrete:
+            rules.append({"alert": f"Z{i}", "expr": f"({concrete}) == 0",
+                          "labels": {"panel": title, "ref": ref}})
     if not rules:
         sys.exit("check_dashboard: no queries found")
 
@@ -113,14 +127,18 @@ def main():
                               capture_output=True, text=True)
         if test.returncode != 0:
             print(test.stdout + test.stderr)
-            failed = sorted(set(re.findall(r"alertname: (Q\d+)", test.stdout + test.stderr)))
+            failed = sorted(set(re.findall(r"alertname: ([QZ]\d+)", test.stdout + test.stderr)))
+            by_name = {r["alert"]: r for r in rules}
             for name in failed:
-                r = rules[int(name[1:])]
-                print(f"  no data: panel '{r['labels']['panel']}' query {r['labels']['ref']}: "
+                r = by_name[name]
+                what = "no data" if name[0] == "Q" else "shows the 0 of a worker that never evaluated"
+                print(f"  {what}: panel '{r['labels']['panel']}' query {r['labels']['ref']}: "
                       f"{r['expr']}")
-            sys.exit("check_dashboard: some queries return no data")
+            sys.exit("check_dashboard: some queries return no data or a non-evaluating worker's 0")
     unused = [m for m in METRICS if m not in used]
-    print(f"check_dashboard: {len(rules)} queries parse and return data; "
+    n_eval = sum(r["alert"][0] == "Z" for r in rules)
+    print(f"check_dashboard: {len(rules) - n_eval} queries parse and return data ({n_eval} of "
+          f"them leave out the 0 of workers that never evaluated); "
           f"{len(METRICS) - len(unused)} of {len(METRICS)} metrics shown"
           + (f" (not shown: {', '.join(unused)})" if unused else ""))
 
