@@ -34,10 +34,13 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
   m.dense_learning_rate = &registry->Gauge("learning_rate", rate_help, {{"optimizer", "dense"}});
   m.sparse_learning_rate = &registry->Gauge("learning_rate", rate_help, {{"optimizer", "sparse"}});
   m.eval_auc = &registry->Gauge(
-      "eval_auc", "AUC on the job's eval split at the latest evaluation (rank 0 only).");
+      "eval_auc",
+      "AUC on the job's eval split at the latest evaluation (set by rank 0; 0 until then).");
   m.eval_logloss = &registry->Gauge(
-      "eval_logloss", "Log loss on the job's eval split at the latest evaluation (rank 0 only).");
-  m.eval_step = &registry->Gauge("eval_step", "Job step of the latest evaluation (rank 0 only).");
+      "eval_logloss",
+      "Log loss on the job's eval split at the latest evaluation (set by rank 0; 0 until then).");
+  m.eval_step = &registry->Gauge(
+      "eval_step", "Job step of the latest evaluation (set by rank 0; 0 until then).");
   return m;
 }
 
