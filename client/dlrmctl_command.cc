@@ -97,11 +97,10 @@ int Command::Submit() {
     // Every worker reads it: an absolute path on the volume they share.
     const std::string resume_from = std::filesystem::absolute(flags_.resume_from, ec).string();
     // As `dlrm train --resume`: a spec that names another checkpoint is refused, not overridden.
-    if (const std::string& key = spec->checkpoint.resume_from;
-        !key.empty() && !common::SamePath(resume_from, key)) {
-      return Fail(UsageStatus(absl::InvalidArgumentError(absl::StrCat(
-          "--resume-from ", flags_.resume_from, " and the job spec's checkpoint.resume_from ", key,
-          " (", flags_.file, ") name different checkpoints: give one of them (or the same one)"))));
+    if (absl::Status agrees = common::CheckResumeAgrees("--resume-from", flags_.resume_from,
+                                                        spec->checkpoint.resume_from, flags_.file);
+        !agrees.ok()) {
+      return Fail(UsageStatus(agrees));
     }
     spec->checkpoint.resume_from = resume_from;
   }

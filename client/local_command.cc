@@ -308,12 +308,11 @@ int RunLocalCommand(const LocalCommandOptions& options) {
     const std::string resume_from = std::filesystem::absolute(options.resume_from).string();
     // As `dlrm train --resume` and `dlrmctl submit --resume-from`: a flag naming another
     // checkpoint than the spec's checkpoint.resume_from is refused, not taken over it.
-    if (const std::string& key = spec->checkpoint.resume_from;
-        !key.empty() && !common::SamePath(resume_from, key)) {
-      std::fprintf(stderr,
-                   "error: --resume-from %s and the job spec's checkpoint.resume_from %s (%s) "
-                   "name different checkpoints: give one of them (or the same one)\n",
-                   options.resume_from.c_str(), key.c_str(), options.config_path.c_str());
+    if (absl::Status agrees =
+            common::CheckResumeAgrees("--resume-from", options.resume_from,
+                                      spec->checkpoint.resume_from, options.config_path);
+        !agrees.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(agrees.message()).c_str());
       return kExitBadInput;
     }
     spec->checkpoint.resume_from = resume_from;

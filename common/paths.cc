@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/str_cat.h"
+
 namespace dlrm::common {
 
 bool SamePath(const std::string& a, const std::string& b) {
@@ -12,6 +14,15 @@ bool SamePath(const std::string& a, const std::string& b) {
   if (ec) return a == b;
   const std::filesystem::path y = std::filesystem::weakly_canonical(b, ec);
   return ec ? a == b : x == y;
+}
+
+absl::Status CheckResumeAgrees(const std::string& flag, const std::string& given,
+                               const std::string& key, const std::string& spec_file) {
+  if (key.empty() || SamePath(given, key)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " ", given, " and the job spec's checkpoint.resume_from ", key,
+                   spec_file.empty() ? "" : absl::StrCat(" (", spec_file, ")"),
+                   " name different checkpoints: give one of them (or the same one)"));
 }
 
 }  // namespace dlrm::common

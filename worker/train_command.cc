@@ -59,11 +59,7 @@ absl::StatusOr<std::string> ResumeFrom(const common::JobSpec& spec,
                                        const TrainRunOptions& options) {
   const std::string& key = spec.checkpoint.resume_from;
   if (options.resume_from.empty()) return key;
-  if (!key.empty() && !common::SamePath(options.resume_from, key)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--resume ", options.resume_from, " and the job spec's checkpoint.resume_from ", key,
-        " name different checkpoints: give one of them (or the same one)"));
-  }
+  DLRM_RETURN_IF_ERROR(common::CheckResumeAgrees("--resume", options.resume_from, key));
   return options.resume_from;
 }
 
