@@ -1,0 +1,258 @@
+// `dlrm local` and the service roles as they start and stop, through the real binary: what
+// `dlrm local` refuses before it starts a process (a model that does not fit its data, a resume
+// checkpoint it cannot use, outputs that would replace its inputs), its exit status on SIGTERM,
+// the log it keeps when the cluster cannot start, and a parameter server stopped before it
+// registered.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/dlrm_cli_fixture.h"
+#include "tests/integration/process_util.h"
+#include "worker/input/synthetic.h"
+
+namespace dlrm {
+namespace {
+
+using ::dlrm::testing::BinPath;
+using ::dlrm::testing::ProcessResult;
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec
+// written for other multi-hot data would have; or data.format naming the other format) started
+// the whole cluster, failed the job in a worker and left the cluster's folder behind. Refused
+// now before any process starts, naming the key and the counts.
+TEST_F(DlrmCliTest, LocalRefusesAModelThatDoesNotFitTheDataBeforeStarting) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("mh.bin");
+  gen.num_rows = 20;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  gen.format = worker::InputFormat::kBinary;
+  gen.bags = worker::ParseBagSizes("2").value();
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  auto spec = [this](const std::string& cardinalities, const std::string& format) {
+    const std::string path = dir_.Sub("job.yaml");
+    std::ofstream(path) << "name: mh\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8, interaction: dcnv2, low_rank: 8}\n"
+                        << "tables: {cardinalities: [" << cardinalities << "], dtype: fp16}\n"
+                        << "optimizer: {dense: {type: adam, learning_rate: 0.001}, sparse: "
+                           "{type: rowwise_adagrad, learning_rate: 0.05}}\n"
+                        << "training: {batch_size: 8, epochs: 1}\n"
+                        << "data: {train: mh.bin, format: " << format << "}\n";
+    return path;
+  };
+  const std::string data_dir = dir_.Sub("cluster");
+  auto local = [&data_dir](const std::string& config) {
+    return std::vector<std::string>{"local",  "-c",         config,         "--data-dir",
+                                    data_dir, "--insecure", "--no-progress"};
+  };
+  std::vector<std::string> tables(26, "100");
+  const ProcessResult three = Dlrm(local(spec("100, 100, 100", "auto")));
+  EXPECT_EQ(three.exit_code, 2) << three.err;
+  EXPECT_THAT(three.err, HasSubstr("job.yaml: tables: Criteo input has 26 categorical features "
+                                   "(a table each), got 3 tables"));
+  EXPECT_THAT(three.err, Not(HasSubstr("local cluster up")));
+  EXPECT_FALSE(std::filesystem::exists(data_dir));
+
+  const ProcessResult tsv = Dlrm(local(spec(absl::StrJoin(tables, ", "), "tsv")));
+  EXPECT_EQ(tsv.exit_code, 2) << tsv.err;
+  EXPECT_THAT(tsv.err, HasSubstr("data.format: tsv, but "));
+  EXPECT_THAT(tsv.err, HasSubstr("/mh.bin is binary (it starts with DLRMBIN1)"));
+  EXPECT_THAT(tsv.err, Not(HasSubstr("local cluster up")));
+  EXPECT_FALSE(std::filesystem::exists(data_dir));
+}
+
+// `dlrm local --resume-from` naming no checkpoint started the whole cluster and then failed the
+// job; one naming another checkpoint than the spec's resume_from replaced it without a word.
+TEST_F(DlrmCliTest, LocalRefusesAResumeFromBeforeStartingWhenItCannotBeUsed) {
+  const std::string spec = dir_.Sub("job.yaml");
+  std::ofstream(spec) << "name: r\n"
+                      << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                         "embedding_dim: 8}\n"
+                      << "tables: {cardinalities: [100]}\n"
+                      << "training: {batch_size: 8}\n"
+                      << "data: {train: nope.tsv}\n";
+  const std::string missing = dir_.Sub("no-such-ckpt");
+  ProcessResult r = Dlrm({"local", "-c", spec, "--insecure", "--resume-from", missing});
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(missing + ": neither a checkpoint nor a folder holding committed "
+                                         "checkpoints"));
+  EXPECT_THAT(r.err, Not(HasSubstr("coordinator listening")));
+
+  std::ofstream(spec, std::ios::app) << "checkpoint: {resume_from: " << dir_.Sub("a") << "}\n";
+  r = Dlrm({"local", "-c", spec, "--insecure", "--resume-from", dir_.Sub("b")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--resume-from " + dir_.Sub("b") +
+                               " and the job spec's checkpoint.resume_from " + dir_.Sub("a")));
+}
+
+// `dlrm local` stopped by SIGTERM (`kill`, systemd, a container runtime) exited 130, as for
+// Ctrl-C; README says 128 + N when signal N stopped a run: 143.
+TEST_F(DlrmCliTest, LocalStoppedBySigtermExits143) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("train.tsv");
+  gen.num_rows = 400;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  std::vector<std::string> tables(26, "100");
+  const std::string config = dir_.Sub("job.yaml");
+  // Far more steps than the test waits for: it is stopped while it trains.
+  std::ofstream(config) << "name: long\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8}\n"
+                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
+                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
+                           "{type: sgd, learning_rate: 0.01}}\n"
+                        << "training: {batch_size: 8, epochs: 100000}\n"
+                        << "data: {train: train.tsv}\n";
+  dlrm::testing::Process local({BinPath("dlrm"), "local", "-c", config, "--data-dir",
+                                dir_.Sub("cluster"), "--insecure", "--no-progress"},
+                               dir_.path(), "local-sigterm");
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (!absl::StrContains(local.Stderr(), "submitted job") && local.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_THAT(local.Stderr(), HasSubstr("submitted job"));
+  local.Signal(SIGTERM);
+  const ProcessResult r = local.Wait(absl::Seconds(30));
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("terminated: stopping the local cluster"));
+}
+
+// A parameter server waiting for its coordinator (started first, or the address is wrong) said
+// nothing for the minute it tried, and stopped then it exited 0 without a word: it says why it
+// waits after the first attempt, and that it stopped.
+TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
+  const std::string coordinator = absl::StrCat("127.0.0.1:", dlrm::testing::FreePort());
+  dlrm::testing::Process ps({BinPath("dlrm"), "ps", "--data-dir", dir_.Sub("p"), "--listen",
+                             "127.0.0.1:0", "--insecure", "--coordinator", coordinator},
+                            dir_.path(), "ps-unregistered");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(ps.Stderr(), "parameter server listening") && ps.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_THAT(ps.Stderr(), HasSubstr("parameter server listening"));
+  // The first failed attempt is logged (it waited out its minute without a word).
+  while (!absl::StrContains(ps.Stderr(), "cannot register with coordinator") && ps.Running() &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_THAT(ps.Stderr(), HasSubstr(": cannot register with coordinator " + coordinator +
+                                     " yet (dialled in plaintext): "));
+  // A second past the 0.5 s pause between attempts, the next attempt is waiting (up to
+  // --rpc-timeout, 10 s) for the coordinator to connect: the stop ends that wait. It took 8-10 s,
+  // as long as the wait had left.
+  absl::SleepFor(absl::Seconds(1));
+  ps.Signal(SIGTERM);
+  const absl::Time stopped = absl::Now();
+  const ProcessResult r = ps.Wait(absl::Seconds(30));
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(5));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stopped before it registered with " + coordinator));
+}
+
+// `dlrm local` whose coordinator cannot start (here: its metrics port is taken) says "see
+// /tmp/dlrm-local-XXXXXX/logs/coordinator.log", but removed that temporary folder on exit, log
+// and all. The folder is kept, as after a failed job.
+TEST_F(DlrmCliTest, LocalKeepsTheLogItNamesWhenTheClusterCannotStart) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("train.tsv");
+  gen.num_rows = 40;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  std::vector<std::string> tables(26, "100");
+  const std::string config = dir_.Sub("job.yaml");
+  std::ofstream(config) << "name: short\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8}\n"
+                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
+                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
+                           "{type: sgd, learning_rate: 0.01}}\n"
+                        << "training: {batch_size: 8, epochs: 1}\n"
+                        << "data: {train: train.tsv}\n";
+  // A listening socket on the coordinator's metrics port.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  const ProcessResult r = Dlrm({"local", "-c", config, "--insecure", "--no-progress", "--metrics",
+                                "--metrics-base-port", absl::StrCat(port)});
+  close(fd);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const size_t at = r.err.find("see /tmp/");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string log = r.err.substr(at + 4, r.err.find(':', at) - at - 4);
+  EXPECT_TRUE(std::filesystem::exists(log)) << log << "\n" << r.err;
+  const std::string folder = log.substr(0, log.find("/logs/"));
+  if (absl::StartsWith(folder, "/tmp/dlrm-local-")) std::filesystem::remove_all(folder);
+}
+
+// `dlrm local` writes --report and --metrics-out after the job: one naming the spec or its data
+// replaced it with the page or the metrics, and one that could not be written failed only after
+// the whole job. Each is refused before any process starts, and the spec is left as it was.
+TEST_F(DlrmCliTest, LocalRefusesOutputsThatWouldReplaceItsInputsBeforeStarting) {
+  worker::GenDataOptions gen;
+  gen.output = dir_.Sub("train.tsv");
+  gen.num_rows = 20;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  const std::string config = dir_.Sub("job.yaml");
+  std::vector<std::string> tables(26, "100");
+  const std::string spec_text =
+      absl::StrCat("name: out\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], ",
+                   "embedding_dim: 8}\ntables: {cardinalities: [", absl::StrJoin(tables, ", "),
+                   "]}\ntraining: {batch_size: 8, epochs: 1}\ndata: {train: train.tsv}\n");
+  std::ofstream(config) << spec_text;
+  const std::string data_dir = dir_.Sub("cluster");
+  auto local = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"local",  "-c",         config,         "--data-dir",
+                                     data_dir, "--insecure", "--no-progress"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return Dlrm(args);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--report", config}, "--report"},
+      {{"--report", dir_.Sub("train.tsv")}, "--report"},
+      {{"--metrics-out", config}, "--metrics-out"},
+      {{"--metrics-out", dir_.Sub("no/such/folder/m.json")}, "--metrics-out"},
+      {{"--report", dir_.Sub("r.json"), "--metrics-out", dir_.Sub("r.json")}, "are the same file"}};
+  for (const auto& [flags, message] : refused) {
+    const ProcessResult r = local(flags);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(flags, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << absl::StrJoin(flags, " ");
+    EXPECT_THAT(r.err, Not(HasSubstr("local cluster up")));
+    EXPECT_FALSE(std::filesystem::exists(data_dir)) << absl::StrJoin(flags, " ");
+  }
+  EXPECT_EQ(dlrm::testing::ReadFileOrEmpty(config), spec_text);
+}
+
+}  // namespace
+}  // namespace dlrm
