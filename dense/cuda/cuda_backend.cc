@@ -2,13 +2,13 @@
 // interaction_kernels.cu; this file holds the stream, cuBLAS and memory management.
 #include "dense/cuda/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "dense/cuda/cublas_loader.h"
 #include "dense/cuda/cuda_util.h"
 #include "dense/cuda/dense_kernels.h"
 
@@ -38,7 +38,7 @@ class CudaBackend final : public Backend {
     // Best effort: errors here cannot be reported and must not abort a shutdown.
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_ != nullptr) api_->destroy(cublas_);
     cudaFree(cublas_workspace_);
     cudaFree(scratch_);
     cudaFree(loss_device_);
@@ -50,13 +50,14 @@ class CudaBackend final : public Backend {
   absl::Status Init() {
     DLRM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     DLRM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    if (cublasStatus_t st = cublasCreate(&cublas_); st != CUBLAS_STATUS_SUCCESS) {
+    DLRM_ASSIGN_OR_RETURN(api_, Cublas());
+    if (cublasStatus_t st = api_->create(&cublas_); st != CUBLAS_STATUS_SUCCESS) {
       cublas_ = nullptr;
-      return absl::InternalError(absl::StrCat("cublasCreate: ", cublasGetStatusName(st)));
+      return absl::InternalError(absl::StrCat("cublasCreate: ", CublasStatusText(st)));
     }
     DLRM_CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
-    if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
+    if (api_->set_stream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
+        api_->set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
             CUBLAS_STATUS_SUCCESS) {
       return absl::InternalError("cublasSetStream/cublasSetWorkspace failed");
     }
@@ -136,7 +137,7 @@ class CudaBackend final : public Backend {
     Activate();
     const int lda = trans_a ? m : k;
     const int ldb = trans_b ? k : n;
-    DLRM_CUBLAS_CHECK(cublasGemmEx(
+    DLRM_CUBLAS_CHECK(api_->gemm_ex(
         cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
         &alpha, b, CUDA_R_32F, ldb > 0 ? ldb : 1, a, CUDA_R_32F, lda > 0 ? lda : 1, &beta, c,
         CUDA_R_32F, n, ComputeTypeFor(math_mode_), CUBLAS_GEMM_DEFAULT));
@@ -242,6 +243,7 @@ class CudaBackend final : public Backend {
   const int device_;
   const MathMode math_mode_;
   cudaStream_t stream_ = nullptr;
+  const CublasApi* api_ = nullptr;  // set by Init() before cublas_
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   float* scratch_ = nullptr;
