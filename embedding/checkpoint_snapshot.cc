@@ -79,7 +79,9 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
   options.block_cache_bytes = 8 << 20;  // one sequential scan: little is read twice
   options.disable_wal = true;
   // Opened when a row is first needed from it (a few hundred ms for 26 tables here): an
-  // incremental write whose changed rows are all resident never opens it.
+  // incremental write whose changed rows are all resident never opens it, nor any write of a
+  // snapshot without one (the tier held no row).
+  const bool has_db = !snapshot.rocksdb_dir.empty();
   std::unique_ptr<RocksDbTier> db;
   auto open_db = [&]() -> absl::Status {
     if (db != nullptr) return absl::OkStatus();
@@ -115,7 +117,9 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
       }
       return absl::OkStatus();
     };
-    if (only_ids == nullptr) {
+    if (only_ids == nullptr && !has_db) {
+      DLRM_RETURN_IF_ERROR(append_resident_below(std::numeric_limits<int64_t>::max()));
+    } else if (only_ids == nullptr) {
       DLRM_RETURN_IF_ERROR(open_db());
       DLRM_RETURN_IF_ERROR(db->ForEachRow(t, [&](absl::Span<const int64_t> ids, const float* rows) {
         DLRM_RETURN_IF_ERROR(keep_going());
@@ -151,8 +155,8 @@ absl::StatusOr<std::vector<CheckpointFileEntry>> WriteRowFiles(
             cold.push_back(chunk[j]);
           }
         }
-        found.clear();
-        if (!cold.empty()) {
+        found.assign(cold.size(), false);  // without a RocksDB copy: rows never written
+        if (!cold.empty() && has_db) {
           DLRM_RETURN_IF_ERROR(open_db());
           DLRM_RETURN_IF_ERROR(db->MultiGet(t, cold, rows.data(), &found));
         }

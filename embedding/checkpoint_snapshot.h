@@ -49,7 +49,9 @@ struct ResidentRowsCopy {
 // A TieredStore at one instant. A row is the copy in `resident` when it is there (the memory
 // tier's copy is authoritative), else the RocksDB checkpoint's.
 struct StoreSnapshot {
-  std::string rocksdb_dir;                 // a RocksDB checkpoint (RocksDbTier::CreateCheckpoint)
+  // A RocksDB checkpoint (RocksDbTier::CreateCheckpoint); empty: the RocksDB tier held no row, and
+  // `resident` is every row.
+  std::string rocksdb_dir;
   std::vector<ResidentRowsCopy> resident;  // per table; empty: every row is in the RocksDB copy
   // TieredStore::TakeSnapshot's own record of which store and which of its snapshots this copy
   // is (so that the next one may copy only what changed since); -1: none.

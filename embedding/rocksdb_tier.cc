@@ -326,6 +326,19 @@ absl::Status RocksDbTier::Flush() {
   return FromRocks(impl_->db->Flush(flush_options, impl_->handles), impl_->options.path, "flush");
 }
 
+absl::StatusOr<bool> RocksDbTier::HoldsRows() {
+  for (int t = 0; t < num_tables(); ++t) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->Cf(t)));
+    it->SeekToFirst();
+    if (it->Valid()) return true;
+    if (!it->status().ok()) {
+      return FromRocks(it->status(), impl_->options.path, absl::StrCat("seek in table ", t));
+    }
+  }
+  return false;
+}
+
 absl::Status RocksDbTier::CreateCheckpoint(const std::string& dir) {
   rocksdb::Checkpoint* raw = nullptr;
   rocksdb::Status s = rocksdb::Checkpoint::Create(impl_->db.get(), &raw);

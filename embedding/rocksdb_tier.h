@@ -67,6 +67,8 @@ class RocksDbTier : public StorageTier {
       int64_t chunk_rows = 65536);
   // Flushes memtables to files (so BytesUsed and checkpoints reflect recent writes cheaply).
   absl::Status Flush();
+  // Whether any table holds a row (memtables included): one seek per table.
+  absl::StatusOr<bool> HoldsRows();
 
   const std::string& path() const;
 

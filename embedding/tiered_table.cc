@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -640,9 +641,20 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
         absl::StrCat("checkpoint snapshot: cannot allocate a copy of the ", memory_bytes_.load(),
                      " bytes of resident rows"));
   }
-  // Rows evicted since the last flush may sit in the memtable: the checkpoint needs them on disk.
-  if (status.ok()) status = rocksdb_->Flush();
-  if (status.ok()) status = rocksdb_->CreateCheckpoint(dir);
+  absl::StatusOr<bool> spilled = status.ok() ? rocksdb_->HoldsRows() : status;
+  if (!spilled.ok()) {
+    status = spilled.status();
+  } else if (*spilled) {
+    // Rows evicted since the last flush may sit in the memtable: the checkpoint needs them on
+    // disk.
+    status = rocksdb_->Flush();
+    if (status.ok()) status = rocksdb_->CreateCheckpoint(dir);
+  } else {
+    snapshot->rocksdb_dir.clear();  // every row is in the resident copy
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) status = absl::UnavailableError(absl::StrCat("snapshot ", dir, ": ", ec.message()));
+  }
   if (status.ok() && changed != nullptr) {
     snapshot->taken_from = this;
     snapshot->generation = changes_taken_;

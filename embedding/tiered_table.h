@@ -145,6 +145,9 @@ class TieredStore {
   // left in *snapshot are reused when large enough: their pages are already mapped. When that
   // snapshot was this store's latest with `changed` (no other call took the changes since), only
   // the rows changed since, and the slots that now hold another row, are copied again.
+  // While the RocksDB tier holds no row (nothing was ever evicted: the budget holds the shard),
+  // `dir` is made empty and snapshot->rocksdb_dir left empty: the resident copy is every row, and
+  // neither the checkpoint nor the write opens a database (a few hundred ms for 26 tables).
   absl::Status TakeSnapshot(const std::string& dir, StoreSnapshot* snapshot,
                             std::vector<std::vector<int64_t>>* changed = nullptr);
   // Readies a fresh *snapshot for its first TakeSnapshot ahead of time: for each table, memory

@@ -265,6 +265,7 @@ TEST(TieredStoreTest, FilesFromASnapshotHoldEveryRowAsItWasAtTheCut) {
       for (int64_t id : r.ids) resident += id >= 0;
     }
     EXPECT_EQ(resident, store->stats().memory_rows);
+    EXPECT_FALSE(snapshot.rocksdb_dir.empty()) << "rows were evicted: RocksDB holds some";
     train(10);  // after the cut: not in the files
 
     for (bool incremental : {false, true}) {
@@ -287,6 +288,45 @@ TEST(TieredStoreTest, FilesFromASnapshotHoldEveryRowAsItWasAtTheCut) {
           }
         }
       }
+    }
+  }
+}
+
+// While nothing was ever evicted the RocksDB tier holds no row: the snapshot has no RocksDB copy
+// (its folder is made, empty), and the files written from it, full and incremental, hold every
+// row from the resident copy.
+TEST(TieredStoreTest, AStoreThatNeverSpilledSnapshotsWithoutRocksDb) {
+  ScopedTempDir dir;
+  auto store = *TieredStore::Create(Options(dir.Sub("db"), 1 << 20));
+  StoreSnapshot snapshot;
+  std::vector<std::vector<int64_t>> changed;
+  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s0"), &snapshot, &changed).ok());  // tracking starts
+  for (int t = 0; t < 2; ++t) {
+    std::vector<int64_t> ids = {3, 1, 40};
+    std::vector<float> grads(ids.size() * kDim, 0.5f + t);
+    ASSERT_TRUE(store->ApplyGradients(t, ids, grads.data()).ok());
+  }
+  ASSERT_EQ(store->stats().rocksdb_writes, 0);
+  ASSERT_TRUE(store->TakeSnapshot(dir.Sub("s1"), &snapshot, &changed).ok());
+  EXPECT_TRUE(snapshot.rocksdb_dir.empty());
+  EXPECT_TRUE(std::filesystem::is_directory(dir.Sub("s1")));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.Sub("s1")));
+  for (bool incremental : {false, true}) {
+    const std::string out = dir.Sub(incremental ? "inc" : "full");
+    std::filesystem::create_directories(out);
+    auto files = WriteRowFilesFromSnapshot(snapshot, {store->codec(0), store->codec(1)}, out, 0,
+                                           incremental ? &changed : nullptr);
+    ASSERT_TRUE(files.ok()) << files.status();
+    for (int t = 0; t < 2; ++t) {
+      const auto got = ReadRows(out + "/" + (*files)[t].name, t, store->row_floats(t));
+      std::vector<int64_t> ids;
+      for (const auto& [id, row] : got) {
+        ids.push_back(id);
+        std::vector<float> want(store->row_floats(t));
+        ASSERT_TRUE(store->ReadRows(t, {id}, want.data()).ok());
+        EXPECT_EQ(row, want) << "table " << t << ", id " << id;
+      }
+      EXPECT_EQ(ids, (std::vector<int64_t>{1, 3, 40})) << "table " << t;
     }
   }
 }
