@@ -230,6 +230,9 @@ class ClusterCheckpointer {
   int64_t parent_step_ = -1;
   int since_full_ = 0;
   std::chrono::steady_clock::time_point last_cut_time_ = std::chrono::steady_clock::now();
+  // Rank 0: how long Prepare waited for the previous write (one in flight at a time), logged
+  // with the checkpoint it prepared.
+  double previous_write_wait_seconds_ = 0;
   std::thread writer_;
   absl::Status write_status_;  // of the last write joined
 };

@@ -160,7 +160,10 @@ absl::StatusOr<CheckpointFileEntry> ClusterCheckpointer::WritePowerSgdPart(
 absl::Status ClusterCheckpointer::Prepare(const TrainPosition& position) {
   prepared_dir_.clear();
   if (options_.rank != 0) return absl::OkStatus();
+  const auto wait_start = std::chrono::steady_clock::now();
   DLRM_RETURN_IF_ERROR(Finish());  // one write in flight at a time
+  previous_write_wait_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   const common::JobSpec& spec = options_.spec;
   const std::string name = embedding::CheckpointDirName(position.step);
   if (position.step == options_.base_step &&
@@ -218,67 +221,69 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   // write only the rows changed since its snapshot. The first one of a run is full.
   const int full_every = spec.checkpoint.full_every;
   const bool incremental = !parent_name_.empty() && full_every > 1 && since_full_ < full_every;
-  writer_ =
-      std::thread([this, m = std::move(m), dir, dense = std::move(dense), hot_files, cut_seconds,
-                   start, incremental, powersgd_state = std::move(powersgd_state)]() mutable {
-        write_status_ = [&]() -> absl::Status {
-          DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDenseBytes(dir, dense));
-          std::vector<CheckpointFileEntry> powersgd_files;
-          if (!powersgd_state.empty()) {
-            DLRM_ASSIGN_OR_RETURN(powersgd_files.emplace_back(),
-                                  WritePowerSgdPart(dir, powersgd_state));
-            for (int r = 1; r < options_.world_size; ++r) {
-              DLRM_ASSIGN_OR_RETURN(std::string value, options_.kv_get(PowerSgdKey(m.name, r)));
-              CheckpointFileEntry& e = powersgd_files.emplace_back(CheckpointFileEntry{
-                  .name = absl::StrCat("powersgd-r", r, ".bin"), .kind = "powersgd", .part = r});
-              if (std::sscanf(value.c_str(), "ok %" SCNd64 " %" SCNu32, &e.bytes, &e.crc32c) != 2) {
-                return absl::UnavailableError(
-                    absl::StrCat("rank ", r, "'s PowerSGD state for ", m.name, ": ", value));
-              }
-            }
-            // Read: the keys go, so that a long job does not fill the coordinator's store.
-            if (options_.kv_delete_prefix) options_.kv_delete_prefix(PowerSgdKeyPrefix(m.name));
+  const double waited_for_previous = previous_write_wait_seconds_;
+  writer_ = std::thread([this, m = std::move(m), dir, dense = std::move(dense), hot_files,
+                         cut_seconds, waited_for_previous, start, incremental,
+                         powersgd_state = std::move(powersgd_state)]() mutable {
+    write_status_ = [&]() -> absl::Status {
+      DLRM_ASSIGN_OR_RETURN(CheckpointFileEntry dense_entry, WriteDenseBytes(dir, dense));
+      std::vector<CheckpointFileEntry> powersgd_files;
+      if (!powersgd_state.empty()) {
+        DLRM_ASSIGN_OR_RETURN(powersgd_files.emplace_back(),
+                              WritePowerSgdPart(dir, powersgd_state));
+        for (int r = 1; r < options_.world_size; ++r) {
+          DLRM_ASSIGN_OR_RETURN(std::string value, options_.kv_get(PowerSgdKey(m.name, r)));
+          CheckpointFileEntry& e = powersgd_files.emplace_back(CheckpointFileEntry{
+              .name = absl::StrCat("powersgd-r", r, ".bin"), .kind = "powersgd", .part = r});
+          if (std::sscanf(value.c_str(), "ok %" SCNd64 " %" SCNu32, &e.bytes, &e.crc32c) != 2) {
+            return absl::UnavailableError(
+                absl::StrCat("rank ", r, "'s PowerSGD state for ", m.name, ": ", value));
           }
-          int incremental_shards = 0;
-          DLRM_ASSIGN_OR_RETURN(
-              std::vector<CheckpointFileEntry> ps_files,
-              options_.ps->CheckpointAll(m.step, /*write=*/true, dir,
-                                         incremental ? parent_step_ : -1, &incremental_shards));
-          // A server that could not tell its changed rows wrote them all, which is right on top
-          // of the parent too; only when every server wrote all is the checkpoint a full one.
-          m.incremental = incremental_shards > 0;
-          if (m.incremental) m.parent = parent_name_;
-          m.files.push_back(dense_entry);
-          m.files.insert(m.files.end(), powersgd_files.begin(), powersgd_files.end());
-          m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
-          m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
-          DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
-          DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
-          parent_name_ = m.name;
-          parent_step_ = m.step;
-          since_full_ = m.incremental ? since_full_ + 1 : 1;
-          DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
-                                                         options_.spec.checkpoint.keep_last)
-                                   .status());
-          const double total =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (write_seconds_ != nullptr) {
-            write_seconds_->Observe(total);
-            bytes_->Set(static_cast<double>(m.total_bytes()));
-            last_committed_step_->Set(static_cast<double>(m.step));
-            committed_->Increment();
-          }
-          DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", "
-                         << (m.incremental ? "incremental on " + m.parent : "full") << ", "
-                         << m.total_bytes() << " bytes; training waited " << cut_seconds
-                         << " s for the cut, the write took " << total << " s";
-          return absl::OkStatus();
-        }();
-        if (!write_status_.ok()) {
-          if (failed_ != nullptr) failed_->Increment();
-          DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
         }
-      });
+        // Read: the keys go, so that a long job does not fill the coordinator's store.
+        if (options_.kv_delete_prefix) options_.kv_delete_prefix(PowerSgdKeyPrefix(m.name));
+      }
+      int incremental_shards = 0;
+      DLRM_ASSIGN_OR_RETURN(
+          std::vector<CheckpointFileEntry> ps_files,
+          options_.ps->CheckpointAll(m.step, /*write=*/true, dir, incremental ? parent_step_ : -1,
+                                     &incremental_shards));
+      // A server that could not tell its changed rows wrote them all, which is right on top
+      // of the parent too; only when every server wrote all is the checkpoint a full one.
+      m.incremental = incremental_shards > 0;
+      if (m.incremental) m.parent = parent_name_;
+      m.files.push_back(dense_entry);
+      m.files.insert(m.files.end(), powersgd_files.begin(), powersgd_files.end());
+      m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
+      m.files.insert(m.files.end(), hot_files.begin(), hot_files.end());
+      DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
+      DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
+      parent_name_ = m.name;
+      parent_step_ = m.step;
+      since_full_ = m.incremental ? since_full_ + 1 : 1;
+      DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
+                                                     options_.spec.checkpoint.keep_last)
+                               .status());
+      const double total =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (write_seconds_ != nullptr) {
+        write_seconds_->Observe(total);
+        bytes_->Set(static_cast<double>(m.total_bytes()));
+        last_committed_step_->Set(static_cast<double>(m.step));
+        committed_->Increment();
+      }
+      DLRM_LOG(INFO) << "checkpoint " << dir << ": step " << m.step << ", "
+                     << (m.incremental ? "incremental on " + m.parent : "full") << ", "
+                     << m.total_bytes() << " bytes; training waited " << waited_for_previous
+                     << " s for the previous write and " << cut_seconds
+                     << " s for the cut, the write took " << total << " s";
+      return absl::OkStatus();
+    }();
+    if (!write_status_.ok()) {
+      if (failed_ != nullptr) failed_->Increment();
+      DLRM_LOG(ERROR) << "checkpoint " << dir << " failed: " << write_status_.message();
+    }
+  });
   return absl::OkStatus();
 }
 
