@@ -269,7 +269,14 @@ absl::Status WorkerProcess::JobRun::Finish() {
     // Every rank has pushed its last step (the barrier) and the job is over: free its shards
     // for the next job.
     absl::Status unloaded = store_->UnloadJobOnAll();
-    if (!unloaded.ok()) DLRM_LOG(WARNING) << "unloading job " << job_id_ << ": " << unloaded;
+    if (!unloaded.ok() && store_->cancelled()) {
+      // Stopped first (`dlrm local` stops its cluster once the job has ended): nothing is lost,
+      // the servers drop the job's rows when they stop or load the next job.
+      DLRM_LOG(INFO) << "job " << job_id_ << ": its shards were not unloaded: the worker was "
+                     << "stopped first";
+    } else if (!unloaded.ok()) {
+      DLRM_LOG(WARNING) << "unloading job " << job_id_ << ": " << unloaded;
+    }
   }
   return absl::OkStatus();
 }
