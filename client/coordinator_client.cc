@@ -407,6 +407,8 @@ bool MustRegisterAgain(const absl::Status& status) {
          (absl::IsPermissionDenied(status) && absl::StrContains(status.message(), "member key"));
 }
 
+bool ReplacedByNewerProcess(const absl::Status& status) { return absl::IsAlreadyExists(status); }
+
 absl::Duration HeartbeatInterval(const dlrm::v1::RegisterResponse& response) {
   const int64_t ms = response.heartbeat_interval_ms() > 0
                          ? response.heartbeat_interval_ms()

@@ -147,5 +147,8 @@ absl::Status RegisterWithRetry(absl::Mutex& mu, const bool* stopping, absl::Dura
 // A Heartbeat answer that means the member must register again: the coordinator no longer knows
 // it (lease expired, restarted without its data) or no longer accepts its key.
 bool MustRegisterAgain(const absl::Status& status);
+// A Heartbeat answer that means a newer process registered with this member's name (the member
+// restarted elsewhere, or a second process was started under the same name): this one must stop.
+bool ReplacedByNewerProcess(const absl::Status& status);
 
 }  // namespace dlrm::client

@@ -264,7 +264,10 @@ void AddPs(CLI::App& app, std::function<int()>* run) {
       ->check(MetricsPort());
   cmd->add_option("--metrics-listen", flags.metrics_listen,
                   "Address the metrics endpoint binds (default: the host of --listen)");
-  cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
+  cmd->add_option(
+      "--name", flags.options.name,
+      "The member's identity (e.g. its pod's name), shown by dlrmctl members: a process that "
+      "registers under the name of a live member replaces it, and the older one stops");
   cmd->add_option("--checkpoint-root", flags.options.server.checkpoint_root,
                   "Write checkpoint row files only under this folder (default: any path)")
       ->check(NonEmptyPath());
@@ -353,7 +356,10 @@ void AddWorker(CLI::App& app, std::function<int()>* run) {
       ->capture_default_str();
   cmd->add_option("--threads", flags.options.threads, "CPU threads (0 = all cores)")
       ->check(ThreadCount());
-  cmd->add_option("--name", flags.options.name, "A label shown by dlrmctl members");
+  cmd->add_option(
+      "--name", flags.options.name,
+      "The member's identity (e.g. its pod's name), shown by dlrmctl members: a process that "
+      "registers under the name of a live member replaces it, and the older one stops");
   cmd->add_flag("--no-pipeline", flags.no_pipeline,
                 "Run the plain Trainer::Step loop instead of the pipelined trainer");
   cmd->add_flag("--no-hot-rows", flags.no_hot_rows,

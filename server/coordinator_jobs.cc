@@ -403,24 +403,11 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
       recovering ? job->recovery_history(job->recovery_history_size() - 1).started_ms() : -1;
   // Nor members loaded from the store that have not heartbeated since: one that died while the
   // coordinator was down still holds the lease the restart gave it.
-  // Nor a member that a process of the same role and name has replaced: the replacement
-  // registered after the member's last heartbeat, so the member is dead even though its lease
-  // has not run out (`dlrm local` and Kubernetes restart a process under its name). Picked for a
-  // new job, it would hold the job until its lease ends and then cost it a recovery.
-  absl::flat_hash_map<std::pair<int, std::string>, int64_t> newest_registration;
-  for (const auto& [id, e] : members_) {
-    if (e.info.name().empty() || e.info.state() != dlrm::v1::MEMBER_STATE_ALIVE) continue;
-    int64_t& newest = newest_registration[{static_cast<int>(e.info.role()), e.info.name()}];
-    newest = std::max(newest, e.info.registered_ms());
-  }
-  auto replaced = [&](const Member& m) {
-    if (m.name().empty()) return false;
-    const auto it = newest_registration.find({static_cast<int>(m.role()), m.name()});
-    return it != newest_registration.end() && it->second > m.last_heartbeat_ms();
-  };
+  // (A member that a process of the same role and name replaced is no longer alive: Register
+  // drops it.)
   auto usable = [&](const Member& m) {
     return m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.last_heartbeat_ms() > alive_since_ms &&
-           !unheard_since_restore_.contains(m.member_id()) && !replaced(m);
+           !unheard_since_restore_.contains(m.member_id());
   };
   std::vector<MemberEntry*> idle;
   for (auto& [id, e] : members_) {

@@ -258,6 +258,11 @@ absl::StatusOr<CoordinatorState::MemberEntry*> CoordinatorState::FindLiveMember(
         absl::StrCat("member '", member_id, "' is not registered; register again"));
   }
   const Member& m = it->second.info;
+  if (m.state() != dlrm::v1::MEMBER_STATE_ALIVE && !m.replaced_by().empty()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "member '", member_id, "' (name ", m.name(), ") was replaced by ", m.replaced_by(),
+        ", which registered with the same name: this process is taken for dead and must stop"));
+  }
   if (m.state() != dlrm::v1::MEMBER_STATE_ALIVE) {
     const bool named = !m.name().empty() && m.name() != member_id;
     return absl::FailedPreconditionError(absl::StrCat(
@@ -284,6 +289,21 @@ absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorState::Register(
     const int64_t seq = next_member_seq_++;
     Member info;
     info.set_member_id(absl::StrCat(request.role() == dlrm::v1::ROLE_PS ? "ps-" : "worker-", seq));
+    // A live member of this name and role is an earlier process of the same member (restarted in
+    // place: a pod, a child of `dlrm local`): it is dead, and its jobs recover now rather than
+    // when its lease runs out.
+    if (!request.name().empty()) {
+      for (auto& [id, old] : members_) {
+        if (old.info.state() == dlrm::v1::MEMBER_STATE_ALIVE && old.info.role() == request.role() &&
+            old.info.name() == request.name()) {
+          old.info.set_replaced_by(info.member_id());
+          DropMember(&old, dlrm::v1::MEMBER_STATE_EXPIRED,
+                     absl::StrCat("was replaced by ", info.member_id(),
+                                  ", a new process registered with its name"),
+                     now, &changes);
+        }
+      }
+    }
     info.set_role(request.role());
     info.set_address(request.address());
     info.set_metrics_address(request.metrics_address());

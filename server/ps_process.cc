@@ -103,6 +103,12 @@ absl::Status PsProcess::Run() {
     if (response.ok() && response->has_ps()) SyncJobs(response->ps(), response->epoch());
     absl::MutexLock lock(&mu_);
     if (stopping_) break;
+    if (!response.ok() && client::ReplacedByNewerProcess(response.status())) {
+      DLRM_LOG(ERROR) << "parameter server stops: " << response.status().message();
+      replaced_ = response.status();
+      stopping_ = true;
+      break;
+    }
     if (!response.ok()) {
       if (client::MustRegisterAgain(response.status())) {
         DLRM_LOG(WARNING) << "parameter server lease lost (" << response.status().message()
@@ -116,10 +122,17 @@ absl::Status PsProcess::Run() {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
   }
   std::string member_id, member_key;
+  absl::Status replaced;
   {
     absl::MutexLock lock(&mu_);
     member_id = member_id_;
     member_key = member_key_;
+    replaced = replaced_;
+  }
+  if (!replaced.ok()) {
+    // No longer a member: nothing to leave. The workers' calls fail over to the new process.
+    server_->Shutdown();
+    return replaced;
   }
   if (!member_id.empty()) {
     absl::Status left = client_->Leave(member_id, member_key);

@@ -73,6 +73,8 @@ class PsProcess {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Why Run stops on its own: a newer process registered with this parameter server's name.
+  absl::Status replaced_ ABSL_GUARDED_BY(mu_);
   std::string member_id_ ABSL_GUARDED_BY(mu_);
   std::string member_key_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);

@@ -90,6 +90,13 @@ void WorkerProcess::HeartbeatLoop() {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
+      if (!response.ok() && client::ReplacedByNewerProcess(response.status())) {
+        DLRM_LOG(ERROR) << "worker stops: " << response.status().message();
+        replaced_ = response.status();
+        stopping_ = true;
+        if (cancel_hook_) cancel_hook_();
+        return;
+      }
       if (!response.ok()) {
         if (client::MustRegisterAgain(response.status())) {
           DLRM_LOG(WARNING) << "worker lease lost (" << response.status().message()
@@ -171,6 +178,10 @@ absl::Status WorkerProcess::Run() {
     member_key = member_key_;
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!replaced_.ok()) return replaced_;  // no longer a member: nothing to leave
+  }
   absl::Status left = client_->Leave(member_id, member_key);
   if (!left.ok()) DLRM_LOG(WARNING) << "leave: " << left.message();
   DLRM_LOG(INFO) << "worker " << member_id << " stopped";

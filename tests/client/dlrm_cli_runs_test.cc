@@ -11,9 +11,11 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -171,6 +173,55 @@ TEST_F(DlrmCliTest, APsStoppedBeforeItRegisteredSaysSo) {
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(5));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("stopped before it registered with " + coordinator));
+}
+
+// A parameter server restarted under its name (a pod, a child of `dlrm local`) registers while
+// the old process may still hold its lease: the coordinator takes the old one for dead at once.
+// Were the old one still running (two processes started under one name), it is told so at its
+// next heartbeat and stops with an error naming its replacement, instead of both serving.
+TEST_F(DlrmCliTest, AParameterServerRegisteredAgainUnderItsNameStopsTheOlderOne) {
+  const std::string port_file = dir_.Sub("coordinator.port");
+  dlrm::testing::Process coordinator(
+      {BinPath("dlrm"), "coordinator", "--data-dir", dir_.Sub("c"), "--listen", "127.0.0.1:0",
+       "--insecure", "--port-file", port_file, "--lease-ttl", "2s"},
+      dir_.path(), "coordinator");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  std::string port;
+  while (port.empty() && coordinator.Running() && absl::Now() < give_up) {
+    port = std::string(absl::StripAsciiWhitespace(dlrm::testing::ReadFileOrEmpty(port_file)));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(port.empty()) << coordinator.Stderr();
+  auto start_ps = [&](const std::string& folder) {
+    return std::make_unique<dlrm::testing::Process>(
+        std::vector<std::string>{BinPath("dlrm"), "ps", "--data-dir", dir_.Sub(folder), "--listen",
+                                 "127.0.0.1:0", "--insecure", "--coordinator", "127.0.0.1:" + port,
+                                 "--name", "ps-0"},
+        dir_.path(), folder);
+  };
+  auto registered = [&](dlrm::testing::Process& p) {
+    while (!absl::StrContains(p.Stderr(), " registered as ") && p.Running() &&
+           absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return absl::StrContains(p.Stderr(), " registered as ");
+  };
+  auto first = start_ps("ps-a");
+  ASSERT_TRUE(registered(*first)) << first->Stderr();
+  auto second = start_ps("ps-b");
+  ASSERT_TRUE(registered(*second)) << second->Stderr();
+  // Heartbeats come every eighth of the 2 s lease: the old one hears within a second or so.
+  const ProcessResult r = first->Wait(absl::Seconds(10));
+  EXPECT_FALSE(r.timed_out) << "the older process still runs";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("was replaced by "));
+  EXPECT_THAT(r.err, HasSubstr("which registered with the same name"));
+  EXPECT_THAT(coordinator.Stderr(), HasSubstr("was replaced by "));
+  EXPECT_TRUE(second->Running()) << second->Stderr();
+  second->Signal(SIGTERM);
+  EXPECT_EQ(second->Wait(absl::Seconds(30)).exit_code, 0);
+  coordinator.Signal(SIGTERM);
+  EXPECT_EQ(coordinator.Wait(absl::Seconds(30)).exit_code, 0);
 }
 
 // `dlrm local` whose coordinator cannot start (here: its metrics port is taken) says "see

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -299,9 +300,10 @@ TEST_F(CoordinatorStateTest, PeerReportRecoversWithoutPickingTheSilentMember) {
 }
 
 // A process killed and restarted under its name registers again before the dead one's lease
-// runs out. A new job must not be given the dead one: it would wait for that lease (14 s) and
-// then go RECOVERING, spending one of its max_recoveries (found by tests/soak/chaos_soak.sh).
-TEST_F(CoordinatorStateTest, NewJobSkipsMembersReplacedUnderTheirName) {
+// runs out. Names are identities: the dead one is dropped at once (a new job is not given it, a
+// running job recovers now rather than when its lease ends), it is told to stop should it
+// heartbeat again, and a replacement PS takes the freed shard.
+TEST_F(CoordinatorStateTest, AMemberRegisteredAgainUnderItsNameReplacesTheOldProcessAtOnce) {
   auto register_named = [&](dlrm::v1::Role role, const std::string& address,
                             const std::string& name) {
     dlrm::v1::RegisterRequest r;
@@ -316,31 +318,39 @@ TEST_F(CoordinatorStateTest, NewJobSkipsMembersReplacedUnderTheirName) {
   const std::string ps1 = register_named(dlrm::v1::ROLE_PS, "h:2", "ps-1");
   const std::string w0 = register_named(dlrm::v1::ROLE_WORKER, "", "worker-0");
   const std::string w1 = register_named(dlrm::v1::ROLE_WORKER, "", "worker-1");
-  // worker-1 and ps-0 are killed; their replacements register under the same names while the
-  // dead ones still hold their leases. The survivors keep heartbeating.
-  now_ += absl::Seconds(2);
-  ASSERT_TRUE(state_->Heartbeat(ps1, now_).ok());
-  ASSERT_TRUE(state_->Heartbeat(w0, now_).ok());
+  // worker-1 is killed; its replacement registers under the same name while the dead one still
+  // holds its lease.
   now_ += absl::Seconds(1);
   const std::string w1b = register_named(dlrm::v1::ROLE_WORKER, "", "worker-1");
-  const std::string ps0b = register_named(dlrm::v1::ROLE_PS, "h:3", "ps-0");
-  ASSERT_EQ(state_->ExpireLeases(now_), 0) << "the dead ones' leases have not run out";
+  const dlrm::v1::Member* old = nullptr;
+  const dlrm::v1::GetClusterViewResponse view = state_->ClusterView();
+  for (const dlrm::v1::Member& m : view.members()) {
+    if (m.member_id() == w1) old = &m;
+  }
+  ASSERT_NE(old, nullptr);
+  EXPECT_EQ(old->state(), dlrm::v1::MEMBER_STATE_EXPIRED);
+  EXPECT_EQ(old->replaced_by(), w1b);
+  const absl::Status fenced = state_->Heartbeat(w1, now_).status();
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kAlreadyExists) << fenced;
+  EXPECT_TRUE(absl::StrContains(fenced.message(), w1b)) << fenced;
 
   dlrm::v1::Job job = Submit(*state_, 2, 2);
   dlrm::v1::Job running = *state_->GetJob(job.job_id());
   ASSERT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING);
   EXPECT_THAT(running.worker_ids(), ::testing::ElementsAre(w0, w1b));
-  EXPECT_THAT(running.ps_member_ids(), ::testing::ElementsAre(ps1, ps0b));
+  EXPECT_THAT(running.ps_member_ids(), ::testing::ElementsAre(ps0, ps1));
 
-  // Two live processes that share a name (both heartbeat) are both usable.
+  // ps-0 is killed while the job runs and comes back under its name: the job recovers now, and
+  // the new process serves shard 0.
   now_ += absl::Seconds(1);
-  const std::string w2 = register_named(dlrm::v1::ROLE_WORKER, "", "worker-2");
-  now_ += absl::Seconds(1);
-  const std::string w2b = register_named(dlrm::v1::ROLE_WORKER, "", "worker-2");
-  now_ += absl::Milliseconds(1);
-  ASSERT_TRUE(state_->Heartbeat(w2, now_).ok());
-  dlrm::v1::Job second = Submit(*state_, 2, 1);
-  EXPECT_THAT(state_->GetJob(second.job_id())->worker_ids(), ::testing::ElementsAre(w2, w2b));
+  const std::string ps0b = register_named(dlrm::v1::ROLE_PS, "h:3", "ps-0");
+  running = *state_->GetJob(job.job_id());
+  EXPECT_EQ(running.state(), dlrm::v1::JOB_STATE_RECOVERING);
+  ASSERT_EQ(running.recovery_history_size(), 1);
+  EXPECT_TRUE(absl::StrContains(running.recovery_history(0).reason(), "replaced by " + ps0b))
+      << running.recovery_history(0).reason();
+  EXPECT_EQ(state_->ClusterView().shard_map(0), "h:3");
+  EXPECT_EQ(state_->ExpireLeases(now_), 0) << "nothing was left to expire";
 }
 
 TEST_F(CoordinatorStateTest, LossAfterMaxRecoveriesFailsWithTheHistory) {
