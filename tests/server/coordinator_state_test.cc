@@ -113,6 +113,27 @@ TEST_F(CoordinatorStateTest, PsTakesLowestFreeShardAndKeepsIt) {
   EXPECT_EQ(state_->Heartbeat(b, now_)->ps().shard_count(), 2);
 }
 
+// A replacement under another name (no name: a Deployment's random pod) that registers while the
+// dead server holds its lease takes a higher slot; once the lease ends its slot is a hole, which a
+// job on every live server (ps 0) does not wait behind.
+TEST_F(CoordinatorStateTest, AJobStartsOnTheLiveServersAroundAHoleInTheShardMap) {
+  const std::string a = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  const std::string b = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:2");
+  const std::string c = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:3");  // a dies; c replaces it
+  const std::string w = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  now_ += kTtl / 2;
+  ASSERT_TRUE(state_->Heartbeat(b, now_).ok());
+  ASSERT_TRUE(state_->Heartbeat(c, now_).ok());
+  ASSERT_TRUE(state_->Heartbeat(w, now_).ok());
+  now_ += kTtl / 2 + absl::Seconds(1);
+  ASSERT_EQ(state_->ExpireLeases(now_), 1);
+  EXPECT_THAT(state_->ClusterView().shard_map(), ::testing::ElementsAre("", "h:2", "h:3"));
+  const dlrm::v1::Job job = Submit(*state_, 1, 0);
+  const dlrm::v1::Job running = *state_->GetJob(job.job_id());
+  EXPECT_EQ(running.state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(running.ps_member_ids(), ::testing::ElementsAre(b, c));
+}
+
 TEST_F(CoordinatorStateTest, JobRunsToSuccessAndAssignsRanks) {
   dlrm::v1::Job job = Submit(*state_, 2, 1);
   EXPECT_EQ(job.state(), dlrm::v1::JOB_STATE_PENDING);
