@@ -56,21 +56,20 @@ class RecoveryTest : public LocalClusterTest {
   // <dir>/<name>-ckpt, every 20 steps unless `when` says otherwise.
   static std::string Spec(const std::string& name,
                           const std::string& when = "every_steps: 20, keep_last: 2",
-                          const std::string& training = "") {
-    return WriteSpec(
-        {.name = name,
-         .training = absl::StrCat(
-             "batch_size: 512, epochs: 2, seed: 11, staleness: 0, hot_budget: 0", training),
-         .checkpoint = absl::StrCat("dir: ", Dir(), "/", name, "-ckpt, ", when)});
+                          const std::string& training = "", int epochs = 2) {
+    return WriteSpec({.name = name,
+                      .training = absl::StrCat("batch_size: 512, epochs: ", epochs,
+                                               ", seed: 11, staleness: 0, hot_budget: 0", training),
+                      .checkpoint = absl::StrCat("dir: ", Dir(), "/", name, "-ckpt, ", when)});
   }
 
   static std::vector<std::string> LocalArgs(
       const std::string& name, const std::string& when = "every_steps: 20, keep_last: 2",
-      const std::string& training = "") {
+      const std::string& training = "", int epochs = 2) {
     return {BinPath("dlrm"),
             "local",
             "-c",
-            Spec(name, when, training),
+            Spec(name, when, training, epochs),
             "--ps",
             "2",
             "--workers",
@@ -276,7 +275,11 @@ TEST_F(RecoveryTest, TenSecondStallOfAParameterServerNeedsNoRecovery) {
 // `dlrmctl checkpoint JOB --wait` on a job that takes no periodic checkpoints: one is committed
 // mid-run and its path printed; the job's final checkpoint comes after it.
 TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
-  Process local(LocalArgs("on-request", "keep_last: 5"), Dir(), "on-request");
+  // 8 epochs (904 steps, several seconds): the request, which reaches rank 0 with a heartbeat
+  // answer, comes well before the end.
+  constexpr int kEpochs = 8;
+  constexpr int kSteps = 113 * kEpochs;
+  Process local(LocalArgs("on-request", "keep_last: 5", "", kEpochs), Dir(), "on-request");
   const std::string port_file = Dir() + "/on-request-cluster/coordinator.port";
   int port = 0;
   for (int i = 0; i < 600 && !absl::SimpleAtoi(ReadFileOrEmpty(port_file), &port); ++i) {
@@ -300,13 +303,13 @@ TEST_F(RecoveryTest, CheckpointOnRequestIsCommittedMidRun) {
   auto taken = embedding::ReadManifest(path);
   ASSERT_TRUE(taken.ok()) << taken.status() << " (dlrmctl printed '" << path << "')";
   EXPECT_GT(taken->step, 0);
-  EXPECT_LT(taken->step, 226) << "taken at the end, not on request";
+  EXPECT_LT(taken->step, kSteps) << "taken at the end, not on request";
   ProcessResult result = local.Wait(absl::Seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.err;
   auto all = embedding::ListCheckpoints(Dir() + "/on-request-ckpt");
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u) << "the requested one and the final one";
-  EXPECT_EQ(all->back().step, 226);
+  EXPECT_EQ(all->back().step, kSteps);
 
   // Asking a job that is over is refused, naming its state.
   ProcessResult late = RunProcess(
