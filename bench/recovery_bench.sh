@@ -9,8 +9,10 @@
 #   restart_s   RECOVERING -> RUNNING again (replacement registered, survivors heard from)
 #   load_s      RUNNING again -> rank 0 has rolled back (rows and dense state loaded)
 #   total_s     kill -> rolled back
-#   steps_lost  steps trained after the checkpoint the job rolled back to (from the latest
-#               progress report before the loss, so a lower bound)
+#   steps_lost  steps trained after the checkpoint the job rolled back to: rank 0's step when
+#               its run ended ("run ended at step N" in its log) minus the step it resumed at
+#   step_at_loss  the coordinator's latest progress report before the loss (reports lag: a
+#               fast job may be well past it)
 # and the run's AUC against an undisturbed run of the same job in the same invocation, whose
 # checkpoints give the training stall per checkpoint (the cut) against the write it does not wait
 # for (stall_over_write; small tables here: 26 tables capped at 1000 rows).
@@ -78,23 +80,28 @@ started, resumed = int(rec["started_ms"]), int(rec["resumed_ms"])
 # clock is local time of day in milliseconds.
 day = datetime.datetime.fromtimestamp(kill_ms / 1000).replace(hour=0, minute=0, second=0,
                                                             microsecond=0)
-loaded_ms, resumed_step = None, None
+loaded_ms, resumed_step, ended_step = None, None, None
 for name in ("worker-0", "worker-1"):
     for line in open(f"{work}/killed-cluster/logs/{name}.log"):
+        m = re.search(r"rank 0: run ended at step (\d+)", line)
+        if m and ended_step is None:
+            ended_step = int(m.group(1))  # the run the loss ended
         m = re.match(r"I (\d+):(\d+):(\d+)\.(\d+) .*rank 0: resumed from .* at step (\d+)", line)
         if m:
             h, mi, s, ms, step = map(int, m.groups())
             t = day + datetime.timedelta(hours=h, minutes=mi, seconds=s, milliseconds=ms)
             loaded_ms, resumed_step = int(t.timestamp() * 1000), step
-# The undisturbed run's checkpoints: rank 0 logs how long training waited for each cut and how
-# long the parameter servers' background write took.
-cuts, writes = [], []
+# The undisturbed run's checkpoints: rank 0 logs how long training waited for the previous
+# write and for each cut, and how long the parameter servers' background write took.
+waits, cuts, writes = [], [], []
 for name in ("worker-0", "worker-1"):
     for line in open(f"{work}/undisturbed-cluster/logs/{name}.log"):
-        m = re.search(r"training waited ([0-9.e-]+) s for the cut, the write took ([0-9.e-]+) s", line)
+        m = re.search(r"training waited ([0-9.e-]+) s for the previous write and ([0-9.e-]+) s "
+                      r"for the cut, the write took ([0-9.e-]+) s", line)
         if m:
-            cuts.append(float(m.group(1)))
-            writes.append(float(m.group(2)))
+            waits.append(float(m.group(1)))
+            cuts.append(float(m.group(2)))
+            writes.append(float(m.group(3)))
 undisturbed = json.load(open(f"{work}/undisturbed.json"))
 killed = json.load(open(f"{work}/killed.json"))
 print(json.dumps({
@@ -106,10 +113,11 @@ print(json.dumps({
     "total_s": round((loaded_ms - kill_ms) / 1000, 2) if loaded_ms else None,
     "step_at_loss": int(rec.get("step_at_loss", 0)),
     "resumed_step": resumed_step,
-    "steps_lost": int(rec.get("step_at_loss", 0)) - resumed_step if resumed_step is not None else None,
+    "steps_lost": ended_step - resumed_step if None not in (ended_step, resumed_step) else None,
     "auc": killed["auc"],
     "auc_undisturbed": undisturbed["auc"],
     "checkpoints": len(cuts),
+    "previous_write_wait_s_mean": round(sum(waits) / len(waits), 3) if waits else None,
     "cut_s_mean": round(sum(cuts) / len(cuts), 3) if cuts else None,
     "write_s_mean": round(sum(writes) / len(writes), 3) if writes else None,
     "stall_over_write": round(sum(cuts) / sum(writes), 3) if writes and sum(writes) > 0 else None,

@@ -271,8 +271,8 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
                           PipelineStageName(static_cast<PipelineStage>(i)), s.busy_seconds,
                           s.stall_seconds);
   }
-  DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_
-                 << ": pipeline stages, busy/stalled seconds:" << stages;
+  DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_ << ": run ended at step "
+                 << base_.step + steps_ << "; pipeline stages, busy/stalled seconds:" << stages;
   return status;
 }
 
