@@ -17,6 +17,7 @@ run "$bin/pipeline_bench"
 run "$bin/hot_traffic_bench"
 run "$bin/checkpoint_bench"
 run "$(dirname "$0")/recovery_bench.sh" "$build"
+run "$(dirname "$0")/startup_time.sh" "$build"
 run "$(dirname "$0")/cluster_checkpoint.sh" "$build"
 run "$(dirname "$0")/local_vs_train.sh" "$build"
 run "$(dirname "$0")/row_memory.sh" "$build" 1000000 16
