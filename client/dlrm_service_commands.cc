@@ -212,7 +212,7 @@ int RunPs(PsFlags& flags) {
     }
   }
   auto budget = common::ParseByteSize(flags.memory_budget);
-  if (!budget.ok()) return Fail(budget.status());
+  if (!budget.ok()) return Fail(Annotate(budget.status(), "--memory-budget"));
   flags.options.server.memory_budget_bytes = *budget;
   auto security = client::ResolveTls(flags.tls, flags.options.server.listen_address, "dlrm ps");
   if (!security.ok()) return FailTls(security.status());
@@ -466,7 +466,7 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       flags.options.cluster.tls = !flags.insecure;
       if (!flags.options.cluster.memory_budget.empty()) {
         auto budget = common::ParseByteSize(flags.options.cluster.memory_budget);
-        if (!budget.ok()) return Fail(budget.status());
+        if (!budget.ok()) return Fail(Annotate(budget.status(), "--memory-budget"));
       }
       flags.options.cluster.log_level =
           common::MinLogSeverity() == common::LogSeverity::kDebug ? "debug" : "";

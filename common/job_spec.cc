@@ -167,6 +167,12 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
         absl::StrCat("unknown unit '", unit, "' in byte size '", text,
                      "' (B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB, EB)"));
   }
+  // "0.5" was read as 0 bytes (a --memory-budget of nothing): a fraction needs its unit.
+  if (mult == 1 && value != std::floor(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size '", text, "' is not a whole number of bytes; give its unit, e.g. '",
+                     text.substr(0, pos), "GiB'"));
+  }
   // Compared as a double, before the conversion: a value past int64 would be undefined.
   const double bytes = value * mult;
   if (!std::isfinite(bytes) || bytes > static_cast<double>(kMaxByteSize)) {

@@ -499,5 +499,16 @@ TEST(GenDataOptionsTest, ARowCountPastTheLimitAndAnInfiniteZipfAreRefused) {
   EXPECT_FALSE(std::filesystem::exists(options.output + ".tmp"));
 }
 
+// `--memory-budget 0.5` gave a parameter server a memory tier of 0 bytes (read as half a byte):
+// refused by dlrm ps and dlrm local, naming the flag and asking for a unit.
+TEST_F(DlrmCliTest, AMemoryBudgetOfAFractionOfAByteIsRefused) {
+  const std::vector<std::string> want = {
+      "--memory-budget: byte size '0.5' is not a whole number of bytes", "'0.5GiB'"};
+  ExpectRefused({"ps", "--data-dir", dir_.Sub("p"), "--listen", "127.0.0.1:0", "--insecure",
+                 "--coordinator", "127.0.0.1:1", "--memory-budget", "0.5"},
+                want);
+  ExpectRefused({"local", "--config", "job.yaml", "--memory-budget", "0.5"}, want);
+}
+
 }  // namespace
 }  // namespace dlrm

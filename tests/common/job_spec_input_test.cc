@@ -157,6 +157,20 @@ TEST(JobSpecIntegers, OnlyDecimalDigitsReadAndEachTypeKeepsItsRange) {
                                    HasSubstr("kMaxTableRows")));
 }
 
+// `dlrm ps --memory-budget 0.5` ran with a memory tier of 0 bytes: a fraction without a unit is
+// refused, naming the value; with one it is a size.
+TEST(JobSpecByteSizes, AFractionOfAByteIsRefused) {
+  for (const char* text : {"0.5", "1.5B", "10.25"}) {
+    auto bytes = ParseByteSize(text);
+    ASSERT_FALSE(bytes.ok()) << text;
+    EXPECT_THAT(std::string(bytes.status().message()),
+                AllOf(HasSubstr(text), HasSubstr("not a whole number of bytes")))
+        << text;
+  }
+  EXPECT_EQ(ParseByteSize("0.5GiB").value_or(-1), int64_t{1} << 29);
+  EXPECT_EQ(ParseByteSize("2.0").value_or(-1), 2);
+}
+
 TEST(JobSpecByteSizes, TebiAndPebibytesReadSoThatTheLimitIsWhatUsersSee) {
   EXPECT_EQ(ParseByteSize("1TiB").value_or(-1), int64_t{1} << 40);
   EXPECT_EQ(ParseByteSize("2T").value_or(-1), int64_t{2} << 40);
