@@ -36,6 +36,29 @@ using ::dlrm::testing::ProcessResult;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// A tiny job for the tests that start `dlrm local`: `rows` generated Criteo rows in
+// train.tsv (26 tables of 100 ids), an 8-wide model trained with SGD, written to job.yaml in
+// `dir`. Returns the spec's path.
+std::string WriteTinyJob(const dlrm::testing::ScopedTempDir& dir, const std::string& name,
+                         int64_t rows, int64_t epochs) {
+  worker::GenDataOptions gen;
+  gen.output = dir.Sub("train.tsv");
+  gen.num_rows = rows;
+  gen.cardinalities = worker::CappedKaggleCardinalities(100);
+  EXPECT_TRUE(worker::GenerateCriteoTsv(gen).ok());
+  const std::vector<std::string> tables(26, "100");
+  const std::string config = dir.Sub("job.yaml");
+  std::ofstream(config) << "name: " << name << "\n"
+                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
+                           "embedding_dim: 8}\n"
+                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
+                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
+                           "{type: sgd, learning_rate: 0.01}}\n"
+                        << "training: {batch_size: 8, epochs: " << epochs << "}\n"
+                        << "data: {train: train.tsv}\n";
+  return config;
+}
+
 // `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec
 // written for other multi-hot data would have; or data.format naming the other format) started
 // the whole cluster, failed the job in a worker and left the cluster's folder behind. Refused
@@ -109,22 +132,8 @@ TEST_F(DlrmCliTest, LocalRefusesAResumeFromBeforeStartingWhenItCannotBeUsed) {
 // `dlrm local` stopped by SIGTERM (`kill`, systemd, a container runtime) exited 130, as for
 // Ctrl-C; README says 128 + N when signal N stopped a run: 143.
 TEST_F(DlrmCliTest, LocalStoppedBySigtermExits143) {
-  worker::GenDataOptions gen;
-  gen.output = dir_.Sub("train.tsv");
-  gen.num_rows = 400;
-  gen.cardinalities = worker::CappedKaggleCardinalities(100);
-  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
-  std::vector<std::string> tables(26, "100");
-  const std::string config = dir_.Sub("job.yaml");
   // Far more steps than the test waits for: it is stopped while it trains.
-  std::ofstream(config) << "name: long\n"
-                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
-                           "embedding_dim: 8}\n"
-                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
-                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
-                           "{type: sgd, learning_rate: 0.01}}\n"
-                        << "training: {batch_size: 8, epochs: 100000}\n"
-                        << "data: {train: train.tsv}\n";
+  const std::string config = WriteTinyJob(dir_, "long", 400, 100000);
   dlrm::testing::Process local({BinPath("dlrm"), "local", "-c", config, "--data-dir",
                                 dir_.Sub("cluster"), "--insecure", "--no-progress"},
                                dir_.path(), "local-sigterm");
@@ -228,21 +237,7 @@ TEST_F(DlrmCliTest, AParameterServerRegisteredAgainUnderItsNameStopsTheOlderOne)
 // /tmp/dlrm-local-XXXXXX/logs/coordinator.log", but removed that temporary folder on exit, log
 // and all. The folder is kept, as after a failed job.
 TEST_F(DlrmCliTest, LocalKeepsTheLogItNamesWhenTheClusterCannotStart) {
-  worker::GenDataOptions gen;
-  gen.output = dir_.Sub("train.tsv");
-  gen.num_rows = 40;
-  gen.cardinalities = worker::CappedKaggleCardinalities(100);
-  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
-  std::vector<std::string> tables(26, "100");
-  const std::string config = dir_.Sub("job.yaml");
-  std::ofstream(config) << "name: short\n"
-                        << "model: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], "
-                           "embedding_dim: 8}\n"
-                        << "tables: {cardinalities: [" << absl::StrJoin(tables, ", ") << "]}\n"
-                        << "optimizer: {dense: {type: sgd, learning_rate: 0.01}, sparse: "
-                           "{type: sgd, learning_rate: 0.01}}\n"
-                        << "training: {batch_size: 8, epochs: 1}\n"
-                        << "data: {train: train.tsv}\n";
+  const std::string config = WriteTinyJob(dir_, "short", 40, 1);
   // A listening socket on the coordinator's metrics port.
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
@@ -270,18 +265,8 @@ TEST_F(DlrmCliTest, LocalKeepsTheLogItNamesWhenTheClusterCannotStart) {
 // replaced it with the page or the metrics, and one that could not be written failed only after
 // the whole job. Each is refused before any process starts, and the spec is left as it was.
 TEST_F(DlrmCliTest, LocalRefusesOutputsThatWouldReplaceItsInputsBeforeStarting) {
-  worker::GenDataOptions gen;
-  gen.output = dir_.Sub("train.tsv");
-  gen.num_rows = 20;
-  gen.cardinalities = worker::CappedKaggleCardinalities(100);
-  ASSERT_TRUE(worker::GenerateCriteoTsv(gen).ok());
-  const std::string config = dir_.Sub("job.yaml");
-  std::vector<std::string> tables(26, "100");
-  const std::string spec_text =
-      absl::StrCat("name: out\nmodel: {dense_features: 13, bottom_mlp: [8], top_mlp: [8, 1], ",
-                   "embedding_dim: 8}\ntables: {cardinalities: [", absl::StrJoin(tables, ", "),
-                   "]}\ntraining: {batch_size: 8, epochs: 1}\ndata: {train: train.tsv}\n");
-  std::ofstream(config) << spec_text;
+  const std::string config = WriteTinyJob(dir_, "out", 20, 1);
+  const std::string spec_text = dlrm::testing::ReadFileOrEmpty(config);
   const std::string data_dir = dir_.Sub("cluster");
   auto local = [&](std::vector<std::string> flags) {
     std::vector<std::string> args = {"local",  "-c",         config,         "--data-dir",
