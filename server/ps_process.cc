@@ -130,7 +130,8 @@ absl::Status PsProcess::Run() {
     replaced = replaced_;
   }
   if (!replaced.ok()) {
-    // No longer a member: nothing to leave. The workers' calls fail over to the new process.
+    // No longer a member: nothing to leave. The coordinator dropped this process when its
+    // replacement registered, and the job's recovery moves the workers onto the replacement.
     server_->Shutdown();
     return replaced;
   }
