@@ -298,7 +298,10 @@ TEST_F(ClusterCheckpointTest, DlrmctlListsAJobsCheckpoints) {
 // Written by 2 parameter servers and 2 workers (with hot rows), loaded by 3 servers and 1 worker:
 // every row and the dense state come back unchanged.
 TEST_F(ClusterCheckpointTest, ResumingOnThreeServersReadsBackEveryRowOfTwo) {
-  const std::string hot = "hot_budget: 64KiB, hot_refresh_steps: 10";
+  // A link slow enough in the planner's model that it always chooses a hot set, whose part the
+  // checkpoint must hold (at the default 10 Gbit/s a slow CPU, e.g. the ASan build's, made it
+  // choose none).
+  const std::string hot = "hot_budget: 64KiB, hot_refresh_steps: 10, network_gbps: 0.1";
   ProcessResult w = Local(Job("two", 20, "two", hot), {"--ps", "2", "--workers", "2"}, "two");
   ASSERT_EQ(w.exit_code, 0) << w.err;
   const std::string written = Newest("two");
