@@ -489,7 +489,7 @@ TEST_F(ClusterTest, KillingAWorkerOfAJobWithoutRecoveriesFailsItPromptly) {
   ASSERT_TRUE(WaitForOutput(local, "submitted job", absl::Seconds(120))) << local.Stderr();
   absl::SleepFor(absl::Seconds(2));  // let the job start training
   std::vector<pid_t> workers = ChildrenMatching(local.pid(), "worker");
-  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_EQ(workers.size(), 2u) << local.Stderr();
   const std::vector<pid_t> children = ChildrenOf(local.pid());
   ASSERT_EQ(kill(workers[1], SIGKILL), 0);
   ProcessResult r = local.Wait(absl::Seconds(40));

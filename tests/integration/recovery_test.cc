@@ -413,7 +413,7 @@ TEST_F(RecoveryTest, RecoveryRefusesADamagedCheckpointAndUsesThePreviousOne) {
   }
   // Stop a worker first so no newer checkpoint is committed while the byte is flipped.
   const pid_t worker = ChildWith(local.pid(), " worker ");
-  ASSERT_GT(worker, 0);
+  ASSERT_GT(worker, 0) << local.Stderr();
   ASSERT_EQ(kill(worker, SIGSTOP), 0);
   // Training stops at the next allreduce; a checkpoint already cut is still being written by the
   // others: wait for its commit.
