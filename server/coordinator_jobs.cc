@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -314,7 +315,18 @@ void CoordinatorState::UpdateProgress(const dlrm::v1::ReportProgressRequest& req
   progress->set_step(request.step());
   progress->set_samples(request.samples());
   progress->set_loss(request.loss());
+  // The last evaluation's figures stay until the next one: rank 0 evaluates, and the other ranks'
+  // reports in between carry none (a fixed set of keys, so the map stays bounded).
+  constexpr const char* kEvalKeys[] = {"eval_step", "eval_auc", "eval_logloss"};
+  std::vector<std::pair<std::string, double>> kept;
+  for (const char* key : kEvalKeys) {
+    auto it = progress->metrics().find(key);
+    if (it != progress->metrics().end() && !request.metrics().contains(key)) {
+      kept.emplace_back(key, it->second);
+    }
+  }
   *progress->mutable_metrics() = request.metrics();
+  for (const auto& [key, value] : kept) (*progress->mutable_metrics())[key] = value;
   progress->set_time_ms(absl::ToUnixMillis(now));
   while (job->rank_samples_size() < job->worker_ids_size()) job->add_rank_samples(0);
   job->set_rank_samples(request.rank(), request.samples());

@@ -30,23 +30,27 @@ absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInpu
   eval.rank = 0;
   eval.world_size = 1;
   eval.even_shards = false;
-  eval.on_issue = nullptr;  // issues of these lines were reported by the training pass
+  eval.on_issue = nullptr;  // logged, not given to the training data's sink
 
   bool has_eval = true;
+  int64_t train_records = -1;
   if (spec.eval_paths.empty()) {
     DLRM_ASSIGN_OR_RETURN(int64_t total, CountRecords(spec.train_paths, format, spec.strict));
     DLRM_ASSIGN_OR_RETURN(TrainEvalSplit split, SplitTrainEval(total, spec.eval_fraction));
+    // The range that ends with the data is left open (-1): its reader reads on to the data's end,
+    // and so reports the malformed lines after the last valid record (a file cut off mid-line).
     train.begin = split.train_begin;
-    train.end = split.train_end;
+    train.end = split.train_end == total ? -1 : split.train_end;
     eval.begin = split.eval_begin;
-    eval.end = split.eval_end;
+    eval.end = split.eval_end == total ? -1 : split.eval_end;
     has_eval = split.eval_end > split.eval_begin;
+    train_records = split.train_end - split.train_begin;
   } else {
     eval.paths = spec.eval_paths;
   }
   JobInput input;
-  if (spec.eval_paths.empty() && train.end >= train.begin) {
-    const int64_t records = train.end - train.begin;
+  if (train_records >= 0) {
+    const int64_t records = train_records;
     const int64_t world = std::max(1, options.world_size);
     input.train_records = options.even_shards ? records / world : (records + world - 1) / world;
   }

@@ -79,14 +79,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                                            TrainArtifacts* artifacts) {
   DLRM_ASSIGN_OR_RETURN(const std::string resume_from, ResumeFrom(spec, options));
   const bool resume_from_spec = options.resume_from.empty() && !resume_from.empty();
-  std::atomic<int64_t> issues{0};
-  JobInputOptions input_options;
-  input_options.on_issue = [&issues](const ParseIssue& issue) {
-    // The reader rate-limits its own warnings; count every one here for the report.
-    (void)issue;
-    issues.fetch_add(1, std::memory_order_relaxed);
-  };
-  DLRM_ASSIGN_OR_RETURN(JobInput input, OpenJobInput(spec, input_options));
+  DLRM_ASSIGN_OR_RETURN(JobInput input, OpenJobInput(spec, JobInputOptions{}));
   if (input.eval != nullptr && !spec.eval_paths.empty()) {
     // Eval files without a valid record: no eval data, as when the split holds out none.
     Batch probe;
@@ -325,6 +318,8 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
     report.logloss = m.logloss;
     report.accuracy = m.accuracy;
     report.eval_samples = m.samples;
+    // The eval split's lines (and those after the data's last record, which its reader reads).
+    report.skipped_lines += input.eval->skipped();
   } else {
     // Not evaluated: no numbers that could pass for results (null in the JSON).
     report.auc = report.logloss = report.accuracy = std::numeric_limits<double>::quiet_NaN();

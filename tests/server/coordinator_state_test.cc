@@ -3,6 +3,7 @@
 #include "server/coordinator_state.h"
 
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,38 @@ class CoordinatorStateTest : public ::testing::Test {
   absl::Time now_;
   std::unique_ptr<CoordinatorState> state_;
 };
+
+// Rank 0 evaluates; the other ranks' progress reports in between carry no eval figures, and must
+// not wipe the last evaluation's from `dlrmctl status` (their other metrics are replaced).
+TEST_F(CoordinatorStateTest, TheLastEvaluationStaysThroughOtherRanksReports) {
+  RegisterAs(*state_, dlrm::v1::ROLE_PS, "127.0.0.1:7001");
+  const dlrm::v1::Job job = Submit(*state_, 2);
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  ASSERT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  auto report = [&](int rank, std::map<std::string, double> metrics) {
+    dlrm::v1::ReportProgressRequest r;
+    r.set_job_id(job.job_id());
+    r.set_rank(rank);
+    r.set_step(10);
+    for (const auto& [k, v] : metrics) (*r.mutable_metrics())[k] = v;
+    ASSERT_TRUE(state_->ReportProgress(r, now_).ok());
+  };
+  auto metrics = [&] {
+    const dlrm::v1::Job now = *state_->GetJob(job.job_id());
+    return std::map<std::string, double>(now.progress().metrics().begin(),
+                                         now.progress().metrics().end());
+  };
+  report(0, {{"eval_step", 10}, {"eval_auc", 0.75}, {"eval_logloss", 0.5}, {"steps_per_sec", 3}});
+  report(1, {{"steps_per_sec", 4}});
+  EXPECT_EQ(
+      metrics(),
+      (std::map<std::string, double>{
+          {"eval_step", 10}, {"eval_auc", 0.75}, {"eval_logloss", 0.5}, {"steps_per_sec", 4}}));
+  report(0, {{"eval_step", 20}, {"eval_auc", 0.8}, {"eval_logloss", 0.4}});
+  EXPECT_EQ(metrics(), (std::map<std::string, double>{
+                           {"eval_step", 20}, {"eval_auc", 0.8}, {"eval_logloss", 0.4}}));
+}
 
 TEST_F(CoordinatorStateTest, RegisterHeartbeatAndLeaseExpiryBumpEpoch) {
   const int64_t e0 = state_->epoch();

@@ -433,6 +433,76 @@ TEST(RecordReader, TrainEvalSplitPartitionsTheData) {
   EXPECT_EQ(SplitTrainEval(10, 1.0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Malformed lines reach the user once each, wherever they are: a line in the middle of the data
+// is not reported again by a later epoch or by the eval reader passing over it to its start, and a
+// line after the last valid record (a file cut off mid-line) is reported and counted by the
+// reader whose range ends with the data, which reads on to the end; before, no pass read it.
+TEST(RecordReader, EachMalformedLineIsReportedOnceAndTheLastOnesToo) {
+  TempDir dir;
+  const std::string tsv = dir.File("cut.tsv");
+  std::string content = testing::ReadFile(testing::CriteoSamplePath());
+  const size_t middle = content.find('\n', content.size() / 4) + 1;  // inside the training range
+  content.insert(middle, "broken\tline\n");
+  const int64_t middle_line = std::count(content.begin(), content.begin() + middle, '\n') + 1;
+  const size_t last = content.rfind('\n', content.size() - 2) + 1;
+  content += content.substr(last, 60);  // the last record again, cut off mid-line
+  testing::WriteFile(tsv, content);
+  auto total = CountRecords({tsv}, InputFormat::kAuto, false);
+  ASSERT_TRUE(total.ok()) << total.status();
+  ASSERT_EQ(*total, 200);
+
+  std::vector<int64_t> train_lines, eval_lines;
+  auto sink = [](std::vector<int64_t>* lines) {
+    return [lines](const ParseIssue& issue) { lines->push_back(issue.line); };
+  };
+  auto train = RecordReader::Create(
+      {.paths = {tsv}, .on_issue = sink(&train_lines), .begin = 0, .end = 160});
+  auto eval = RecordReader::Create({.paths = {tsv}, .on_issue = sink(&eval_lines), .begin = 160});
+  ASSERT_TRUE(train.ok() && eval.ok());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    if (epoch > 0) {
+      ASSERT_TRUE((*train)->Rewind().ok());
+    }
+    CriteoRecord record;
+    int64_t n = 0;
+    while (*(*train)->Next(&record)) ++n;
+    EXPECT_EQ(n, 160);
+    EXPECT_EQ((*train)->skipped(), 1) << "epoch " << epoch;
+  }
+  EXPECT_THAT(train_lines, ::testing::ElementsAre(middle_line));  // once
+
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass > 0) {
+      ASSERT_TRUE((*eval)->Rewind().ok());
+    }
+    CriteoRecord record;
+    int64_t n = 0;
+    while (*(*eval)->Next(&record)) ++n;
+    EXPECT_EQ(n, 40);
+    EXPECT_EQ((*eval)->skipped(), 1) << "pass " << pass;  // the cut line, not the middle one
+  }
+  EXPECT_THAT(eval_lines, ::testing::ElementsAre(202));
+
+  // Two ranks of a counted range: the last one reads on to the end and reports the cut line.
+  std::vector<int64_t> rank_lines[2];
+  int64_t skipped = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto reader = RecordReader::Create({.paths = {tsv},
+                                        .on_issue = sink(&rank_lines[rank]),
+                                        .rank = rank,
+                                        .world_size = 2,
+                                        .even_shards = true});
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    CriteoRecord record;
+    while (*(*reader)->Next(&record)) {
+    }
+    skipped += (*reader)->skipped();
+  }
+  EXPECT_THAT(rank_lines[0], ::testing::ElementsAre(middle_line));
+  EXPECT_THAT(rank_lines[1], ::testing::ElementsAre(202));
+  EXPECT_EQ(skipped, 2);
+}
+
 TEST(BatchReader, InMemoryReaderMatchesFileReader) {
   auto records = LoadAll({.paths = {testing::CriteoSamplePath()}});
   ASSERT_TRUE(records.ok());

@@ -227,8 +227,10 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
 
 void CriteoTsvReader::Report(absl::string_view reason) {
   ++skipped_;
+  if (quiet_ || line_ <= quiet_through_) return;
+  ++reported_;
   ParseIssue issue{options_.path, line_, std::string(reason)};
-  if (skipped_ <= options_.max_logged_issues) {
+  if (reported_ <= options_.max_logged_issues) {
     DLRM_LOG(WARNING) << "skipping malformed line " << issue.ToString();
   }
   if (options_.on_issue) options_.on_issue(issue);
@@ -237,9 +239,9 @@ void CriteoTsvReader::Report(absl::string_view reason) {
 void CriteoTsvReader::LogSummary() {
   if (summary_logged_) return;
   summary_logged_ = true;
-  if (options_.max_logged_issues >= 0 && skipped_ > options_.max_logged_issues) {
-    DLRM_LOG(WARNING) << options_.path << ": skipped " << skipped_ << " malformed lines in total ("
-                      << skipped_ - options_.max_logged_issues << " not shown)";
+  if (options_.max_logged_issues >= 0 && reported_ > options_.max_logged_issues) {
+    DLRM_LOG(WARNING) << options_.path << ": skipped " << reported_ << " malformed lines in total ("
+                      << reported_ - options_.max_logged_issues << " not shown)";
   }
 }
 

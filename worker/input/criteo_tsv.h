@@ -138,7 +138,12 @@ class CriteoTsvReader {
 
   int64_t records() const { return records_; }  // valid records returned so far
   int64_t skipped() const { return skipped_; }  // malformed lines skipped so far
-  int64_t line() const { return line_; }        // lines consumed so far (1-based last line)
+  // Quiet: malformed lines are still skipped and counted, but neither logged nor given to
+  // on_issue (lines that another pass over the file reports). Lines up to `through_line` are
+  // quiet too (an earlier pass of the same reader reported them).
+  void set_quiet(bool quiet) { quiet_ = quiet; }
+  void set_quiet_through(int64_t through_line) { quiet_through_ = through_line; }
+  int64_t line() const { return line_; }  // lines consumed so far (1-based last line)
   const std::string& path() const { return options_.path; }
 
  private:
@@ -157,9 +162,12 @@ class CriteoTsvReader {
   size_t end_ = 0;
   bool eof_ = false;
   bool summary_logged_ = false;
+  bool quiet_ = false;
+  int64_t quiet_through_ = 0;
   int64_t line_ = 0;
   int64_t records_ = 0;
   int64_t skipped_ = 0;
+  int64_t reported_ = 0;  // skipped lines not skipped quietly
 };
 
 }  // namespace dlrm::worker

@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
 
   int64_t lo = options.begin;
   int64_t hi = options.end;
+  bool drains_tail = false;
   if (all_counted || options.world_size > 1) {
     int64_t total = 0;
     for (InputFile& file : files) {
@@ -124,9 +125,11 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
     }
     hi = hi == -1 ? total : std::min(hi, total);
     lo = std::min(lo, hi);
+    drains_tail = hi == total && options.rank == options.world_size - 1;
   }
 
   auto reader = std::unique_ptr<RecordReader>(new RecordReader(options, std::move(files)));
+  reader->drains_tail_ = drains_tail;
   if (hi < 0) {
     reader->shard_begin_ = lo;
     reader->shard_size_ = -1;
@@ -161,16 +164,27 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
 }
 
 RecordReader::RecordReader(const RecordReaderOptions& options, std::vector<InputFile> files)
-    : options_(options), files_(std::move(files)) {}
+    : options_(options), files_(std::move(files)), reached_(files_.size(), 0) {}
 
 RecordReader::~RecordReader() = default;
 
 int64_t RecordReader::skipped() const {
-  return skipped_closed_ + (tsv_ != nullptr ? tsv_->skipped() : 0);
+  return skipped_closed_ + (tsv_ != nullptr ? tsv_->skipped() : 0) - skipped_before_;
+}
+
+void RecordReader::SetReporting(bool reporting) {
+  reporting_ = reporting;
+  if (tsv_ != nullptr) tsv_->set_quiet(!reporting);
+}
+
+void RecordReader::NoteReached() {
+  if (tsv_ == nullptr) return;
+  reached_[file_index_] = std::max(reached_[file_index_], tsv_->line());
 }
 
 absl::Status RecordReader::OpenFile(size_t index) {
   if (tsv_ != nullptr) skipped_closed_ += tsv_->skipped();
+  NoteReached();
   tsv_.reset();
   binary_.reset();
   file_index_ = index;
@@ -186,16 +200,27 @@ absl::Status RecordReader::OpenFile(size_t index) {
     tsv_options.labels_optional = options_.labels_optional;
     tsv_options.on_issue = options_.on_issue;
     DLRM_ASSIGN_OR_RETURN(tsv_, CriteoTsvReader::Open(tsv_options));
+    tsv_->set_quiet(!reporting_);
+    tsv_->set_quiet_through(reached_[index]);
   }
   return absl::OkStatus();
 }
 
 absl::Status RecordReader::Rewind() {
+  NoteReached();
   tsv_.reset();
   binary_.reset();
   records_read_ = 0;
   skipped_closed_ = 0;
-  return SkipTo(shard_begin_);
+  skipped_before_ = 0;
+  drained_ = false;
+  // The lines before the shard's start belong to another shard: passed over quietly, and not
+  // counted.
+  SetReporting(false);
+  DLRM_RETURN_IF_ERROR(SkipTo(shard_begin_));
+  skipped_before_ = skipped();
+  SetReporting(true);
+  return absl::OkStatus();
 }
 
 absl::Status RecordReader::SkipTo(int64_t global_index) {
@@ -268,7 +293,20 @@ int64_t RecordReader::ShardRecord(int64_t j) const {
 }
 
 absl::StatusOr<bool> RecordReader::Next(CriteoRecord* record) {
-  if (shard_size_ >= 0 && records_read_ >= shard_size_) return false;
+  if (shard_size_ >= 0 && records_read_ >= shard_size_) {
+    if (drains_tail_ && !drained_) {
+      // Malformed lines after the data's last valid record (a file cut off mid-line): no shard
+      // reads them otherwise. Records of other ranks on the way (a remainder dropped by
+      // even_shards) are passed over.
+      drained_ = true;
+      CriteoRecord discard;
+      while (true) {
+        DLRM_ASSIGN_OR_RETURN(bool more, ReadNext(&discard));
+        if (!more) break;
+      }
+    }
+    return false;
+  }
   const int64_t target = ShardRecord(records_read_);
   if (target != cursor_) DLRM_RETURN_IF_ERROR(MoveTo(target));
   DLRM_ASSIGN_OR_RETURN(bool more, ReadNext(record));

@@ -63,16 +63,22 @@ class RecordReader {
   static absl::StatusOr<std::unique_ptr<RecordReader>> Create(const RecordReaderOptions& options);
   ~RecordReader();
 
-  // Next record of the shard; false at its end.
+  // Next record of the shard; false at its end. The reader of the range's last shard (the last
+  // rank's, when the range reaches the end of the data) then reads on to the end of the data, so
+  // that malformed lines after the last valid record are reported and counted too.
   absl::StatusOr<bool> Next(CriteoRecord* record);
-  // Starts the shard again from its first record (for another epoch).
+  // Starts the shard again from its first record (for another epoch). A malformed line is
+  // reported (logged, given to on_issue) by the first pass that reaches it, and counted quietly
+  // by later ones.
   absl::Status Rewind();
 
   int64_t shard_begin() const { return shard_begin_; }  // global index of the first record
   // Records in the shard, or -1 when not known without a pass over TSV input.
   int64_t shard_size() const { return shard_size_; }
   int64_t records_read() const { return records_read_; }  // since Create/Rewind
-  int64_t skipped() const;  // malformed TSV lines skipped since Create/Rewind
+  // Malformed TSV lines skipped since Create/Rewind, from the shard's start on: not those before
+  // it, which the reader passes over quietly to find its start.
+  int64_t skipped() const;
 
  private:
   RecordReader(const RecordReaderOptions& options, std::vector<InputFile> files);
@@ -84,6 +90,11 @@ class RecordReader {
   absl::Status MoveTo(int64_t global_index);
   // The next record of the data, wherever it is; false at the end of the last file.
   absl::StatusOr<bool> ReadNext(CriteoRecord* record);
+  // Whether the open TSV file reports what it skips (not while passing over the lines before
+  // the shard's start).
+  void SetReporting(bool reporting);
+  // Notes how far the open TSV file was read: its lines up to there are not reported again.
+  void NoteReached();
   // Global index of the shard's j-th record.
   int64_t ShardRecord(int64_t j) const;
 
@@ -101,6 +112,13 @@ class RecordReader {
   std::unique_ptr<BinaryReader> binary_;
   int64_t records_read_ = 0;
   int64_t skipped_closed_ = 0;  // skipped lines of files already closed
+  int64_t skipped_before_ = 0;  // of those counted, the lines before the shard's start
+  bool reporting_ = true;
+  std::vector<int64_t> reached_;  // per file: the last line read by any pass
+  // The last shard of a range that ends with the data: read on to the end of the data once a
+  // pass (drained_), past the last valid record.
+  bool drains_tail_ = false;
+  bool drained_ = false;
 };
 
 // Valid records in `paths` (binary: from headers; TSV: a parsing pass that reports nothing, but
