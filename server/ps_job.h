@@ -144,7 +144,9 @@ class PsJob {
   // and lookups parked for the old epoch fail with FAILED_PRECONDITION.
   void AdvanceEpoch(int64_t epoch);
 
-  // Validation only (see the header comment).
+  // Validation only (see the header comment). Lookup and ReadRows are refused when they ask for
+  // more than common::kMaxIdsPerRequest ids or an answer over common::kMaxRpcPayloadBytes (fp32
+  // rows for Lookup, stored rows for ReadRows), before anything is allocated for them.
   absl::Status ValidateLookup(const dlrm::v1::LookupRequest& request) const;
   absl::Status ValidatePush(const dlrm::v1::PushGradientsRequest& request) const;
   // ReadRows: epoch and ids as for Lookup. WriteRows: as for Push, with rows of row_floats
@@ -219,6 +221,8 @@ class PsJob {
  private:
   PsJob(const PsJobOptions& options, std::string path);
   absl::Status CheckRank(int64_t step, int rank) const;
+  // NOT_FOUND unless the job has table `table`; its config through `config`.
+  absl::Status CheckTable(int table, const embedding::TableConfig** config) const;
   // Checks one table entry: table known, ids length, range and ownership. Returns the table's
   // config through `config`.
   absl::Status CheckIds(int table, const std::string& ids_bytes,

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
 #include "common/limits.h"
 #include "common/sharding.h"
 #include "common/status.h"
@@ -141,15 +142,20 @@ absl::Status PsJob::CheckRank(int64_t step, int rank) const {
   return absl::OkStatus();
 }
 
-absl::Status PsJob::CheckIds(int table, const std::string& ids_bytes,
-                             const embedding::TableConfig** config) const {
+absl::Status PsJob::CheckTable(int table, const embedding::TableConfig** config) const {
   if (table < 0 || table >= static_cast<int>(tables_.size())) {
     return absl::NotFoundError(absl::StrCat("job ", job_id(), ": table ", table,
                                             " not found (the job has ", tables_.size(),
                                             " tables)"));
   }
-  const embedding::TableConfig& c = tables_[table];
-  *config = &c;
+  *config = &tables_[table];
+  return absl::OkStatus();
+}
+
+absl::Status PsJob::CheckIds(int table, const std::string& ids_bytes,
+                             const embedding::TableConfig** config) const {
+  DLRM_RETURN_IF_ERROR(CheckTable(table, config));
+  const embedding::TableConfig& c = **config;
   if (ids_bytes.size() % sizeof(int64_t) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table ", table, ": ids payload of ", ids_bytes.size(), " bytes is not a multiple of 8"));
@@ -179,9 +185,39 @@ absl::Status PsJob::CheckIds(int table, const std::string& ids_bytes,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The answer to a request for `ids` rows of `row_bytes` bytes each, summed over its tables, stays
+// within what one request may carry (common/grpc_util.h; the client splits larger batches): a
+// request of a few MB must not make the server build an answer of gigabytes.
+absl::Status CheckAnswerSize(const char* method, int64_t ids, int64_t answer_bytes) {
+  if (ids > common::kMaxIdsPerRequest) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": ", ids, " ids in one request, more ",
+                                                   "than ", common::kMaxIdsPerRequest,
+                                                   " (split the batch)"));
+  }
+  if (answer_bytes > common::kMaxRpcPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, ": the ", ids, " ids ask for ", answer_bytes, " bytes of rows, more than the ",
+        common::kMaxRpcPayloadBytes, " one answer may carry (split the batch)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status PsJob::ValidateLookup(const dlrm::v1::LookupRequest& request) const {
   DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
   DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
+  int64_t ids = 0, bytes = 0;
+  for (const dlrm::v1::TableIds& t : request.tables()) {
+    const embedding::TableConfig* config = nullptr;
+    DLRM_RETURN_IF_ERROR(CheckTable(t.table(), &config));
+    const int64_t n = static_cast<int64_t>(t.ids().size() / sizeof(int64_t));
+    ids += n;
+    bytes += n * 4 * config->dim;  // fp32 rows, the widest answer
+  }
+  DLRM_RETURN_IF_ERROR(CheckAnswerSize("Lookup", ids, bytes));
   for (const dlrm::v1::TableIds& t : request.tables()) {
     const embedding::TableConfig* config = nullptr;
     DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
@@ -246,6 +282,15 @@ absl::Status PsJob::ValidatePush(const dlrm::v1::PushGradientsRequest& request) 
 
 absl::Status PsJob::ValidateReadRows(const dlrm::v1::ReadRowsRequest& request) const {
   DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
+  int64_t ids = 0, bytes = 0;
+  for (const dlrm::v1::TableIds& t : request.tables()) {
+    const embedding::TableConfig* config = nullptr;
+    DLRM_RETURN_IF_ERROR(CheckTable(t.table(), &config));
+    const int64_t n = static_cast<int64_t>(t.ids().size() / sizeof(int64_t));
+    ids += n;
+    bytes += n * 4 * store_->row_floats(t.table());  // stored rows: weights and state
+  }
+  DLRM_RETURN_IF_ERROR(CheckAnswerSize("ReadRows", ids, bytes));
   for (const dlrm::v1::TableIds& t : request.tables()) {
     const embedding::TableConfig* config = nullptr;
     DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));

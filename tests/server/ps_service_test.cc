@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_util.h"
 #include "common/limits.h"
 #include "common/sharding.h"
 #include "embedding/local_store.h"
@@ -151,6 +152,46 @@ TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
   std::vector<embedding::TableRows> ref = {{0, {1}, {}}};
   ASSERT_TRUE((*store)->Lookup(-1, absl::MakeSpan(ref)).ok());
   EXPECT_EQ(UnpackFloats(resp.tables(0).rows()), ref[0].values);
+}
+
+// A small request must not make the server build a huge answer: a Lookup or ReadRows whose rows
+// would pass what one answer may carry (32 MiB; the client splits its batches below it) is refused
+// before anything is allocated, naming the bytes, and the server goes on serving. Before, 16 KB of
+// ids of a dim-4096 table asked for 8 GB here (a few MB took the server down).
+TEST_F(PsServiceTest, ALookupOrReadRowsAskingForTooLargeAnAnswerIsRefused) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("wide", {{100, 4096}})).ok());
+  const int64_t fits = common::kMaxRpcPayloadBytes / (4 * 4096);  // 2048 rows of 16 KiB
+  dlrm::v1::LookupResponse resp;
+  grpc::Status s = Lookup(LookupOf("wide", 0, std::vector<int64_t>(fits + 1, 3)), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("Lookup: the 2049 ids ask for 33570816 bytes of rows, "
+                                           "more than the 33554432 one answer may carry"));
+  s = Lookup(LookupOf("wide", 0, std::vector<int64_t>(fits, 3)), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.tables(0).rows().size(), static_cast<size_t>(common::kMaxRpcPayloadBytes));
+
+  dlrm::v1::ReadRowsRequest read;
+  read.set_job_id("wide");
+  read.set_job_epoch(1);
+  dlrm::v1::TableIds* t = read.add_tables();
+  t->set_table(0);
+  t->set_ids(PackIds(std::vector<int64_t>(fits, 3)));  // SGD: a stored row is its dim floats
+  dlrm::v1::ReadRowsResponse rows;
+  s = stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &rows);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  t->set_ids(PackIds(std::vector<int64_t>(fits + 1, 3)));
+  s = stub_->ReadRows(common::MakeClientContext(kTimeout).get(), read, &rows);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("ReadRows: the 2049 ids ask for 33570816 bytes"));
+
+  // More ids than any request may carry, whatever their width.
+  ASSERT_TRUE(Load(TestJob("narrow", {{100, 1}})).ok());
+  s = Lookup(LookupOf("narrow", 0, std::vector<int64_t>(common::kMaxIdsPerRequest + 1, 1)), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("Lookup: 1048577 ids in one request, more than 1048576"));
+  EXPECT_TRUE(Lookup(LookupOf("wide", 0, {1}), &resp).ok());
 }
 
 // A push may carry the learning rate of its step (a job's schedule, common/lr_schedule.h, which
