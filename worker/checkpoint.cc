@@ -1,6 +1,7 @@
 #include "worker/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -78,11 +79,22 @@ absl::StatusOr<bool> RestorePowerSgd(const std::string& dir, const CheckpointMan
 
 namespace checkpoint_internal {
 
+absl::Status CheckFiniteParams(absl::Span<const float> params, int64_t step) {
+  int64_t bad = 0;
+  for (float p : params) bad += std::isfinite(p) ? 0 : 1;
+  if (bad == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      bad, " of the model's ", params.size(), " dense parameters are inf or NaN after ", step,
+      " updates: the model diverged (try lower optimizer.dense.learning_rate or "
+      "optimizer.sparse.learning_rate); no checkpoint of it is written"));
+}
+
 // The bytes of dense.bin for the trainer's dense parameters and optimizer state now.
-std::string DenseBytes(Trainer& trainer) {
+absl::StatusOr<std::string> DenseBytes(Trainer& trainer) {
   dense::DlrmDenseModel& model = trainer.model();
   std::vector<float> params(model.num_params());
   trainer.backend()->CopyToHost(model.params(), params.data(), params.size());
+  DLRM_RETURN_IF_ERROR(CheckFiniteParams(params, model.optimizer().step()));
   const std::vector<float> state = model.optimizer().StateToHost();
   char header[40] = {};
   std::memcpy(header, kDenseMagic, 8);

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/job_spec.h"
 #include "embedding/checkpoint_manifest.h"
 #include "worker/checkpoint.h"
@@ -18,7 +19,10 @@
 namespace dlrm::worker::checkpoint_internal {
 
 // The bytes of dense.bin for the trainer's dense parameters and optimizer state now.
-std::string DenseBytes(Trainer& trainer);
+// FAILED_PRECONDITION (naming how many) when a parameter is inf or NaN: a diverged model, which
+// no checkpoint takes. `step`: the dense optimizer's updates so far, for the message.
+absl::Status CheckFiniteParams(absl::Span<const float> params, int64_t step);
+absl::StatusOr<std::string> DenseBytes(Trainer& trainer);
 // Writes `bytes` (DenseBytes) as dense.bin in `dir`; its manifest entry.
 absl::StatusOr<embedding::CheckpointFileEntry> WriteDenseBytes(const std::string& dir,
                                                                const std::string& bytes);

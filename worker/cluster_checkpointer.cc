@@ -207,10 +207,11 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
   if (fs::path(dir).filename() != m.name) {
     return absl::InternalError(absl::StrCat("checkpoint prepared as ", dir, ", cut at ", m.name));
   }
+  // dense.bin is written with the servers' parts, from this copy (a diverged model is refused
+  // before the servers cut).
+  DLRM_ASSIGN_OR_RETURN(std::string dense, DenseBytes(trainer));
   // The cut: from here on the servers may take pushes of later steps.
   DLRM_RETURN_IF_ERROR(options_.ps->CheckpointAll(position.step, /*write=*/false, "").status());
-  // dense.bin is written with the servers' parts, from this copy.
-  std::string dense = DenseBytes(trainer);
   // The hot rows are newer than the servers' copies: their part is listed after the servers'.
   std::vector<CheckpointFileEntry> hot_files;
   DLRM_RETURN_IF_ERROR(WriteHotPart(dir, trainer, options_.ps->shard_count(), &hot_files));

@@ -225,7 +225,7 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
                   spec.checkpoint.full_every > 1;
   if (m.incremental) m.parent = parent_;
 
-  snapshot->dense = DenseBytes(trainer);
+  DLRM_ASSIGN_OR_RETURN(snapshot->dense, DenseBytes(trainer));
   // The base of the last snapshot, once written and its changed rows applied, is every changed
   // row as of the last checkpoint: only the rows changed since are copied now. Without one (the
   // first checkpoint of this process), every row the store has changed is.

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/checkpoint.h"
+#include "worker/checkpoint_internal.h"
 #include "worker/gpu_embeddings.h"
 #include "worker/input/batch_reader.h"
 #include "worker/input/output_file.h"
@@ -301,6 +302,13 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
     return absl::FailedPreconditionError(absl::StrCat("no training batches in ",
                                                       spec.train_paths.front(), " (",
                                                       spec.train_paths.size(), " file(s))"));
+  }
+  {
+    // A diverged model is no result: refused before its last checkpoint and its evaluation.
+    dense::DlrmDenseModel& model = trainer->model();
+    std::vector<float> params(model.num_params());
+    trainer->backend()->CopyToHost(model.params(), params.data(), params.size());
+    DLRM_RETURN_IF_ERROR(checkpoint_internal::CheckFiniteParams(params, model.optimizer().step()));
   }
   // The trained model is always kept when the spec names a checkpoint folder.
   // Training is over: the last checkpoint is written from the tables themselves, no copy.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -556,7 +557,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
     DLRM_RETURN_IF_ERROR(gpu_tables_->ApplyGradients(demb_dev_, work->learning_rate));
     work->grads.assign(num_tables_, {});
     FinishStep(batch, *work);
-    return model_->TakeTrainLoss();
+    return TakeTrainLoss(work->step);
   }
 
   // Embedding gradients, summed over duplicate ids. Scaled by 1/world so that, like the dense
@@ -566,13 +567,13 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   if (gpu_hot_ != nullptr) {
     DLRM_RETURN_IF_ERROR(gpu_hot_->Backward(work, demb_dev_, 1.0f / static_cast<float>(world)));
     FinishStep(batch, *work);
-    return model_->TakeTrainLoss();
+    return TakeTrainLoss(work->step);
   }
   if (work->in_place) {
     ApplyGradientsInPlace(batch, *work);
     work->grads.clear();
     FinishStep(batch, *work);
-    return model_->TakeTrainLoss();
+    return TakeTrainLoss(work->step);
   }
   const int64_t stride = static_cast<int64_t>(num_tables_) * dim_;
   work->grads.resize(num_tables_);
@@ -612,7 +613,7 @@ absl::StatusOr<float> Trainer::Compute(const Batch& batch, SparseWork* work) {
   });
   DLRM_RETURN_IF_ERROR(ApplyHotGradients(work->learning_rate));
   FinishStep(batch, *work);
-  return model_->TakeTrainLoss();
+  return TakeTrainLoss(work->step);
 }
 
 void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
@@ -630,6 +631,17 @@ void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
 absl::Status Trainer::PushGradients(const SparseWork& work) const {
   if (gpu_tables_ != nullptr || work.in_place) return absl::OkStatus();
   return options_.store->Push(work.step, work.grads, work.learning_rate);
+}
+
+absl::StatusOr<float> Trainer::TakeTrainLoss(int64_t step) {
+  const float loss = model_->TakeTrainLoss();
+  if (std::isfinite(loss)) return loss;
+  // Every parameter the step touched is inf or NaN from here on: training on would only spread
+  // them and write them to checkpoints (those taken so far predate the divergence).
+  return absl::FailedPreconditionError(
+      absl::StrCat("step ", step, ": the training loss is ", loss,
+                   ": the model diverged (try lower optimizer.dense.learning_rate or "
+                   "optimizer.sparse.learning_rate); training stopped"));
 }
 
 absl::StatusOr<float> Trainer::Step(const Batch& batch) {

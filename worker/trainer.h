@@ -165,7 +165,8 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
   ~Trainer();
 
-  // One full training step; returns the batch's mean loss.
+  // One full training step; returns the batch's mean loss. FAILED_PRECONDITION naming the step
+  // when the loss is not finite (the model diverged), here and from Compute.
   absl::StatusOr<float> Step(const Batch& batch);
 
   // --- the stages of Step ---
@@ -299,6 +300,8 @@ class Trainer {
   absl::Status InitGpuTables();
   // Counters and step count at the end of Compute, once work->grads holds the cold gradients.
   void FinishStep(const Batch& batch, const SparseWork& work);
+  // The model's loss of the step just computed, or FAILED_PRECONDITION when it is not finite.
+  absl::StatusOr<float> TakeTrainLoss(int64_t step);
 
   TrainerOptions options_;
   int num_tables_ = 0;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -183,6 +184,38 @@ TEST_F(TrainCommandMetricsTest, AnInterruptedRunKeepsItsStepsAsACheckpointToResu
   EXPECT_EQ(report->steps, 2);
   // 480 training lines in batches of 256: the resumed run trains only the second, of 224.
   EXPECT_EQ(report->train_samples, 224) << "went on from step 1";
+}
+
+// A run whose model diverges (here a sparse learning rate of 1000) stops with an error naming the
+// divergence, instead of ending "successfully" with AUC 0.5 and inf/NaN parameters that eval
+// and predict then used as a model; no checkpoint takes a diverged model.
+TEST_F(TrainCommandIoTest, ADivergedModelStopsTrainingAndIsNeverCheckpointed) {
+  common::JobSpec spec = Job(Data(), tmp_.File("diverged"));
+  spec.max_steps = 40;
+  spec.epochs = 20;
+  spec.sparse_optimizer.type = "sgd";
+  spec.sparse_optimizer.learning_rate = 1000;
+  spec.checkpoint.every_steps = 1;
+  auto report = TrainInProcess(spec, Quiet());
+  ASSERT_FALSE(report.ok()) << "trained " << report->steps << " steps, AUC " << report->auc;
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition) << report.status();
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("the model diverged"));
+  int checkpoints = 0;
+  for (const auto& entry : fs::directory_iterator(tmp_.File("diverged"))) {
+    if (!entry.is_directory()) continue;
+    ++checkpoints;
+    const std::string bytes = ReadFile((entry.path() / "dense.bin").string());
+    ASSERT_GE(bytes.size(), 40u);
+    uint64_t params = 0;
+    std::memcpy(&params, bytes.data() + 16, sizeof(params));
+    ASSERT_GE(bytes.size(), 40 + params * sizeof(float));
+    for (uint64_t i = 0; i < params; ++i) {
+      float p;
+      std::memcpy(&p, bytes.data() + 40 + i * sizeof(float), sizeof(p));
+      ASSERT_TRUE(std::isfinite(p)) << entry.path() << " parameter " << i;
+    }
+  }
+  EXPECT_GT(checkpoints, 0) << "diverged before the first checkpoint: the test checks nothing";
 }
 
 TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
