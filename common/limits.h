@@ -100,6 +100,13 @@ inline constexpr int64_t kMaxReportMetrics = 256;
 inline constexpr int64_t kMaxJobsPage = 1000;
 inline constexpr int64_t kMaxListPageBytes = int64_t{16} << 20;  // 16 MiB
 
+// ---- the parameter server (server/ps_service.cc) ----
+
+// Jobs one parameter server holds at once (LoadJob of another is RESOURCE_EXHAUSTED): each holds
+// a RocksDB instance with a column family per table, so file descriptors and memory grow with
+// them. A server serves a shard of each running job; 64 is far more than run side by side.
+inline constexpr int64_t kMaxJobsPerPs = 64;
+
 // ---- the rendezvous store (server/rendezvous_store.cc) ----
 
 // Bytes of one rendezvous key.

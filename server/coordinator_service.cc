@@ -271,8 +271,10 @@ absl::Status CoordinatorServiceImpl::DoKvDelete(grpc::CallbackServerContext* con
   if (absl::Status denied = common::Authorize(*context, "Coordinator.KvDelete"); !denied.ok()) {
     return denied;
   }
-  if (request->key().empty() && !request->prefix()) {
-    return absl::InvalidArgumentError("rendezvous key is empty");
+  if (request->key().empty()) {
+    // An empty prefix would delete every job's keys.
+    return absl::InvalidArgumentError(request->prefix() ? "rendezvous key prefix is empty"
+                                                        : "rendezvous key is empty");
   }
   if (absl::Status s =
           CheckLength("KvDelete: key", request->key(), common::kMaxKvKeyBytes, "kMaxKvKeyBytes");

@@ -238,8 +238,11 @@ std::shared_ptr<StepGate> PsJob::gate() const {
 bool PsJob::SameParameters(const dlrm::v1::LoadJobRequest& request) const {
   dlrm::v1::LoadJobRequest a = spec_;
   dlrm::v1::LoadJobRequest b = request;
+  // The epoch, and whether a call restarts the job, are no parameters of the job.
   a.set_job_epoch(0);
   b.set_job_epoch(0);
+  a.set_restart(false);
+  b.set_restart(false);
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
 }
 

@@ -138,7 +138,7 @@ class PsJob {
   // run that never got their WRITE); returns how many.
   int RemoveSnapshotsBefore(int64_t epoch) const;
 
-  // Whether `request` asks for the same job as loaded, the epoch aside.
+  // Whether `request` asks for the same job as loaded, the epoch and `restart` aside.
   bool SameParameters(const dlrm::v1::LoadJobRequest& request) const;
   // Moves the job to a newer epoch (after a recovery): the rows stay, staleness tracking restarts,
   // and lookups parked for the old epoch fail with FAILED_PRECONDITION.

@@ -61,9 +61,11 @@ void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch
   for (const std::string& job_id : assigned_jobs_) {
     if (now.contains(job_id)) continue;
     // Not a job (re)started after this answer was made: a recovery may have started it again
-    // (newer epoch) while the answer travelled.
-    absl::Status s = server_->service().DoUnloadJob(job_id, epoch);
+    // (newer epoch) while the answer travelled. Not while a load is under way, which may take
+    // minutes: the heartbeats go on, and the next one tries again.
+    absl::Status s = server_->service().TryUnloadJob(job_id, epoch);
     if (s.ok()) DLRM_LOG(INFO) << "job " << job_id << " is no longer running; unloaded it";
+    if (absl::IsUnavailable(s)) now.insert(job_id);
   }
   assigned_jobs_ = std::move(now);
 }

@@ -126,7 +126,7 @@ DLRM_PS_RAW_UNARY(Checkpoint, dlrm::v1::CheckpointRequest, dlrm::v1::CheckpointR
 // ---- LoadJob / UnloadJob ----
 
 absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
-    const dlrm::v1::LoadJobRequest& request) {
+    const dlrm::v1::LoadJobRequest& request, bool granted) {
   DLRM_RETURN_IF_ERROR(ValidateLoadRequest(request));
   absl::MutexLock load_lock(&load_mu_);
   RemoveReleasedJobFoldersLocked();
@@ -139,11 +139,23 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
     for (const auto& [id, job] : jobs_) reserved += job->memory_budget_bytes();
   }
   dlrm::v1::LoadJobResponse response;
-  if (existing != nullptr && request.restart() && request.job_epoch() > existing->epoch()) {
+  // A restart from a caller without the grant (not rank 0) moves the job to its epoch below and
+  // leaves its rows for rank 0's LoadJob of that epoch to drop.
+  bool drop = false, defer = false;
+  if (existing != nullptr && request.restart()) {
+    auto pending = pending_restarts_.find(request.job_id());
+    const bool newer = request.job_epoch() > existing->epoch();
+    const bool waiting =
+        pending != pending_restarts_.end() && pending->second == request.job_epoch();
+    drop = granted && (newer || waiting);
+    defer = !granted && newer;
+  }
+  if (drop) {
     // A recovery: the job starts over from its checkpoint, so the older epoch's rows go.
     DLRM_LOG(INFO) << "job " << request.job_id() << " restarts at epoch " << request.job_epoch()
                    << " (loaded at " << existing->epoch() << "); its tables are created anew";
     existing.reset();
+    pending_restarts_.erase(request.job_id());
     DLRM_RETURN_IF_ERROR(UnloadLocked(request.job_id(), std::numeric_limits<int64_t>::max()));
     absl::MutexLock lock(&mu_);
     reserved = 0;
@@ -162,8 +174,18 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
                        " is older than the loaded epoch ", loaded));
     }
     existing->AdvanceEpoch(request.job_epoch());
+    if (defer) pending_restarts_[request.job_id()] = request.job_epoch();
     response.set_rows_resident(existing->stats().memory_rows);
     return response;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int64_t>(jobs_.size()) >= common::kMaxJobsPerPs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "LoadJob ", request.job_id(), ": this parameter server holds ", jobs_.size(),
+          " jobs, the most it loads (kMaxJobsPerPs); jobs that ended are unloaded by the "
+          "coordinator"));
+    }
   }
   PsJobOptions job_options;
   job_options.spec = request;
@@ -202,6 +224,7 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
     }
     job = std::move(it->second);
     jobs_.erase(it);
+    pending_restarts_.erase(job_id);
     const embedding::TieredStoreStats s = job->stats();
     unloaded_.reads += s.rocksdb_reads;
     unloaded_.hits += s.rocksdb_hits;
@@ -219,9 +242,21 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
   return absl::OkStatus();
 }
 
+absl::Status PsService::TryUnloadJob(const std::string& job_id, int64_t max_epoch) {
+  if (!load_mu_.TryLock()) {
+    return absl::UnavailableError(
+        absl::StrCat("unloading job ", job_id, ": a load or unload is under way"));
+  }
+  absl::Status status = UnloadLocked(job_id, max_epoch);
+  load_mu_.Unlock();
+  return status;
+}
+
 int PsService::RemoveReleasedJobFolders() {
-  absl::MutexLock load_lock(&load_mu_);
-  return RemoveReleasedJobFoldersLocked();
+  if (!load_mu_.TryLock()) return 0;
+  const int removed = RemoveReleasedJobFoldersLocked();
+  load_mu_.Unlock();
+  return removed;
 }
 
 int PsService::RemoveReleasedJobFoldersLocked() {
@@ -255,8 +290,9 @@ void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.LoadJob"); !denied.ok()) {
     return done(denied);
   }
-  options_.pool->Submit([this, request, response, done] {
-    absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request);
+  const bool granted = HasJobGrant(*context, request->job_id());
+  options_.pool->Submit([this, request, response, done, granted] {
+    absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request, granted);
     if (result.ok()) *response = std::move(*result);
     done(result.status());
   });
@@ -265,6 +301,21 @@ void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
 void PsService::SetGrantKey(std::string key) {
   absl::MutexLock lock(&grant_mu_);
   grant_key_ = std::move(key);
+}
+
+bool PsService::HasJobGrant(const grpc::CallbackServerContext& context,
+                            const std::string& job_id) const {
+  std::string key;
+  {
+    absl::MutexLock lock(&grant_mu_);
+    key = grant_key_;
+  }
+  if (key.empty()) return !common::OverTls(context);
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(common::kJobGrantMetadata);
+  if (it == metadata.end()) return false;
+  return common::IsJobAdminGrant(key, job_id,
+                                 absl::string_view(it->second.data(), it->second.size()));
 }
 
 absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& context,
@@ -349,7 +400,8 @@ void PsService::HandleGetStats(grpc::CallbackServerContext* context,
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.GetStats"); !denied.ok()) {
     return done(denied);
   }
-  options_.pool->Submit([this, request, response, done] {
+  const bool granted = HasJobGrant(*context, request->job_id());
+  options_.pool->Submit([this, request, response, done, granted] {
     absl::StatusOr<dlrm::v1::GetStatsResponse> r = DoGetStats(request->job_id());
     if (r.ok()) *response = std::move(*r);
     done(r.status());

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -120,8 +121,13 @@ class PsService final : public PsRawService {
   // LoadJob: idempotent for the same parameters; FAILED_PRECONDITION for the same job id with
   // other parameters or an older epoch; a newer epoch keeps the rows and restarts staleness
   // tracking, unless request.restart: then the older epoch's tables are dropped and created
-  // anew (a recovery rolling back to a checkpoint), whatever its parameters were.
-  absl::StatusOr<dlrm::v1::LoadJobResponse> DoLoadJob(const dlrm::v1::LoadJobRequest& request);
+  // anew (a recovery rolling back to a checkpoint), whatever its parameters were. Dropping rows
+  // takes the job's grant (`granted`: the call carried it, or the server trusts a plaintext
+  // network), which only rank 0 holds: a restart without it moves the job to the new epoch like
+  // a plain load and leaves the drop to rank 0's LoadJob of that epoch (every rank reads rows
+  // only after all ranks have loaded: they connect to each other after it).
+  absl::StatusOr<dlrm::v1::LoadJobResponse> DoLoadJob(const dlrm::v1::LoadJobRequest& request,
+                                                      bool granted = true);
   // NOT_FOUND naming the job when it is not loaded. Parked lookups of the job fail (ABORTED)
   // and its folder is removed once calls in flight are done: at once when none holds the job,
   // else by the first RemoveReleasedJobFolders after the last of them has let go.
@@ -129,12 +135,17 @@ class PsService final : public PsRawService {
   // it, when newer: a heartbeat answer older than the job's restart must not unload it).
   absl::Status DoUnloadJob(const std::string& job_id,
                            int64_t max_epoch = std::numeric_limits<int64_t>::max());
+  // DoUnloadJob unless a load or unload is under way (UNAVAILABLE then, nothing done): for the
+  // heartbeat loop, which must not wait for a LoadJob (one of many tables takes minutes) while
+  // its lease runs out.
+  absl::Status TryUnloadJob(const std::string& job_id, int64_t max_epoch);
   absl::StatusOr<dlrm::v1::GetStatsResponse> DoGetStats(const std::string& job_id) const;
 
   // Removes the folders (store, snapshots, and the job's folder when nothing else is in it) of
   // jobs that calls in flight still held when they were unloaded, once those calls have let go;
   // a folder a job loaded since uses is kept. The parameter server's heartbeat loop calls it, and
-  // every load and unload. Returns how many jobs' folders it removed.
+  // every load and unload. Returns how many jobs' folders it removed. Does nothing while a load
+  // or unload is under way (it does this itself): the heartbeat loop calls it.
   int RemoveReleasedJobFolders();
   // The loaded job; NOT_FOUND naming it when it is not loaded. A holder keeps it alive (as a
   // call in flight does) after an unload.
@@ -153,6 +164,9 @@ class PsService final : public PsRawService {
   // DoUnloadJob's work. REQUIRES: load_mu_ held.
   absl::Status UnloadLocked(const std::string& job_id, int64_t max_epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // Whether the call carries the job's grant, or the server trusts a plaintext network (no grant
+  // key, no TLS); AuthorizeAdmin's test without its errors.
+  bool HasJobGrant(const grpc::CallbackServerContext& context, const std::string& job_id) const;
   // RemoveReleasedJobFolders' work. REQUIRES: load_mu_ held.
   int RemoveReleasedJobFoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   struct Metrics;
@@ -214,6 +228,9 @@ class PsService final : public PsRawService {
     std::string snapshots_path;
   };
   std::vector<UnloadedJob> held_at_unload_ ABSL_GUARDED_BY(load_mu_);
+  // Per job: the epoch a restart without the grant asked for, whose drop of the rows waits for
+  // rank 0's LoadJob (DoLoadJob).
+  absl::flat_hash_map<std::string, int64_t> pending_restarts_ ABSL_GUARDED_BY(load_mu_);
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<PsJob>> jobs_ ABSL_GUARDED_BY(mu_);
   // The store counts of the counter metrics (RocksDB reads, hits and writes, rows created).

@@ -148,8 +148,8 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // Runs every call concurrently on this thread, each retried while it fails with UNAVAILABLE
   // until its budget is spent (or the client is cancelled); returns when all are final, each
   // call's status set. `method` is for the log.
-  // `with_grant`: the calls are admin methods (WriteRows, Checkpoint, UnloadJob), which carry
-  // options.job_grant; the data plane's calls do not.
+  // `with_grant`: the calls are admin methods (WriteRows, Checkpoint, UnloadJob; a LoadJob that
+  // restarts the job), which carry options.job_grant; the data plane's calls do not.
   void RunCalls(absl::Span<ShardCall* const> calls, const char* method, bool with_grant = false);
   // Starts the next attempt of `call` on `cq`: false (and the call CANCELLED) once cancelled.
   bool StartAttempt(ShardCall* call, grpc::CompletionQueue* cq);

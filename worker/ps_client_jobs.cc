@@ -61,7 +61,9 @@ absl::Status GrpcPsClient::LoadJobOnAll(const PsJobParams& params) {
     pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }
-  RunCalls(pointers, "LoadJob");  // idempotent per epoch, so retried as it is
+  // Idempotent per epoch, so retried as it is. With the job's grant where this rank holds it
+  // (rank 0): a restart's drop of the older epoch's rows takes it.
+  RunCalls(pointers, "LoadJob", /*with_grant=*/true);
   for (auto& call : calls) {
     if (!call->status.ok()) return ShardError(*call, "LoadJob");
   }

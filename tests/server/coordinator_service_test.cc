@@ -571,6 +571,17 @@ TEST_F(CoordinatorServiceTest, InputsPastTheirLimitsAreRefusedAndChangeNothing) 
     dlrm::v1::KvDeleteResponse response;
     auto ctx = common::MakeClientContext(absl::Seconds(5));
     expect(stub_->KvDelete(ctx.get(), request, &response), "kv delete", {"kMaxKvKeyBytes"});
+    // An empty prefix would delete every job's keys: refused, and the keys stay.
+    ASSERT_TRUE(KvSet("kept", "v").ok());
+    request.set_key("");
+    request.set_prefix(true);
+    auto ctx2 = common::MakeClientContext(absl::Seconds(5));
+    expect(stub_->KvDelete(ctx2.get(), request, &response), "kv delete of everything",
+           {"rendezvous key prefix is empty"});
+    request.set_key("kep");
+    auto ctx3 = common::MakeClientContext(absl::Seconds(5));
+    ASSERT_TRUE(stub_->KvDelete(ctx3.get(), request, &response).ok());
+    EXPECT_EQ(response.deleted(), 1) << "the refused call deleted the key";
   }
   {
     dlrm::v1::CancelJobRequest request;

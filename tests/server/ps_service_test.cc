@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
 #include "common/limits.h"
 #include "common/sharding.h"
@@ -192,6 +193,80 @@ TEST_F(PsServiceTest, ALookupOrReadRowsAskingForTooLargeAnAnswerIsRefused) {
   EXPECT_THAT(s.error_message(),
               HasSubstr("Lookup: 1048577 ids in one request, more than 1048576"));
   EXPECT_TRUE(Lookup(LookupOf("wide", 0, {1}), &resp).ok());
+}
+
+// A LoadJob with `restart` (a recovery rolling back to a checkpoint) drops the job's rows, which
+// only the coordinator's grant allows: rank 0 holds it. Any other worker's restart moves the job
+// to the new epoch and keeps the rows for rank 0's LoadJob of that epoch to drop. Before, any
+// worker certificate could wipe a running job's trained rows with one LoadJob of a higher epoch.
+TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
+  StartPs();
+  const std::string key = "0123456789abcdef";
+  ps_->service().SetGrantKey(key);
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  dlrm::v1::LookupResponse resp;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
+  const std::vector<float> fresh = UnpackFloats(resp.tables(0).rows());
+  ASSERT_TRUE(Push(PushOf("j", 0, {5}, {1, 1, 1, 1})).ok());
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
+  const std::vector<float> trained = UnpackFloats(resp.tables(0).rows());
+  ASSERT_NE(trained, fresh);
+
+  auto restart = [&](int64_t epoch, bool with_grant, int staleness = 0) {
+    dlrm::v1::LoadJobRequest r = TestJob("j", {{100, 4}}, 0, 1, staleness);
+    r.set_job_epoch(epoch);
+    r.set_restart(true);
+    auto ctx = common::MakeClientContext(kTimeout);
+    if (with_grant) ctx->AddMetadata(common::kJobGrantMetadata, common::JobAdminGrant(key, "j"));
+    dlrm::v1::LoadJobResponse out;
+    return stub_->LoadJob(ctx.get(), r, &out);
+  };
+  auto row_at = [&](int64_t epoch) {
+    EXPECT_TRUE(Lookup(LookupOf("j", 0, {5}, epoch), &resp).ok());
+    return UnpackFloats(resp.tables(0).rows());
+  };
+  // Another rank first (no grant): the job is at epoch 2, its rows as they were.
+  ASSERT_TRUE(restart(2, /*with_grant=*/false).ok());
+  EXPECT_EQ(row_at(2), trained);
+  // Other parameters without the grant: refused, nothing changes.
+  EXPECT_EQ(restart(3, /*with_grant=*/false, /*staleness=*/4).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(row_at(2), trained);
+  // Rank 0's LoadJob of epoch 2, with the grant: the rows start over.
+  ASSERT_TRUE(restart(2, /*with_grant=*/true).ok());
+  EXPECT_EQ(row_at(2), fresh);
+  // Trained again; a late restart of the same epoch, with or without the grant, drops nothing.
+  ASSERT_TRUE(Push([] {
+                auto p = PushOf("j", 0, {5}, {1, 1, 1, 1});
+                p.set_job_epoch(2);
+                return p;
+              }())
+                  .ok());
+  EXPECT_EQ(row_at(2), trained);
+  ASSERT_TRUE(restart(2, /*with_grant=*/false).ok());
+  ASSERT_TRUE(restart(2, /*with_grant=*/true).ok());
+  EXPECT_EQ(row_at(2), trained);
+  // Rank 0 first at the next epoch: it drops at once.
+  ASSERT_TRUE(restart(3, /*with_grant=*/true).ok());
+  EXPECT_EQ(row_at(3), fresh);
+}
+
+// Each job is a RocksDB instance with its files: a server holds at most kMaxJobsPerPs, so that
+// LoadJob calls of made-up jobs cannot take its file descriptors and memory. Past it, a load is
+// refused naming the limit, and the jobs loaded stay as they were.
+TEST_F(PsServiceTest, LoadJobPastTheJobsAServerHoldsIsRefused) {
+  StartPs();
+  for (int64_t j = 0; j < common::kMaxJobsPerPs; ++j) {
+    ASSERT_TRUE(Load(TestJob(absl::StrCat("j", j), {{10, 2}})).ok()) << "job " << j;
+  }
+  const grpc::Status s = Load(TestJob("one-more", {{10, 2}}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("holds 64 jobs, the most it loads (kMaxJobsPerPs)"));
+  // The same job again is no new job: idempotent, as before.
+  EXPECT_TRUE(Load(TestJob("j3", {{10, 2}})).ok());
+  dlrm::v1::LookupResponse resp;
+  EXPECT_TRUE(Lookup(LookupOf("j63", 0, {9}), &resp).ok());
+  EXPECT_EQ(Lookup(LookupOf("one-more", 0, {1}), &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 // A push may carry the learning rate of its step (a job's schedule, common/lr_schedule.h, which
