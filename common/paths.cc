@@ -16,6 +16,20 @@ bool SamePath(const std::string& a, const std::string& b) {
   return ec ? a == b : x == y;
 }
 
+bool PathIsWithin(const std::string& path, const std::string& folder) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  if (ec) return false;
+  const std::filesystem::path f = std::filesystem::weakly_canonical(folder, ec);
+  if (ec) return false;
+  auto pi = p.begin();
+  for (auto fi = f.begin(); fi != f.end(); ++fi, ++pi) {
+    if (fi->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *pi != *fi) return false;
+  }
+  return true;
+}
+
 absl::Status CheckResumeAgrees(const std::string& flag, const std::string& given,
                                const std::string& key, const std::string& spec_file) {
   if (key.empty() || SamePath(given, key)) return absl::OkStatus();

@@ -11,6 +11,10 @@ namespace dlrm::common {
 // their absolute paths once symlinks, "." and ".." are resolved (neither need exist).
 bool SamePath(const std::string& a, const std::string& b);
 
+// Whether `path` is `folder` or lies below it, once both are made absolute with symlinks, "."
+// and ".." resolved (neither need exist).
+bool PathIsWithin(const std::string& path, const std::string& folder);
+
 // OK unless a resume flag (`flag`, e.g. "--resume-from", given as `given`) and the job spec's
 // checkpoint.resume_from (`key`, "" when it has none) name different checkpoints: then
 // INVALID_ARGUMENT naming both, and the spec file when `spec_file` is not "". `dlrm train`,

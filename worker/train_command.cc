@@ -385,7 +385,26 @@ std::string SummaryLine(const TrainReport& report) {
 }  // namespace
 
 absl::Status CheckRunOutputs(const std::string& config_path, const common::JobSpec& spec,
-                             const std::string& metrics_out, const std::string& report) {
+                             const std::string& metrics_out, const std::string& report,
+                             const std::string& resume_from) {
+  // A checkpoint's files are written by the run or read to resume it: an output among them
+  // replaced dense.bin or MANIFEST.json, and the checkpoint was lost.
+  const std::pair<const char*, std::string> folders[] = {
+      {"checkpoint.dir", spec.checkpoint.dir},
+      {"checkpoint.resume_from", spec.checkpoint.resume_from},
+      {"--resume", resume_from}};
+  for (const auto& [what, output] :
+       {std::pair<const char*, std::string>{"--report", report}, {"--metrics-out", metrics_out}}) {
+    if (output.empty()) continue;
+    for (const auto& [key, folder] : folders) {
+      if (!folder.empty() && common::PathIsWithin(output, folder)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " '", output, "' lies in the checkpoint folder '", folder, "' (", key,
+            "): it would replace a "
+            "checkpoint's file; write it elsewhere"));
+      }
+    }
+  }
   // The files the run reads: neither output may replace one (--report over the spec or the
   // training data destroyed it).
   std::vector<std::string> inputs = {config_path};
@@ -414,8 +433,8 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options) 
   DLRM_LOG(INFO) << "job '" << spec.name << "': " << spec.tables.size() << " tables, batch "
                  << spec.batch_size << ", " << spec.epochs << " epoch(s), data "
                  << spec.train_paths.front();
-  DLRM_RETURN_IF_ERROR(
-      CheckRunOutputs(options.config_path, spec, options.metrics_out, options.report));
+  DLRM_RETURN_IF_ERROR(CheckRunOutputs(options.config_path, spec, options.metrics_out,
+                                       options.report, options.run.resume_from));
   RunRecorder recorder;
   TrainRunOptions run = options.run;
   if (!options.report.empty()) run.recorder = &recorder;

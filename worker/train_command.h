@@ -78,9 +78,12 @@ absl::StatusOr<TrainReport> RunTrainCommand(const TrainCommandOptions& options);
 
 // The outputs of a run that trains the job of `config_path` (`dlrm train`, `dlrm local`), before
 // any work: --metrics-out and --report ("" = none) can be written, neither is the spec or one of
-// its data files (the page or the metrics would replace it), and they are not one file.
+// its data files (the page or the metrics would replace it), neither lies in a checkpoint folder
+// the run writes or resumes from (checkpoint.dir, checkpoint.resume_from, `resume_from`: it
+// would replace a checkpoint's file), and they are not one file.
 absl::Status CheckRunOutputs(const std::string& config_path, const common::JobSpec& spec,
-                             const std::string& metrics_out, const std::string& report);
+                             const std::string& metrics_out, const std::string& report,
+                             const std::string& resume_from = "");
 
 // `dlrm eval` and `dlrm predict`: the model of a checkpoint, built from the job spec it carries.
 struct CheckpointModelOptions {

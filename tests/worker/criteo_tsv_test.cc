@@ -146,6 +146,12 @@ std::vector<BadLine> BadLines() {
       {WithField(0, "2"), "label \"2\" is not 0 or 1"},
       {WithField(0, ""), "label \"\" is not 0 or 1"},
       {WithField(3, "3.5"), "dense I3: \"3.5\" is not an integer"},
+      // Control bytes are escaped: a NUL cut the message off at "1, and the value looked valid.
+      {WithField(2, std::string("1\0"
+                                "2",
+                                3)),
+       "dense I2: \"1\\x00\\x32\" is not an integer"},
+      {WithField(14, "05db\x1b[1m"), "categorical C1: token \"05db\\x1b[1m\" is not 8 hex"},
       {WithField(3, "99999999999999999999"), "dense I3"},
       {WithField(14, "05db916"), "categorical C1: token \"05db916\" is not 8 hex digits"},
       {WithField(15, "08d6d89z"), "categorical C2: token \"08d6d89z\" is not 8 hex digits"},

@@ -145,6 +145,36 @@ TEST_F(TrainCommandMetricsTest, ReportIsCheckedAgainstTheInputsAndMetricsOutBefo
   EXPECT_FALSE(fs::exists(tmp_.File("ck")));
 }
 
+// `--report` or `--metrics-out` naming a file of a checkpoint replaced it: `--resume ck --report
+// ck/ckpt-N/dense.bin` trained from that checkpoint and then wrote the page over its dense.bin (the
+// checkpoint was lost), and --metrics-out into the run's own checkpoint.dir replaced the final
+// checkpoint's manifest. An output in a checkpoint folder the run reads or writes is refused
+// before training, naming the folder, and the checkpoint stays.
+TEST_F(TrainCommandMetricsTest, OutputsInACheckpointFolderAreRefused) {
+  const std::string config = Config(0.2);
+  ASSERT_TRUE(RunTrainCommand(Options(config, "")).ok());
+  std::string dense;
+  for (const auto& entry : fs::directory_iterator(tmp_.File("ck"))) {
+    if (entry.is_directory()) dense = (entry.path() / "dense.bin").string();
+  }
+  ASSERT_TRUE(fs::exists(dense));
+  const std::string kept = ReadFile(dense);
+  TrainCommandOptions o = Options(config, "");
+  o.run.resume_from = tmp_.File("ck");
+  o.report = dense;
+  auto report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("--report '" + dense + "' lies in the checkpoint folder"));
+  EXPECT_EQ(ReadFile(dense), kept);
+
+  o = Options(config, tmp_.File("ck/metrics.json"));  // the spec's checkpoint.dir
+  report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("(checkpoint.dir)"));
+  EXPECT_FALSE(fs::exists(tmp_.File("ck/metrics.json")));
+}
+
 // Ctrl-C on `dlrm train --report` killed the process and wrote no page, though the page is
 // documented for a run that "fails or is interrupted after some steps". The command's handler sets
 // `interrupted`; the run stops after its step with CANCELLED and the page of that step is written.

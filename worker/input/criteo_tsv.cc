@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,11 +18,14 @@ namespace {
 
 constexpr int kNumFields = 1 + kCriteoNumDense + kCriteoNumCategorical;
 
-// Shows a field in a message, shortened so a garbage line cannot flood the log.
+// Shows a field in a message, shortened so a garbage line cannot flood the log, with control and
+// non-ASCII bytes escaped (\x00): a NUL cut the message off where it was printed, and raw bytes
+// reached the terminal.
 std::string Quote(absl::string_view field) {
   constexpr size_t kMax = 24;
-  if (field.size() <= kMax) return absl::StrCat("\"", field, "\"");
-  return absl::StrCat("\"", field.substr(0, kMax), "...\" (", field.size(), " bytes)");
+  if (field.size() <= kMax) return absl::StrCat("\"", absl::CHexEscape(field), "\"");
+  return absl::StrCat("\"", absl::CHexEscape(field.substr(0, kMax)), "...\" (", field.size(),
+                      " bytes)");
 }
 
 int HexValue(char c) {
