@@ -221,6 +221,11 @@ class PsJob {
  private:
   PsJob(const PsJobOptions& options, std::string path);
   absl::Status CheckRank(int64_t step, int rank) const;
+  // The tables of a Lookup (`stored_rows` false) or ReadRows (true): each known, their ids
+  // checked (CheckIds), and the answer within what one request may carry (ValidateLookup).
+  absl::Status CheckRowRequest(const char* method,
+                               const google::protobuf::RepeatedPtrField<dlrm::v1::TableIds>& tables,
+                               bool stored_rows) const;
   // NOT_FOUND unless the job has table `table`; its config through `config`.
   absl::Status CheckTable(int table, const embedding::TableConfig** config) const;
   // Checks one table entry: table known, ids length, range and ownership. Returns the table's

@@ -209,16 +209,23 @@ absl::Status CheckAnswerSize(const char* method, int64_t ids, int64_t answer_byt
 absl::Status PsJob::ValidateLookup(const dlrm::v1::LookupRequest& request) const {
   DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
   DLRM_RETURN_IF_ERROR(CheckRank(request.step(), request.worker_rank()));
+  return CheckRowRequest("Lookup", request.tables(), /*stored_rows=*/false);
+}
+
+absl::Status PsJob::CheckRowRequest(
+    const char* method, const google::protobuf::RepeatedPtrField<dlrm::v1::TableIds>& tables,
+    bool stored_rows) const {
   int64_t ids = 0, bytes = 0;
-  for (const dlrm::v1::TableIds& t : request.tables()) {
+  for (const dlrm::v1::TableIds& t : tables) {
     const embedding::TableConfig* config = nullptr;
     DLRM_RETURN_IF_ERROR(CheckTable(t.table(), &config));
     const int64_t n = static_cast<int64_t>(t.ids().size() / sizeof(int64_t));
     ids += n;
-    bytes += n * 4 * config->dim;  // fp32 rows, the widest answer
+    // Lookup answers fp32 rows at most; ReadRows stored rows, weights and optimizer state.
+    bytes += n * 4 * (stored_rows ? store_->row_floats(t.table()) : config->dim);
   }
-  DLRM_RETURN_IF_ERROR(CheckAnswerSize("Lookup", ids, bytes));
-  for (const dlrm::v1::TableIds& t : request.tables()) {
+  DLRM_RETURN_IF_ERROR(CheckAnswerSize(method, ids, bytes));
+  for (const dlrm::v1::TableIds& t : tables) {
     const embedding::TableConfig* config = nullptr;
     DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
   }
@@ -282,20 +289,7 @@ absl::Status PsJob::ValidatePush(const dlrm::v1::PushGradientsRequest& request) 
 
 absl::Status PsJob::ValidateReadRows(const dlrm::v1::ReadRowsRequest& request) const {
   DLRM_RETURN_IF_ERROR(CheckEpoch(request.job_epoch()));
-  int64_t ids = 0, bytes = 0;
-  for (const dlrm::v1::TableIds& t : request.tables()) {
-    const embedding::TableConfig* config = nullptr;
-    DLRM_RETURN_IF_ERROR(CheckTable(t.table(), &config));
-    const int64_t n = static_cast<int64_t>(t.ids().size() / sizeof(int64_t));
-    ids += n;
-    bytes += n * 4 * store_->row_floats(t.table());  // stored rows: weights and state
-  }
-  DLRM_RETURN_IF_ERROR(CheckAnswerSize("ReadRows", ids, bytes));
-  for (const dlrm::v1::TableIds& t : request.tables()) {
-    const embedding::TableConfig* config = nullptr;
-    DLRM_RETURN_IF_ERROR(CheckIds(t.table(), t.ids(), &config));
-  }
-  return absl::OkStatus();
+  return CheckRowRequest("ReadRows", request.tables(), /*stored_rows=*/true);
 }
 
 absl::Status PsJob::ValidateWriteRows(const dlrm::v1::WriteRowsRequest& request) const {

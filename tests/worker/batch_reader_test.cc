@@ -459,28 +459,21 @@ TEST(RecordReader, EachMalformedLineIsReportedOnceAndTheLastOnesToo) {
       {.paths = {tsv}, .on_issue = sink(&train_lines), .begin = 0, .end = 160});
   auto eval = RecordReader::Create({.paths = {tsv}, .on_issue = sink(&eval_lines), .begin = 160});
   ASSERT_TRUE(train.ok() && eval.ok());
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    if (epoch > 0) {
-      ASSERT_TRUE((*train)->Rewind().ok());
+  // Two passes (epochs) over each reader: the records of its range and one skipped line each
+  // time (train: the middle one; eval: the cut one, not the middle one it passes over).
+  for (const auto& [reader, records] : {std::pair{train->get(), 160}, std::pair{eval->get(), 40}}) {
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass > 0) {
+        ASSERT_TRUE(reader->Rewind().ok());
+      }
+      CriteoRecord record;
+      int64_t n = 0;
+      while (*reader->Next(&record)) ++n;
+      EXPECT_EQ(n, records);
+      EXPECT_EQ(reader->skipped(), 1) << "pass " << pass;
     }
-    CriteoRecord record;
-    int64_t n = 0;
-    while (*(*train)->Next(&record)) ++n;
-    EXPECT_EQ(n, 160);
-    EXPECT_EQ((*train)->skipped(), 1) << "epoch " << epoch;
   }
   EXPECT_THAT(train_lines, ::testing::ElementsAre(middle_line));  // once
-
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass > 0) {
-      ASSERT_TRUE((*eval)->Rewind().ok());
-    }
-    CriteoRecord record;
-    int64_t n = 0;
-    while (*(*eval)->Next(&record)) ++n;
-    EXPECT_EQ(n, 40);
-    EXPECT_EQ((*eval)->skipped(), 1) << "pass " << pass;  // the cut line, not the middle one
-  }
   EXPECT_THAT(eval_lines, ::testing::ElementsAre(202));
 
   // Two ranks of a counted range: the last one reads on to the end and reports the cut line.
