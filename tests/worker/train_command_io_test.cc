@@ -100,6 +100,19 @@ TEST_F(TrainCommandIoTest, PredictScoresLinesWithoutALabelAsTheSameLinesWithOne)
   EXPECT_THAT(
       std::string(st.message()),
       HasSubstr(":1: expected 40 (or 39, without the label) tab-separated fields, found 38"));
+  // A labelled file whose third line lost its last column: that line was scored as unlabelled,
+  // every feature one column off, in silence. The file's first record decides, and the line is
+  // malformed, naming both counts.
+  std::string cut = ReadFile(labelled);
+  size_t third = 0;
+  for (int i = 0; i < 2; ++i) third = cut.find('\n', third) + 1;
+  const size_t end_of_third = cut.find('\n', third);
+  cut.erase(cut.rfind('\t', end_of_third), end_of_third - cut.rfind('\t', end_of_third));
+  WriteFile(unlabelled, cut);
+  st = RunPredictCommand(Model({unlabelled}), without);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr(":3: 39 tab-separated fields where the file's first record (line 1) has "
+                        "40: every line has the label or none does"));
 }
 
 // --- predict: where the scores go --------------------------------------------------------------

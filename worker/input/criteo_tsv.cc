@@ -216,7 +216,28 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
           "data is read from a regular file only (a pipe or device is read as TSV); give the "
           "file itself"));
     }
-    absl::Status status = ParseCriteoLine(line, record, options_.labels_optional);
+    // Labelled or not is the file's, set by its first record: a line of 39 fields in a labelled
+    // file is one that lost a field (its features would read one column off), not an unlabelled
+    // one; told before parsing, whose message would name a shifted field.
+    const int64_t fields =
+        options_.labels_optional ? 1 + std::count(line.begin(), line.end(), '\t') : 0;
+    const bool labelled = fields == kNumFields;
+    absl::Status status;
+    if (first_record_line_ > 0 && (fields == kNumFields || fields == kNumFields - 1) &&
+        labelled != labelled_) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(labelled ? kNumFields : kNumFields - 1,
+                       " tab-separated fields where the file's first "
+                       "record (line ",
+                       first_record_line_, ") has ", labelled_ ? kNumFields : kNumFields - 1,
+                       ": every line has the label or none does"));
+    } else {
+      status = ParseCriteoLine(line, record, options_.labels_optional);
+    }
+    if (status.ok() && options_.labels_optional && first_record_line_ == 0) {
+      first_record_line_ = line_;
+      labelled_ = labelled;
+    }
     if (status.ok()) {
       ++records_;
       return true;

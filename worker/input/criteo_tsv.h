@@ -118,7 +118,8 @@ struct TsvReaderOptions {
   // for readers whose records must line up with the file's lines.
   bool blank_lines_are_malformed = false;
   // A line without the label field (39 fields) is a record with label 0 (ParseCriteoLine): for
-  // readers that only score the records (dlrm predict).
+  // readers that only score the records (dlrm predict). The file's first record decides: a
+  // later line with the label where it had none, or without it where it had one, is malformed.
   bool labels_optional = false;
 };
 
@@ -168,6 +169,9 @@ class CriteoTsvReader {
   int64_t records_ = 0;
   int64_t skipped_ = 0;
   int64_t reported_ = 0;  // skipped lines not skipped quietly
+  // labels_optional: the line of the first record, and whether it had the label.
+  int64_t first_record_line_ = 0;
+  bool labelled_ = true;
 };
 
 }  // namespace dlrm::worker
