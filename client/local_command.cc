@@ -380,8 +380,9 @@ int RunLocalCommand(const LocalCommandOptions& options) {
         std::fprintf(stderr, "error: starting the local cluster: %s\n",
                      std::string(launched.message()).c_str());
         // The message names a child's log ("see .../logs/coordinator.log"): keep it, as after a
-        // failed job. The temporary folder was removed on exit, and the log with it.
-        (*cluster)->KeepDataDir();
+        // failed job. The temporary folder was removed on exit, and the log with it. Refused
+        // before any child started (--device cuda with too few GPUs), it holds nothing: it goes.
+        if (!(*cluster)->logs().empty()) (*cluster)->KeepDataDir();
         code = kExitFailed;
       }
     } else {

@@ -264,6 +264,21 @@ TEST_F(DlrmCliTest, LocalKeepsTheLogItNamesWhenTheClusterCannotStart) {
 // `dlrm local` writes --report and --metrics-out after the job: one naming the spec or its data
 // replaced it with the page or the metrics, and one that could not be written failed only after
 // the whole job. Each is refused before any process starts, and the spec is left as it was.
+// Refused before any child started (more CUDA workers than GPUs), `dlrm local` left an empty
+// /tmp/dlrm-local-XXXXXX/logs behind without naming it. With no child, there is no log to keep.
+TEST_F(DlrmCliTest, LocalRefusedBeforeStartingLeavesNoTemporaryFolder) {
+  const std::string config = WriteTinyJob(dir_, "short", 40, 1);
+  const ::dlrm::testing::ProcessResult r = Dlrm(
+      {"local", "-c", config, "--insecure", "--no-progress", "--device", "cuda", "--workers", "9"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--device cuda: 9 workers need 9 CUDA devices"));
+  // The child's TMPDIR is the test's folder (RunProcess).
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    EXPECT_FALSE(absl::StartsWith(entry.path().filename().string(), "dlrm-local-"))
+        << "left " << entry.path();
+  }
+}
+
 TEST_F(DlrmCliTest, LocalRefusesOutputsThatWouldReplaceItsInputsBeforeStarting) {
   const std::string config = WriteTinyJob(dir_, "out", 20, 1);
   const std::string spec_text = dlrm::testing::ReadFileOrEmpty(config);
