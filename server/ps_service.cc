@@ -290,7 +290,8 @@ void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.LoadJob"); !denied.ok()) {
     return done(denied);
   }
-  const bool granted = HasJobGrant(*context, request->job_id());
+  const Grant grant = CheckGrant(*context, request->job_id());
+  const bool granted = grant == Grant::kGiven || grant == Grant::kTrusted;
   options_.pool->Submit([this, request, response, done, granted] {
     absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request, granted);
     if (result.ok()) *response = std::move(*result);
@@ -303,47 +304,45 @@ void PsService::SetGrantKey(std::string key) {
   grant_key_ = std::move(key);
 }
 
-bool PsService::HasJobGrant(const grpc::CallbackServerContext& context,
-                            const std::string& job_id) const {
+PsService::Grant PsService::CheckGrant(const grpc::CallbackServerContext& context,
+                                       const std::string& job_id) const {
   std::string key;
   {
     absl::MutexLock lock(&grant_mu_);
     key = grant_key_;
   }
-  if (key.empty()) return !common::OverTls(context);
+  if (key.empty()) return common::OverTls(context) ? Grant::kNoKeyYet : Grant::kTrusted;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(common::kJobGrantMetadata);
-  if (it == metadata.end()) return false;
+  if (it == metadata.end() || it->second.empty()) return Grant::kMissing;
   return common::IsJobAdminGrant(key, job_id,
-                                 absl::string_view(it->second.data(), it->second.size()));
+                                 absl::string_view(it->second.data(), it->second.size()))
+             ? Grant::kGiven
+             : Grant::kWrong;
 }
 
 absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& context,
                                        absl::string_view method, const std::string& job_id) const {
   DLRM_RETURN_IF_ERROR(common::Authorize(context, method));
-  std::string key;
-  {
-    absl::MutexLock lock(&grant_mu_);
-    key = grant_key_;
+  const Grant grant = CheckGrant(context, job_id);
+  switch (grant) {
+    case Grant::kGiven:
+    case Grant::kTrusted:
+      return absl::OkStatus();
+    case Grant::kNoKeyYet:
+      return absl::UnavailableError(
+          absl::StrCat(method,
+                       ": this parameter server has not registered with a coordinator yet, "
+                       "so it cannot check the job's grant"));
+    case Grant::kMissing:
+    case Grant::kWrong:
+      break;
   }
-  if (key.empty()) {
-    if (!common::OverTls(context)) return absl::OkStatus();  // plaintext trusts the network
-    return absl::UnavailableError(
-        absl::StrCat(method,
-                     ": this parameter server has not registered with a coordinator yet, "
-                     "so it cannot check the job's grant"));
-  }
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(common::kJobGrantMetadata);
-  const absl::string_view grant = it == metadata.end()
-                                      ? absl::string_view()
-                                      : absl::string_view(it->second.data(), it->second.size());
-  if (common::IsJobAdminGrant(key, job_id, grant)) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat(method, " of job '", job_id.substr(0, common::kMaxNameBytes), "' needs ",
-                   grant.empty() ? "the coordinator's grant for the job"
-                                 : "the coordinator's grant for the job; the one given is not it",
-                   " (rank 0 of the job holds it)"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, " of job '", job_id.substr(0, common::kMaxNameBytes), "' needs ",
+      grant == Grant::kMissing ? "the coordinator's grant for the job"
+                               : "the coordinator's grant for the job; the one given is not it",
+      " (rank 0 of the job holds it)"));
 }
 
 void PsService::HandleUnloadJob(grpc::CallbackServerContext* context,
@@ -400,7 +399,8 @@ void PsService::HandleGetStats(grpc::CallbackServerContext* context,
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.GetStats"); !denied.ok()) {
     return done(denied);
   }
-  const bool granted = HasJobGrant(*context, request->job_id());
+  const Grant grant = CheckGrant(*context, request->job_id());
+  const bool granted = grant == Grant::kGiven || grant == Grant::kTrusted;
   options_.pool->Submit([this, request, response, done, granted] {
     absl::StatusOr<dlrm::v1::GetStatsResponse> r = DoGetStats(request->job_id());
     if (r.ok()) *response = std::move(*r);

@@ -164,9 +164,10 @@ class PsService final : public PsRawService {
   // DoUnloadJob's work. REQUIRES: load_mu_ held.
   absl::Status UnloadLocked(const std::string& job_id, int64_t max_epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
-  // Whether the call carries the job's grant, or the server trusts a plaintext network (no grant
-  // key, no TLS); AuthorizeAdmin's test without its errors.
-  bool HasJobGrant(const grpc::CallbackServerContext& context, const std::string& job_id) const;
+  // What the call shows of the job's grant (SetGrantKey). kTrusted: no grant key and no TLS, so
+  // the server trusts a plaintext network.
+  enum class Grant { kGiven, kTrusted, kNoKeyYet, kMissing, kWrong };
+  Grant CheckGrant(const grpc::CallbackServerContext& context, const std::string& job_id) const;
   // RemoveReleasedJobFolders' work. REQUIRES: load_mu_ held.
   int RemoveReleasedJobFoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   struct Metrics;
