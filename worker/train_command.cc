@@ -303,8 +303,9 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                                                       spec.train_paths.front(), " (",
                                                       spec.train_paths.size(), " file(s))"));
   }
-  {
-    // A diverged model is no result: refused before its last checkpoint and its evaluation.
+  if (checkpointer == nullptr) {
+    // A diverged model is no result: refused before its evaluation. With a checkpoint folder the
+    // last checkpoint refuses it (DenseBytes checks; one cut at this step already did).
     dense::DlrmDenseModel& model = trainer->model();
     std::vector<float> params(model.num_params());
     trainer->backend()->CopyToHost(model.params(), params.data(), params.size());

@@ -246,6 +246,13 @@ TEST_F(TrainCommandIoTest, ADivergedModelStopsTrainingAndIsNeverCheckpointed) {
     }
   }
   EXPECT_GT(checkpoints, 0) << "diverged before the first checkpoint: the test checks nothing";
+
+  // Without a checkpoint folder the run is refused all the same, before its evaluation.
+  spec.checkpoint.dir.clear();
+  spec.checkpoint.every_steps = 0;
+  report = TrainInProcess(spec, Quiet());
+  ASSERT_FALSE(report.ok()) << "trained " << report->steps << " steps, AUC " << report->auc;
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("the model diverged"));
 }
 
 TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
