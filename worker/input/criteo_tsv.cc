@@ -47,10 +47,16 @@ int ExtraIdsPerRecord(const BagSizes& bags) {
 
 std::string BagSizesString(const BagSizes& bags) { return absl::StrJoin(bags, ","); }
 
-absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out, bool label_optional) {
+namespace {
+int CountFields(absl::string_view line) {
+  return 1 + static_cast<int>(std::count(line.begin(), line.end(), '\t'));
+}
+
+// ParseCriteoLine with the line's field count (CountFields) known.
+absl::Status ParseCountedLine(absl::string_view line, int fields, CriteoRecord* out,
+                              bool label_optional) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.empty()) return absl::InvalidArgumentError("empty line");
-  const int fields = 1 + static_cast<int>(std::count(line.begin(), line.end(), '\t'));
   const bool unlabelled = label_optional && fields == kNumFields - 1;
   if (fields != kNumFields && !unlabelled) {
     return absl::InvalidArgumentError(
@@ -120,6 +126,11 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out, bool lab
   out->bags = OneHotBags();
   out->extra_ids.clear();
   return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status ParseCriteoLine(absl::string_view line, CriteoRecord* out, bool label_optional) {
+  return ParseCountedLine(line, CountFields(line), out, label_optional);
 }
 
 absl::StatusOr<std::unique_ptr<CriteoTsvReader>> CriteoTsvReader::Open(
@@ -219,8 +230,7 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
     // Labelled or not is the file's, set by its first record: a line of 39 fields in a labelled
     // file is one that lost a field (its features would read one column off), not an unlabelled
     // one; told before parsing, whose message would name a shifted field.
-    const int64_t fields =
-        options_.labels_optional ? 1 + std::count(line.begin(), line.end(), '\t') : 0;
+    const int fields = CountFields(line);
     const bool labelled = fields == kNumFields;
     absl::Status status;
     if (first_record_line_ > 0 && (fields == kNumFields || fields == kNumFields - 1) &&
@@ -232,7 +242,7 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
                        first_record_line_, ") has ", labelled_ ? kNumFields : kNumFields - 1,
                        ": every line has the label or none does"));
     } else {
-      status = ParseCriteoLine(line, record, options_.labels_optional);
+      status = ParseCountedLine(line, fields, record, options_.labels_optional);
     }
     if (status.ok() && options_.labels_optional && first_record_line_ == 0) {
       first_record_line_ = line_;
