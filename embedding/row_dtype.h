@@ -57,6 +57,10 @@ void StochasticRound(RowDtype dtype, float* values, int64_t n, uint64_t* rng);
 void EncodeValues(RowDtype dtype, const float* in, int64_t n, void* out);
 void DecodeValues(RowDtype dtype, const void* in, int64_t n, float* out);
 
+// The index of the first of n values at `values` (n * DtypeBytes bytes of the dtype) that is
+// infinite or NaN; -1 when all are finite. Reads each value once (the payload checks of a push).
+int64_t FirstNonFinite(RowDtype dtype, const void* values, int64_t n);
+
 // FP8 E4M3 (OCP 8-bit floating point, "E4M3FN": 1 sign, 4 exponent bits of bias 7, 3 mantissa
 // bits, subnormals, no infinities, largest finite 448), for gradients on the wire only
 // (training.hot_sync_dtype: fp8); never a stored dtype. E4m3Nearest rounds to nearest even and

@@ -188,6 +188,47 @@ TEST(RowDtypeTest, StochasticRoundingLandsOnANeighbourAndIsUnbiased) {
   }
 }
 
+// FirstNonFinite finds the first inf or NaN of each dtype wherever it sits (either side of the
+// block edges it tests in) and passes the largest finite values, denormals and signed zeros.
+TEST(RowDtypeTest, FirstNonFiniteFindsTheFirstInfOrNanOnly) {
+  constexpr int64_t n = 2500;
+  for (RowDtype dtype : {RowDtype::kFp32, RowDtype::kFp16, RowDtype::kBf16}) {
+    SCOPED_TRACE(RowDtypeName(dtype));
+    const float largest = dtype == RowDtype::kFp16   ? 65504.0f
+                          : dtype == RowDtype::kBf16 ? 3.3895314e38f
+                                                     : std::numeric_limits<float>::max();
+    std::vector<float> values(n);
+    for (int64_t i = 0; i < n; ++i) values[i] = (i % 3 == 0 ? -1.0f : 1.0f) * 0.37f * (i % 11);
+    values[7] = largest;
+    values[8] = -largest;
+    values[9] = -0.0f;
+    values[10] = std::numeric_limits<float>::denorm_min();
+    std::vector<unsigned char> bytes(n * DtypeBytes(dtype));
+    auto first = [&] {
+      EncodeValues(dtype, values.data(), n, bytes.data());
+      return FirstNonFinite(dtype, bytes.data(), n);
+    };
+    EXPECT_EQ(first(), -1);
+    EXPECT_EQ(FirstNonFinite(dtype, bytes.data(), 0), -1);
+    for (int64_t at : {int64_t{0}, int64_t{1023}, int64_t{1024}, n - 1}) {
+      for (float bad :
+           {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+            std::numeric_limits<float>::quiet_NaN()}) {
+        const float kept = values[at];
+        values[at] = bad;
+        EXPECT_EQ(first(), at) << bad;
+        if (at < n - 1) {
+          values[n - 1] = bad;  // a later one does not hide the first
+          EXPECT_EQ(first(), at) << bad;
+          values[n - 1] = 1.0f;
+        }
+        values[at] = kept;
+      }
+    }
+    EXPECT_EQ(first(), -1);
+  }
+}
+
 TEST(RowDtypeTest, CodecKeepsStateInFp32AndPadsOddDims) {
   const RowCodec codec{RowDtype::kFp16, 3, 2};
   EXPECT_EQ(codec.words(), 4);

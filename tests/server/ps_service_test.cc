@@ -3,6 +3,7 @@
 // (Rows and checkpoints: ps_service_rows_test.cc; lookups, pushes and the memory budget:
 // ps_service_lookup_push_test.cc; staleness: ps_staleness_test.cc; the sharded client:
 // tests/worker/ps_client_test.cc.)
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -135,6 +136,9 @@ TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
   expect(Push(PushOf("j", 0, {100}, std::vector<float>(4))), grpc::StatusCode::INVALID_ARGUMENT,
          "table 0: id 100 >= rows 100");
   expect(Push(PushOf("x", 0, {1}, std::vector<float>(4))), grpc::StatusCode::NOT_FOUND, "'x'");
+  expect(Push(PushOf("j", 0, {1, 9}, {0, 1, 2, 3, 4, 5, std::nanf(""), 7})),
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "table 0: the gradient of id 9 is inf or NaN (value 2 of its 4): the push is refused");
 
   // A bad table anywhere in a push leaves every table untouched.
   auto mixed = PushOf("j", 0, {1}, {1, 1, 1, 1});
@@ -143,6 +147,8 @@ TEST_F(PsServiceTest, EveryBadRequestGetsItsCodeAndMessage) {
   t->set_ids(PackIds({5}));
   t->set_grads(PackFloats({1}));
   expect(Push(mixed), grpc::StatusCode::INVALID_ARGUMENT, "table 1: gradient payload is 4 bytes");
+  t->set_grads(PackFloats({std::numeric_limits<float>::infinity(), 0}));
+  expect(Push(mixed), grpc::StatusCode::INVALID_ARGUMENT, "id 5 is inf or NaN");
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {1}), &resp).ok());
   embedding::LocalStoreOptions local_options;
   local_options.tables = {{"C1", 100, 4}, {"C2", 10, 2}};  // only table 0 is compared
