@@ -3,7 +3,6 @@
 // coordinator_jobs_test.cc.)
 #include "server/coordinator_state.h"
 
-#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
