@@ -1,6 +1,7 @@
 #include "server/ps_process.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -56,18 +57,19 @@ absl::Status PsProcess::RegisterLocked() {
 }
 
 void PsProcess::SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch) {
-  std::set<std::string> now;
-  for (const dlrm::v1::JobAssignment& job : assignment.jobs()) now.insert(job.job_id());
-  for (const std::string& job_id : assigned_jobs_) {
-    if (now.contains(job_id)) continue;
+  std::set<std::string> running;
+  for (const dlrm::v1::JobAssignment& job : assignment.jobs()) running.insert(job.job_id());
+  // Every loaded job the answer does not list, not only those an earlier answer listed: a job
+  // loaded and ended (failed, cancelled) between two heartbeats was never listed, and kept its
+  // memory budget, folder and job slot for good.
+  for (const std::string& job_id : server_->service().job_ids()) {
+    if (running.contains(job_id)) continue;
     // Not a job (re)started after this answer was made: a recovery may have started it again
     // (newer epoch) while the answer travelled. Not while a load is under way, which may take
     // minutes: the heartbeats go on, and the next one tries again.
     absl::Status s = server_->service().TryUnloadJob(job_id, epoch);
     if (s.ok()) DLRM_LOG(INFO) << "job " << job_id << " is no longer running; unloaded it";
-    if (absl::IsUnavailable(s)) now.insert(job_id);
   }
-  assigned_jobs_ = std::move(now);
 }
 
 absl::Status PsProcess::Run() {

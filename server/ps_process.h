@@ -17,7 +17,6 @@
 #pragma once
 
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -63,7 +62,8 @@ class PsProcess {
  private:
   explicit PsProcess(const PsProcessOptions& options);
   absl::Status RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unloads jobs that an earlier heartbeat listed and this one does not.
+  // Unloads the loaded jobs that this heartbeat's answer (of cluster epoch `epoch`) does not list
+  // as running, unless loaded at a newer epoch.
   void SyncJobs(const dlrm::v1::PsAssignment& assignment, int64_t epoch);
 
   PsProcessOptions options_;
@@ -78,7 +78,6 @@ class PsProcess {
   std::string member_id_ ABSL_GUARDED_BY(mu_);
   std::string member_key_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
-  std::set<std::string> assigned_jobs_;  // heartbeat thread only
 };
 
 // Create + Run, returning when `stop` is notified (not owned; may be null: run until the

@@ -3,7 +3,9 @@
 // UNAVAILABLE naming it.
 #include "server/ps_process.h"
 
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
@@ -17,6 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::PsTempDir;
+using testing::TestJob;
 using testing::TestPsOptions;
 
 TEST(PsProcessTest, RegistersAsParameterServerAndLeavesOnShutdown) {
@@ -64,6 +67,43 @@ TEST(PsProcessTest, RegistersAsParameterServerAndLeavesOnShutdown) {
       EXPECT_NE(m.state(), dlrm::v1::MEMBER_STATE_ALIVE);
     }
   }
+  (*coordinator)->Shutdown();
+}
+
+// A job loaded on the server that the coordinator does not run (one that ended between two
+// heartbeats, never listed as running, or one made up) is unloaded at the next heartbeat, giving
+// back its memory, folder and job slot; one loaded at an epoch newer than the answer (a job the
+// coordinator started after answering) is kept.
+TEST(PsProcessTest, AHeartbeatUnloadsEveryLoadedJobTheCoordinatorDoesNotRun) {
+  PsTempDir coordinator_dir, ps_dir;
+  CoordinatorOptions coordinator_options;
+  coordinator_options.listen_address = "127.0.0.1:0";
+  coordinator_options.data_dir = coordinator_dir.path();
+  coordinator_options.lease_ttl = absl::Seconds(2);  // a heartbeat about every 0.7 s
+  auto coordinator = Coordinator::Create(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ASSERT_TRUE((*coordinator)->Start().ok());
+  PsProcessOptions options;
+  options.coordinator = (*coordinator)->address();
+  options.server = TestPsOptions(ps_dir.path());
+  auto ps = PsProcess::Create(options);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  PsService& service = (*ps)->server().service();
+  ASSERT_TRUE(service.DoLoadJob(TestJob("ended", {{100, 4}}), /*granted=*/true).ok());
+  dlrm::v1::LoadJobRequest later = TestJob("later", {{100, 4}});
+  later.set_job_epoch(int64_t{1} << 40);
+  ASSERT_TRUE(service.DoLoadJob(later, /*granted=*/true).ok());
+  absl::Status run_status;
+  std::thread runner([&] { run_status = (*ps)->Run(); });
+  std::vector<std::string> loaded = service.job_ids();
+  for (int i = 0; i < 100 && loaded.size() > 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    loaded = service.job_ids();
+  }
+  EXPECT_EQ(loaded, std::vector<std::string>{"later"});
+  (*ps)->Shutdown();
+  runner.join();
+  EXPECT_TRUE(run_status.ok()) << run_status;
   (*coordinator)->Shutdown();
 }
 
