@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
@@ -74,6 +75,10 @@ absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
                                             kCheckpointFormatVersion));
   }
   m.name = j.at("name").get<std::string>();
+  // Names are joined to the checkpoint root to find, keep and remove folders: never a path.
+  if (!IsCheckpointDirName(m.name)) {
+    return absl::DataLossError(absl::StrCat("name '", m.name, "' is not a checkpoint's name"));
+  }
   m.job_name = j.at("job").at("name").get<std::string>();
   m.job_id = j.at("job").at("id").get<std::string>();
   m.spec_yaml = j.at("job").at("spec").get<std::string>();
@@ -129,11 +134,14 @@ std::string ManifestCrc(const json& without_crc) {
   return absl::StrFormat("%08x", Crc32c(compact.data(), compact.size()));
 }
 
-bool IsCheckpointDirName(const std::string& name) {
-  return absl::StartsWith(name, kDirPrefix) && name.size() > sizeof(kDirPrefix) - 1;
-}
-
 }  // namespace
+
+bool IsCheckpointDirName(absl::string_view name) {
+  // CheckpointDirName's form: the prefix and at least 12 digits, nothing else. `ckpt-run1` (a
+  // user's folder of another run) is not one: folder scans neither load nor remove it.
+  if (!absl::ConsumePrefix(&name, kDirPrefix) || name.size() < 12) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 int64_t CheckpointManifest::total_bytes() const {
   int64_t total = 0;
@@ -229,6 +237,9 @@ absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(
       if (damaged != nullptr) damaged->push_back(m.status());
       continue;
     }
+    // A folder found under the root is known by its own name, not by what its manifest says
+    // (a copy renamed to another step's name).
+    m->name = e.path().filename().string();
     out.push_back(std::move(*m));
   }
   if (ec) return absl::UnavailableError(absl::StrCat(root, ": ", ec.message()));

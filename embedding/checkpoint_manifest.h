@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dlrm::embedding {
 
@@ -70,6 +71,10 @@ struct CheckpointManifest {
 };
 
 std::string CheckpointDirName(int64_t step);
+// Whether `name` has CheckpointDirName's form ("ckpt-" and at least 12 digits): the only folders
+// a checkpoint root's scans load, keep or remove, and the only names a manifest may give itself
+// or its parent.
+bool IsCheckpointDirName(absl::string_view name);
 // "rows-t<table>-p<part>.bin".
 std::string RowFileName(int table, int part);
 

@@ -88,9 +88,13 @@ absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
   DLRM_RETURN_IF_ERROR(
       CheckNoNewerCheckpoints(root, resumed_manifest != nullptr ? resumed_manifest->step : 0));
   DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(root));
-  if (resumed_manifest != nullptr &&
+  // The next checkpoint builds on the resumed one when that is a checkpoint of this root, found
+  // by its folder's name (a renamed copy, e.g. ckpt-final, is not one: the next is full).
+  const std::string resumed_name =
+      resumed_manifest != nullptr ? fs::path(resumed->dir).filename().string() : "";
+  if (resumed_manifest != nullptr && embedding::IsCheckpointDirName(resumed_name) &&
       fs::equivalent(fs::path(resumed->dir).parent_path(), fs::path(root), ec)) {
-    c->parent_ = resumed_manifest->name;
+    c->parent_ = resumed_name;
     c->last_step_ = resumed_manifest->step;
     // The chain since its full base counts toward full_every.
     c->since_full_ = static_cast<int>(resumed->chain.size());

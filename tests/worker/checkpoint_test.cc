@@ -490,6 +490,59 @@ TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
   EXPECT_EQ(old->step, 10);
 }
 
+// A checkpoint root is shared with folders that are not its checkpoints: another run's folder
+// named like one (ckpt-run1) is neither loaded nor removed as an unfinished checkpoint, even when
+// the run resumes from it; a manifest whose name is a path (../victim) is damaged, so retention
+// never removes a folder outside the root; and a run resumed from a renamed checkpoint of its
+// root (ckpt-final) writes a full checkpoint next, which loads, not one building on a name that
+// is not there.
+TEST_F(CheckpointTest, OnlyCheckpointNamedFoldersAreLoadedOrRemovedAndNamesAreNeverPaths) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("outer/ckpt-run1"));
+  spec.max_steps = 10;
+  spec.checkpoint.every_steps = 5;
+  spec.checkpoint.full_every = 1;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  common::JobSpec next = spec;
+  next.checkpoint.dir = Ckpt("outer");
+  next.max_steps = 12;
+  auto resumed = TrainInProcess(next, Quiet(Ckpt("outer/ckpt-run1")));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_TRUE(fs::exists(Ckpt("outer/ckpt-run1/ckpt-000000000010/MANIFEST.json")))
+      << "another run's folder was taken for an unfinished checkpoint and removed";
+  auto removed = embedding::RemoveUncommitted(Ckpt("outer"));
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 0);
+
+  // A manifest naming a folder outside its root.
+  fs::create_directories(Ckpt("victim"));
+  testing::WriteFile(Ckpt("victim/data.txt"), "kept");
+  const std::string path = Ckpt("outer/ckpt-000000000012/MANIFEST.json");
+  std::vector<std::string> lines = absl::StrSplit(testing::ReadFile(path), '\n');
+  std::erase_if(lines,
+                [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
+  const std::string edited = absl::StrReplaceAll(
+      absl::StrJoin(lines, "\n"), {{"\"name\": \"ckpt-000000000012\"", "\"name\": \"../victim\""}});
+  ASSERT_TRUE(absl::StrContains(edited, "../victim"));
+  testing::WriteFile(path, edited);
+  auto bad = embedding::ReadManifest(Ckpt("outer/ckpt-000000000012"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'../victim'"));
+  auto kept = embedding::ApplyRetention(Ckpt("outer"), 1);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(fs::exists(Ckpt("victim/data.txt")));
+
+  // Resumed from a renamed checkpoint in its root.
+  fs::rename(Ckpt("outer/ckpt-run1/ckpt-000000000010"), Ckpt("outer/ckpt-final"));
+  fs::remove_all(Ckpt("outer/ckpt-000000000012"));
+  next.max_steps = 15;
+  resumed = TrainInProcess(next, Quiet(Ckpt("outer/ckpt-final")));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  auto latest = embedding::ReadManifest(Ckpt("outer/ckpt-000000000015"));
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_FALSE(latest->incremental) << "builds on " << latest->parent;
+  EXPECT_TRUE(embedding::FindVerifiedCheckpoint(Ckpt("outer")).ok());
+}
+
 // The input position is counted in batches: a run resumed with another batch size skips the
 // same samples in its own batches (10 of 256 = 5 of 512), and is refused naming both sizes when
 // they do not divide (2,560 samples are not a whole number of batches of 384).
