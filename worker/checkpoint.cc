@@ -297,6 +297,16 @@ absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::
       return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, " holds a model with ",
                                                      have, "; the job spec's has ", want));
     }
+    // A bag pooled another way feeds the dense model inputs it was not trained on (sum against
+    // mean: the input scaled by the bag's size).
+    for (size_t t = 0; t < m.tables.size() && t < trained->tables.size(); ++t) {
+      const int i = static_cast<int>(t);
+      if (trained->TablePooling(i) != spec.TablePooling(i)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint ", m.name, ": table ", t, " (", m.tables[t].name, ") was trained with ",
+            trained->TablePooling(i), " pooling; the job spec's is ", spec.TablePooling(i)));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -373,6 +383,13 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const ValidCheckpoint& chec
   DLRM_CHECK(!chain.empty()) << dir << ": a checkpoint without its chain";
   const CheckpointManifest& newest = chain.back();
   DLRM_RETURN_IF_ERROR(CheckCheckpointFitsSpec(newest, trainer->spec()));
+  if (newest.seed != trainer->spec().seed && rank == 0) {
+    // Allowed (a fine-tuning run may choose its own), but it changes the model: rows the
+    // checkpoint does not hold start from the seed.
+    DLRM_LOG(WARNING) << "checkpoint " << newest.name << " was trained with training.seed "
+                      << newest.seed << "; this run's is " << trainer->spec().seed
+                      << ": rows it does not hold start from this run's seed";
+  }
   // Every rank of the writer stood at the same epoch and batch (a step is one batch of each).
   // Checked before anything is loaded.
   DLRM_ASSIGN_OR_RETURN(

@@ -225,6 +225,21 @@ TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
   EXPECT_THAT(std::string(r.status().message()),
               HasSubstr("interaction dot, top MLP [32, 1]; the job spec's has 13 dense features, "
                         "bottom MLP [32, 8], interaction dcnv2 (3 cross layers of rank 512)"));
+
+  // The same shapes pooled another way (mean for sum, the model's or one table's): refused.
+  common::JobSpec mean = spec;
+  mean.pooling = "mean";
+  mean.checkpoint.dir = "";
+  r = TrainInProcess(mean, Quiet(Ckpt("s")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("table 0 (C) was trained with sum pooling; the job spec's is mean"));
+  common::JobSpec one_table = spec;
+  one_table.tables[3].pooling = "mean";
+  one_table.checkpoint.dir = "";
+  r = TrainInProcess(one_table, Quiet(Ckpt("s")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 3 (C) was trained with sum"));
 }
 
 TEST_F(CheckpointTest, IncrementalCheckpointsHoldOnlyTheChangedRows) {
