@@ -205,6 +205,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
                       << "data (" << NoEvalReason(spec, input.train_records) << ")";
   }
   const int64_t first_epoch = position.epoch;
+  const int64_t first_step = position.step;
   bool stop = spec.max_steps > 0 && position.step >= spec.max_steps;
   for (int64_t epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
     if (epoch > first_epoch) {
@@ -287,6 +288,11 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
         break;
       }
     }
+  }
+  if (first_step > 0 && report.train_samples == 0) {
+    DLRM_LOG(WARNING) << "resumed at step " << first_step << " (epoch " << first_epoch + 1
+                      << "), where training.max_steps " << spec.max_steps << " and training.epochs "
+                      << spec.epochs << " leave nothing to train: the model is the checkpoint's";
   }
   report.train_seconds = elapsed() - eval_seconds;
   report.samples_per_sec =

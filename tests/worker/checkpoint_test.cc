@@ -433,7 +433,11 @@ TEST_F(CheckpointTest, ACheckpointLoadsFromTheDirectoryGivenHoweverItIsSpelled) 
   common::JobSpec load = spec;  // nothing left to train: the loaded state is the model
   load.checkpoint.dir = "";
   TrainArtifacts reference;
+  ::testing::internal::CaptureStderr();
   ASSERT_TRUE(TrainInProcess(load, Quiet(canonical), &reference).ok());
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("resumed at step 10 (epoch 1), where training.max_steps 10 and "
+                        "training.epochs 2 leave nothing to train: the model is the checkpoint's"));
   auto expect_loads = [&](const std::string& path) {
     SCOPED_TRACE(path);
     TrainArtifacts loaded;
