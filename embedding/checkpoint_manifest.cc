@@ -275,7 +275,8 @@ absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& che
   return chain;
 }
 
-absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& path) {
+absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& path,
+                                                          absl::string_view job_id) {
   VerifiedCheckpoint out;
   const std::string normal = NormalizeCheckpointPath(path);
   std::error_code ec;
@@ -290,6 +291,13 @@ absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& pat
   for (const absl::Status& d : damaged) {
     DLRM_LOG(ERROR) << "checkpoint refused: " << d.message();
     last_error = d;
+  }
+  if (!job_id.empty()) {
+    std::erase_if(all, [job_id](const CheckpointManifest& m) { return m.job_id != job_id; });
+    if (all.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat(path, " holds no committed checkpoint of job ", job_id));
+    }
   }
   if (all.empty() && damaged.empty()) {
     return absl::NotFoundError(

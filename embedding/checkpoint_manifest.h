@@ -110,8 +110,10 @@ struct VerifiedCheckpoint {
 // when it does not verify), else the newest checkpoint of the folder `path` whose whole chain
 // verifies. The ones refused on the way (a damaged manifest or file, a missing parent) are
 // logged by name. NOT_FOUND when the folder holds no committed checkpoint; the last refusal's
-// error when none verifies.
-absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& path);
+// error when none verifies. With `job_id`, a folder's checkpoints written by other jobs
+// (manifest job.id) are passed over, NOT_FOUND when none is the job's.
+absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& path,
+                                                          absl::string_view job_id = {});
 // FindVerifiedCheckpoint(path)->dir.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 // Removes checkpoint directories under `root` without a committed manifest (an interrupted

@@ -335,8 +335,9 @@ absl::StatusOr<int64_t> BatchesToSkip(const CheckpointManifest& m, int64_t batch
 
 }  // namespace
 
-absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path) {
-  return embedding::FindVerifiedCheckpoint(path);
+absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path,
+                                                    absl::string_view job_id) {
+  return embedding::FindVerifiedCheckpoint(path, job_id);
 }
 
 absl::Status CheckNoNewerCheckpoints(const std::string& root, int64_t resume_step) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "embedding/checkpoint_manifest.h"
@@ -262,7 +263,8 @@ struct RestoreOptions {
 // The checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files all
 // verify, the damaged ones logged by name): embedding::FindVerifiedCheckpoint.
 using ValidCheckpoint = embedding::VerifiedCheckpoint;
-absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path);
+absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path,
+                                                    absl::string_view job_id = {});
 
 // Loads the checkpoint at `path` (a checkpoint, or a folder: its newest checkpoint whose files
 // all verify) into `trainer` (dense parameters, optimizer state, step count) and `store` (every

@@ -153,7 +153,9 @@ absl::Status WorkerProcess::JobRun::ConnectPeers() {
 
 absl::Status WorkerProcess::JobRun::Restore() {
   // Where this run starts: the spec's resume_from, or after a recovery the newest checkpoint of
-  // the job's folder that verifies. Rank 0 chooses; the others take its choice, so every rank
+  // this job in its folder that verifies (another job's, one given the same folder by mistake,
+  // is never this job's model; with none of its own it starts again from resume_from). Rank 0
+  // chooses; the others take its choice, so every rank
   // loads the same one even while a checkpoint is being committed.
   client::CoordinatorClient* client = worker_.client_.get();
   std::string resume_from = spec_.checkpoint.resume_from;
@@ -162,7 +164,7 @@ absl::Status WorkerProcess::JobRun::Restore() {
   if (job_.recovery() > 0 && !spec_.checkpoint.dir.empty()) {
     const std::string key = absl::StrCat("job/", job_id_, "/", job_.job_epoch(), "/resume_from");
     if (rank_ == 0) {
-      absl::StatusOr<ValidCheckpoint> newest = FindValidCheckpoint(spec_.checkpoint.dir);
+      absl::StatusOr<ValidCheckpoint> newest = FindValidCheckpoint(spec_.checkpoint.dir, job_id_);
       if (newest.ok()) {
         resume_from = newest->dir;
         chosen_newest = *std::move(newest);

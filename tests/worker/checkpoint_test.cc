@@ -562,6 +562,38 @@ TEST_F(CheckpointTest, OnlyCheckpointNamedFoldersAreLoadedOrRemovedAndNamesAreNe
   EXPECT_TRUE(embedding::FindVerifiedCheckpoint(Ckpt("outer")).ok());
 }
 
+// A cluster job's recovery takes the newest checkpoint of its own in its folder: one another job
+// wrote there (given the same checkpoint.dir) is passed over, and with none of its own there is
+// nothing to take (the job starts again from its resume_from).
+TEST_F(CheckpointTest, AFolderScanForAJobPassesOverOtherJobsCheckpoints) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("jobs"));
+  spec.max_steps = 10;
+  spec.checkpoint.every_steps = 5;
+  spec.checkpoint.full_every = 1;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  for (const auto& [name, job] : {std::pair<std::string, std::string>{"ckpt-000000000005", "job-2"},
+                                  {"ckpt-000000000010", "job-3"}}) {
+    const std::string path = Ckpt("jobs/" + name + "/MANIFEST.json");
+    std::vector<std::string> lines = absl::StrSplit(testing::ReadFile(path), '\n');
+    std::erase_if(lines,
+                  [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
+    const std::string text = absl::StrJoin(lines, "\n");
+    ASSERT_TRUE(absl::StrContains(text, "\"id\": \"\"")) << text;
+    testing::WriteFile(path,
+                       absl::StrReplaceAll(text, {{"\"id\": \"\"", "\"id\": \"" + job + "\""}}));
+  }
+  auto own = FindValidCheckpoint(Ckpt("jobs"), "job-2");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(fs::path(own->dir).filename(), "ckpt-000000000005");
+  auto newest = FindValidCheckpoint(Ckpt("jobs"));
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(fs::path(newest->dir).filename(), "ckpt-000000000010");
+  auto none = FindValidCheckpoint(Ckpt("jobs"), "job-4");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("no committed checkpoint of job job-4"));
+}
+
 // The input position is counted in batches: a run resumed with another batch size skips the
 // same samples in its own batches (10 of 256 = 5 of 512), and is refused naming both sizes when
 // they do not divide (2,560 samples are not a whole number of batches of 384).
