@@ -150,13 +150,16 @@ PsJob::~PsJob() {
   gate->Close(absl::AbortedError(absl::StrCat("job ", job_id(), " was unloaded")));
 }
 
+std::string PsJob::StorePath(const std::string& data_dir, const std::string& job_id, int shard) {
+  return (std::filesystem::path(data_dir) / job_id / absl::StrCat("shard-", shard)).string();
+}
+
 absl::StatusOr<std::unique_ptr<PsJob>> PsJob::Create(const PsJobOptions& options) {
   DLRM_RETURN_IF_ERROR(ValidateLoadRequest(options.spec));
   if (options.data_dir.empty()) return absl::InvalidArgumentError("PsJob: empty data_dir");
   if (options.timers == nullptr) return absl::InvalidArgumentError("PsJob: no timer queue");
   const dlrm::v1::LoadJobRequest& spec = options.spec;
-  const std::filesystem::path path = std::filesystem::path(options.data_dir) / spec.job_id() /
-                                     absl::StrCat("shard-", spec.shard_index());
+  const std::filesystem::path path = StorePath(options.data_dir, spec.job_id(), spec.shard_index());
   std::unique_ptr<PsJob> job(new PsJob(options, path.string()));
   std::error_code ec;
   std::filesystem::remove_all(path, ec);

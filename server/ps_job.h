@@ -116,6 +116,8 @@ class PsJob {
   // newly loaded job starts from the deterministic initialisation), and removes the snapshots an
   // earlier load of the job left.
   static absl::StatusOr<std::unique_ptr<PsJob>> Create(const PsJobOptions& options);
+  // The store's directory Create uses: <data_dir>/<job_id>/shard-<shard>.
+  static std::string StorePath(const std::string& data_dir, const std::string& job_id, int shard);
   ~PsJob();
 
   const std::string& job_id() const { return spec_.job_id(); }

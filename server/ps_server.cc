@@ -153,6 +153,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
   service_options.rocksdb_wal = options.rocksdb_wal;
   service_options.checkpoint_root = options.checkpoint_root;
   service_options.injected_delay = options.injected_delay;
+  service_options.store_close_wait = options.store_close_wait;
   service_options.metrics = ps->metrics_;
   service_options.pool = ps->pool_.get();
   service_options.timers = ps->timers_.get();

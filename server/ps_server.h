@@ -37,6 +37,8 @@ struct PsOptions {
   common::TransportSecurity security;
   // PsServiceOptions::checkpoint_root (`dlrm ps --checkpoint-root`).
   std::string checkpoint_root;
+  // PsServiceOptions::store_close_wait.
+  absl::Duration store_close_wait = absl::Seconds(10);
 };
 
 class ParameterServer {

@@ -26,12 +26,20 @@ namespace dlrm::server {
 PsService::PsService(const PsServiceOptions& options)
     : options_(options),
       metrics_(std::make_unique<Metrics>(*options.metrics)),
-      lookup_requests_(std::make_shared<proto::MessagePool<dlrm::v1::LookupRequest>>()) {
+      lookup_requests_(std::make_shared<proto::MessagePool<dlrm::v1::LookupRequest>>()),
+      reaper_(std::make_shared<JobReaper>()) {
   metrics_->memory_budget_bytes.Set(static_cast<double>(options.memory_budget_bytes));
 }
 
 PsService::~PsService() {
   FailParkedLookups(absl::UnavailableError("parameter server is shutting down"));
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_.clear();
+  }
+  // The stores close before the service is gone (a call that still holds a job closes its store
+  // itself when it lets go).
+  reaper_->Stop();
 }
 
 void PsService::Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
@@ -156,7 +164,8 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
                    << " (loaded at " << existing->epoch() << "); its tables are created anew";
     existing.reset();
     pending_restarts_.erase(request.job_id());
-    DLRM_RETURN_IF_ERROR(UnloadLocked(request.job_id(), std::numeric_limits<int64_t>::max()));
+    DLRM_RETURN_IF_ERROR(UnloadLocked(request.job_id(), std::numeric_limits<int64_t>::max(),
+                                      /*wait_for_close=*/false));
     absl::MutexLock lock(&mu_);
     reserved = 0;
     for (const auto& [id, job] : jobs_) reserved += job->memory_budget_bytes();
@@ -193,7 +202,12 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
   job_options.memory_budget_bytes = std::max<int64_t>(0, options_.memory_budget_bytes - reserved);
   job_options.rocksdb_wal = options_.rocksdb_wal;
   job_options.timers = options_.timers;
-  DLRM_ASSIGN_OR_RETURN(std::shared_ptr<PsJob> job, PsJob::Create(job_options));
+  DLRM_RETURN_IF_ERROR(WaitForStoreClosedLocked(
+      PsJob::StorePath(options_.data_dir, request.job_id(), request.shard_index())));
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<PsJob> created, PsJob::Create(job_options));
+  auto closed = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<PsJob> job = JobReaper::Own(reaper_, std::move(created), closed);
+  closed_flags_[request.job_id()] = std::move(closed);
   {
     absl::MutexLock lock(&mu_);
     jobs_[request.job_id()] = job;
@@ -205,10 +219,11 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
 
 absl::Status PsService::DoUnloadJob(const std::string& job_id, int64_t max_epoch) {
   absl::MutexLock load_lock(&load_mu_);
-  return UnloadLocked(job_id, max_epoch);
+  return UnloadLocked(job_id, max_epoch, /*wait_for_close=*/true);
 }
 
-absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoch) {
+absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoch,
+                                     bool wait_for_close) {
   std::shared_ptr<PsJob> job;
   {
     absl::MutexLock lock(&mu_);
@@ -234,11 +249,39 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
   }
   job->gate()->Close(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));
   UpdateStoreMetrics();
-  // Calls in flight hold their own references; the store closes with the last one. The folders
-  // (store and snapshots) go once nobody holds the job: now, or at a later sweep.
-  held_at_unload_.push_back({job, job->path(), job->snapshots_path()});
+  // Calls in flight hold their own references; the store closes with the last one, on the
+  // reaper's thread. The folders (store and snapshots) go once it has: at a later sweep.
+  std::shared_ptr<std::atomic<bool>> closed = std::move(closed_flags_[job_id]);
+  closed_flags_.erase(job_id);
+  if (closed == nullptr) closed = std::make_shared<std::atomic<bool>>(true);
+  held_at_unload_.push_back({closed, job->path(), job->snapshots_path()});
+  const std::string path = job->path();
+  const bool last = job.use_count() == 1;
   job.reset();
+  if (wait_for_close && last) {
+    // Nobody else held it: its store is closing on the reaper; its folders go when it has.
+    (void)WaitForStoreClosedLocked(path);
+  }
   RemoveReleasedJobFoldersLocked();
+  return absl::OkStatus();
+}
+
+absl::Status PsService::WaitForStoreClosedLocked(const std::string& path) {
+  auto open = [&] {
+    RemoveReleasedJobFoldersLocked();
+    return std::any_of(held_at_unload_.begin(), held_at_unload_.end(),
+                       [&](const UnloadedJob& u) { return u.path == path; });
+  };
+  const absl::Time deadline = absl::Now() + options_.store_close_wait;
+  while (open()) {
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(
+          absl::StrCat("the store at ", path,
+                       " of this job's earlier load is still closing (a call of that "
+                       "load holds it); try again"));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   return absl::OkStatus();
 }
 
@@ -247,7 +290,7 @@ absl::Status PsService::TryUnloadJob(const std::string& job_id, int64_t max_epoc
     return absl::UnavailableError(
         absl::StrCat("unloading job ", job_id, ": a load or unload is under way"));
   }
-  absl::Status status = UnloadLocked(job_id, max_epoch);
+  absl::Status status = UnloadLocked(job_id, max_epoch, /*wait_for_close=*/false);
   load_mu_.Unlock();
   return status;
 }
@@ -270,7 +313,8 @@ int PsService::RemoveReleasedJobFoldersLocked() {
   }
   int removed = 0;
   std::erase_if(held_at_unload_, [&](const UnloadedJob& unloaded) {
-    if (!unloaded.job.expired()) return false;  // a call still reads or writes its store
+    // A call still reads or writes its store, or the reaper is closing it.
+    if (!unloaded.closed->load()) return false;
     std::error_code ec;
     if (!in_use.contains(unloaded.path)) std::filesystem::remove_all(unloaded.path, ec);
     if (!in_use.contains(unloaded.snapshots_path)) {

@@ -44,6 +44,7 @@
 #include "proto/message_pool.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/ps_job.h"
+#include "server/ps_job_reaper.h"
 #include "server/ps_work_pool.h"
 #include "server/timer_queue.h"
 
@@ -59,6 +60,9 @@ struct PsServiceOptions {
   // Test/benchmark knob: a pool thread sleeps this long before answering each Lookup and
   // PushGradients (simulates a slow or distant PS). Zero in production.
   absl::Duration injected_delay = absl::ZeroDuration();
+  // How long a LoadJob waits for the same job's store of an earlier load to close (calls of the
+  // old load still hold it) before UNAVAILABLE, which clients retry.
+  absl::Duration store_close_wait = absl::Seconds(10);
   common::MetricsRegistry* metrics = nullptr;  // required, not owned
   PsWorkPool* pool = nullptr;                  // required, not owned
   TimerQueue* timers = nullptr;                // required, not owned
@@ -161,8 +165,10 @@ class PsService final : public PsRawService {
   void FailParkedLookups(const absl::Status& status);
 
  private:
-  // DoUnloadJob's work. REQUIRES: load_mu_ held.
-  absl::Status UnloadLocked(const std::string& job_id, int64_t max_epoch)
+  // DoUnloadJob's work. REQUIRES: load_mu_ held. `wait_for_close`: when no call holds the job,
+  // waits for its store to close (on the reaper) and removes its folders before returning (an
+  // UnloadJob call); else they go at a later sweep (the heartbeat does not wait).
+  absl::Status UnloadLocked(const std::string& job_id, int64_t max_epoch, bool wait_for_close)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   // What the call shows of the job's grant (SetGrantKey). kTrusted: no grant key and no TLS, so
   // the server trusts a plaintext network.
@@ -222,13 +228,22 @@ class PsService final : public PsRawService {
   std::shared_ptr<proto::MessagePool<dlrm::v1::LookupRequest>> lookup_requests_;
 
   absl::Mutex load_mu_;  // serialises LoadJob / UnloadJob (store creation is slow)
-  // Jobs unloaded while calls still held them, with their folders, until those are removed.
+  // Where unloaded jobs' stores close (ps_job_reaper.h); each job's deleter holds it too.
+  std::shared_ptr<JobReaper> reaper_;
+  // Per loaded job: set by the reaper once the job's store has closed.
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> closed_flags_ ABSL_GUARDED_BY(load_mu_);
+  // Jobs unloaded, with their folders, until those are removed (once the store has closed).
   struct UnloadedJob {
-    std::weak_ptr<PsJob> job;
+    std::shared_ptr<std::atomic<bool>> closed;
     std::string path;
     std::string snapshots_path;
   };
   std::vector<UnloadedJob> held_at_unload_ ABSL_GUARDED_BY(load_mu_);
+  // Waits (up to options_.store_close_wait) for an unloaded job's store at `path` to close,
+  // removing its folders; UNAVAILABLE naming it when it is still open (a call of the old load
+  // still holds it): a new store must not open in a folder RocksDB still writes and cleans.
+  absl::Status WaitForStoreClosedLocked(const std::string& path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   // Per job: the epoch a restart without the grant asked for, whose drop of the rows waits for
   // rank 0's LoadJob (DoLoadJob).
   absl::flat_hash_map<std::string, int64_t> pending_restarts_ ABSL_GUARDED_BY(load_mu_);

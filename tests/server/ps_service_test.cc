@@ -4,10 +4,12 @@
 // ps_service_lookup_push_test.cc; staleness: ps_staleness_test.cc; the sharded client:
 // tests/worker/ps_client_test.cc.)
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -260,6 +262,45 @@ TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
 // Each job is a RocksDB instance with its files: a server holds at most kMaxJobsPerPs, so that
 // LoadJob calls of made-up jobs cannot take its file descriptors and memory. Past it, a load is
 // refused naming the limit, and the jobs loaded stay as they were.
+// A job unloaded (or restarted) while a call of its load still holds it keeps its store open
+// until that call lets go; its store then closes on the reaper's thread. A new load of the same
+// job and shard must not open a store in the folder the old one still writes and cleans (RocksDB
+// deletes the files it does not know on close): it waits, and past its wait it is UNAVAILABLE,
+// which clients retry; once the old store has closed the load succeeds and serves rows.
+TEST_F(PsServiceTest, AReloadWaitsForTheOldStoreToCloseBeforeUsingItsFolder) {
+  PsOptions options = testing::TestPsOptions(dir_.path());
+  options.store_close_wait = absl::Milliseconds(300);
+  auto ps = ParameterServer::Start(options);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  ps_ = std::move(*ps);
+  stub_ = testing::PsStub(ps_->address());
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  auto held = ps_->service().FindJob("j");  // a call of the first load, still in flight
+  ASSERT_TRUE(held.ok());
+  const std::string path = (*held)->path();
+  dlrm::v1::UnloadJobRequest unload;
+  unload.set_job_id("j");
+  dlrm::v1::UnloadJobResponse unloaded;
+  ASSERT_TRUE(stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded).ok());
+  const grpc::Status refused = Load(TestJob("j", {{100, 4}}));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("is still closing"));
+  EXPECT_THAT(ps_->service().job_ids(), ::testing::IsEmpty());
+
+  // The holder lets go while the next load waits: that load goes on once the store has closed.
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    held->reset();
+  });
+  const grpc::Status loaded = Load(TestJob("j", {{100, 4}}));
+  release.join();
+  ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+  dlrm::v1::LookupResponse resp;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {1, 2}), &resp).ok());
+  EXPECT_EQ(UnpackFloats(resp.tables(0).rows()).size(), 8u);
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(path) / "CURRENT"));
+}
+
 TEST_F(PsServiceTest, LoadJobPastTheJobsAServerHoldsIsRefused) {
   StartPs();
   for (int64_t j = 0; j < common::kMaxJobsPerPs; ++j) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "embedding/checkpoint_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -177,8 +178,8 @@ TEST_F(PsSnapshotPathsTest, LeftoverSnapshotsAreRemoved) {
 }
 
 // A job unloaded while a call in flight still holds it keeps its store open for that call; its
-// folders go once the call lets go (at the next sweep: the PS's heartbeat, a load or an unload),
-// not at the next load of the same job, which may never come.
+// folders go once the call lets go and the store has closed (at the next sweep: the PS's
+// heartbeat, a load or an unload), not at the next load of the same job, which may never come.
 TEST_F(PsSnapshotPathsTest, AJobHeldAtItsUnloadLosesItsFoldersOnceReleased) {
   StartPs();
   LoadWithRows("job-a", 1.0f);
@@ -199,8 +200,13 @@ TEST_F(PsSnapshotPathsTest, AJobHeldAtItsUnloadLosesItsFoldersOnceReleased) {
   EXPECT_EQ(ps_->service().RemoveReleasedJobFolders(), 0);
   EXPECT_TRUE(fs::exists(store));
 
-  held->reset();  // the call ends
-  EXPECT_EQ(ps_->service().RemoveReleasedJobFolders(), 1);
+  held->reset();  // the call ends; the store closes on the reaper's thread
+  int removed = 0;
+  for (int i = 0; i < 1000 && removed == 0; ++i) {
+    removed = ps_->service().RemoveReleasedJobFolders();
+    if (removed == 0) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(removed, 1);
   EXPECT_FALSE(fs::exists(store));
   EXPECT_FALSE(fs::exists(snapshots));
   EXPECT_FALSE(fs::exists(folder));
