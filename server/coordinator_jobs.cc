@@ -1,6 +1,7 @@
 // The job half of CoordinatorState: submission, scheduling onto workers and PS, progress and
 // the state machine.
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <utility>
@@ -99,6 +100,29 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
+    // Two live jobs writing one checkpoint.dir would take each other's checkpoints for their
+    // own (a recovery, keep_last, an incremental's parent): the second is refused while the first
+    // lives (a retried submit is the usual way to get there).
+    if (!spec->checkpoint.dir.empty()) {
+      auto folder = [](const std::string& path) {
+        std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+        return p.has_filename() ? p : p.parent_path();  // "ck/" is "ck"
+      };
+      const std::filesystem::path dir = folder(spec->checkpoint.dir);
+      for (const auto& [id, live] : jobs_) {
+        if (IsTerminal(live.state())) continue;
+        absl::StatusOr<common::JobSpec> other = common::ParseJobSpec(live.spec_yaml(), id);
+        if (!other.ok() || other->checkpoint.dir.empty()) continue;
+        if (folder(other->checkpoint.dir) == dir) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("job spec: checkpoint.dir ", spec->checkpoint.dir, " is the folder of ",
+                           id, " (", JobStateName(live.state()),
+                           "); give this job a folder of its own, or "
+                           "cancel ",
+                           id, " first"));
+        }
+      }
+    }
     Job job;
     job.set_job_id(absl::StrCat("job-", next_job_seq_++));
     job.set_name(spec->name);

@@ -121,6 +121,31 @@ TEST_F(CoordinatorStateTest, CancellingAnEndedJobSaysHowItEnded) {
   EXPECT_EQ(state_->GetJob(job.job_id())->message(), "cancelled: too big");
 }
 
+// Two live jobs given one checkpoint.dir (a submit retried after a timeout) would take each
+// other's checkpoints for their own: the second is refused naming the first while that one is
+// pending or running, and accepted once it has ended.
+TEST_F(CoordinatorStateTest, ASecondLiveJobWithTheSameCheckpointFolderIsRefused) {
+  auto submit = [&](const std::string& dir) {
+    dlrm::v1::SubmitJobRequest r;
+    r.set_spec_yaml(absl::StrCat(dlrm::testing::kTinySpec, "checkpoint: {dir: ", dir, "}\n"));
+    r.set_workers(1);
+    return state_->Submit(r, now_);
+  };
+  auto first = submit("/ckpt/a");
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (const char* same : {"/ckpt/a", "/ckpt/a/", "/ckpt/./a"}) {
+    auto second = submit(same);
+    ASSERT_FALSE(second.ok()) << same;
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(second.status().message()),
+                HasSubstr(absl::StrCat("checkpoint.dir ", same, " is the folder of ",
+                                       first->job_id(), " (PENDING)")));
+  }
+  EXPECT_TRUE(submit("/ckpt/b").ok());
+  ASSERT_TRUE(state_->Cancel(first->job_id(), "", now_).ok());
+  EXPECT_TRUE(submit("/ckpt/a").ok()) << "the folder's job has ended";
+}
+
 TEST_F(CoordinatorStateTest, PendingJobsStartInOrderAsWorkersFreeUp) {
   RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
   RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
