@@ -56,6 +56,7 @@ json ToJson(const CheckpointManifest& m) {
           {"created_unix", m.created_unix},
           {"incremental", m.incremental},
           {"parent", m.parent},
+          {"parent_created_unix", m.parent_created_unix},
           {"rng", {{"seed", m.seed}}},
           {"input", {{"world_size", m.world_size}, {"ranks", ranks}}},
           {"model",
@@ -87,6 +88,7 @@ absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
   m.created_unix = j.at("created_unix").get<double>();
   m.incremental = j.at("incremental").get<bool>();
   m.parent = j.at("parent").get<std::string>();
+  m.parent_created_unix = j.value("parent_created_unix", 0.0);
   m.seed = j.at("rng").at("seed").get<uint64_t>();
   m.world_size = j.at("input").at("world_size").get<int>();
   for (const json& r : j.at("input").at("ranks")) {
@@ -255,11 +257,21 @@ absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& che
   const fs::path root = fs::path(dir).parent_path();
   std::string current = dir;
   std::set<std::string> seen;
+  double expected_created = 0;  // the parent's created_unix its child recorded
   while (true) {
     DLRM_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(current));
     DLRM_RETURN_IF_ERROR(VerifyCheckpointFiles(current, m));
+    if (expected_created > 0 && m.created_unix != expected_created) {
+      // Another run wrote a checkpoint of this name (its step) after the child's parent was
+      // lost: the child's changed rows on top of it would be a model of neither run.
+      return absl::DataLossError(absl::StrCat(
+          dir, " builds on ", current, " as written at ", absl::StrFormat("%.6f", expected_created),
+          "; the one there now was written at ", absl::StrFormat("%.6f", m.created_unix),
+          " (another run's)"));
+    }
     const bool incremental = m.incremental;
     const std::string parent = m.parent;
+    expected_created = m.parent_created_unix;
     chain.push_back(std::move(m));
     if (!incremental) break;
     if (parent.empty() || !IsCheckpointDirName(parent) || !seen.insert(parent).second) {

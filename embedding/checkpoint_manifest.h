@@ -57,7 +57,10 @@ struct CheckpointManifest {
   double created_unix = 0;
   bool incremental = false;
   std::string parent;  // incremental: the checkpoint it builds on (a sibling directory)
-  uint64_t seed = 0;   // the job's seed; training draws no other random numbers
+  // Incremental: the parent's created_unix, which tells it from another run's checkpoint of the
+  // same name (its step) written later; 0 in manifests written before it was recorded.
+  double parent_created_unix = 0;
+  uint64_t seed = 0;  // the job's seed; training draws no other random numbers
   int world_size = 1;
   std::vector<RankPosition> ranks;
   // What the state fits: loading checks these against the model it is loaded into.

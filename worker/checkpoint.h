@@ -118,7 +118,8 @@ class TrainCheckpointer {
   common::JobSpec spec_;
   std::string spec_yaml_;  // each manifest's copy of the spec, made once
   std::string parent_;     // name of the newest checkpoint of this chain, "" before the first
-  int since_full_ = 0;     // checkpoints written since the last full one
+  double parent_created_unix_ = 0;  // its created_unix (CheckpointManifest::parent_created_unix)
+  int since_full_ = 0;              // checkpoints written since the last full one
   int64_t last_step_ = -1;
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
   int lock_fd_ = -1;  // holds the flock of the folder's .lock file
@@ -228,6 +229,7 @@ class ClusterCheckpointer {
   // The last checkpoint committed by this run (written by the writer thread, read by Cut after
   // joining it), and how many checkpoints its chain holds since its full base.
   std::string parent_name_;
+  double parent_created_unix_ = 0;
   int64_t parent_step_ = -1;
   int since_full_ = 0;
   std::chrono::steady_clock::time_point last_cut_time_ = std::chrono::steady_clock::now();

@@ -252,7 +252,10 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
       // A server that could not tell its changed rows wrote them all, which is right on top
       // of the parent too; only when every server wrote all is the checkpoint a full one.
       m.incremental = incremental_shards > 0;
-      if (m.incremental) m.parent = parent_name_;
+      if (m.incremental) {
+        m.parent = parent_name_;
+        m.parent_created_unix = parent_created_unix_;
+      }
       m.files.push_back(dense_entry);
       m.files.insert(m.files.end(), powersgd_files.begin(), powersgd_files.end());
       m.files.insert(m.files.end(), ps_files.begin(), ps_files.end());
@@ -260,6 +263,7 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
       DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(dir));
       DLRM_RETURN_IF_ERROR(embedding::CommitManifest(dir, m));
       parent_name_ = m.name;
+      parent_created_unix_ = m.created_unix;
       parent_step_ = m.step;
       since_full_ = m.incremental ? since_full_ + 1 : 1;
       DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,

@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
   if (resumed_manifest != nullptr && embedding::IsCheckpointDirName(resumed_name) &&
       fs::equivalent(fs::path(resumed->dir).parent_path(), fs::path(root), ec)) {
     c->parent_ = resumed_name;
+    c->parent_created_unix_ = resumed_manifest->created_unix;
     c->last_step_ = resumed_manifest->step;
     // The chain since its full base counts toward full_every.
     c->since_full_ = static_cast<int>(resumed->chain.size());
@@ -227,7 +228,10 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   if (base_lost) last_snapshot_.reset();
   m.incremental = !parent_.empty() && !base_lost && since_full_ < spec.checkpoint.full_every &&
                   spec.checkpoint.full_every > 1;
-  if (m.incremental) m.parent = parent_;
+  if (m.incremental) {
+    m.parent = parent_;
+    m.parent_created_unix = parent_created_unix_;
+  }
 
   DLRM_ASSIGN_OR_RETURN(snapshot->dense, DenseBytes(trainer));
   // The base of the last snapshot, once written and its changed rows applied, is every changed
@@ -301,6 +305,7 @@ absl::StatusOr<double> TrainCheckpointer::Start(Trainer& trainer,
   CopySnapshotRows(store, full_copies);
   // Training may go on: the files are written from the snapshot.
   parent_ = m.name;
+  parent_created_unix_ = m.created_unix;
   since_full_ = m.incremental ? since_full_ + 1 : 1;
   last_step_ = position.step;
   last_time_ = std::chrono::steady_clock::now();

@@ -594,6 +594,34 @@ TEST_F(CheckpointTest, AFolderScanForAJobPassesOverOtherJobsCheckpoints) {
               HasSubstr("no committed checkpoint of job job-4"));
 }
 
+// An incremental checkpoint whose parent was lost stays unloadable when a later run writes a
+// checkpoint of the parent's name (its step): its changed rows on top of that one would be a
+// model of neither run. Before, it verified again and a folder scan took it as the newest.
+TEST_F(CheckpointTest, AChildOfALostParentDoesNotComeBackWhenAnotherRunWritesItsName) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("lost"));
+  spec.max_steps = 15;
+  spec.checkpoint.every_steps = 5;
+  spec.checkpoint.full_every = 3;
+  spec.checkpoint.keep_last = 10;
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  auto child = embedding::ReadManifest(Ckpt("lost/ckpt-000000000015"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_EQ(child->parent, "ckpt-000000000010");
+  fs::remove_all(Ckpt("lost/ckpt-000000000010"));
+
+  common::JobSpec again = spec;  // resumes from step 5, the newest that verifies
+  again.max_steps = 12;
+  again.dense_optimizer.learning_rate *= 2;
+  ASSERT_TRUE(TrainInProcess(again, Quiet(Ckpt("lost"))).ok());
+  ASSERT_TRUE(fs::exists(Ckpt("lost/ckpt-000000000010/MANIFEST.json")));
+  auto chain = embedding::LoadChain(Ckpt("lost/ckpt-000000000015"));
+  EXPECT_EQ(chain.status().code(), absl::StatusCode::kDataLoss) << chain.status();
+  EXPECT_THAT(std::string(chain.status().message()), HasSubstr("(another run's)"));
+  auto newest = embedding::ResolveCheckpoint(Ckpt("lost"));
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(fs::path(*newest).filename(), "ckpt-000000000012");
+}
+
 // The input position is counted in batches: a run resumed with another batch size skips the
 // same samples in its own batches (10 of 256 = 5 of 512), and is refused naming both sizes when
 // they do not divide (2,560 samples are not a whole number of batches of 384).
