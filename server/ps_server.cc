@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   ps->timers_ = std::make_unique<TimerQueue>();
   ps->pool_ = std::make_unique<PsWorkPool>(threads);
+  ps->admin_pool_ = std::make_unique<PsWorkPool>(2);
   PsServiceOptions service_options;
   service_options.data_dir = options.data_dir;
   service_options.memory_budget_bytes = options.memory_budget_bytes;
@@ -156,6 +157,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
   service_options.store_close_wait = options.store_close_wait;
   service_options.metrics = ps->metrics_;
   service_options.pool = ps->pool_.get();
+  service_options.admin_pool = ps->admin_pool_.get();
   service_options.timers = ps->timers_.get();
   ps->service_ = std::make_unique<PsService>(service_options);
   common::ServerOptions server_options;
@@ -178,6 +180,7 @@ void ParameterServer::Shutdown(absl::Duration grace) {
   service_->FailParkedLookups(absl::UnavailableError("parameter server is shutting down"));
   server_->Shutdown(grace);
   pool_->Stop();
+  admin_pool_->Stop();
 }
 
 void ParameterServer::Wait() { server_->Wait(); }

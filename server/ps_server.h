@@ -73,6 +73,7 @@ class ParameterServer {
   common::MetricsRegistry* metrics_ = nullptr;
   std::unique_ptr<TimerQueue> timers_;
   std::unique_ptr<PsWorkPool> pool_;
+  std::unique_ptr<PsWorkPool> admin_pool_;  // LoadJob, UnloadJob (PsServiceOptions::admin_pool)
   std::unique_ptr<PsService> service_;
   std::unique_ptr<common::GrpcServer> server_;
   absl::Mutex shutdown_mu_;

@@ -336,7 +336,10 @@ void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
   }
   const Grant grant = CheckGrant(*context, request->job_id());
   const bool granted = grant == Grant::kGiven || grant == Grant::kTrusted;
-  options_.pool->Submit([this, request, response, done, granted] {
+  AdminPool()->Submit([this, context, request, response, done, granted] {
+    // A caller that gave up while this call waited for the pool (another load held it) gets
+    // nothing from the work: it is skipped.
+    if (context->IsCancelled()) return done(absl::CancelledError("LoadJob: the caller gave up"));
     absl::StatusOr<dlrm::v1::LoadJobResponse> result = DoLoadJob(*request, granted);
     if (result.ok()) *response = std::move(*result);
     done(result.status());
@@ -397,7 +400,7 @@ void PsService::HandleUnloadJob(grpc::CallbackServerContext* context,
       !denied.ok()) {
     return done(denied);
   }
-  options_.pool->Submit([this, request, done] { done(DoUnloadJob(request->job_id())); });
+  AdminPool()->Submit([this, request, done] { done(DoUnloadJob(request->job_id())); });
 }
 
 // ---- GetStats ----

@@ -65,7 +65,11 @@ struct PsServiceOptions {
   absl::Duration store_close_wait = absl::Seconds(10);
   common::MetricsRegistry* metrics = nullptr;  // required, not owned
   PsWorkPool* pool = nullptr;                  // required, not owned
-  TimerQueue* timers = nullptr;                // required, not owned
+  // LoadJob and UnloadJob run here (not owned; null: on `pool`): a load can hold the load lock
+  // for minutes, and every rank's LoadJob waits behind it; on the data plane's pool those waits
+  // would hold the threads other jobs' pushes and lookups need.
+  PsWorkPool* admin_pool = nullptr;
+  TimerQueue* timers = nullptr;  // required, not owned
 };
 
 // Lookup is a raw method: its answer is written in place and sent without a copy
@@ -216,6 +220,9 @@ class PsService final : public PsRawService {
   // Authorize, then the job grant of an admin method (SetGrantKey).
   absl::Status AuthorizeAdmin(const grpc::CallbackServerContext& context, absl::string_view method,
                               const std::string& job_id) const;
+  PsWorkPool* AdminPool() const {
+    return options_.admin_pool != nullptr ? options_.admin_pool : options_.pool;
+  }
   // Finishes the call, counting errors.
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);
   // wait = false (on a reactor): skipped when the service lock is busy.

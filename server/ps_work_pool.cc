@@ -6,7 +6,7 @@
 
 namespace dlrm::server {
 
-PsWorkPool::PsWorkPool(int num_threads) {
+PsWorkPool::PsWorkPool(int num_threads) : num_threads_(num_threads) {
   DLRM_CHECK(num_threads >= 1) << "PsWorkPool needs at least one thread, got " << num_threads;
   threads_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });

@@ -30,7 +30,8 @@ class PsWorkPool {
   // Runs the queued tasks, then joins the threads. Idempotent.
   void Stop();
 
-  int num_threads() const { return static_cast<int>(threads_.size()); }
+  // The threads it started (also after Stop, which clears threads_ under callers' feet).
+  int num_threads() const { return num_threads_; }
 
  private:
   void WorkerLoop();
@@ -38,6 +39,7 @@ class PsWorkPool {
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  const int num_threads_;
   std::vector<std::thread> threads_;
 };
 

@@ -301,6 +301,41 @@ TEST_F(PsServiceTest, AReloadWaitsForTheOldStoreToCloseBeforeUsingItsFolder) {
   EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(path) / "CURRENT"));
 }
 
+// LoadJob and UnloadJob run off the data plane's pool: while loads wait for the load lock (here
+// one waits for a held store to close, and more of every rank queue behind it), another job's
+// pushes and lookups are still served at once. On the shared pool of two threads they waited
+// for the loads.
+TEST_F(PsServiceTest, LoadsWaitingForTheLoadLockDoNotHoldOtherJobsCalls) {
+  PsOptions options = testing::TestPsOptions(dir_.path(), 1 << 20, /*threads=*/2);
+  options.store_close_wait = absl::Seconds(5);
+  auto ps = ParameterServer::Start(options);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  ps_ = std::move(*ps);
+  stub_ = testing::PsStub(ps_->address());
+  ASSERT_TRUE(Load(TestJob("other", {{100, 4}})).ok());
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  auto held = ps_->service().FindJob("j");
+  ASSERT_TRUE(held.ok());
+  dlrm::v1::UnloadJobRequest unload;
+  unload.set_job_id("j");
+  dlrm::v1::UnloadJobResponse unloaded;
+  ASSERT_TRUE(stub_->UnloadJob(common::MakeClientContext(kTimeout).get(), unload, &unloaded).ok());
+  std::vector<std::thread> loads;
+  for (int i = 0; i < 4; ++i) loads.emplace_back([&] { (void)Load(TestJob("j", {{100, 4}})); });
+  absl::SleepFor(absl::Milliseconds(300));  // the loads have taken their threads
+  dlrm::v1::PushGradientsResponse pushed;
+  const grpc::Status push = stub_->PushGradients(common::MakeClientContext(absl::Seconds(2)).get(),
+                                                 PushOf("other", 0, {1}, {1, 1, 1, 1}), &pushed);
+  EXPECT_TRUE(push.ok()) << push.error_message();
+  dlrm::v1::LookupResponse resp;
+  EXPECT_TRUE(stub_
+                  ->Lookup(common::MakeClientContext(absl::Seconds(2)).get(),
+                           LookupOf("other", 0, {1}), &resp)
+                  .ok());
+  held->reset();
+  for (std::thread& t : loads) t.join();
+}
+
 TEST_F(PsServiceTest, LoadJobPastTheJobsAServerHoldsIsRefused) {
   StartPs();
   for (int64_t j = 0; j < common::kMaxJobsPerPs; ++j) {
