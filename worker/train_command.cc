@@ -288,6 +288,13 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
         break;
       }
     }
+    if (!stop) {
+      // The epoch is done: a checkpoint from here on says so (the next epoch, none of it read)
+      // rather than "every batch of this one", whose last batch may be short and would be
+      // counted as a whole one by a resume with another batch size.
+      position.epoch = epoch + 1;
+      position.batches = 0;
+    }
   }
   if (first_step > 0 && report.train_samples == 0) {
     DLRM_LOG(WARNING) << "resumed at step " << first_step << " (epoch " << first_epoch + 1

@@ -622,6 +622,32 @@ TEST_F(CheckpointTest, AChildOfALostParentDoesNotComeBackWhenAnotherRunWritesIts
   EXPECT_EQ(fs::path(*newest).filename(), "ckpt-000000000012");
 }
 
+// A run that ends with its epoch checkpoints "epoch done" (the next epoch, none of it read), so a
+// resume with another batch size starts the next epoch whole. It recorded every batch of the
+// epoch, the last one short (12000 samples are 46 batches of 256 and one of 224), and a resume
+// with batch 512 was refused for 47 x 256 = 12032 samples that 512 does not divide.
+TEST_F(CheckpointTest, AnEpochsEndResumesWithAnyBatchSize) {
+  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("end"));
+  spec.epochs = 1;
+  spec.max_steps = 0;
+  auto first = TrainInProcess(spec, Quiet());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->steps, 47);
+  auto end = embedding::ReadManifest(Ckpt("end/ckpt-000000000047"));
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->ranks.size(), 1u);
+  EXPECT_EQ(end->ranks[0].epoch, 1);
+  EXPECT_EQ(end->ranks[0].batches, 0);
+
+  common::JobSpec wider = spec;
+  wider.epochs = 2;
+  wider.batch_size = 512;
+  wider.checkpoint.dir = Ckpt("end-512");
+  auto second = TrainInProcess(wider, Quiet(Ckpt("end")));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->train_samples, 12000) << "the second epoch, whole";
+}
+
 // The input position is counted in batches: a run resumed with another batch size skips the
 // same samples in its own batches (10 of 256 = 5 of 512), and is refused naming both sizes when
 // they do not divide (2,560 samples are not a whole number of batches of 384).
