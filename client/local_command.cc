@@ -18,6 +18,7 @@
 #include "common/paths.h"
 #include "common/status.h"
 #include "embedding/checkpoint_manifest.h"
+#include "worker/checkpoint.h"
 #include "worker/input/binary_format.h"
 #include "worker/job_input.h"
 #include "worker/progress.h"
@@ -331,6 +332,22 @@ int RunLocalCommand(const LocalCommandOptions& options) {
   }
   if (!spec->checkpoint.dir.empty()) {
     spec->checkpoint.dir = std::filesystem::absolute(spec->checkpoint.dir).string();
+    // A folder holding another run's newer checkpoints failed the job once the whole cluster had
+    // started; the job's rank 0 makes the same check.
+    int64_t resume_step = 0;
+    if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
+      if (auto m = embedding::ReadManifest(from); m.ok()) {
+        resume_step = m->step;
+      } else if (auto listed = embedding::ListCheckpoints(from); listed.ok() && !listed->empty()) {
+        resume_step = listed->back().step;
+      }
+    }
+    if (absl::Status fresh = worker::CheckNoNewerCheckpoints(spec->checkpoint.dir, resume_step);
+        !fresh.ok()) {
+      std::fprintf(stderr, "error: %s (dlrm local --resume-from DIR resumes)\n",
+                   std::string(fresh.message()).c_str());
+      return kExitFailed;
+    }
   }
   // LoadJobSpec resolved relative data paths against the spec's folder; the YAML we submit
   // carries them absolute, so workers find the data whatever their working directory.

@@ -279,6 +279,23 @@ TEST_F(DlrmCliTest, LocalRefusedBeforeStartingLeavesNoTemporaryFolder) {
   }
 }
 
+// `dlrm local` into a checkpoint folder that holds another run's newer checkpoints is refused
+// before any process starts (it failed the job once the whole cluster was up).
+TEST_F(DlrmCliTest, LocalRefusesAFolderOfAnotherRunsCheckpointsBeforeStarting) {
+  const std::string config = WriteTinyJob(dir_, "ck", 40, 1);
+  std::ofstream(config, std::ios::app) << "checkpoint: {dir: ck}\n";
+  const ProcessResult trained = Dlrm({"train", "-c", config, "--no-progress"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const std::string data_dir = dir_.Sub("cluster");
+  const ProcessResult r =
+      Dlrm({"local", "-c", config, "--data-dir", data_dir, "--insecure", "--no-progress"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("already holds checkpoint ckpt-000000000005"));
+  EXPECT_THAT(r.err, HasSubstr("dlrm local --resume-from DIR"));
+  EXPECT_THAT(r.err, Not(HasSubstr("local cluster up")));
+  EXPECT_FALSE(std::filesystem::exists(data_dir));
+}
+
 TEST_F(DlrmCliTest, LocalRefusesOutputsThatWouldReplaceItsInputsBeforeStarting) {
   const std::string config = WriteTinyJob(dir_, "out", 20, 1);
   const std::string spec_text = dlrm::testing::ReadFileOrEmpty(config);
