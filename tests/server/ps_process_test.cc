@@ -9,6 +9,7 @@
 
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
+#include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
@@ -22,14 +23,22 @@ using testing::PsTempDir;
 using testing::TestJob;
 using testing::TestPsOptions;
 
+// A coordinator on loopback, started, with its data in `dir`.
+absl::StatusOr<std::unique_ptr<Coordinator>> StartCoordinator(
+    const std::string& dir, absl::Duration lease_ttl = CoordinatorOptions().lease_ttl) {
+  CoordinatorOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.data_dir = dir;
+  options.lease_ttl = lease_ttl;
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator, Coordinator::Create(options));
+  DLRM_RETURN_IF_ERROR(coordinator->Start());
+  return coordinator;
+}
+
 TEST(PsProcessTest, RegistersAsParameterServerAndLeavesOnShutdown) {
   PsTempDir coordinator_dir, ps_dir;
-  CoordinatorOptions coordinator_options;
-  coordinator_options.listen_address = "127.0.0.1:0";
-  coordinator_options.data_dir = coordinator_dir.path();
-  auto coordinator = Coordinator::Create(coordinator_options);
+  auto coordinator = StartCoordinator(coordinator_dir.path());
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  ASSERT_TRUE((*coordinator)->Start().ok());
 
   PsProcessOptions options;
   options.coordinator = (*coordinator)->address();
@@ -76,13 +85,9 @@ TEST(PsProcessTest, RegistersAsParameterServerAndLeavesOnShutdown) {
 // coordinator started after answering) is kept.
 TEST(PsProcessTest, AHeartbeatUnloadsEveryLoadedJobTheCoordinatorDoesNotRun) {
   PsTempDir coordinator_dir, ps_dir;
-  CoordinatorOptions coordinator_options;
-  coordinator_options.listen_address = "127.0.0.1:0";
-  coordinator_options.data_dir = coordinator_dir.path();
-  coordinator_options.lease_ttl = absl::Seconds(2);  // a heartbeat about every 0.7 s
-  auto coordinator = Coordinator::Create(coordinator_options);
+  // A heartbeat about every 0.7 s.
+  auto coordinator = StartCoordinator(coordinator_dir.path(), absl::Seconds(2));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  ASSERT_TRUE((*coordinator)->Start().ok());
   PsProcessOptions options;
   options.coordinator = (*coordinator)->address();
   options.server = TestPsOptions(ps_dir.path());

@@ -42,6 +42,21 @@ common::JobSpec SmallJob(const std::string& train_path, const std::string& check
   return spec;
 }
 
+// Rewrites the manifest at `path` without its checksum line (as builds before it wrote them, so
+// that it loads unchecked), replacing each `from` with its `to`; each must be there.
+void EditManifest(const std::string& path,
+                  const std::vector<std::pair<std::string, std::string>>& replacements) {
+  std::vector<std::string> lines = absl::StrSplit(testing::ReadFile(path), '\n');
+  std::erase_if(lines,
+                [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
+  std::string text = absl::StrJoin(lines, "\n");
+  for (const auto& [from, to] : replacements) {
+    EXPECT_TRUE(absl::StrContains(text, from)) << from << " in " << path;
+    text = absl::StrReplaceAll(text, {{from, to}});
+  }
+  testing::WriteFile(path, text);
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -500,10 +515,8 @@ TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
   EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000005");
 
   // The same manifest, unchanged but without its checksum line, as older builds wrote it.
-  std::vector<std::string> lines = absl::StrSplit(text, '\n');
-  std::erase_if(lines,
-                [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
-  testing::WriteFile(path, absl::StrJoin(lines, "\n"));
+  testing::WriteFile(path, text);
+  EditManifest(path, {});
   auto old = embedding::ReadManifest(Ckpt("mc/ckpt-000000000010"));
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->step, 10);
@@ -535,14 +548,8 @@ TEST_F(CheckpointTest, OnlyCheckpointNamedFoldersAreLoadedOrRemovedAndNamesAreNe
   // A manifest naming a folder outside its root.
   fs::create_directories(Ckpt("victim"));
   testing::WriteFile(Ckpt("victim/data.txt"), "kept");
-  const std::string path = Ckpt("outer/ckpt-000000000012/MANIFEST.json");
-  std::vector<std::string> lines = absl::StrSplit(testing::ReadFile(path), '\n');
-  std::erase_if(lines,
-                [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
-  const std::string edited = absl::StrReplaceAll(
-      absl::StrJoin(lines, "\n"), {{"\"name\": \"ckpt-000000000012\"", "\"name\": \"../victim\""}});
-  ASSERT_TRUE(absl::StrContains(edited, "../victim"));
-  testing::WriteFile(path, edited);
+  EditManifest(Ckpt("outer/ckpt-000000000012/MANIFEST.json"),
+               {{"\"name\": \"ckpt-000000000012\"", "\"name\": \"../victim\""}});
   auto bad = embedding::ReadManifest(Ckpt("outer/ckpt-000000000012"));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'../victim'"));
@@ -573,14 +580,8 @@ TEST_F(CheckpointTest, AFolderScanForAJobPassesOverOtherJobsCheckpoints) {
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   for (const auto& [name, job] : {std::pair<std::string, std::string>{"ckpt-000000000005", "job-2"},
                                   {"ckpt-000000000010", "job-3"}}) {
-    const std::string path = Ckpt("jobs/" + name + "/MANIFEST.json");
-    std::vector<std::string> lines = absl::StrSplit(testing::ReadFile(path), '\n');
-    std::erase_if(lines,
-                  [](const std::string& l) { return absl::StrContains(l, "manifest_crc32c"); });
-    const std::string text = absl::StrJoin(lines, "\n");
-    ASSERT_TRUE(absl::StrContains(text, "\"id\": \"\"")) << text;
-    testing::WriteFile(path,
-                       absl::StrReplaceAll(text, {{"\"id\": \"\"", "\"id\": \"" + job + "\""}}));
+    EditManifest(Ckpt("jobs/" + name + "/MANIFEST.json"),
+                 {{"\"id\": \"\"", "\"id\": \"" + job + "\""}});
   }
   auto own = FindValidCheckpoint(Ckpt("jobs"), "job-2");
   ASSERT_TRUE(own.ok()) << own.status();
