@@ -238,6 +238,22 @@ std::shared_ptr<StepGate> PsJob::gate() const {
   return gate_;
 }
 
+absl::StatusOr<std::shared_ptr<StepGate>> PsJob::GateOf(int64_t epoch) const {
+  absl::MutexLock lock(&mu_);
+  if (epoch == epoch_) return gate_;
+  return EpochError(epoch, epoch_);
+}
+
+void PsJob::CloseGates(const absl::Status& status) {
+  std::shared_ptr<StepGate> gate;
+  {
+    absl::MutexLock lock(&mu_);
+    if (gates_closed_.ok()) gates_closed_ = status;
+    gate = gate_;
+  }
+  gate->Close(status);
+}
+
 bool PsJob::SameParameters(const dlrm::v1::LoadJobRequest& request) const {
   dlrm::v1::LoadJobRequest a = spec_;
   dlrm::v1::LoadJobRequest b = request;
@@ -250,14 +266,17 @@ bool PsJob::SameParameters(const dlrm::v1::LoadJobRequest& request) const {
 }
 
 void PsJob::AdvanceEpoch(int64_t epoch) {
-  std::shared_ptr<StepGate> old;
+  std::shared_ptr<StepGate> old, fresh;
+  absl::Status closed;
   {
     absl::MutexLock lock(&mu_);
     if (epoch <= epoch_) return;
     epoch_ = epoch;
     old = std::move(gate_);
-    gate_ = StepGate::Create(spec_.num_workers(), spec_.staleness(), timers_);
+    gate_ = fresh = StepGate::Create(spec_.num_workers(), spec_.staleness(), timers_);
+    closed = gates_closed_;
   }
+  if (!closed.ok()) fresh->Close(closed);
   old->Close(absl::FailedPreconditionError(
       absl::StrCat("job ", job_id(), " moved to epoch ", epoch, " while this lookup was waiting")));
 }
@@ -379,7 +398,10 @@ absl::StatusOr<int64_t> PsJob::Push(const dlrm::v1::PushGradientsRequest& reques
     rows += static_cast<int64_t>(ids.size());
   }
   if (status.ok() && request.step() >= 0 && !request.more_chunks()) {
-    gate()->Complete(rank, request.step());
+    // Validated at the push's epoch: after a move to a newer one (a recovery) its step is no
+    // step of the new epoch's workers.
+    absl::StatusOr<std::shared_ptr<StepGate>> gate = GateOf(request.job_epoch());
+    if (gate.ok()) (*gate)->Complete(rank, request.step());
   }
   // A push that failed before any row was applied may be applied by a retry; one that failed
   // part way may not (its rows would be applied twice), nor be answered OK.

@@ -187,6 +187,13 @@ class PsJob {
 
   // The gate of the current epoch.
   std::shared_ptr<StepGate> gate() const;
+  // The gate of `epoch` while it is the loaded one; CheckEpoch's error once the job moved on. A
+  // call validated before an epoch change parks on, or completes its step in, its own epoch's
+  // gate, never the next one's.
+  absl::StatusOr<std::shared_ptr<StepGate>> GateOf(int64_t epoch) const;
+  // Fails the lookups parked on the gate with `status`, and those of every gate a later epoch
+  // brings (the server is shutting down, or the job was unloaded).
+  void CloseGates(const absl::Status& status);
   embedding::TieredStore& store() { return *store_; }
   // Lookups of resident rows leave their frequency counting for later (TieredStore "Deferred
   // counting"): the first caller after a lookup gets true and must call CountPendingAccesses
@@ -239,6 +246,9 @@ class PsJob {
   absl::Status CheckPayloads(int table, const std::string& ids_bytes, const std::string& payload,
                              bool full_rows, std::vector<bool>* seen_tables) const;
 
+  // FAILED_PRECONDITION naming both epochs unless `epoch` == `loaded`.
+  absl::Status EpochError(int64_t epoch, int64_t loaded) const;
+
   const dlrm::v1::LoadJobRequest spec_;  // epoch as first loaded; see epoch_
   const std::string path_;
   const std::string snapshots_path_;
@@ -261,6 +271,7 @@ class PsJob {
   mutable absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<StepGate> gate_ ABSL_GUARDED_BY(mu_);
+  absl::Status gates_closed_ ABSL_GUARDED_BY(mu_);  // not OK once CloseGates ran
 };
 
 }  // namespace dlrm::server

@@ -119,8 +119,7 @@ absl::Status ValidateLoadRequest(const dlrm::v1::LoadJobRequest& r) {
   return absl::OkStatus();
 }
 
-absl::Status PsJob::CheckEpoch(int64_t epoch) const {
-  const int64_t loaded = this->epoch();
+absl::Status PsJob::EpochError(int64_t epoch, int64_t loaded) const {
   if (epoch < loaded) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id(), ": request from epoch ",
                                                       epoch, " is older than the loaded epoch ",
@@ -133,6 +132,8 @@ absl::Status PsJob::CheckEpoch(int64_t epoch) const {
   }
   return absl::OkStatus();
 }
+
+absl::Status PsJob::CheckEpoch(int64_t epoch) const { return EpochError(epoch, this->epoch()); }
 
 absl::Status PsJob::CheckRank(int64_t step, int rank) const {
   if (step < 0) return absl::OkStatus();

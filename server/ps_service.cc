@@ -68,9 +68,10 @@ void PsService::FailParkedLookups(const absl::Status& status) {
   std::vector<std::shared_ptr<PsJob>> jobs;
   {
     absl::MutexLock lock(&mu_);
+    if (gates_closed_.ok()) gates_closed_ = status;
     for (const auto& [id, job] : jobs_) jobs.push_back(job);
   }
-  for (const auto& job : jobs) job->gate()->Close(status);
+  for (const auto& job : jobs) job->CloseGates(status);
 }
 
 void PsService::UpdateStoreMetrics(bool wait) {
@@ -208,11 +209,15 @@ absl::StatusOr<dlrm::v1::LoadJobResponse> PsService::DoLoadJob(
   auto closed = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<PsJob> job = JobReaper::Own(reaper_, std::move(created), closed);
   closed_flags_[request.job_id()] = std::move(closed);
+  absl::Status closing;
   {
     absl::MutexLock lock(&mu_);
     jobs_[request.job_id()] = job;
     metrics_->jobs_loaded.Set(static_cast<double>(jobs_.size()));
+    closing = gates_closed_;
   }
+  // Loaded while the server shuts down: its lookups fail rather than wait out their deadlines.
+  if (!closing.ok()) job->CloseGates(closing);
   response.set_rows_resident(job->stats().memory_rows);
   return response;
 }
@@ -247,7 +252,7 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
     unloaded_.writes += s.rocksdb_writes;
     metrics_->jobs_loaded.Set(static_cast<double>(jobs_.size()));
   }
-  job->gate()->Close(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));
+  job->CloseGates(absl::AbortedError(absl::StrCat("job ", job_id, " was unloaded")));
   UpdateStoreMetrics();
   // Calls in flight hold their own references; the store closes with the last one, on the
   // reaper's thread. The folders (store and snapshots) go once it has: at a later sweep.

@@ -165,7 +165,8 @@ class PsService final : public PsRawService {
   // with that job's grant; before, only on a plaintext server.
   void SetGrantKey(std::string key);
   // Closes every job's StepGate with `status` (server shutdown): parked lookups fail now and
-  // later ones that would have to wait fail at once, so no call outlives the server.
+  // later ones that would have to wait fail at once, so no call outlives the server; so do those
+  // of jobs a LoadJob still running loads, or moves to a newer epoch, afterwards.
   void FailParkedLookups(const absl::Status& status);
 
  private:
@@ -256,6 +257,9 @@ class PsService final : public PsRawService {
   absl::flat_hash_map<std::string, int64_t> pending_restarts_ ABSL_GUARDED_BY(load_mu_);
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<PsJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Not OK once FailParkedLookups ran: the gates of jobs loaded, or epochs moved, after it are
+  // closed with it too.
+  absl::Status gates_closed_ ABSL_GUARDED_BY(mu_);
   // The store counts of the counter metrics (RocksDB reads, hits and writes, rows created).
   struct StoreCounts {
     int64_t reads = 0;

@@ -73,7 +73,9 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
     if (!job.ok()) return Finish(call->reactor, job.status());
     absl::Status valid = (*job)->ValidateLookup(request);
     if (!valid.ok()) return Finish(call->reactor, valid);
-    std::shared_ptr<StepGate> gate = (*job)->gate();
+    absl::StatusOr<std::shared_ptr<StepGate>> epoch_gate = (*job)->GateOf(request.job_epoch());
+    if (!epoch_gate.ok()) return Finish(call->reactor, epoch_gate.status());
+    std::shared_ptr<StepGate> gate = std::move(*epoch_gate);
     if (gate->Ready(request.step())) return RunLookup(std::move(*job), call);
     // Park: resumed on the pool by the push that satisfies the bound, or failed at the deadline.
     const absl::Time parked_at = absl::Now();
@@ -178,7 +180,8 @@ bool PsService::TryLookupInline(const std::shared_ptr<LookupCall>& call) {
     Finish(call->reactor, valid);
     return true;
   }
-  if (!job->gate()->Ready(request.step())) return false;
+  absl::StatusOr<std::shared_ptr<StepGate>> gate = job->GateOf(request.job_epoch());
+  if (!gate.ok() || !(*gate)->Ready(request.step())) return false;  // the pool answers
   // The other parts go to the pool; the first is served here while its tables are resident, and
   // what is left of it goes to the pool too.
   const std::vector<int> bounds = StartLookup(std::move(job), call);

@@ -39,5 +39,62 @@ TEST(PsJobTest, PeriodicCheckpointsPrepareTheFirstSnapshotsMemory) {
   }
 }
 
+PsJobOptions GateTestJob(const std::string& data_dir, TimerQueue* timers) {
+  PsJobOptions o;
+  o.spec = testing::TestJob("gates", {{100, 4}});
+  o.spec.set_num_workers(2);
+  o.spec.set_staleness(0);
+  o.spec.set_job_epoch(1);
+  o.data_dir = data_dir;
+  o.memory_budget_bytes = 1 << 20;
+  o.timers = timers;
+  return o;
+}
+
+// A push validated at epoch 1 that runs after a recovery moved the job to epoch 2 completes its
+// step in epoch 1's gate only: epoch 2's workers have pushed nothing yet, and a lookup of theirs
+// must still wait for them.
+TEST(PsJobTest, APushOfAnOlderEpochCompletesNoStepOfTheNewOne) {
+  testing::PsTempDir dir;
+  TimerQueue timers;
+  auto job = PsJob::Create(GateTestJob(dir.path(), &timers));
+  ASSERT_TRUE(job.ok()) << job.status();
+  (*job)->AdvanceEpoch(2);
+  dlrm::v1::PushGradientsRequest push;
+  push.set_job_id("gates");
+  push.set_job_epoch(1);
+  push.set_worker_rank(0);
+  push.set_step(5);
+  dlrm::v1::TableGradients* t = push.add_tables();
+  t->set_table(0);
+  t->set_ids(testing::PackIds({3}));
+  t->set_grads(testing::PackFloats({0.5f, 0.5f, 0.5f, 0.5f}));
+  ASSERT_TRUE((*job)->Push(push, nullptr).ok());
+  EXPECT_EQ((*job)->gate()->completed(0), -1);
+  push.set_job_epoch(2);
+  ASSERT_TRUE((*job)->Push(push, nullptr).ok());
+  EXPECT_EQ((*job)->gate()->completed(0), 5);
+
+  absl::StatusOr<std::shared_ptr<StepGate>> old = (*job)->GateOf(1);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition) << old.status();
+  EXPECT_TRUE((*job)->GateOf(2).ok());
+}
+
+// After CloseGates (the server shutting down), a LoadJob that moves the job to a newer epoch
+// brings a gate that is closed too: a lookup that would wait fails at once, not at its deadline.
+TEST(PsJobTest, AGateAnEpochMoveBringsAfterCloseGatesIsClosed) {
+  testing::PsTempDir dir;
+  TimerQueue timers;
+  auto job = PsJob::Create(GateTestJob(dir.path(), &timers));
+  ASSERT_TRUE(job.ok()) << job.status();
+  (*job)->CloseGates(absl::UnavailableError("parameter server is shutting down"));
+  (*job)->AdvanceEpoch(2);
+  absl::Status result = absl::UnknownError("not answered");
+  (*job)->gate()->WhenVisible(/*step=*/3, /*rank=*/0, absl::InfiniteFuture(),
+                              [&](absl::Status s) { result = s; });
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
+  EXPECT_EQ((*job)->gate()->parked(), 0);
+}
+
 }  // namespace
 }  // namespace dlrm::server

@@ -165,5 +165,28 @@ TEST_F(PsStalenessTest, ShutdownFailsParkedLookupsPromptly) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
 }
 
+// A LoadJob still running when the server starts shutting down (it runs on the admin pool, after
+// FailParkedLookups closed the gates it saw) loads its job with a closed gate: a lookup that would
+// wait fails at once rather than holding the shutdown until its deadline.
+TEST_F(PsStalenessTest, AJobLoadedAfterParkedLookupsFailedDoesNotParkLookups) {
+  Start(/*staleness=*/0);
+  ps_->service().FailParkedLookups(absl::UnavailableError("parameter server is shutting down"));
+  dlrm::v1::LoadJobRequest other = TestJob("s2", {{10, kDim}}, 0, 1, 0, /*num_workers=*/2);
+  dlrm::v1::LoadJobResponse loaded;
+  ASSERT_TRUE(
+      stub_->LoadJob(common::MakeClientContext(absl::Seconds(10)).get(), other, &loaded).ok());
+  dlrm::v1::LookupRequest r;
+  r.set_job_id("s2");
+  r.set_job_epoch(1);
+  r.set_step(3);
+  r.set_worker_rank(0);
+  r.add_tables()->set_ids(PackIds({0}));
+  dlrm::v1::LookupResponse resp;
+  const absl::Time start = absl::Now();
+  grpc::Status s = stub_->Lookup(common::MakeClientContext(absl::Seconds(30)).get(), r, &resp);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
 }  // namespace
 }  // namespace dlrm::server
