@@ -195,6 +195,9 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   CLI::App* checkpoints = app.add_subcommand(
       "checkpoints", "list a job's committed checkpoints (reads its checkpoint folder)");
   checkpoints->add_option("job", flags.job_id, "job id")->required()->check(JobId());
+  checkpoints->add_flag("--verify", flags.verify,
+                        "also check the size and CRC32C of every file of every chain (reads all "
+                        "their bytes)");
   CLI::App* members =
       app.add_subcommand("members", "list cluster members (ids and names) and the shard map");
   CLI::App* version = app.add_subcommand("version", "print the client's and server's versions");

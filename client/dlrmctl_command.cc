@@ -52,6 +52,21 @@ std::string NotHere(const std::string& folder) {
          "checkpoint volume is not mounted here)";
 }
 
+// Whether a job could resume from checkpoint `m` of `root`: "ok" when its chain holds together
+// (every parent there, written when its child says), "verified" when `verify` also checked every
+// file's size and CRC32C, else "broken" with the reason.
+struct ChainState {
+  std::string state;
+  std::string problem;
+};
+ChainState CheckChain(const std::string& root, const embedding::CheckpointManifest& m,
+                      bool verify) {
+  absl::StatusOr<std::vector<embedding::CheckpointManifest>> chain =
+      embedding::LoadChain((std::filesystem::path(root) / m.name).string(), verify);
+  if (!chain.ok()) return {"broken", std::string(chain.status().message())};
+  return {verify ? "verified" : "ok", ""};
+}
+
 bool NeedsExplaining(const dlrm::v1::Job& job) {
   return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
 }
@@ -220,14 +235,20 @@ int Command::Checkpoints() {
          << std::endl;
     return kExitFailed;
   }
-  auto list = embedding::ListCheckpoints(root);
+  std::vector<absl::Status> damaged;
+  auto list = embedding::ListCheckpoints(root, &damaged);
   if (!list.ok()) return Fail(list.status());
+  std::vector<ChainState> states;
+  for (const embedding::CheckpointManifest& m : *list) {
+    states.push_back(CheckChain(root, m, flags_.verify));
+  }
   if (IsDocumentFormat(format_)) {
     google::protobuf::Struct doc;
     (*doc.mutable_fields())["dir"].set_string_value(root);
     google::protobuf::ListValue* items =
         (*doc.mutable_fields())["checkpoints"].mutable_list_value();
-    for (const embedding::CheckpointManifest& m : *list) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const embedding::CheckpointManifest& m = (*list)[i];
       google::protobuf::Struct* c = items->add_values()->mutable_struct_value();
       (*c->mutable_fields())["name"].set_string_value(m.name);
       (*c->mutable_fields())["step"].set_number_value(static_cast<double>(m.step));
@@ -238,18 +259,29 @@ int Command::Checkpoints() {
       // The folder may hold another job's checkpoints (a job resumed from them, or one given
       // the same checkpoint.dir): the job that wrote each, "" for `dlrm train`.
       (*c->mutable_fields())["job_id"].set_string_value(m.job_id);
+      (*c->mutable_fields())["state"].set_string_value(states[i].state);
+      (*c->mutable_fields())["problem"].set_string_value(states[i].problem);
     }
+    google::protobuf::ListValue* refused = (*doc.mutable_fields())["damaged"].mutable_list_value();
+    for (const absl::Status& d : damaged) refused->add_values()->set_string_value(std::string(d.message()));
     out_ << ToDocument(doc, format_);
     return kExitOk;
   }
-  out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %-11s  %s\n", "NAME", "STEP", "CREATED", "BYTES",
-                          "KIND", "JOB");
-  for (const embedding::CheckpointManifest& m : *list) {
-    out_ << absl::StrFormat("%-20s %10d  %-20s %14d  %-11s  %s\n", m.name, m.step,
+  out_ << absl::StrFormat("%-20s %10s  %-20s %14s  %-11s  %-8s  %s\n", "NAME", "STEP", "CREATED",
+                          "BYTES", "KIND", "STATE", "JOB");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const embedding::CheckpointManifest& m = (*list)[i];
+    out_ << absl::StrFormat("%-20s %10d  %-20s %14d  %-11s  %-8s  %s\n", m.name, m.step,
                             UtcTime(static_cast<int64_t>(std::llround(m.created_unix * 1000))),
                             m.total_bytes(), m.incremental ? "incremental" : "full",
-                            m.job_id.empty() ? "-" : m.job_id);
+                            states[i].state, m.job_id.empty() ? "-" : m.job_id);
   }
+  for (size_t i = 0; i < list->size(); ++i) {
+    if (!states[i].problem.empty()) {
+      err_ << (*list)[i].name << " cannot be resumed from: " << states[i].problem << std::endl;
+    }
+  }
+  for (const absl::Status& d : damaged) err_ << "damaged: " << d.message() << std::endl;
   if (list->empty()) err_ << "no committed checkpoint in " << root << NotHere(root) << std::endl;
   return kExitOk;
 }
@@ -340,12 +372,14 @@ int Command::Describe() {
     auto list = embedding::ListCheckpoints(spec->checkpoint.dir);
     if (list.ok()) {
       for (const embedding::CheckpointManifest& m : *list) {
+        const ChainState chain = CheckChain(spec->checkpoint.dir, m, /*verify=*/false);
         checkpoints.push_back(absl::StrFormat(
-            "%s  step %d  %d bytes  %s%s", m.name, m.step, m.total_bytes(),
+            "%s  step %d  %d bytes  %s%s%s", m.name, m.step, m.total_bytes(),
             m.incremental ? "incremental" : "full",
             m.job_id == job->job_id()
                 ? ""
-                : absl::StrCat("  (written by ", m.job_id.empty() ? "dlrm train" : m.job_id, ")")));
+                : absl::StrCat("  (written by ", m.job_id.empty() ? "dlrm train" : m.job_id, ")"),
+            chain.problem.empty() ? "" : absl::StrCat("  (broken: ", chain.problem, ")")));
       }
     } else {
       checkpoints.push_back(absl::StrCat("(", spec->checkpoint.dir,

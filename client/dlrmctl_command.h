@@ -32,6 +32,7 @@ struct Flags {
   bool wait = false;
   bool follow = false;          // logs -f
   double wait_timeout_s = 600;  // checkpoint --wait
+  bool verify = false;          // checkpoints --verify
   std::string resume_from;      // submit: checkpoint.resume_from of the submitted spec
   // status, watch, cancel
   std::string job_id;

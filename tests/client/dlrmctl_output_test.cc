@@ -319,6 +319,72 @@ TEST_F(DlrmctlOutputTest, CheckpointsOfAFolderNotHereSaySo) {
   EXPECT_EQ(err, absl::StrCat("no committed checkpoint in ", root, "\n"));
 }
 
+// `checkpoints` tells which checkpoints a job could resume from: STATE "broken" for an
+// incremental whose parent is gone (the reason on stderr, and in `describe`), a damaged manifest
+// on stderr instead of left out silently, and with --verify every file's size and CRC32C too.
+TEST_F(DlrmctlOutputTest, CheckpointsSayWhichChainsAreBroken) {
+  const std::string root = dir_.Sub("ckpt");
+  const std::string spec = dir_.Sub("ckpt.yaml");
+  std::ofstream(spec) << dlrm::testing::kTinySpec << "checkpoint:\n  dir: " << root << "\n";
+  CommitCheckpoint(root, 100, "job-1", 1796400000);
+  auto incremental = [&](int64_t step, int64_t parent, double created) {
+    embedding::CheckpointManifest m;
+    m.name = embedding::CheckpointDirName(step);
+    m.job_name = "tiny";
+    m.job_id = "job-1";
+    m.step = step;
+    m.created_unix = created;
+    m.incremental = true;
+    m.parent = embedding::CheckpointDirName(parent);
+    m.parent_created_unix = 1796400000;
+    const std::string dir = absl::StrCat(root, "/", m.name);
+    std::filesystem::create_directories(dir);
+    ASSERT_TRUE(embedding::CommitManifest(dir, m).ok()) << dir;
+  };
+  incremental(200, 100, 1796400100);
+  incremental(400, 300, 1796400300);  // ckpt-000000000300 is gone
+  std::filesystem::create_directories(absl::StrCat(root, "/ckpt-000000000500"));
+  std::ofstream(absl::StrCat(root, "/ckpt-000000000500/MANIFEST.json")) << "{not json";
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  std::vector<std::string> lines = Lines(out);
+  ASSERT_EQ(lines.size(), 4u) << out;
+  EXPECT_THAT(lines[0], HasSubstr("  STATE "));
+  EXPECT_THAT(lines[1], HasSubstr("  ok "));
+  EXPECT_THAT(lines[2], HasSubstr("  ok "));
+  EXPECT_THAT(lines[3], HasSubstr("  broken "));
+  EXPECT_THAT(err, HasSubstr("ckpt-000000000400 cannot be resumed from: "));
+  EXPECT_THAT(err, HasSubstr("ckpt-000000000300, which is gone"));
+  EXPECT_THAT(err, HasSubstr("damaged: "));
+  EXPECT_THAT(err, HasSubstr("ckpt-000000000500/MANIFEST.json"));
+
+  ASSERT_EQ(Ctl({"checkpoints", "job-1", "-o", "json"}, &out, &err), kExitOk) << err;
+  auto json = nlohmann::json::parse(out);
+  ASSERT_EQ(json["checkpoints"].size(), 3u) << out;
+  EXPECT_EQ(json["checkpoints"][1]["state"], "ok");
+  EXPECT_EQ(json["checkpoints"][2]["state"], "broken");
+  EXPECT_THAT(json["checkpoints"][2]["problem"].get<std::string>(), HasSubstr("which is gone"));
+  ASSERT_EQ(json["damaged"].size(), 1u) << out;
+
+  ASSERT_EQ(Ctl({"describe", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("  ckpt-000000000400  step 400  0 bytes  incremental  (broken: "));
+
+  // The full checkpoint lists a file it does not hold: only --verify reads files.
+  embedding::CheckpointManifest full =
+      *embedding::ReadManifest(absl::StrCat(root, "/ckpt-000000000100"));
+  full.files.push_back({.name = "dense.bin", .kind = "dense", .bytes = 8, .crc32c = 1});
+  ASSERT_TRUE(embedding::CommitManifest(absl::StrCat(root, "/ckpt-000000000100"), full).ok());
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(Lines(out)[1], HasSubstr("  ok "));
+  ASSERT_EQ(Ctl({"checkpoints", "job-1", "--verify"}, &out, &err), kExitOk) << err;
+  lines = Lines(out);
+  ASSERT_EQ(lines.size(), 4u) << out;
+  EXPECT_THAT(lines[1], HasSubstr("  broken "));
+  EXPECT_THAT(lines[2], HasSubstr("  broken ")) << "its parent does not verify";
+  EXPECT_THAT(err, HasSubstr("dense.bin"));
+}
+
 TEST_F(DlrmctlOutputTest, MembersShowNamesNextToIds) {
   RegisterPs("ps-east-0");
   const std::string worker = RegisterMember(dlrm::v1::ROLE_WORKER, "trainer-a");
