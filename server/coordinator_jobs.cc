@@ -61,6 +61,13 @@ void RecordState(Job* job, absl::Time now, const std::string& message) {
   }
 }
 
+// `path` (a spec's checkpoint.dir) as the folder it names: lexically normal, "ck/" as "ck".
+std::string CheckpointFolder(const std::string& path) {
+  if (path.empty()) return "";
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  return (p.has_filename() ? p : p.parent_path()).string();
+}
+
 double MetricOr(const google::protobuf::Map<std::string, double>& m, const char* key,
                 double fallback) {
   auto it = m.find(key);
@@ -68,6 +75,15 @@ double MetricOr(const google::protobuf::Map<std::string, double>& m, const char*
 }
 
 }  // namespace
+
+const std::string& CoordinatorState::CheckpointFolderLocked(const std::string& id, const Job& job) {
+  auto [it, inserted] = checkpoint_folders_.try_emplace(id);
+  if (inserted) {
+    absl::StatusOr<common::JobSpec> spec = common::ParseJobSpec(job.spec_yaml(), id);
+    if (spec.ok()) it->second = CheckpointFolder(spec->checkpoint.dir);
+  }
+  return it->second;
+}
 
 absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& request,
                                              absl::Time now) {
@@ -104,16 +120,10 @@ absl::StatusOr<Job> CoordinatorState::Submit(const dlrm::v1::SubmitJobRequest& r
     // own (a recovery, keep_last, an incremental's parent): the second is refused while the first
     // lives (a retried submit is the usual way to get there).
     if (!spec->checkpoint.dir.empty()) {
-      auto folder = [](const std::string& path) {
-        std::filesystem::path p = std::filesystem::path(path).lexically_normal();
-        return p.has_filename() ? p : p.parent_path();  // "ck/" is "ck"
-      };
-      const std::filesystem::path dir = folder(spec->checkpoint.dir);
+      const std::string dir = CheckpointFolder(spec->checkpoint.dir);
       for (const auto& [id, live] : jobs_) {
         if (IsTerminal(live.state())) continue;
-        absl::StatusOr<common::JobSpec> other = common::ParseJobSpec(live.spec_yaml(), id);
-        if (!other.ok() || other->checkpoint.dir.empty()) continue;
-        if (folder(other->checkpoint.dir) == dir) {
+        if (CheckpointFolderLocked(id, live) == dir) {
           return absl::FailedPreconditionError(
               absl::StrCat("job spec: checkpoint.dir ", spec->checkpoint.dir, " is the folder of ",
                            id, " (", JobStateName(live.state()),

@@ -198,6 +198,10 @@ class CoordinatorState {
   absl::Status Finalize(const Changes& changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Announces changed jobs to the listener. REQUIRES: mu_ not held.
   void Notify(const Changes& changes) ABSL_LOCKS_EXCLUDED(mu_);
+  // The checkpoint folder of job `id` (its spec's checkpoint.dir, see CheckpointFolder; "" for
+  // none), parsed from its spec once.
+  const std::string& CheckpointFolderLocked(const std::string& id, const dlrm::v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorStateOptions options_;
   CoordinatorStore* const store_;
@@ -208,6 +212,8 @@ class CoordinatorState {
   std::map<std::string, MemberEntry> members_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> ps_slots_ ABSL_GUARDED_BY(mu_);  // member id per shard, "" = free
   std::map<std::string, dlrm::v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
+  // CheckpointFolderLocked's answers by job id (a job's spec never changes, nor is a job removed).
+  std::map<std::string, std::string> checkpoint_folders_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_member_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
