@@ -17,7 +17,20 @@ void JobReaper::Destroy(PsJob* job, std::shared_ptr<std::atomic<bool>> closed) {
     }
   }
   delete job;
-  closed->store(true);
+  SetClosed(*closed);
+}
+
+void JobReaper::SetClosed(std::atomic<bool>& closed) {
+  // Set under the lock: releasing it wakes AwaitClosed's condition.
+  absl::MutexLock lock(&mu_);
+  closed.store(true);
+}
+
+bool JobReaper::AwaitClosed(const std::atomic<bool>& closed, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(absl::Condition(
+                                   +[](const std::atomic<bool>* c) { return c->load(); }, &closed),
+                               deadline);
 }
 
 void JobReaper::Stop() {
@@ -47,7 +60,7 @@ void JobReaper::Run() {
       queue_.pop_front();
     }
     delete next.first;
-    next.second->store(true);
+    SetClosed(*next.second);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/ps_job.h"
 
 namespace dlrm::server {
@@ -30,6 +31,8 @@ class JobReaper {
   void Destroy(PsJob* job, std::shared_ptr<std::atomic<bool>> closed);
   // Deletes what is queued and joins the thread; later Destroy calls delete inline.
   void Stop();
+  // Waits until `closed` (a flag given to Destroy) is set, or until `deadline`; whether it is.
+  bool AwaitClosed(const std::atomic<bool>& closed, absl::Time deadline);
 
   // A PsJob owned by a shared_ptr whose deleter is `reaper`'s Destroy, and its closed flag.
   static std::shared_ptr<PsJob> Own(std::shared_ptr<JobReaper> reaper, std::unique_ptr<PsJob> job,
@@ -37,6 +40,7 @@ class JobReaper {
 
  private:
   void Run();
+  void SetClosed(std::atomic<bool>& closed) ABSL_LOCKS_EXCLUDED(mu_);
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); }
 
   absl::Mutex mu_;

@@ -272,22 +272,19 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
 }
 
 absl::Status PsService::WaitForStoreClosedLocked(const std::string& path) {
-  auto open = [&] {
-    RemoveReleasedJobFoldersLocked();
-    return std::any_of(held_at_unload_.begin(), held_at_unload_.end(),
-                       [&](const UnloadedJob& u) { return u.path == path; });
-  };
   const absl::Time deadline = absl::Now() + options_.store_close_wait;
-  while (open()) {
-    if (absl::Now() >= deadline) {
+  while (true) {
+    RemoveReleasedJobFoldersLocked();
+    auto open = std::find_if(held_at_unload_.begin(), held_at_unload_.end(),
+                             [&](const UnloadedJob& u) { return u.path == path; });
+    if (open == held_at_unload_.end()) return absl::OkStatus();
+    if (!reaper_->AwaitClosed(*open->closed, deadline)) {
       return absl::UnavailableError(
           absl::StrCat("the store at ", path,
                        " of this job's earlier load is still closing (a call of that "
                        "load holds it); try again"));
     }
-    absl::SleepFor(absl::Milliseconds(5));
   }
-  return absl::OkStatus();
 }
 
 absl::Status PsService::TryUnloadJob(const std::string& job_id, int64_t max_epoch) {
