@@ -21,8 +21,9 @@ inline constexpr absl::Duration kTimeout = absl::Seconds(10);
 
 class PsServiceTest : public ::testing::Test {
  protected:
-  void StartPs(int64_t budget = 1 << 20) {
-    auto ps = ParameterServer::Start(TestPsOptions(dir_.path(), budget));
+  void StartPs(int64_t budget = 1 << 20) { StartPs(TestPsOptions(dir_.path(), budget)); }
+  void StartPs(const PsOptions& options) {
+    auto ps = ParameterServer::Start(options);
     ASSERT_TRUE(ps.ok()) << ps.status();
     ps_ = std::move(*ps);
     stub_ = PsStub(ps_->address());

@@ -270,10 +270,7 @@ TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
 TEST_F(PsServiceTest, AReloadWaitsForTheOldStoreToCloseBeforeUsingItsFolder) {
   PsOptions options = testing::TestPsOptions(dir_.path());
   options.store_close_wait = absl::Milliseconds(300);
-  auto ps = ParameterServer::Start(options);
-  ASSERT_TRUE(ps.ok()) << ps.status();
-  ps_ = std::move(*ps);
-  stub_ = testing::PsStub(ps_->address());
+  StartPs(options);
   ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
   auto held = ps_->service().FindJob("j");  // a call of the first load, still in flight
   ASSERT_TRUE(held.ok());
@@ -308,10 +305,7 @@ TEST_F(PsServiceTest, AReloadWaitsForTheOldStoreToCloseBeforeUsingItsFolder) {
 TEST_F(PsServiceTest, LoadsWaitingForTheLoadLockDoNotHoldOtherJobsCalls) {
   PsOptions options = testing::TestPsOptions(dir_.path(), 1 << 20, /*threads=*/2);
   options.store_close_wait = absl::Seconds(5);
-  auto ps = ParameterServer::Start(options);
-  ASSERT_TRUE(ps.ok()) << ps.status();
-  ps_ = std::move(*ps);
-  stub_ = testing::PsStub(ps_->address());
+  StartPs(options);
   ASSERT_TRUE(Load(TestJob("other", {{100, 4}})).ok());
   ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
   auto held = ps_->service().FindJob("j");
