@@ -17,7 +17,6 @@
 #include "common/logging.h"
 #include "common/paths.h"
 #include "common/status.h"
-#include "embedding/checkpoint_manifest.h"
 #include "worker/checkpoint.h"
 #include "worker/input/binary_format.h"
 #include "worker/job_input.h"
@@ -320,28 +319,20 @@ int RunLocalCommand(const LocalCommandOptions& options) {
   }
   // A checkpoint to resume from that is not there failed the job once the whole cluster had
   // started. The workers verify its files; here it need only hold a committed manifest.
+  int64_t resume_step = 0;
   if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
-    auto listed = embedding::ListCheckpoints(from);
-    if (!embedding::ReadManifest(from).ok() && (!listed.ok() || listed->empty())) {
-      std::fprintf(stderr,
-                   "error: %s: neither a checkpoint nor a folder holding committed checkpoints "
-                   "(--resume-from, or checkpoint.resume_from of %s)\n",
-                   from.c_str(), options.config_path.c_str());
+    absl::StatusOr<int64_t> step = worker::CommittedResumeStep(from);
+    if (!step.ok()) {
+      std::fprintf(stderr, "error: %s (--resume-from, or checkpoint.resume_from of %s)\n",
+                   std::string(step.status().message()).c_str(), options.config_path.c_str());
       return kExitFailed;
     }
+    resume_step = *step;
   }
   if (!spec->checkpoint.dir.empty()) {
     spec->checkpoint.dir = std::filesystem::absolute(spec->checkpoint.dir).string();
     // A folder holding another run's newer checkpoints failed the job once the whole cluster had
     // started; the job's rank 0 makes the same check.
-    int64_t resume_step = 0;
-    if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
-      if (auto m = embedding::ReadManifest(from); m.ok()) {
-        resume_step = m->step;
-      } else if (auto listed = embedding::ListCheckpoints(from); listed.ok() && !listed->empty()) {
-        resume_step = listed->back().step;
-      }
-    }
     if (absl::Status fresh = worker::CheckNoNewerCheckpoints(spec->checkpoint.dir, resume_step);
         !fresh.ok()) {
       std::fprintf(stderr, "error: %s (dlrm local --resume-from DIR resumes)\n",

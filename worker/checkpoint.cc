@@ -340,6 +340,14 @@ absl::StatusOr<ValidCheckpoint> FindValidCheckpoint(const std::string& path,
   return embedding::FindVerifiedCheckpoint(path, job_id);
 }
 
+absl::StatusOr<int64_t> CommittedResumeStep(const std::string& path) {
+  if (absl::StatusOr<CheckpointManifest> m = embedding::ReadManifest(path); m.ok()) return m->step;
+  absl::StatusOr<std::vector<CheckpointManifest>> listed = embedding::ListCheckpoints(path);
+  if (listed.ok() && !listed->empty()) return listed->back().step;
+  return absl::NotFoundError(
+      absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+}
+
 absl::Status CheckNoNewerCheckpoints(const std::string& root, int64_t resume_step) {
   DLRM_ASSIGN_OR_RETURN(std::vector<CheckpointManifest> all, embedding::ListCheckpoints(root));
   for (auto it = all.rbegin(); it != all.rend() && it->step > resume_step; ++it) {

@@ -302,4 +302,10 @@ absl::Status CheckCheckpointFitsSpec(const embedding::CheckpointManifest& manife
 // incremental chain would load the other run's model.
 absl::Status CheckNoNewerCheckpoints(const std::string& root, int64_t resume_step);
 
+// The step a resume from `path` starts at, as far as manifests tell (loading verifies the files):
+// that of the checkpoint `path` when it is one, else of the newest committed checkpoint in the
+// folder `path`. NOT_FOUND naming `path` when it is neither. For a check before any process
+// starts (dlrm local).
+absl::StatusOr<int64_t> CommittedResumeStep(const std::string& path);
+
 }  // namespace dlrm::worker
