@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <string>
@@ -529,6 +530,12 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
     }
     if (c.dir.empty() && (c.every_steps > 0 || c.every_seconds > 0)) {
       return Invalid("checkpoint.dir", "required when every_steps or every_seconds is set");
+    }
+    if (!c.dir.empty() && std::filesystem::path(c.dir).lexically_normal() == "/") {
+      // Checkpoints would be written into /, and keep_last would remove its ckpt-* folders.
+      return Invalid("checkpoint.dir", absl::StrCat(c.dir,
+                                                    " is the filesystem's root; give the job a "
+                                                    "folder of its own"));
     }
   }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,6 +34,21 @@ namespace dlrm {
 inline absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+// A failed file-system call as a status: "what: <strerror>" with absl::ErrnoToStatus's code
+// (ENOSPC RESOURCE_EXHAUSTED, EACCES PERMISSION_DENIED, ENOTDIR FAILED_PRECONDITION, ...). Never
+// UNAVAILABLE for a file that cannot be made or written (only for EIO, EAGAIN and the like):
+// workers take UNAVAILABLE for a lost peer and recover, which a full disk or a file where a folder
+// should be does not cure.
+inline absl::Status FileError(int error_number, absl::string_view what) {
+  return absl::ErrnoToStatus(error_number, what);
+}
+inline absl::Status FileError(const std::error_code& ec, absl::string_view what) {
+  if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
+    return FileError(ec.value(), what);
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", ec.message()));
 }
 
 }  // namespace dlrm

@@ -98,11 +98,11 @@ absl::Status VerifyFile(const std::string& path, const FileDigest& expected) {
 
 absl::Status SyncDirectory(const std::string& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat(dir, ": cannot open: ", Errno()));
+  if (fd < 0) return FileError(errno, absl::StrCat(dir, ": cannot open"));
   const int rc = fsync(fd);
-  const std::string err = rc != 0 ? Errno() : "";
+  const int err = rc != 0 ? errno : 0;
   close(fd);
-  if (rc != 0) return absl::UnavailableError(absl::StrCat(dir, ": fsync: ", err));
+  if (rc != 0) return FileError(err, absl::StrCat(dir, ": fsync"));
   return absl::OkStatus();
 }
 
@@ -122,7 +122,7 @@ ChecksummedWriter::~ChecksummedWriter() {
 absl::StatusOr<std::unique_ptr<ChecksummedWriter>> ChecksummedWriter::Create(
     const std::string& path) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat(path, ": cannot create: ", Errno()));
+  if (fd < 0) return FileError(errno, absl::StrCat(path, ": cannot create"));
   return std::unique_ptr<ChecksummedWriter>(new ChecksummedWriter(path, fd));
 }
 
@@ -134,7 +134,7 @@ absl::Status ChecksummedWriter::FlushBuffer() {
     const ssize_t n = write(fd_, buffer_.data() + done, buffer_.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat(path_, ": write: ", Errno()));
+      return FileError(errno, absl::StrCat(path_, ": write"));
     }
     done += static_cast<size_t>(n);
   }
@@ -179,7 +179,7 @@ absl::Status ChecksummedWriter::Sync() {
     return absl::FailedPreconditionError(
         absl::StrCat(path_, fd_ < 0 ? ": already closed" : ": Sync before Finish"));
   }
-  if (fsync(fd_) != 0) return absl::UnavailableError(absl::StrCat(path_, ": fsync: ", Errno()));
+  if (fsync(fd_) != 0) return FileError(errno, absl::StrCat(path_, ": fsync"));
   close(fd_);
   fd_ = -1;
   return absl::OkStatus();

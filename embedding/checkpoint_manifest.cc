@@ -167,7 +167,7 @@ absl::Status CommitManifest(const std::string& dir, const CheckpointManifest& ma
   DLRM_RETURN_IF_ERROR(out->Close().status());
   std::error_code ec;
   fs::rename(tmp, absl::StrCat(dir, "/", kManifestName), ec);
-  if (ec) return absl::UnavailableError(absl::StrCat(tmp, ": rename: ", ec.message()));
+  if (ec) return FileError(ec, absl::StrCat(tmp, ": rename"));
   DLRM_RETURN_IF_ERROR(SyncDirectory(dir));
   const std::string parent = fs::path(dir).parent_path().string();
   return SyncDirectory(parent.empty() ? "." : parent);
@@ -244,7 +244,7 @@ absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(
     m->name = e.path().filename().string();
     out.push_back(std::move(*m));
   }
-  if (ec) return absl::UnavailableError(absl::StrCat(root, ": ", ec.message()));
+  if (ec) return FileError(ec, root);
   std::sort(out.begin(), out.end(), [](const CheckpointManifest& a, const CheckpointManifest& b) {
     return a.step < b.step;
   });
@@ -349,7 +349,7 @@ absl::StatusOr<int> RemoveUncommitted(const std::string& root) {
   }
   for (const fs::path& p : doomed) {
     fs::remove_all(p, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat(p.string(), ": ", ec.message()));
+    if (ec) return FileError(ec, p.string());
     ++removed;
   }
   return removed;
@@ -378,7 +378,7 @@ absl::StatusOr<int> ApplyRetention(const std::string& root, int keep_last) {
     // The manifest goes first: a crash halfway leaves an uncommitted directory, not a broken one.
     fs::remove(fs::path(root) / m.name / kManifestName, ec);
     fs::remove_all(fs::path(root) / m.name, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat(m.name, ": ", ec.message()));
+    if (ec) return FileError(ec, m.name);
     ++removed;
   }
   return removed;

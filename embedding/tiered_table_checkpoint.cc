@@ -2,8 +2,6 @@
 // table's resident rows under that table's mutex; CreateCheckpoint and TakeSnapshot hold every
 // table's mutex (taken in index order) for one consistent state of the memory tier and RocksDB;
 // PrepareSnapshot only allocates the copy ahead of them.
-#include "embedding/tiered_table.h"
-
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/parallel.h"
 #include "common/status.h"
+#include "embedding/tiered_table.h"
 #include "embedding/tiered_table_internal.h"
 
 namespace dlrm::embedding {
@@ -140,7 +139,7 @@ absl::Status TieredStore::TakeSnapshot(const std::string& dir, StoreSnapshot* sn
     snapshot->rocksdb_dir.clear();  // every row is in the resident copy
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) status = absl::UnavailableError(absl::StrCat("snapshot ", dir, ": ", ec.message()));
+    if (ec) status = FileError(ec, absl::StrCat("snapshot ", dir));
   }
   if (status.ok() && changed != nullptr) {
     snapshot->taken_from = this;

@@ -1,6 +1,11 @@
 #include "worker/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +15,7 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -235,11 +241,42 @@ absl::StatusOr<CheckpointManifest> BaseManifest(const common::JobSpec& spec,
   return m;
 }
 
+absl::StatusOr<int> LockCheckpointFolder(const std::string& root, const std::string& holder,
+                                         const std::string& job_id) {
+  const std::string path = (fs::path(root) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return FileError(errno, absl::StrCat(path, ": open"));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char held_by[128] = {};
+    const ssize_t n = ::pread(fd, held_by, sizeof(held_by) - 1, 0);
+    ::close(fd);
+    if (error != EWOULDBLOCK) return FileError(error, absl::StrCat(path, ": flock"));
+    std::string other = n > 0 ? std::string(held_by, static_cast<size_t>(n)) : std::string("?");
+    while (!other.empty() && (other.back() == '\n' || other.back() == ' ')) other.pop_back();
+    if (!job_id.empty() && absl::StartsWith(other, absl::StrCat("job ", job_id, " "))) {
+      // This job's own earlier run (a recovery whose old rank 0 has not let go yet).
+      DLRM_LOG(INFO) << "checkpoint.dir " << root << " is still locked by this job's earlier run ("
+                     << other << "); going on";
+      return -1;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.dir ", root, " is in use by another run (", other, " holds ", path,
+        "): two runs in one folder would mix their checkpoints; give this one a folder of its "
+        "own"));
+  }
+  const std::string content = absl::StrCat(holder, "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, content.data(), content.size(), 0) < 0) {
+    DLRM_LOG(WARNING) << path << ": cannot record who holds it: " << std::strerror(errno);
+  }
+  return fd;
+}
+
 // Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
 absl::Status PrepareCheckpointRoot(const std::string& root) {
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint.dir ", root, ": ", ec.message()));
+  if (ec) return FileError(ec, absl::StrCat("checkpoint.dir ", root));
   DLRM_ASSIGN_OR_RETURN(int removed, embedding::RemoveUncommitted(root));
   if (removed > 0) {
     DLRM_LOG(WARNING) << "removed " << removed << " unfinished checkpoint(s) under " << root;
@@ -253,7 +290,7 @@ absl::StatusOr<std::string> MakeCheckpointDir(const std::string& root, const std
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat(dir, ": ", ec.message()));
+  if (ec) return FileError(ec, dir);
   return dir;
 }
 

@@ -238,6 +238,7 @@ class ClusterCheckpointer {
   double previous_write_wait_seconds_ = 0;
   std::thread writer_;
   absl::Status write_status_;  // of the last write joined
+  int lock_fd_ = -1;           // rank 0: holds the flock of the folder's .lock file
 };
 
 struct RestoredCheckpoint {

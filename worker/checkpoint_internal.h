@@ -43,6 +43,13 @@ size_t SeekSorted(const std::vector<int64_t>& sorted, size_t from, int64_t id);
 // batch of ids before seeking them waits on their misses together, not one after another.
 // REQUIRES: from < sorted.size().
 size_t SeekSortedProbe(const std::vector<int64_t>& sorted, size_t from, int64_t id);
+// Takes an exclusive flock on root/.lock (held until the returned descriptor is closed, also when
+// the process dies) and writes `holder` into it, so that one folder serves one run at a time (a
+// symlink or another spelling of a folder is the same folder). Held by another run:
+// FAILED_PRECONDITION naming what it wrote; when that is "job <job_id> ..." of this `job_id` (a
+// recovery of the job whose earlier rank 0 has not let go yet), -1 and no lock.
+absl::StatusOr<int> LockCheckpointFolder(const std::string& root, const std::string& holder,
+                                         const std::string& job_id);
 // Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
 absl::Status PrepareCheckpointRoot(const std::string& root);
 // Creates (or empties) the directory of checkpoint `name` under `root`.

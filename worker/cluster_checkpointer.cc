@@ -1,5 +1,7 @@
 // ClusterCheckpointer (worker/checkpoint.h): a cluster job's checkpoints, cut by the workers and
 // written by the parameter servers and rank 0.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -66,6 +68,7 @@ absl::Status WriteHotPart(const std::string& dir, Trainer& trainer, int part,
 
 using checkpoint_internal::BaseManifest;
 using checkpoint_internal::DenseBytes;
+using checkpoint_internal::LockCheckpointFolder;
 using checkpoint_internal::MakeCheckpointDir;
 using checkpoint_internal::PrepareCheckpointRoot;
 using checkpoint_internal::WriteDenseBytes;
@@ -80,8 +83,20 @@ absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> ClusterCheckpointer::Create
         absl::StrCat("checkpoint.dir '", options.spec.checkpoint.dir,
                      "' must be absolute for a cluster job (every process writes there)"));
   }
-  if (options.rank == 0) DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(options.spec.checkpoint.dir));
   std::unique_ptr<ClusterCheckpointer> c(new ClusterCheckpointer(options));
+  if (options.rank == 0) {
+    const std::string& root = options.spec.checkpoint.dir;
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    if (ec) return FileError(ec, absl::StrCat("checkpoint.dir ", root));
+    // Another job given the same folder under another name (a symlink) is refused here; the
+    // coordinator refuses only the same path.
+    DLRM_ASSIGN_OR_RETURN(
+        c->lock_fd_, LockCheckpointFolder(
+                         root, absl::StrCat("job ", options.job_id, " (process ", ::getpid(), ")"),
+                         options.job_id));
+    DLRM_RETURN_IF_ERROR(PrepareCheckpointRoot(root));
+  }
   if (options.rank == 0 && options.metrics != nullptr) {
     common::MetricsRegistry& m = *options.metrics;
     c->cut_seconds_ = &m.Histogram(
@@ -104,6 +119,7 @@ absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> ClusterCheckpointer::Create
 
 ClusterCheckpointer::~ClusterCheckpointer() {
   if (writer_.joinable()) writer_.join();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 bool ClusterCheckpointer::Due(int64_t step) const {

@@ -35,39 +35,11 @@ using embedding::AllocateSnapshotBuffer;
 using embedding::CheckpointFileEntry;
 using embedding::CheckpointManifest;
 
-// Takes an exclusive flock on root/.lock and writes this process's id into it; the descriptor
-// holds the lock until it is closed (also when the process dies).
-absl::StatusOr<int> LockCheckpointFolder(const std::string& root) {
-  const std::string path = (fs::path(root) / ".lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat(path, ": open: ", std::strerror(errno)));
-  }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    char holder[32] = {};
-    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
-    ::close(fd);
-    if (error == EWOULDBLOCK) {
-      std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("?");
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint.dir ", root, " is in use by another run (process ", pid,
-                       " holds ", path, "): two runs in one folder would mix their checkpoints"));
-    }
-    return absl::UnavailableError(absl::StrCat(path, ": flock: ", std::strerror(error)));
-  }
-  const std::string pid = absl::StrCat(::getpid(), "\n");
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    DLRM_LOG(WARNING) << path << ": cannot record this process: " << std::strerror(errno);
-  }
-  return fd;
-}
-
 }  // namespace
 
 using checkpoint_internal::BaseManifest;
 using checkpoint_internal::DenseBytes;
+using checkpoint_internal::LockCheckpointFolder;
 using checkpoint_internal::MakeCheckpointDir;
 using checkpoint_internal::PrepareCheckpointRoot;
 using checkpoint_internal::WriteDenseBytes;
@@ -78,11 +50,12 @@ absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
   if (root.empty()) return absl::InvalidArgumentError("checkpoint.dir is empty");
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("checkpoint.dir ", root, ": ", ec.message()));
+  if (ec) return FileError(ec, absl::StrCat("checkpoint.dir ", root));
   std::unique_ptr<TrainCheckpointer> c(new TrainCheckpointer(spec));
   // Locked before anything in the folder is read or removed: a second run would otherwise take
   // the first's unfinished checkpoint for a crash's leftovers and remove it.
-  DLRM_ASSIGN_OR_RETURN(c->lock_fd_, LockCheckpointFolder(root));
+  DLRM_ASSIGN_OR_RETURN(c->lock_fd_,
+                        LockCheckpointFolder(root, absl::StrCat("process ", ::getpid()), ""));
   const CheckpointManifest* resumed_manifest =
       resumed != nullptr && !resumed->chain.empty() ? &resumed->chain.back() : nullptr;
   DLRM_RETURN_IF_ERROR(

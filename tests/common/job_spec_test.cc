@@ -370,6 +370,8 @@ TEST(JobSpec, CheckpointSectionRoundTripsAndBadValuesAreNamed) {
            {"checkpoint: {dir: /c, every_steps: -1}", "checkpoint.every_steps"},
            {"checkpoint: {dir: /c, every_seconds: .nan}", "checkpoint.every_seconds"},
            {"checkpoint: {every_steps: 10}", "checkpoint.dir"},
+           {"checkpoint: {dir: /}", "is the filesystem's root"},
+           {"checkpoint: {dir: //./}", "is the filesystem's root"},
            {"checkpoint: {dir: /c, evry_steps: 10}", "checkpoint.evry_steps"}}) {
     auto r = ParseJobSpec(std::string(kValid) + bad + "\n");
     ASSERT_FALSE(r.ok()) << bad;

@@ -432,6 +432,41 @@ TEST_F(CheckpointTest, ASecondCheckpointerOfAFolderIsRefusedWhileTheFirstLives) 
   EXPECT_TRUE(TrainCheckpointer::Create(spec).ok());
 }
 
+// Rank 0 of a cluster job locks its checkpoint folder like dlrm train: a second job given the
+// same folder under another name (a symlink), which the coordinator's comparison of paths lets
+// through, is refused naming the first job, where before its checkpoints replaced the first's
+// under the same names. The same job's next run (a recovery whose earlier rank 0 still holds
+// the lock) goes on; once the first lets go, another job may use the folder.
+TEST_F(CheckpointTest, AClusterJobsRankZeroHoldsItsCheckpointFolder) {
+  std::filesystem::create_directories(Ckpt("real"));
+  std::filesystem::create_symlink(Ckpt("real"), Ckpt("link"));
+  auto options = [&](const std::string& job_id, const std::string& dir) {
+    ClusterCheckpointer::Options o;
+    o.spec = SmallJob(dir_.File("train.tsv"), dir);
+    o.job_id = job_id;
+    return o;
+  };
+  auto first = ClusterCheckpointer::Create(options("job-1", Ckpt("real")));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto other = ClusterCheckpointer::Create(options("job-2", Ckpt("link")));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition) << other.status();
+  EXPECT_THAT(std::string(other.status().message()),
+              HasSubstr(absl::StrCat("is in use by another run (job job-1 (process ", ::getpid())));
+  auto recovery = ClusterCheckpointer::Create(options("job-1", Ckpt("link")));
+  EXPECT_TRUE(recovery.ok()) << recovery.status();
+  first->reset();
+  recovery->reset();
+  EXPECT_TRUE(ClusterCheckpointer::Create(options("job-2", Ckpt("link"))).ok());
+
+  // A checkpoint.dir that cannot be a folder fails with the file system's error, not UNAVAILABLE:
+  // the workers take UNAVAILABLE for a lost peer, and such a job used up its recoveries on it.
+  testing::WriteFile(Ckpt("afile"), "x");
+  auto under_a_file = ClusterCheckpointer::Create(options("job-3", Ckpt("afile/sub")));
+  EXPECT_EQ(under_a_file.status().code(), absl::StatusCode::kFailedPrecondition)
+      << under_a_file.status();
+  EXPECT_THAT(std::string(under_a_file.status().message()), HasSubstr("Not a directory"));
+}
+
 // A checkpoint loads from the directory given, however it is spelled: with a trailing slash, as
 // "." from inside it, or renamed (next to the checkpoint it builds on).
 TEST_F(CheckpointTest, ACheckpointLoadsFromTheDirectoryGivenHoweverItIsSpelled) {
