@@ -61,4 +61,14 @@ bool IsJobAdminGrant(absl::string_view ps_grant_key, absl::string_view job_id,
   return !ps_grant_key.empty() && SameKey(JobAdminGrant(ps_grant_key, job_id), grant);
 }
 
+std::string JobMemberGrant(absl::string_view ps_grant_key, absl::string_view job_id,
+                           int64_t job_epoch) {
+  return Mac(ps_grant_key, "job-member", absl::StrCat(job_id, "\n", job_epoch));
+}
+
+bool IsJobMemberGrant(absl::string_view ps_grant_key, absl::string_view job_id, int64_t job_epoch,
+                      absl::string_view grant) {
+  return !ps_grant_key.empty() && SameKey(JobMemberGrant(ps_grant_key, job_id, job_epoch), grant);
+}
+
 }  // namespace dlrm::common

@@ -16,10 +16,17 @@
 //                 UnloadJob) for a job only with that job's grant in the call's metadata
 //                 (kJobGrantMetadata), which it checks against the key it got at registration:
 //                 the coordinator's authority, delegated to the one worker it chose for the job.
+//   member grant  JobMemberGrant(PsGrantKey(), job, job epoch): given in the heartbeat answer to
+//                 every rank of the job, for the epoch it trains at. A parameter server accepts
+//                 LoadJob, Lookup, PushGradients and ReadRows of a job at an epoch only with that
+//                 grant in metadata kMemberGrantMetadata: a worker certificate alone can neither
+//                 load a job the coordinator does not run, nor move a job to an epoch it has not
+//                 reached, nor read or train another job's tables.
 //
 // All comparisons take constant time. Keys are lowercase hex.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -29,6 +36,8 @@ namespace dlrm::common {
 
 // gRPC metadata that carries a job grant to a parameter server.
 inline constexpr char kJobGrantMetadata[] = "x-dlrm-job-grant";
+// gRPC metadata that carries a member grant to a parameter server.
+inline constexpr char kMemberGrantMetadata[] = "x-dlrm-member-grant";
 
 // 32 random bytes from the operating system's generator; INTERNAL when it has none.
 absl::StatusOr<std::string> NewGrantSecret();
@@ -50,5 +59,11 @@ class GrantKeys {
 std::string JobAdminGrant(absl::string_view ps_grant_key, absl::string_view job_id);
 bool IsJobAdminGrant(absl::string_view ps_grant_key, absl::string_view job_id,
                      absl::string_view grant);
+// The grant of every rank of `job_id` at `job_epoch` for its data calls to parameter servers
+// holding `ps_grant_key`.
+std::string JobMemberGrant(absl::string_view ps_grant_key, absl::string_view job_id,
+                           int64_t job_epoch);
+bool IsJobMemberGrant(absl::string_view ps_grant_key, absl::string_view job_id, int64_t job_epoch,
+                      absl::string_view grant);
 
 }  // namespace dlrm::common

@@ -197,10 +197,16 @@ absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* co
   auto result = state_->Heartbeat(request->member_id(), absl::Now());
   if (result.ok()) {
     *response = std::move(*result);
-    // Rank 0 acts for the coordinator on the job's parameter servers (common/grants.h).
-    if (response->has_worker() && response->worker().rank() == 0 && response->worker().has_job()) {
-      response->mutable_worker()->set_job_grant(
-          common::JobAdminGrant(keys_->PsGrantKey(), response->worker().job().job_id()));
+    // Every rank of a job may make its data calls to the job's parameter servers at its epoch;
+    // rank 0 also acts for the coordinator on them (common/grants.h).
+    if (response->has_worker() && response->worker().has_job()) {
+      dlrm::v1::WorkerAssignment* worker = response->mutable_worker();
+      const std::string key = keys_->PsGrantKey();
+      worker->set_member_grant(
+          common::JobMemberGrant(key, worker->job().job_id(), worker->job().job_epoch()));
+      if (worker->rank() == 0) {
+        worker->set_job_grant(common::JobAdminGrant(key, worker->job().job_id()));
+      }
     }
   }
   return result.status();

@@ -336,6 +336,11 @@ void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.LoadJob"); !denied.ok()) {
     return done(denied);
   }
+  if (absl::Status denied = AuthorizeMember(*context, "ParameterServer.LoadJob", request->job_id(),
+                                            request->job_epoch());
+      !denied.ok()) {
+    return done(denied);
+  }
   const Grant grant = CheckGrant(*context, request->job_id());
   const bool granted = grant == Grant::kGiven || grant == Grant::kTrusted;
   AdminPool()->Submit([this, context, request, response, done, granted] {
@@ -353,21 +358,60 @@ void PsService::SetGrantKey(std::string key) {
   grant_key_ = std::move(key);
 }
 
-PsService::Grant PsService::CheckGrant(const grpc::CallbackServerContext& context,
-                                       const std::string& job_id) const {
+template <typename IsGrant>
+PsService::Grant PsService::CheckGrantWith(const grpc::CallbackServerContext& context,
+                                           const char* metadata, IsGrant is_grant) const {
   std::string key;
   {
     absl::MutexLock lock(&grant_mu_);
     key = grant_key_;
   }
   if (key.empty()) return common::OverTls(context) ? Grant::kNoKeyYet : Grant::kTrusted;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(common::kJobGrantMetadata);
-  if (it == metadata.end() || it->second.empty()) return Grant::kMissing;
-  return common::IsJobAdminGrant(key, job_id,
-                                 absl::string_view(it->second.data(), it->second.size()))
-             ? Grant::kGiven
-             : Grant::kWrong;
+  const auto& all = context.client_metadata();
+  auto it = all.find(metadata);
+  if (it == all.end() || it->second.empty()) return Grant::kMissing;
+  return is_grant(key, absl::string_view(it->second.data(), it->second.size())) ? Grant::kGiven
+                                                                                : Grant::kWrong;
+}
+
+PsService::Grant PsService::CheckGrant(const grpc::CallbackServerContext& context,
+                                       const std::string& job_id) const {
+  return CheckGrantWith(context, common::kJobGrantMetadata,
+                        [&](absl::string_view key, absl::string_view given) {
+                          return common::IsJobAdminGrant(key, job_id, given);
+                        });
+}
+
+PsService::Grant PsService::CheckMemberGrant(const grpc::CallbackServerContext& context,
+                                             const std::string& job_id, int64_t epoch) const {
+  return CheckGrantWith(context, common::kMemberGrantMetadata,
+                        [&](absl::string_view key, absl::string_view given) {
+                          return common::IsJobMemberGrant(key, job_id, epoch, given);
+                        });
+}
+
+absl::Status PsService::AuthorizeMember(const grpc::CallbackServerContext& context,
+                                        absl::string_view method, const std::string& job_id,
+                                        int64_t epoch) const {
+  const Grant grant = CheckMemberGrant(context, job_id, epoch);
+  switch (grant) {
+    case Grant::kGiven:
+    case Grant::kTrusted:
+      return absl::OkStatus();
+    case Grant::kNoKeyYet:
+      return absl::UnavailableError(
+          absl::StrCat(method,
+                       ": this parameter server has not registered with a coordinator yet, "
+                       "so it cannot check the job's grant"));
+    case Grant::kMissing:
+    case Grant::kWrong:
+      break;
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(method, " of job '", job_id.substr(0, common::kMaxNameBytes), "' at epoch ",
+                   epoch, " needs the coordinator's grant for the job's ranks at that epoch",
+                   grant == Grant::kMissing ? "" : "; the one given is not it",
+                   " (every worker the coordinator gave the job holds it)"));
 }
 
 absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& context,

@@ -179,6 +179,14 @@ class PsService final : public PsRawService {
   // the server trusts a plaintext network.
   enum class Grant { kGiven, kTrusted, kNoKeyYet, kMissing, kWrong };
   Grant CheckGrant(const grpc::CallbackServerContext& context, const std::string& job_id) const;
+  // The same for the member grant of `job_id` at `epoch` (common::kMemberGrantMetadata).
+  Grant CheckMemberGrant(const grpc::CallbackServerContext& context, const std::string& job_id,
+                         int64_t epoch) const;
+  // Which of the two: the grant key (empty: none yet) and the metadata the call carries under
+  // `metadata` ("" when none).
+  template <typename IsGrant>
+  Grant CheckGrantWith(const grpc::CallbackServerContext& context, const char* metadata,
+                       IsGrant is_grant) const;
   // RemoveReleasedJobFolders' work. REQUIRES: load_mu_ held.
   int RemoveReleasedJobFoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   struct Metrics;
@@ -221,6 +229,11 @@ class PsService final : public PsRawService {
   // Authorize, then the job grant of an admin method (SetGrantKey).
   absl::Status AuthorizeAdmin(const grpc::CallbackServerContext& context, absl::string_view method,
                               const std::string& job_id) const;
+  // The member grant of a data call (LoadJob, Lookup, PushGradients, ReadRows) of `job_id` at
+  // `epoch`: OK with it, or on a plaintext server without a grant key; UNAVAILABLE under TLS
+  // before the server registered; PERMISSION_DENIED naming method, job and epoch otherwise.
+  absl::Status AuthorizeMember(const grpc::CallbackServerContext& context, absl::string_view method,
+                               const std::string& job_id, int64_t epoch) const;
   PsWorkPool* AdminPool() const {
     return options_.admin_pool != nullptr ? options_.admin_pool : options_.pool;
   }

@@ -66,6 +66,12 @@ grpc::ServerUnaryReactor* PsService::Lookup(grpc::CallbackServerContext* context
     Finish(reactor, absl::InvalidArgumentError("Lookup: malformed LookupRequest"));
     return reactor;
   }
+  if (absl::Status denied = AuthorizeMember(*context, "ParameterServer.Lookup",
+                                            call->request->job_id(), call->request->job_epoch());
+      !denied.ok()) {
+    Finish(reactor, denied);
+    return reactor;
+  }
   if (TryLookupInline(call)) return reactor;
   options_.pool->Submit([this, context, call] {
     const dlrm::v1::LookupRequest& request = *call->request;
@@ -224,6 +230,12 @@ grpc::ServerUnaryReactor* PsService::PushGradients(grpc::CallbackServerContext* 
   if (!grpc::SerializationTraits<dlrm::v1::PushGradientsRequest>::Deserialize(&bytes, request.get())
            .ok()) {
     Finish(reactor, absl::InvalidArgumentError("PushGradients: malformed PushGradientsRequest"));
+    return reactor;
+  }
+  if (absl::Status denied = AuthorizeMember(*context, "ParameterServer.PushGradients",
+                                            request->job_id(), request->job_epoch());
+      !denied.ok()) {
+    Finish(reactor, denied);
     return reactor;
   }
   options_.pool->Submit([this, request, response_bytes, reactor, tally] {

@@ -23,6 +23,11 @@ void PsService::HandleReadRows(grpc::CallbackServerContext* context,
   if (absl::Status denied = common::Authorize(*context, "ParameterServer.ReadRows"); !denied.ok()) {
     return done(denied);
   }
+  if (absl::Status denied = AuthorizeMember(*context, "ParameterServer.ReadRows", request->job_id(),
+                                            request->job_epoch());
+      !denied.ok()) {
+    return done(denied);
+  }
   options_.pool->Submit([this, request, response, done] {
     absl::StatusOr<std::shared_ptr<PsJob>> job = FindJob(request->job_id());
     if (!job.ok()) return done(job.status());
@@ -75,7 +80,7 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
     // those of older epochs by a run a recovery replaced.
     fs::remove_all(snapshot, ec);
     if (!ec) fs::create_directories(snapshot.parent_path(), ec);
-    if (ec) return absl::UnavailableError(absl::StrCat(snapshot.string(), ": ", ec.message()));
+    if (ec) return FileError(ec, snapshot.string());
     if (epoch > 0) job->RemoveSnapshotsBefore(epoch);
     std::vector<std::vector<int64_t>> changed;
     std::shared_ptr<embedding::StoreSnapshot> copy = job->RecycledStoreSnapshot();

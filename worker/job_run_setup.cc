@@ -67,6 +67,7 @@ absl::Status WorkerProcess::JobRun::ConnectStore() {
   ps_options.job_epoch = job_.job_epoch();
   ps_options.worker_rank = rank_;
   ps_options.job_grant = assignment_.job_grant();
+  ps_options.member_grant = assignment_.member_grant();
   // A parameter server refusing connections for this long is gone: the run fails with the peer
   // lost and the job recovers at once, not when the server's lease runs out (14 s).
   ps_options.retry_budget = kPsRetryBudget;

@@ -121,6 +121,9 @@ bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
   if (call->with_grant && !options_.job_grant.empty()) {
     call->context->AddMetadata(common::kJobGrantMetadata, options_.job_grant);
   }
+  if (!options_.member_grant.empty()) {
+    call->context->AddMetadata(common::kMemberGrantMetadata, options_.member_grant);
+  }
   {
     absl::MutexLock lock(&cancel_mu_);
     if (cancelled_.load(std::memory_order_relaxed)) {

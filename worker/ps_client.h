@@ -68,6 +68,9 @@ struct PsClientOptions {
   // WorkerAssignment.job_grant (rank 0 only): sent in metadata common::kJobGrantMetadata with
   // the servers' admin methods (WriteRows, Checkpoint, UnloadJob) only.
   std::string job_grant;
+  // WorkerAssignment.member_grant (every rank, for job_epoch): sent in metadata
+  // common::kMemberGrantMetadata with every call.
+  std::string member_grant;
 };
 
 // What LoadJob needs beyond the client's options.

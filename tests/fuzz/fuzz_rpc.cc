@@ -10,7 +10,8 @@
 // (byte0 / M) is odd; the rest is the request, sent as it is (malformed bytes included) with a
 // deadline of kDeadline. With credentials, a request that parses has the keys a real member would
 // put in it filled in from the answers seen so far (Register answers a member key, a rank 0
-// heartbeat a job grant): member_key for its member_id, the job grant of its job_id in the call's
+// heartbeat a job grant, every rank's heartbeat its member grant): member_key for its member_id,
+// the job grant of its job_id and the member grant of its job_id and job_epoch in the call's
 // metadata, and a checkpoint directory starting with "@root" moved under the PS's checkpoint root.
 // So the handlers behind the member and grant checks are reached too.
 //

@@ -44,8 +44,10 @@ constexpr absl::Duration kSetupDeadline = absl::Seconds(30);
 // A call that has not ended this long after its deadline hangs.
 constexpr absl::Duration kHangAfter = absl::Seconds(30);
 constexpr size_t kMaxLoadedJobs = 4;
-// Metadata that carries a job grant to a parameter server (common/grants.h kJobGrantMetadata).
+// Metadata that carries a job grant to a parameter server (common/grants.h kJobGrantMetadata),
+// and a member grant (kMemberGrantMetadata).
 constexpr char kJobGrantMetadata[] = "x-dlrm-job-grant";
+constexpr char kMemberGrantMetadata[] = "x-dlrm-member-grant";
 
 std::unique_ptr<Message> NewMessage(const Descriptor* type) {
   const Message* prototype =
@@ -64,6 +66,13 @@ const FieldDescriptor* StringField(const Message& m, const char* name) {
 std::string GetString(const Message& m, const char* name) {
   const FieldDescriptor* f = StringField(m, name);
   return f == nullptr ? std::string() : m.GetReflection()->GetString(m, f);
+}
+
+// The int64 field `name` of `m`, or 0 when it has none.
+int64_t GetInt64(const Message& m, const char* name) {
+  const FieldDescriptor* f = m.GetDescriptor()->FindFieldByName(name);
+  if (f == nullptr || f->is_repeated() || f->type() != FieldDescriptor::TYPE_INT64) return 0;
+  return m.GetReflection()->GetInt64(m, f);
 }
 
 grpc::ByteBuffer ToBuffer(const std::string& bytes) {
@@ -243,8 +252,11 @@ void Cluster::AddCredentials(const Method& method, std::string* payload,
       r->SetString(request.get(), directory, absl::StrCat(checkpoint_root_, rest));
     }
   }
-  auto grant = job_grants_.find(GetString(*request, "job_id"));
+  const std::string job_id = GetString(*request, "job_id");
+  auto grant = job_grants_.find(job_id);
   if (grant != job_grants_.end()) context->AddMetadata(kJobGrantMetadata, grant->second);
+  auto member = member_grants_.find({job_id, GetInt64(*request, "job_epoch")});
+  if (member != member_grants_.end()) context->AddMetadata(kMemberGrantMetadata, member->second);
   *payload = request->SerializeAsString();
 }
 
@@ -258,6 +270,7 @@ void Cluster::Learn(const Message& m) {
   const std::string key = GetString(m, "member_key");
   if (!id.empty() && !key.empty()) member_keys_[id] = key;
   const std::string grant = GetString(m, "job_grant");
+  const std::string member_grant = GetString(m, "member_grant");
   const google::protobuf::Reflection* r = m.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(m, &fields);
@@ -267,6 +280,10 @@ void Cluster::Learn(const Message& m) {
     if (!grant.empty() && f->name() == "job") {
       const std::string job = GetString(sub, "job_id");
       if (!job.empty()) job_grants_[job] = grant;
+    }
+    if (!member_grant.empty() && f->name() == "job") {
+      const std::string job = GetString(sub, "job_id");
+      if (!job.empty()) member_grants_[{job, GetInt64(sub, "job_epoch")}] = member_grant;
     }
     Learn(sub);
   }
@@ -378,7 +395,7 @@ bool Cluster::MakeFixture() {
   load_.set_seed(7);
   load_.set_staleness(1);
   load_.set_num_workers(2);
-  if (grpc::Status s = Call("LoadJob", false, load_); !s.ok()) return Fail("LoadJob", s);
+  if (grpc::Status s = Call("LoadJob", true, load_); !s.ok()) return Fail("LoadJob", s);
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -115,6 +116,8 @@ class Cluster {
   grpc::CompletionQueue cq_;
   std::map<std::string, std::string> member_keys_;
   std::map<std::string, std::string> job_grants_;
+  // Member grants by (job id, job epoch), from the heartbeat answers of the job's ranks.
+  std::map<std::pair<std::string, int64_t>, std::string> member_grants_;
   std::vector<std::string> workers_;
   int64_t job_epoch_ = 0;
   dlrm::v1::LoadJobRequest load_;

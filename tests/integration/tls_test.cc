@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/coordinator_client.h"
 #include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -282,49 +285,94 @@ TEST_F(TlsTest, EachIdentityCallsOnlyWhatItMay) {
 }
 
 // Workers share one certificate, so a certificate cannot tell the rank the coordinator chose from
-// any other worker: the admin methods of a parameter server (WriteRows, Checkpoint, UnloadJob)
-// also need the coordinator's grant for the job (common/grants.h), which only rank 0 gets. A
-// worker certificate without it, with a made-up one, or the admin certificate cannot overwrite
-// rows, take a checkpoint or unload the job; rows read the same before and after.
-TEST_F(TlsTest, ParameterServerAdminCallsNeedTheCoordinatorsGrant) {
+// any other worker (common/grants.h). The data calls of a parameter server (LoadJob, Lookup,
+// PushGradients, ReadRows) need the coordinator's member grant for the job at its epoch, which
+// every rank of the job gets; its admin methods (WriteRows, Checkpoint, UnloadJob) need the job's
+// admin grant, which only rank 0 gets. Here the test registers as a worker itself (with the
+// worker certificate) and is given rank 0 of a submitted job: without the member grant, with a
+// made-up one, with the grant of another epoch or for a made-up job, a worker certificate cannot
+// load or read; with the member grant but no admin grant (or a made-up one), and with the admin
+// certificate, it cannot overwrite rows, take a checkpoint or unload the job; rows read the same
+// before and after.
+TEST_F(TlsTest, ParameterServerCallsNeedTheCoordinatorsGrants) {
   using ::testing::HasSubstr;
   std::unique_ptr<Process> coordinator;
   const int port = StartCoordinator(
       &coordinator, {"--listen", "127.0.0.1:0", "--tls-dir", dir_ + "/ours/coordinator"});
   ASSERT_GT(port, 0) << coordinator->Stderr();
-  Process ps({BinPath("dlrm"), "ps", "--coordinator", absl::StrCat("127.0.0.1:", port), "--listen",
-              "127.0.0.1:0", "--data-dir", dir_ + "/ps", "--tls-dir", dir_ + "/ours/ps"},
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  Process ps({BinPath("dlrm"), "ps", "--coordinator", address, "--listen", "127.0.0.1:0",
+              "--data-dir", dir_ + "/ps", "--tls-dir", dir_ + "/ours/ps"},
              dir_, "ps");
-  // The PS's address, from the cluster view once it has registered (it got its grant key then).
-  std::string ps_address;
-  for (int i = 0; i < 100 && ps_address.empty(); ++i) {
-    const std::string members = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "members").out;
-    const size_t at = members.find("127.0.0.1:");
-    if (at != std::string::npos) {
-      size_t end = at + 10;
-      while (end < members.size() && absl::ascii_isdigit(members[end])) ++end;
-      ps_address = members.substr(at, end - at);
+  auto coordinator_client = [&](const std::string& identity) {
+    auto c = client::CoordinatorClient::Create(
+        {.address = address,
+         .security = common::TransportSecurity::FromDir(dir_ + "/ours/" + identity)});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
+  };
+  auto as_worker = coordinator_client("worker");
+  auto registered = as_worker->Register(
+      client::MakeRegisterRequest(dlrm::v1::ROLE_WORKER, "127.0.0.1:1", "", "grant-test"));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  // Submitted once the server has registered (a job starts on the servers alive then).
+  for (int i = 0; i < 100; ++i) {
+    auto members = coordinator_client("admin")->Members();
+    if (members.ok() && members->shard_map_size() > 0 && !members->shard_map(0).empty()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  std::string spec_yaml;
+  {
+    std::ifstream in(WriteTinySpec());
+    spec_yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_TRUE(coordinator_client("admin")->Submit(spec_yaml).ok());
+  dlrm::v1::WorkerAssignment assignment;
+  for (int i = 0; i < 100 && !assignment.has_job(); ++i) {
+    auto beat = as_worker->Heartbeat(registered->member_id(), registered->member_key());
+    ASSERT_TRUE(beat.ok()) << beat.status();
+    if (beat->has_worker() && beat->worker().has_job()) {
+      assignment = beat->worker();
     } else {
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
-  ASSERT_FALSE(ps_address.empty()) << ps.Stderr();
+  ASSERT_TRUE(assignment.has_job()) << ps.Stderr();
+  ASSERT_EQ(assignment.rank(), 0);
+  ASSERT_FALSE(assignment.member_grant().empty());
+  ASSERT_FALSE(assignment.job_grant().empty());
+  const std::string job_id = assignment.job().job_id();
+  const int64_t epoch = assignment.job().job_epoch();
 
-  auto client = [&](const std::string& identity, const std::string& grant) {
+  auto client = [&](const std::string& identity, const std::string& job, int64_t at,
+                    const std::string& member_grant, const std::string& job_grant) {
     worker::PsClientOptions options;
-    options.ps_addresses = {ps_address};
-    options.job_id = "grant-test";
-    options.job_epoch = 1;
+    options.ps_addresses.assign(assignment.job().ps_addresses().begin(),
+                                assignment.job().ps_addresses().end());
+    options.job_id = job;
+    options.job_epoch = at;
     options.tables = {{"t0", 100, 4}};
     options.rpc_timeout = absl::Seconds(10);
     options.security = common::TransportSecurity::FromDir(dir_ + "/ours/" + identity);
-    options.job_grant = grant;
+    options.member_grant = member_grant;
+    options.job_grant = job_grant;
     auto c = worker::GrpcPsClient::Create(options);
     EXPECT_TRUE(c.ok()) << c.status();
     return std::move(*c);
   };
-  auto worker = client("worker", "");
-  ASSERT_TRUE(worker->LoadJobOnAll({}).ok());  // the data plane is every worker's
+  const std::string grant = assignment.member_grant();
+  const std::string made_up(64, 'a');
+  for (auto [job, at, member] :
+       {std::tuple{job_id, epoch, std::string()}, std::tuple{job_id, epoch, made_up},
+        std::tuple{job_id, epoch + 1, grant},
+        std::tuple{std::string("made-up-job"), epoch, grant}}) {
+    absl::Status loaded = client("worker", job, at, member, "")->LoadJobOnAll({});
+    EXPECT_EQ(loaded.code(), absl::StatusCode::kPermissionDenied) << loaded;
+    EXPECT_THAT(std::string(loaded.message()),
+                HasSubstr("needs the coordinator's grant for the job's ranks"));
+  }
+  auto worker = client("worker", job_id, epoch, grant, "");
+  ASSERT_TRUE(worker->LoadJobOnAll({}).ok());
   auto read = [&] {
     embedding::TableRows r;
     r.ids = {1, 2, 3};
@@ -332,11 +380,15 @@ TEST_F(TlsTest, ParameterServerAdminCallsNeedTheCoordinatorsGrant) {
     return r.values;
   };
   const std::vector<float> before = read();
+  embedding::TableRows probe;
+  probe.ids = {1, 2, 3};
+  absl::Status unread = client("worker", job_id, epoch, "", "")->ReadStoredRows({&probe, 1});
+  EXPECT_EQ(unread.code(), absl::StatusCode::kPermissionDenied) << unread;
   embedding::TableRows huge;
   huge.ids = {1, 2, 3};
   huge.values.assign(huge.ids.size() * before.size() / 3, 1e30f);
-  for (const std::string& grant : {std::string(), std::string(64, 'a')}) {
-    auto forger = client("worker", grant);
+  for (const std::string& admin_grant : {std::string(), made_up}) {
+    auto forger = client("worker", job_id, epoch, grant, admin_grant);
     absl::Status written = forger->WriteStoredRows({&huge, 1});
     EXPECT_EQ(written.code(), absl::StatusCode::kPermissionDenied) << written;
     EXPECT_THAT(std::string(written.message()), HasSubstr("the coordinator's grant for the job"));
@@ -345,10 +397,16 @@ TEST_F(TlsTest, ParameterServerAdminCallsNeedTheCoordinatorsGrant) {
     absl::Status unloaded = forger->UnloadJobOnAll();
     EXPECT_EQ(unloaded.code(), absl::StatusCode::kPermissionDenied) << unloaded;
   }
-  absl::Status as_admin = client("admin", "")->WriteStoredRows({&huge, 1});
+  absl::Status as_admin =
+      client("admin", job_id, epoch, grant, assignment.job_grant())->WriteStoredRows({&huge, 1});
   EXPECT_EQ(as_admin.code(), absl::StatusCode::kPermissionDenied) << as_admin;
   EXPECT_THAT(std::string(as_admin.message()), HasSubstr("identity 'admin'"));
   EXPECT_EQ(read(), before);  // the job is still loaded and its rows are untouched
+  // Rank 0's grants together: the rows are written.
+  EXPECT_TRUE(client("worker", job_id, epoch, grant, assignment.job_grant())
+                  ->WriteStoredRows({&huge, 1})
+                  .ok());
+  EXPECT_NE(read(), before);
   ps.Signal(SIGTERM);
   ps.Wait(absl::Seconds(10));
   coordinator->Signal(SIGTERM);

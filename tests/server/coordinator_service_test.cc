@@ -172,6 +172,13 @@ TEST_F(CoordinatorServiceTest, MembersProveTheirIdWithTheirKeyAndOnlyRankZeroGet
   EXPECT_TRUE(common::IsJobAdminGrant(ps.ps_grant_key(), job_id, hb0.worker().job_grant()));
   EXPECT_FALSE(common::IsJobAdminGrant(ps.ps_grant_key(), "job-other", hb0.worker().job_grant()));
   EXPECT_EQ(hb1.worker().job_grant(), "");
+  // Every rank gets the member grant of the job at its epoch (the servers' data calls).
+  for (const auto* hb : {&hb0, &hb1}) {
+    EXPECT_EQ(hb->worker().member_grant(),
+              common::JobMemberGrant(ps.ps_grant_key(), job_id, hb->worker().job().job_epoch()));
+  }
+  EXPECT_FALSE(common::IsJobMemberGrant(
+      ps.ps_grant_key(), job_id, hb0.worker().job().job_epoch() + 1, hb0.worker().member_grant()));
 
   // w1 with w0's key, or as w0 with its own key: refused, and w0 keeps its lease and rank.
   dlrm::v1::HeartbeatRequest stolen;

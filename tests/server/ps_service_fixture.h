@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
@@ -28,16 +29,31 @@ class PsServiceTest : public ::testing::Test {
     ps_ = std::move(*ps);
     stub_ = PsStub(ps_->address());
   }
+  // Gives the server grant key `key` (as registering with a coordinator does): the calls below
+  // then carry the member grant of their job and epoch, as a worker's do.
+  void SetGrantKey(const std::string& key) {
+    grant_key_ = key;
+    ps_->service().SetGrantKey(key);
+  }
+  // A call's context, with the member grant of `job_id` at `epoch` once SetGrantKey ran.
+  std::unique_ptr<grpc::ClientContext> Context(const std::string& job_id, int64_t epoch) const {
+    auto ctx = common::MakeClientContext(kTimeout);
+    if (!grant_key_.empty()) {
+      ctx->AddMetadata(common::kMemberGrantMetadata,
+                       common::JobMemberGrant(grant_key_, job_id, epoch));
+    }
+    return ctx;
+  }
   grpc::Status Load(const dlrm::v1::LoadJobRequest& r) {
     dlrm::v1::LoadJobResponse resp;
-    return stub_->LoadJob(common::MakeClientContext(kTimeout).get(), r, &resp);
+    return stub_->LoadJob(Context(r.job_id(), r.job_epoch()).get(), r, &resp);
   }
   grpc::Status Lookup(const dlrm::v1::LookupRequest& r, dlrm::v1::LookupResponse* resp) {
-    return stub_->Lookup(common::MakeClientContext(kTimeout).get(), r, resp);
+    return stub_->Lookup(Context(r.job_id(), r.job_epoch()).get(), r, resp);
   }
   grpc::Status Push(const dlrm::v1::PushGradientsRequest& r) {
     dlrm::v1::PushGradientsResponse resp;
-    return stub_->PushGradients(common::MakeClientContext(kTimeout).get(), r, &resp);
+    return stub_->PushGradients(Context(r.job_id(), r.job_epoch()).get(), r, &resp);
   }
   static dlrm::v1::LookupRequest LookupOf(const std::string& job, int table,
                                           const std::vector<int64_t>& ids, int64_t epoch = 1) {
@@ -83,6 +99,7 @@ class PsServiceTest : public ::testing::Test {
   }
 
   PsTempDir dir_;
+  std::string grant_key_;
   std::unique_ptr<ParameterServer> ps_;
   std::unique_ptr<dlrm::v1::ParameterServer::Stub> stub_;
 };

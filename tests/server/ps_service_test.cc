@@ -210,7 +210,7 @@ TEST_F(PsServiceTest, ALookupOrReadRowsAskingForTooLargeAnAnswerIsRefused) {
 TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
   StartPs();
   const std::string key = "0123456789abcdef";
-  ps_->service().SetGrantKey(key);
+  SetGrantKey(key);
   ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
   dlrm::v1::LookupResponse resp;
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
@@ -224,7 +224,7 @@ TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
     dlrm::v1::LoadJobRequest r = TestJob("j", {{100, 4}}, 0, 1, staleness);
     r.set_job_epoch(epoch);
     r.set_restart(true);
-    auto ctx = common::MakeClientContext(kTimeout);
+    auto ctx = Context("j", epoch);
     if (with_grant) ctx->AddMetadata(common::kJobGrantMetadata, common::JobAdminGrant(key, "j"));
     dlrm::v1::LoadJobResponse out;
     return stub_->LoadJob(ctx.get(), r, &out);
@@ -257,6 +257,69 @@ TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
   // Rank 0 first at the next epoch: it drops at once.
   ASSERT_TRUE(restart(3, /*with_grant=*/true).ok());
   EXPECT_EQ(row_at(3), fresh);
+}
+
+// Once the server has a grant key (it registered with a coordinator), its data calls (LoadJob,
+// Lookup, PushGradients, ReadRows) need the coordinator's member grant for the job at the epoch
+// they name, which every rank of the job gets (common/grants.h): a call without it, with a made-up
+// one, or with the grant of another epoch or job is PERMISSION_DENIED naming job and epoch, and
+// changes nothing; so a worker certificate alone can neither load a job the coordinator does not
+// run, nor move a job to an epoch it has not reached, nor read or train another job's rows.
+TEST_F(PsServiceTest, DataCallsNeedTheMemberGrantOfTheirJobAndEpoch) {
+  StartPs();
+  const std::string key = "0123456789abcdef";
+  SetGrantKey(key);
+  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  dlrm::v1::LookupResponse resp;
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
+  const std::vector<float> fresh = UnpackFloats(resp.tables(0).rows());
+
+  const std::vector<std::string> wrong = {"", std::string(64, 'a'),
+                                          common::JobMemberGrant(key, "j", 2),
+                                          common::JobMemberGrant(key, "other", 1)};
+  for (const std::string& grant : wrong) {
+    auto context = [&] {
+      auto ctx = common::MakeClientContext(kTimeout);
+      if (!grant.empty()) ctx->AddMetadata(common::kMemberGrantMetadata, grant);
+      return ctx;
+    };
+    auto denied = [&](const grpc::Status& s) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+      EXPECT_THAT(s.error_message(),
+                  HasSubstr("of job 'j' at epoch 1 needs the coordinator's grant for the job's "
+                            "ranks at that epoch"));
+    };
+    dlrm::v1::LoadJobResponse loaded;
+    denied(stub_->LoadJob(context().get(), TestJob("j", {{100, 4}}), &loaded));
+    dlrm::v1::LookupResponse looked;
+    denied(stub_->Lookup(context().get(), LookupOf("j", 0, {5}), &looked));
+    dlrm::v1::PushGradientsResponse pushed;
+    denied(stub_->PushGradients(context().get(), PushOf("j", 0, {5}, {1, 1, 1, 1}), &pushed));
+    dlrm::v1::ReadRowsRequest read;
+    read.set_job_id("j");
+    read.set_job_epoch(1);
+    dlrm::v1::TableIds* t = read.add_tables();
+    t->set_table(0);
+    t->set_ids(PackIds({5}));
+    dlrm::v1::ReadRowsResponse rows;
+    denied(stub_->ReadRows(context().get(), read, &rows));
+  }
+  // A made-up job is not loaded, nor does the job move to a newer epoch.
+  dlrm::v1::LoadJobResponse loaded;
+  auto other_epoch = TestJob("j", {{100, 4}});
+  other_epoch.set_job_epoch(2);
+  EXPECT_EQ(stub_->LoadJob(Context("j", 1).get(), other_epoch, &loaded).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(
+      stub_->LoadJob(Context("j", 1).get(), TestJob("made-up", {{100, 4}}), &loaded).error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ps_->service().job_ids(), std::vector<std::string>{"j"});
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok()) << "still at epoch 1";
+  EXPECT_EQ(UnpackFloats(resp.tables(0).rows()), fresh) << "no push was applied";
+  // With the grant: the push is applied.
+  ASSERT_TRUE(Push(PushOf("j", 0, {5}, {1, 1, 1, 1})).ok());
+  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
+  EXPECT_NE(UnpackFloats(resp.tables(0).rows()), fresh);
 }
 
 // Each job is a RocksDB instance with its files: a server holds at most kMaxJobsPerPs, so that
