@@ -1,14 +1,45 @@
 #include "worker/job_input.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
+namespace {
+
+// A job reads its data more than once (a count for the eval split, each epoch, the eval set
+// after a probe), which a pipe or a device cannot give: its second open waited for a writer for
+// good, or read nothing and trained a third of the epochs. Refused up front, naming the path.
+// Missing paths are left to the readers (NOT_FOUND).
+absl::Status CheckDataFiles(const char* key, const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    const std::filesystem::file_status status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status) || std::filesystem::is_regular_file(status)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": ", path,
+        std::filesystem::is_directory(status)
+            ? " is a folder; list the data files in it"
+            : " is not a regular file (a pipe or a device): a job reads its data more than once "
+              "(to split off the eval set, once per epoch), so write it to a file first"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<JobInput> OpenJobInput(const common::JobSpec& spec, const JobInputOptions& options) {
   DLRM_RETURN_IF_ERROR(CheckModelFitsCriteoInput(spec));
   if (spec.train_paths.empty()) return absl::InvalidArgumentError("data.train: no training files");
+  DLRM_RETURN_IF_ERROR(CheckDataFiles("data.train", spec.train_paths));
+  DLRM_RETURN_IF_ERROR(CheckDataFiles("data.eval", spec.eval_paths));
   DLRM_ASSIGN_OR_RETURN(InputFormat format, ParseInputFormat(spec.format));
 
   std::vector<int64_t> rows;

@@ -183,7 +183,12 @@ absl::Status WorkerProcess::JobRun::Train() {
   Batch skipped;
   for (int64_t b = 0; b < base_.batches; ++b) {
     DLRM_ASSIGN_OR_RETURN(bool more, input_.train->Next(&skipped));
-    if (!more) break;
+    if (more) continue;
+    DLRM_LOG(WARNING) << "job " << job_id_ << " rank " << rank_ << ": the checkpoint stands "
+                      << base_.batches << " batch(es) into epoch " << base_.epoch + 1
+                      << ", but this rank's training data has only " << b
+                      << " (it changed since?): going on with the next epoch";
+    break;
   }
   train_reader_ = std::make_unique<CountingReader>(input_.train.get(), base_.batches);
   epochs_left_ = static_cast<int>(spec_.epochs - base_.epoch);

@@ -217,7 +217,12 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
       // the next batch is the one the uninterrupted run would take.
       for (int64_t b = 0; b < position.batches; ++b) {
         DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
-        if (!more) break;
+        if (more) continue;
+        DLRM_LOG(WARNING) << "the checkpoint stands " << position.batches
+                          << " batch(es) into epoch " << epoch + 1 << ", but the training data "
+                          << "has only " << b << " (it changed since?): going on with the next "
+                          << "epoch";
+        break;
       }
     }
     while (true) {

@@ -68,6 +68,24 @@ TEST(BinaryFormat, RoundTripsTheRealSampleExactly) {
   EXPECT_FALSE(*IsBinaryCriteoFile(testing::CriteoSamplePath()));
 }
 
+// A binary file whose magic lost a byte was read as TSV: "no valid records" or a field count,
+// nothing pointing at the damage. One or two bytes off the magic is DATA_LOSS saying so.
+TEST(BinaryFormat, AFileAByteOffTheMagicIsReportedAsDamaged) {
+  TempDir dir;
+  const std::string bin = ConvertSample(dir);
+  std::string bytes = testing::ReadFile(bin);
+  bytes[0] ^= 1;
+  const std::string flipped = dir.File("flipped.bin");
+  testing::WriteFile(flipped, bytes);
+  absl::StatusOr<bool> binary = IsBinaryCriteoFile(flipped);
+  EXPECT_EQ(binary.status().code(), absl::StatusCode::kDataLoss) << binary.status();
+  EXPECT_THAT(std::string(binary.status().message()),
+              ::testing::HasSubstr(flipped + " starts with ELRMBIN1, 1 byte(s) off the binary "
+                                             "format's magic DLRMBIN1: a damaged binary file"));
+  auto records = LoadAll({.paths = {flipped}});
+  EXPECT_EQ(records.status().code(), absl::StatusCode::kDataLoss) << records.status();
+}
+
 TEST(BinaryFormat, SeekReadsFromAnyRecord) {
   TempDir dir;
   const std::string bin = ConvertSample(dir);

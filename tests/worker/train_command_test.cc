@@ -4,6 +4,9 @@
 // it. The fixture (a small model trained for the suite) is train_command_io_fixture.h.
 #include "worker/train_command.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -74,6 +77,31 @@ TEST_F(TrainCommandIoTest, TrainCommandResolvesResumeFromAgainstTheSpec) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->steps, 3);
   EXPECT_EQ(report->train_samples, 256) << "one step after the 2 of the checkpoint";
+}
+
+// A job reads its data more than once (a count for the eval split, once per epoch): a pipe as
+// data.train or data.eval waited for good on its second open (or, as /dev/stdin, trained a third
+// of the epochs and exited 0), and a folder failed as a read error. Both are refused before
+// training, naming the key and the path.
+TEST_F(TrainCommandIoTest, DataThatIsNotARegularFileIsRefusedUpFront) {
+  const std::string fifo = tmp_.File("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  common::JobSpec spec = Job(fifo, tmp_.File("ck-fifo"));
+  auto report = TrainInProcess(spec, Quiet());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("data.train: " + fifo + " is not a regular file (a pipe or a device)"));
+
+  spec = Job(Data(), tmp_.File("ck-fifo"));
+  spec.eval_paths = {fifo};
+  report = TrainInProcess(spec, Quiet());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("data.eval: " + fifo));
+
+  spec = Job(tmp_.path(), tmp_.File("ck-fifo"));
+  report = TrainInProcess(spec, Quiet());
+  EXPECT_THAT(std::string(report.status().message()),
+              HasSubstr("data.train: " + tmp_.path() + " is a folder"));
 }
 
 // --- train: --metrics-out and a run without eval data --------------------------------------------

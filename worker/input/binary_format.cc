@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/mix64.h"
@@ -172,7 +173,17 @@ absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path) {
   char magic[8];
   const size_t got = std::fread(magic, 1, 8, file);
   std::fclose(file);
-  return got == 8 && std::memcmp(magic, kBinaryMagic, 8) == 0;
+  if (got < 8) return false;
+  int same = 0;
+  for (int i = 0; i < 8; ++i) same += magic[i] == kBinaryMagic[i];
+  // A byte or two off the magic is a damaged binary file, not text: read as TSV it was only
+  // "no valid records" or a field count, with nothing pointing at the damage.
+  if (same >= 6 && same < 8) {
+    return absl::DataLossError(absl::StrCat(
+        path, " starts with ", absl::CHexEscape(absl::string_view(magic, 8)), ", ", 8 - same,
+        " byte(s) off the binary format's magic DLRMBIN1: a damaged binary file"));
+  }
+  return same == 8;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -54,8 +54,8 @@ absl::Status Validate(const GenDataOptions& o) {
         absl::StrCat("gen-data: zipf_exponent ", o.zipf_exponent, " must be a finite number > 0"));
   }
   if (!(o.signal_strength >= 0.0) || !std::isfinite(o.signal_strength)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gen-data: signal_strength ", o.signal_strength, " must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("gen-data: signal_strength ", o.signal_strength,
+                                                   " must be a finite number >= 0"));
   }
   if (!(o.empty_fraction >= 0.0 && o.empty_fraction < 1.0)) {
     return absl::InvalidArgumentError(
