@@ -408,13 +408,11 @@ void TrainingPipeline::PushLoop() {
     if (!status.ok()) {
       return Fail(Annotate(status, absl::StrCat("push of step ", it.step)), /*drop_computed=*/true);
     }
-    {
-      absl::MutexLock lock(&mu_);
-      last_pushed_ = it.step;
-      pushed_cv_.SignalAll();
-    }
     recorder_.AddItem(PipelineStage::kPush);
     recorder_.AddStep(it.batch.size);
+    // on_step before the step counts as pushed: a boundary waiting for it (a checkpoint's cut
+    // reads the samples on_step counts) sees its on_step done. The other way round, a cut taken
+    // at once recorded the job's samples a batch short.
     if (options_.on_step && !Failed()) {
       progress.step = it.step;
       progress.loss = it.loss;
@@ -423,6 +421,11 @@ void TrainingPipeline::PushLoop() {
       progress.samples_done += it.batch.size;
       status = options_.on_step(progress);
       if (!status.ok()) return Fail(status);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      last_pushed_ = it.step;
+      pushed_cv_.SignalAll();
     }
   }
 }

@@ -88,7 +88,9 @@ struct PipelineOptions {
   int read_ahead = 4;      // capacity of the queue of parsed batches (>= 1)
   int queue_capacity = 2;  // capacity of every other queue (>= 1)
 
-  // Called after each step's push. A non-OK return stops the pipeline with that error.
+  // Called after each step's push, before the step counts as pushed (so a boundary after it, and
+  // a lookup waiting for it, see its on_step done). A non-OK return stops the pipeline with that
+  // error.
   std::function<absl::Status(const StepProgress&)> on_step;
 
   // Every `boundary_every` steps (0 = never): before the batch of step s (s a multiple of it,
