@@ -263,7 +263,8 @@ int Command::Checkpoints() {
       (*c->mutable_fields())["problem"].set_string_value(states[i].problem);
     }
     google::protobuf::ListValue* refused = (*doc.mutable_fields())["damaged"].mutable_list_value();
-    for (const absl::Status& d : damaged) refused->add_values()->set_string_value(std::string(d.message()));
+    for (const absl::Status& d : damaged)
+      refused->add_values()->set_string_value(std::string(d.message()));
     out_ << ToDocument(doc, format_);
     return kExitOk;
   }
@@ -313,6 +314,8 @@ int Command::List() {
     for (const auto& job : *jobs) {
       if (job.state() == dlrm::v1::JOB_STATE_PENDING) {
         cluster->pending_job_ids->push_back(job.job_id());
+      } else if (job.state() == dlrm::v1::JOB_STATE_RECOVERING) {
+        cluster->recovering_job_ids.push_back(job.job_id());
       }
     }
   }
@@ -488,6 +491,9 @@ ClusterSnapshot Command::ReadCluster(CoordinatorClient& client) {
   if (auto pending = client.List(dlrm::v1::JOB_STATE_PENDING); pending.ok()) {
     cluster.pending_job_ids.emplace();
     for (const auto& job : *pending) cluster.pending_job_ids->push_back(job.job_id());
+  }
+  if (auto recovering = client.List(dlrm::v1::JOB_STATE_RECOVERING); recovering.ok()) {
+    for (const auto& job : *recovering) cluster.recovering_job_ids.push_back(job.job_id());
   }
   return cluster;
 }

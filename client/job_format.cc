@@ -107,12 +107,19 @@ std::string PendingMessage(const dlrm::v1::Job& job, const ClusterSnapshot* clus
     absl::StrAppend(&message, "; the cluster has ", absl::StrJoin(has, ", "));
   }
   if (cluster != nullptr && cluster->pending_job_ids.has_value()) {
+    // Recovering jobs start again first (they were running), then pending ones in order.
+    std::vector<std::string> ahead;
+    for (const std::string& id : cluster->recovering_job_ids) {
+      ahead.push_back(absl::StrCat(id, " (RECOVERING)"));
+    }
     const auto& ids = *cluster->pending_job_ids;
     const auto self = std::find(ids.begin(), ids.end(), job.job_id());
-    if (self != ids.end() && self != ids.begin()) {
-      absl::StrAppend(&message, "; queued behind ",
-                      LabelList(std::vector<std::string>(ids.begin(), self)),
-                      " (jobs start in submission order)");
+    if (self != ids.end()) ahead.insert(ahead.end(), ids.begin(), self);
+    if (!ahead.empty()) {
+      absl::StrAppend(&message, "; queued behind ", LabelList(ahead),
+                      cluster->recovering_job_ids.empty()
+                          ? " (jobs start in submission order)"
+                          : " (recovering jobs start again first, then jobs in submission order)");
     }
   }
   return message;
@@ -120,6 +127,7 @@ std::string PendingMessage(const dlrm::v1::Job& job, const ClusterSnapshot* clus
 
 std::string Auc(const dlrm::v1::Job& job) {
   if (job.state() != dlrm::v1::JOB_STATE_SUCCEEDED) return "-";
+  if (!job.final_metrics().has_auc()) return "n/a";  // no eval data
   return absl::StrFormat("%.4f", job.final_metrics().auc());
 }
 
@@ -262,9 +270,12 @@ std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot
   }
   if (job.state() == dlrm::v1::JOB_STATE_SUCCEEDED) {
     const auto& m = job.final_metrics();
-    rows.push_back({"auc:", absl::StrFormat("%.6f", m.auc())});
-    rows.push_back({"logloss:", absl::StrFormat("%.6f", m.logloss())});
-    rows.push_back({"accuracy:", absl::StrFormat("%.6f", m.accuracy())});
+    auto metric = [&](bool has, double value) {
+      return has ? absl::StrFormat("%.6f", value) : std::string("n/a (no eval data)");
+    };
+    rows.push_back({"auc:", metric(m.has_auc(), m.auc())});
+    rows.push_back({"logloss:", metric(m.has_logloss(), m.logloss())});
+    rows.push_back({"accuracy:", metric(m.has_accuracy(), m.accuracy())});
     rows.push_back({"samples/s:", absl::StrFormat("%.1f", m.samples_per_sec())});
     rows.push_back({"steps:", absl::StrCat(m.steps())});
   }
@@ -348,9 +359,13 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
   }
   if (job.state() == dlrm::v1::JOB_STATE_SUCCEEDED) {
     const auto& m = job.final_metrics();
-    absl::StrAppend(&line,
-                    absl::StrFormat(" auc %.4f logloss %.4f accuracy %.4f samples/s %.1f", m.auc(),
-                                    m.logloss(), m.accuracy(), m.samples_per_sec()));
+    if (m.has_auc()) {
+      absl::StrAppend(&line, absl::StrFormat(" auc %.4f logloss %.4f accuracy %.4f", m.auc(),
+                                             m.logloss(), m.accuracy()));
+    } else {
+      absl::StrAppend(&line, " auc n/a (no eval data)");
+    }
+    absl::StrAppend(&line, absl::StrFormat(" samples/s %.1f", m.samples_per_sec()));
   }
   std::string message = JobMessage(job, cluster);
   std::replace(message.begin(), message.end(), '\n', ' ');  // one line: watch redraws it

@@ -26,6 +26,8 @@ struct ClusterSnapshot {
   // Ids of every PENDING job, oldest first (the coordinator starts them in this order); nullopt
   // when unknown.
   std::optional<std::vector<std::string>> pending_job_ids;
+  // Ids of every RECOVERING job, oldest first: they start again before any pending job.
+  std::vector<std::string> recovering_job_ids;
 };
 
 // The job's message; when the coordinator recorded none, one that explains the state. PENDING:

@@ -319,9 +319,12 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
     } else if (request.done() && request.rank() == 0) {
       dlrm::v1::FinalMetrics* fm = job.mutable_final_metrics();
       const auto& m = request.metrics();
-      fm->set_auc(MetricOr(m, "auc", 0));
-      fm->set_logloss(MetricOr(m, "logloss", 0));
-      fm->set_accuracy(MetricOr(m, "accuracy", 0));
+      if (m.contains("auc")) {  // absent: the job has no eval data
+        fm->set_auc(MetricOr(m, "auc", 0));
+        fm->set_logloss(MetricOr(m, "logloss", 0));
+        fm->set_accuracy(MetricOr(m, "accuracy", 0));
+      }
+      fm->set_eval_samples(static_cast<int64_t>(MetricOr(m, "eval_samples", 0)));
       fm->set_samples_per_sec(MetricOr(m, "samples_per_sec", 0));
       fm->set_steps(
           static_cast<int64_t>(MetricOr(m, "steps", static_cast<double>(request.step()))));

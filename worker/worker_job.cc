@@ -209,9 +209,11 @@ absl::Status WorkerProcess::JobRun::Finish() {
     // this rank's.
     const double total_samples = static_cast<double>(samples_) * world_;
     auto& m = *done.mutable_metrics();
-    m["auc"] = eval.auc;
-    m["logloss"] = eval.logloss;
-    m["accuracy"] = eval.accuracy;
+    if (eval.samples > 0) {  // no eval data: no metrics, rather than AUC 0.5 and logloss 0
+      m["auc"] = eval.auc;
+      m["logloss"] = eval.logloss;
+      m["accuracy"] = eval.accuracy;
+    }
     m["eval_samples"] = static_cast<double>(eval.samples);
     m["steps"] = static_cast<double>(base_.step + steps_);
     m["samples"] = total_samples;

@@ -242,6 +242,13 @@ TEST(JobFormatMessage, PendingSaysWhatItNeedsAndWhatTheClusterHas) {
             "waiting for 4 idle workers and 2 parameter servers; the cluster has 2 idle workers "
             "(trainer-a, m-2), 1 busy worker, 1 parameter server (ps-0); queued behind job-2 "
             "(jobs start in submission order)");
+  // A recovering job starts again before any pending job: the first pending job waits behind it
+  // too, where it read as if the idle worker the cluster has were enough.
+  cluster.recovering_job_ids = {"job-1"};
+  job.set_job_id("job-2");
+  EXPECT_THAT(JobMessage(job, &cluster),
+              ::testing::EndsWith("; queued behind job-1 (RECOVERING) (recovering jobs start "
+                                  "again first, then jobs in submission order)"));
 
   // The coordinator's own message wins.
   job.set_message("needs a GPU");
@@ -288,6 +295,26 @@ TEST(JobFormatMessage, OtherStates) {
   job.set_requested_workers(1);
   EXPECT_THAT(JobEventLine(job, nullptr),
               HasSubstr("PENDING (waiting for 1 idle worker and at least 1 parameter server)"));
+}
+
+// A job that succeeded without eval data shows its metrics as n/a in every form, not the
+// AUC 0.5, logloss 0 and accuracy 0 it showed before.
+TEST(JobFormatMetrics, NoEvalDataIsNotShownAsZeros) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-9");
+  job.set_state(dlrm::v1::JOB_STATE_SUCCEEDED);
+  job.mutable_final_metrics()->set_samples_per_sec(1234.5);
+  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr(" auc n/a (no eval data) samples/s 1234.5"));
+  EXPECT_THAT(JobDetail(job, false, nullptr), HasSubstr("auc:"));
+  EXPECT_THAT(JobDetail(job, false, nullptr), HasSubstr("n/a (no eval data)"));
+  EXPECT_THAT(JobDetail(job, false, nullptr), Not(HasSubstr("0.500000")));
+  EXPECT_THAT(JobTable({job}, false, nullptr), HasSubstr("n/a"));
+  job.mutable_final_metrics()->set_auc(0.75);
+  job.mutable_final_metrics()->set_logloss(0.45);
+  job.mutable_final_metrics()->set_accuracy(0.8);
+  EXPECT_THAT(JobEventLine(job, nullptr),
+              HasSubstr(" auc 0.7500 logloss 0.4500 accuracy 0.8000 samples/s 1234.5"));
+  EXPECT_THAT(JobTable({job}, false, nullptr), HasSubstr("0.7500"));
 }
 
 // A RUNNING job's event as the coordinator sends it: the newest report at `time_ms`, and each

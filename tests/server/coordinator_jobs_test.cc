@@ -82,6 +82,28 @@ TEST_F(CoordinatorStateTest, JobRunsToSuccessAndAssignsRanks) {
   EXPECT_FALSE(state_->Heartbeat(w0, now_)->has_worker());
 }
 
+// A job without eval data reports no auc, logloss or accuracy: its final metrics have none (they
+// read AUC 0.5, logloss 0 and accuracy 0 before), and say how many samples it evaluated.
+TEST_F(CoordinatorStateTest, AJobWithoutEvalDataHasNoEvalMetrics) {
+  RegisterAs(*state_, dlrm::v1::ROLE_PS, "127.0.0.1:7001");
+  const dlrm::v1::Job job = Submit(*state_, 1);
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  ASSERT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  dlrm::v1::ReportProgressRequest r;
+  r.set_job_id(job.job_id());
+  r.set_step(10);
+  r.set_done(true);
+  (*r.mutable_metrics())["eval_samples"] = 0;
+  (*r.mutable_metrics())["samples_per_sec"] = 100;
+  ASSERT_EQ(*state_->ReportProgress(r, now_), dlrm::v1::JOB_STATE_SUCCEEDED);
+  const dlrm::v1::FinalMetrics m = state_->GetJob(job.job_id())->final_metrics();
+  EXPECT_FALSE(m.has_auc());
+  EXPECT_FALSE(m.has_logloss());
+  EXPECT_FALSE(m.has_accuracy());
+  EXPECT_EQ(m.eval_samples(), 0);
+  EXPECT_DOUBLE_EQ(m.samples_per_sec(), 100);
+}
+
 TEST_F(CoordinatorStateTest, IllegalTransitionsNameBothStates) {
   dlrm::v1::Job job = Submit(*state_, 1);
   RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
