@@ -314,7 +314,9 @@ absl::StatusOr<VerifiedCheckpoint> FindVerifiedCheckpoint(const std::string& pat
   }
   if (all.empty() && damaged.empty()) {
     return absl::NotFoundError(
-        absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+        absl::StrCat(path, fs::exists(normal, ec)
+                               ? ": neither a checkpoint nor a folder holding committed checkpoints"
+                               : ": no such file or folder"));
   }
   // The newest whose whole chain verifies; damaged ones are named.
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

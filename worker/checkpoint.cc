@@ -381,8 +381,11 @@ absl::StatusOr<int64_t> CommittedResumeStep(const std::string& path) {
   if (absl::StatusOr<CheckpointManifest> m = embedding::ReadManifest(path); m.ok()) return m->step;
   absl::StatusOr<std::vector<CheckpointManifest>> listed = embedding::ListCheckpoints(path);
   if (listed.ok() && !listed->empty()) return listed->back().step;
+  std::error_code ec;
   return absl::NotFoundError(
-      absl::StrCat(path, ": neither a checkpoint nor a folder holding committed checkpoints"));
+      absl::StrCat(path, fs::exists(path, ec)
+                             ? ": neither a checkpoint nor a folder holding committed checkpoints"
+                             : ": no such file or folder"));
 }
 
 absl::Status CheckNoNewerCheckpoints(const std::string& root, int64_t resume_step) {
