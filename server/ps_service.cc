@@ -390,10 +390,7 @@ PsService::Grant PsService::CheckMemberGrant(const grpc::CallbackServerContext& 
                         });
 }
 
-absl::Status PsService::AuthorizeMember(const grpc::CallbackServerContext& context,
-                                        absl::string_view method, const std::string& job_id,
-                                        int64_t epoch) const {
-  const Grant grant = CheckMemberGrant(context, job_id, epoch);
+std::optional<absl::Status> PsService::Allowed(Grant grant, absl::string_view method) {
   switch (grant) {
     case Grant::kGiven:
     case Grant::kTrusted:
@@ -407,6 +404,14 @@ absl::Status PsService::AuthorizeMember(const grpc::CallbackServerContext& conte
     case Grant::kWrong:
       break;
   }
+  return std::nullopt;
+}
+
+absl::Status PsService::AuthorizeMember(const grpc::CallbackServerContext& context,
+                                        absl::string_view method, const std::string& job_id,
+                                        int64_t epoch) const {
+  const Grant grant = CheckMemberGrant(context, job_id, epoch);
+  if (std::optional<absl::Status> decided = Allowed(grant, method)) return *decided;
   return absl::PermissionDeniedError(
       absl::StrCat(method, " of job '", job_id.substr(0, common::kMaxNameBytes), "' at epoch ",
                    epoch, " needs the coordinator's grant for the job's ranks at that epoch",
@@ -418,19 +423,7 @@ absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& contex
                                        absl::string_view method, const std::string& job_id) const {
   DLRM_RETURN_IF_ERROR(common::Authorize(context, method));
   const Grant grant = CheckGrant(context, job_id);
-  switch (grant) {
-    case Grant::kGiven:
-    case Grant::kTrusted:
-      return absl::OkStatus();
-    case Grant::kNoKeyYet:
-      return absl::UnavailableError(
-          absl::StrCat(method,
-                       ": this parameter server has not registered with a coordinator yet, "
-                       "so it cannot check the job's grant"));
-    case Grant::kMissing:
-    case Grant::kWrong:
-      break;
-  }
+  if (std::optional<absl::Status> decided = Allowed(grant, method)) return *decided;
   return absl::PermissionDeniedError(absl::StrCat(
       method, " of job '", job_id.substr(0, common::kMaxNameBytes), "' needs ",
       grant == Grant::kMissing ? "the coordinator's grant for the job"

@@ -31,6 +31,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -182,11 +183,14 @@ class PsService final : public PsRawService {
   // The same for the member grant of `job_id` at `epoch` (common::kMemberGrantMetadata).
   Grant CheckMemberGrant(const grpc::CallbackServerContext& context, const std::string& job_id,
                          int64_t epoch) const;
-  // Which of the two: the grant key (empty: none yet) and the metadata the call carries under
-  // `metadata` ("" when none).
+  // Either of the two: from the grant key (empty: none yet) and the metadata the call carries
+  // under `metadata`, checked by is_grant(key, given).
   template <typename IsGrant>
   Grant CheckGrantWith(const grpc::CallbackServerContext& context, const char* metadata,
                        IsGrant is_grant) const;
+  // OK for kGiven and kTrusted, UNAVAILABLE naming `method` for kNoKeyYet; nullopt for a call
+  // to refuse (the caller says why).
+  static std::optional<absl::Status> Allowed(Grant grant, absl::string_view method);
   // RemoveReleasedJobFolders' work. REQUIRES: load_mu_ held.
   int RemoveReleasedJobFoldersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   struct Metrics;

@@ -44,6 +44,16 @@ class PsServiceTest : public ::testing::Test {
     }
     return ctx;
   }
+  // Starts a server with grant key `key`, loads job "j" (one table of 100 rows of 4) and returns
+  // its row 5 as initialised.
+  std::vector<float> StartWithJobJ(const std::string& key) {
+    StartPs();
+    SetGrantKey(key);
+    EXPECT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+    dlrm::v1::LookupResponse resp;
+    EXPECT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
+    return resp.tables_size() > 0 ? UnpackFloats(resp.tables(0).rows()) : std::vector<float>();
+  }
   grpc::Status Load(const dlrm::v1::LoadJobRequest& r) {
     dlrm::v1::LoadJobResponse resp;
     return stub_->LoadJob(Context(r.job_id(), r.job_epoch()).get(), r, &resp);

@@ -208,13 +208,9 @@ TEST_F(PsServiceTest, ALookupOrReadRowsAskingForTooLargeAnAnswerIsRefused) {
 // to the new epoch and keeps the rows for rank 0's LoadJob of that epoch to drop. Before, any
 // worker certificate could wipe a running job's trained rows with one LoadJob of a higher epoch.
 TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
-  StartPs();
   const std::string key = "0123456789abcdef";
-  SetGrantKey(key);
-  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  const std::vector<float> fresh = StartWithJobJ(key);
   dlrm::v1::LookupResponse resp;
-  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
-  const std::vector<float> fresh = UnpackFloats(resp.tables(0).rows());
   ASSERT_TRUE(Push(PushOf("j", 0, {5}, {1, 1, 1, 1})).ok());
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
   const std::vector<float> trained = UnpackFloats(resp.tables(0).rows());
@@ -266,13 +262,9 @@ TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
 // changes nothing; so a worker certificate alone can neither load a job the coordinator does not
 // run, nor move a job to an epoch it has not reached, nor read or train another job's rows.
 TEST_F(PsServiceTest, DataCallsNeedTheMemberGrantOfTheirJobAndEpoch) {
-  StartPs();
   const std::string key = "0123456789abcdef";
-  SetGrantKey(key);
-  ASSERT_TRUE(Load(TestJob("j", {{100, 4}})).ok());
+  const std::vector<float> fresh = StartWithJobJ(key);
   dlrm::v1::LookupResponse resp;
-  ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
-  const std::vector<float> fresh = UnpackFloats(resp.tables(0).rows());
 
   const std::vector<std::string> wrong = {"", std::string(64, 'a'),
                                           common::JobMemberGrant(key, "j", 2),
