@@ -203,6 +203,10 @@ class ClusterCheckpointer {
   absl::Status Prepare(const TrainPosition& position);
   absl::Status Cut(Trainer& trainer, const TrainPosition& position);
   absl::Status Finish();
+  // Rank 0, after the last Finish: lets go of the folder's lock, so that the next job given the
+  // folder may start as soon as this one has reported its end (not only once the worker has
+  // torn the run down).
+  void ReleaseFolder();
   int64_t last_step() const { return last_step_; }
 
  private:

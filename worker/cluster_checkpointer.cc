@@ -119,7 +119,12 @@ absl::StatusOr<std::unique_ptr<ClusterCheckpointer>> ClusterCheckpointer::Create
 
 ClusterCheckpointer::~ClusterCheckpointer() {
   if (writer_.joinable()) writer_.join();
+  ReleaseFolder();
+}
+
+void ClusterCheckpointer::ReleaseFolder() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 bool ClusterCheckpointer::Due(int64_t step) const {

@@ -186,6 +186,7 @@ absl::Status WorkerProcess::JobRun::Finish() {
   if (checkpointer_ != nullptr) {
     if (final_cut) DLRM_RETURN_IF_ERROR(checkpointer_->Cut(*trainer_, Position(steps_)));
     DLRM_RETURN_IF_ERROR(checkpointer_->Finish());
+    checkpointer_->ReleaseFolder();
   }
   DLRM_RETURN_IF_ERROR(ReportProgress(true));
 

@@ -454,9 +454,11 @@ TEST_F(CheckpointTest, AClusterJobsRankZeroHoldsItsCheckpointFolder) {
               HasSubstr(absl::StrCat("is in use by another run (job job-1 (process ", ::getpid())));
   auto recovery = ClusterCheckpointer::Create(options("job-1", Ckpt("link")));
   EXPECT_TRUE(recovery.ok()) << recovery.status();
-  first->reset();
+  // A run that has written its last checkpoint lets go before it is torn down.
+  (*first)->ReleaseFolder();
   recovery->reset();
   EXPECT_TRUE(ClusterCheckpointer::Create(options("job-2", Ckpt("link"))).ok());
+  first->reset();
 
   // A checkpoint.dir that cannot be a folder fails with the file system's error, not UNAVAILABLE:
   // the workers take UNAVAILABLE for a lost peer, and such a job used up its recoveries on it.
