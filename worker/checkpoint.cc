@@ -251,6 +251,13 @@ absl::StatusOr<int> LockCheckpointFolder(const std::string& root, const std::str
     char held_by[128] = {};
     const ssize_t n = ::pread(fd, held_by, sizeof(held_by) - 1, 0);
     ::close(fd);
+    if (error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS || error == EINVAL) {
+      // A file system without flock (some network and CSI volumes): the run goes on unguarded
+      // rather than fail every job that checkpoints there.
+      DLRM_LOG(WARNING) << path << ": this file system does not lock (" << std::strerror(error)
+                        << "); two runs given this folder at once would not be told apart";
+      return -1;
+    }
     if (error != EWOULDBLOCK) return FileError(error, absl::StrCat(path, ": flock"));
     std::string other = n > 0 ? std::string(held_by, static_cast<size_t>(n)) : std::string("?");
     while (!other.empty() && (other.back() == '\n' || other.back() == ' ')) other.pop_back();

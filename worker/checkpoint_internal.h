@@ -47,7 +47,8 @@ size_t SeekSortedProbe(const std::vector<int64_t>& sorted, size_t from, int64_t 
 // the process dies) and writes `holder` into it, so that one folder serves one run at a time (a
 // symlink or another spelling of a folder is the same folder). Held by another run:
 // FAILED_PRECONDITION naming what it wrote; when that is "job <job_id> ..." of this `job_id` (a
-// recovery of the job whose earlier rank 0 has not let go yet), -1 and no lock.
+// recovery of the job whose earlier rank 0 has not let go yet), -1 and no lock; on a file system
+// that cannot lock (ENOLCK, EOPNOTSUPP), -1 with a warning.
 absl::StatusOr<int> LockCheckpointFolder(const std::string& root, const std::string& holder,
                                          const std::string& job_id);
 // Creates the checkpoint folder `root` if needed and removes what an interrupted write left there.
