@@ -19,9 +19,10 @@ function(dlrm_cc_binary)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_compile_options(${ARG_NAME} PRIVATE ${DLRM_WARNINGS})
   # Denormals flushed to zero from the start (common/denormals.h) and uncaught exceptions named
-  # (common/terminate_handler.h); the objects need dlrm_common.
+  # (common/terminate_handler.h), OpenSSL kept until exit (common/openssl_exit.h); the objects need
+  # dlrm_common.
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} dlrm_denormals_at_start
-                        dlrm_terminate_handler_at_start dlrm_common)
+                        dlrm_terminate_handler_at_start dlrm_openssl_at_start dlrm_common)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
 
