@@ -166,7 +166,9 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
   CLI::App* status = app.add_subcommand("status", "show one job");
   status->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   CLI::App* describe = app.add_subcommand(
-      "describe", "show a job in detail: members, state history, checkpoints, spec");
+      "describe",
+      "show a job in detail: members, state history, checkpoints, spec (-o json|yaml: the job "
+      "as 'status' prints it; 'checkpoints -o json' lists the checkpoints)");
   describe->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   CLI::App* logs = app.add_subcommand("logs", "print a job's state changes with their reasons");
   logs->add_option("job", flags.job_id, "job id")->required()->check(JobId());
@@ -193,7 +195,9 @@ int RunDlrmctl(int argc, const char* const* argv, const std::string& default_coo
       ->check(PositiveSeconds())
       ->capture_default_str();
   CLI::App* checkpoints = app.add_subcommand(
-      "checkpoints", "list a job's committed checkpoints (reads its checkpoint folder)");
+      "checkpoints",
+      "list a job's committed checkpoints (reads its checkpoint folder; none for a job without "
+      "checkpoint.dir)");
   checkpoints->add_option("job", flags.job_id, "job id")->required()->check(JobId());
   checkpoints->add_flag("--verify", flags.verify,
                         "also check the size and CRC32C of every file of every chain (reads all "

@@ -71,6 +71,34 @@ bool NeedsExplaining(const dlrm::v1::Job& job) {
   return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
 }
 
+// The checkpoints of a folder as a document's list: one object per manifest, as `checkpoints`
+// prints them.
+void AddCheckpointEntries(const std::vector<embedding::CheckpointManifest>& list,
+                          const std::vector<ChainState>& states,
+                          google::protobuf::ListValue* items) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const embedding::CheckpointManifest& m = list[i];
+    google::protobuf::Struct* c = items->add_values()->mutable_struct_value();
+    (*c->mutable_fields())["name"].set_string_value(m.name);
+    (*c->mutable_fields())["step"].set_number_value(static_cast<double>(m.step));
+    (*c->mutable_fields())["created_unix"].set_number_value(m.created_unix);
+    (*c->mutable_fields())["bytes"].set_number_value(static_cast<double>(m.total_bytes()));
+    (*c->mutable_fields())["kind"].set_string_value(m.incremental ? "incremental" : "full");
+    (*c->mutable_fields())["parent"].set_string_value(m.parent);
+    // The folder may hold another job's checkpoints (a job resumed from them, or one given the
+    // same checkpoint.dir): the job that wrote each, "" for `dlrm train`.
+    (*c->mutable_fields())["job_id"].set_string_value(m.job_id);
+    (*c->mutable_fields())["state"].set_string_value(states[i].state);
+    (*c->mutable_fields())["problem"].set_string_value(states[i].problem);
+  }
+}
+
+void AddDamaged(const std::vector<absl::Status>& damaged, google::protobuf::ListValue* items) {
+  for (const absl::Status& d : damaged) {
+    items->add_values()->set_string_value(std::string(d.message()));
+  }
+}
+
 }  // namespace
 
 std::string TlsHandshakeFailure(const absl::Status& status) {
@@ -231,9 +259,17 @@ int Command::Checkpoints() {
   if (!spec.ok()) return Fail(spec.status());
   const std::string& root = spec->checkpoint.dir;
   if (root.empty()) {
+    // None to list, as for a folder without checkpoints; a document says so with empty lists.
     err_ << "job " << flags_.job_id << " takes no checkpoints (its spec has no checkpoint.dir)"
          << std::endl;
-    return kExitFailed;
+    if (IsDocumentFormat(format_)) {
+      google::protobuf::Struct doc;
+      (*doc.mutable_fields())["dir"].set_string_value("");
+      (*doc.mutable_fields())["checkpoints"].mutable_list_value();
+      (*doc.mutable_fields())["damaged"].mutable_list_value();
+      out_ << ToDocument(doc, format_);
+    }
+    return kExitOk;
   }
   std::vector<absl::Status> damaged;
   auto list = embedding::ListCheckpoints(root, &damaged);
@@ -245,26 +281,9 @@ int Command::Checkpoints() {
   if (IsDocumentFormat(format_)) {
     google::protobuf::Struct doc;
     (*doc.mutable_fields())["dir"].set_string_value(root);
-    google::protobuf::ListValue* items =
-        (*doc.mutable_fields())["checkpoints"].mutable_list_value();
-    for (size_t i = 0; i < list->size(); ++i) {
-      const embedding::CheckpointManifest& m = (*list)[i];
-      google::protobuf::Struct* c = items->add_values()->mutable_struct_value();
-      (*c->mutable_fields())["name"].set_string_value(m.name);
-      (*c->mutable_fields())["step"].set_number_value(static_cast<double>(m.step));
-      (*c->mutable_fields())["created_unix"].set_number_value(m.created_unix);
-      (*c->mutable_fields())["bytes"].set_number_value(static_cast<double>(m.total_bytes()));
-      (*c->mutable_fields())["kind"].set_string_value(m.incremental ? "incremental" : "full");
-      (*c->mutable_fields())["parent"].set_string_value(m.parent);
-      // The folder may hold another job's checkpoints (a job resumed from them, or one given
-      // the same checkpoint.dir): the job that wrote each, "" for `dlrm train`.
-      (*c->mutable_fields())["job_id"].set_string_value(m.job_id);
-      (*c->mutable_fields())["state"].set_string_value(states[i].state);
-      (*c->mutable_fields())["problem"].set_string_value(states[i].problem);
-    }
-    google::protobuf::ListValue* refused = (*doc.mutable_fields())["damaged"].mutable_list_value();
-    for (const absl::Status& d : damaged)
-      refused->add_values()->set_string_value(std::string(d.message()));
+    AddCheckpointEntries(*list, states,
+                         (*doc.mutable_fields())["checkpoints"].mutable_list_value());
+    AddDamaged(damaged, (*doc.mutable_fields())["damaged"].mutable_list_value());
     out_ << ToDocument(doc, format_);
     return kExitOk;
   }

@@ -319,6 +319,23 @@ TEST_F(DlrmctlOutputTest, CheckpointsOfAFolderNotHereSaySo) {
   EXPECT_EQ(err, absl::StrCat("no committed checkpoint in ", root, "\n"));
 }
 
+// `checkpoints` of a job that takes none answers "none", as for an empty folder: exit 0, the
+// reason on stderr and, for a script, a document with empty lists.
+TEST_F(DlrmctlOutputTest, CheckpointsOfAJobWithoutACheckpointFolderAreNone) {
+  std::string out, err;
+  ASSERT_EQ(Ctl({"submit", "-f", spec_path_}, &out, &err), kExitOk) << err;
+  ASSERT_EQ(Ctl({"checkpoints", "job-1"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(out, "");
+  EXPECT_THAT(err, HasSubstr("job-1 takes no checkpoints (its spec has no checkpoint.dir)"));
+  ASSERT_EQ(Ctl({"checkpoints", "job-1", "-o", "json"}, &out, &err), kExitOk) << err;
+  const auto json = nlohmann::json::parse(out);
+  EXPECT_EQ(json["dir"], "");
+  EXPECT_TRUE(json["checkpoints"].is_array() && json["checkpoints"].empty()) << out;
+  EXPECT_TRUE(json["damaged"].is_array() && json["damaged"].empty()) << out;
+  ASSERT_EQ(Ctl({"checkpoints", "job-1", "-o", "yaml"}, &out, &err), kExitOk) << err;
+  EXPECT_EQ(YAML::Load(out)["checkpoints"].size(), 0u) << out;
+}
+
 // `checkpoints` tells which checkpoints a job could resume from: STATE "broken" for an
 // incremental whose parent is gone (the reason on stderr, and in `describe`), a damaged manifest
 // on stderr instead of left out silently, and with --verify every file's size and CRC32C too.
