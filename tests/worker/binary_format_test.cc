@@ -86,6 +86,44 @@ TEST(BinaryFormat, AFileAByteOffTheMagicIsReportedAsDamaged) {
   EXPECT_EQ(records.status().code(), absl::StatusCode::kDataLoss) << records.status();
 }
 
+// Criteo's downloads are compressed: such a file is named with its tool and how to decompress
+// it, not read as text (40 "malformed line"s, then "no training batches").
+TEST(BinaryFormat, ACompressedFileSaysHowToDecompressIt) {
+  TempDir dir;
+  const std::string tsv = testing::ReadFile(testing::CriteoSamplePath());
+  // Each tool's first bytes (RFC 1952; bzip2's "BZh9" and a block's magic; xz; RFC 8878), then
+  // what would follow.
+  const std::pair<const char*, std::string> heads[] = {
+      {"gzip", std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8)},
+      {"bzip2", std::string("BZh91AY&SY")},
+      {"xz", std::string("\xfd"
+                         "7zXZ\0\0\x04",
+                         8)},
+      {"zstd", std::string("\x28\xb5\x2f\xfd\x24\x00\x01\x00", 8)},
+  };
+  for (const auto& [tool, head] : heads) {
+    const std::string path = dir.File(absl::StrCat("day_0.", tool));
+    testing::WriteFile(path, head + tsv);
+    absl::StatusOr<bool> binary = IsBinaryCriteoFile(path);
+    EXPECT_EQ(binary.status().code(), absl::StatusCode::kInvalidArgument) << tool;
+    EXPECT_THAT(std::string(binary.status().message()),
+                ::testing::HasSubstr(absl::StrCat(path, " is ", tool,
+                                                  "-compressed: decompress it "
+                                                  "first (",
+                                                  tool, " -dk ", path, ")")));
+    auto records = LoadAll({.paths = {path}});
+    EXPECT_EQ(records.status().code(), absl::StatusCode::kInvalidArgument) << tool;
+  }
+  // Text is text: the sample, and a line that only starts like bzip2's magic.
+  const std::string text = dir.File("bzh.tsv");
+  testing::WriteFile(text, "BZh9 is not a label\n" + tsv);
+  for (const std::string& path : {text, testing::CriteoSamplePath()}) {
+    absl::StatusOr<bool> binary = IsBinaryCriteoFile(path);
+    ASSERT_TRUE(binary.ok()) << binary.status();
+    EXPECT_FALSE(*binary) << path;
+  }
+}
+
 TEST(BinaryFormat, SeekReadsFromAnyRecord) {
   TempDir dir;
   const std::string bin = ConvertSample(dir);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/mix64.h"
@@ -141,6 +142,22 @@ void AddBags(const BagSizes& bags, uint64_t bag_seed, CriteoRecord* record) {
   }
 }
 
+// The tool that decompresses a file starting with `head`, or null when it is not compressed.
+const char* CompressionTool(absl::string_view head) {
+  if (absl::StartsWith(head, "\x1f\x8b")) return "gzip";
+  // "BZh", the block size '1'-'9', then a block's or the end's magic.
+  if (head.size() >= 8 && absl::StartsWith(head, "BZh") && head[3] >= '1' && head[3] <= '9' &&
+      (head.substr(4, 4) == "1AY&" || head.substr(4, 4) == "\x17rE8")) {
+    return "bzip2";
+  }
+  if (absl::StartsWith(head, absl::string_view("\xfd"
+                                               "7zXZ\0",
+                                               6)))
+    return "xz";
+  if (absl::StartsWith(head, "\x28\xb5\x2f\xfd")) return "zstd";
+  return nullptr;
+}
+
 }  // namespace
 
 uint32_t MultiHotBagToken(uint64_t bag_seed, int table, uint32_t token, int k) {
@@ -173,6 +190,13 @@ absl::StatusOr<bool> IsBinaryCriteoFile(const std::string& path) {
   char magic[8];
   const size_t got = std::fread(magic, 1, 8, file);
   std::fclose(file);
+  // Criteo's own downloads are compressed (day_0.gz): read as text they were only "malformed
+  // line"s and "no training batches", with nothing pointing at the compression.
+  if (const char* tool = CompressionTool(absl::string_view(magic, got)); tool != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", tool, "-compressed: decompress it first (", tool, " -dk ", path,
+                     "), then train on, or `dlrm convert`, the file it writes"));
+  }
   if (got < 8) return false;
   int same = 0;
   for (int i = 0; i < 8; ++i) same += magic[i] == kBinaryMagic[i];

@@ -68,7 +68,8 @@ struct BinaryLayout {
 };
 
 // True when the file starts with the binary magic. NOT_FOUND when it cannot be opened; DATA_LOSS
-// naming the bytes when they are one or two bytes off the magic (a damaged file). Something
+// naming the bytes when they are one or two bytes off the magic (a damaged file);
+// INVALID_ARGUMENT naming the tool when it is compressed (gzip, bzip2, xz, zstd). Something
 // other than a regular file (a pipe such as /dev/stdin, a device) is not read, since the bytes
 // read would be lost to the reader that follows: it is not binary (the binary reader needs a
 // regular file to seek in).
