@@ -124,6 +124,38 @@ absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
     }
     m.files.push_back(std::move(e));
   }
+  // Counts that nothing writes negative, nor a world without ranks: an edited manifest's values
+  // would become resume positions, seek offsets and allocation sizes.
+  for (const auto& [what, value] : {std::pair<const char*, int64_t>{"step", m.step},
+                                    {"samples", m.samples},
+                                    {"model.dense_params", m.dense_params}}) {
+    if (value < 0) return absl::DataLossError(absl::StrCat(what, " ", value, " is negative"));
+  }
+  if (m.world_size < 1) {
+    return absl::DataLossError(absl::StrCat("input.world_size ", m.world_size, " is not >= 1"));
+  }
+  for (const RankPosition& r : m.ranks) {
+    if (r.rank < 0 || r.rank >= m.world_size || r.epoch < 0 || r.batches < 0 || r.samples < 0) {
+      return absl::DataLossError(absl::StrCat("input rank ", r.rank, " (epoch ", r.epoch,
+                                              ", batches ", r.batches, ", samples ", r.samples,
+                                              ") is out of range for world_size ", m.world_size));
+    }
+  }
+  for (const TableShape& t : m.tables) {
+    if (t.rows < 0 || t.dim < 1 || t.row_floats < t.dim) {
+      return absl::DataLossError(absl::StrCat("table '", t.name, "': rows ", t.rows, ", dim ",
+                                              t.dim, ", row_floats ", t.row_floats,
+                                              " out of range"));
+    }
+  }
+  for (const CheckpointFileEntry& f : m.files) {
+    const bool rows = f.kind == "rows" || f.kind == "hot_rows";
+    if (f.bytes < 0 || f.rows < 0 || f.part < 0 || (rows && f.table < 0)) {
+      return absl::DataLossError(absl::StrCat("file '", f.name, "': bytes ", f.bytes, ", rows ",
+                                              f.rows, ", table ", f.table, ", part ", f.part,
+                                              " out of range"));
+    }
+  }
   return m;
 }
 

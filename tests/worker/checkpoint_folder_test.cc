@@ -177,6 +177,20 @@ TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
   auto old = embedding::ReadManifest(Ckpt("mc/ckpt-000000000010"));
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->step, 10);
+
+  // Without a checksum to catch them, values nothing writes are damage too, naming the value.
+  for (const auto& [from, to, says] :
+       {std::tuple<std::string, std::string, std::string>{"\"step\": 10,", "\"step\": -1,",
+                                                          "step -1 is negative"},
+        {"\"world_size\": 1", "\"world_size\": 0", "input.world_size 0 is not >= 1"},
+        {"\"batches\": ", "\"batches\": -", "out of range for world_size 1"},
+        {"\"dim\": ", "\"dim\": -", "out of range"}}) {
+    testing::WriteFile(path, text);
+    EditManifest(path, {{from, to}});
+    auto edited = embedding::ReadManifest(Ckpt("mc/ckpt-000000000010"));
+    EXPECT_EQ(edited.status().code(), absl::StatusCode::kDataLoss) << to;
+    EXPECT_THAT(std::string(edited.status().message()), HasSubstr(says)) << to;
+  }
 }
 
 // A checkpoint root is shared with folders that are not its checkpoints: another run's folder
