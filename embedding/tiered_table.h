@@ -75,7 +75,8 @@ struct TieredStoreStats {
   int64_t rocksdb_writes = 0;  // rows written to RocksDB (evictions, cold updates, flushes)
   int64_t evictions = 0;
   int64_t admissions = 0;
-  int64_t rows_created = 0;  // first touches (initialised rows)
+  int64_t rows_created = 0;  // rows initialised because neither tier held them (first touches,
+                             // by a lookup or a stored-row read)
 };
 
 class TieredStore {

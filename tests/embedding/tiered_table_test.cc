@@ -438,6 +438,31 @@ TEST(TieredStoreTest, RowsReadFromRocksDbAndRowsCreatedAreCountedApart) {
   EXPECT_EQ(s.rocksdb_hits - before.rocksdb_hits, evicted);
   EXPECT_EQ(s.rows_created, before.rows_created);
   EXPECT_EQ(s.rocksdb_reads - before.rocksdb_reads, evicted);
+
+  // ReadRows (how the workers take their hot rows) counts the same way: never-seen ids are
+  // created, evicted ones are hits, resident ones neither.
+  const std::vector<int64_t> fresh = ids_from(3000, 3040);
+  std::vector<float> rows(fresh.size() * store.row_floats(0));
+  const TieredStoreStats before_read = store.stats();
+  ASSERT_TRUE(store.ReadRows(0, fresh, rows.data()).ok());
+  s = store.stats();
+  EXPECT_EQ(s.rows_created - before_read.rows_created, 40);
+  EXPECT_EQ(s.rocksdb_reads - before_read.rocksdb_reads, 40);
+  EXPECT_EQ(s.rocksdb_hits, before_read.rocksdb_hits);
+  std::vector<int64_t> mixed;  // 10 resident, 10 in RocksDB
+  for (int64_t id : other) {
+    if (mixed.size() < 10 && store.IsResident(0, id)) mixed.push_back(id);
+  }
+  for (int64_t id : first) {
+    if (mixed.size() < 20 && !store.IsResident(0, id)) mixed.push_back(id);
+  }
+  ASSERT_EQ(mixed.size(), 20u);
+  const TieredStoreStats before_mixed = store.stats();
+  ASSERT_TRUE(store.ReadRows(0, mixed, rows.data()).ok());
+  s = store.stats();
+  EXPECT_EQ(s.rows_created, before_mixed.rows_created);
+  EXPECT_EQ(s.rocksdb_hits - before_mixed.rocksdb_hits, 10);
+  EXPECT_EQ(s.rocksdb_reads - before_mixed.rocksdb_reads, 10);
 }
 
 // WriteRows overwrites full rows through the tier: a table four times the budget written in
