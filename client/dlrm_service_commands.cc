@@ -57,8 +57,8 @@ constexpr absl::Duration kMinLeaseTtl = absl::Seconds(1);
 absl::StatusOr<absl::Duration> ParseLeaseTtl(const std::string& text) {
   absl::Duration d;
   if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lease-ttl '", text, "': expected a positive duration like 10s or 500ms"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lease-ttl '", text, "': expected a duration of at least 1s like 10s or 1500ms"));
   }
   if (d < kMinLeaseTtl) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -169,7 +169,7 @@ void AddCoordinator(CLI::App& app, std::function<int()>* run) {
       ->capture_default_str();
   cmd->add_option("--data-dir", flags.options.data_dir, "Folder of the coordinator's RocksDB")
       ->required();
-  cmd->add_option("--lease-ttl", flags.lease_ttl, "Member lease, e.g. 10s or 500ms")
+  cmd->add_option("--lease-ttl", flags.lease_ttl, "Member lease, at least 1s, e.g. 10s or 1500ms")
       ->capture_default_str();
   cmd->add_option("--metrics-port", flags.options.metrics_port,
                   "Prometheus port (0: any free port, < 0: none)")

@@ -122,6 +122,12 @@ SHOW=1 run "schema rejects a nested unknown key (--set worker.gpu.colour=red)" \
   rejected '\bcolour\b' --set worker.gpu.colour=red
 SHOW=1 run "schema rejects a bad byte size (--set ps.memoryBudget=4gigs)" \
   rejected "ps[./]memoryBudget" --set ps.memoryBudget=4gigs
+# A fraction without its unit is a fraction of a byte: the PS refused --memory-budget=1.5.
+SHOW=1 run "schema rejects a fractional byte size without a unit (--set ps.memoryBudget=1.5)" \
+  rejected "ps[./]memoryBudget" --set ps.memoryBudget=1.5
+# The schema checks a duration's form; the coordinator refuses a lease under 1s at start-up.
+SHOW=1 run "chart refuses coordinator.leaseTtl under 1s (--set coordinator.leaseTtl=500ms)" \
+  rejected "coordinator.leaseTtl 500ms is shorter than 1s" --set coordinator.leaseTtl=500ms
 # A values file's unquoted `tag: 1.10` is the number 1.1 to Helm: the image would be dlrm:1.1.
 printf 'image: {tag: 1.10}\n' >"$tmp/tag.yaml"
 SHOW=1 run "schema rejects a non-integral number as image tag (tag: 1.10 in a values file)" \

@@ -399,6 +399,32 @@ Bytes (or cores) of a Kubernetes quantity, as a float: include "dlrm.quantity" "
 {{- end }}
 
 {{/*
+A duration of the binaries' form (coordinator.leaseTtl: 14s, 1m30s, 1500ms) in milliseconds, as a
+float: the sum of its number-and-unit parts.
+include "dlrm.durationMs" "1m30s"  =>  90000
+*/}}
+{{- define "dlrm.durationMs" -}}
+{{- $ms := dict "ns" 0.000001 "us" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 }}
+{{- $total := 0.0 }}
+{{- range $part := regexFindAll "[0-9.]+(ns|us|ms|s|m|h)" (toString .) -1 }}
+{{- $unit := regexFind "(ns|us|ms|s|m|h)$" $part }}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit $part)) (index $ms $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+Fails the render on a coordinator.leaseTtl under 1s, which `dlrm coordinator` refuses at start-up
+(its pod would crash-loop); the schema checks only the duration's form.
+include "dlrm.leaseTtlCheck" .
+*/}}
+{{- define "dlrm.leaseTtlCheck" -}}
+{{- if lt (float64 (include "dlrm.durationMs" .Values.coordinator.leaseTtl)) 1000.0 }}
+{{- fail (printf "coordinator.leaseTtl %v is shorter than 1s, which the coordinator refuses (members heartbeat every leaseTtl/8: a shorter lease would drop live members on any pause); give 1s or more, e.g. 14s" .Values.coordinator.leaseTtl) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Fails the render on resources that Kubernetes would refuse or that cannot work: a request above
 its limit (Helm merges a user's `resources` with the defaults, so `ps.resources.limits.memory=2Gi`
 alone keeps the default 5Gi request and the API server rejects every PS pod), and a PS memory
