@@ -20,10 +20,16 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
   last_report_ = now;
   if (worker_.options_.metrics != nullptr) {
     common::ExportRpcBytes(worker_.options_.metrics);
-    const int64_t trained = trainer_->counters().samples;
-    if (trained > 0) {
+    const TrainerCounters c = trainer_->counters();
+    if (c.samples > 0) {
       metrics_.ps_bytes_per_sample->Set(
-          static_cast<double>(PsRpcBytesNow() - PsRpcBytes(network_start_)) / trained);
+          static_cast<double>(PsRpcBytesNow() - PsRpcBytes(network_start_)) / c.samples);
+    }
+    if (metrics_.hot_hit_ratio != nullptr && c.ids > ids_at_report_) {
+      metrics_.hot_hit_ratio->Set(static_cast<double>(c.hot_ids - hot_ids_at_report_) /
+                                  static_cast<double>(c.ids - ids_at_report_));
+      ids_at_report_ = c.ids;
+      hot_ids_at_report_ = c.hot_ids;
     }
   }
   dlrm::v1::ReportProgressRequest request = worker_.NewReport(assignment_);
@@ -35,6 +41,7 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
   for (const auto& [key, value] : last_eval_) (*request.mutable_metrics())[key] = value;
   if (total_steps_ > 0) (*request.mutable_metrics())["total_steps"] = total_steps_;
   absl::StatusOr<dlrm::v1::JobState> state = worker_.client_->ReportProgress(request);
+  if (state.ok() && *state == dlrm::v1::JOB_STATE_RECOVERING) worker_.run_interrupted_.store(true);
   if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
     return absl::CancelledError(absl::StrCat("job ", job_id_, " is no longer running"));
   }
@@ -55,8 +62,6 @@ absl::Status WorkerProcess::JobRun::OnStep(int64_t batch_size, float loss) {
     metrics_.steps->Increment();
   }
   if (metrics_.hot_hit_ratio != nullptr) {
-    const TrainerCounters c = trainer_->counters();
-    if (c.ids > 0) metrics_.hot_hit_ratio->Set(static_cast<double>(c.hot_ids) / c.ids);
     if (refresher_ != nullptr) {
       const HotRefreshStats hs = refresher_->stats();
       const int64_t moved = hs.rows_joined + hs.rows_left;

@@ -12,7 +12,9 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
                                         "Wall time of one training step (between completed steps).",
                                         common::MetricsRegistry::LatencyBuckets());
   m.hot_hit_ratio = &registry->Gauge(
-      "hot_hit_ratio", "Share of embedding id lookups served by the worker's hot rows.");
+      "hot_hit_ratio",
+      "Share of embedding id lookups served by the worker's hot rows, over the steps since the "
+      "previous progress report (about a second).");
   m.ps_bytes_per_sample = &registry->Gauge(
       "ps_bytes_per_sample",
       "gRPC bytes to and from the parameter servers per sample trained, counted on every "
@@ -20,10 +22,14 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
   m.hot_migrations =
       &registry->Counter("hot_migrations_total",
                          "Embedding rows moved between the hot set and the parameter servers.");
-  const char* help = "Jobs this worker took part in, by how its part ended.";
+  const char* help =
+      "Job runs this worker took part in, by how its part ended: succeeded, failed, stopped "
+      "(cancelled, or the job ended elsewhere) or interrupted (the job recovers, from a lost peer "
+      "or at a new epoch; its next run counts again).";
   m.jobs_succeeded = &registry->Counter("worker_jobs_total", help, {{"result", "succeeded"}});
   m.jobs_failed = &registry->Counter("worker_jobs_total", help, {{"result", "failed"}});
   m.jobs_stopped = &registry->Counter("worker_jobs_total", help, {{"result", "stopped"}});
+  m.jobs_interrupted = &registry->Counter("worker_jobs_total", help, {{"result", "interrupted"}});
   m.job_running = &registry->Gauge("worker_job_running", "1 while this worker trains a job.");
   m.train_loss = &registry->Gauge(
       "train_loss", "Training log loss of this worker's recent steps (moving average, 1/50).");

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/rpc_bytes.h"
 #include "common/status.h"
 #include "worker/worker_metrics.h"
 
@@ -74,6 +75,9 @@ absl::Status WorkerProcess::RegisterLocked() {
 
 void WorkerProcess::HeartbeatLoop() {
   while (true) {
+    // dlrm_rpc_*_bytes_total, also between jobs and after a job's last progress report (its final
+    // evaluation, report and unload), as the parameter servers and the coordinator do.
+    if (options_.metrics != nullptr) common::ExportRpcBytes(options_.metrics);
     ResendUndeliveredReport();
     std::string member_id, member_key;
     absl::Duration interval;
@@ -116,6 +120,9 @@ void WorkerProcess::HeartbeatLoop() {
         checkpoint_requests_.store(assignment_.job().checkpoint_requests());
         // Another job, or the same one run again after a recovery: the run in progress is over.
         if (!running_job_.empty() && RunKey(assignment_.job()) != running_job_ && cancel_hook_) {
+          if (absl::StartsWith(running_job_, absl::StrCat(assignment_.job().job_id(), "@"))) {
+            run_interrupted_.store(true);
+          }
           DLRM_LOG(INFO) << "run " << running_job_ << " is replaced by "
                          << RunKey(assignment_.job()) << "; stopping it";
           cancel_hook_();
@@ -159,6 +166,7 @@ absl::Status WorkerProcess::Run() {
       running_job_ = RunKey(assignment.job());
       // Until training starts, a cancellation only raises the flag (checked between phases).
       cancel_job_.store(false);
+      run_interrupted_.store(false);
       cancel_hook_ = [this] { cancel_job_.store(true); };
     }
     RunJob(assignment);

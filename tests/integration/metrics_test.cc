@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -243,6 +244,26 @@ TEST_F(MetricsTest, EveryRoleOfTheShippedBinaryServesParsableMetrics) {
   }
 }
 
+// The sum of the samples of metric `name` whose label set holds every one of `labels` (each
+// written as in the exposition, e.g. side="server").
+double SumSamples(const std::string& body, const std::string& name,
+                  const std::vector<std::string>& labels) {
+  double total = 0;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (!absl::ConsumePrefix(&line, name + "{")) continue;
+    const size_t close = line.rfind("} ");
+    if (close == absl::string_view::npos) continue;
+    const absl::string_view set = line.substr(0, close);
+    if (!std::all_of(labels.begin(), labels.end(),
+                     [&](const std::string& l) { return absl::StrContains(set, l); })) {
+      continue;
+    }
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(close + 2), &value)) total += value;
+  }
+  return total;
+}
+
 TEST_F(MetricsTest, DlrmLocalMetricsGivesEveryChildAnEndpointAndPrintsTheTargets) {
   ProcessResult gen = RunProcess({BinPath("dlrm"), "gen-data", "--out", dir_ + "/train.tsv",
                                   "--rows", "4000", "--max-rows", "1000", "--seed", "3"},
@@ -295,6 +316,31 @@ data: {train: [train.tsv], eval_fraction: 0.1}
       EXPECT_EQ(ListeningAddress(port), "127.0.0.1");
     }
   }
+  // After the job (rank 0's final evaluation and report, the unload), the workers' byte counters
+  // catch up with the parameter servers': every byte a PS sent to a worker, the worker received.
+  // They stopped at the job's last progress report before, missing what came after it.
+  auto ps_bytes = [&](const std::string& component, const std::string& side,
+                      const std::string& direction) {
+    double total = 0;
+    for (int port : ports[component]) {
+      HttpReply reply;
+      if (!HttpGet(port, "/metrics", &reply)) return -1.0;
+      total +=
+          SumSamples(reply.body, absl::StrCat("dlrm_rpc_", direction, "_bytes_total"),
+                     {"method=\"/dlrm.v1.ParameterServer/", absl::StrCat("side=\"", side, "\"")});
+    }
+    return total;
+  };
+  double served = 0, received = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;) {
+    served = ps_bytes("ps", "server", "sent");
+    received = ps_bytes("worker", "client", "received");
+    if (served > 0 && served == received) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_GT(served, 0);
+  EXPECT_EQ(received, served) << "bytes the workers received from the PSs against those sent";
+  EXPECT_EQ(ps_bytes("worker", "client", "sent"), ps_bytes("ps", "server", "received"));
   // Every child of `dlrm local`, each role as it starts there, ignores SIGPIPE as well.
   const std::vector<pid_t> children = ChildrenOf(local.pid());
   EXPECT_EQ(children.size(), 5u);
