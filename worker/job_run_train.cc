@@ -41,7 +41,6 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
   for (const auto& [key, value] : last_eval_) (*request.mutable_metrics())[key] = value;
   if (total_steps_ > 0) (*request.mutable_metrics())["total_steps"] = total_steps_;
   absl::StatusOr<dlrm::v1::JobState> state = worker_.client_->ReportProgress(request);
-  if (state.ok() && *state == dlrm::v1::JOB_STATE_RECOVERING) worker_.run_interrupted_.store(true);
   if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
     return absl::CancelledError(absl::StrCat("job ", job_id_, " is no longer running"));
   }

@@ -41,12 +41,9 @@ void WorkerProcess::RunJob(const dlrm::v1::WorkerAssignment& assignment) {
   if (metrics.job_running != nullptr) {
     metrics.job_running->Set(0);
     const bool stopped = cancel_job_.load() || status.code() == absl::StatusCode::kCancelled;
-    // A lost peer's failure is reported, and the job recovers: this run is interrupted.
-    const bool interrupted = run_interrupted_.load() || (!stopped && PeerLost(status));
-    (status.ok()   ? metrics.jobs_succeeded
-     : interrupted ? metrics.jobs_interrupted
-     : stopped     ? metrics.jobs_stopped
-                   : metrics.jobs_failed)
+    (status.ok() ? metrics.jobs_succeeded
+     : stopped   ? metrics.jobs_stopped
+                 : metrics.jobs_failed)
         ->Increment();
   }
   if (status.ok()) return;

@@ -23,13 +23,12 @@ WorkerMetrics RegisterWorkerMetrics(common::MetricsRegistry* registry) {
       &registry->Counter("hot_migrations_total",
                          "Embedding rows moved between the hot set and the parameter servers.");
   const char* help =
-      "Job runs this worker took part in, by how its part ended: succeeded, failed, stopped "
-      "(cancelled, or the job ended elsewhere) or interrupted (the job recovers, from a lost peer "
-      "or at a new epoch; its next run counts again).";
+      "Job runs this worker took part in, by how its part ended: succeeded, failed, or stopped "
+      "(cancelled, recovering, or ended elsewhere). A job that recovers ends the run of every "
+      "rank, and its next run counts again.";
   m.jobs_succeeded = &registry->Counter("worker_jobs_total", help, {{"result", "succeeded"}});
   m.jobs_failed = &registry->Counter("worker_jobs_total", help, {{"result", "failed"}});
   m.jobs_stopped = &registry->Counter("worker_jobs_total", help, {{"result", "stopped"}});
-  m.jobs_interrupted = &registry->Counter("worker_jobs_total", help, {{"result", "interrupted"}});
   m.job_running = &registry->Gauge("worker_job_running", "1 while this worker trains a job.");
   m.train_loss = &registry->Gauge(
       "train_loss", "Training log loss of this worker's recent steps (moving average, 1/50).");

@@ -18,7 +18,6 @@ struct WorkerMetrics {
   prometheus::Counter* jobs_succeeded = nullptr;
   prometheus::Counter* jobs_failed = nullptr;
   prometheus::Counter* jobs_stopped = nullptr;
-  prometheus::Counter* jobs_interrupted = nullptr;
   prometheus::Gauge* job_running = nullptr;
   // Learning curve of the job in progress: the training loss (moving average), the epoch, and
   // rank 0's latest evaluation (training.eval_every_steps, and the final one).

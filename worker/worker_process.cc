@@ -120,9 +120,6 @@ void WorkerProcess::HeartbeatLoop() {
         checkpoint_requests_.store(assignment_.job().checkpoint_requests());
         // Another job, or the same one run again after a recovery: the run in progress is over.
         if (!running_job_.empty() && RunKey(assignment_.job()) != running_job_ && cancel_hook_) {
-          if (absl::StartsWith(running_job_, absl::StrCat(assignment_.job().job_id(), "@"))) {
-            run_interrupted_.store(true);
-          }
           DLRM_LOG(INFO) << "run " << running_job_ << " is replaced by "
                          << RunKey(assignment_.job()) << "; stopping it";
           cancel_hook_();
@@ -166,7 +163,6 @@ absl::Status WorkerProcess::Run() {
       running_job_ = RunKey(assignment.job());
       // Until training starts, a cancellation only raises the flag (checked between phases).
       cancel_job_.store(false);
-      run_interrupted_.store(false);
       cancel_hook_ = [this] { cancel_job_.store(true); };
     }
     RunJob(assignment);

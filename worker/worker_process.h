@@ -165,9 +165,6 @@ class WorkerProcess {
   std::thread heartbeat_thread_;
   std::atomic<int64_t> jobs_done_{0};
   std::atomic<bool> cancel_job_{false};
-  // The run ends because its job recovers (restarted at a new epoch, or RECOVERING when it
-  // reported): dlrm_worker_jobs_total counts it as interrupted, not stopped.
-  std::atomic<bool> run_interrupted_{false};
   // JobAssignment.checkpoint_requests of the latest heartbeat (`dlrmctl checkpoint` calls).
   std::atomic<int64_t> checkpoint_requests_{0};
 
