@@ -24,10 +24,12 @@ struct TrainReport {
   double train_seconds = 0;
   int64_t skipped_lines = 0;
   // Embedding traffic (distributed runs; 0 in dlrm train, whose tables are in process).
-  double ps_bytes_per_sample = 0;  // gRPC bytes to and from the parameter servers per sample
-  double hot_hit_rate = 0;         // share of id lookups served by the workers' hot rows
-  int64_t hot_rows = 0;            // hot rows replicated on each worker at the end
-  int64_t hot_migrations = 0;      // rows moved between hot and cold while training
+  // gRPC bytes to and from the parameter servers per sample: rank 0's, of every call (its
+  // evaluations' lookups and checkpoint calls too).
+  double ps_bytes_per_sample = 0;
+  double hot_hit_rate = 0;     // share of id lookups served by the workers' hot rows
+  int64_t hot_rows = 0;        // hot rows replicated on each worker at the end
+  int64_t hot_migrations = 0;  // rows moved between hot and cold while training
   // training.target_auc: the target (0 = none), and the step whose periodic evaluation reached
   // it, where training stopped (-1 = not reached). Written to the JSON only with a target; `dlrm
   // train` fills them.
