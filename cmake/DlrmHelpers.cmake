@@ -30,8 +30,13 @@ endfunction()
 # roughly, per test) makes `ctest -j` start these tests before cheaper ones when it has no timings
 # of its own yet (a fresh clone, as in CI), so the long multi-process tests do not come last.
 function(dlrm_cc_test)
-  cmake_parse_arguments(ARG "" "NAME;COST" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "BARE" "NAME;COST" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
+  # OpenSSL kept until exit, as in the dlrm executables (common/openssl_exit.h): a test that used
+  # TLS could crash as it exited. BARE: without it, for the test of that start-up hook itself.
+  if(NOT ARG_BARE)
+    target_link_libraries(${ARG_NAME} PRIVATE dlrm_openssl_at_start dlrm_common)
+  endif()
   # The code under test is in the libraries, built as the release is (-O3). The tests' own C++ is
   # built at -O1 in Release: it compiles in about half the time (gtest and gmock's templates are
   # most of it), and `make test` builds it all on every fresh clone.
