@@ -12,8 +12,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/type_resolver.h"
+#include "google/protobuf/util/type_resolver_util.h"
 
 namespace dlrm::client {
 namespace {
@@ -22,14 +27,31 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Value;
 
+constexpr char kTypeUrlPrefix[] = "type.googleapis.com";
+
+// The JSON printer reads the message's wire form, where a map's entries come in the order of its
+// hash table, which differs from process to process: a job's progress.metrics printed its keys in
+// a new order on every call. Serialized deterministically (map entries by key), they come sorted.
 std::string JsonOf(const google::protobuf::Message& message, bool indented) {
+  static google::protobuf::util::TypeResolver* const resolver =
+      google::protobuf::util::NewTypeResolverForDescriptorPool(
+          kTypeUrlPrefix, google::protobuf::DescriptorPool::generated_pool());
+  std::string binary;
+  {
+    google::protobuf::io::StringOutputStream stream(&binary);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    (void)message.SerializePartialToCodedStream(&coded);
+  }
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   options.add_whitespace = indented;
   std::string out;
   // Only fails for unresolvable Any types, which these messages do not hold.
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  (void)google::protobuf::util::BinaryToJsonString(
+      resolver, absl::StrCat(kTypeUrlPrefix, "/", message.GetDescriptor()->full_name()), binary,
+      &out, options);
   return out;
 }
 

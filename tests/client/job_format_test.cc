@@ -3,10 +3,12 @@
 // hold; the messages that explain a job's state; and how fast a watched job trains (run_speed.h).
 #include "client/job_format.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/output_format.h"
 #include "client/run_speed.h"
@@ -188,6 +190,27 @@ TEST(JobFormatDocument, OneDocumentPerFormat) {
   EXPECT_EQ(jsonl.find('\n'), jsonl.size() - 1) << jsonl;
   EXPECT_EQ(nlohmann::json::parse(jsonl)["job_id"], "job-1");
   EXPECT_EQ(YAML::Load(ToDocument(job, OutputFormat::kYaml))["job_id"].as<std::string>(), "job-1");
+}
+
+// A map's keys (a job's progress.metrics) come sorted, the same on every call: the JSON printer
+// reads the wire form, whose map entries follow a hash table's order that differs from process to
+// process. Each document is printed from a fresh copy, as each dlrmctl call parses its own.
+TEST(JobFormatDocument, MapKeysComeSorted) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 40; ++i) keys.push_back(absl::StrCat("metric_", (i * 17) % 40));
+  dlrm::v1::Job job;
+  job.set_job_id("job-1");
+  for (const std::string& key : keys) (*job.mutable_progress()->mutable_metrics())[key] = 1.5;
+  std::sort(keys.begin(), keys.end());
+  for (OutputFormat format : {OutputFormat::kJson, OutputFormat::kJsonl}) {
+    dlrm::v1::Job copy;
+    ASSERT_TRUE(copy.ParseFromString(job.SerializeAsString()));
+    const std::string json = ToDocument(copy, format);
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(json);
+    std::vector<std::string> order;
+    for (const auto& [key, value] : doc["progress"]["metrics"].items()) order.push_back(key);
+    EXPECT_EQ(order, keys) << json;
+  }
 }
 
 TEST(JobFormatOutput, ParsesEveryNamedFormatAndNothingElse) {
