@@ -82,7 +82,9 @@ absl::Status Coordinator::Start() {
   expiry_thread_ = std::thread([this] { ExpiryLoop(); });
   DLRM_LOG(INFO) << "coordinator listening on " << server_->address() << " (data dir "
                  << options_.data_dir << ", lease ttl " << absl::FormatDuration(options_.lease_ttl)
-                 << ", metrics port " << metrics_->port() << ")";
+                 << (metrics_->port() > 0 ? absl::StrCat(", metrics port ", metrics_->port())
+                                          : std::string(", no metrics endpoint"))
+                 << ")";
   return absl::OkStatus();
 }
 
