@@ -180,10 +180,8 @@ class WorkerProcess::JobRun {
   int64_t steps_ = 0;    // this run's
   LossAverage loss_avg_;
   int64_t migrations_reported_ = 0;
-  // The trainer's id counts at the last progress report: dlrm_hot_hit_ratio is the share of the
-  // ids since then that hot rows served (a ratio since the job's start hid a hot set gone stale).
-  int64_t ids_at_report_ = 0;
-  int64_t hot_ids_at_report_ = 0;
+  // dlrm_hot_hit_ratio: the share of the ids since the last progress report that hot rows served.
+  RatioSinceLastRead hot_hits_;
   int64_t total_steps_ = -1;                 // the job's steps, -1 when unknown
   std::map<std::string, double> last_eval_;  // rank 0's latest periodic evaluation
   bool evaluated_ = false;

@@ -25,11 +25,10 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
       metrics_.ps_bytes_per_sample->Set(
           static_cast<double>(PsRpcBytesNow() - PsRpcBytes(network_start_)) / c.samples);
     }
-    if (metrics_.hot_hit_ratio != nullptr && c.ids > ids_at_report_) {
-      metrics_.hot_hit_ratio->Set(static_cast<double>(c.hot_ids - hot_ids_at_report_) /
-                                  static_cast<double>(c.ids - ids_at_report_));
-      ids_at_report_ = c.ids;
-      hot_ids_at_report_ = c.hot_ids;
+    if (metrics_.hot_hit_ratio != nullptr) {
+      if (const std::optional<double> share = hot_hits_.Read(c.hot_ids, c.ids)) {
+        metrics_.hot_hit_ratio->Set(*share);
+      }
     }
   }
   dlrm::v1::ReportProgressRequest request = worker_.NewReport(assignment_);

@@ -31,6 +31,26 @@ class LossAverage {
   double weight_ = 0;
 };
 
+// The share of a running count (hot ids among all ids) over what was added since the last read:
+// what dlrm_hot_hit_ratio shows. The share since the start hid a hot set that had gone stale (0.62
+// long after a refresh had emptied it).
+class RatioSinceLastRead {
+ public:
+  // The share of (part - part at the last read) in (whole - whole at the last read), from running
+  // totals; nullopt when nothing was added since (the last read stays).
+  std::optional<double> Read(int64_t part, int64_t whole) {
+    if (whole <= whole_) return std::nullopt;
+    const double share = static_cast<double>(part - part_) / static_cast<double>(whole - whole_);
+    part_ = part;
+    whole_ = whole;
+    return share;
+  }
+
+ private:
+  int64_t part_ = 0;
+  int64_t whole_ = 0;
+};
+
 struct ProgressOptions {
   std::chrono::milliseconds interval_tty{200};
   std::chrono::milliseconds interval_pipe{5000};

@@ -41,6 +41,17 @@ class ProgressLineTest : public ::testing::Test {
 // The shown loss follows the recent steps: one first step far above the rest weighs 1/50 of its
 // excess at first and fades, where an average started at the first loss kept 0.56 of it after 30
 // steps. A constant loss reads exactly as itself from the first step on.
+// dlrm_hot_hit_ratio's window: each read is the share of what was added since the one before, so
+// a hot set that stops serving reads 0 at the next report, not a slowly falling average.
+TEST(RatioSinceLastReadTest, EachReadCoversOnlyWhatCameSinceTheLastOne) {
+  RatioSinceLastRead ratio;
+  EXPECT_EQ(ratio.Read(0, 0), std::nullopt);
+  EXPECT_EQ(ratio.Read(990, 1000), 0.99);
+  EXPECT_EQ(ratio.Read(990, 1000), std::nullopt) << "nothing added since";
+  EXPECT_EQ(ratio.Read(990, 3000), 0.0) << "2000 ids, none hot: the share since job start is 0.33";
+  EXPECT_EQ(ratio.Read(1490, 4000), 0.5);
+}
+
 TEST(LossAverageTest, TheFirstStepsFadeAndAConstantLossReadsAsItself) {
   LossAverage constant;
   EXPECT_EQ(constant.value(), 0);
