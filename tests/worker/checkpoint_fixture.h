@@ -55,6 +55,13 @@ class CheckpointTest : public ::testing::Test {
     return o;
   }
   std::string Ckpt(const std::string& name) { return dir_.File(name); }
+  // SmallJob into Ckpt(folder) for `steps` steps, a checkpoint every `every` (0: at the end only).
+  common::JobSpec Job(const std::string& folder, int64_t steps, int64_t every = 0) {
+    common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt(folder));
+    spec.max_steps = steps;
+    if (every > 0) spec.checkpoint.every_steps = every;
+    return spec;
+  }
 
   // Every float of the dense model and of every stored row (weights and optimizer state) equal,
   // bit for bit.

@@ -39,9 +39,7 @@ using ::testing::HasSubstr;
 // folder; resuming from an older one while newer ones exist is refused; a newer checkpoint that
 // does not verify (nothing can load it) does not stand in the way.
 TEST_F(CheckpointTest, ARunRefusesAFolderHoldingNewerCheckpointsOfAnotherRun) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("mix"));
-  spec.max_steps = 10;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("mix", 10, 5);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   const std::string newest = Ckpt("mix/ckpt-000000000010");
   auto before = embedding::ReadManifest(newest);
@@ -130,9 +128,7 @@ TEST_F(CheckpointTest, AClusterJobsRankZeroHoldsItsCheckpointFolder) {
 // A newest checkpoint whose manifest does not parse is passed over like one whose files do not
 // verify: the folder resolves to the one before, and the listing reports the damaged one.
 TEST_F(CheckpointTest, AFolderPassesOverACheckpointWithADamagedManifest) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("dm"));
-  spec.max_steps = 10;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("dm", 10, 5);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   testing::WriteFile(Ckpt("dm/ckpt-000000000010/MANIFEST.json"), "{not json");
   std::vector<absl::Status> damaged;
@@ -151,9 +147,7 @@ TEST_F(CheckpointTest, AFolderPassesOverACheckpointWithADamagedManifest) {
 // its own CRC32C: it is passed over as damaged, naming the manifest. One without the checksum
 // (written before it existed) still loads.
 TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("mc"));
-  spec.max_steps = 10;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("mc", 10, 5);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   const std::string path = Ckpt("mc/ckpt-000000000010/MANIFEST.json");
   const std::string text = testing::ReadFile(path);
@@ -200,9 +194,7 @@ TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
 // root (ckpt-final) writes a full checkpoint next, which loads, not one building on a name that
 // is not there.
 TEST_F(CheckpointTest, OnlyCheckpointNamedFoldersAreLoadedOrRemovedAndNamesAreNeverPaths) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("outer/ckpt-run1"));
-  spec.max_steps = 10;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("outer/ckpt-run1", 10, 5);
   spec.checkpoint.full_every = 1;
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   common::JobSpec next = spec;
@@ -244,9 +236,7 @@ TEST_F(CheckpointTest, OnlyCheckpointNamedFoldersAreLoadedOrRemovedAndNamesAreNe
 // wrote there (given the same checkpoint.dir) is passed over, and with none of its own there is
 // nothing to take (the job starts again from its resume_from).
 TEST_F(CheckpointTest, AFolderScanForAJobPassesOverOtherJobsCheckpoints) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("jobs"));
-  spec.max_steps = 10;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("jobs", 10, 5);
   spec.checkpoint.full_every = 1;
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   for (const auto& [name, job] : {std::pair<std::string, std::string>{"ckpt-000000000005", "job-2"},
@@ -270,9 +260,7 @@ TEST_F(CheckpointTest, AFolderScanForAJobPassesOverOtherJobsCheckpoints) {
 // checkpoint of the parent's name (its step): its changed rows on top of that one would be a
 // model of neither run. Before, it verified again and a folder scan took it as the newest.
 TEST_F(CheckpointTest, AChildOfALostParentDoesNotComeBackWhenAnotherRunWritesItsName) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("lost"));
-  spec.max_steps = 15;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("lost", 15, 5);
   spec.checkpoint.full_every = 3;
   spec.checkpoint.keep_last = 10;
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());

@@ -40,14 +40,11 @@ using ::testing::HasSubstr;
 // With checkpoints every 7 steps and a full one every 3, the resumed run loads a chain (full +
 // incrementals) and continues the chain.
 TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
-  common::JobSpec straight = SmallJob(dir_.File("train.tsv"), Ckpt("straight"));
-  straight.max_steps = 80;
+  common::JobSpec straight = Job("straight", 80);
   TrainArtifacts reference;
   ASSERT_TRUE(TrainInProcess(straight, Quiet(), &reference).ok());
 
-  common::JobSpec first = SmallJob(dir_.File("train.tsv"), Ckpt("split"));
-  first.max_steps = 60;
-  first.checkpoint.every_steps = 7;
+  common::JobSpec first = Job("split", 60, 7);
   first.checkpoint.full_every = 3;
   first.checkpoint.keep_last = 2;
   auto r1 = TrainInProcess(first, Quiet());
@@ -70,9 +67,7 @@ TEST_F(CheckpointTest, ResumedTrainingGivesTheBitIdenticalModel) {
 // A run resumed in its own folder continues the chain it resumed from: its first checkpoint
 // builds on that one, and full_every counts the links before it.
 TEST_F(CheckpointTest, ResumeInItsFolderContinuesTheChain) {
-  common::JobSpec first = SmallJob(dir_.File("train.tsv"), Ckpt("chain"));
-  first.max_steps = 14;
-  first.checkpoint.every_steps = 7;
+  common::JobSpec first = Job("chain", 14, 7);
   first.checkpoint.full_every = 3;
   first.checkpoint.keep_last = 10;
   auto r1 = TrainInProcess(first, Quiet());
@@ -109,9 +104,7 @@ TEST_F(CheckpointTest, DlrmTrainRefusesHalfPrecisionTablesOnTheCpu) {
 }
 
 TEST_F(CheckpointTest, FlippedByteIsRefusedNamingTheFileAndTheFolderFallsBackToThePrevious) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("c"));
-  spec.max_steps = 20;
-  spec.checkpoint.every_steps = 10;
+  common::JobSpec spec = Job("c", 20, 10);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   auto list = embedding::ListCheckpoints(Ckpt("c"));
   ASSERT_TRUE(list.ok());
@@ -143,8 +136,7 @@ TEST_F(CheckpointTest, FlippedByteIsRefusedNamingTheFileAndTheFolderFallsBackToT
 }
 
 TEST_F(CheckpointTest, AnUnfinishedCheckpointDoesNotExistAndIsRemoved) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("u"));
-  spec.max_steps = 10;
+  common::JobSpec spec = Job("u", 10);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   // A write that died before its manifest: files, no MANIFEST.json.
   fs::create_directories(Ckpt("u/ckpt-000000000015"));
@@ -160,8 +152,7 @@ TEST_F(CheckpointTest, AnUnfinishedCheckpointDoesNotExistAndIsRemoved) {
 }
 
 TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("s"));
-  spec.max_steps = 5;
+  common::JobSpec spec = Job("s", 5);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   common::JobSpec wider = spec;
   wider.embedding_dim = 16;
@@ -200,9 +191,7 @@ TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
 }
 
 TEST_F(CheckpointTest, IncrementalCheckpointsHoldOnlyTheChangedRows) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("i"));
-  spec.max_steps = 12;
-  spec.checkpoint.every_steps = 6;
+  common::JobSpec spec = Job("i", 12, 6);
   spec.checkpoint.full_every = 10;
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   auto list = embedding::ListCheckpoints(Ckpt("i"));
@@ -247,9 +236,7 @@ TEST_F(CheckpointTest, CheckpointsFromTheKeptSnapshotEqualOneTakenAfresh) {
   for (int full_every : {1, 3}) {
     SCOPED_TRACE(full_every);
     const std::string name = absl::StrCat("kept", full_every);
-    common::JobSpec kept = SmallJob(dir_.File("train.tsv"), Ckpt(name));
-    kept.max_steps = 20;
-    kept.checkpoint.every_steps = 3;
+    common::JobSpec kept = Job(name, 20, 3);
     kept.checkpoint.full_every = full_every;
     kept.checkpoint.keep_last = 20;
     ASSERT_TRUE(TrainInProcess(kept, Quiet()).ok());
@@ -267,8 +254,8 @@ TEST_F(CheckpointTest, CheckpointsFromTheKeptSnapshotEqualOneTakenAfresh) {
     ASSERT_EQ(at18.step, 18);
     ASSERT_TRUE(at18.incremental);
     TrainArtifacts from_chain, from_fresh;
-    common::JobSpec load = SmallJob(dir_.File("train.tsv"), Ckpt("load-chain"));
-    load.max_steps = 18;  // nothing left to train: the loaded state is the model
+    common::JobSpec load =
+        Job("load-chain", 18);  // nothing left to train: the loaded state is the model
     ASSERT_TRUE(TrainInProcess(load, Quiet(Ckpt(name) + "/" + at18.name), &from_chain).ok());
     load.checkpoint.dir = Ckpt("load-fresh");
     ASSERT_TRUE(TrainInProcess(load, Quiet(fresh_at(18)), &from_fresh).ok());
@@ -277,8 +264,7 @@ TEST_F(CheckpointTest, CheckpointsFromTheKeptSnapshotEqualOneTakenAfresh) {
 }
 
 TEST_F(CheckpointTest, PredictScoresEqualEvalsOnTheSameRows) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("p"));
-  spec.max_steps = 30;
+  common::JobSpec spec = Job("p", 30);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   CheckpointModelOptions o;
   o.checkpoint = Ckpt("p");
@@ -321,9 +307,7 @@ TEST_F(CheckpointTest, PredictScoresEqualEvalsOnTheSameRows) {
 // A checkpoint loads from the directory given, however it is spelled: with a trailing slash, as
 // "." from inside it, or renamed (next to the checkpoint it builds on).
 TEST_F(CheckpointTest, ACheckpointLoadsFromTheDirectoryGivenHoweverItIsSpelled) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("spell"));
-  spec.max_steps = 10;
-  spec.checkpoint.every_steps = 5;
+  common::JobSpec spec = Job("spell", 10, 5);
   spec.checkpoint.full_every = 2;
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
   const std::string canonical = Ckpt("spell/ckpt-000000000010");
@@ -386,8 +370,7 @@ TEST_F(CheckpointTest, AnEpochsEndResumesWithAnyBatchSize) {
 // same samples in its own batches (10 of 256 = 5 of 512), and is refused naming both sizes when
 // they do not divide (2,560 samples are not a whole number of batches of 384).
 TEST_F(CheckpointTest, ResumingWithAnotherBatchSizeSkipsTheSameSamples) {
-  common::JobSpec spec = SmallJob(dir_.File("train.tsv"), Ckpt("bs"));
-  spec.max_steps = 10;
+  common::JobSpec spec = Job("bs", 10);
   ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
 
   common::JobSpec wider = spec;
