@@ -19,7 +19,6 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
   }
   last_report_ = now;
   if (worker_.options_.metrics != nullptr) {
-    common::ExportRpcBytes(worker_.options_.metrics);
     const TrainerCounters c = trainer_->counters();
     if (c.samples > 0) {
       metrics_.ps_bytes_per_sample->Set(

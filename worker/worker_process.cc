@@ -75,8 +75,8 @@ absl::Status WorkerProcess::RegisterLocked() {
 
 void WorkerProcess::HeartbeatLoop() {
   while (true) {
-    // dlrm_rpc_*_bytes_total, also between jobs and after a job's last progress report (its final
-    // evaluation, report and unload), as the parameter servers and the coordinator do.
+    // dlrm_rpc_*_bytes_total, during jobs, between them and after a job's last progress report
+    // (its final evaluation, report and unload), as the parameter servers and the coordinator do.
     if (options_.metrics != nullptr) common::ExportRpcBytes(options_.metrics);
     ResendUndeliveredReport();
     std::string member_id, member_key;
