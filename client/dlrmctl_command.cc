@@ -67,10 +67,6 @@ ChainState CheckChain(const std::string& root, const embedding::CheckpointManife
   return {verify ? "verified" : "ok", ""};
 }
 
-bool NeedsExplaining(const dlrm::v1::Job& job) {
-  return job.state() == dlrm::v1::JOB_STATE_PENDING && job.message().empty();
-}
-
 // The checkpoints of a folder as a document's list: one object per manifest, as `checkpoints`
 // prints them.
 void AddCheckpointEntries(const std::vector<embedding::CheckpointManifest>& list,
@@ -165,7 +161,7 @@ int Command::Submit() {
     if (IsDocumentFormat(format_)) {
       out_ << ToDocument(*job, format_);
     } else if (format_ == OutputFormat::kWide) {
-      PrintJob(**client, *job);
+      PrintJob(*job);
     } else {
       out_ << job->job_id() << "\n";  // for JOB=$(dlrmctl submit -f job.yaml)
     }
@@ -180,7 +176,7 @@ int Command::Status() {
   if (!client.ok()) return Fail(client.status());
   auto job = (*client)->Get(flags_.job_id);
   if (!job.ok()) return Fail(job.status());
-  PrintJob(**client, *job);
+  PrintJob(*job);
   return kExitOk;
 }
 
@@ -198,7 +194,7 @@ int Command::Cancel() {
   auto job = (*client)->Cancel(flags_.job_id, flags_.reason);
   if (!job.ok()) return Fail(job.status());
   unanswered_change_.clear();
-  PrintJob(**client, *job);
+  PrintJob(*job);
   return kExitOk;
 }
 
@@ -323,22 +319,7 @@ int Command::List() {
     out_ << ToDocument(response, format_);
     return kExitOk;
   }
-  // The list holds every pending job when it holds any (the filter is none or PENDING),
-  // oldest first: the order the coordinator starts them in.
-  std::optional<ClusterSnapshot> cluster;
-  if (std::any_of(jobs->begin(), jobs->end(), NeedsExplaining)) {
-    cluster.emplace();
-    if (auto view = (*client)->Members(); view.ok()) cluster->view = std::move(*view);
-    cluster->pending_job_ids.emplace();
-    for (const auto& job : *jobs) {
-      if (job.state() == dlrm::v1::JOB_STATE_PENDING) {
-        cluster->pending_job_ids->push_back(job.job_id());
-      } else if (job.state() == dlrm::v1::JOB_STATE_RECOVERING) {
-        cluster->recovering_job_ids.push_back(job.job_id());
-      }
-    }
-  }
-  out_ << JobTable(*jobs, wide(), cluster ? &*cluster : nullptr);
+  out_ << JobTable(*jobs, wide());
   return kExitOk;
 }
 
@@ -408,9 +389,7 @@ int Command::Describe() {
                                          " cannot be read here: ", list.status().message(), ")"));
     }
   }
-  std::optional<ClusterSnapshot> cluster;
-  if (NeedsExplaining(*job)) cluster = ReadCluster(**client);
-  out_ << JobDescription(*job, cluster ? &*cluster : nullptr, checkpoints);
+  out_ << JobDescription(*job, checkpoints);
   return kExitOk;
 }
 
@@ -504,27 +483,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> Command::Connect() {
   return CoordinatorClient::Create(options);
 }
 
-ClusterSnapshot Command::ReadCluster(CoordinatorClient& client) {
-  ClusterSnapshot cluster;
-  if (auto view = client.Members(); view.ok()) cluster.view = std::move(*view);
-  if (auto pending = client.List(dlrm::v1::JOB_STATE_PENDING); pending.ok()) {
-    cluster.pending_job_ids.emplace();
-    for (const auto& job : *pending) cluster.pending_job_ids->push_back(job.job_id());
-  }
-  if (auto recovering = client.List(dlrm::v1::JOB_STATE_RECOVERING); recovering.ok()) {
-    for (const auto& job : *recovering) cluster.recovering_job_ids.push_back(job.job_id());
-  }
-  return cluster;
-}
-
-void Command::PrintJob(CoordinatorClient& client, const dlrm::v1::Job& job) {
+void Command::PrintJob(const dlrm::v1::Job& job) {
   if (IsDocumentFormat(format_)) {
     out_ << ToDocument(job, format_);
     return;
   }
-  std::optional<ClusterSnapshot> cluster;
-  if (NeedsExplaining(job)) cluster = ReadCluster(client);
-  out_ << JobDetail(job, wide(), cluster ? &*cluster : nullptr);
+  out_ << JobDetail(job, wide());
 }
 
 int Command::WatchUntilDone(CoordinatorClient& client, const std::string& job_id) {
@@ -534,9 +498,7 @@ int Command::WatchUntilDone(CoordinatorClient& client, const std::string& job_id
     if (format_ == OutputFormat::kJsonl) {
       out_ << ToDocument(event, format_) << std::flush;
     } else if (!IsDocumentFormat(format_)) {
-      std::optional<ClusterSnapshot> cluster;
-      if (NeedsExplaining(event.job())) cluster = ReadCluster(client);
-      const std::string line = JobEventLine(event.job(), cluster ? &*cluster : nullptr, &speed);
+      const std::string line = JobEventLine(event.job(), &speed);
       if (terminal_) {
         // On a terminal the running job's line is redrawn in place; other states stay.
         const bool running = event.job().state() == dlrm::v1::JOB_STATE_RUNNING;

@@ -90,11 +90,7 @@ class Command {
   // (UsageStatus), found before anything is dialled.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect();
 
-  // What explains a pending job: the members and the pending jobs. Best effort: a call that
-  // fails leaves its part out.
-  static ClusterSnapshot ReadCluster(CoordinatorClient& client);
-
-  void PrintJob(CoordinatorClient& client, const dlrm::v1::Job& job);
+  void PrintJob(const dlrm::v1::Job& job);
 
   // Streams `job_id` until it ends: a line per change for people, a JSON event per line for
   // jsonl, the final job alone for json and yaml. Returns the exit code of its final state.

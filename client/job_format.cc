@@ -60,71 +60,6 @@ std::string Count(int64_t n, absl::string_view one, absl::string_view many) {
   return absl::StrCat(n, " ", n == 1 ? one : many);
 }
 
-// "worker-0, worker-1", at most `limit` labels then "and N more".
-std::string LabelList(const std::vector<std::string>& labels, size_t limit = 5) {
-  if (labels.size() <= limit) return absl::StrJoin(labels, ", ");
-  std::vector<std::string> head(labels.begin(), labels.begin() + limit);
-  return absl::StrCat(absl::StrJoin(head, ", "), " and ", labels.size() - limit, " more");
-}
-
-std::string WithLabels(std::string counted, const std::vector<std::string>& labels) {
-  if (labels.empty()) return counted;
-  return absl::StrCat(counted, " (", LabelList(labels), ")");
-}
-
-std::string PendingMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
-  std::string message = absl::StrCat(
-      "waiting for ", Count(job.requested_workers(), "idle worker", "idle workers"), " and ",
-      job.requested_ps() > 0 ? Count(job.requested_ps(), "parameter server", "parameter servers")
-                             : std::string("at least 1 parameter server"));
-  if (cluster != nullptr && cluster->view.has_value()) {
-    std::vector<std::string> idle;
-    int busy = 0;
-    std::vector<const dlrm::v1::Member*> ps;
-    for (const auto& m : cluster->view->members()) {
-      if (m.state() != dlrm::v1::MEMBER_STATE_ALIVE) continue;
-      if (m.role() == dlrm::v1::ROLE_WORKER) {
-        if (m.job_id().empty()) {
-          idle.push_back(MemberLabel(m));
-        } else {
-          ++busy;
-        }
-      } else if (m.role() == dlrm::v1::ROLE_PS) {
-        ps.push_back(&m);
-      }
-    }
-    std::sort(ps.begin(), ps.end(), [](const dlrm::v1::Member* a, const dlrm::v1::Member* b) {
-      return a->shard_index() < b->shard_index();
-    });
-    std::vector<std::string> ps_labels;
-    for (const auto* m : ps) ps_labels.push_back(MemberLabel(*m));
-    std::vector<std::string> has = {
-        WithLabels(Count(static_cast<int64_t>(idle.size()), "idle worker", "idle workers"), idle)};
-    if (busy > 0) has.push_back(Count(busy, "busy worker", "busy workers"));
-    has.push_back(
-        WithLabels(Count(static_cast<int64_t>(ps.size()), "parameter server", "parameter servers"),
-                   ps_labels));
-    absl::StrAppend(&message, "; the cluster has ", absl::StrJoin(has, ", "));
-  }
-  if (cluster != nullptr && cluster->pending_job_ids.has_value()) {
-    // Recovering jobs start again first (they were running), then pending ones in order.
-    std::vector<std::string> ahead;
-    for (const std::string& id : cluster->recovering_job_ids) {
-      ahead.push_back(absl::StrCat(id, " (RECOVERING)"));
-    }
-    const auto& ids = *cluster->pending_job_ids;
-    const auto self = std::find(ids.begin(), ids.end(), job.job_id());
-    if (self != ids.end()) ahead.insert(ahead.end(), ids.begin(), self);
-    if (!ahead.empty()) {
-      absl::StrAppend(&message, "; queued behind ", LabelList(ahead),
-                      cluster->recovering_job_ids.empty()
-                          ? " (jobs start in submission order)"
-                          : " (recovering jobs start again first, then jobs in submission order)");
-    }
-  }
-  return message;
-}
-
 std::string Auc(const dlrm::v1::Job& job) {
   if (job.state() != dlrm::v1::JOB_STATE_SUCCEEDED) return "-";
   if (!job.final_metrics().has_auc()) return "n/a";  // no eval data
@@ -136,8 +71,8 @@ std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 // The MESSAGE column of the job tables: one line. The coordinator's message of a job that lost a
 // member with no recovery left is "<the loss>; no recovery left (N of max_recoveries N used);
 // recovery 1: <loss>; ...": the verdict goes first, then the loss that ended the job.
-std::string TableMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
-  std::string message = JobMessage(job, cluster);
+std::string TableMessage(const dlrm::v1::Job& job) {
+  std::string message = JobMessage(job);
   constexpr char kNoRecoveryLeft[] = "; no recovery left (";
   const size_t verdict = message.find(kNoRecoveryLeft);
   if (job.state() == dlrm::v1::JOB_STATE_FAILED && verdict != std::string::npos) {
@@ -185,9 +120,8 @@ std::string HistoryLine(const dlrm::v1::JobStateChange& change) {
                          Printable(change.message()));
 }
 
-std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
-                           const std::vector<std::string>& checkpoints) {
-  std::string out = JobDetail(job, /*wide=*/true, cluster);
+std::string JobDescription(const dlrm::v1::Job& job, const std::vector<std::string>& checkpoints) {
+  std::string out = JobDetail(job, /*wide=*/true);
   absl::StrAppend(&out, "\nhistory:\n");
   for (const dlrm::v1::JobStateChange& change : job.history()) {
     absl::StrAppend(&out, "  ", HistoryLine(change), "\n");
@@ -232,11 +166,9 @@ std::string FewerMembersThanAsked(const dlrm::v1::Job& job,
                       "behind it (jobs start in submission order)");
 }
 
-std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster) {
+std::string JobMessage(const dlrm::v1::Job& job) {
   if (!job.message().empty()) return Printable(job.message());
   switch (job.state()) {
-    case dlrm::v1::JOB_STATE_PENDING:
-      return PendingMessage(job, cluster);
     case dlrm::v1::JOB_STATE_FAILED:
     case dlrm::v1::JOB_STATE_CANCELLED:
       return "no reason recorded";
@@ -245,7 +177,7 @@ std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster)
   }
 }
 
-std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot* cluster) {
+std::string JobDetail(const dlrm::v1::Job& job, bool wide) {
   std::vector<std::vector<std::string>> rows = {
       {"job:", job.job_id()},
       {"name:", job.name()},
@@ -300,13 +232,12 @@ std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot
     rows.push_back({"started:", UtcTime(job.started_ms())});
     rows.push_back({"finished:", UtcTime(job.finished_ms())});
   }
-  const std::string message = JobMessage(job, cluster);
+  const std::string message = JobMessage(job);
   if (!message.empty()) rows.push_back({"message:", message});
   return Columns(rows);
 }
 
-std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
-                     const ClusterSnapshot* cluster) {
+std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide) {
   std::vector<std::vector<std::string>> rows;
   if (wide) {
     rows.push_back({"JOB", "NAME", "STATE", "WORKERS", "PS", "STEP", "SAMPLES", "LOSS", "AUC",
@@ -315,7 +246,7 @@ std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
     rows.push_back({"JOB", "NAME", "STATE", "WORKERS", "STEP", "SAMPLES", "AUC", "MESSAGE"});
   }
   for (const auto& job : jobs) {
-    const std::string message = TableMessage(job, cluster);
+    const std::string message = TableMessage(job);
     if (wide) {
       rows.push_back({job.job_id(), job.name(), StateName(job.state()),
                       absl::StrCat(job.requested_workers()), PsColumn(job),
@@ -330,8 +261,7 @@ std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
   return Columns(rows);
 }
 
-std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
-                         const RunSpeed* speed) {
+std::string JobEventLine(const dlrm::v1::Job& job, const RunSpeed* speed) {
   const bool running = job.state() == dlrm::v1::JOB_STATE_RUNNING;
   std::string line = absl::StrCat(job.job_id(), " ", StateName(job.state()));
   if (running || job.state() == dlrm::v1::JOB_STATE_RECOVERING ||
@@ -367,7 +297,7 @@ std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluste
     }
     absl::StrAppend(&line, absl::StrFormat(" samples/s %.1f", m.samples_per_sec()));
   }
-  std::string message = JobMessage(job, cluster);
+  std::string message = JobMessage(job);
   std::replace(message.begin(), message.end(), '\n', ' ');  // one line: watch redraws it
   if (!message.empty()) absl::StrAppend(&line, " (", message, ")");
   return line;

@@ -19,23 +19,11 @@ std::string StateName(dlrm::v1::JobState state);
 std::string RoleName(dlrm::v1::Role role);
 std::string MemberStateName(dlrm::v1::MemberState state);
 
-// What the client read from the coordinator to explain why PENDING jobs wait. Either part may
-// be missing when the call that reads it failed; explanations then say less.
-struct ClusterSnapshot {
-  std::optional<dlrm::v1::GetClusterViewResponse> view;
-  // Ids of every PENDING job, oldest first (the coordinator starts them in this order); nullopt
-  // when unknown.
-  std::optional<std::vector<std::string>> pending_job_ids;
-  // Ids of every RECOVERING job, oldest first: they start again before any pending job.
-  std::vector<std::string> recovering_job_ids;
-};
-
-// The job's message; when the coordinator recorded none, one that explains the state. PENDING:
-// what the job waits for against what `cluster` has, e.g. "waiting for 2 idle workers and 1
-// parameter server; the cluster has 1 idle worker (worker-0) and 1 parameter server (ps-0)",
-// then "; queued behind job-1" when older pending jobs start first. FAILED and CANCELLED: that no
-// reason was recorded. Empty for RUNNING and SUCCEEDED. `cluster` may be null.
-std::string JobMessage(const dlrm::v1::Job& job, const ClusterSnapshot* cluster);
+// The job's message (the coordinator's: why it failed, was cancelled or recovers, or what a
+// PENDING job waits for, e.g. "waiting for 2 idle workers and 1 parameter server; the cluster has
+// 1 idle worker (worker-0), 1 parameter server (ps-0)"), as it is safe to print; for a FAILED or
+// CANCELLED job without one, that no reason was recorded.
+std::string JobMessage(const dlrm::v1::Job& job);
 
 // For a job just submitted: "" when the cluster in `view` has as many alive workers and
 // parameter servers as the job asks for, else a warning that it has fewer, e.g. "job-3 asks for 4
@@ -53,23 +41,20 @@ std::string HistoryLine(const dlrm::v1::JobStateChange& change);
 // `dlrmctl describe`: the job in detail (as -o wide), its state history, the newest committed
 // checkpoints (`checkpoints`, may be empty) and its spec, whose floats are written shortest
 // (0.9, not the stored 0.90000000000000002: ShortestFloats of client/output_format.h).
-std::string JobDescription(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
-                           const std::vector<std::string>& checkpoints);
+std::string JobDescription(const dlrm::v1::Job& job, const std::vector<std::string>& checkpoints);
 
 // One job in detail, "key: value" lines; `wide` adds member ids, addresses, per-rank samples
 // and times.
-std::string JobDetail(const dlrm::v1::Job& job, bool wide, const ClusterSnapshot* cluster);
+std::string JobDetail(const dlrm::v1::Job& job, bool wide);
 // One line per job under a header; `wide` adds columns (parameter servers, loss, created time).
 // The MESSAGE column is one line; a job that failed with no recovery left starts it with that
 // ("no recovery left (3 of max_recoveries 3 used): <the last loss>"), leaving out the list of the
 // earlier recoveries (in `describe` and -o wide's detail).
-std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide,
-                     const ClusterSnapshot* cluster);
+std::string JobTable(const std::vector<dlrm::v1::Job>& jobs, bool wide);
 // One line for a watch event: "job-1 RUNNING step 120/352 (34%) ETA 41s samples 245760 loss
 // 0.4512 5120 samples/s", with the JobMessage in parentheses when there is one. The ETA and the
 // rate come from `speed` (the watcher's, fed this job already), and are left out without it.
-std::string JobEventLine(const dlrm::v1::Job& job, const ClusterSnapshot* cluster,
-                         const RunSpeed* speed = nullptr);
+std::string JobEventLine(const dlrm::v1::Job& job, const RunSpeed* speed = nullptr);
 // One line per member (id and name) under a header, then the epoch and shard map; `now_ms` ages
 // heartbeats; `wide` adds the metrics address, capabilities and registration age.
 std::string MemberTable(const dlrm::v1::GetClusterViewResponse& view, int64_t now_ms, bool wide);

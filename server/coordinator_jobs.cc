@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/criteo_shape.h"
 #include "common/job_spec.h"
 #include "common/limits.h"
@@ -45,6 +46,24 @@ auto FindJob(Jobs& jobs, const std::string& job_id) -> absl::StatusOr<decltype(&
   auto it = jobs.find(job_id);
   if (it == jobs.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   return &it->second;
+}
+
+// "1 idle worker", "2 idle workers".
+std::string Count(size_t n, const char* one, const char* many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
+// "job-1, job-2", at most five then "and N more": a message stays short on a big cluster.
+std::string LabelList(const std::vector<std::string>& labels) {
+  constexpr size_t kLimit = 5;
+  if (labels.size() <= kLimit) return absl::StrJoin(labels, ", ");
+  std::vector<std::string> head(labels.begin(), labels.begin() + kLimit);
+  return absl::StrCat(absl::StrJoin(head, ", "), " and ", labels.size() - kLimit, " more");
+}
+
+std::string WithLabels(std::string counted, const std::vector<std::string>& labels) {
+  if (labels.empty()) return counted;
+  return absl::StrCat(counted, " (", LabelList(labels), ")");
 }
 
 // Keeps the newest kMaxHistory state changes of a job.
@@ -439,25 +458,121 @@ void CoordinatorState::TryStartJobs(absl::Time now, Changes* changes) {
       if (job->state() == state) order.push_back(job->job_id());
     }
   }
-  // FIFO: a job that cannot start holds back the ones behind it, so none starves.
-  for (const std::string& id : order) {
-    if (!TryStart(&jobs_[id], now, changes)) break;
+  // FIFO: a job that cannot start holds back the ones behind it, so none starves. Each job that
+  // waits says why in its message, so that `dlrmctl status` (and its -o json) can tell.
+  size_t blocked = order.size();
+  for (size_t i = 0; i < order.size(); ++i) {
+    Job* job = &jobs_[order[i]];
+    if (blocked == order.size()) {
+      if (TryStart(job, now, changes)) continue;
+      blocked = i;
+      SetWaiting(job, WaitingFor(*job), changes);
+      continue;
+    }
+    std::vector<std::string> ahead;
+    bool recovering_ahead = false;
+    for (size_t j = blocked; j < i; ++j) {
+      const Job& other = jobs_.at(order[j]);
+      const bool recovering = other.state() == dlrm::v1::JOB_STATE_RECOVERING;
+      recovering_ahead |= recovering;
+      ahead.push_back(recovering ? absl::StrCat(order[j], " (RECOVERING)") : order[j]);
+    }
+    SetWaiting(job,
+               absl::StrCat(WaitingFor(*job), "; queued behind ", LabelList(ahead),
+                            recovering_ahead ? " (recovering jobs start again first, then jobs "
+                                               "in submission order)"
+                                             : " (jobs start in submission order)"),
+               changes);
   }
+}
+
+int64_t CoordinatorState::AliveSinceMs(const Job& job) const {
+  if (job.state() != dlrm::v1::JOB_STATE_RECOVERING || job.recovery_history_size() == 0) return -1;
+  return job.recovery_history(job.recovery_history_size() - 1).started_ms();
+}
+
+bool CoordinatorState::Usable(const Member& m, int64_t alive_since_ms) const {
+  return m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.last_heartbeat_ms() > alive_since_ms &&
+         !unheard_since_restore_.contains(m.member_id());
+}
+
+int CoordinatorState::PsCountFor(const Job& job) const {
+  if (job.state() == dlrm::v1::JOB_STATE_RECOVERING) return job.ps_member_ids_size();
+  return job.requested_ps() > 0 ? job.requested_ps() : AlivePsCount();
+}
+
+std::string CoordinatorState::WaitingFor(const Job& job) const {
+  const bool recovering = job.state() == dlrm::v1::JOB_STATE_RECOVERING;
+  const int64_t alive_since_ms = AliveSinceMs(job);
+  std::vector<std::string> idle;
+  int busy = 0;
+  int unheard_workers = 0;
+  std::vector<const MemberEntry*> idle_entries;
+  for (const auto& [id, e] : members_) {
+    if (e.info.role() != dlrm::v1::ROLE_WORKER || e.info.state() != dlrm::v1::MEMBER_STATE_ALIVE) {
+      continue;
+    }
+    if (!e.info.job_id().empty()) {
+      ++busy;
+    } else if (Usable(e.info, alive_since_ms)) {
+      idle_entries.push_back(&e);
+    } else {
+      ++unheard_workers;
+    }
+  }
+  std::sort(idle_entries.begin(), idle_entries.end(),
+            [](const MemberEntry* a, const MemberEntry* b) {
+              return a->info.sequence() < b->info.sequence();
+            });
+  for (const MemberEntry* e : idle_entries) idle.push_back(MemberLabel(e->info.member_id()));
+  std::vector<std::string> ps;
+  int unheard_ps = 0;
+  for (const std::string& id : ps_slots_) {
+    if (id.empty()) continue;
+    const Member& m = members_.at(id).info;
+    if (Usable(m, alive_since_ms)) {
+      ps.push_back(MemberLabel(id));
+    } else if (m.state() == dlrm::v1::MEMBER_STATE_ALIVE) {
+      ++unheard_ps;
+    }
+  }
+  const int ps_count = PsCountFor(job);
+  std::string message = absl::StrCat(
+      "waiting for ", Count(job.requested_workers(), "idle worker", "idle workers"), " and ",
+      ps_count > 0 ? Count(ps_count, "parameter server", "parameter servers")
+                   : std::string("at least 1 parameter server"),
+      "; the cluster has ", WithLabels(Count(idle.size(), "idle worker", "idle workers"), idle));
+  if (busy > 0) absl::StrAppend(&message, ", ", Count(busy, "busy worker", "busy workers"));
+  absl::StrAppend(&message, ", ",
+                  WithLabels(Count(ps.size(), "parameter server", "parameter servers"), ps));
+  if (unheard_workers + unheard_ps > 0) {
+    std::vector<std::string> unheard;
+    if (unheard_workers > 0) unheard.push_back(Count(unheard_workers, "worker", "workers"));
+    if (unheard_ps > 0)
+      unheard.push_back(Count(unheard_ps, "parameter server", "parameter servers"));
+    absl::StrAppend(&message, "; not heard from since ",
+                    recovering ? "the loss" : "the coordinator restarted", ": ",
+                    absl::StrJoin(unheard, " and "));
+  }
+  return message;
+}
+
+void CoordinatorState::SetWaiting(Job* job, const std::string& why, Changes* changes) {
+  std::string message = why;
+  if (job->state() == dlrm::v1::JOB_STATE_RECOVERING && job->recovery_history_size() > 0) {
+    message = absl::StrCat("recovering (", job->recoveries(), " of ", job->max_recoveries(),
+                           "): ", job->recovery_history(job->recovery_history_size() - 1).reason(),
+                           "; ", why);
+  }
+  if (job->message() == message) return;
+  job->set_message(std::move(message));
+  TouchJob(job, changes);
 }
 
 bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
   const bool recovering = job->state() == dlrm::v1::JOB_STATE_RECOVERING;
-  // After a loss, only members that showed they are alive since then.
-  const int64_t alive_since_ms =
-      recovering ? job->recovery_history(job->recovery_history_size() - 1).started_ms() : -1;
-  // Nor members loaded from the store that have not heartbeated since: one that died while the
-  // coordinator was down still holds the lease the restart gave it.
-  // (A member that a process of the same role and name replaced is no longer alive: Register
-  // drops it.)
-  auto usable = [&](const Member& m) {
-    return m.state() == dlrm::v1::MEMBER_STATE_ALIVE && m.last_heartbeat_ms() > alive_since_ms &&
-           !unheard_since_restore_.contains(m.member_id());
-  };
+  const int64_t alive_since_ms = AliveSinceMs(*job);
+  auto usable = [&](const Member& m) { return Usable(m, alive_since_ms); };
   std::vector<MemberEntry*> idle;
   for (auto& [id, e] : members_) {
     if (e.info.role() == dlrm::v1::ROLE_WORKER && e.info.job_id().empty() && usable(e.info)) {
@@ -470,9 +585,7 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
   // recovering one as many as it had, among the usable ones. Slots may have holes: a PS that
   // replaces a dead one whose lease has not run out takes a higher slot, and the dead one's slot
   // stays free when its lease ends; neither kind of job waits for a hole to be filled.
-  const int ps_count = recovering                ? job->ps_member_ids_size()
-                       : job->requested_ps() > 0 ? job->requested_ps()
-                                                 : AlivePsCount();
+  const int ps_count = PsCountFor(*job);
   if (ps_count == 0) return false;
   std::vector<const MemberEntry*> ps;
   for (const std::string& id : ps_slots_) {
@@ -515,6 +628,7 @@ bool CoordinatorState::TryStart(Job* job, absl::Time now, Changes* changes) {
                                   "): ", r->reason()));
   } else {
     job->set_started_ms(absl::ToUnixMillis(now));
+    job->clear_message();  // what it waited for
   }
   RecordState(
       job, now,

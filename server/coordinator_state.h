@@ -175,8 +175,29 @@ class CoordinatorState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MemberLabels(const google::protobuf::RepeatedPtrField<std::string>& member_ids) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the RECOVERING jobs, then the PENDING ones, in submission order while they can; the
+  // first that cannot holds back the rest, and each of those says why in its message.
   void TryStartJobs(absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool TryStart(dlrm::v1::Job* job, absl::Time now, Changes* changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `m` may take a job: alive, heard from after `alive_since_ms` (a RECOVERING job takes
+  // only members that showed they are alive since its loss) and, when loaded from the store, since
+  // the restart (one that died while the coordinator was down still holds the lease the restart
+  // gave it). A member that a process of the same role and name replaced is no longer alive.
+  bool Usable(const dlrm::v1::Member& m, int64_t alive_since_ms) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // -1, or for a RECOVERING job the time of its loss.
+  int64_t AliveSinceMs(const dlrm::v1::Job& job) const;
+  // The parameter servers the job starts with: a recovering job as many as it had, a new one
+  // requested_ps, or every PS alive.
+  int PsCountFor(const dlrm::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a job that cannot start waits for against what the cluster has, e.g. "waiting for 2 idle
+  // workers and 1 parameter server; the cluster has 1 idle worker (worker-3), 1 busy worker,
+  // 1 parameter server (ps-0)".
+  std::string WaitingFor(const dlrm::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the message of a job that waits (a RECOVERING one keeps its recovery's words first), and
+  // touches the job only when the message changed.
+  void SetWaiting(dlrm::v1::Job* job, const std::string& why, Changes* changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FinishJob(dlrm::v1::Job* job, dlrm::v1::JobState to, const std::string& message,
                          absl::Time now, Changes* changes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

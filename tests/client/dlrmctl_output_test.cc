@@ -445,9 +445,8 @@ TEST_F(DlrmctlOutputTest, PendingJobSaysWhatItWaitsFor) {
   ASSERT_EQ(Ctl({"submit", "-f", spec_path_}, &out, &err), kExitOk) << err;
 
   ASSERT_EQ(Ctl({"status", "job-1"}, &out, &err), kExitOk) << err;
-  EXPECT_THAT(out, HasSubstr("waiting for 2 idle workers and 1 parameter server"));
-  EXPECT_THAT(out, HasSubstr("1 idle worker (trainer-a)"));
-  EXPECT_THAT(out, HasSubstr("0 parameter servers"));
+  EXPECT_THAT(out, HasSubstr("waiting for 2 idle workers and 1 parameter server; the cluster has "
+                             "1 idle worker (worker-1 (name trainer-a)), 0 parameter servers"));
   EXPECT_THAT(out, Not(HasSubstr("queued behind")));
 
   // job-2 needs what the cluster has, but job-1 starts first.
@@ -457,11 +456,12 @@ TEST_F(DlrmctlOutputTest, PendingJobSaysWhatItWaitsFor) {
 
   ASSERT_EQ(Ctl({"list"}, &out, &err), kExitOk) << err;
   EXPECT_THAT(out, HasSubstr("queued behind job-1"));
-  EXPECT_THAT(out, HasSubstr("1 idle worker (trainer-a)"));
+  EXPECT_THAT(out, HasSubstr("1 idle worker (worker-1 (name trainer-a))"));
 
-  // The document is the API object: no invented message.
-  ASSERT_EQ(Ctl({"status", "job-1", "-o", "json"}, &out, &err), kExitOk) << err;
-  EXPECT_EQ(nlohmann::json::parse(out)["message"], "");
+  // The coordinator says it, so the document (the API object) carries it too.
+  ASSERT_EQ(Ctl({"status", "job-2", "-o", "json"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(nlohmann::json::parse(out)["message"].get<std::string>(),
+              ::testing::EndsWith("; queued behind job-1 (jobs start in submission order)"));
 }
 
 TEST_F(DlrmctlOutputTest, UnknownCommandListsTheCommands) {

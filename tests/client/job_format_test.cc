@@ -237,47 +237,6 @@ dlrm::v1::Member Worker(const std::string& id, const std::string& name, const st
   return m;
 }
 
-TEST(JobFormatMessage, PendingSaysWhatItNeedsAndWhatTheClusterHas) {
-  dlrm::v1::Job job;
-  job.set_job_id("job-3");
-  job.set_state(dlrm::v1::JOB_STATE_PENDING);
-  job.set_requested_workers(4);
-  job.set_requested_ps(2);
-  EXPECT_EQ(JobMessage(job, nullptr), "waiting for 4 idle workers and 2 parameter servers");
-
-  ClusterSnapshot cluster;
-  cluster.view.emplace();
-  *cluster.view->add_members() = Worker("m-1", "trainer-a", "");
-  *cluster.view->add_members() = Worker("m-2", "", "");
-  *cluster.view->add_members() = Worker("m-3", "trainer-c", "job-1");
-  dlrm::v1::Member gone = Worker("m-4", "trainer-d", "");
-  gone.set_state(dlrm::v1::MEMBER_STATE_EXPIRED);
-  *cluster.view->add_members() = gone;
-  dlrm::v1::Member ps;
-  ps.set_member_id("m-5");
-  ps.set_name("ps-0");
-  ps.set_role(dlrm::v1::ROLE_PS);
-  ps.set_state(dlrm::v1::MEMBER_STATE_ALIVE);
-  ps.set_shard_index(0);
-  *cluster.view->add_members() = ps;
-  cluster.pending_job_ids = std::vector<std::string>{"job-2", "job-3", "job-4"};
-  EXPECT_EQ(JobMessage(job, &cluster),
-            "waiting for 4 idle workers and 2 parameter servers; the cluster has 2 idle workers "
-            "(trainer-a, m-2), 1 busy worker, 1 parameter server (ps-0); queued behind job-2 "
-            "(jobs start in submission order)");
-  // A recovering job starts again before any pending job: the first pending job waits behind it
-  // too, where it read as if the idle worker the cluster has were enough.
-  cluster.recovering_job_ids = {"job-1"};
-  job.set_job_id("job-2");
-  EXPECT_THAT(JobMessage(job, &cluster),
-              ::testing::EndsWith("; queued behind job-1 (RECOVERING) (recovering jobs start "
-                                  "again first, then jobs in submission order)"));
-
-  // The coordinator's own message wins.
-  job.set_message("needs a GPU");
-  EXPECT_EQ(JobMessage(job, &cluster), "needs a GPU");
-}
-
 TEST(JobFormatMessage, SubmitWarnsOnlyWhenTheClusterHasFewerMembersThanAsked) {
   dlrm::v1::Job job;
   job.set_job_id("job-3");
@@ -311,12 +270,12 @@ TEST(JobFormatMessage, SubmitWarnsOnlyWhenTheClusterHasFewerMembersThanAsked) {
 TEST(JobFormatMessage, OtherStates) {
   dlrm::v1::Job job;
   job.set_state(dlrm::v1::JOB_STATE_FAILED);
-  EXPECT_EQ(JobMessage(job, nullptr), "no reason recorded");
+  EXPECT_EQ(JobMessage(job), "no reason recorded");
   job.set_state(dlrm::v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(JobMessage(job, nullptr), "");
+  EXPECT_EQ(JobMessage(job), "");
   job.set_state(dlrm::v1::JOB_STATE_PENDING);
-  job.set_requested_workers(1);
-  EXPECT_THAT(JobEventLine(job, nullptr),
+  job.set_message("waiting for 1 idle worker and at least 1 parameter server");
+  EXPECT_THAT(JobEventLine(job),
               HasSubstr("PENDING (waiting for 1 idle worker and at least 1 parameter server)"));
 }
 
@@ -327,17 +286,17 @@ TEST(JobFormatMetrics, NoEvalDataIsNotShownAsZeros) {
   job.set_job_id("job-9");
   job.set_state(dlrm::v1::JOB_STATE_SUCCEEDED);
   job.mutable_final_metrics()->set_samples_per_sec(1234.5);
-  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr(" auc n/a (no eval data) samples/s 1234.5"));
-  EXPECT_THAT(JobDetail(job, false, nullptr), HasSubstr("auc:"));
-  EXPECT_THAT(JobDetail(job, false, nullptr), HasSubstr("n/a (no eval data)"));
-  EXPECT_THAT(JobDetail(job, false, nullptr), Not(HasSubstr("0.500000")));
-  EXPECT_THAT(JobTable({job}, false, nullptr), HasSubstr("n/a"));
+  EXPECT_THAT(JobEventLine(job), HasSubstr(" auc n/a (no eval data) samples/s 1234.5"));
+  EXPECT_THAT(JobDetail(job, false), HasSubstr("auc:"));
+  EXPECT_THAT(JobDetail(job, false), HasSubstr("n/a (no eval data)"));
+  EXPECT_THAT(JobDetail(job, false), Not(HasSubstr("0.500000")));
+  EXPECT_THAT(JobTable({job}, false), HasSubstr("n/a"));
   job.mutable_final_metrics()->set_auc(0.75);
   job.mutable_final_metrics()->set_logloss(0.45);
   job.mutable_final_metrics()->set_accuracy(0.8);
-  EXPECT_THAT(JobEventLine(job, nullptr),
+  EXPECT_THAT(JobEventLine(job),
               HasSubstr(" auc 0.7500 logloss 0.4500 accuracy 0.8000 samples/s 1234.5"));
-  EXPECT_THAT(JobTable({job}, false, nullptr), HasSubstr("0.7500"));
+  EXPECT_THAT(JobTable({job}, false), HasSubstr("0.7500"));
 }
 
 // A RUNNING job's event as the coordinator sends it: the newest report at `time_ms`, and each
@@ -364,19 +323,19 @@ TEST(JobFormatEventLine, ShowsPercentAndEtaWhenTheTotalIsKnown) {
   (*job.mutable_progress()->mutable_metrics())["total_steps"] = 200;
   speed.Observe(job);
   // One report: no rate yet.
-  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("step 50/200 (25%) samples 51200"));
-  EXPECT_THAT(JobEventLine(job, nullptr, &speed), Not(HasSubstr("ETA")));
-  EXPECT_THAT(JobEventLine(job, nullptr, &speed), Not(HasSubstr("samples/s")));
+  EXPECT_THAT(JobEventLine(job, &speed), HasSubstr("step 50/200 (25%) samples 51200"));
+  EXPECT_THAT(JobEventLine(job, &speed), Not(HasSubstr("ETA")));
+  EXPECT_THAT(JobEventLine(job, &speed), Not(HasSubstr("samples/s")));
   job = Running(1'020'000, 100, {102'400});  // 50 steps and 51,200 samples in 10 s
   (*job.mutable_progress()->mutable_metrics())["total_steps"] = 200;
   speed.Observe(job);
   // 100 steps left at 5 steps/s.
-  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("step 100/200 (50%) ETA 20s"));
-  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("loss 0.0000 5120 samples/s"));
+  EXPECT_THAT(JobEventLine(job, &speed), HasSubstr("step 100/200 (50%) ETA 20s"));
+  EXPECT_THAT(JobEventLine(job, &speed), HasSubstr("loss 0.0000 5120 samples/s"));
   job.mutable_progress()->mutable_metrics()->erase("total_steps");
-  EXPECT_THAT(JobEventLine(job, nullptr, &speed), HasSubstr("step 100 samples"));
+  EXPECT_THAT(JobEventLine(job, &speed), HasSubstr("step 100 samples"));
   // Without the watcher's measure, no rate.
-  EXPECT_THAT(JobEventLine(job, nullptr), Not(HasSubstr("samples/s")));
+  EXPECT_THAT(JobEventLine(job), Not(HasSubstr("samples/s")));
 }
 
 // A job that started but whose workers reported no step yet (or that failed before its first:
@@ -388,17 +347,17 @@ TEST(JobFormatLoss, NoProgressReportedShowsNoLoss) {
   job.set_state(dlrm::v1::JOB_STATE_FAILED);
   job.set_started_ms(1'000'000);
   job.set_message("rank 0 (worker-1) failed");
-  EXPECT_THAT(JobDetail(job, /*wide=*/false, nullptr), HasSubstr("loss:     -\n"));
-  EXPECT_THAT(JobDetail(job, /*wide=*/false, nullptr), Not(HasSubstr("0.000000")));
-  EXPECT_THAT(JobTable({job}, /*wide=*/true, nullptr), Not(HasSubstr("0.0000")));
+  EXPECT_THAT(JobDetail(job, /*wide=*/false), HasSubstr("loss:     -\n"));
+  EXPECT_THAT(JobDetail(job, /*wide=*/false), Not(HasSubstr("0.000000")));
+  EXPECT_THAT(JobTable({job}, /*wide=*/true), Not(HasSubstr("0.0000")));
   job.set_state(dlrm::v1::JOB_STATE_RUNNING);
   job.clear_message();
-  EXPECT_EQ(JobEventLine(job, nullptr), "job-2 RUNNING step 0 samples 0 loss -");
+  EXPECT_EQ(JobEventLine(job), "job-2 RUNNING step 0 samples 0 loss -");
 
   job = Running(1'010'000, 0, {0});
-  EXPECT_THAT(JobEventLine(job, nullptr), HasSubstr("loss 0.0000"));
-  EXPECT_THAT(JobDetail(job, /*wide=*/false, nullptr), HasSubstr("loss:     0.000000"));
-  EXPECT_THAT(JobTable({job}, /*wide=*/true, nullptr), HasSubstr("0.0000"));
+  EXPECT_THAT(JobEventLine(job), HasSubstr("loss 0.0000"));
+  EXPECT_THAT(JobDetail(job, /*wide=*/false), HasSubstr("loss:     0.000000"));
+  EXPECT_THAT(JobTable({job}, /*wide=*/true), HasSubstr("0.0000"));
 }
 
 // Messages come from others (a cancel's --reason, a worker's error quoting a file name): their
@@ -416,16 +375,14 @@ TEST(JobFormatMessage, ControlCharactersAreShownNotSentToTheTerminal) {
   job.add_recovery_history()->set_reason("lost \x1b]0;title\x07");
   job.set_recoveries(1);
   const std::string shown = "cancelled: a\nb \\x1b[2J\\x1b[31mred\\x0d\\x7f";
-  EXPECT_EQ(JobMessage(job, nullptr), shown);
+  EXPECT_EQ(JobMessage(job), shown);
   EXPECT_THAT(HistoryLine(*change), ::testing::EndsWith(shown));
-  EXPECT_THAT(JobDetail(job, /*wide=*/true, nullptr), HasSubstr("lost \\x1b]0;title\\x07"));
-  EXPECT_THAT(JobTable({job}, /*wide=*/false, nullptr),
+  EXPECT_THAT(JobDetail(job, /*wide=*/true), HasSubstr("lost \\x1b]0;title\\x07"));
+  EXPECT_THAT(JobTable({job}, /*wide=*/false),
               HasSubstr("cancelled: a b \\x1b[2J\\x1b[31mred\\x0d\\x7f"));
-  EXPECT_EQ(JobEventLine(job, nullptr),
-            "job-7 CANCELLED (cancelled: a b \\x1b[2J\\x1b[31mred\\x0d\\x7f)");
-  for (const std::string& text :
-       {JobDetail(job, true, nullptr), JobTable({job}, true, nullptr), HistoryLine(*change),
-        JobDescription(job, nullptr, {}), JobEventLine(job, nullptr)}) {
+  EXPECT_EQ(JobEventLine(job), "job-7 CANCELLED (cancelled: a b \\x1b[2J\\x1b[31mred\\x0d\\x7f)");
+  for (const std::string& text : {JobDetail(job, true), JobTable({job}, true), HistoryLine(*change),
+                                  JobDescription(job, {}), JobEventLine(job)}) {
     EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
     EXPECT_EQ(text.find('\r'), std::string::npos) << text;
   }
@@ -440,7 +397,7 @@ TEST(JobFormatEventLine, ResumedJobCountsOnlyWhatThisRunTrains) {
   auto observe = [&](dlrm::v1::Job job) {
     (*job.mutable_progress()->mutable_metrics())["total_steps"] = 1760;
     speed.Observe(job);
-    lines.push_back(JobEventLine(job, nullptr, &speed));
+    lines.push_back(JobEventLine(job, &speed));
   };
   observe(Running(1'001'000, 901, {916'384, 0}));        // rank 0's first report
   observe(Running(1'001'100, 901, {916'384, 921'504}));  // rank 1's: the total doubles
@@ -541,7 +498,7 @@ TEST(JobFormatTable, NoRecoveryLeftComesFirstOnOneLine) {
       "timeout");
   for (const bool wide : {false, true}) {
     const std::vector<std::string> lines =
-        absl::StrSplit(JobTable({job}, wide, nullptr), '\n', absl::SkipEmpty());
+        absl::StrSplit(JobTable({job}, wide), '\n', absl::SkipEmpty());
     ASSERT_EQ(lines.size(), 2u) << lines.back();  // the header and one line
     EXPECT_THAT(lines[1], HasSubstr("no recovery left (3 of max_recoveries 3 used): rank 0 (m-9) "
                                     "lost a peer: Gloo connectFullMesh failed: Connection reset "
@@ -549,7 +506,7 @@ TEST(JobFormatTable, NoRecoveryLeftComesFirstOnOneLine) {
     EXPECT_THAT(lines[1], Not(HasSubstr("recovery 1:")));
   }
   // The job's detail keeps the coordinator's whole message.
-  EXPECT_THAT(JobDetail(job, false, nullptr), HasSubstr("recovery 3: rank 1 (m-8)"));
+  EXPECT_THAT(JobDetail(job, false), HasSubstr("recovery 3: rank 1 (m-8)"));
 }
 
 TEST(JobFormatSpec, ShortestFloats) {

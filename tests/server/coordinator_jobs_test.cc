@@ -184,6 +184,38 @@ TEST_F(CoordinatorStateTest, PendingJobsStartInOrderAsWorkersFreeUp) {
   EXPECT_EQ(state_->ListJobs(dlrm::v1::JOB_STATE_RUNNING).size(), 1u);
 }
 
+// A job that cannot start says why in its message (so `dlrmctl status -o json` has it too): what it
+// needs against what the cluster has, and the jobs it queues behind. The message changes, and the
+// job's version with it, only when the answer does; it is cleared when the job starts.
+TEST_F(CoordinatorStateTest, WaitingJobsSayWhatTheyWaitFor) {
+  const std::string w0 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job first = Submit(*state_, 2, 1);
+  EXPECT_EQ(
+      state_->GetJob(first.job_id())->message(),
+      absl::StrCat("waiting for 2 idle workers and 1 parameter server; the cluster has 1 idle "
+                   "worker (",
+                   w0, "), 0 parameter servers"));
+  const dlrm::v1::Job second = Submit(*state_, 1);
+  EXPECT_EQ(state_->GetJob(second.job_id())->message(),
+            absl::StrCat("waiting for 1 idle worker and at least 1 parameter server; the cluster "
+                         "has 1 idle worker (",
+                         w0, "), 0 parameter servers; queued behind ", first.job_id(),
+                         " (jobs start in submission order)"));
+  const int64_t version = state_->GetJob(first.job_id())->version();
+  Submit(*state_, 1);  // tries the queue again: nothing changed for the first job
+  EXPECT_EQ(state_->GetJob(first.job_id())->version(), version);
+
+  const std::string ps = RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  EXPECT_GT(state_->GetJob(first.job_id())->version(), version) << "it has a PS now";
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  ASSERT_EQ(state_->GetJob(first.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(state_->GetJob(first.job_id())->message(), "");
+  EXPECT_EQ(state_->GetJob(second.job_id())->message(),
+            absl::StrCat("waiting for 1 idle worker and 1 parameter server; the cluster has 0 idle "
+                         "workers, 2 busy workers, 1 parameter server (",
+                         ps, ")"));
+}
+
 // ListJobs a page at a time: each page follows the one before in creation order, whatever
 // changes in between; a page ends early at its byte budget (never empty while jobs are left),
 // and a token no page gave is refused naming it.

@@ -3,7 +3,6 @@
 // coordinator_jobs_test.cc.)
 #include "server/coordinator_state.h"
 
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -131,6 +130,11 @@ TEST_F(CoordinatorStateTest, LostWorkerRecoversOntoReplacementKeepingProgress) {
   EXPECT_THAT(recovering.recovery_history(0).reason(), HasSubstr(w1));
   EXPECT_EQ(recovering.recovery_history(0).step_at_loss(), 100);
   EXPECT_EQ(recovering.total_samples(), 3000) << "progress kept while recovering";
+  EXPECT_THAT(recovering.message(),
+              ::testing::EndsWith("; waiting for 2 idle workers and 1 parameter server; the "
+                                  "cluster has 0 idle workers, 0 parameter servers; not heard "
+                                  "from since the loss: 1 worker and 1 parameter server"));
+  EXPECT_THAT(recovering.message(), ::testing::StartsWith("recovering (1 of "));
   // Its workers are free, and nobody is told to run it.
   auto hb = state_->Heartbeat(w0, now_);
   ASSERT_TRUE(hb.ok());
@@ -143,6 +147,10 @@ TEST_F(CoordinatorStateTest, LostWorkerRecoversOntoReplacementKeepingProgress) {
   const std::string w2 = RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
   EXPECT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RECOVERING)
       << "w0 and the PS have not heartbeated since the loss";
+  EXPECT_THAT(state_->GetJob(job.job_id())->message(),
+              HasSubstr(absl::StrCat("the cluster has 1 idle worker (", w2,
+                                     "), 0 parameter servers; not heard from since the loss: 1 "
+                                     "worker and 1 parameter server")));
   ASSERT_TRUE(state_->Heartbeat(ps, now_).ok());
   hb = state_->Heartbeat(w0, now_);
   ASSERT_TRUE(hb.ok());
