@@ -116,5 +116,9 @@ inline constexpr int64_t kMaxKvValueBytes = int64_t{1} << 20;  // 1 MiB
 // Bytes of every key and value in the store together: past it KvSet / KvAdd of a new or larger
 // value are RESOURCE_EXHAUSTED (delete keys to make room).
 inline constexpr int64_t kMaxKvStoreBytes = int64_t{256} << 20;  // 256 MiB
+// The largest request a coordinator reads (its gRPC servers' receive limit): its biggest, a spec
+// (kMaxSpecBytes) or a KV value (kMaxKvValueBytes), fits with room to spare, while a parse (which
+// can take many times a request's size in memory) stays bounded.
+inline constexpr int64_t kMaxCoordinatorRequestBytes = int64_t{4} << 20;  // 4 MiB
 
 }  // namespace dlrm::common

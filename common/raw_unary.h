@@ -20,11 +20,13 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/authz.h"
 #include "common/grpc_util.h"
 #include "common/rpc_bytes.h"
 #include "grpcpp/grpcpp.h"
@@ -32,11 +34,19 @@
 
 namespace dlrm::common {
 
-// Parses `in` as a Request; `handle(request, response, done)` answers by calling done(status)
-// exactly once, on any thread (request and response live until then). The response is
-// serialized into `out` when the status is OK; then finish(reactor, status) ends the call.
-// `method` is the full method name ("/dlrm.v1.Coordinator/Register"); error messages name the
-// part after the last '/'.
+// "Coordinator.Register" for "/dlrm.v1.Coordinator/Register": the method as the access policy
+// (common/authz.h) names it.
+inline std::string PolicyMethodName(absl::string_view method) {
+  absl::string_view service = method.substr(0, method.rfind('/'));
+  service = service.substr(service.rfind('.') + 1);
+  return absl::StrCat(service, ".", method.substr(method.rfind('/') + 1));
+}
+
+// Authorizes the caller for `method` (common/authz.h) and parses `in` as a Request;
+// `handle(request, response, done)` answers by calling done(status) exactly once, on any thread
+// (request and response live until then). The response is serialized into `out` when the status is
+// OK; then finish(reactor, status) ends the call. `method` is the full method name
+// ("/dlrm.v1.Coordinator/Register"); error messages name the part after the last '/'.
 template <typename Request, typename Response, typename Handle, typename Finish>
 grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
@@ -45,6 +55,12 @@ grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
   tally->AddCall();
   tally->AddReceived(GrpcMessageBytes(static_cast<int64_t>(in->Length())));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Who calls is checked before a byte of the request is parsed: a parse can take many times the
+  // request's size in memory and seconds of CPU, which no caller without the right may spend.
+  if (absl::Status denied = Authorize(*context, PolicyMethodName(method)); !denied.ok()) {
+    finish(reactor, denied);
+    return reactor;
+  }
   struct Call {
     Request request;
     Response response;

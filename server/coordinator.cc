@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "common/rpc_bytes.h"
 #include "common/status.h"
@@ -75,6 +76,7 @@ absl::Status Coordinator::Start() {
   common::ServerOptions server_options;
   server_options.listen_address = options_.listen_address;
   server_options.security = options_.security;
+  server_options.max_message_bytes = static_cast<int>(common::kMaxCoordinatorRequestBytes);
   DLRM_ASSIGN_OR_RETURN(
       server_,
       common::GrpcServer::Start(server_options, {coordinator_service_.get(), jobs_service_.get()}));

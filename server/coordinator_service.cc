@@ -166,10 +166,8 @@ absl::Status CoordinatorServiceImpl::CheckMemberKey(const char* method,
 absl::Status CoordinatorServiceImpl::DoRegister(grpc::CallbackServerContext* context,
                                                 const dlrm::v1::RegisterRequest* request,
                                                 dlrm::v1::RegisterResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.Register"); !denied.ok()) {
-    return denied;
-  }
   if (absl::Status s = CheckRegister(*request); !s.ok()) return s;
+  if (absl::Status s = CheckRegisterRole(*request); !s.ok()) return s;
   // A certificate of one role cannot register a member of another (a worker posing as a PS).
   const char* role = request->role() == dlrm::v1::ROLE_PS ? "ps" : "worker";
   if (absl::Status denied = common::AuthorizeRole(*context, role); !denied.ok()) {
@@ -184,12 +182,9 @@ absl::Status CoordinatorServiceImpl::DoRegister(grpc::CallbackServerContext* con
   return result.status();
 }
 
-absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* context,
+absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* /*context*/,
                                                  const dlrm::v1::HeartbeatRequest* request,
                                                  dlrm::v1::HeartbeatResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.Heartbeat"); !denied.ok()) {
-    return denied;
-  }
   if (absl::Status s = CheckMemberKey("Heartbeat", request->member_id(), request->member_key());
       !s.ok()) {
     return s;
@@ -213,23 +208,16 @@ absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* co
 }
 
 absl::Status CoordinatorServiceImpl::DoGetClusterView(
-    grpc::CallbackServerContext* context, const dlrm::v1::GetClusterViewRequest* /*request*/,
+    grpc::CallbackServerContext* /*context*/, const dlrm::v1::GetClusterViewRequest* /*request*/,
     dlrm::v1::GetClusterViewResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.GetClusterView");
-      !denied.ok()) {
-    return denied;
-  }
   *response = state_->ClusterView();
   response->set_server_version(common::kVersion);
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorServiceImpl::DoLeave(grpc::CallbackServerContext* context,
+absl::Status CoordinatorServiceImpl::DoLeave(grpc::CallbackServerContext* /*context*/,
                                              const dlrm::v1::LeaveRequest* request,
                                              dlrm::v1::LeaveResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.Leave"); !denied.ok()) {
-    return denied;
-  }
   if (absl::Status s = CheckMemberKey("Leave", request->member_id(), request->member_key());
       !s.ok()) {
     return s;
@@ -239,12 +227,9 @@ absl::Status CoordinatorServiceImpl::DoLeave(grpc::CallbackServerContext* contex
   return result.status();
 }
 
-absl::Status CoordinatorServiceImpl::DoKvSet(grpc::CallbackServerContext* context,
+absl::Status CoordinatorServiceImpl::DoKvSet(grpc::CallbackServerContext* /*context*/,
                                              const dlrm::v1::KvSetRequest* request,
                                              dlrm::v1::KvSetResponse* /*response*/) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvSet"); !denied.ok()) {
-    return denied;
-  }
   return kv_->Set(request->key(), request->value());
 }
 
@@ -252,9 +237,6 @@ void CoordinatorServiceImpl::DoKvGet(grpc::CallbackServerContext* context,
                                      const dlrm::v1::KvGetRequest* request,
                                      dlrm::v1::KvGetResponse* response,
                                      std::function<void(absl::Status)> done) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvGet"); !denied.ok()) {
-    return done(denied);
-  }
   absl::Duration wait = absl::Milliseconds(request->wait_timeout_ms());
   // Never wait past the caller's own deadline: it would not hear the answer.
   const absl::Duration until_deadline = absl::FromChrono(context->deadline()) - absl::Now();
@@ -271,12 +253,9 @@ void CoordinatorServiceImpl::DoKvGet(grpc::CallbackServerContext* context,
            });
 }
 
-absl::Status CoordinatorServiceImpl::DoKvDelete(grpc::CallbackServerContext* context,
+absl::Status CoordinatorServiceImpl::DoKvDelete(grpc::CallbackServerContext* /*context*/,
                                                 const dlrm::v1::KvDeleteRequest* request,
                                                 dlrm::v1::KvDeleteResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvDelete"); !denied.ok()) {
-    return denied;
-  }
   if (request->key().empty()) {
     // An empty prefix would delete every job's keys.
     return absl::InvalidArgumentError(request->prefix() ? "rendezvous key prefix is empty"
@@ -291,24 +270,17 @@ absl::Status CoordinatorServiceImpl::DoKvDelete(grpc::CallbackServerContext* con
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorServiceImpl::DoKvAdd(grpc::CallbackServerContext* context,
+absl::Status CoordinatorServiceImpl::DoKvAdd(grpc::CallbackServerContext* /*context*/,
                                              const dlrm::v1::KvAddRequest* request,
                                              dlrm::v1::KvAddResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.KvAdd"); !denied.ok()) {
-    return denied;
-  }
   auto result = kv_->Add(request->key(), request->delta());
   if (result.ok()) response->set_value(*result);
   return result.status();
 }
 
 absl::Status CoordinatorServiceImpl::DoReportProgress(
-    grpc::CallbackServerContext* context, const dlrm::v1::ReportProgressRequest* request,
+    grpc::CallbackServerContext* /*context*/, const dlrm::v1::ReportProgressRequest* request,
     dlrm::v1::ReportProgressResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Coordinator.ReportProgress");
-      !denied.ok()) {
-    return denied;
-  }
   if (absl::Status s = CheckReport(*request); !s.ok()) return s;
   // The key proves the caller is member_id; the state then checks that member holds the rank.
   if (absl::Status s =
@@ -321,12 +293,9 @@ absl::Status CoordinatorServiceImpl::DoReportProgress(
   return result.status();
 }
 
-absl::Status JobsServiceImpl::DoSubmitJob(grpc::CallbackServerContext* context,
+absl::Status JobsServiceImpl::DoSubmitJob(grpc::CallbackServerContext* /*context*/,
                                           const dlrm::v1::SubmitJobRequest* request,
                                           dlrm::v1::SubmitJobResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Jobs.SubmitJob"); !denied.ok()) {
-    return denied;
-  }
   // Before parsing: a huge spec costs the parser far more than its bytes.
   if (absl::Status s = CheckLength("SubmitJob: spec_yaml", request->spec_yaml(),
                                    common::kMaxSpecBytes, "kMaxSpecBytes");
@@ -338,23 +307,17 @@ absl::Status JobsServiceImpl::DoSubmitJob(grpc::CallbackServerContext* context,
   return result.status();
 }
 
-absl::Status JobsServiceImpl::DoGetJob(grpc::CallbackServerContext* context,
+absl::Status JobsServiceImpl::DoGetJob(grpc::CallbackServerContext* /*context*/,
                                        const dlrm::v1::GetJobRequest* request,
                                        dlrm::v1::Job* response) {
-  if (absl::Status denied = common::Authorize(*context, "Jobs.GetJob"); !denied.ok()) {
-    return denied;
-  }
   auto result = state_->GetJob(request->job_id());
   if (result.ok()) *response = std::move(*result);
   return result.status();
 }
 
-absl::Status JobsServiceImpl::DoListJobs(grpc::CallbackServerContext* context,
+absl::Status JobsServiceImpl::DoListJobs(grpc::CallbackServerContext* /*context*/,
                                          const dlrm::v1::ListJobsRequest* request,
                                          dlrm::v1::ListJobsResponse* response) {
-  if (absl::Status denied = common::Authorize(*context, "Jobs.ListJobs"); !denied.ok()) {
-    return denied;
-  }
   if (!dlrm::v1::JobState_IsValid(request->state())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job state filter ", static_cast<int>(request->state()), " is not a JobState"));
@@ -375,12 +338,9 @@ absl::Status JobsServiceImpl::DoListJobs(grpc::CallbackServerContext* context,
   return absl::OkStatus();
 }
 
-absl::Status JobsServiceImpl::DoCancelJob(grpc::CallbackServerContext* context,
+absl::Status JobsServiceImpl::DoCancelJob(grpc::CallbackServerContext* /*context*/,
                                           const dlrm::v1::CancelJobRequest* request,
                                           dlrm::v1::Job* response) {
-  if (absl::Status denied = common::Authorize(*context, "Jobs.CancelJob"); !denied.ok()) {
-    return denied;
-  }
   if (absl::Status s = CheckLength("CancelJob: reason", request->reason(), common::kMaxMessageBytes,
                                    "kMaxMessageBytes");
       !s.ok()) {
@@ -391,12 +351,9 @@ absl::Status JobsServiceImpl::DoCancelJob(grpc::CallbackServerContext* context,
   return result.status();
 }
 
-absl::Status JobsServiceImpl::DoCheckpointJob(grpc::CallbackServerContext* context,
+absl::Status JobsServiceImpl::DoCheckpointJob(grpc::CallbackServerContext* /*context*/,
                                               const dlrm::v1::CheckpointJobRequest* request,
                                               dlrm::v1::Job* response) {
-  if (absl::Status denied = common::Authorize(*context, "Jobs.CheckpointJob"); !denied.ok()) {
-    return denied;
-  }
   auto result = state_->RequestCheckpoint(request->job_id(), absl::Now());
   if (result.ok()) *response = std::move(*result);
   return result.status();

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status.h"
 
@@ -272,15 +273,23 @@ absl::StatusOr<CoordinatorState::MemberEntry*> CoordinatorState::FindLiveMember(
   return &it->second;
 }
 
-absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorState::Register(
-    const dlrm::v1::RegisterRequest& request, absl::Time now) {
+absl::Status CheckRegisterRole(const dlrm::v1::RegisterRequest& request) {
   if (request.role() != dlrm::v1::ROLE_PS && request.role() != dlrm::v1::ROLE_WORKER) {
     return absl::InvalidArgumentError(
         absl::StrCat("role ", RoleName(request.role()), " cannot register; expected PS or WORKER"));
   }
-  if (request.role() == dlrm::v1::ROLE_PS && request.address().empty()) {
+  if (request.role() != dlrm::v1::ROLE_PS) return absl::OkStatus();
+  if (request.address().empty()) {
     return absl::InvalidArgumentError("a PS must register with the address it serves on");
   }
+  // Every job's workers dial it: one that is no HOST:PORT would fail each job that it joins.
+  return common::CheckHostPort("a PS's address", request.address(),
+                               {.port_zero = false, .dial = false});
+}
+
+absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorState::Register(
+    const dlrm::v1::RegisterRequest& request, absl::Time now) {
+  DLRM_RETURN_IF_ERROR(CheckRegisterRole(request));
   Changes changes;
   dlrm::v1::RegisterResponse response;
   absl::Status status;

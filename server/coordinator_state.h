@@ -75,6 +75,8 @@ std::string RoleName(dlrm::v1::Role role);
 bool IsTerminal(dlrm::v1::JobState state);
 // "worker-5 (name worker-1)": the member's id, and its registered name when it has another.
 std::string MemberLabel(const dlrm::v1::Member& member);
+// A Register's role is PS or WORKER, and a PS's address is HOST:PORT; else INVALID_ARGUMENT.
+absl::Status CheckRegisterRole(const dlrm::v1::RegisterRequest& request);
 // OK when `from -> to` is a legal transition; FAILED_PRECONDITION naming the job and both
 // states otherwise.
 absl::Status CheckJobTransition(const std::string& job_id, dlrm::v1::JobState from,

@@ -7,7 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/grants.h"
+#include "common/logging.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -35,11 +37,24 @@ CoordinatorStore::~CoordinatorStore() = default;
 absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
     const std::string& directory) {
   if (directory.empty()) return absl::InvalidArgumentError("coordinator data dir is empty");
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
+  const bool existed = fs::exists(directory, ec);
+  fs::create_directories(directory, ec);
+  if (!ec && !existed) {
+    // The store holds the secret every member key and job grant is derived from
+    // (common/grants.h): a folder it creates is its owner's alone, as etcd's data dir is.
+    fs::permissions(directory, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create coordinator data dir '", directory, "': ", ec.message()));
+  }
+  if (const fs::perms perms = fs::status(directory, ec).permissions();
+      !ec && (perms & fs::perms::others_all) != fs::perms::none) {
+    DLRM_LOG(WARNING) << "coordinator data dir '" << directory << "' is open to other users (mode "
+                      << absl::StrFormat("%04o", static_cast<unsigned>(perms) & 07777)
+                      << "): it holds the secret every grant is derived from; chmod o-rwx it";
   }
   rocksdb::Options options;
   options.create_if_missing = true;

@@ -333,9 +333,6 @@ int PsService::RemoveReleasedJobFoldersLocked() {
 void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
                               const dlrm::v1::LoadJobRequest* request,
                               dlrm::v1::LoadJobResponse* response, Done done) {
-  if (absl::Status denied = common::Authorize(*context, "ParameterServer.LoadJob"); !denied.ok()) {
-    return done(denied);
-  }
   if (absl::Status denied = AuthorizeMember(*context, "ParameterServer.LoadJob", request->job_id(),
                                             request->job_epoch());
       !denied.ok()) {
@@ -421,7 +418,6 @@ absl::Status PsService::AuthorizeMember(const grpc::CallbackServerContext& conte
 
 absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& context,
                                        absl::string_view method, const std::string& job_id) const {
-  DLRM_RETURN_IF_ERROR(common::Authorize(context, method));
   const Grant grant = CheckGrant(context, job_id);
   if (std::optional<absl::Status> decided = Allowed(grant, method)) return *decided;
   return absl::PermissionDeniedError(absl::StrCat(
@@ -482,9 +478,6 @@ absl::StatusOr<dlrm::v1::GetStatsResponse> PsService::DoGetStats(const std::stri
 void PsService::HandleGetStats(grpc::CallbackServerContext* context,
                                const dlrm::v1::GetStatsRequest* request,
                                dlrm::v1::GetStatsResponse* response, Done done) {
-  if (absl::Status denied = common::Authorize(*context, "ParameterServer.GetStats"); !denied.ok()) {
-    return done(denied);
-  }
   const Grant grant = CheckGrant(*context, request->job_id());
   const bool granted = grant == Grant::kGiven || grant == Grant::kTrusted;
   options_.pool->Submit([this, request, response, done, granted] {

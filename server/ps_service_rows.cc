@@ -20,9 +20,6 @@ namespace dlrm::server {
 void PsService::HandleReadRows(grpc::CallbackServerContext* context,
                                const dlrm::v1::ReadRowsRequest* request,
                                dlrm::v1::ReadRowsResponse* response, Done done) {
-  if (absl::Status denied = common::Authorize(*context, "ParameterServer.ReadRows"); !denied.ok()) {
-    return done(denied);
-  }
   if (absl::Status denied = AuthorizeMember(*context, "ParameterServer.ReadRows", request->job_id(),
                                             request->job_epoch());
       !denied.ok()) {

@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_util.h"
+#include "tests/server/garbage_calls.h"
 #include "worker/ps_client.h"
 
 namespace dlrm::testing {
@@ -448,6 +449,23 @@ TEST_F(TlsTest, TokensLetPeopleInWithoutACertificate) {
   EXPECT_EQ(wrong.exit_code, 5) << wrong.err;
   EXPECT_TRUE(absl::StrContains(wrong.err, "UNAUTHENTICATED")) << wrong.err;
   EXPECT_FALSE(absl::StrContains(wrong.err, "0123456789")) << "a token in a message";
+  // A caller without a valid token is refused before its request is parsed (a parse may take many
+  // times a request's size in memory): bytes that are no request answer UNAUTHENTICATED, not
+  // "malformed".
+  {
+    common::TransportSecurity no_certificate;
+    no_certificate.mode = common::TransportSecurity::Mode::kTls;
+    no_certificate.root_certs_path = dir_ + "/ours/ca.crt";
+    no_certificate.bearer_token = "admin-0123456789abcdeX";
+    auto channel = common::MakeChannel({.target = address, .security = no_certificate});
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    for (const char* method : {"/dlrm.v1.Jobs/SubmitJob", "/dlrm.v1.Jobs/ListJobs",
+                               "/dlrm.v1.Coordinator/Register", "/dlrm.v1.Coordinator/KvGet"}) {
+      const grpc::Status s = RawUnaryCall(*channel, method, std::string(1 << 16, '\xff'));
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << method << ": " << s.error_message();
+    }
+  }
   // Certificates still work next to tokens.
   ProcessResult by_cert = Dlrmctl(port, {"--tls-dir", dir_ + "/ours/admin"}, "cert-with-tokens");
   EXPECT_EQ(by_cert.exit_code, 0) << by_cert.err;

@@ -3,6 +3,7 @@
 // starting; a coordinator that stopped serving for longer than a lease must not expire members
 // whose heartbeats it could not hear; and messages name a member by id and by process name.
 // (The basic state machine: coordinator_state_test.cc.)
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,38 @@ class CoordinatorMembershipTest : public ::testing::Test {
   absl::Time now_;
   std::unique_ptr<CoordinatorState> state_;
 };
+
+// The store holds the secret every member key and job grant is derived from: a data dir the
+// coordinator creates is its owner's alone (it was 0755 under the usual umask, its files 0644).
+TEST(CoordinatorStoreTest, TheDataDirItCreatesIsItsOwnersAlone) {
+  ::dlrm::testing::ScopedTempDir temp("coordinator_store_mode");
+  const std::string dir = temp.Sub("data/coordinator");
+  auto store = CoordinatorStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(std::filesystem::status(dir).permissions(), std::filesystem::perms::owner_all);
+}
+
+// A PS registers with the HOST:PORT every job's workers dial; anything else would fail each job it
+// joined ("LoadJob on ps shard 1 (not-an-address): DNS resolution failed"). A role other than PS
+// or WORKER is named as such.
+TEST_F(CoordinatorMembershipTest, APsRegistersWithAHostAndPort) {
+  state_ = Make();
+  for (const char* address : {"not-an-address", "h:", "h:0", "h:70000", ":50061"}) {
+    dlrm::v1::RegisterRequest r;
+    r.set_role(dlrm::v1::ROLE_PS);
+    r.set_address(address);
+    auto refused = state_->Register(r, now_);
+    ASSERT_FALSE(refused.ok()) << address;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_THAT(refused.status().message(), HasSubstr(address));
+  }
+  dlrm::v1::RegisterRequest r;
+  r.set_role(dlrm::v1::ROLE_COORDINATOR);
+  EXPECT_THAT(state_->Register(r, now_).status().message(),
+              HasSubstr("role COORDINATOR cannot register"));
+  EXPECT_FALSE(Register(dlrm::v1::ROLE_PS, "ps-0.ps.default.svc:50061").empty());
+  EXPECT_FALSE(Register(dlrm::v1::ROLE_PS, "[::1]:50061").empty());
+}
 
 // `dlrm local` restarts a killed PS within 200 ms, long before the dead one's lease runs out, so
 // the replacement registers into a new slot; when the lease ends, the dead one's slot is a hole

@@ -559,8 +559,12 @@ TEST_F(CoordinatorServiceTest, InputsPastTheirLimitsAreRefusedAndChangeNothing) 
     return jobs_->SubmitJob(ctx.get(), request, &response);
   };
   const std::string tiny = dlrm::testing::kTinySpec;
-  expect(submit(tiny + "# " + std::string(30 << 20, 'x') + "\n"), "30 MB spec",
-         {"spec_yaml of 31457", absl::StrCat(common::kMaxSpecBytes), "kMaxSpecBytes"});
+  expect(submit(tiny + "# " + std::string(3 << 20, 'x') + "\n"), "3 MB spec",
+         {"spec_yaml of 31459", absl::StrCat(common::kMaxSpecBytes), "kMaxSpecBytes"});
+  // Past the coordinator's receive limit gRPC refuses the request unread, naming both sizes.
+  const grpc::Status huge = submit(tiny + "# " + std::string(30 << 20, 'x') + "\n");
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << huge.error_message();
+  EXPECT_THAT(huge.error_message(), HasSubstr(absl::StrCat(common::kMaxCoordinatorRequestBytes)));
   expect(submit(tiny + "training: {batch_size: 2000000000}\n"), "batch size",
          {"training.batch_size", "2000000000", "kMaxBatchSize"});
   expect(submit(tiny + "optimizer: {dense: {type: sgd, learning_rate: .nan}}\n"), "nan rate",
