@@ -181,14 +181,19 @@ absl::Status TrainingPipeline::Run() {
 void TrainingPipeline::ReadLoop() {
   Queue* out = queues_.front().get();
   int64_t step = first_step_;
+  auto max_steps_done = [&] {
+    return options_.max_steps > 0 && step - first_step_ >= options_.max_steps;
+  };
   for (int epoch = 0; epoch < options_.epochs; ++epoch) {
+    // The reader stays where the last step left it: a checkpoint records that position.
+    if (max_steps_done()) break;
     if (epoch > 0) {
       const auto start = std::chrono::steady_clock::now();
       absl::Status s = options_.reader->Rewind();
       recorder_.AddBusy(PipelineStage::kRead, SecondsSince(start));
       if (!s.ok()) return Fail(Annotate(s, "rewinding the training data"));
     }
-    while (options_.max_steps == 0 || step - first_step_ < options_.max_steps) {
+    while (!max_steps_done()) {
       bool boundary = options_.boundary_every > 0 && options_.on_boundary && step > first_step_ &&
                       step % options_.boundary_every == 0;
       if (boundary && options_.boundary_needed) {

@@ -24,6 +24,7 @@
 #include "worker/delayed_store.h"
 #include "worker/input/synthetic.h"
 #include "worker/job_input.h"
+#include "worker/job_run.h"
 
 namespace dlrm::worker {
 namespace {
@@ -358,6 +359,22 @@ TEST_F(PipelineTest, EndOfDataEpochsMaxStepsAndProgress) {
   ASSERT_TRUE(RunWithDeadline(second->get()).ok());
   EXPECT_EQ((*second)->metrics().steps, 7);
   EXPECT_EQ(rig->trainer->steps_done(), 2 * kTrainBatches + 7);
+
+  // max_steps inside the second of four epochs: the reader stays where the last step left it, as
+  // a checkpoint taken then records (it was rewound through the epochs left, so a cluster job's
+  // final checkpoint said epoch 3 of 4, batch 0, and a run resumed from it skipped two epochs).
+  ASSERT_TRUE(rig->input.train->Rewind().ok());
+  job_run_internal::CountingReader counting(rig->input.train.get(), 0);
+  PipelineOptions capped = OptionsFor(*rig, 1);
+  capped.reader = &counting;
+  capped.epochs = 4;
+  capped.max_steps = kTrainBatches + 5;
+  auto third = TrainingPipeline::Create(capped);
+  ASSERT_TRUE(third.ok());
+  ASSERT_TRUE(RunWithDeadline(third->get()).ok());
+  EXPECT_EQ((*third)->metrics().steps, kTrainBatches + 5);
+  EXPECT_EQ(counting.rewinds(), 1);
+  EXPECT_EQ(counting.batches_in_epoch(), 5);
 }
 
 TEST_F(PipelineTest, FailingLookupStopsEverythingWithItsError) {
