@@ -531,7 +531,15 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
     if (c.dir.empty() && (c.every_steps > 0 || c.every_seconds > 0)) {
       return Invalid("checkpoint.dir", "required when every_steps or every_seconds is set");
     }
-    if (!c.dir.empty() && std::filesystem::path(c.dir).lexically_normal() == "/") {
+    const std::filesystem::path dir(c.dir);
+    if (dir.is_absolute() && std::find(dir.begin(), dir.end(), "..") != dir.end()) {
+      // A parameter server refuses it at the job's first checkpoint (through a symbolic link,
+      // ".." is not the folder it reads as): refused here, before the job trains.
+      return Invalid("checkpoint.dir", absl::StrCat(c.dir,
+                                                    " has a '..' component; give the folder "
+                                                    "without it"));
+    }
+    if (!c.dir.empty() && dir.lexically_normal() == "/") {
       // Checkpoints would be written into /, and keep_last would remove its ckpt-* folders.
       return Invalid("checkpoint.dir", absl::StrCat(c.dir,
                                                     " is the filesystem's root; give the job a "

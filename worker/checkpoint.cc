@@ -232,6 +232,12 @@ absl::StatusOr<CheckpointManifest> BaseManifest(const common::JobSpec& spec,
   m.sparse_optimizer = embedding::SparseOptimizerTypeName(sparse.type);
   m.dense_optimizer = spec.dense_optimizer.type;
   m.dense_params = static_cast<int64_t>(trainer.model().num_params());
+  // The optimizer first: it also sets the floats a stored row has, which the shapes compare.
+  if (m.sparse_optimizer != embedding::SparseOptimizerTypeName(sparse.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": sparse optimizer ",
+                                                   m.sparse_optimizer, ", the job spec's ",
+                                                   spec.sparse_optimizer.type));
+  }
   const int row_floats =
       spec.embedding_dim + embedding::SparseOptimizerStateFloats(sparse.type, spec.embedding_dim);
   for (const common::TableSpec& t : spec.tables) {
@@ -311,6 +317,12 @@ absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::
                                                    " tables, the job spec ", spec.tables.size()));
   }
   DLRM_ASSIGN_OR_RETURN(embedding::SparseOptimizerOptions sparse, SparseOptimizerFromSpec(spec));
+  // The optimizer first: it also sets the floats a stored row has, which the shapes compare.
+  if (m.sparse_optimizer != embedding::SparseOptimizerTypeName(sparse.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": sparse optimizer ",
+                                                   m.sparse_optimizer, ", the job spec's ",
+                                                   spec.sparse_optimizer.type));
+  }
   const int row_floats =
       spec.embedding_dim + embedding::SparseOptimizerStateFloats(sparse.type, spec.embedding_dim);
   for (size_t t = 0; t < m.tables.size(); ++t) {
@@ -322,11 +334,6 @@ absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::
                        a.dim, " with ", a.row_floats, " floats per stored row; the job spec's is ",
                        spec.tables[t].rows, " x ", spec.embedding_dim, " with ", row_floats));
     }
-  }
-  if (m.sparse_optimizer != embedding::SparseOptimizerTypeName(sparse.type)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": sparse optimizer ",
-                                                   m.sparse_optimizer, ", the job spec's ",
-                                                   spec.sparse_optimizer.type));
   }
   if (m.dense_optimizer != spec.dense_optimizer.type) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", m.name, ": dense optimizer ",

@@ -372,6 +372,7 @@ TEST(JobSpec, CheckpointSectionRoundTripsAndBadValuesAreNamed) {
            {"checkpoint: {every_steps: 10}", "checkpoint.dir"},
            {"checkpoint: {dir: /}", "is the filesystem's root"},
            {"checkpoint: {dir: //./}", "is the filesystem's root"},
+           {"checkpoint: {dir: /data/a/../b}", "/data/a/../b has a '..' component"},
            {"checkpoint: {dir: /c, evry_steps: 10}", "checkpoint.evry_steps"}}) {
     auto r = ParseJobSpec(std::string(kValid) + bad + "\n");
     ASSERT_FALSE(r.ok()) << bad;

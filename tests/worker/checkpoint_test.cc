@@ -188,6 +188,16 @@ TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
   r = TrainInProcess(one_table, Quiet(Ckpt("s")));
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 3 (C) was trained with sum"));
+
+  // Another sparse optimizer stores another number of floats per row: named as the optimizer, not
+  // as a row size.
+  common::JobSpec adagrad = spec;
+  adagrad.sparse_optimizer.type = "adagrad";
+  adagrad.checkpoint.dir = "";
+  r = TrainInProcess(adagrad, Quiet(Ckpt("s")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("sparse optimizer rowwise_adagrad, the job spec's adagrad"));
 }
 
 TEST_F(CheckpointTest, IncrementalCheckpointsHoldOnlyTheChangedRows) {
