@@ -1,5 +1,7 @@
 #include "client/tls_flags.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -96,7 +98,12 @@ bool IsLoopbackAddress(const std::string& address) {
   } else if (std::count(host.begin(), host.end(), ':') == 1) {
     host = host.substr(0, host.find(':'));
   }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  if (host == "localhost") return true;
+  // Only an address literal: a name such as "127.example.com" may resolve anywhere.
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 absl::StatusOr<common::TransportSecurity> ResolveTls(const TlsFlags& flags,

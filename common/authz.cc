@@ -111,8 +111,9 @@ absl::StatusOr<std::vector<BearerToken>> LoadTokenFile(const std::string& path) 
           absl::StrCat(where, ": expected IDENTITY TOKEN, got ", words.size(), " words"));
     }
     if (words[0] != "admin" && words[0] != "viewer") {
+      // Not quoted: with the words swapped, it is the token.
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": identity '", words[0], "' is not admin or viewer"));
+          absl::StrCat(where, ": the first word is not admin or viewer (expected IDENTITY TOKEN)"));
     }
     if (words[1].size() < 16 || words[1].size() > 512) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": a token of ", words[1].size(),

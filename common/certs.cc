@@ -1,6 +1,7 @@
 #include "common/certs.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
@@ -9,6 +10,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -120,11 +122,18 @@ absl::StatusOr<Cert> MakeCertificate(const std::string& common_name, EVP_PKEY* k
 absl::Status WriteText(const fs::path& path, const std::string& text, bool secret) {
   std::error_code ec;
   fs::remove(path, ec);
+  if (secret) {
+    // Created 0600, so the key is never readable by others, whatever the umask.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot write '", path.string(), "'"));
+    }
+    ::close(fd);
+  }
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out)
       return absl::PermissionDeniedError(absl::StrCat("cannot write '", path.string(), "'"));
-    if (secret) ::chmod(path.c_str(), 0600);  // before the key is in it
     out << text;
     if (!out.flush()) {
       return absl::DataLossError(absl::StrCat("writing '", path.string(), "' failed"));

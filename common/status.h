@@ -30,6 +30,14 @@
 
 namespace dlrm {
 
+// Text from a caller (a job id, a rendezvous key) as a message quotes it: the first 64 bytes, then
+// "... (N bytes)", so that a 10 MB id cannot make an error message larger than gRPC sends.
+inline std::string Shown(absl::string_view text) {
+  constexpr size_t kShown = 64;
+  if (text.size() <= kShown) return std::string(text);
+  return absl::StrCat(text.substr(0, kShown), "... (", text.size(), " bytes)");
+}
+
 // Returns `status` with `context: ` put in front of its message, keeping the code.
 inline absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;

@@ -44,7 +44,8 @@ std::vector<const Job*> SortedJobs(const std::map<std::string, Job>& jobs) {
 template <typename Jobs>
 auto FindJob(Jobs& jobs, const std::string& job_id) -> absl::StatusOr<decltype(&jobs.at(job_id))> {
   auto it = jobs.find(job_id);
-  if (it == jobs.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  if (it == jobs.end())
+    return absl::NotFoundError(absl::StrCat("job '", Shown(job_id), "' not found"));
   return &it->second;
 }
 
@@ -302,10 +303,11 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
     DLRM_ASSIGN_OR_RETURN(Job * found, FindJob(jobs_, request.job_id()));
     Job& job = *found;
     if (request.job_epoch() > 0 && request.job_epoch() != job.job_epoch()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job.job_id(), ": report from job epoch ", request.job_epoch(),
-                       ", which a recovery replaced (the job is at epoch ", job.job_epoch(), ", ",
-                       JobStateName(job.state()), ")"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job.job_id(), ": report from job epoch ", request.job_epoch(),
+          request.job_epoch() < job.job_epoch() ? ", which a recovery replaced"
+                                                : ", which the job never ran at",
+          " (the job is at epoch ", job.job_epoch(), ", ", JobStateName(job.state()), ")"));
     }
     if (job.state() != dlrm::v1::JOB_STATE_RUNNING) {
       return absl::FailedPreconditionError(

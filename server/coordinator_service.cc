@@ -238,6 +238,12 @@ void CoordinatorServiceImpl::DoKvGet(grpc::CallbackServerContext* context,
                                      dlrm::v1::KvGetResponse* response,
                                      std::function<void(absl::Status)> done) {
   absl::Duration wait = absl::Milliseconds(request->wait_timeout_ms());
+  if (wait > RendezvousStore::kMaxWait) {
+    // Refused as the store refuses a negative one, also when the caller's deadline is sooner.
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("KvGet: wait ", absl::FormatDuration(wait), " is outside [0, ",
+                     absl::FormatDuration(RendezvousStore::kMaxWait), "]")));
+  }
   // Never wait past the caller's own deadline: it would not hear the answer.
   const absl::Duration until_deadline = absl::FromChrono(context->deadline()) - absl::Now();
   if (wait > absl::ZeroDuration() && until_deadline < wait) {

@@ -259,17 +259,17 @@ absl::Status PsJob::CheckPayloads(int table, const std::string& ids_bytes,
                            " bytes, expected ", expected, " (", n, " ids x dim ", width, " x ",
                            value_bytes, " bytes of ", embedding::RowDtypeName(config->dtype), ")"));
   }
-  if (!full_rows) {
-    // One inf or NaN gradient would turn its row, and then every loss that reads it, into NaN
-    // for the rest of the job: refused with the whole push, before any row changes.
-    const int64_t bad = embedding::FirstNonFinite(config->dtype, payload.data(), n * width);
-    if (bad >= 0) {
-      int64_t id;
-      std::memcpy(&id, ids_bytes.data() + (bad / width) * sizeof(int64_t), sizeof(id));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", table, ": the gradient of id ", id, " is inf or NaN (value ", bad % width,
-          " of its ", width, "): the push is refused and no row of it is changed"));
-    }
+  // One inf or NaN gradient or row value would turn its row, and then every loss that reads it,
+  // into NaN for the rest of the job: refused with the whole call, before any row changes.
+  const int64_t bad = embedding::FirstNonFinite(
+      full_rows ? embedding::RowDtype::kFp32 : config->dtype, payload.data(), n * width);
+  if (bad >= 0) {
+    int64_t id;
+    std::memcpy(&id, ids_bytes.data() + (bad / width) * sizeof(int64_t), sizeof(id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", table, ": the ", full_rows ? "row" : "gradient", " of id ", id,
+                     " is inf or NaN (value ", bad % width, " of its ", width, "): the ", what,
+                     " is refused and no row of it is changed"));
   }
   absl::flat_hash_set<int64_t> unique;
   unique.reserve(static_cast<size_t>(n));

@@ -52,7 +52,7 @@ absl::StatusOr<std::shared_ptr<PsJob>> PsService::FindJob(const std::string& job
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' is not loaded on this parameter server"));
+        absl::StrCat("job '", Shown(job_id), "' is not loaded on this parameter server"));
   }
   return it->second;
 }
@@ -235,7 +235,7 @@ absl::Status PsService::UnloadLocked(const std::string& job_id, int64_t max_epoc
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) {
       return absl::NotFoundError(
-          absl::StrCat("job '", job_id, "' is not loaded on this parameter server"));
+          absl::StrCat("job '", Shown(job_id), "' is not loaded on this parameter server"));
     }
     if (it->second->epoch() > max_epoch) {
       return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' is loaded at epoch ",

@@ -64,6 +64,17 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
   }
+  if (!dlrm::v1::CheckpointRequest::Phase_IsValid(request.phase())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint phase ", request.phase(), " is neither SNAPSHOT nor WRITE"));
+  }
+  if (request.phase() == dlrm::v1::CheckpointRequest::WRITE &&
+      request.part() != job->shard_index()) {
+    // The part names this shard's files in the manifest (rows-t<T>-p<part>.bin).
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint part ", request.part(), " is not this server's shard of job ",
+                     request.job_id(), " (", job->shard_index(), ")"));
+  }
   const int64_t epoch = request.job_epoch();
   if (epoch > 0) DLRM_RETURN_IF_ERROR(job->CheckEpoch(epoch));
   namespace fs = std::filesystem;

@@ -7,19 +7,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
+#include "common/status.h"
 
 namespace dlrm::server {
 namespace {
 
 absl::Status ShutDownError() {
   return absl::UnavailableError("coordinator is shutting down: rendezvous store closed");
-}
-
-// The first bytes of a key or value, for a message.
-std::string Shown(const std::string& text) {
-  constexpr size_t kShown = 64;
-  if (text.size() <= kShown) return text;
-  return absl::StrCat(text.substr(0, kShown), "... (", text.size(), " bytes)");
 }
 
 int64_t EntryBytes(const std::string& key, const std::string& value) {

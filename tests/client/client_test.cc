@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/tls_flags.h"
 #include "common/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,6 +17,18 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// Plaintext is served without --insecure only on a loopback address: an address literal, or
+// "localhost"; a name that merely starts with "127." may resolve anywhere.
+TEST(LoopbackAddress, OnlyLoopbackLiteralsAndLocalhost) {
+  for (const char* yes : {"127.0.0.1:50051", "127.1.2.3:1", "localhost:50051", "[::1]:50051"}) {
+    EXPECT_TRUE(IsLoopbackAddress(yes)) << yes;
+  }
+  for (const char* no : {"127.example.invalid:50051", "0.0.0.0:50051", "10.0.0.1:1", "[::]:1",
+                         "vm:50051", "128.0.0.1:1", "[::2]:1"}) {
+    EXPECT_FALSE(IsLoopbackAddress(no)) << no;
+  }
+}
 
 TEST_F(ClientTest, SubmitGetListCancel) {
   auto job = client_->Submit(dlrm::testing::kTinySpec, {.workers = 2, .ps = 1});

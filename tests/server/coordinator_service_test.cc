@@ -269,6 +269,15 @@ TEST_F(CoordinatorServiceTest, KvGetTimesOutCleanly) {
   EXPECT_EQ(KvGet("", absl::ZeroDuration(), &value).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(KvGet("k", absl::Minutes(20), &value).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Also when the caller's deadline is sooner than the wait: it was cut to the deadline first,
+  // and the call waited it out (DEADLINE_EXCEEDED after 3 s).
+  dlrm::v1::KvGetRequest request;
+  request.set_key("k");
+  request.set_wait_timeout_ms(absl::ToInt64Milliseconds(absl::Minutes(20)));
+  dlrm::v1::KvGetResponse response;
+  s = stub_->KvGet(common::MakeClientContext(absl::Seconds(3)).get(), request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("KvGet: wait 20m is outside [0, 10m]"));
 }
 
 TEST_F(CoordinatorServiceTest, ShutdownFailsPendingWaitsInsteadOfHanging) {
@@ -561,6 +570,17 @@ TEST_F(CoordinatorServiceTest, InputsPastTheirLimitsAreRefusedAndChangeNothing) 
   const std::string tiny = dlrm::testing::kTinySpec;
   expect(submit(tiny + "# " + std::string(3 << 20, 'x') + "\n"), "3 MB spec",
          {"spec_yaml of 31459", absl::StrCat(common::kMaxSpecBytes), "kMaxSpecBytes"});
+  // A 20 kB job id is NOT_FOUND, quoted shortly: in full it made the answer's metadata too big
+  // for gRPC, and the caller read RESOURCE_EXHAUSTED instead.
+  {
+    dlrm::v1::GetJobRequest request;
+    request.set_job_id(std::string(20000, 'j'));
+    dlrm::v1::Job job;
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    const grpc::Status s = jobs_->GetJob(ctx.get(), request, &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("... (20000 bytes)"));
+  }
   // Past the coordinator's receive limit gRPC refuses the request unread, naming both sizes.
   const grpc::Status huge = submit(tiny + "# " + std::string(30 << 20, 'x') + "\n");
   EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << huge.error_message();

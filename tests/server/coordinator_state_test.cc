@@ -175,6 +175,11 @@ TEST_F(CoordinatorStateTest, LostWorkerRecoversOntoReplacementKeepingProgress) {
   auto refused = state_->ReportProgress(stale, now_);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("recovery replaced"));
+  // One from an epoch the job never ran at is not said to be a replaced run's.
+  stale.set_job_epoch(int64_t{1} << 62);
+  refused = state_->ReportProgress(stale, now_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("which the job never ran at"));
   EXPECT_EQ(state_->GetJob(job.job_id())->state(), dlrm::v1::JOB_STATE_RUNNING);
   ASSERT_EQ(*Report(job.job_id(), 0, true), dlrm::v1::JOB_STATE_SUCCEEDED);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,15 @@ TEST_F(PsServiceTest, WriteRowsThenReadRowsRoundTripUnderBudgetAndValidate) {
          "table 0: rows payload is 32 bytes, expected 40 (2 ids x row_floats 5 x 4)");
   expect(one(0, {9, 9}, 2 * kWidth), grpc::StatusCode::INVALID_ARGUMENT,
          "table 0: id 9 repeated in one row write");
+  // A NaN row (weights or optimizer state) would have been stored and served by Lookup.
+  {
+    dlrm::v1::WriteRowsRequest nan = one(0, {3, 4}, 2 * kWidth);
+    std::vector<float> values(2 * kWidth, 1.0f);
+    values[kWidth + 2] = std::numeric_limits<float>::quiet_NaN();
+    nan.mutable_tables(0)->set_rows(PackFloats(values));
+    expect(nan, grpc::StatusCode::INVALID_ARGUMENT,
+           "table 0: the row of id 4 is inf or NaN (value 2 of its 5): the row write is refused");
+  }
   expect(one(0, {kRows}, kWidth), grpc::StatusCode::INVALID_ARGUMENT,
          "table 0: id 600 >= rows 600");
   expect(one(3, {1}, kWidth), grpc::StatusCode::NOT_FOUND, "table 3 not found");
@@ -183,6 +193,25 @@ TEST_F(PsServiceTest, CheckpointWritesTheSnapshotsRowsAndRefusesBadCalls) {
       call(dlrm::v1::CheckpointRequest::WRITE, dir_.path() + "/a/../b", &response).error_code(),
       grpc::StatusCode::INVALID_ARGUMENT);
 
+  // A phase that is neither (read as WRITE before, refused for its directory) and a part that is
+  // not this server's shard (it wrote rows-t0-p-7.bin, which no manifest names).
+  {
+    const grpc::Status odd_phase =
+        call(static_cast<dlrm::v1::CheckpointRequest::Phase>(7), out, &response);
+    EXPECT_EQ(odd_phase.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(odd_phase.error_message(), HasSubstr("checkpoint phase 7 is neither"));
+    dlrm::v1::CheckpointRequest r;
+    r.set_job_id("c");
+    r.set_step(5);
+    r.set_phase(dlrm::v1::CheckpointRequest::WRITE);
+    r.set_directory(out);
+    r.set_part(-7);
+    const grpc::Status odd_part =
+        stub_->Checkpoint(common::MakeClientContext(kTimeout).get(), r, &response);
+    EXPECT_EQ(odd_part.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(odd_part.error_message(),
+                HasSubstr("checkpoint part -7 is not this server's shard"));
+  }
   ASSERT_TRUE(call(dlrm::v1::CheckpointRequest::SNAPSHOT, "", &response).ok());
   // An update after the snapshot is not in the checkpoint.
   ASSERT_TRUE(
