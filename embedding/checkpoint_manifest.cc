@@ -131,6 +131,11 @@ absl::StatusOr<CheckpointManifest> FromJson(const json& j) {
                                     {"model.dense_params", m.dense_params}}) {
     if (value < 0) return absl::DataLossError(absl::StrCat(what, " ", value, " is negative"));
   }
+  // The name is made from the step: an edited step would resume and report another position.
+  if (m.name != CheckpointDirName(m.step)) {
+    return absl::DataLossError(
+        absl::StrCat("step ", m.step, " is not that of its name '", m.name, "'"));
+  }
   if (m.world_size < 1) {
     return absl::DataLossError(absl::StrCat("input.world_size ", m.world_size, " is not >= 1"));
   }

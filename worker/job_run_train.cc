@@ -222,6 +222,7 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
   PipelineOptions pipeline_options = PipelineOptionsFromSpec(spec_);
   pipeline_options.epochs = epochs_left_;
   pipeline_options.max_steps = max_steps_left_;
+  pipeline_options.message_step_offset = base_.step - trainer_->steps_done();
   pipeline_options.trainer = trainer_.get();
   pipeline_options.store = store_.get();
   pipeline_options.reader = train_reader_.get();

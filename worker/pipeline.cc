@@ -133,7 +133,8 @@ absl::StatusOr<int64_t> TrainingPipeline::WaitComputed(int64_t step, double* sta
 }
 
 absl::Status TrainingPipeline::Lookup(int64_t step, absl::Span<embedding::TableRows> requests) {
-  return Annotate(options_.store->Lookup(step, requests), absl::StrCat("lookup of step ", step));
+  return Annotate(options_.store->Lookup(step, requests),
+                  absl::StrCat("lookup of step ", step + options_.message_step_offset));
 }
 
 absl::Status TrainingPipeline::Run() {
@@ -201,8 +202,8 @@ void TrainingPipeline::ReadLoop() {
         absl::StatusOr<bool> needed = options_.boundary_needed(step);
         recorder_.AddStall(PipelineStage::kRead, SecondsSince(start));
         if (!needed.ok()) {
-          return Fail(
-              Annotate(needed.status(), absl::StrCat("deciding the boundary before step ", step)));
+          return Fail(Annotate(needed.status(), absl::StrCat("deciding the boundary before step ",
+                                                             step + options_.message_step_offset)));
         }
         boundary = *needed;
       }
@@ -213,7 +214,9 @@ void TrainingPipeline::ReadLoop() {
         const auto start = std::chrono::steady_clock::now();
         absl::Status s = options_.on_boundary(step);
         recorder_.AddBusy(PipelineStage::kRead, SecondsSince(start));
-        if (!s.ok()) return Fail(Annotate(s, absl::StrCat("at the boundary before step ", step)));
+        if (!s.ok())
+          return Fail(Annotate(s, absl::StrCat("at the boundary before step ",
+                                               step + options_.message_step_offset)));
       }
       auto item = std::make_unique<StepItem>();
       item->step = step;
@@ -221,7 +224,8 @@ void TrainingPipeline::ReadLoop() {
       absl::StatusOr<bool> more = options_.reader->Next(&item->batch);
       recorder_.AddBusy(PipelineStage::kRead, SecondsSince(start));
       if (!more.ok()) {
-        return Fail(Annotate(more.status(), absl::StrCat("reading batch of step ", step)));
+        return Fail(Annotate(more.status(), absl::StrCat("reading batch of step ",
+                                                         step + options_.message_step_offset)));
       }
       if (!*more) break;
       double stall = 0;
@@ -267,8 +271,9 @@ void TrainingPipeline::StageLoop(
 }
 
 absl::Status TrainingPipeline::Prepare(StepItem& item) {
-  DLRM_RETURN_IF_ERROR(Annotate(options_.trainer->CheckBatch(item.batch),
-                                absl::StrCat("batch of step ", item.step)));
+  DLRM_RETURN_IF_ERROR(
+      Annotate(options_.trainer->CheckBatch(item.batch),
+               absl::StrCat("batch of step ", item.step + options_.message_step_offset)));
   options_.trainer->PrepareSparse(item.batch, item.step, &item.work);
   return absl::OkStatus();
 }
@@ -390,7 +395,9 @@ absl::Status TrainingPipeline::FetchLate(StepItem& item, double* stall) {
 
 absl::Status TrainingPipeline::Compute(StepItem& item) {
   absl::StatusOr<float> loss = options_.trainer->Compute(item.batch, &item.work);
-  if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("compute of step ", item.step));
+  if (!loss.ok())
+    return Annotate(loss.status(),
+                    absl::StrCat("compute of step ", item.step + options_.message_step_offset));
   item.loss = *loss;
   absl::MutexLock lock(&mu_);
   last_computed_ = item.step;
@@ -411,7 +418,9 @@ void TrainingPipeline::PushLoop() {
     absl::Status status = options_.trainer->PushGradients(it.work);
     recorder_.AddBusy(PipelineStage::kPush, SecondsSince(start));
     if (!status.ok()) {
-      return Fail(Annotate(status, absl::StrCat("push of step ", it.step)), /*drop_computed=*/true);
+      return Fail(
+          Annotate(status, absl::StrCat("push of step ", it.step + options_.message_step_offset)),
+          /*drop_computed=*/true);
     }
     recorder_.AddItem(PipelineStage::kPush);
     recorder_.AddStep(it.batch.size);

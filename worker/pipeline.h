@@ -83,8 +83,11 @@ struct PipelineOptions {
   // The store enforces the staleness bound itself (see above); `lookahead` is then unused.
   // Wrong with a store that does not (LocalEmbeddingStore): k would not be enforced.
   bool store_enforces_staleness = false;
-  int epochs = 1;          // >= 1; the reader is rewound between epochs
-  int64_t max_steps = 0;   // 0 = until the data ends
+  int epochs = 1;         // >= 1; the reader is rewound between epochs
+  int64_t max_steps = 0;  // 0 = until the data ends
+  // Added to the steps that error messages name, so that they are the job's: a cluster worker's
+  // trainer counts from 0 in each run, a run resumed at step 400 from 400.
+  int64_t message_step_offset = 0;
   int read_ahead = 4;      // capacity of the queue of parsed batches (>= 1)
   int queue_capacity = 2;  // capacity of every other queue (>= 1)
 

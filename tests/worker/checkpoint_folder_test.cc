@@ -176,6 +176,7 @@ TEST_F(CheckpointTest, AManifestChangedAfterItsCommitIsDamaged) {
   for (const auto& [from, to, says] :
        {std::tuple<std::string, std::string, std::string>{"\"step\": 10,", "\"step\": -1,",
                                                           "step -1 is negative"},
+        {"\"step\": 10,", "\"step\": 999,", "step 999 is not that of its name 'ckpt-000000000010'"},
         {"\"world_size\": 1", "\"world_size\": 0", "input.world_size 0 is not >= 1"},
         {"\"batches\": ", "\"batches\": -", "out of range for world_size 1"},
         {"\"dim\": ", "\"dim\": -", "out of range"}}) {

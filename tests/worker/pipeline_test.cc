@@ -451,6 +451,15 @@ TEST_F(PipelineTest, ReaderErrorStopsEverythingWithItsError) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("reading batch of step 4"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("bad.tsv:301"));
+
+  // A run that resumed a job at step 400 names the job's step, not the run's.
+  auto resumed = MakeRig(spec);
+  PipelineOptions options = OptionsFor(*resumed, 1);
+  options.message_step_offset = 400;
+  pipeline = TrainingPipeline::Create(options);
+  ASSERT_TRUE(pipeline.ok());
+  s = RunWithDeadline(pipeline->get());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("reading batch of step 404"));
 }
 
 TEST_F(PipelineTest, ProgressCallbackErrorStopsThePipeline) {

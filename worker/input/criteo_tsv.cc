@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -216,7 +217,19 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
       LogSummary();
       return false;
     }
-    if ((line.empty() || line == "\r") && !options_.blank_lines_are_malformed) continue;
+    if (line.empty() || line == "\r") {
+      // Blank lines that end the file (an editor's trailing newline) are the end of it; one
+      // before a record is malformed, and named when that record comes.
+      if (options_.blank_lines_are_malformed && first_blank_line_ == 0) first_blank_line_ = line_;
+      continue;
+    }
+    if (first_blank_line_ > 0) {
+      const int64_t blank = std::exchange(first_blank_line_, 0);
+      if (options_.strict) {
+        return absl::InvalidArgumentError(absl::StrCat(options_.path, ":", blank, ": empty line"));
+      }
+      Report("empty line", blank);
+    }
     // Binary data read as text (a pipe or device is always read as TSV: its first bytes cannot
     // be looked at and given back) was nothing but malformed lines, skipped, and then "no valid
     // records": refused here, saying why.
@@ -260,11 +273,12 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
   }
 }
 
-void CriteoTsvReader::Report(absl::string_view reason) {
+void CriteoTsvReader::Report(absl::string_view reason, int64_t line) {
+  if (line == 0) line = line_;
   ++skipped_;
-  if (quiet_ || line_ <= quiet_through_) return;
+  if (quiet_ || line <= quiet_through_) return;
   ++reported_;
-  ParseIssue issue{options_.path, line_, std::string(reason)};
+  ParseIssue issue{options_.path, line, std::string(reason)};
   if (reported_ <= options_.max_logged_issues) {
     DLRM_LOG(WARNING) << "skipping malformed line " << issue.ToString();
   }

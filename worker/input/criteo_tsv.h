@@ -153,7 +153,8 @@ class CriteoTsvReader {
   absl::StatusOr<bool> NextLine(absl::string_view* line);
   // INVALID_ARGUMENT: the next line passes options_.max_line_bytes.
   absl::Status LineTooLong() const;
-  void Report(absl::string_view reason);
+  // Counts a skipped line (`line`, or the last one read) and logs or hands on why.
+  void Report(absl::string_view reason, int64_t line = 0);
   void LogSummary();
 
   TsvReaderOptions options_;
@@ -172,6 +173,8 @@ class CriteoTsvReader {
   // labels_optional: the line of the first record, and whether it had the label.
   int64_t first_record_line_ = 0;
   bool labelled_ = true;
+  // blank_lines_are_malformed: the first of the blank lines read since the last record (0: none).
+  int64_t first_blank_line_ = 0;
 };
 
 }  // namespace dlrm::worker
