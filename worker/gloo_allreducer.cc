@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <stdexcept>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -67,6 +68,25 @@ GlooAllReducer::GlooAllReducer(int rank, int world_size, absl::Duration op_timeo
     : rank_(rank), world_size_(world_size), op_timeout_(op_timeout) {}
 
 GlooAllReducer::~GlooAllReducer() = default;
+
+void GlooAllReducer::Abort(const std::string& why) {
+  absl::MutexLock lock(&abort_mu_);
+  if (aborted_.has_value()) return;
+  aborted_ = why;
+  // Each wakes the wait on it now, or makes the next one return at once.
+  for (auto& recv : direct_recv_) recv->abortWaitRecv();
+  if (in_flight_send_ != nullptr) in_flight_send_->abortWaitSend();
+}
+
+void GlooAllReducer::ThrowIfAborted() {
+  absl::MutexLock lock(&abort_mu_);
+  if (aborted_.has_value()) throw std::runtime_error(*aborted_);
+}
+
+void GlooAllReducer::ThrowAborted() {
+  ThrowIfAborted();
+  throw std::runtime_error("direct exchange: a wait was aborted");
+}
 
 absl::StatusOr<std::unique_ptr<GlooAllReducer>> GlooAllReducer::Create(
     const GlooAllReducerOptions& options) {
@@ -159,17 +179,31 @@ void GlooAllReducer::DirectExchange(const void* data, size_t bytes, Take take) {
   const auto timeout = ToChrono(op_timeout_);
   // Gloo only reads the payload: the cast is for its buffer type.
   auto send = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+  ThrowIfAborted();
+  {
+    absl::MutexLock lock(&abort_mu_);
+    in_flight_send_ = send.get();
+  }
+  struct Forget {  // the send buffer goes when this returns or throws
+    GlooAllReducer* self;
+    ~Forget() {
+      absl::MutexLock lock(&self->abort_mu_);
+      self->in_flight_send_ = nullptr;
+    }
+  } forget{this};
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer != rank_) send->send(peer, slot, 0, bytes);
   }
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
     gloo::transport::UnboundBuffer* recv = direct_recv_[DirectIndex(peer)].get();
-    recv->waitRecv(timeout);
+    if (!recv->waitRecv(timeout)) ThrowAborted();
     take(peer, static_cast<const char*>(recv->ptr));
   }
   // The payload may be overwritten once every send has left it.
-  for (int i = 0; i < world_size_ - 1; ++i) send->waitSend(timeout);
+  for (int i = 0; i < world_size_ - 1; ++i) {
+    if (!send->waitSend(timeout)) ThrowAborted();
+  }
   // Each buffer takes the message of the call after next: the peer's next one goes to the other.
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer != rank_) direct_recv_[DirectIndex(peer)]->recv(peer, slot, 0, direct_max_bytes_);

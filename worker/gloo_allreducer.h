@@ -96,6 +96,12 @@ class GlooAllReducer : public DenseAllReducer {
   size_t direct_max_bytes() const { return direct_max_bytes_; }
   // All ranks wait until every rank has called it (an allreduce of one float).
   absl::Status Barrier();
+  // Ends a direct-exchange collective in flight, and fails every later collective, UNAVAILABLE
+  // with `why`: for a run that is stopping, whose peer may be stopped rather than dead (a stopped
+  // process keeps its sockets open, so a collective with it would wait out the op timeout).
+  // A collective around Gloo's ring (a payload above direct_max_bytes) cannot be reached from
+  // outside and still ends at its op timeout. Thread-safe; from any thread while the reducer lives.
+  void Abort(const std::string& why);
 
  private:
   GlooAllReducer(int rank, int world_size, absl::Duration op_timeout);
@@ -112,6 +118,9 @@ class GlooAllReducer : public DenseAllReducer {
   // rank order as they arrive, reposting each buffer after its take. Throws Gloo's exceptions.
   template <typename Take>
   void DirectExchange(const void* data, size_t bytes, Take take);
+  // Throw, for AllReduce's catch, the reason Abort gave: when it was called, and at once.
+  void ThrowIfAborted();
+  [[noreturn]] void ThrowAborted();
   // The receive buffer of peer rank p for the current direct call.
   size_t DirectIndex(int peer) const;
 
@@ -131,6 +140,10 @@ class GlooAllReducer : public DenseAllReducer {
   std::vector<std::unique_ptr<char[]>> direct_memory_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> direct_recv_;
   std::vector<char> own_;
+  // Abort: the reason (set once), and the send buffer of the direct exchange in flight.
+  absl::Mutex abort_mu_;
+  std::optional<std::string> aborted_ ABSL_GUARDED_BY(abort_mu_);
+  gloo::transport::UnboundBuffer* in_flight_send_ ABSL_GUARDED_BY(abort_mu_) = nullptr;
 };
 
 }  // namespace dlrm::worker

@@ -261,9 +261,15 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
   {
     absl::MutexLock lock(&worker_.mu_);
     if (worker_.stopping_) return absl::CancelledError("worker shutting down");
-    worker_.cancel_hook_ = [store_hook = store_hook_, p = pipeline.get()] {
+    worker_.cancel_hook_ = [store_hook = store_hook_, p = pipeline.get(),
+                            gloo = resources_->gloo.get(), hot = resources_->hot_gloo.get()] {
       store_hook();
       p->Cancel();
+      // A peer that is stopped, not dead, keeps its connections open: the compute thread's
+      // collective with it would wait out collective_timeout (two minutes) before the run ends.
+      for (GlooAllReducer* reducer : {gloo, hot}) {
+        if (reducer != nullptr) reducer->Abort("the run is stopping");
+      }
     };
   }
   absl::Status status = pipeline->Run();

@@ -20,6 +20,7 @@
 #include "client/coordinator_client.h"
 #include "common/status.h"
 #include "embedding/row_dtype.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "tests/worker/local_run.h"
@@ -467,6 +468,45 @@ TEST_F(GlooAllReducerTest, APeerThatIsGoneFailsWithUnavailableInsteadOfHanging) 
   // The context is broken from now on; later calls fail at once.
   EXPECT_EQ(reducers[0]->AllReduceSum(data.data(), data.size()).code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A peer that is stopped (SIGSTOP, a hung host), not dead, keeps its sockets open: a collective
+// with it waits out its op timeout (two minutes in a worker), and a run the coordinator replaced
+// sat in it that long. Abort, from another thread, ends a direct-exchange collective in flight at
+// once, and every later one (a ring collective's buffers are Gloo's own: it still ends at its op
+// timeout).
+TEST_F(GlooAllReducerTest, AbortEndsACollectiveWithAStoppedPeerAtOnce) {
+  for (const int count : {1000, 1}) {
+    const std::optional<size_t> direct;
+    const std::string prefix = absl::StrCat("job/abort-", count, "/gloo/");
+    std::vector<std::unique_ptr<GlooAllReducer>> reducers(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        GlooAllReducerOptions options = Options(r, 2, prefix, direct);
+        options.op_timeout = absl::Seconds(60);
+        auto reducer = GlooAllReducer::Create(options);
+        ASSERT_TRUE(reducer.ok()) << reducer.status();
+        reducers[r] = std::move(*reducer);
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(reducers[0] != nullptr && reducers[1] != nullptr);
+    // Rank 1 never joins the collective; its connections stay open.
+    std::vector<float> data(count, 1.0f);
+    const absl::Time start = absl::Now();
+    std::thread aborter([&] {
+      absl::SleepFor(absl::Milliseconds(300));
+      reducers[0]->Abort("the run was replaced");
+    });
+    const absl::Status status = reducers[0]->AllReduceSum(data.data(), data.size());
+    aborter.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "waited for the op timeout";
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("the run was replaced"));
+    EXPECT_EQ(reducers[0]->AllReduceSum(data.data(), data.size()).code(),
+              absl::StatusCode::kUnavailable);
+  }
 }
 
 TEST_F(GlooAllReducerTest, ARankThatNeverJoinsFailsTheRendezvousWithinItsTimeout) {
