@@ -224,6 +224,10 @@ std::string JobDetail(const dlrm::v1::Job& job, bool wide) {
                          "running again after ",
                          absl::StrFormat("%.1f s", (r.resumed_ms() - r.started_ms()) / 1000.0))
                    : std::string("not running again"),
+               !r.has_restored_step()      ? std::string()
+               : r.restored_from().empty() ? std::string(" from the start")
+                                           : absl::StrCat(" from ", Printable(r.restored_from()),
+                                                          " (step ", r.restored_step(), ")"),
                ": ", Printable(r.reason()))});
     }
   }

@@ -120,5 +120,8 @@ inline constexpr int64_t kMaxKvStoreBytes = int64_t{256} << 20;  // 256 MiB
 // (kMaxSpecBytes) or a KV value (kMaxKvValueBytes), fits with room to spare, while a parse (which
 // can take many times a request's size in memory) stays bounded.
 inline constexpr int64_t kMaxCoordinatorRequestBytes = int64_t{4} << 20;  // 4 MiB
+// WatchJob streams a coordinator serves at once (`dlrmctl watch`, `submit --wait`, dashboards):
+// past it a new one is RESOURCE_EXHAUSTED, so that opening streams cannot take its memory.
+inline constexpr int64_t kMaxWatchStreams = 4096;
 
 }  // namespace dlrm::common

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
                                                             c->metrics_.get(), absl::Now()));
   c->timers_ = std::make_unique<TimerQueue>();
   c->kv_ = std::make_unique<RendezvousStore>(c->timers_.get());
-  c->watchers_ = std::make_unique<JobWatchers>();
+  c->watchers_ = std::make_unique<JobWatchers>(options.max_watch_streams);
   c->rpcs_ = std::make_unique<RpcCounter>(c->metrics_.get());
   JobWatchers* watchers = c->watchers_.get();
   c->state_->SetJobListener([watchers](const dlrm::v1::Job& job) { watchers->Publish(job); });

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/grants.h"
 #include "common/grpc_util.h"
+#include "common/limits.h"
 #include "common/metrics.h"
 
 namespace dlrm::server {
@@ -43,6 +44,8 @@ struct CoordinatorOptions {
   int metrics_port = -1;          // < 0: no endpoint; 0: any free port
   std::string metrics_host = {};  // where the endpoint binds; "" = the host of listen_address
   common::TransportSecurity security = {};
+  // WatchJob streams served at once; past it a new one is RESOURCE_EXHAUSTED.
+  int64_t max_watch_streams = common::kMaxWatchStreams;
 };
 
 class Coordinator {

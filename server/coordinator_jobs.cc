@@ -290,10 +290,10 @@ absl::StatusOr<Job> CoordinatorState::RequestCheckpoint(const std::string& job_i
 absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
     const dlrm::v1::ReportProgressRequest& request, absl::Time now) {
   if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
-  if (request.step() < 0 || request.samples() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", request.job_id(), " rank ", request.rank(), ": step ", request.step(),
-                     " and samples ", request.samples(), " must be >= 0"));
+  if (request.step() < 0 || request.samples() < 0 || request.restored_step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", request.job_id(), " rank ", request.rank(), ": step ", request.step(), ", samples ",
+        request.samples(), " and restored_step ", request.restored_step(), " must be >= 0"));
   }
   Changes changes;
   dlrm::v1::JobState state;
@@ -368,6 +368,14 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
 
 void CoordinatorState::UpdateProgress(const dlrm::v1::ReportProgressRequest& request,
                                       absl::Time now, Job* job) {
+  // Rank 0 of a recovery's run says where it rolled back to: kept once, in that recovery.
+  if (request.rank() == 0 && request.has_restored_step() && job->recovery_history_size() > 0) {
+    dlrm::v1::JobRecovery* r = job->mutable_recovery_history(job->recovery_history_size() - 1);
+    if (!r->has_restored_step()) {
+      r->set_restored_from(request.restored_from());
+      r->set_restored_step(request.restored_step());
+    }
+  }
   dlrm::v1::JobProgress* progress = job->mutable_progress();
   progress->set_rank(request.rank());
   progress->set_step(request.step());

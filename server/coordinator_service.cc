@@ -74,6 +74,12 @@ absl::Status CheckReport(const dlrm::v1::ReportProgressRequest& r) {
       !s.ok()) {
     return s;
   }
+  // Printed by `dlrmctl describe`.
+  for (absl::Status s : {CheckLength("ReportProgress: restored_from", r.restored_from(),
+                                     common::kMaxPathBytes, "kMaxPathBytes"),
+                         CheckPrintable("ReportProgress: restored_from", r.restored_from())}) {
+    if (!s.ok()) return s;
+  }
   if (r.metrics_size() > common::kMaxReportMetrics) {
     return absl::InvalidArgumentError(
         absl::StrCat("ReportProgress: ", r.metrics_size(), " metrics is over the limit of ",

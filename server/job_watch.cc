@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/limits.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace dlrm::server {
@@ -123,19 +124,29 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobWatchers::Start(const std::string
                                                                const CoordinatorState& state) {
   std::shared_ptr<JobWatchReactor> reactor;
   bool closed = false;
+  bool full = false;
   {
     absl::MutexLock lock(&mu_);
     const int64_t token = next_token_++;
     reactor = std::make_shared<JobWatchReactor>(this, token);
     reactor->self_ = reactor;
     closed = closed_;
-    if (!closed) {
+    full = static_cast<int64_t>(job_of_token_.size()) >= max_streams_;
+    if (!closed && !full) {
       streams_.emplace(job_id, std::make_pair(token, std::weak_ptr<JobWatchReactor>(reactor)));
       job_of_token_[token] = job_id;
     }
   }
   if (closed) {
     reactor->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+    return reactor.get();
+  }
+  if (full) {
+    reactor->Close(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("WatchJob: ", max_streams_,
+                     " streams are open, the most this coordinator serves (kMaxWatchStreams in "
+                     "common/limits.h); close one, or poll with GetJob")));
     return reactor.get();
   }
   // Registered before the snapshot is read, so no change in between is missed; the version

@@ -23,7 +23,8 @@ class JobWatchReactor;
 
 class JobWatchers {
  public:
-  JobWatchers() = default;
+  // At most `max_streams` streams at once (common/limits.h kMaxWatchStreams in a coordinator).
+  explicit JobWatchers(int64_t max_streams) : max_streams_(max_streams) {}
   ~JobWatchers();
 
   // Starts a stream for `job_id`; an unknown job finishes it NOT_FOUND naming the id.
@@ -48,6 +49,7 @@ class JobWatchers {
   std::map<int64_t, std::string> job_of_token_ ABSL_GUARDED_BY(mu_);
   int64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  const int64_t max_streams_;
 };
 
 }  // namespace dlrm::server

@@ -168,6 +168,7 @@ class WorkerProcess::JobRun {
   TrainPosition base_;  // where this run starts in the job's numbering
   std::vector<std::vector<int64_t>> resumed_hot_ids_;
   bool resumed_ = false;
+  std::string restored_from_;  // the checkpoint folder this run restored, "" for none
   std::unique_ptr<HotSetRefresher> refresher_;
   std::unique_ptr<ClusterCheckpointer> checkpointer_;
   WorkerMetrics metrics_;

@@ -197,6 +197,7 @@ absl::Status WorkerProcess::JobRun::Restore() {
           : RestoreCheckpoint(resume_from, restore_options, trainer_.get(), store_.get()));
   base_ = restored.position;
   base_.samples = restored.manifest.samples;
+  restored_from_ = restored.dir;
   resumed_hot_ids_ = std::move(restored.hot_ids);
   // A step is a global batch whatever the number of workers: with another number, each rank
   // skips the same number of (smaller or larger) batches of its new shard, the same share.

@@ -38,6 +38,10 @@ absl::Status WorkerProcess::JobRun::ReportProgress(bool force) {
   (*request.mutable_metrics())["samples_per_sec"] = samples_ / std::max(SecondsSince(start_), 1e-9);
   for (const auto& [key, value] : last_eval_) (*request.mutable_metrics())[key] = value;
   if (total_steps_ > 0) (*request.mutable_metrics())["total_steps"] = total_steps_;
+  if (rank_ == 0 && job_.recovery() > 0) {
+    request.set_restored_from(restored_from_);
+    request.set_restored_step(base_.step);
+  }
   absl::StatusOr<dlrm::v1::JobState> state = worker_.client_->ReportProgress(request);
   if (state.ok() && *state != dlrm::v1::JOB_STATE_RUNNING) {
     return absl::CancelledError(absl::StrCat("job ", job_id_, " is no longer running"));

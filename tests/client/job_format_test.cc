@@ -267,6 +267,30 @@ TEST(JobFormatMessage, SubmitWarnsOnlyWhenTheClusterHasFewerMembersThanAsked) {
   EXPECT_EQ(FewerMembersThanAsked(job, view), "");
 }
 
+// describe (-o wide) says, for each recovery, where its run rolled back to once rank 0 has said.
+TEST(JobFormatDetail, ARecoverySaysWhereItRolledBackTo) {
+  dlrm::v1::Job job;
+  job.set_job_id("job-4");
+  job.set_state(dlrm::v1::JOB_STATE_RUNNING);
+  job.set_recoveries(2);
+  job.set_max_recoveries(3);
+  for (int i = 0; i < 3; ++i) {
+    dlrm::v1::JobRecovery* r = job.add_recovery_history();
+    r->set_started_ms(1'700'000'000'000 + i * 60'000);
+    r->set_resumed_ms(r->started_ms() + 6'500);
+    r->set_step_at_loss(701);
+    r->set_reason("member worker-2 lease expired");
+  }
+  job.mutable_recovery_history(0)->set_restored_from("/ck/ckpt-000000000650");
+  job.mutable_recovery_history(0)->set_restored_step(650);
+  job.mutable_recovery_history(1)->set_restored_step(0);  // no checkpoint yet: the start
+  const std::string detail = JobDetail(job, /*wide=*/true);
+  EXPECT_THAT(detail, HasSubstr("at step 701, running again after 6.5 s from "
+                                "/ck/ckpt-000000000650 (step 650): member worker-2"));
+  EXPECT_THAT(detail, HasSubstr("running again after 6.5 s from the start: member"));
+  EXPECT_THAT(detail, HasSubstr("running again after 6.5 s: member"));  // rank 0 not heard yet
+}
+
 TEST(JobFormatMessage, OtherStates) {
   dlrm::v1::Job job;
   job.set_state(dlrm::v1::JOB_STATE_FAILED);

@@ -32,12 +32,14 @@ using ::testing::HasSubstr;
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
   ::dlrm::testing::ScopedTempDir dir_{"coordinator_service"};  // unique: tests run in parallel
-  void StartCoordinator(const std::string& dir, absl::Duration ttl = absl::Milliseconds(300)) {
+  void StartCoordinator(const std::string& dir, absl::Duration ttl = absl::Milliseconds(300),
+                        int64_t max_watch_streams = common::kMaxWatchStreams) {
     CoordinatorOptions options;
     options.listen_address = "127.0.0.1:0";
     options.data_dir = dir;
     options.lease_ttl = ttl;
     options.metrics_port = -1;
+    options.max_watch_streams = max_watch_streams;
     auto c = Coordinator::Create(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -290,6 +292,51 @@ TEST_F(CoordinatorServiceTest, ShutdownFailsPendingWaitsInsteadOfHanging) {
   getter.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+// Open streams are bounded (an audit's 5000 watches took the coordinator from 64 to 154 MB):
+// past the limit a new one is RESOURCE_EXHAUSTED naming it, and one closing makes room.
+TEST_F(CoordinatorServiceTest, WatchStreamsAreBounded) {
+  coordinator_->Shutdown();
+  StartCoordinator(dir_.Sub("bounded"), absl::Milliseconds(300), /*max_watch_streams=*/2);
+  const std::string job_id = Submit(1);  // stays PENDING: its streams stay open
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<dlrm::v1::JobEvent>> reader;
+  };
+  auto watch = [&] {
+    Watch w{common::MakeClientContext(absl::Seconds(20)), nullptr};
+    dlrm::v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    w.reader = jobs_->WatchJob(w.ctx.get(), request);
+    return w;
+  };
+  std::vector<Watch> open;
+  for (int i = 0; i < 2; ++i) {
+    open.push_back(watch());
+    dlrm::v1::JobEvent event;
+    ASSERT_TRUE(open.back().reader->Read(&event)) << "stream " << i;
+  }
+  Watch third = watch();
+  dlrm::v1::JobEvent event;
+  EXPECT_FALSE(third.reader->Read(&event));
+  const grpc::Status refused = third.reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("WatchJob: 2 streams are open"));
+  open.front().ctx->TryCancel();
+  open.front().reader->Finish();
+  // The server forgets the cancelled stream once its cancellation reaches it.
+  bool reopened = false;
+  for (int attempt = 0; attempt < 50 && !reopened; ++attempt) {
+    Watch again = watch();
+    reopened = again.reader->Read(&event);
+    again.ctx->TryCancel();
+    again.reader->Finish();
+    if (!reopened) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(reopened);
+  for (Watch& w : open) w.ctx->TryCancel();
+  for (size_t i = 1; i < open.size(); ++i) open[i].reader->Finish();
 }
 
 TEST_F(CoordinatorServiceTest, WatchJobStreamsUntilTerminal) {

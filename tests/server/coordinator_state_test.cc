@@ -164,6 +164,20 @@ TEST_F(CoordinatorStateTest, LostWorkerRecoversOntoReplacementKeepingProgress) {
   ASSERT_TRUE(hb->worker().has_job());
   EXPECT_EQ(hb->worker().job().recovery(), 1);
   EXPECT_EQ(hb->worker().job().job_epoch(), running.job_epoch());
+  // Rank 0 of the new run says where it rolled back to: kept in the recovery, once.
+  for (const char* from : {"/ck/ckpt-000000000050", "/ck/ckpt-000000000099"}) {
+    dlrm::v1::ReportProgressRequest r;
+    r.set_job_id(job.job_id());
+    r.set_rank(0);
+    r.set_job_epoch(running.job_epoch());
+    r.set_step(50);
+    r.set_restored_from(from);
+    r.set_restored_step(50);
+    ASSERT_TRUE(state_->ReportProgress(r, now_).ok());
+  }
+  EXPECT_EQ(state_->GetJob(job.job_id())->recovery_history(0).restored_from(),
+            "/ck/ckpt-000000000050");
+  EXPECT_EQ(state_->GetJob(job.job_id())->recovery_history(0).restored_step(), 50);
 
   // A report from the replaced run is refused and cannot fail the new one.
   dlrm::v1::ReportProgressRequest stale;
