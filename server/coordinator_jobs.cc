@@ -309,7 +309,12 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
                                                 : ", which the job never ran at",
           " (the job is at epoch ", job.job_epoch(), ", ", JobStateName(job.state()), ")"));
     }
-    if (job.state() != dlrm::v1::JOB_STATE_RUNNING) {
+    // Another rank's last report may come after rank 0's ended the job (both kept through a
+    // coordinator restart and sent again): its samples still count.
+    const bool late_final = job.state() == dlrm::v1::JOB_STATE_SUCCEEDED && request.done() &&
+                            !request.failed() && request.rank() > 0 &&
+                            request.job_epoch() == job.job_epoch();
+    if (job.state() != dlrm::v1::JOB_STATE_RUNNING && !late_final) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job.job_id(), " is ", JobStateName(job.state()),
                        "; progress is accepted only while RUNNING"));
@@ -325,36 +330,41 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
           "member ", MemberLabel(request.member_id()), " does not hold rank ", request.rank(),
           " of job ", job.job_id(), "; ", MemberLabel(holder), " does"));
     }
-    // A failure report carries no progress: keep what the rank reported last.
-    if (!request.failed()) UpdateProgress(request, now, &job);
-    if (request.failed() && request.peer_unreachable()) {
-      BeginRecovery(&job,
-                    absl::StrCat("rank ", request.rank(), " (", MemberLabelInParens(holder),
-                                 ") lost a peer: ", request.message()),
-                    now, &changes);
-    } else if (request.failed()) {
-      status = FinishJob(&job, dlrm::v1::JOB_STATE_FAILED,
-                         absl::StrCat("rank ", request.rank(), " (", MemberLabelInParens(holder),
-                                      ") failed: ", request.message()),
-                         now, &changes);
-    } else if (request.done() && request.rank() == 0) {
-      dlrm::v1::FinalMetrics* fm = job.mutable_final_metrics();
-      const auto& m = request.metrics();
-      if (m.contains("auc")) {  // absent: the job has no eval data
-        fm->set_auc(MetricOr(m, "auc", 0));
-        fm->set_logloss(MetricOr(m, "logloss", 0));
-        fm->set_accuracy(MetricOr(m, "accuracy", 0));
-      }
-      fm->set_eval_samples(static_cast<int64_t>(MetricOr(m, "eval_samples", 0)));
-      fm->set_samples_per_sec(MetricOr(m, "samples_per_sec", 0));
-      fm->set_steps(
-          static_cast<int64_t>(MetricOr(m, "steps", static_cast<double>(request.step()))));
-      fm->set_samples(
-          static_cast<int64_t>(MetricOr(m, "samples", static_cast<double>(job.total_samples()))));
-      fm->set_train_seconds(MetricOr(m, "train_seconds", 0));
-      status = FinishJob(&job, dlrm::v1::JOB_STATE_SUCCEEDED, request.message(), now, &changes);
-    } else {
+    if (late_final) {
+      CountRankSamples(request, &job);
       TouchJob(&job, &changes);
+    } else {
+      // A failure report carries no progress: keep what the rank reported last.
+      if (!request.failed()) UpdateProgress(request, now, &job);
+      if (request.failed() && request.peer_unreachable()) {
+        BeginRecovery(&job,
+                      absl::StrCat("rank ", request.rank(), " (", MemberLabelInParens(holder),
+                                   ") lost a peer: ", request.message()),
+                      now, &changes);
+      } else if (request.failed()) {
+        status = FinishJob(&job, dlrm::v1::JOB_STATE_FAILED,
+                           absl::StrCat("rank ", request.rank(), " (", MemberLabelInParens(holder),
+                                        ") failed: ", request.message()),
+                           now, &changes);
+      } else if (request.done() && request.rank() == 0) {
+        dlrm::v1::FinalMetrics* fm = job.mutable_final_metrics();
+        const auto& m = request.metrics();
+        if (m.contains("auc")) {  // absent: the job has no eval data
+          fm->set_auc(MetricOr(m, "auc", 0));
+          fm->set_logloss(MetricOr(m, "logloss", 0));
+          fm->set_accuracy(MetricOr(m, "accuracy", 0));
+        }
+        fm->set_eval_samples(static_cast<int64_t>(MetricOr(m, "eval_samples", 0)));
+        fm->set_samples_per_sec(MetricOr(m, "samples_per_sec", 0));
+        fm->set_steps(
+            static_cast<int64_t>(MetricOr(m, "steps", static_cast<double>(request.step()))));
+        fm->set_samples(
+            static_cast<int64_t>(MetricOr(m, "samples", static_cast<double>(job.total_samples()))));
+        fm->set_train_seconds(MetricOr(m, "train_seconds", 0));
+        status = FinishJob(&job, dlrm::v1::JOB_STATE_SUCCEEDED, request.message(), now, &changes);
+      } else {
+        TouchJob(&job, &changes);
+      }
     }
     if (!status.ok()) return status;
     TryStartJobs(now, &changes);
@@ -364,6 +374,14 @@ absl::StatusOr<dlrm::v1::JobState> CoordinatorState::ReportProgress(
   Notify(changes);
   if (!status.ok()) return status;
   return state;
+}
+
+void CoordinatorState::CountRankSamples(const dlrm::v1::ReportProgressRequest& request, Job* job) {
+  while (job->rank_samples_size() < job->worker_ids_size()) job->add_rank_samples(0);
+  job->set_rank_samples(request.rank(), request.samples());
+  int64_t total = 0;
+  for (int64_t s : job->rank_samples()) total += s;
+  job->set_total_samples(total);
 }
 
 void CoordinatorState::UpdateProgress(const dlrm::v1::ReportProgressRequest& request,
@@ -394,11 +412,7 @@ void CoordinatorState::UpdateProgress(const dlrm::v1::ReportProgressRequest& req
   *progress->mutable_metrics() = request.metrics();
   for (const auto& [key, value] : kept) (*progress->mutable_metrics())[key] = value;
   progress->set_time_ms(absl::ToUnixMillis(now));
-  while (job->rank_samples_size() < job->worker_ids_size()) job->add_rank_samples(0);
-  job->set_rank_samples(request.rank(), request.samples());
-  int64_t total = 0;
-  for (int64_t s : job->rank_samples()) total += s;
-  job->set_total_samples(total);
+  CountRankSamples(request, job);
 }
 
 absl::Status CoordinatorState::FinishJob(Job* job, dlrm::v1::JobState to,

@@ -168,6 +168,9 @@ class CoordinatorState {
   void UpdateProgress(const dlrm::v1::ReportProgressRequest& request, absl::Time now,
                       dlrm::v1::Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRecovery() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rank's samples from a report, and the job's total over its ranks.
+  void CountRankSamples(const dlrm::v1::ReportProgressRequest& request, dlrm::v1::Job* job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int AlivePsCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How messages name a member: its id, and the name it registered with (its process's --name)
   // when that differs, e.g. "worker-5 (name worker-1)". Ids unknown here are given as they are.

@@ -102,6 +102,38 @@ TEST_F(CoordinatorStateTest, FailureReportFailsAndLostMemberRecoversTheJob) {
   EXPECT_THAT(recovering->message(), HasSubstr("lease expired"));
 }
 
+// Rank 1's last report can come after rank 0's ended the job (both kept through a coordinator
+// restart and sent again): its samples still count (the job showed 320480 of 480000), while a
+// report of any other kind, or of another run, is still refused.
+TEST_F(CoordinatorStateTest, ALateFinalReportOfAnotherRankStillCountsItsSamples) {
+  RegisterAs(*state_, dlrm::v1::ROLE_PS, "h:1");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  RegisterAs(*state_, dlrm::v1::ROLE_WORKER, "");
+  const dlrm::v1::Job job = Submit(*state_, 2);
+  const int64_t epoch = state_->GetJob(job.job_id())->job_epoch();
+  auto report = [&](int rank, int64_t samples, bool done, int64_t at_epoch) {
+    dlrm::v1::ReportProgressRequest r;
+    r.set_job_id(job.job_id());
+    r.set_rank(rank);
+    r.set_job_epoch(at_epoch);
+    r.set_step(100);
+    r.set_samples(samples);
+    r.set_done(done);
+    return state_->ReportProgress(r, now_);
+  };
+  ASSERT_TRUE(report(1, 1000, false, epoch).ok());
+  ASSERT_EQ(*report(0, 2400, true, epoch), dlrm::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(state_->GetJob(job.job_id())->total_samples(), 3400);
+  EXPECT_EQ(report(1, 2400, false, epoch).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto late = report(1, 2400, true, epoch);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(*late, dlrm::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(state_->GetJob(job.job_id())->total_samples(), 4800);
+  EXPECT_THAT(state_->GetJob(job.job_id())->rank_samples(), ::testing::ElementsAre(2400, 2400));
+  EXPECT_EQ(report(1, 9999, true, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state_->GetJob(job.job_id())->total_samples(), 4800);
+}
+
 // A spec with training.max_recoveries set.
 std::string SpecWithMaxRecoveries(int n) {
   return absl::StrCat(dlrm::testing::kTinySpec, "training: {max_recoveries: ", n, "}\n");
