@@ -123,5 +123,9 @@ inline constexpr int64_t kMaxCoordinatorRequestBytes = int64_t{4} << 20;  // 4 M
 // WatchJob streams a coordinator serves at once (`dlrmctl watch`, `submit --wait`, dashboards):
 // past it a new one is RESOURCE_EXHAUSTED, so that opening streams cannot take its memory.
 inline constexpr int64_t kMaxWatchStreams = 4096;
+// Members alive at once (Register past it is RESOURCE_EXHAUSTED): room for the largest job's
+// workers (kMaxJobWorkers) four times over with their servers, while the cluster view, which
+// lists them all, stays far below a gRPC message (about 1 KB a member).
+inline constexpr int64_t kMaxLiveMembers = 16384;
 
 }  // namespace dlrm::common

@@ -295,6 +295,19 @@ absl::StatusOr<dlrm::v1::RegisterResponse> CoordinatorState::Register(
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
+    // A process that replaces a live member of its name and role takes that member's place.
+    int64_t alive = 0;
+    for (const auto& [id, m] : members_) {
+      const bool replaced = !request.name().empty() && m.info.role() == request.role() &&
+                            m.info.name() == request.name();
+      if (m.info.state() == dlrm::v1::MEMBER_STATE_ALIVE && !replaced) ++alive;
+    }
+    if (alive >= options_.max_live_members) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Register: ", alive,
+          " members are alive, the most this coordinator holds "
+          "(kMaxLiveMembers in common/limits.h); stop one, or let a dead one's lease run out"));
+    }
     const int64_t seq = next_member_seq_++;
     Member info;
     info.set_member_id(absl::StrCat(request.role() == dlrm::v1::ROLE_PS ? "ps-" : "worker-", seq));

@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "common/metrics.h"
 #include "proto/coordinator.pb.h"
 #include "proto/jobs.pb.h"
@@ -66,6 +67,8 @@ struct CoordinatorStateOptions {
   int max_dead_members = 256;
   // Largest worker or PS count a job may ask for.
   int max_job_members = 1024;
+  // Members alive at once; a Register past it is RESOURCE_EXHAUSTED.
+  int64_t max_live_members = common::kMaxLiveMembers;
 };
 
 // "PENDING", "RUNNING", ...

@@ -112,6 +112,28 @@ TEST_F(CoordinatorMembershipTest, APsRegistersWithAHostAndPort) {
   EXPECT_FALSE(Register(dlrm::v1::ROLE_PS, "[::1]:50061").empty());
 }
 
+// Live members are bounded (an audit's 3000 registrations made the cluster view 3.2 MB): past
+// the limit Register is RESOURCE_EXHAUSTED naming it; a process replacing a member of its name
+// still gets in, and so does a new one once a member has left.
+TEST_F(CoordinatorMembershipTest, LiveMembersAreBounded) {
+  auto s =
+      CoordinatorState::Create({.lease_ttl = kTtl, .max_live_members = 3}, nullptr, nullptr, now_);
+  ASSERT_TRUE(s.ok()) << s.status();
+  state_ = std::move(*s);
+  Register(dlrm::v1::ROLE_PS, "h:1", "ps-0");
+  Register(dlrm::v1::ROLE_WORKER, "", "trainer-a");
+  Register(dlrm::v1::ROLE_WORKER, "", "trainer-b");
+  dlrm::v1::RegisterRequest fourth;
+  fourth.set_role(dlrm::v1::ROLE_WORKER);
+  fourth.set_name("trainer-c");
+  auto refused = state_->Register(fourth, now_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("3 members are alive"));
+  EXPECT_FALSE(Register(dlrm::v1::ROLE_WORKER, "", "trainer-a").empty()) << "a replacement";
+  ASSERT_TRUE(state_->Leave(Register(dlrm::v1::ROLE_WORKER, "", "trainer-b"), now_).ok());
+  EXPECT_TRUE(state_->Register(fourth, now_).ok());
+}
+
 // `dlrm local` restarts a killed PS within 200 ms, long before the dead one's lease runs out, so
 // the replacement registers into a new slot; when the lease ends, the dead one's slot is a hole
 // in the shard map (",h:2,h:3"). The running job recovers onto the live servers, and new jobs,
