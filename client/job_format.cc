@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "client/output_format.h"
+#include "common/status.h"
 
 namespace dlrm::client {
 namespace {
@@ -54,10 +55,6 @@ std::string Columns(const std::vector<std::vector<std::string>>& rows) {
     absl::StrAppend(&out, line, "\n");
   }
   return out;
-}
-
-std::string Count(int64_t n, absl::string_view one, absl::string_view many) {
-  return absl::StrCat(n, " ", n == 1 ? one : many);
 }
 
 std::string Auc(const dlrm::v1::Job& job) {

@@ -38,6 +38,11 @@ inline std::string Shown(absl::string_view text) {
   return absl::StrCat(text.substr(0, kShown), "... (", text.size(), " bytes)");
 }
 
+// "1 idle worker", "2 idle workers": a count in a message.
+inline std::string Count(int64_t n, absl::string_view one, absl::string_view many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
 // Returns `status` with `context: ` put in front of its message, keeping the code.
 inline absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;

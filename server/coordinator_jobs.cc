@@ -49,11 +49,6 @@ auto FindJob(Jobs& jobs, const std::string& job_id) -> absl::StatusOr<decltype(&
   return &it->second;
 }
 
-// "1 idle worker", "2 idle workers".
-std::string Count(size_t n, const char* one, const char* many) {
-  return absl::StrCat(n, " ", n == 1 ? one : many);
-}
-
 // "job-1, job-2", at most five then "and N more": a message stays short on a big cluster.
 std::string LabelList(const std::vector<std::string>& labels) {
   constexpr size_t kLimit = 5;
@@ -484,29 +479,33 @@ void CoordinatorState::TryStartJobs(absl::Time now, Changes* changes) {
   }
   // FIFO: a job that cannot start holds back the ones behind it, so none starves. Each job that
   // waits says why in its message, so that `dlrmctl status` (and its -o json) can tell.
-  size_t blocked = order.size();
-  for (size_t i = 0; i < order.size(); ++i) {
-    Job* job = &jobs_[order[i]];
-    if (blocked == order.size()) {
+  // Called on every heartbeat while a job recovers: each job's message is made in one pass, the
+  // cluster described once per kind of job (pending, or recovering since a loss).
+  std::map<int64_t, std::string> cluster_has;  // by AliveSinceMs
+  auto waiting_for = [&](const Job& job) {
+    const int64_t since = AliveSinceMs(job);
+    auto it = cluster_has.find(since);
+    if (it == cluster_has.end()) it = cluster_has.emplace(since, ClusterHas(job)).first;
+    return absl::StrCat(Needs(job), "; the cluster has ", it->second);
+  };
+  std::vector<std::string> ahead;  // the jobs from the first that could not start
+  bool recovering_ahead = false;
+  for (const std::string& id : order) {
+    Job* job = &jobs_[id];
+    if (ahead.empty()) {
       if (TryStart(job, now, changes)) continue;
-      blocked = i;
-      SetWaiting(job, WaitingFor(*job), changes);
-      continue;
+      SetWaiting(job, waiting_for(*job), changes);
+    } else {
+      SetWaiting(job,
+                 absl::StrCat(waiting_for(*job), "; queued behind ", LabelList(ahead),
+                              recovering_ahead ? " (recovering jobs start again first, then jobs "
+                                                 "in submission order)"
+                                               : " (jobs start in submission order)"),
+                 changes);
     }
-    std::vector<std::string> ahead;
-    bool recovering_ahead = false;
-    for (size_t j = blocked; j < i; ++j) {
-      const Job& other = jobs_.at(order[j]);
-      const bool recovering = other.state() == dlrm::v1::JOB_STATE_RECOVERING;
-      recovering_ahead |= recovering;
-      ahead.push_back(recovering ? absl::StrCat(order[j], " (RECOVERING)") : order[j]);
-    }
-    SetWaiting(job,
-               absl::StrCat(WaitingFor(*job), "; queued behind ", LabelList(ahead),
-                            recovering_ahead ? " (recovering jobs start again first, then jobs "
-                                               "in submission order)"
-                                             : " (jobs start in submission order)"),
-               changes);
+    const bool recovering = job->state() == dlrm::v1::JOB_STATE_RECOVERING;
+    recovering_ahead |= recovering;
+    ahead.push_back(recovering ? absl::StrCat(id, " (RECOVERING)") : id);
   }
 }
 
@@ -525,10 +524,16 @@ int CoordinatorState::PsCountFor(const Job& job) const {
   return job.requested_ps() > 0 ? job.requested_ps() : AlivePsCount();
 }
 
-std::string CoordinatorState::WaitingFor(const Job& job) const {
-  const bool recovering = job.state() == dlrm::v1::JOB_STATE_RECOVERING;
+std::string CoordinatorState::Needs(const Job& job) const {
+  const int ps_count = PsCountFor(job);
+  return absl::StrCat("waiting for ", Count(job.requested_workers(), "idle worker", "idle workers"),
+                      " and ",
+                      ps_count > 0 ? Count(ps_count, "parameter server", "parameter servers")
+                                   : std::string("at least 1 parameter server"));
+}
+
+std::string CoordinatorState::ClusterHas(const Job& job) const {
   const int64_t alive_since_ms = AliveSinceMs(job);
-  std::vector<std::string> idle;
   int busy = 0;
   int unheard_workers = 0;
   std::vector<const MemberEntry*> idle_entries;
@@ -548,6 +553,7 @@ std::string CoordinatorState::WaitingFor(const Job& job) const {
             [](const MemberEntry* a, const MemberEntry* b) {
               return a->info.sequence() < b->info.sequence();
             });
+  std::vector<std::string> idle;
   for (const MemberEntry* e : idle_entries) idle.push_back(MemberLabel(e->info.member_id()));
   std::vector<std::string> ps;
   int unheard_ps = 0;
@@ -560,25 +566,25 @@ std::string CoordinatorState::WaitingFor(const Job& job) const {
       ++unheard_ps;
     }
   }
-  const int ps_count = PsCountFor(job);
-  std::string message = absl::StrCat(
-      "waiting for ", Count(job.requested_workers(), "idle worker", "idle workers"), " and ",
-      ps_count > 0 ? Count(ps_count, "parameter server", "parameter servers")
-                   : std::string("at least 1 parameter server"),
-      "; the cluster has ", WithLabels(Count(idle.size(), "idle worker", "idle workers"), idle));
-  if (busy > 0) absl::StrAppend(&message, ", ", Count(busy, "busy worker", "busy workers"));
-  absl::StrAppend(&message, ", ",
-                  WithLabels(Count(ps.size(), "parameter server", "parameter servers"), ps));
+  std::string has =
+      WithLabels(Count(static_cast<int64_t>(idle.size()), "idle worker", "idle workers"), idle);
+  if (busy > 0) absl::StrAppend(&has, ", ", Count(busy, "busy worker", "busy workers"));
+  absl::StrAppend(
+      &has, ", ",
+      WithLabels(Count(static_cast<int64_t>(ps.size()), "parameter server", "parameter servers"),
+                 ps));
   if (unheard_workers + unheard_ps > 0) {
     std::vector<std::string> unheard;
     if (unheard_workers > 0) unheard.push_back(Count(unheard_workers, "worker", "workers"));
-    if (unheard_ps > 0)
+    if (unheard_ps > 0) {
       unheard.push_back(Count(unheard_ps, "parameter server", "parameter servers"));
-    absl::StrAppend(&message, "; not heard from since ",
-                    recovering ? "the loss" : "the coordinator restarted", ": ",
-                    absl::StrJoin(unheard, " and "));
+    }
+    absl::StrAppend(
+        &has, "; not heard from since ",
+        job.state() == dlrm::v1::JOB_STATE_RECOVERING ? "the loss" : "the coordinator restarted",
+        ": ", absl::StrJoin(unheard, " and "));
   }
-  return message;
+  return has;
 }
 
 void CoordinatorState::SetWaiting(Job* job, const std::string& why, Changes* changes) {

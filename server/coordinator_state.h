@@ -199,10 +199,11 @@ class CoordinatorState {
   // The parameter servers the job starts with: a recovering job as many as it had, a new one
   // requested_ps, or every PS alive.
   int PsCountFor(const dlrm::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What a job that cannot start waits for against what the cluster has, e.g. "waiting for 2 idle
-  // workers and 1 parameter server; the cluster has 1 idle worker (worker-3), 1 busy worker,
-  // 1 parameter server (ps-0)".
-  std::string WaitingFor(const dlrm::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a job that cannot start waits for, "waiting for 2 idle workers and 1 parameter server",
+  // and what the cluster has for it, "1 idle worker (worker-3), 1 busy worker, 1 parameter server
+  // (ps-0)" (the same for every job with the same AliveSinceMs).
+  std::string Needs(const dlrm::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string ClusterHas(const dlrm::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the message of a job that waits (a RECOVERING one keeps its recovery's words first), and
   // touches the job only when the message changed.
   void SetWaiting(dlrm::v1::Job* job, const std::string& why, Changes* changes)

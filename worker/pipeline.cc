@@ -133,8 +133,9 @@ absl::StatusOr<int64_t> TrainingPipeline::WaitComputed(int64_t step, double* sta
 }
 
 absl::Status TrainingPipeline::Lookup(int64_t step, absl::Span<embedding::TableRows> requests) {
-  return Annotate(options_.store->Lookup(step, requests),
-                  absl::StrCat("lookup of step ", step + options_.message_step_offset));
+  absl::Status looked_up = options_.store->Lookup(step, requests);
+  if (looked_up.ok()) return looked_up;
+  return Annotate(looked_up, absl::StrCat("lookup of step ", JobStep(step)));
 }
 
 absl::Status TrainingPipeline::Run() {
@@ -202,8 +203,8 @@ void TrainingPipeline::ReadLoop() {
         absl::StatusOr<bool> needed = options_.boundary_needed(step);
         recorder_.AddStall(PipelineStage::kRead, SecondsSince(start));
         if (!needed.ok()) {
-          return Fail(Annotate(needed.status(), absl::StrCat("deciding the boundary before step ",
-                                                             step + options_.message_step_offset)));
+          return Fail(Annotate(needed.status(),
+                               absl::StrCat("deciding the boundary before step ", JobStep(step))));
         }
         boundary = *needed;
       }
@@ -215,8 +216,7 @@ void TrainingPipeline::ReadLoop() {
         absl::Status s = options_.on_boundary(step);
         recorder_.AddBusy(PipelineStage::kRead, SecondsSince(start));
         if (!s.ok())
-          return Fail(Annotate(s, absl::StrCat("at the boundary before step ",
-                                               step + options_.message_step_offset)));
+          return Fail(Annotate(s, absl::StrCat("at the boundary before step ", JobStep(step))));
       }
       auto item = std::make_unique<StepItem>();
       item->step = step;
@@ -224,8 +224,7 @@ void TrainingPipeline::ReadLoop() {
       absl::StatusOr<bool> more = options_.reader->Next(&item->batch);
       recorder_.AddBusy(PipelineStage::kRead, SecondsSince(start));
       if (!more.ok()) {
-        return Fail(Annotate(more.status(), absl::StrCat("reading batch of step ",
-                                                         step + options_.message_step_offset)));
+        return Fail(Annotate(more.status(), absl::StrCat("reading batch of step ", JobStep(step))));
       }
       if (!*more) break;
       double stall = 0;
@@ -271,9 +270,9 @@ void TrainingPipeline::StageLoop(
 }
 
 absl::Status TrainingPipeline::Prepare(StepItem& item) {
-  DLRM_RETURN_IF_ERROR(
-      Annotate(options_.trainer->CheckBatch(item.batch),
-               absl::StrCat("batch of step ", item.step + options_.message_step_offset)));
+  if (absl::Status checked = options_.trainer->CheckBatch(item.batch); !checked.ok()) {
+    return Annotate(checked, absl::StrCat("batch of step ", JobStep(item.step)));
+  }
   options_.trainer->PrepareSparse(item.batch, item.step, &item.work);
   return absl::OkStatus();
 }
@@ -396,8 +395,7 @@ absl::Status TrainingPipeline::FetchLate(StepItem& item, double* stall) {
 absl::Status TrainingPipeline::Compute(StepItem& item) {
   absl::StatusOr<float> loss = options_.trainer->Compute(item.batch, &item.work);
   if (!loss.ok())
-    return Annotate(loss.status(),
-                    absl::StrCat("compute of step ", item.step + options_.message_step_offset));
+    return Annotate(loss.status(), absl::StrCat("compute of step ", JobStep(item.step)));
   item.loss = *loss;
   absl::MutexLock lock(&mu_);
   last_computed_ = item.step;
@@ -418,9 +416,8 @@ void TrainingPipeline::PushLoop() {
     absl::Status status = options_.trainer->PushGradients(it.work);
     recorder_.AddBusy(PipelineStage::kPush, SecondsSince(start));
     if (!status.ok()) {
-      return Fail(
-          Annotate(status, absl::StrCat("push of step ", it.step + options_.message_step_offset)),
-          /*drop_computed=*/true);
+      return Fail(Annotate(status, absl::StrCat("push of step ", JobStep(it.step))),
+                  /*drop_computed=*/true);
     }
     recorder_.AddItem(PipelineStage::kPush);
     recorder_.AddStep(it.batch.size);

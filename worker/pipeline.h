@@ -128,6 +128,8 @@ class TrainingPipeline {
   PipelineMetrics metrics() const { return recorder_.Snapshot(); }
 
  private:
+  // A step as error messages name it: the job's (options_.message_step_offset added).
+  int64_t JobStep(int64_t step) const { return step + options_.message_step_offset; }
   struct StepItem;
   class Queue;
 
