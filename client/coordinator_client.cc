@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
   common::ChannelOptions channel_options;
   channel_options.target = options.address;
   channel_options.security = options.security;
+  channel_options.peer_identity = common::kCoordinatorPeer;
   DLRM_ASSIGN_OR_RETURN(auto channel, common::MakeChannel(channel_options));
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options, std::move(channel)));
 }
@@ -230,6 +231,7 @@ absl::StatusOr<dlrm::v1::Job> CoordinatorClient::Watch(const std::string& job_id
         channel_options.target = options_.address;
         channel_options.security = options_.security;
         channel_options.private_connections = true;
+        channel_options.peer_identity = common::kCoordinatorPeer;
         absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
             common::MakeChannel(channel_options);
         if (channel.ok()) {

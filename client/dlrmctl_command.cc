@@ -104,9 +104,15 @@ std::string TlsHandshakeFailure(const absl::Status& status) {
     return "the coordinator's certificate is not signed by the CA this client trusts (ca.crt of "
            "--tls-dir, or --tls-ca): give the admin certificate of the coordinator's own CA";
   }
-  if (absl::StrContains(message, "is not in peer certificate")) {
+  if (absl::StrContains(message, "is not in peer certificate") ||
+      absl::StrContains(message, "does not name the host dialled")) {
     return "the coordinator's certificate does not name the host dialled: give the name it "
            "carries with --tls-server-name";
+  }
+  if (absl::StrContains(message, "custom verification check failed")) {
+    // common::MakeChannel's check of the server's identity: its message above names both.
+    return "the server at that address is not the coordinator (its certificate is another "
+           "role's): check --coordinator";
   }
   if (absl::StrContains(message, "wrong version number")) {
     return "the coordinator does not speak TLS (it runs with --insecure?): leave out --tls-dir "

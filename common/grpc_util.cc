@@ -13,11 +13,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/rpc_bytes.h"
 #include "common/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace dlrm::common {
 namespace {
@@ -82,6 +86,68 @@ absl::StatusOr<PemSet> ReadPems(const TransportSecurity& security, bool optional
   return pems;
 }
 
+// Checks a server's certificate after gRPC has verified its chain to the CA: that it names the
+// host dialled (or the --tls-server-name), as SslCredentials would, and that its common name is
+// the identity the channel expects. Every certificate of a cluster comes from one CA, so the chain
+// alone lets the holder of a worker's or an admin's certificate pose as the coordinator.
+class PeerIdentityVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit PeerIdentityVerifier(std::string want) : want_(std::move(want)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> callback, grpc::Status* sync_status) override {
+    // gRPC's host name check is synchronous; should it ever not be, its answer still comes here.
+    grpc::Status host_status;
+    if (!host_names_.Verify(
+            request,
+            [this, request, callback](grpc::Status status) {
+              callback(status.ok() ? CheckIdentity(*request) : HostNotNamed(*request));
+            },
+            &host_status)) {
+      return false;
+    }
+    *sync_status = host_status.ok() ? CheckIdentity(*request) : HostNotNamed(*request);
+    return true;
+  }
+
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest* request) override {
+    host_names_.Cancel(request);
+  }
+
+ private:
+  // gRPC's own words are "Hostname Verification Check failed.": say which names would do.
+  static grpc::Status HostNotNamed(
+      const grpc::experimental::TlsCustomVerificationCheckRequest& request) {
+    std::vector<std::string> names;
+    for (const auto& names_of_kind : {request.dns_names(), request.ip_names()}) {
+      for (const grpc::string_ref& name : names_of_kind) {
+        if (names.size() < 8) names.push_back(Shown(std::string(name.data(), name.size())));
+      }
+    }
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat("the certificate of the server does not name the host dialled, '",
+                     Shown(std::string(request.target_name().data(), request.target_name().size())),
+                     "' (it names ", names.empty() ? "none" : absl::StrJoin(names, ", "),
+                     "): dial one of those or give it with --tls-server-name"));
+  }
+
+  grpc::Status CheckIdentity(const grpc::experimental::TlsCustomVerificationCheckRequest& request) {
+    if (want_.empty()) return grpc::Status::OK;
+    const grpc::string_ref got = request.common_name();
+    if (std::string(got.data(), got.size()) == want_) return grpc::Status::OK;
+    const std::string target(request.target_name().data(), request.target_name().size());
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat("the server at ", target, " has a certificate of the identity '",
+                     Shown(std::string(got.data(), got.size())), "', not '", want_,
+                     "' (is another role's certificate serving at this address?)"));
+  }
+
+  const std::string want_;
+  grpc::experimental::HostNameCertificateVerifier host_names_;
+};
+
 }  // namespace
 
 TransportSecurity TransportSecurity::FromDir(const std::string& dir) {
@@ -117,11 +183,21 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions&
   if (options.security.tls()) {
     const bool token = !options.security.bearer_token.empty();
     DLRM_ASSIGN_OR_RETURN(PemSet pems, ReadPems(options.security, /*optional_identity=*/token));
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pems.ca;
-    ssl.pem_cert_chain = pems.cert;
-    ssl.pem_private_key = pems.key;
-    credentials = grpc::SslCredentials(ssl);
+    std::vector<grpc::experimental::IdentityKeyCertPair> identity;
+    if (!pems.cert.empty()) identity.push_back({pems.key, pems.cert});
+    grpc::experimental::TlsChannelCredentialsOptions tls;
+    tls.set_certificate_provider(
+        identity.empty()
+            ? std::make_shared<grpc::experimental::StaticDataCertificateProvider>(pems.ca)
+            : std::make_shared<grpc::experimental::StaticDataCertificateProvider>(pems.ca,
+                                                                                  identity));
+    tls.watch_root_certs();
+    if (!identity.empty()) tls.watch_identity_key_cert_pairs();
+    tls.set_verify_server_certs(true);
+    tls.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<PeerIdentityVerifier>(
+            options.peer_identity));
+    credentials = grpc::experimental::TlsCredentials(tls);
     if (token) {
       credentials = grpc::CompositeChannelCredentials(
           credentials, grpc::AccessTokenCredentials(options.security.bearer_token));

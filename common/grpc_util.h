@@ -89,12 +89,22 @@ struct ChannelOptions {
   // Where the channel counts its gRPC message bytes (common/rpc_bytes.h); not owned, must outlive
   // the channel. Null: RpcByteCounters::ProcessClient().
   RpcByteCounters* rpc_bytes = nullptr;
+  // TLS: the identity the server must have, the common name of its certificate (kCoordinatorPeer,
+  // kParameterServerPeer): a certificate of the CA made for another role (a worker's, an admin's)
+  // fails the handshake, so its holder cannot pose as the server at its address. Empty: any
+  // certificate of the CA that names the host dialled (tests, benchmarks).
+  std::string peer_identity = {};
 };
+
+// The identities servers have (the common names `dlrm certs` gives their certificates).
+inline constexpr char kCoordinatorPeer[] = "coordinator";
+inline constexpr char kParameterServerPeer[] = "ps";
 
 // Builds a channel, with the interceptor that counts its message bytes into options.rpc_bytes
 // (MakeRpcBytesInterceptorFactory). Connection happens lazily; a call to a peer that is gone fails
 // with UNAVAILABLE (or DEADLINE_EXCEEDED) within that call's deadline, and so does a call to a
-// server whose certificate does not verify. INVALID_ARGUMENT for an empty target; for TLS, the
+// server whose certificate does not verify or is not of options.peer_identity (the status message
+// says which it is and what it should be). INVALID_ARGUMENT for an empty target; for TLS, the
 // errors of ReadPemFile.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options);
 

@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClien
     common::ChannelOptions channel_options;
     channel_options.target = address;
     channel_options.security = options.security;
+    channel_options.peer_identity = common::kParameterServerPeer;
     DLRM_ASSIGN_OR_RETURN(auto channel, common::MakeChannel(channel_options));
     client->stubs_.push_back(dlrm::v1::ParameterServer::NewStub(channel));
     client->lookup_stubs_.push_back(std::make_unique<LookupStub>(channel));

@@ -42,8 +42,10 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
 
   grpc::Status ListJobs(grpc::ServerContext*, const dlrm::v1::ListJobsRequest*,
                         dlrm::v1::ListJobsResponse*) override {
+    ++list_calls_;
     return grpc::Status::OK;
   }
+  int list_calls() const { return list_calls_.load(); }
   grpc::Status GetJob(grpc::ServerContext* context, const dlrm::v1::GetJobRequest* request,
                       dlrm::v1::Job* job) override {
     while (stop_answering_.load() && !context->IsCancelled() && !stopping_.HasBeenNotified()) {
@@ -105,6 +107,7 @@ class FakeJobs final : public dlrm::v1::Jobs::Service {
   std::atomic<bool> end_after_checkpoint_request_{false};
   std::atomic<bool> checkpoint_requested_{false};
   std::atomic<bool> stop_answering_{false};
+  std::atomic<int> list_calls_{0};
   absl::Notification stopping_;
 };
 
@@ -226,6 +229,7 @@ TEST_F(DlrmctlErrorsTest, TlsHandshakeFailuresAreAuthenticationFailures) {
   Serve(common::TransportSecurity::FromDir(ours + "/coordinator"));
   std::string err;
   ASSERT_EQ(Ctl({"--tls-dir", ours + "/admin", "list"}, &err), kExitOk) << err;
+  EXPECT_EQ(service_->list_calls(), 1);
 
   EXPECT_EQ(Ctl({"--tls-dir", theirs + "/admin", "--timeout", "5", "list"}, &err), kExitDenied)
       << err;
@@ -249,6 +253,23 @@ TEST_F(DlrmctlErrorsTest, TlsHandshakeFailuresAreAuthenticationFailures) {
             kExitUnavailable)
       << err;
   EXPECT_THAT(err, HasSubstr("gRPC does not tell that apart"));
+}
+
+// A server of the cluster's own CA that is not the coordinator (a worker's certificate, as anyone
+// holding it could serve at the coordinator's address): refused at the handshake, naming both
+// identities, before a request or a token leaves the client.
+TEST_F(DlrmctlErrorsTest, AServerWithAnotherRolesCertificateIsNotTheCoordinator) {
+  const std::string ours = Certificates("ours");
+  for (const char* role : {"worker", "admin", "ps"}) {
+    Serve(common::TransportSecurity::FromDir(ours + "/" + role));
+    std::string err;
+    EXPECT_EQ(Ctl({"--tls-dir", ours + "/admin", "--timeout", "5", "list"}, &err), kExitDenied)
+        << role << ": " << err;
+    EXPECT_THAT(err, HasSubstr(absl::StrCat("identity '", role, "', not 'coordinator'"))) << role;
+    EXPECT_THAT(err, HasSubstr("is not the coordinator")) << role;
+    EXPECT_EQ(service_->list_calls(), 0) << role;
+    TearDown();
+  }
 }
 
 TEST_F(DlrmctlErrorsTest, TlsClientOfAPlaintextCoordinatorIsRefused) {

@@ -414,6 +414,48 @@ TEST_F(TlsTest, ParameterServerCallsNeedTheCoordinatorsGrants) {
   coordinator->Wait(absl::Seconds(10));
 }
 
+// Every certificate of the cluster's CA verifies, so a member checks the identity of the server
+// it dials too: whoever holds a worker's certificate and takes over the coordinator's or a
+// server's address is refused at the handshake, before a registration or a row leaves.
+TEST_F(TlsTest, MembersRefuseAServerWithAnotherRolesCertificate) {
+  std::unique_ptr<Process> impostor;
+  const int port =
+      StartCoordinator(&impostor, {"--listen", "127.0.0.1:0", "--tls-dir", dir_ + "/ours/worker"});
+  ASSERT_GT(port, 0) << impostor->Stderr();
+  Process ps({BinPath("dlrm"), "ps", "--coordinator", absl::StrCat("127.0.0.1:", port), "--listen",
+              "127.0.0.1:0", "--data-dir", dir_ + "/ps", "--tls-dir", dir_ + "/ours/ps"},
+             dir_, "ps");
+  const std::string refused = "of the identity 'worker', not 'coordinator'";
+  for (int i = 0; i < 600 && !absl::StrContains(ps.Stderr(), refused); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(absl::StrContains(ps.Stderr(), refused)) << ps.Stderr();
+  EXPECT_FALSE(absl::StrContains(impostor->Stderr(), "registered")) << impostor->Stderr();
+  ps.Signal(SIGTERM);
+  ps.Wait(absl::Seconds(10));
+  impostor->Signal(SIGTERM);
+  impostor->Wait(absl::Seconds(10));
+
+  // A worker's parameter-server client and a server with the worker certificate.
+  auto fake_ps = common::GrpcServer::Start(
+      {.listen_address = "127.0.0.1:0",
+       .security = common::TransportSecurity::FromDir(dir_ + "/ours/worker")},
+      {});
+  ASSERT_TRUE(fake_ps.ok()) << fake_ps.status();
+  worker::PsClientOptions options;
+  options.ps_addresses = {(*fake_ps)->address()};
+  options.job_id = "job-1";
+  options.tables = {{"t0", 100, 4}};
+  options.rpc_timeout = absl::Seconds(3);
+  options.security = common::TransportSecurity::FromDir(dir_ + "/ours/worker");
+  auto client = worker::GrpcPsClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::Status loaded = (*client)->LoadJobOnAll({});
+  EXPECT_FALSE(loaded.ok());
+  EXPECT_THAT(std::string(loaded.message()),
+              ::testing::HasSubstr("of the identity 'worker', not 'ps'"));
+}
+
 // Bearer tokens (--tokens on the coordinator, --token-file on dlrmctl): people come without a
 // certificate; admin may submit, viewer only read; a wrong token is UNAUTHENTICATED; certificates
 // still work.

@@ -69,8 +69,10 @@ TEST(GrpcUtilTest, ServerReportsBoundPortAndRejectsBadOptions) {
 }
 
 // Whether a channel completes its (TLS) handshake with the server.
-bool Connects(const std::string& target, const TransportSecurity& security) {
-  auto channel = MakeChannel({.target = target, .security = security});
+bool Connects(const std::string& target, const TransportSecurity& security,
+              const std::string& peer_identity = "") {
+  auto channel =
+      MakeChannel({.target = target, .security = security, .peer_identity = peer_identity});
   EXPECT_TRUE(channel.ok()) << channel.status();
   if (!channel.ok()) return false;
   return (*channel)->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
@@ -103,6 +105,12 @@ TEST(GrpcUtilTest, MutualTlsAcceptsTheClusterCaOnly) {
   TransportSecurity other_name = TransportSecurity::FromDir(dir + "/ours/worker");
   other_name.server_name = "ps.example.com";
   EXPECT_FALSE(Connects(target, other_name)) << "a name the server's certificate does not carry";
+  // A channel that names the server's identity takes the ps certificate for a ps only: a server
+  // with the certificate of another role of the same CA is refused at the handshake.
+  EXPECT_TRUE(
+      Connects(target, TransportSecurity::FromDir(dir + "/ours/worker"), kParameterServerPeer));
+  EXPECT_FALSE(
+      Connects(target, TransportSecurity::FromDir(dir + "/ours/worker"), kCoordinatorPeer));
   // A client that trusts another CA refuses our server too.
   TransportSecurity mixed = TransportSecurity::FromDir(dir + "/ours/worker");
   mixed.root_certs_path = dir + "/theirs/ca.crt";
