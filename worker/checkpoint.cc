@@ -89,10 +89,9 @@ absl::Status CheckFiniteParams(absl::Span<const float> params, int64_t step) {
   int64_t bad = 0;
   for (float p : params) bad += std::isfinite(p) ? 0 : 1;
   if (bad == 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      bad, " of the model's ", params.size(), " dense parameters are inf or NaN after ", step,
-      " updates: the model diverged (try lower optimizer.dense.learning_rate or "
-      "optimizer.sparse.learning_rate); no checkpoint of it is written"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(DivergedModel(bad, static_cast<int64_t>(params.size()), step),
+                   "; no checkpoint of it is written"));
 }
 
 // The bytes of dense.bin for the trainer's dense parameters and optimizer state now.
@@ -100,6 +99,7 @@ absl::StatusOr<std::string> DenseBytes(Trainer& trainer) {
   dense::DlrmDenseModel& model = trainer.model();
   std::vector<float> params(model.num_params());
   trainer.backend()->CopyToHost(model.params(), params.data(), params.size());
+  trainer.backend()->Synchronize();
   DLRM_RETURN_IF_ERROR(CheckFiniteParams(params, model.optimizer().step()));
   const std::vector<float> state = model.optimizer().StateToHost();
   char header[40] = {};

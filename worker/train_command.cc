@@ -17,7 +17,6 @@
 #include "common/status.h"
 #include "dense/backend_factory.h"
 #include "worker/checkpoint.h"
-#include "worker/checkpoint_internal.h"
 #include "worker/gpu_embeddings.h"
 #include "worker/input/batch_reader.h"
 #include "worker/input/output_file.h"
@@ -193,7 +192,11 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   auto evaluate = [&]() -> absl::StatusOr<EvalMetrics> {
     if (evaluated_step == trainer->steps_done()) return last_eval;
     if (evaluated_step >= 0) DLRM_RETURN_IF_ERROR(input.eval->Rewind());
-    DLRM_ASSIGN_OR_RETURN(last_eval, trainer->Evaluate(input.eval.get()));
+    absl::StatusOr<EvalMetrics> m = trainer->Evaluate(input.eval.get());
+    if (!m.ok()) {
+      return Annotate(m.status(), absl::StrCat("evaluation after step ", trainer->steps_done()));
+    }
+    last_eval = *m;
     evaluated_step = trainer->steps_done();
     if (recorder != nullptr) {
       recorder->RecordEval(elapsed(), evaluated_step, last_eval.auc, last_eval.logloss);
@@ -324,10 +327,7 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
   if (checkpointer == nullptr) {
     // A diverged model is no result: refused before its evaluation. With a checkpoint folder the
     // last checkpoint refuses it (DenseBytes checks; one cut at this step already did).
-    dense::DlrmDenseModel& model = trainer->model();
-    std::vector<float> params(model.num_params());
-    trainer->backend()->CopyToHost(model.params(), params.data(), params.size());
-    DLRM_RETURN_IF_ERROR(checkpoint_internal::CheckFiniteParams(params, model.optimizer().step()));
+    DLRM_RETURN_IF_ERROR(trainer->CheckDenseParamsFinite());
   }
   // The trained model is always kept when the spec names a checkpoint folder.
   // Training is over: the last checkpoint is written from the tables themselves, no copy.

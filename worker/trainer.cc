@@ -469,9 +469,39 @@ void Trainer::FinishStep(const Batch& batch, const SparseWork& work) {
   ++steps_done_;
 }
 
+absl::Status Trainer::CheckDenseParamsFinite() {
+  const float* params = model_->params();
+  const size_t count = model_->num_params();
+  constexpr size_t kChunk = 1 << 20;  // floats: a bounded host copy, however large the model
+  std::vector<float> chunk(std::min(count, kChunk));
+  int64_t bad = 0;
+  for (size_t at = 0; at < count; at += kChunk) {
+    const size_t n = std::min(kChunk, count - at);
+    backend()->CopyToHost(params + at, chunk.data(), n);
+    backend()->Synchronize();
+    for (size_t i = 0; i < n; ++i) bad += std::isfinite(chunk[i]) ? 0 : 1;
+  }
+  if (bad == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      DivergedModel(bad, static_cast<int64_t>(count), model_->optimizer().step()));
+}
+
+std::string DivergedModel(int64_t bad, int64_t params, int64_t updates) {
+  return absl::StrCat(bad, " of the model's ", params, " dense parameters are inf or NaN after ",
+                      updates,
+                      " updates: the model diverged (try lower optimizer.dense.learning_rate or "
+                      "optimizer.sparse.learning_rate)");
+}
+
 absl::StatusOr<float> Trainer::TakeTrainLoss(int64_t step) {
   const float loss = model_->TakeTrainLoss();
-  if (std::isfinite(loss)) return loss;
+  if (std::isfinite(loss)) {
+    if ((step + 1) % kFiniteCheckSteps == 0) {
+      DLRM_RETURN_IF_ERROR(
+          Annotate(CheckDenseParamsFinite(), absl::StrCat("step ", step, " (training stopped)")));
+    }
+    return loss;
+  }
   // Every parameter the step touched is inf or NaN from here on: training on would only spread
   // them and write them to checkpoints (those taken so far predate the divergence).
   return absl::FailedPreconditionError(
@@ -490,6 +520,7 @@ absl::StatusOr<float> Trainer::Step(const Batch& batch) {
 }
 
 absl::StatusOr<EvalMetrics> Trainer::Evaluate(BatchReader* reader) {
+  DLRM_RETURN_IF_ERROR(CheckDenseParamsFinite());
   std::vector<float> scores;
   std::vector<float> labels;
   DLRM_RETURN_IF_ERROR(Predict(reader, &scores, &labels));

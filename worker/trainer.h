@@ -158,6 +158,10 @@ struct TrainerOptions {
   bool overlap_dense_allreduce = true;
 };
 
+// "B of the model's N dense parameters are inf or NaN after U updates: the model diverged (try
+// lower ... learning_rate)": the words of every check of a diverged model.
+std::string DivergedModel(int64_t bad, int64_t params, int64_t updates);
+
 class Trainer {
  public:
   // Checks that the spec, the store's tables and the backend agree (INVALID_ARGUMENT naming the
@@ -190,6 +194,12 @@ class Trainer {
   // Runs the model without updating anything over every batch of `reader` (from its current
   // position) and returns AUC, logloss and accuracy.
   absl::StatusOr<EvalMetrics> Evaluate(BatchReader* reader);
+  // FAILED_PRECONDITION (DivergedModel's words) when a dense parameter is inf or NaN. Training
+  // checks it every kFiniteCheckSteps steps and before every evaluation: a diverged model's loss
+  // can stay finite (a ReLU turns NaN into 0), and a run went on to its end on a model all of
+  // whose parameters were NaN, evaluating it at AUC 0.5 all along.
+  absl::Status CheckDenseParamsFinite();
+  static constexpr int64_t kFiniteCheckSteps = 100;
   // The click probability of every sample of every batch of `reader` (from its current position),
   // in order, and their labels.
   absl::Status Predict(BatchReader* reader, std::vector<float>* scores, std::vector<float>* labels);
@@ -300,7 +310,8 @@ class Trainer {
   absl::Status InitGpuTables();
   // Counters and step count at the end of Compute, once work->grads holds the cold gradients.
   void FinishStep(const Batch& batch, const SparseWork& work);
-  // The model's loss of the step just computed, or FAILED_PRECONDITION when it is not finite.
+  // The model's loss of the step just computed, or FAILED_PRECONDITION when it is not finite,
+  // or, every kFiniteCheckSteps steps, when a dense parameter is not (CheckDenseParamsFinite).
   absl::StatusOr<float> TakeTrainLoss(int64_t step);
 
   TrainerOptions options_;

@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cinttypes>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -281,6 +283,31 @@ TEST_F(TrainCommandIoTest, ADivergedModelStopsTrainingAndIsNeverCheckpointed) {
   report = TrainInProcess(spec, Quiet());
   ASSERT_FALSE(report.ok()) << "trained " << report->steps << " steps, AUC " << report->auc;
   EXPECT_THAT(std::string(report.status().message()), HasSubstr("the model diverged"));
+
+  // Its loss may stay finite (a ReLU turns NaN into 0): the run went on to its end on a model of
+  // NaN parameters, evaluated at AUC 0.5 every step. Each evaluation now checks the parameters,
+  // and so does every Trainer::kFiniteCheckSteps-th step.
+  spec.eval_every_steps = 1;
+  spec.eval_fraction = 0.2;
+  report = TrainInProcess(spec, Quiet());
+  ASSERT_FALSE(report.ok());
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("the model diverged"));
+  int64_t stopped_at = 0;
+  ASSERT_EQ(std::sscanf(std::string(report.status().message()).c_str(),
+                        "evaluation after step %" SCNd64 ":", &stopped_at),
+            1)
+      << report.status();
+  EXPECT_LT(stopped_at, spec.max_steps) << "the first evaluation after it stops the run";
+  spec.eval_every_steps = 0;
+  spec.max_steps = 2 * Trainer::kFiniteCheckSteps;
+  spec.epochs = 1000;
+  report = TrainInProcess(spec, Quiet());
+  ASSERT_FALSE(report.ok());
+  ASSERT_EQ(Trainer::kFiniteCheckSteps, 100);
+  // "step 99 (training stopped): ... diverged", or a loss that became NaN before that.
+  EXPECT_THAT(std::string(report.status().message()),
+              ::testing::ContainsRegex("^step [0-9]{1,2}[ :]"))
+      << "went on past the first check";
 }
 
 TEST_F(TrainCommandMetricsTest, NoEvalDataIsNotReportedAsZeros) {
