@@ -262,12 +262,26 @@ TEST_F(TrainCommandIoTest, ScoringRefusesToOverwriteTheCheckpointItLoads) {
     const std::string before = ReadFile(file);
     absl::Status st = RunPredictCommand(Model({Data()}, ck), file);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-    EXPECT_THAT(std::string(st.message()), HasSubstr("--out: '" + file + "' is the input file"));
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("--out: cannot write '" + file + "': it lies in the checkpoint"));
     auto evaluated = RunEvalCommand(Model({Data()}, ck), file);
     EXPECT_EQ(evaluated.status().code(), absl::StatusCode::kInvalidArgument) << evaluated.status();
-    EXPECT_THAT(std::string(evaluated.status().message()), HasSubstr("--metrics-out: '" + file));
+    EXPECT_THAT(std::string(evaluated.status().message()),
+                HasSubstr("--metrics-out: cannot write '" + file + "': it lies in the checkpoint"));
     EXPECT_EQ(ReadFile(file), before);
   }
+  // Nor a file of another checkpoint than the one loaded: predict wrote scores over the dense.bin
+  // of a sibling, which then failed to load.
+  const std::string sibling = ck + "/" + embedding::CheckpointDirName(1);
+  ASSERT_NE(sibling, newest);
+  fs::copy(newest, sibling, fs::copy_options::recursive);
+  const std::string dense = ReadFile(sibling + "/dense.bin");
+  absl::Status st = RunPredictCommand(Model({Data()}, newest), sibling + "/dense.bin");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("it lies in the checkpoint '" + sibling));
+  auto evaluated = RunEvalCommand(Model({Data()}, newest), sibling + "/MANIFEST.json");
+  EXPECT_EQ(evaluated.status().code(), absl::StatusCode::kInvalidArgument) << evaluated.status();
+  EXPECT_EQ(ReadFile(sibling + "/dense.bin"), dense);
   EXPECT_TRUE(RunPredictCommand(Model({Data()}, ck), tmp_.File("scores.txt")).ok());
 }
 

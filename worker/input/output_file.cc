@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "embedding/checkpoint_manifest.h"
 
 namespace dlrm::worker {
 namespace {
@@ -259,6 +260,13 @@ absl::Status CheckOutputPath(const std::string& path, const std::string& what) {
   }
   if (::access(folder.c_str(), W_OK | X_OK) != 0) {
     return refuse(absl::StrCat("folder '", folder.string(), "': ", std::strerror(errno)));
+  }
+  // Any checkpoint's folder, not only the run's own: `train --metrics-out` into a sibling of the
+  // checkpoint resumed from replaced its MANIFEST.json, and eval then quietly took an older one.
+  std::error_code ec;
+  if (std::filesystem::exists(folder / embedding::kManifestName, ec)) {
+    return refuse(absl::StrCat("it lies in the checkpoint '", folder.string(),
+                               "' and would replace one of its files; write it elsewhere"));
   }
   return absl::OkStatus();
 }
