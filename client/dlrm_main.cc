@@ -12,9 +12,11 @@
 //   dlrm bench --shape kaggle-shape|model1|mlperf-dcnv2               full step vs GEMM bound
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -306,7 +308,9 @@ int main(int argc, char** argv) {
   CLI::App app{"dlrm: distributed DLRM training service"};
   app.require_subcommand(1);
   std::string log_level = "info";
+  // Also after the subcommand (`dlrm train -c job.yaml --log-level warning`).
   app.add_option("--log-level", log_level, "debug | info | warning | error");
+  app.fallthrough();
   std::function<int()> run;
   dlrm::AddTrain(app, &run);
   dlrm::AddEval(app, &run);
@@ -326,5 +330,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   dlrm::common::SetMinLogSeverity(severity);
-  return run ? run() : 0;
+  const int code = run ? run() : 0;
+  // A result printed to a full disk or a closed pipe (`dlrm bench > /dev/full`) was lost: that
+  // run did not succeed, whatever it computed.
+  errno = 0;
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout) {
+    std::fprintf(stderr, "error: cannot write to standard output: %s\n",
+                 errno != 0 ? std::strerror(errno) : "write error");
+    return code != 0 ? code : 1;
+  }
+  return code;
 }

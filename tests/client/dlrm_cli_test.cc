@@ -398,6 +398,19 @@ TEST_F(DlrmCliTest, AUsageErrorExitsTwo) {
   EXPECT_EQ(Dlrm({"train", "--help"}).exit_code, 0);
 }
 
+// `dlrm bench > /dev/full` exited 0 with its JSON lost; a result that could not be written is a
+// failure. --log-level works after the subcommand too (it was "arguments were not expected").
+TEST_F(DlrmCliTest, AResultThatCannotBeWrittenFailsTheRun) {
+  const ProcessResult r = RunProcess(
+      {"/bin/sh", "-c",
+       absl::StrCat(BinPath("dlrm"), " bench --shape kaggle-shape --rounds 1 --steps 1 --max-rows ",
+                    "1000 --batch-size 64 --log-level warning > /dev/full")},
+      dir_.path(), "full", absl::Seconds(60), dir_.path());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: cannot write to standard output: No space left on device"));
+  EXPECT_THAT(r.err, Not(HasSubstr("training on cpu"))) << "--log-level warning after bench";
+}
+
 // An empty path (`--metrics-out "$UNSET"`) was taken as no flag: `dlrm train` and `eval` succeeded
 // and wrote no metrics or page, and `--resume ""` started from scratch. Refused before any work
 // (the spec here does not exist: without the check the error would be about it).
