@@ -185,6 +185,25 @@ TEST(BinaryFormat, CorruptHeaderAndRecordAreReportedWithOffsets) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr(bin2 + ": corrupt record 42 at offset " + std::to_string(offset)));
+
+  // A dense value no count converts to (3e38: finite, >= 0) is corrupt too; it made the model
+  // diverge. 43.5 is log(1 + x) of a count near 2^62 and is read.
+  for (const float value : {3e38f, 43.5f}) {
+    const std::string bin3 = ConvertSample(dir);
+    std::fstream f(bin3, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(offset + 1 + 4 * 2);  // dense I3 of record 42
+    f.write(reinterpret_cast<const char*>(&value), sizeof(value));
+    f.close();
+    got = ReadBinary(bin3, &status);
+    if (value > 44) {
+      EXPECT_EQ(got.size(), 42u);
+      EXPECT_THAT(std::string(status.message()), HasSubstr("dense I3 = 3e+38 is over 43.7"));
+    } else {
+      EXPECT_TRUE(status.ok()) << status;
+      ASSERT_GT(got.size(), 42u);
+      EXPECT_EQ(got[42].dense[2], 43.5f);
+    }
+  }
 }
 
 // A record count past the format's limit, with a header checksum that matches it, is refused

@@ -92,9 +92,16 @@ std::string DecodeRecord(const BinaryLayout& layout, const char* in, CriteoRecor
   if (label > 1) return absl::StrCat("label byte ", label, " is not 0 or 1");
   r->label = label;
   std::memcpy(r->dense.data(), in + 1, 4 * kCriteoNumDense);
+  // log(1 + x) of a count that fits int64 is at most 43.67: a larger value is no converted count
+  // (3e38 passed, and the model diverged on it with a message blaming the learning rate).
+  constexpr float kMaxLogCount = 43.7f;
   for (int j = 0; j < kCriteoNumDense; ++j) {
     if (!std::isfinite(r->dense[j]) || r->dense[j] < 0) {
       return absl::StrCat("dense I", j + 1, " = ", r->dense[j], " is not a finite value >= 0");
+    }
+    if (r->dense[j] > kMaxLogCount) {
+      return absl::StrCat("dense I", j + 1, " = ", r->dense[j], " is over ", kMaxLogCount,
+                          ", the log(1 + x) of the largest 64-bit count");
     }
   }
   std::memcpy(r->cats.data(), in + kCatsOffset, 4 * kCriteoNumCategorical);
