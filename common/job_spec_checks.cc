@@ -241,15 +241,19 @@ absl::Status CheckModelSize(const JobSpec& spec) {
   mlp(top_input, spec.top_mlp);
   const int64_t tables = static_cast<int64_t>(spec.tables.size());
   widest = std::max({widest, top_input, (tables + 1) * spec.embedding_dim});
+  int64_t cross = 0;
   if (spec.interaction == "dcnv2") {
     // Each cross layer: V [rank x width], U [width x rank], b [width].
-    params += spec.cross_layers * (2 * spec.low_rank * top_input + top_input);
+    cross = spec.cross_layers * (2 * spec.low_rank * top_input + top_input);
     widest = std::max<int64_t>(widest, spec.low_rank);
   }
-  if (params > kMaxDenseParameters) {
-    return Invalid("model",
-                   absl::StrCat("the MLPs have ", params, " parameters, over the limit of ",
-                                kMaxDenseParameters, " (kMaxDenseParameters in common/limits.h)"));
+  if (params + cross > kMaxDenseParameters) {
+    return Invalid("model", absl::StrCat("the dense model has ", params + cross, " parameters (",
+                                         cross > 0 ? absl::StrCat(params, " in the MLPs, ", cross,
+                                                                  " in the cross layers")
+                                                   : "its MLPs",
+                                         "), over the limit of ", kMaxDenseParameters,
+                                         " (kMaxDenseParameters in common/limits.h)"));
   }
   const int64_t activation = widest * spec.batch_size;
   if (activation > kMaxActivationElements) {

@@ -463,6 +463,14 @@ TEST(JobSpecLimits, EveryLimitNamesTheKeyTheValueAndTheLimit) {
       {"train: [a.tsv, b.tsv]", absl::StrCat("train: [a.tsv, ", std::string(4097, 'p'), "]"),
        "data.train[1]", "4097", "kMaxPathBytes"},
   };
+  // The cross layers' share is named: the message said "the MLPs have" it all.
+  auto crossed =
+      ParseJobSpec(Replace(kValid, "bottom_mlp: [64, 16]\n  top_mlp: [32, 1]\n  embedding_dim: 16",
+                           "bottom_mlp: [64, 64]\n  top_mlp: [32, 1]\n  embedding_dim: 64\n"
+                           "  interaction: dcnv2\n  cross_layers: 64\n  low_rank: 65536"));
+  ASSERT_FALSE(crossed.ok());
+  EXPECT_THAT(std::string(crossed.status().message()),
+              HasSubstr("(13313 in the MLPs, 2147500032 in the cross layers), over the limit"));
   for (const Case& c : cases) {
     std::string text = Replace(kValid, c.from, c.to);
     if (c.limit == "kMaxActivationElements") {
