@@ -12,12 +12,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/status.h"
 
 namespace dlrm::common {
@@ -47,6 +52,27 @@ absl::Status OpenSslError(const std::string& what) {
   }
   return absl::InternalError(
       absl::StrCat("certificates: ", what, " failed", detail.empty() ? "" : ": ", detail));
+}
+
+// A name a certificate's DNS SAN can hold and a client can match: dot-separated labels of 1 to 63
+// letters, digits and '-' (neither first nor last), 253 characters at most, "*" allowed as the
+// first label of a longer name, and a last label that is not all digits ("10.0.0.256").
+bool IsDnsName(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  const std::vector<absl::string_view> labels = absl::StrSplit(host, '.');
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const absl::string_view label = labels[i];
+    if (label == "*" && i == 0 && labels.size() > 1) continue;
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    }
+  }
+  const absl::string_view last = labels.back();
+  return !std::all_of(last.begin(), last.end(),
+                      [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
 }
 
 bool IsIpAddress(const std::string& host) {
@@ -177,8 +203,11 @@ absl::Status WriteClusterCertificates(const ClusterCertOptions& options) {
     return absl::InvalidArgumentError("certificates: no host names (--host) to put in them");
   }
   for (const std::string& host : options.hosts) {
-    if (host.empty() || host.size() > 253 || host.find_first_of(", \t\n") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("certificates: bad host name '", host, "'"));
+    if (!IsIpAddress(host) && !IsDnsName(host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "certificates: --host '", Shown(host),
+          "' is neither an IP address nor a DNS name (letters, digits and '-' in dot-separated "
+          "labels, '*.' first for a wildcard; no port, scheme or zone)"));
     }
   }
   if (options.valid_days < 1 || options.valid_days > 3650) {

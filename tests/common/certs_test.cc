@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/temp_dir.h"
@@ -52,6 +53,25 @@ TEST(ClusterCertificates, AFolderWithACaIsRefusedUnlessOverwriteIsSet) {
   ASSERT_TRUE(WriteClusterCertificates({.out_dir = out}).ok());
   EXPECT_NE(Read(out + "/ca.crt"), ca);
   EXPECT_NE(Read(out + "/worker/tls.crt"), worker);
+}
+
+// A --host that no client could match (a port, a scheme, a zone, a bad label) was written into
+// the certificates as a DNS name, and the mistake showed later as a TLS failure.
+TEST(ClusterCertificates, HostsAreIpAddressesOrDnsNames) {
+  dlrm::testing::ScopedTempDir dir("certs-hosts");
+  for (const char* bad : {"localhost:50051", "http://x", "10.0.0.256", "-foo", "a..b",
+                          "fe80::1%eth0", "a b", "", "x.", "foo_bar.example", "a.*.example", "*"}) {
+    absl::Status st = WriteClusterCertificates({.out_dir = dir.Sub("bad"), .hosts = {bad}});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr(absl::StrCat("--host '", bad, "' is neither an IP address nor a DNS")))
+        << bad;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("bad") + "/ca.crt"));
+  EXPECT_TRUE(WriteClusterCertificates({.out_dir = dir.Sub("good"),
+                                        .hosts = {"localhost", "127.0.0.1", "::1", "dlrm-ps-0",
+                                                  "*.dlrm-ps.ns.svc.cluster.local", "10.0.0.25"}})
+                  .ok());
 }
 
 }  // namespace
