@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +20,14 @@ extern "C" void OnTerminationSignal(int sig) {
   errno = saved_errno;
 }
 
+sigset_t TerminationSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
 }  // namespace
 
 void InstallTerminationHandlers() {
@@ -31,6 +40,14 @@ void InstallTerminationHandlers() {
     action.sa_flags = SA_RESTART;
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
+    // Blocked in this thread, and so in every thread it starts from now on (OpenMP's, oneDNN's,
+    // the pools'): the kernel delivers the signals to the TerminationSignals thread, which
+    // unblocks them. Debian's oneDNN 2.7 points rsp into a heap buffer inside its JIT GEMM
+    // kernels (oneDNN issue 4845, fixed in 3.11): the handler run on a thread inside one wrote
+    // its signal frame over the heap, and `dlrm train` stopped with Ctrl-C died of "corrupted
+    // size vs. prev_size" in about one try in three.
+    const sigset_t set = TerminationSet();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
   });
 }
 
@@ -45,6 +62,9 @@ TerminationSignals::TerminationSignals(std::function<void(int)> on_signal)
     : on_signal_(std::move(on_signal)) {
   InstallTerminationHandlers();
   thread_ = std::thread([this] {
+    // The one thread of ours that takes the signals.
+    const sigset_t set = TerminationSet();
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
     while (!done_.load()) {
       pollfd fd = {g_pipe[0], POLLIN, 0};
       if (poll(&fd, 1, 100) <= 0) continue;

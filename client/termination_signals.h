@@ -1,8 +1,11 @@
 // TerminationSignals: SIGINT/SIGTERM handling for the service's processes. The process-wide
-// handler only writes the signal number to a pipe (async-signal-safe), so it does not matter
-// which thread the kernel picks (OpenBLAS and RocksDB start threads we do not control); a
-// TerminationSignals object reads the pipe on its own thread and runs `on_signal` there, where it
-// may take locks and call anything (e.g. Coordinator::Shutdown).
+// handler only writes the signal number to a pipe (async-signal-safe); a TerminationSignals
+// object reads the pipe on its own thread and runs `on_signal` there, where it may take locks and
+// call anything (e.g. Coordinator::Shutdown). InstallTerminationHandlers blocks both signals in
+// the calling thread, so every thread started after it (OpenMP's, oneDNN's) has them blocked and
+// the kernel delivers them to the TerminationSignals thread, or to a thread started before it
+// (OpenBLAS starts its own at load time): never to a thread inside a oneDNN JIT kernel, whose
+// rsp may point into the heap (see termination_signals.cc).
 //
 //   InstallTerminationHandlers();          // early in main: a signal from now on is not lost
 //   TerminationSignals signals([&](int) { server->Shutdown(); });
@@ -18,8 +21,9 @@
 
 namespace dlrm::client {
 
-// Installs the handlers (idempotent). A signal received before a TerminationSignals exists is
-// kept in the pipe and delivered to the first one.
+// Installs the handlers and blocks SIGINT/SIGTERM in the calling thread (idempotent); call it in
+// the main thread before any other thread of the process starts. A signal received before a
+// TerminationSignals exists is kept (pending, or in the pipe) for the first one.
 void InstallTerminationHandlers();
 
 // Ignores SIGPIPE for the whole process (idempotent), so that a write to a connection whose peer
