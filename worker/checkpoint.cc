@@ -358,6 +358,23 @@ absl::Status CheckCheckpointFitsSpec(const CheckpointManifest& m, const common::
             trained->TablePooling(i), " pooling; the job spec's is ", spec.TablePooling(i)));
       }
     }
+    // Allowed, but not silently: the rows are rounded to (or widened from) the new dtype once,
+    // and another split of the data moves records between training and evaluation.
+    for (size_t t = 0; t < m.tables.size() && t < trained->tables.size(); ++t) {
+      if (trained->tables[t].dtype != spec.tables[t].dtype) {
+        DLRM_LOG(WARNING) << "checkpoint " << m.name << ": table " << t << " (" << m.tables[t].name
+                          << ") was trained with dtype " << trained->tables[t].dtype
+                          << ", the job spec's is " << spec.tables[t].dtype
+                          << ": its rows are converted as they are loaded";
+        break;
+      }
+    }
+    if (spec.eval_paths.empty() && trained->eval_paths.empty() &&
+        trained->eval_fraction != spec.eval_fraction) {
+      DLRM_LOG(WARNING) << "checkpoint " << m.name << " was trained with data.eval_fraction "
+                        << trained->eval_fraction << ", the job spec's is " << spec.eval_fraction
+                        << ": records it trained on may now be evaluated, or the reverse";
+    }
   }
   return absl::OkStatus();
 }

@@ -244,6 +244,15 @@ TEST_F(TrainCommandMetricsTest, AnInterruptedRunKeepsItsStepsAsACheckpointToResu
   EXPECT_EQ(report->steps, 2);
   // 480 training lines in batches of 256: the resumed run trains only the second, of 224.
   EXPECT_EQ(report->train_samples, 224) << "went on from step 1";
+
+  // Another split of the data is allowed, but said: records trained on may now be evaluated.
+  TrainCommandOptions other = Options(Config(0.3), "");
+  other.run.resume_from = tmp_.File("ck");
+  ::testing::internal::CaptureStderr();
+  report = RunTrainCommand(other);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(log, HasSubstr("was trained with data.eval_fraction 0.2, the job spec's is 0.3"));
 }
 
 // A run whose model diverges (here a sparse learning rate of 1000) stops with an error naming the
