@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
 #include "worker/input/record_reader.h"
@@ -193,6 +194,9 @@ TEST(Synthetic, RejectsBadOptions) {
   options = SmallOptions(dir, "bad.tsv");
   options.zipf_exponent = 0;
   EXPECT_EQ(GenerateCriteoTsv(options).code(), absl::StatusCode::kInvalidArgument);
+  // Named by the flag the user gave (it said "zipf_exponent 0").
+  EXPECT_THAT(std::string(GenerateCriteoTsv(options).message()),
+              ::testing::HasSubstr("gen-data: --zipf 0 must be"));
   options = SmallOptions(dir, "bad.tsv");
   options.cardinalities[4] = 0;
   auto status = GenerateCriteoTsv(options);

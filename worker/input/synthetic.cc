@@ -51,15 +51,15 @@ absl::Status Validate(const GenDataOptions& o) {
   // An infinite exponent never samples (the sampler's rejection loop runs forever).
   if (!(o.zipf_exponent > 0.0) || !std::isfinite(o.zipf_exponent)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gen-data: zipf_exponent ", o.zipf_exponent, " must be a finite number > 0"));
+        absl::StrCat("gen-data: --zipf ", o.zipf_exponent, " must be a finite number > 0"));
   }
   if (!(o.signal_strength >= 0.0) || !std::isfinite(o.signal_strength)) {
-    return absl::InvalidArgumentError(absl::StrCat("gen-data: signal_strength ", o.signal_strength,
-                                                   " must be a finite number >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gen-data: --signal ", o.signal_strength, " must be a finite number >= 0"));
   }
   if (!(o.empty_fraction >= 0.0 && o.empty_fraction < 1.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gen-data: empty_fraction ", o.empty_fraction, " must be in [0, 1)"));
+        absl::StrCat("gen-data: --empty-fraction ", o.empty_fraction, " must be in [0, 1)"));
   }
   if (o.bags.has_value() && o.format != InputFormat::kBinary) {
     return absl::InvalidArgumentError(
