@@ -48,6 +48,11 @@ absl::StatusOr<std::unique_ptr<dense::Backend>> CreateBackendForDevice(
   } else {
     DLRM_LOG(INFO) << activity << " on " << backend->name();
   }
+  if (backend_options.math_mode == dense::MathMode::kTf32 &&
+      backend->device() != dense::Device::kCuda) {
+    DLRM_LOG(WARNING) << "training.math_mode tf32 is a GPU mode (TensorFloat-32 tensor cores): "
+                      << "the CPU computes in fp32";
+  }
   return backend;
 }
 

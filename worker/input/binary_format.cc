@@ -419,6 +419,9 @@ absl::StatusOr<bool> BinaryReader::Next(CriteoRecord* record) {
 absl::StatusOr<ConvertResult> ConvertTsvToBinary(const ConvertOptions& options) {
   if (options.inputs.empty()) return absl::InvalidArgumentError("convert: no input files");
   if (options.output.empty()) return absl::InvalidArgumentError("convert: no output path");
+  // Before any input is read, as predict and train check theirs (a missing folder is a usage
+  // error, exit 2, as it is there; and no file inside a checkpoint).
+  DLRM_RETURN_IF_ERROR(CheckOutputPath(options.output, "convert --out"));
   DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output, "convert --out", options.inputs));
   for (const std::string& input : options.inputs) {
     DLRM_ASSIGN_OR_RETURN(bool binary, IsBinaryCriteoFile(input));

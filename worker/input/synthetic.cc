@@ -220,6 +220,7 @@ double PlantedModel::Logit(const CriteoRecord& r) const {
 
 absl::Status GenerateCriteoTsv(const GenDataOptions& options, GenDataStats* stats) {
   DLRM_RETURN_IF_ERROR(Validate(options));
+  DLRM_RETURN_IF_ERROR(CheckOutputPath(options.output, "gen-data --out"));
   const bool binary = options.format == InputFormat::kBinary;
   std::vector<ZipfSampler> samplers;
   samplers.reserve(kCriteoNumCategorical);
