@@ -50,7 +50,9 @@ bool GrantKeys::IsMemberKey(absl::string_view member_id, absl::string_view key) 
   return SameKey(MemberKey(member_id), key);
 }
 
-std::string GrantKeys::PsGrantKey() const { return Mac(secret_, "ps-grant-key", ""); }
+std::string GrantKeys::PsGrantKey(absl::string_view ps_member_id) const {
+  return Mac(secret_, "ps-grant-key", ps_member_id);
+}
 
 std::string JobAdminGrant(absl::string_view ps_grant_key, absl::string_view job_id) {
   return Mac(ps_grant_key, "job-admin", job_id);

@@ -10,14 +10,19 @@
 //                 Heartbeat, Leave and ReportProgress carry it; the coordinator refuses a call
 //                 for a member whose key it lacks, so a worker cannot heartbeat, leave or report
 //                 progress for another member's rank.
-//   PS grant key  PsGrantKey(): answered by Register to parameter servers only.
-//   job grant     JobAdminGrant(PsGrantKey(), job): given in the heartbeat answer to rank 0 of the
-//                 job only. A parameter server accepts its admin methods (WriteRows, Checkpoint,
-//                 UnloadJob) for a job only with that job's grant in the call's metadata
-//                 (kJobGrantMetadata), which it checks against the key it got at registration:
-//                 the coordinator's authority, delegated to the one worker it chose for the job.
-//   member grant  JobMemberGrant(PsGrantKey(), job, job epoch): given in the heartbeat answer to
-//                 every rank of the job, for the epoch it trains at. A parameter server accepts
+//   PS grant key  PsGrantKey(id): answered by Register to the parameter server that registered
+//                 as `id`, and to no one else. Each server has its own: whoever holds the ps
+//                 certificate and registers a server learns that server's key only, and can make
+//                 grants for no other server.
+//   job grant     JobAdminGrant(PsGrantKey(id), job): given in the heartbeat answer to rank 0 of
+//                 the job only, one for each of the job's servers (in shard order). A parameter
+//                 server accepts its admin methods (WriteRows, Checkpoint, UnloadJob) for a job
+//                 only with that job's grant in the call's metadata (kJobGrantMetadata), which it
+//                 checks against the key it got at registration: the coordinator's authority,
+//                 delegated to the one worker it chose for the job.
+//   member grant  JobMemberGrant(PsGrantKey(id), job, job epoch): given in the heartbeat answer to
+//                 every rank of the job, for the epoch it trains at, one for each of the job's
+//                 servers. A parameter server accepts
 //                 LoadJob, Lookup, PushGradients and ReadRows of a job at an epoch only with that
 //                 grant in metadata kMemberGrantMetadata: a worker certificate alone can neither
 //                 load a job the coordinator does not run, nor move a job to an epoch it has not
@@ -49,7 +54,8 @@ class GrantKeys {
 
   std::string MemberKey(absl::string_view member_id) const;
   bool IsMemberKey(absl::string_view member_id, absl::string_view key) const;
-  std::string PsGrantKey() const;
+  // The key of the parameter server that registered as `ps_member_id`.
+  std::string PsGrantKey(absl::string_view ps_member_id) const;
 
  private:
   std::string secret_;

@@ -183,7 +183,9 @@ absl::Status CoordinatorServiceImpl::DoRegister(grpc::CallbackServerContext* con
   if (result.ok()) {
     *response = std::move(*result);
     response->set_member_key(keys_->MemberKey(response->member_id()));
-    if (request->role() == dlrm::v1::ROLE_PS) response->set_ps_grant_key(keys_->PsGrantKey());
+    if (request->role() == dlrm::v1::ROLE_PS) {
+      response->set_ps_grant_key(keys_->PsGrantKey(response->member_id()));
+    }
   }
   return result.status();
 }
@@ -202,11 +204,11 @@ absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* /*
     // rank 0 also acts for the coordinator on them (common/grants.h).
     if (response->has_worker() && response->worker().has_job()) {
       dlrm::v1::WorkerAssignment* worker = response->mutable_worker();
-      const std::string key = keys_->PsGrantKey();
-      worker->set_member_grant(
-          common::JobMemberGrant(key, worker->job().job_id(), worker->job().job_epoch()));
-      if (worker->rank() == 0) {
-        worker->set_job_grant(common::JobAdminGrant(key, worker->job().job_id()));
+      const dlrm::v1::JobAssignment& job = worker->job();
+      for (const std::string& ps_id : job.ps_member_ids()) {
+        const std::string key = keys_->PsGrantKey(ps_id);
+        worker->add_member_grants(common::JobMemberGrant(key, job.job_id(), job.job_epoch()));
+        if (worker->rank() == 0) worker->add_job_grants(common::JobAdminGrant(key, job.job_id()));
       }
     }
   }

@@ -367,6 +367,7 @@ dlrm::v1::JobAssignment CoordinatorState::AssignmentOf(const Job& job) const {
   a.set_job_spec_yaml(job.spec_yaml());
   a.set_world_size(job.worker_ids_size());
   *a.mutable_ps_addresses() = job.ps_addresses();
+  *a.mutable_ps_member_ids() = job.ps_member_ids();
   a.set_job_epoch(job.job_epoch());
   a.set_recovery(job.recoveries());
   a.set_checkpoint_requests(job.checkpoint_requests());

@@ -66,8 +66,9 @@ absl::Status WorkerProcess::JobRun::ConnectStore() {
   ps_options.security = options.security;
   ps_options.job_epoch = job_.job_epoch();
   ps_options.worker_rank = rank_;
-  ps_options.job_grant = assignment_.job_grant();
-  ps_options.member_grant = assignment_.member_grant();
+  ps_options.job_grants.assign(assignment_.job_grants().begin(), assignment_.job_grants().end());
+  ps_options.member_grants.assign(assignment_.member_grants().begin(),
+                                  assignment_.member_grants().end());
   // A parameter server refusing connections for this long is gone: the run fails with the peer
   // lost and the job recovers at once, not when the server's lease runs out (14 s).
   ps_options.retry_budget = kPsRetryBudget;

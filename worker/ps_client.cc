@@ -77,6 +77,13 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClien
   if (options.rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ps client: rpc_timeout must be > 0");
   }
+  for (const auto* grants : {&options.job_grants, &options.member_grants}) {
+    if (!grants->empty() && grants->size() != options.ps_addresses.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("ps client: ", grants->size(), " grants for ",
+                                                     options.ps_addresses.size(),
+                                                     " parameter servers (one per server)"));
+    }
+  }
   std::unique_ptr<GrpcPsClient> client(new GrpcPsClient(options));
   const int64_t limit = common::MaxRowsPerRequest(max_dim);
   client->max_rows_per_request_ =
@@ -119,11 +126,11 @@ bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
   call->EndAttempt();
   call->context = std::make_unique<grpc::ClientContext>();
   call->context->set_deadline(absl::ToChronoTime(call->deadline));
-  if (call->with_grant && !options_.job_grant.empty()) {
-    call->context->AddMetadata(common::kJobGrantMetadata, options_.job_grant);
+  if (call->with_grant && !options_.job_grants.empty()) {
+    call->context->AddMetadata(common::kJobGrantMetadata, options_.job_grants[call->shard]);
   }
-  if (!options_.member_grant.empty()) {
-    call->context->AddMetadata(common::kMemberGrantMetadata, options_.member_grant);
+  if (!options_.member_grants.empty()) {
+    call->context->AddMetadata(common::kMemberGrantMetadata, options_.member_grants[call->shard]);
   }
   {
     absl::MutexLock lock(&cancel_mu_);

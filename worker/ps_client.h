@@ -65,12 +65,13 @@ struct PsClientOptions {
   // Most ids in one request (all tables together); 0: common::MaxRowsPerRequest(largest dim).
   int64_t max_rows_per_request = 0;
   common::TransportSecurity security;
-  // WorkerAssignment.job_grant (rank 0 only): sent in metadata common::kJobGrantMetadata with
-  // the servers' admin methods (WriteRows, Checkpoint, UnloadJob) only.
-  std::string job_grant;
-  // WorkerAssignment.member_grant (every rank, for job_epoch): sent in metadata
-  // common::kMemberGrantMetadata with every call.
-  std::string member_grant;
+  // WorkerAssignment.job_grants (rank 0 only; one per server, in the order of ps_addresses): sent
+  // in metadata common::kJobGrantMetadata with the servers' admin methods (WriteRows, Checkpoint,
+  // UnloadJob) only. Empty, or one per server.
+  std::vector<std::string> job_grants;
+  // WorkerAssignment.member_grants (every rank, for job_epoch; one per server): sent in metadata
+  // common::kMemberGrantMetadata with every call. Empty, or one per server.
+  std::vector<std::string> member_grants;
 };
 
 // What LoadJob needs beyond the client's options.
@@ -152,7 +153,7 @@ class GrpcPsClient : public embedding::EmbeddingStore {
   // until its budget is spent (or the client is cancelled); returns when all are final, each
   // call's status set. `method` is for the log.
   // `with_grant`: the calls are admin methods (WriteRows, Checkpoint, UnloadJob; a LoadJob that
-  // restarts the job), which carry options.job_grant; the data plane's calls do not.
+  // restarts the job), which carry options.job_grants; the data plane's calls do not.
   void RunCalls(absl::Span<ShardCall* const> calls, const char* method, bool with_grant = false);
   // Starts the next attempt of `call` on `cq`: false (and the call CANCELLED) once cancelled.
   bool StartAttempt(ShardCall* call, grpc::CompletionQueue* cq);

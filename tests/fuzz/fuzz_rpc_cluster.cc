@@ -68,6 +68,17 @@ std::string GetString(const Message& m, const char* name) {
   return f == nullptr ? std::string() : m.GetReflection()->GetString(m, f);
 }
 
+// The first element of the repeated string field `name` of `m`, or "" when it has none (the
+// cluster runs one parameter server: its grant is the first of a job's).
+std::string GetFirstString(const Message& m, const char* name) {
+  const FieldDescriptor* f = m.GetDescriptor()->FindFieldByName(name);
+  if (f == nullptr || !f->is_repeated() || f->type() != FieldDescriptor::TYPE_STRING ||
+      m.GetReflection()->FieldSize(m, f) == 0) {
+    return "";
+  }
+  return m.GetReflection()->GetRepeatedString(m, f, 0);
+}
+
 // The int64 field `name` of `m`, or 0 when it has none.
 int64_t GetInt64(const Message& m, const char* name) {
   const FieldDescriptor* f = m.GetDescriptor()->FindFieldByName(name);
@@ -269,8 +280,8 @@ void Cluster::Learn(const Message& m) {
   const std::string id = GetString(m, "member_id");
   const std::string key = GetString(m, "member_key");
   if (!id.empty() && !key.empty()) member_keys_[id] = key;
-  const std::string grant = GetString(m, "job_grant");
-  const std::string member_grant = GetString(m, "member_grant");
+  const std::string grant = GetFirstString(m, "job_grants");
+  const std::string member_grant = GetFirstString(m, "member_grants");
   const google::protobuf::Reflection* r = m.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(m, &fields);

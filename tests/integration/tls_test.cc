@@ -340,8 +340,9 @@ TEST_F(TlsTest, ParameterServerCallsNeedTheCoordinatorsGrants) {
   }
   ASSERT_TRUE(assignment.has_job()) << ps.Stderr();
   ASSERT_EQ(assignment.rank(), 0);
-  ASSERT_FALSE(assignment.member_grant().empty());
-  ASSERT_FALSE(assignment.job_grant().empty());
+  // One server, so one grant of each kind (made with that server's key).
+  ASSERT_EQ(assignment.member_grants_size(), 1);
+  ASSERT_EQ(assignment.job_grants_size(), 1);
   const std::string job_id = assignment.job().job_id();
   const int64_t epoch = assignment.job().job_epoch();
 
@@ -355,13 +356,13 @@ TEST_F(TlsTest, ParameterServerCallsNeedTheCoordinatorsGrants) {
     options.tables = {{"t0", 100, 4}};
     options.rpc_timeout = absl::Seconds(10);
     options.security = common::TransportSecurity::FromDir(dir_ + "/ours/" + identity);
-    options.member_grant = member_grant;
-    options.job_grant = job_grant;
+    if (!member_grant.empty()) options.member_grants = {member_grant};
+    if (!job_grant.empty()) options.job_grants = {job_grant};
     auto c = worker::GrpcPsClient::Create(options);
     EXPECT_TRUE(c.ok()) << c.status();
     return std::move(*c);
   };
-  const std::string grant = assignment.member_grant();
+  const std::string grant = assignment.member_grants(0);
   const std::string made_up(64, 'a');
   for (auto [job, at, member] :
        {std::tuple{job_id, epoch, std::string()}, std::tuple{job_id, epoch, made_up},
@@ -399,12 +400,12 @@ TEST_F(TlsTest, ParameterServerCallsNeedTheCoordinatorsGrants) {
     EXPECT_EQ(unloaded.code(), absl::StatusCode::kPermissionDenied) << unloaded;
   }
   absl::Status as_admin =
-      client("admin", job_id, epoch, grant, assignment.job_grant())->WriteStoredRows({&huge, 1});
+      client("admin", job_id, epoch, grant, assignment.job_grants(0))->WriteStoredRows({&huge, 1});
   EXPECT_EQ(as_admin.code(), absl::StatusCode::kPermissionDenied) << as_admin;
   EXPECT_THAT(std::string(as_admin.message()), HasSubstr("identity 'admin'"));
   EXPECT_EQ(read(), before);  // the job is still loaded and its rows are untouched
   // Rank 0's grants together: the rows are written.
-  EXPECT_TRUE(client("worker", job_id, epoch, grant, assignment.job_grant())
+  EXPECT_TRUE(client("worker", job_id, epoch, grant, assignment.job_grants(0))
                   ->WriteStoredRows({&huge, 1})
                   .ok());
   EXPECT_NE(read(), before);

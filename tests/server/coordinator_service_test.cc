@@ -149,18 +149,26 @@ TEST_F(CoordinatorServiceTest, LeaseExpiresWithoutHeartbeatAndBumpsEpoch) {
 
 // Workers share one certificate, so the coordinator tells them apart by the key Register gave
 // each: nobody heartbeats, leaves or reports for a member whose key it lacks, and only rank 0
-// gets the grant for the job's admin calls to the parameter servers (common/grants.h).
+// gets the grants for the job's admin calls to the parameter servers (common/grants.h). Each
+// server has a key of its own, and each grant is good on its server only.
 TEST_F(CoordinatorServiceTest, MembersProveTheirIdWithTheirKeyAndOnlyRankZeroGetsTheJobGrant) {
   coordinator_->Shutdown();
   StartCoordinator(dir_.Sub("keys"), absl::Seconds(60));
-  dlrm::v1::RegisterRequest as_ps;
-  as_ps.set_role(dlrm::v1::ROLE_PS);
-  as_ps.set_address("127.0.0.1:9");
+  // Two parameter servers, each with a key of its own.
+  std::map<std::string, std::string> ps_keys;  // member id -> its grant key
   dlrm::v1::RegisterResponse ps;
-  auto ctx = common::MakeClientContext(absl::Seconds(5));
-  ASSERT_TRUE(stub_->Register(ctx.get(), as_ps, &ps).ok());
-  EXPECT_EQ(ps.member_key().size(), 64u);
-  ASSERT_EQ(ps.ps_grant_key().size(), 64u);
+  for (const char* address : {"127.0.0.1:9", "127.0.0.1:10"}) {
+    dlrm::v1::RegisterRequest as_ps;
+    as_ps.set_role(dlrm::v1::ROLE_PS);
+    as_ps.set_address(address);
+    auto ctx = common::MakeClientContext(absl::Seconds(5));
+    ASSERT_TRUE(stub_->Register(ctx.get(), as_ps, &ps).ok());
+    EXPECT_EQ(ps.member_key().size(), 64u);
+    ASSERT_EQ(ps.ps_grant_key().size(), 64u);
+    ps_keys[ps.member_id()] = ps.ps_grant_key();
+  }
+  ASSERT_EQ(ps_keys.size(), 2u);
+  EXPECT_NE(ps_keys.begin()->second, ps_keys.rbegin()->second) << "one key for every server";
   const std::string w0 = Register(dlrm::v1::ROLE_WORKER);
   const std::string w1 = Register(dlrm::v1::ROLE_WORKER);
   EXPECT_NE(keys_[w0], keys_[w1]);
@@ -170,18 +178,34 @@ TEST_F(CoordinatorServiceTest, MembersProveTheirIdWithTheirKeyAndOnlyRankZeroGet
   ASSERT_TRUE(Heartbeat(w1, &hb1).ok());
   ASSERT_TRUE(hb0.has_worker() && hb1.has_worker());
   ASSERT_EQ(hb0.worker().rank(), 0);
-  EXPECT_EQ(hb0.worker().job_grant(), common::JobAdminGrant(ps.ps_grant_key(), job_id));
-  EXPECT_TRUE(common::IsJobAdminGrant(ps.ps_grant_key(), job_id, hb0.worker().job_grant()));
-  EXPECT_FALSE(common::IsJobAdminGrant(ps.ps_grant_key(), "job-other", hb0.worker().job_grant()));
-  EXPECT_EQ(hb1.worker().job_grant(), "");
-  // Every rank gets the member grant of the job at its epoch (the servers' data calls).
-  for (const auto* hb : {&hb0, &hb1}) {
-    EXPECT_EQ(hb->worker().member_grant(),
-              common::JobMemberGrant(ps.ps_grant_key(), job_id, hb->worker().job().job_epoch()));
+  const dlrm::v1::JobAssignment& assigned = hb0.worker().job();
+  ASSERT_EQ(assigned.ps_member_ids_size(), assigned.ps_addresses_size());
+  ASSERT_GE(assigned.ps_member_ids_size(), 1);
+  ASSERT_EQ(hb0.worker().job_grants_size(), assigned.ps_member_ids_size());
+  EXPECT_EQ(hb1.worker().job_grants_size(), 0) << "rank 0 only";
+  for (int shard = 0; shard < assigned.ps_member_ids_size(); ++shard) {
+    const std::string& key = ps_keys.at(assigned.ps_member_ids(shard));
+    const std::string& admin = hb0.worker().job_grants(shard);
+    EXPECT_EQ(admin, common::JobAdminGrant(key, job_id));
+    EXPECT_FALSE(common::IsJobAdminGrant(key, "job-other", admin));
+    // Every rank gets the member grant of the job at its epoch (the servers' data calls).
+    for (const auto* hb : {&hb0, &hb1}) {
+      ASSERT_EQ(hb->worker().member_grants_size(), assigned.ps_member_ids_size());
+      EXPECT_EQ(hb->worker().member_grants(shard),
+                common::JobMemberGrant(key, job_id, hb->worker().job().job_epoch()));
+    }
+    EXPECT_FALSE(common::IsJobMemberGrant(key, job_id, assigned.job_epoch() + 1,
+                                          hb0.worker().member_grants(shard)));
+    // Another server's key does not take this server's grants.
+    for (const auto& [id, other] : ps_keys) {
+      if (id == assigned.ps_member_ids(shard)) continue;
+      EXPECT_FALSE(common::IsJobAdminGrant(other, job_id, admin));
+      EXPECT_FALSE(common::IsJobMemberGrant(other, job_id, assigned.job_epoch(),
+                                            hb0.worker().member_grants(shard)));
+    }
   }
-  EXPECT_FALSE(common::IsJobMemberGrant(
-      ps.ps_grant_key(), job_id, hb0.worker().job().job_epoch() + 1, hb0.worker().member_grant()));
 
+  auto ctx = common::MakeClientContext(absl::Seconds(5));
   // w1 with w0's key, or as w0 with its own key: refused, and w0 keeps its lease and rank.
   dlrm::v1::HeartbeatRequest stolen;
   stolen.set_member_id(w1);
