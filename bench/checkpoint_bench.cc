@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
   spec.bottom_mlp = {64, 16};
   spec.top_mlp = {64, 1};
   for (int64_t rows : worker::CappedKaggleCardinalities(max_rows)) {
-    spec.tables.push_back({.name = "C", .rows = rows});
+    spec.tables.push_back({.name = absl::StrCat("C", spec.tables.size() + 1), .rows = rows});
   }
   spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
   spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};

@@ -256,6 +256,19 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
         return Invalid(Join(prefix, "rows"), absl::StrCat("must be > 0, got ", t.rows));
       DLRM_RETURN_IF_ERROR(AtMost(Join(prefix, "rows"), t.rows, kMaxTableRows, "kMaxTableRows"));
       DLRM_RETURN_IF_ERROR(CheckText(Join(prefix, "name"), t.name, kMaxNameBytes, "kMaxNameBytes"));
+      // Messages, logs and checkpoint manifests name a table by its name: two alike, or none,
+      // would leave a user unable to tell which table one means.
+      if (t.name.empty()) return Invalid(Join(prefix, "name"), "must not be empty");
+      for (size_t j = 0; j < out->size(); ++j) {
+        if ((*out)[j].name != t.name) continue;
+        const bool defaulted = !node[j]["name"] || !node[i]["name"];
+        return Invalid(Join(prefix, "name"),
+                       absl::StrCat("'", t.name, "' is also the name of tables[", j,
+                                    "]; table names must differ",
+                                    defaulted ? " (a table without a name is C and its position "
+                                                "from 1)"
+                                              : ""));
+      }
       out->push_back(t);
     }
   } else {

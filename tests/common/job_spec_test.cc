@@ -193,6 +193,32 @@ TEST(JobSpec, TablePoolingDefaultsToTheModelsAndIsReadPerTable) {
               HasSubstr("tables[0].pooling: must be sum or mean, got 'max'"));
 }
 
+TEST(JobSpec, ListedTablesHaveNamesOfTheirOwn) {
+  auto named =
+      ParseJobSpec(Replace(kValid, "  cardinalities: [100, 2000, 30]",
+                           "  - {name: a, rows: 10}\n  - {rows: 5}\n  - {name: C1, rows: 7}"));
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->tables[1].name, "C2");
+  auto twice = ParseJobSpec(Replace(kValid, "  cardinalities: [100, 2000, 30]",
+                                    "  - {name: a, rows: 10}\n  - {name: b, rows: 5}\n"
+                                    "  - {name: a, rows: 7}"));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(
+      std::string(twice.status().message()),
+      HasSubstr("tables[2].name: 'a' is also the name of tables[0]; table names must differ"));
+  auto defaulted = ParseJobSpec(Replace(kValid, "  cardinalities: [100, 2000, 30]",
+                                        "  - {rows: 10}\n  - {name: C1, rows: 5}"));
+  ASSERT_FALSE(defaulted.ok());
+  EXPECT_THAT(std::string(defaulted.status().message()),
+              HasSubstr("tables[1].name: 'C1' is also the name of tables[0]; table names must "
+                        "differ (a table without a name is C and its position from 1)"));
+  auto empty =
+      ParseJobSpec(Replace(kValid, "  cardinalities: [100, 2000, 30]", "  - {name: '', rows: 10}"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(std::string(empty.status().message()),
+              HasSubstr("tables[0].name: must not be empty"));
+}
+
 TEST(JobSpec, HotBudgetIsAutoByDefaultAndTheNetworkRateIsChecked) {
   auto spec = ParseJobSpec(Replace(kValid, "hot_budget: 1MiB", "network_gbps: 1"));
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -181,13 +181,13 @@ TEST_F(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheDifference) {
   r = TrainInProcess(mean, Quiet(Ckpt("s")));
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()),
-              HasSubstr("table 0 (C) was trained with sum pooling; the job spec's is mean"));
+              HasSubstr("table 0 (C1) was trained with sum pooling; the job spec's is mean"));
   common::JobSpec one_table = spec;
   one_table.tables[3].pooling = "mean";
   one_table.checkpoint.dir = "";
   r = TrainInProcess(one_table, Quiet(Ckpt("s")));
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 3 (C) was trained with sum"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 3 (C4) was trained with sum"));
 
   // Another sparse optimizer stores another number of floats per row: named as the optimizer, not
   // as a row size.

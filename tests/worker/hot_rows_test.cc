@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "dense/backend_factory.h"
 #include "embedding/local_store.h"
 #include "gtest/gtest.h"
@@ -287,7 +288,9 @@ class HotTrainingTest : public ::testing::Test {
     spec_.bottom_mlp = {16, 8};
     spec_.top_mlp = {16, 1};
     spec_.embedding_dim = 8;
-    for (int64_t rows : gen.cardinalities) spec_.tables.push_back({"C", rows});
+    for (int64_t rows : gen.cardinalities) {
+      spec_.tables.push_back({absl::StrCat("C", spec_.tables.size() + 1), rows});
+    }
     spec_.dense_optimizer = {.type = "adam", .learning_rate = 0.01};
     spec_.batch_size = 128;
     spec_.seed = 9;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "embedding/local_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -105,7 +106,7 @@ common::JobSpec TinyJob(const std::string& train_path) {
   spec.top_mlp = {16, 1};
   spec.embedding_dim = 8;
   for (int64_t rows : CappedKaggleCardinalities(1000)) {
-    spec.tables.push_back({.name = "C", .rows = rows});
+    spec.tables.push_back({.name = absl::StrCat("C", spec.tables.size() + 1), .rows = rows});
   }
   spec.dense_optimizer = {.type = "adam", .learning_rate = 0.003};
   spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.1};

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
@@ -239,7 +240,8 @@ TEST(PowerSgdTest, AModelsFactorsAreFarFewerFloatsThanItsGradients) {
   spec.bottom_mlp = {512, 256, 64, 16};
   spec.top_mlp = {512, 256, 1};
   spec.embedding_dim = 16;
-  for (int t = 0; t < 26; ++t) spec.tables.push_back({.name = "C", .rows = 10});
+  for (int t = 0; t < 26; ++t)
+    spec.tables.push_back({.name = absl::StrCat("C", t + 1), .rows = 10});
   auto backend = testing::CpuTestBackend();
   auto model =
       dense::DlrmDenseModel::Create(backend.get(), {.num_dense_features = spec.dense_features,

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "dense/backend_factory.h"
 #include "gtest/gtest.h"
 #include "worker/input/synthetic.h"
@@ -50,7 +51,7 @@ common::JobSpec SmallGeneratedJob(const std::string& train_path, uint64_t seed) 
   spec.top_mlp = {32, 1};
   spec.embedding_dim = 8;
   for (int64_t rows : CappedKaggleCardinalities(1000)) {
-    spec.tables.push_back({.name = "C", .rows = rows});
+    spec.tables.push_back({.name = absl::StrCat("C", spec.tables.size() + 1), .rows = rows});
   }
   spec.dense_optimizer = {.type = "adam", .learning_rate = 0.003};
   spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.1};
