@@ -73,4 +73,13 @@ bool IsJobMemberGrant(absl::string_view ps_grant_key, absl::string_view job_id, 
   return !ps_grant_key.empty() && SameKey(JobMemberGrant(ps_grant_key, job_id, job_epoch), grant);
 }
 
+std::string JobLoadGrant(absl::string_view ps_grant_key, absl::string_view load_request) {
+  return Mac(ps_grant_key, "job-load", load_request);
+}
+
+bool IsJobLoadGrant(absl::string_view ps_grant_key, absl::string_view load_request,
+                    absl::string_view grant) {
+  return !ps_grant_key.empty() && SameKey(JobLoadGrant(ps_grant_key, load_request), grant);
+}
+
 }  // namespace dlrm::common

@@ -27,6 +27,13 @@
 //                 grant in metadata kMemberGrantMetadata: a worker certificate alone can neither
 //                 load a job the coordinator does not run, nor move a job to an epoch it has not
 //                 reached, nor read or train another job's tables.
+//   load grant    JobLoadGrant(PsGrantKey(id), request): given in the heartbeat answer to every
+//                 rank of the job, one for each of its servers, over the LoadJob request that
+//                 server is to get (its job, epoch, shard, tables, optimizer, seed, staleness
+//                 and workers: server/ps_load_request.h LoadJobRequestBytes, built from the job
+//                 spec the coordinator holds). A parameter server loads a job only with the
+//                 grant of the very request it got, in metadata kLoadGrantMetadata: a rank
+//                 cannot load the job with tables or parameters of its own choosing.
 //
 // All comparisons take constant time. Keys are lowercase hex.
 #pragma once
@@ -43,6 +50,8 @@ namespace dlrm::common {
 inline constexpr char kJobGrantMetadata[] = "x-dlrm-job-grant";
 // gRPC metadata that carries a member grant to a parameter server.
 inline constexpr char kMemberGrantMetadata[] = "x-dlrm-member-grant";
+// gRPC metadata that carries a load grant to a parameter server (LoadJob only).
+inline constexpr char kLoadGrantMetadata[] = "x-dlrm-load-grant";
 
 // 32 random bytes from the operating system's generator; INTERNAL when it has none.
 absl::StatusOr<std::string> NewGrantSecret();
@@ -71,5 +80,11 @@ std::string JobMemberGrant(absl::string_view ps_grant_key, absl::string_view job
                            int64_t job_epoch);
 bool IsJobMemberGrant(absl::string_view ps_grant_key, absl::string_view job_id, int64_t job_epoch,
                       absl::string_view grant);
+
+// The grant of a LoadJob whose request, as server/ps_load_request.h's LoadJobRequestBytes
+// serializes it, is `load_request`, to the server holding `ps_grant_key`.
+std::string JobLoadGrant(absl::string_view ps_grant_key, absl::string_view load_request);
+bool IsJobLoadGrant(absl::string_view ps_grant_key, absl::string_view load_request,
+                    absl::string_view grant);
 
 }  // namespace dlrm::common

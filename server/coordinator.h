@@ -70,6 +70,8 @@ class Coordinator {
   int metrics_port() const;     // bound metrics port, 0 if none
   CoordinatorState& state() { return *state_; }
   common::MetricsRegistry& metrics() { return *metrics_; }
+  // The keys its grants are made with (common/grants.h); the RPC fuzzer signs with them.
+  const common::GrantKeys& keys() const { return *keys_; }
 
  private:
   explicit Coordinator(const CoordinatorOptions& options);

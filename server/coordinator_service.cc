@@ -10,9 +10,11 @@
 #include "common/grants.h"
 #include "common/grpc_util.h"
 #include "common/limits.h"
+#include "common/logging.h"
 #include "common/raw_unary.h"
 #include "common/status.h"
 #include "common/version.h"
+#include "server/ps_load_request.h"
 
 namespace dlrm::server {
 namespace {
@@ -202,17 +204,53 @@ absl::Status CoordinatorServiceImpl::DoHeartbeat(grpc::CallbackServerContext* /*
     *response = std::move(*result);
     // Every rank of a job may make its data calls to the job's parameter servers at its epoch;
     // rank 0 also acts for the coordinator on them (common/grants.h).
+    // Every rank may load the job on them, with its spec's tables and parameters only.
     if (response->has_worker() && response->worker().has_job()) {
       dlrm::v1::WorkerAssignment* worker = response->mutable_worker();
       const dlrm::v1::JobAssignment& job = worker->job();
-      for (const std::string& ps_id : job.ps_member_ids()) {
-        const std::string key = keys_->PsGrantKey(ps_id);
+      absl::StatusOr<std::vector<std::string>> loads = LoadRequests(job);
+      if (!loads.ok()) {
+        // Specs are checked at submission, so this is a bug; the job's LoadJob calls will be
+        // refused for want of a grant, naming it.
+        DLRM_LOG(ERROR) << "job " << job.job_id() << ": no load grants: " << loads.status();
+      }
+      for (int s = 0; s < job.ps_member_ids_size(); ++s) {
+        const std::string key = keys_->PsGrantKey(job.ps_member_ids(s));
         worker->add_member_grants(common::JobMemberGrant(key, job.job_id(), job.job_epoch()));
         if (worker->rank() == 0) worker->add_job_grants(common::JobAdminGrant(key, job.job_id()));
+        if (loads.ok()) worker->add_load_grants(common::JobLoadGrant(key, (*loads)[s]));
       }
     }
   }
   return result.status();
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorServiceImpl::LoadRequests(
+    const dlrm::v1::JobAssignment& job) {
+  const int shards = job.ps_member_ids_size();
+  const std::string start =
+      absl::StrCat(job.job_epoch(), "/", job.recovery(), "/", job.world_size(), "/", shards);
+  {
+    absl::MutexLock lock(&load_mu_);
+    auto it = load_requests_.find(job.job_id());
+    if (it != load_requests_.end() && it->second.start == start) return it->second.requests;
+  }
+  DLRM_ASSIGN_OR_RETURN(const common::JobSpec spec,
+                        common::ParseJobSpec(job.job_spec_yaml(), job.job_id()));
+  DLRM_ASSIGN_OR_RETURN(const PsJobParams params,
+                        PsJobParamsFromSpec(spec, job.world_size(), job.recovery() > 0));
+  const std::vector<embedding::TableConfig> tables = TableConfigsFromSpec(spec);
+  std::vector<std::string> requests;
+  for (int s = 0; s < shards; ++s) {
+    requests.push_back(LoadJobRequestBytes(
+        MakeLoadJobRequest(job.job_id(), job.job_epoch(), tables, params, s, shards)));
+  }
+  absl::MutexLock lock(&load_mu_);
+  // Entries of finished jobs are not removed one by one: the map is emptied when it grows past
+  // the jobs a coordinator runs at once.
+  if (load_requests_.size() >= 256) load_requests_.clear();
+  load_requests_[job.job_id()] = {.start = start, .requests = requests};
+  return requests;
 }
 
 absl::Status CoordinatorServiceImpl::DoGetClusterView(

@@ -6,7 +6,11 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grants.h"
 #include "common/metrics.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -112,10 +116,21 @@ class CoordinatorServiceImpl final : public CoordinatorRawService {
   absl::Status CheckMemberKey(const char* method, const std::string& member_id,
                               const std::string& key) const;
 
+  // The LoadJob request of each of `job`'s servers, in shard order, as LoadJobRequestBytes
+  // (server/ps_load_request.h): what its load grants sign. Built from the job's spec once per
+  // start of the job (its epoch, recovery, workers and servers), then taken from load_requests_.
+  absl::StatusOr<std::vector<std::string>> LoadRequests(const dlrm::v1::JobAssignment& job);
+
   CoordinatorState* state_;
   RendezvousStore* kv_;
   RpcCounter* rpcs_;
   const common::GrantKeys* keys_;
+  struct JobLoadRequests {
+    std::string start;  // epoch, recovery, workers and servers of the job's start they are for
+    std::vector<std::string> requests;
+  };
+  absl::Mutex load_mu_;
+  absl::flat_hash_map<std::string, JobLoadRequests> load_requests_ ABSL_GUARDED_BY(load_mu_);
 };
 
 class JobsServiceImpl final : public JobsRawService {

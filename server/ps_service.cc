@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/raw_unary.h"
 #include "common/status.h"
+#include "server/ps_load_request.h"
 #include "server/ps_service_internal.h"
 
 namespace dlrm::server {
@@ -338,6 +339,7 @@ void PsService::HandleLoadJob(grpc::CallbackServerContext* context,
       !denied.ok()) {
     return done(denied);
   }
+  if (absl::Status denied = AuthorizeLoad(*context, *request); !denied.ok()) return done(denied);
   const Grant grant = CheckGrant(*context, request->job_id());
   const bool granted = grant == Grant::kGiven || grant == Grant::kTrusted;
   AdminPool()->Submit([this, context, request, response, done, granted] {
@@ -414,6 +416,27 @@ absl::Status PsService::AuthorizeMember(const grpc::CallbackServerContext& conte
                    epoch, " needs the coordinator's grant for the job's ranks at that epoch",
                    grant == Grant::kMissing ? "" : "; the one given is not it",
                    " (every worker the coordinator gave the job holds it)"));
+}
+
+absl::Status PsService::AuthorizeLoad(const grpc::CallbackServerContext& context,
+                                      const dlrm::v1::LoadJobRequest& request) const {
+  const std::string signed_bytes = LoadJobRequestBytes(request);
+  const Grant grant = CheckGrantWith(context, common::kLoadGrantMetadata,
+                                     [&](absl::string_view key, absl::string_view given) {
+                                       return common::IsJobLoadGrant(key, signed_bytes, given);
+                                     });
+  if (std::optional<absl::Status> decided = Allowed(grant, "ParameterServer.LoadJob")) {
+    return *decided;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "ParameterServer.LoadJob of job '", request.job_id().substr(0, common::kMaxNameBytes),
+      "' at epoch ", request.job_epoch(), " (shard ", request.shard_index(), " of ",
+      request.shard_count(), ", ", request.tables_size(),
+      " tables) needs the coordinator's load grant for that very request",
+      grant == Grant::kMissing ? ", and it carries none"
+                               : "; the one given is not it: the tables or parameters differ "
+                                 "from the job spec's",
+      " (every worker the coordinator gave the job holds it)"));
 }
 
 absl::Status PsService::AuthorizeAdmin(const grpc::CallbackServerContext& context,

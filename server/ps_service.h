@@ -238,6 +238,11 @@ class PsService final : public PsRawService {
   // before the server registered; PERMISSION_DENIED naming method, job and epoch otherwise.
   absl::Status AuthorizeMember(const grpc::CallbackServerContext& context, absl::string_view method,
                                const std::string& job_id, int64_t epoch) const;
+  // The load grant of a LoadJob (common::kLoadGrantMetadata), over the request as given: OK
+  // with it or without a grant key on plaintext; PERMISSION_DENIED naming the job otherwise (its
+  // tables or parameters are not those the coordinator signed). Called after AuthorizeMember.
+  absl::Status AuthorizeLoad(const grpc::CallbackServerContext& context,
+                             const dlrm::v1::LoadJobRequest& request) const;
   PsWorkPool* AdminPool() const {
     return options_.admin_pool != nullptr ? options_.admin_pool : options_.pool;
   }

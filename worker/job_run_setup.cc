@@ -73,17 +73,11 @@ absl::Status WorkerProcess::JobRun::ConnectStore() {
   // lost and the job recovers at once, not when the server's lease runs out (14 s).
   ps_options.retry_budget = kPsRetryBudget;
   ps_options.tables = TableConfigsFromSpec(spec_);
-  PsJobParams ps_params;
-  DLRM_ASSIGN_OR_RETURN(ps_params.optimizer, SparseOptimizerFromSpec(spec_));
-  ps_params.seed = spec_.seed;
-  ps_params.staleness = spec_.staleness;
-  ps_params.num_workers = world_;
+  ps_options.load_grants.assign(assignment_.load_grants().begin(), assignment_.load_grants().end());
   // After a recovery the job starts over from its checkpoint: the servers drop what an older
-  // epoch left in its tables.
-  ps_params.restart = job_.recovery() > 0;
-  ps_params.periodic_checkpoints =
-      !spec_.checkpoint.dir.empty() &&
-      (spec_.checkpoint.every_steps > 0 || spec_.checkpoint.every_seconds > 0);
+  // epoch left in its tables. The coordinator signs the same parameters (load_grants).
+  DLRM_ASSIGN_OR_RETURN(const PsJobParams ps_params,
+                        server::PsJobParamsFromSpec(spec_, world_, job_.recovery() > 0));
   DLRM_ASSIGN_OR_RETURN(store_, GrpcPsClient::Create(ps_options));
   // From here on, stopping the run also cancels the store's calls (a retry against a server that
   // is gone, a checkpoint write), so that a recovery does not wait for their deadlines.

@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(const PsClien
   if (options.rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ps client: rpc_timeout must be > 0");
   }
-  for (const auto* grants : {&options.job_grants, &options.member_grants}) {
+  for (const auto* grants : {&options.job_grants, &options.member_grants, &options.load_grants}) {
     if (!grants->empty() && grants->size() != options.ps_addresses.size()) {
       return absl::InvalidArgumentError(absl::StrCat("ps client: ", grants->size(), " grants for ",
                                                      options.ps_addresses.size(),
@@ -131,6 +131,9 @@ bool GrpcPsClient::StartAttempt(ShardCall* call, grpc::CompletionQueue* cq) {
   }
   if (!options_.member_grants.empty()) {
     call->context->AddMetadata(common::kMemberGrantMetadata, options_.member_grants[call->shard]);
+  }
+  if (call->with_load_grant && !options_.load_grants.empty()) {
+    call->context->AddMetadata(common::kLoadGrantMetadata, options_.load_grants[call->shard]);
   }
   {
     absl::MutexLock lock(&cancel_mu_);

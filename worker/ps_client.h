@@ -46,6 +46,7 @@
 #include "proto/lookup_wire.h"
 #include "proto/message_pool.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/ps_load_request.h"
 
 namespace dlrm::worker {
 
@@ -72,19 +73,13 @@ struct PsClientOptions {
   // WorkerAssignment.member_grants (every rank, for job_epoch; one per server): sent in metadata
   // common::kMemberGrantMetadata with every call. Empty, or one per server.
   std::vector<std::string> member_grants;
+  // WorkerAssignment.load_grants (every rank; one per server): sent in metadata
+  // common::kLoadGrantMetadata with LoadJob, whose request they sign. Empty, or one per server.
+  std::vector<std::string> load_grants;
 };
 
-// What LoadJob needs beyond the client's options.
-struct PsJobParams {
-  embedding::SparseOptimizerOptions optimizer;
-  uint64_t seed = 0;
-  int staleness = 0;
-  int num_workers = 1;
-  // The job starts over at this epoch (a recovery): shards drop tables of an older epoch.
-  bool restart = false;
-  // The job checkpoints while it trains: the servers prepare their first snapshot's memory.
-  bool periodic_checkpoints = false;
-};
+// What LoadJob needs beyond the client's options (server/ps_load_request.h).
+using server::PsJobParams;
 
 class GrpcPsClient : public embedding::EmbeddingStore {
  public:
@@ -182,7 +177,6 @@ class GrpcPsClient : public embedding::EmbeddingStore {
 dlrm::v1::LoadJobRequest MakeLoadJobRequest(const PsClientOptions& options,
                                             const PsJobParams& params, int shard_index,
                                             int shard_count);
-dlrm::v1::SparseOptimizerConfig SparseOptimizerToProto(
-    const embedding::SparseOptimizerOptions& options);
+using server::SparseOptimizerToProto;
 
 }  // namespace dlrm::worker

@@ -33,7 +33,8 @@ struct GrpcPsClient::ShardCall {
   absl::Time retry_until;                        // no attempt starts after it
   absl::Time retry_at;                           // while waiting out a backoff
   std::unique_ptr<grpc::ClientContext> context;  // of the attempt in flight or the last one
-  bool with_grant = false;  // an admin method: the job grant goes in the metadata
+  bool with_grant = false;       // an admin method: the job grant goes in the metadata
+  bool with_load_grant = false;  // LoadJob: the load grant goes in the metadata too
 };
 
 // A unary call through the generated stub's PrepareAsync<Method>.

@@ -1,6 +1,5 @@
 // GrpcPsClient's per-job calls to every shard in parallel (worker/ps_client.h): LoadJobOnAll,
-// UnloadJobOnAll, CheckpointAll and GetStatsAll, and the LoadJob message they send
-// (MakeLoadJobRequest, SparseOptimizerToProto).
+// UnloadJobOnAll, CheckpointAll and GetStatsAll.
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,43 +10,11 @@
 
 namespace dlrm::worker {
 
-dlrm::v1::SparseOptimizerConfig SparseOptimizerToProto(
-    const embedding::SparseOptimizerOptions& options) {
-  dlrm::v1::SparseOptimizerConfig c;
-  c.set_type(embedding::SparseOptimizerTypeName(options.type));
-  c.set_learning_rate(options.learning_rate);
-  c.set_epsilon(options.epsilon);
-  c.set_beta1(options.beta1);
-  c.set_beta2(options.beta2);
-  c.set_initial_accumulator(options.initial_accumulator);
-  return c;
-}
-
 dlrm::v1::LoadJobRequest MakeLoadJobRequest(const PsClientOptions& options,
                                             const PsJobParams& params, int shard_index,
                                             int shard_count) {
-  dlrm::v1::LoadJobRequest r;
-  r.set_job_id(options.job_id);
-  r.set_job_epoch(options.job_epoch);
-  r.set_shard_index(shard_index);
-  r.set_shard_count(shard_count);
-  for (size_t t = 0; t < options.tables.size(); ++t) {
-    dlrm::v1::TableDef* def = r.add_tables();
-    def->set_table(static_cast<int>(t));
-    def->set_name(options.tables[t].name);
-    def->set_rows(options.tables[t].rows);
-    def->set_dim(options.tables[t].dim);
-    if (options.tables[t].dtype != embedding::RowDtype::kFp32) {
-      def->set_dtype(embedding::RowDtypeName(options.tables[t].dtype));
-    }
-  }
-  *r.mutable_optimizer() = SparseOptimizerToProto(params.optimizer);
-  r.set_seed(params.seed);
-  r.set_restart(params.restart);
-  r.set_periodic_checkpoints(params.periodic_checkpoints);
-  r.set_staleness(params.staleness);
-  r.set_num_workers(params.num_workers);
-  return r;
+  return server::MakeLoadJobRequest(options.job_id, options.job_epoch, options.tables, params,
+                                    shard_index, shard_count);
 }
 
 absl::Status GrpcPsClient::LoadJobOnAll(const PsJobParams& params) {
@@ -58,6 +25,7 @@ absl::Status GrpcPsClient::LoadJobOnAll(const PsJobParams& params) {
     auto call = std::make_unique<LoadCall>(s, stubs_[s].get(), &LoadCall::Stub::PrepareAsyncLoadJob,
                                            options_.rpc_timeout);
     call->request = MakeLoadJobRequest(options_, params, s, shard_count());
+    call->with_load_grant = true;
     pointers.push_back(call.get());
     calls.push_back(std::move(call));
   }

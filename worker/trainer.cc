@@ -44,31 +44,6 @@ dense::DlrmDenseModelOptions DenseModelOptionsFromSpec(const common::JobSpec& sp
   return o;
 }
 
-absl::StatusOr<embedding::SparseOptimizerOptions> SparseOptimizerFromSpec(
-    const common::JobSpec& spec) {
-  embedding::SparseOptimizerOptions o;
-  DLRM_ASSIGN_OR_RETURN(o.type, embedding::ParseSparseOptimizerType(spec.sparse_optimizer.type));
-  o.learning_rate = static_cast<float>(spec.sparse_optimizer.learning_rate);
-  o.epsilon = static_cast<float>(spec.sparse_optimizer.epsilon);
-  o.beta1 = static_cast<float>(spec.sparse_optimizer.beta1);
-  o.beta2 = static_cast<float>(spec.sparse_optimizer.beta2);
-  o.initial_accumulator = static_cast<float>(spec.sparse_optimizer.initial_accumulator);
-  return o;
-}
-
-std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& spec) {
-  std::vector<embedding::TableConfig> tables;
-  tables.reserve(spec.tables.size());
-  for (const auto& t : spec.tables) {
-    // The spec was validated: its dtype names parse.
-    tables.push_back({.name = t.name,
-                      .rows = t.rows,
-                      .dim = spec.embedding_dim,
-                      .dtype = *embedding::ParseRowDtype(t.dtype)});
-  }
-  return tables;
-}
-
 Trainer::Trainer(const TrainerOptions& options) : options_(options) {
   // One reducer decides the number of workers for every scaling (dense, hot and cold rows).
   if (options_.allreducer == nullptr) options_.allreducer = options_.device_allreducer;

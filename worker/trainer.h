@@ -50,6 +50,7 @@
 #include "embedding/embedding_store.h"
 #include "embedding/kernels.h"
 #include "embedding/local_store.h"
+#include "server/ps_load_request.h"
 #include "worker/batch.h"
 #include "worker/collective.h"
 #include "worker/dense_sync.h"
@@ -388,8 +389,9 @@ class Trainer {
 
 // Builds the options of the in-process pieces from a job spec.
 dense::DlrmDenseModelOptions DenseModelOptionsFromSpec(const common::JobSpec& spec);
-absl::StatusOr<embedding::SparseOptimizerOptions> SparseOptimizerFromSpec(
-    const common::JobSpec& spec);
-std::vector<embedding::TableConfig> TableConfigsFromSpec(const common::JobSpec& spec);
+// The sparse optimizer and the tables (server/ps_load_request.h: the parameter servers' LoadJob
+// takes them from the spec the same way).
+using server::SparseOptimizerFromSpec;
+using server::TableConfigsFromSpec;
 
 }  // namespace dlrm::worker

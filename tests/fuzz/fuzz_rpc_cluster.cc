@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "google/protobuf/stubs/logging.h"
@@ -21,6 +22,7 @@
 #include "proto/jobs.pb.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
+#include "server/ps_load_request.h"
 // clang: the generated raw-method classes PsService derives from (ps.grpc.pb.h) hide the typed
 // Lookup and PushGradients (-Woverloaded-virtual); the same holds in server/ps_service.cc.
 #if defined(__clang__)
@@ -48,6 +50,8 @@ constexpr size_t kMaxLoadedJobs = 4;
 // and a member grant (kMemberGrantMetadata).
 constexpr char kJobGrantMetadata[] = "x-dlrm-job-grant";
 constexpr char kMemberGrantMetadata[] = "x-dlrm-member-grant";
+// And the load grant of a LoadJob request (kLoadGrantMetadata).
+constexpr char kLoadGrantMetadata[] = "x-dlrm-load-grant";
 
 std::unique_ptr<Message> NewMessage(const Descriptor* type) {
   const Message* prototype =
@@ -269,6 +273,15 @@ void Cluster::AddCredentials(const Method& method, std::string* payload,
   auto member = member_grants_.find({job_id, GetInt64(*request, "job_epoch")});
   if (member != member_grants_.end()) context->AddMetadata(kMemberGrantMetadata, member->second);
   *payload = request->SerializeAsString();
+  // Whatever LoadJob the input makes is signed as the coordinator signs its jobs' loads, so that
+  // the server's load goes on past the grant check.
+  dlrm::v1::LoadJobRequest load;
+  if (method.descriptor->name() == "LoadJob" && !ps_member_id_.empty() &&
+      load.ParseFromString(*payload)) {
+    context->AddMetadata(kLoadGrantMetadata,
+                         dlrm::common::JobLoadGrant(coordinator_->keys().PsGrantKey(ps_member_id_),
+                                                    dlrm::server::LoadJobRequestBytes(load)));
+  }
 }
 
 void Cluster::Learn(const Method& method, const std::string& bytes) {
@@ -282,6 +295,7 @@ void Cluster::Learn(const Message& m) {
   if (!id.empty() && !key.empty()) member_keys_[id] = key;
   const std::string grant = GetFirstString(m, "job_grants");
   const std::string member_grant = GetFirstString(m, "member_grants");
+  if (const std::string ps = GetFirstString(m, "ps_member_ids"); !ps.empty()) ps_member_id_ = ps;
   const google::protobuf::Reflection* r = m.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(m, &fields);

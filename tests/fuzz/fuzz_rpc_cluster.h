@@ -118,6 +118,8 @@ class Cluster {
   std::map<std::string, std::string> job_grants_;
   // Member grants by (job id, job epoch), from the heartbeat answers of the job's ranks.
   std::map<std::pair<std::string, int64_t>, std::string> member_grants_;
+  // The parameter server's member id, from a job's assignment: its key signs LoadJob requests.
+  std::string ps_member_id_;
   std::vector<std::string> workers_;
   int64_t job_epoch_ = 0;
   dlrm::v1::LoadJobRequest load_;

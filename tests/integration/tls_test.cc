@@ -22,6 +22,7 @@
 #include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/ps_load_request.h"
 #include "tests/integration/process_util.h"
 #include "tests/server/garbage_calls.h"
 #include "worker/ps_client.h"
@@ -343,38 +344,59 @@ TEST_F(TlsTest, ParameterServerCallsNeedTheCoordinatorsGrants) {
   // One server, so one grant of each kind (made with that server's key).
   ASSERT_EQ(assignment.member_grants_size(), 1);
   ASSERT_EQ(assignment.job_grants_size(), 1);
+  ASSERT_EQ(assignment.load_grants_size(), 1);
   const std::string job_id = assignment.job().job_id();
   const int64_t epoch = assignment.job().job_epoch();
+  // The job's tables and parameters, as a worker takes them from its spec.
+  auto spec = common::ParseJobSpec(assignment.job().job_spec_yaml(), "the assigned job");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto params = server::PsJobParamsFromSpec(*spec, assignment.job().world_size(), false);
+  ASSERT_TRUE(params.ok()) << params.status();
 
   auto client = [&](const std::string& identity, const std::string& job, int64_t at,
-                    const std::string& member_grant, const std::string& job_grant) {
+                    const std::string& member_grant, const std::string& job_grant,
+                    const std::string& load_grant = "",
+                    std::vector<embedding::TableConfig> tables = {}) {
     worker::PsClientOptions options;
     options.ps_addresses.assign(assignment.job().ps_addresses().begin(),
                                 assignment.job().ps_addresses().end());
     options.job_id = job;
     options.job_epoch = at;
-    options.tables = {{"t0", 100, 4}};
+    options.tables = tables.empty() ? server::TableConfigsFromSpec(*spec) : tables;
     options.rpc_timeout = absl::Seconds(10);
     options.security = common::TransportSecurity::FromDir(dir_ + "/ours/" + identity);
     if (!member_grant.empty()) options.member_grants = {member_grant};
     if (!job_grant.empty()) options.job_grants = {job_grant};
+    if (!load_grant.empty()) options.load_grants = {load_grant};
     auto c = worker::GrpcPsClient::Create(options);
     EXPECT_TRUE(c.ok()) << c.status();
     return std::move(*c);
   };
   const std::string grant = assignment.member_grants(0);
+  const std::string load_grant = assignment.load_grants(0);
   const std::string made_up(64, 'a');
   for (auto [job, at, member] :
        {std::tuple{job_id, epoch, std::string()}, std::tuple{job_id, epoch, made_up},
         std::tuple{job_id, epoch + 1, grant},
         std::tuple{std::string("made-up-job"), epoch, grant}}) {
-    absl::Status loaded = client("worker", job, at, member, "")->LoadJobOnAll({});
+    absl::Status loaded = client("worker", job, at, member, "", load_grant)->LoadJobOnAll(*params);
     EXPECT_EQ(loaded.code(), absl::StatusCode::kPermissionDenied) << loaded;
     EXPECT_THAT(std::string(loaded.message()),
                 HasSubstr("needs the coordinator's grant for the job's ranks"));
   }
-  auto worker = client("worker", job_id, epoch, grant, "");
-  ASSERT_TRUE(worker->LoadJobOnAll({}).ok());
+  // A rank's member grant, but tables of its own choosing (as rank 0 loaded 2^33-row tables of
+  // a job of 10-row ones before load grants) or no load grant: refused.
+  std::vector<embedding::TableConfig> huge_tables = server::TableConfigsFromSpec(*spec);
+  for (embedding::TableConfig& t : huge_tables) t.rows = int64_t{1} << 33;
+  for (auto [tables, load] : {std::pair{huge_tables, load_grant},
+                              std::pair{std::vector<embedding::TableConfig>{}, std::string()}}) {
+    absl::Status loaded =
+        client("worker", job_id, epoch, grant, "", load, tables)->LoadJobOnAll(*params);
+    EXPECT_EQ(loaded.code(), absl::StatusCode::kPermissionDenied) << loaded;
+    EXPECT_THAT(std::string(loaded.message()), HasSubstr("needs the coordinator's load grant"));
+  }
+  auto worker = client("worker", job_id, epoch, grant, "", load_grant);
+  ASSERT_TRUE(worker->LoadJobOnAll(*params).ok());
   auto read = [&] {
     embedding::TableRows r;
     r.ids = {1, 2, 3};

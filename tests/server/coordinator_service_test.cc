@@ -20,6 +20,7 @@
 #include "proto/jobs.grpc.pb.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
+#include "server/ps_load_request.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/garbage_calls.h"
 #include "tests/server/test_specs.h"
@@ -196,6 +197,33 @@ TEST_F(CoordinatorServiceTest, MembersProveTheirIdWithTheirKeyAndOnlyRankZeroGet
     }
     EXPECT_FALSE(common::IsJobMemberGrant(key, job_id, assigned.job_epoch() + 1,
                                           hb0.worker().member_grants(shard)));
+    // Every rank gets the load grant of the LoadJob request its spec makes for this server.
+    auto spec = common::ParseJobSpec(assigned.job_spec_yaml(), "assigned");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto params = PsJobParamsFromSpec(*spec, assigned.world_size(), assigned.recovery() > 0);
+    ASSERT_TRUE(params.ok()) << params.status();
+    dlrm::v1::LoadJobRequest load =
+        MakeLoadJobRequest(job_id, assigned.job_epoch(), TableConfigsFromSpec(*spec), *params,
+                           shard, assigned.ps_member_ids_size());
+    for (const auto* hb : {&hb0, &hb1}) {
+      ASSERT_EQ(hb->worker().load_grants_size(), assigned.ps_member_ids_size());
+      EXPECT_TRUE(
+          common::IsJobLoadGrant(key, LoadJobRequestBytes(load), hb->worker().load_grants(shard)));
+    }
+    // Not for other tables, another shard's request or another epoch; restart is not signed.
+    const std::string& load_grant = hb0.worker().load_grants(shard);
+    dlrm::v1::LoadJobRequest changed = load;
+    changed.mutable_tables(0)->set_rows(int64_t{1} << 33);
+    EXPECT_FALSE(common::IsJobLoadGrant(key, LoadJobRequestBytes(changed), load_grant));
+    changed = load;
+    changed.set_shard_index(1 - shard);
+    EXPECT_FALSE(common::IsJobLoadGrant(key, LoadJobRequestBytes(changed), load_grant));
+    changed = load;
+    changed.set_job_epoch(load.job_epoch() + 1);
+    EXPECT_FALSE(common::IsJobLoadGrant(key, LoadJobRequestBytes(changed), load_grant));
+    changed = load;
+    changed.set_restart(!load.restart());
+    EXPECT_TRUE(common::IsJobLoadGrant(key, LoadJobRequestBytes(changed), load_grant));
     // Another server's key does not take this server's grants.
     for (const auto& [id, other] : ps_keys) {
       if (id == assigned.ps_member_ids(shard)) continue;

@@ -12,6 +12,7 @@
 #include "common/grpc_util.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/ps_load_request.h"
 #include "server/ps_server.h"
 #include "tests/server/ps_test_util.h"
 
@@ -54,9 +55,19 @@ class PsServiceTest : public ::testing::Test {
     EXPECT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
     return resp.tables_size() > 0 ? UnpackFloats(resp.tables(0).rows()) : std::vector<float>();
   }
+  // The context of LoadJob `r`: with its member grant and the load grant of `r` itself once
+  // SetGrantKey ran, as the coordinator gives a job's ranks (server/ps_load_request.h).
+  std::unique_ptr<grpc::ClientContext> LoadContext(const dlrm::v1::LoadJobRequest& r) const {
+    auto ctx = Context(r.job_id(), r.job_epoch());
+    if (!grant_key_.empty()) {
+      ctx->AddMetadata(common::kLoadGrantMetadata,
+                       common::JobLoadGrant(grant_key_, LoadJobRequestBytes(r)));
+    }
+    return ctx;
+  }
   grpc::Status Load(const dlrm::v1::LoadJobRequest& r) {
     dlrm::v1::LoadJobResponse resp;
-    return stub_->LoadJob(Context(r.job_id(), r.job_epoch()).get(), r, &resp);
+    return stub_->LoadJob(LoadContext(r).get(), r, &resp);
   }
   grpc::Status Lookup(const dlrm::v1::LookupRequest& r, dlrm::v1::LookupResponse* resp) {
     return stub_->Lookup(Context(r.job_id(), r.job_epoch()).get(), r, resp);

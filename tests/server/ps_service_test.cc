@@ -220,7 +220,7 @@ TEST_F(PsServiceTest, ARestartDropsTheRowsOnlyWithTheJobsGrant) {
     dlrm::v1::LoadJobRequest r = TestJob("j", {{100, 4}}, 0, 1, staleness);
     r.set_job_epoch(epoch);
     r.set_restart(true);
-    auto ctx = Context("j", epoch);
+    auto ctx = LoadContext(r);
     if (with_grant) ctx->AddMetadata(common::kJobGrantMetadata, common::JobAdminGrant(key, "j"));
     dlrm::v1::LoadJobResponse out;
     return stub_->LoadJob(ctx.get(), r, &out);
@@ -312,6 +312,50 @@ TEST_F(PsServiceTest, DataCallsNeedTheMemberGrantOfTheirJobAndEpoch) {
   ASSERT_TRUE(Push(PushOf("j", 0, {5}, {1, 1, 1, 1})).ok());
   ASSERT_TRUE(Lookup(LookupOf("j", 0, {5}), &resp).ok());
   EXPECT_NE(UnpackFloats(resp.tables(0).rows()), fresh);
+}
+
+// A rank of a job holds its member grant, but the job's tables and parameters are the
+// coordinator's to choose: a LoadJob also needs the coordinator's load grant over the very
+// request (server/ps_load_request.h), so that a worker certificate given a rank cannot load the
+// job with tables of its own (an audit loaded 2^33-row tables into a 1000-row job). Without it,
+// with the grant of another request (other rows, another optimizer, another shard) or a made-up
+// one: PERMISSION_DENIED naming the job, and nothing loaded; whether the load restarts the job
+// is not part of what is signed (the job grant decides that).
+TEST_F(PsServiceTest, LoadJobNeedsTheCoordinatorsGrantOfItsVeryRequest) {
+  const std::string key = "0123456789abcdef";
+  StartPs();
+  SetGrantKey(key);
+  const dlrm::v1::LoadJobRequest job = TestJob("j", {{1000, 4}});
+  dlrm::v1::LoadJobRequest huge = job;
+  huge.mutable_tables(0)->set_rows(int64_t{1} << 33);
+  dlrm::v1::LoadJobRequest faster = job;
+  faster.mutable_optimizer()->set_learning_rate(1000);
+  dlrm::v1::LoadJobRequest other_shard = TestJob("j", {{1000, 4}}, 1, 2);
+  auto load_with = [&](const dlrm::v1::LoadJobRequest& r, const std::string& load_grant) {
+    auto ctx = Context(r.job_id(), r.job_epoch());
+    if (!load_grant.empty()) ctx->AddMetadata(common::kLoadGrantMetadata, load_grant);
+    dlrm::v1::LoadJobResponse out;
+    return stub_->LoadJob(ctx.get(), r, &out);
+  };
+  const std::string granted = common::JobLoadGrant(key, LoadJobRequestBytes(job));
+  for (const auto& [request, grant] :
+       {std::pair{job, std::string()}, std::pair{job, std::string(64, 'a')},
+        std::pair{job, common::JobLoadGrant(key, LoadJobRequestBytes(other_shard))},
+        std::pair{huge, granted}, std::pair{faster, granted}, std::pair{other_shard, granted}}) {
+    grpc::Status s = load_with(request, grant);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("LoadJob of job 'j' at epoch 1 (shard " +
+                                             std::to_string(request.shard_index())));
+    EXPECT_THAT(s.error_message(), HasSubstr("needs the coordinator's load grant"));
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(grant.empty() ? "it carries none" : "the tables or parameters differ"));
+  }
+  EXPECT_TRUE(ps_->service().job_ids().empty());
+  ASSERT_TRUE(load_with(job, granted).ok());
+  dlrm::v1::LoadJobRequest restarted = job;
+  restarted.set_restart(true);
+  EXPECT_TRUE(load_with(restarted, granted).ok());
+  EXPECT_EQ(ps_->service().job_ids(), std::vector<std::string>{"j"});
 }
 
 // Each job is a RocksDB instance with its files: a server holds at most kMaxJobsPerPs, so that
