@@ -68,14 +68,22 @@ HotSetRefresher::HotSetRefresher(Trainer* trainer, const HotRefreshOptions& opti
     window_ = std::make_unique<HotSetSelector>(TableConfigsFromSpec(spec), state);
   }
   row_bytes_ = static_cast<int64_t>(spec.embedding_dim + state) * 4;
+  lead_ = options_.every > 0 ? std::min(options_.lead_steps, options_.every - 1) : 0;
   if (options_.rank == 0) {
     trainer_->set_batch_observer(
         [this](const Batch& batch, int64_t step) { Observe(batch, step); });
   }
 }
 
-HotSetRefresher::~HotSetRefresher() {
-  if (plan_thread_.joinable()) plan_thread_.join();
+HotSetRefresher::~HotSetRefresher() { JoinPlan(); }
+
+void HotSetRefresher::JoinPlan() {
+  std::thread plan;
+  {
+    absl::MutexLock lock(&plan_mu_);
+    plan = std::move(plan_thread_);
+  }
+  if (plan.joinable()) plan.join();
 }
 
 void HotSetRefresher::Observe(const Batch& batch, int64_t step) {
@@ -92,18 +100,21 @@ void HotSetRefresher::Observe(const Batch& batch, int64_t step) {
     RestartWindow();
   }
   if (batches_seen_++ % kWindowEvery == 0) window_->Add(batch);
-  const int64_t boundary = step + options_.lead_steps;
-  if (options_.every <= 0 || options_.lead_steps <= 0 || boundary % options_.every != 0) return;
+  const int64_t boundary = step + lead_;
+  if (options_.every <= 0 || lead_ <= 0 || boundary % options_.every != 0) return;
   // One whose boundary never came (the run started after it) is done by now.
-  if (plan_thread_.joinable()) plan_thread_.join();
+  JoinPlan();
   // The hot set changes only at boundaries, when this thread is idle: it is the one the
   // boundary's plan must weigh against.
   HotPlanOptions plan_options = PlanOptions();
   const HotRowCache* current = trainer_->hot_rows();
   auto window = std::make_shared<HotSetSelector>(*window_);
+  absl::MutexLock lock(&plan_mu_);
   plan_thread_ = std::thread([this, window, plan_options, current, boundary] {
     common::NameThisThread("dlrm-hot-plan");
-    early_plan_ = PlanHotSet(*window, plan_options, current);
+    HotPlan plan = PlanHotSet(*window, plan_options, current);
+    absl::MutexLock lock(&plan_mu_);
+    early_plan_ = std::move(plan);
     early_step_ = boundary;
   });
 }
@@ -158,9 +169,10 @@ bool HotSetRefresher::Pays(int64_t step) const {
 absl::StatusOr<bool> HotSetRefresher::Wanted(int64_t step) {
   bool wanted = true;
   if (options_.rank == 0) {
-    if (plan_thread_.joinable()) plan_thread_.join();
+    JoinPlan();
     // Without a plan made ahead (none was due, or the run began after its start) the boundary
     // plans while drained, as it always did.
+    absl::MutexLock lock(&plan_mu_);
     if (options_.skip_unprofitable && early_step_ == step) wanted = Pays(step);
   }
   if (options_.share_decision) {
@@ -168,7 +180,10 @@ absl::StatusOr<bool> HotSetRefresher::Wanted(int64_t step) {
   }
   if (!wanted) {
     ++stats_.skipped;
-    early_step_ = -1;
+    {
+      absl::MutexLock lock(&plan_mu_);
+      if (early_step_ == step) early_step_ = -1;
+    }
     // The window restarts as at a refresh, from the boundary's batch on (the prepare thread
     // counts into it; Observe does the restart).
     if (options_.rank == 0) restart_window_at_.store(step);
@@ -185,15 +200,22 @@ absl::Status HotSetRefresher::Refresh(int64_t step) {
   const int num_tables = static_cast<int>(trainer_->spec().tables.size());
   std::string proposal;
   if (options_.rank == 0) {
-    if (plan_thread_.joinable()) plan_thread_.join();
+    JoinPlan();
     HotPlan plan;
-    if (early_step_ == step) {
-      plan = std::move(early_plan_);
+    bool early = false;
+    {
+      absl::MutexLock lock(&plan_mu_);
+      if (early_step_ == step) {
+        plan = std::move(early_plan_);
+        early_step_ = -1;
+        early = true;
+      }
+    }
+    if (early) {
       ++stats_.early_plans;
     } else {
       plan = PlanHotSet(*window_, PlanOptions(), trainer_->hot_rows());
     }
-    early_step_ = -1;
     DLRM_LOG(INFO) << "hot-set refresh at step " << step << ": " << plan.Describe();
     proposal = SerializeHotSet(plan.hot_ids);
   }

@@ -36,8 +36,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/collective.h"
 #include "worker/hot_plan.h"
 #include "worker/hot_rows.h"
@@ -62,7 +64,9 @@ struct HotRefreshOptions {
   // the plan (the window still counts them for the next one). Wanted decides from that plan
   // only when it was started by then: lead_steps must exceed how far the pipeline's read thread
   // runs ahead of its prepare thread (PipelineOptions::read_ahead + 1), or every boundary
-  // refreshes.
+  // refreshes. At most every - 1 is used: a plan started before the previous boundary would be
+  // taken for that boundary's and dropped by it (with every <= 6, a boundary may come before its
+  // plan started, and then refreshes without weighing the cost).
   int64_t lead_steps = 8;
   // Hands rank 0's decision (`wanted`, as rank 0 passes it) whether boundary `step` refreshes to
   // every rank. Null: a single worker (the identity).
@@ -110,7 +114,7 @@ class HotSetRefresher {
   // The planner's options for the next boundary (the set in use, the price of moving a row).
   HotPlanOptions PlanOptions() const;
   // Rank 0: whether early_plan_ gains more by boundary `step`'s next period than it costs.
-  bool Pays(int64_t step) const;
+  bool Pays(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
   // Halves the window (or starts it afresh, per decay_window).
   void RestartWindow();
 
@@ -130,12 +134,18 @@ class HotSetRefresher {
   // The first step whose batch Observe counts into a restarted window, after a skipped
   // boundary (Wanted, on the read thread, cannot touch the window the prepare thread fills).
   std::atomic<int64_t> restart_window_at_{std::numeric_limits<int64_t>::max()};
+  // Batches before a boundary Observe starts its plan: min(lead_steps, every - 1).
+  int64_t lead_ = 0;
   // Rank 0's plan for boundary early_step_, made on plan_thread_ from a copy of the window
-  // (started by Observe on the prepare thread, joined by Refresh on the read thread at the
-  // drained boundary, or by the destructor).
-  std::thread plan_thread_;
-  HotPlan early_plan_;
-  int64_t early_step_ = -1;
+  // (started by Observe on the prepare thread; joined by Wanted on the read thread, which may run
+  // at the same time when the lead is short, by Refresh at the drained boundary, or by the
+  // destructor). Each takes the thread out under plan_mu_ and joins it outside.
+  absl::Mutex plan_mu_;
+  std::thread plan_thread_ ABSL_GUARDED_BY(plan_mu_);
+  HotPlan early_plan_ ABSL_GUARDED_BY(plan_mu_);
+  int64_t early_step_ ABSL_GUARDED_BY(plan_mu_) = -1;
+  // Joins the plan thread, if one runs.
+  void JoinPlan() ABSL_LOCKS_EXCLUDED(plan_mu_);
 };
 
 // A hot set as bytes: per table, a count then the ids (little-endian int64).

@@ -143,10 +143,12 @@ class WorkerProcess::JobRun {
   // it (then target_reached_ is set on every rank, and the reader stopped).
   absl::Status Evaluate(int64_t run_steps);
   absl::StatusOr<bool> CheckpointDue(int64_t run_steps);
+  // This run's step `run_steps` is the job's last or past it (total_steps_, when known): no
+  // boundary comes before it, since no batch follows (Finish evaluates and checkpoints).
+  bool AfterLastStep(int64_t run_steps) const;
 
   absl::Status RunPipeline();
   absl::Status RunStepByStep();
-  absl::StatusOr<std::string> KvGetUntilStopped(const std::string& key);
 
   WorkerProcess& worker_;
   const dlrm::v1::WorkerAssignment& assignment_;

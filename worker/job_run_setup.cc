@@ -205,19 +205,6 @@ absl::Status WorkerProcess::JobRun::Restore() {
 
 // Rank 0's checkpoint writer waits for the other ranks' keys in short waits, so that a stopped
 // job (a rank is gone and the job recovers) does not wait out the collective timeout.
-absl::StatusOr<std::string> WorkerProcess::JobRun::KvGetUntilStopped(const std::string& key) {
-  const absl::Time deadline = absl::Now() + worker_.options_.collective_timeout;
-  while (true) {
-    if (worker_.cancel_job_.load()) {
-      return absl::CancelledError(absl::StrCat(key, ": job stopped"));
-    }
-    const absl::Duration left = deadline - absl::Now();
-    absl::StatusOr<std::string> value =
-        worker_.client_->KvGet(key, std::min(left, absl::Seconds(1)));
-    if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
-  }
-}
-
 absl::Status WorkerProcess::JobRun::CreateCheckpointer() {
   if (spec_.checkpoint.dir.empty()) return absl::OkStatus();
   if (rank_ == 0 && job_.recovery() == 0) {
@@ -238,7 +225,7 @@ absl::Status WorkerProcess::JobRun::CreateCheckpointer() {
            .metrics = worker_.options_.metrics,
            .kv_set = [client](const std::string& key,
                               const std::string& value) { return client->KvSet(key, value); },
-           .kv_get = [this](const std::string& key) { return KvGetUntilStopped(key); },
+           .kv_get = [this](const std::string& key) { return worker_.KvGetUntilStopped(key); },
            .kv_delete_prefix =
                [client](const std::string& prefix) { (void)client->KvDelete(prefix, true); },
            .job_epoch = job_.job_epoch()}));

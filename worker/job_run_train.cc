@@ -85,6 +85,10 @@ absl::Status WorkerProcess::JobRun::OnStep(int64_t batch_size, float loss) {
   return ReportProgress(false);
 }
 
+bool WorkerProcess::JobRun::AfterLastStep(int64_t run_steps) const {
+  return total_steps_ > 0 && base_.step + run_steps >= total_steps_;
+}
+
 TrainPosition WorkerProcess::JobRun::Position(int64_t run_steps) const {
   return TrainPosition{.step = base_.step + run_steps,
                        .samples = base_.samples + samples_ * world_,
@@ -120,7 +124,10 @@ absl::Status WorkerProcess::JobRun::Evaluate(int64_t run_steps) {
   if (rank_ == 0 && input_.eval != nullptr) {
     DLRM_RETURN_IF_ERROR(input_.eval->Rewind());
     const auto eval_start = Clock::now();
+    const NetworkSnapshot before = TakeNetworkSnapshot(*trainer_, {reducer_, hot_reducer_});
     DLRM_ASSIGN_OR_RETURN(EvalMetrics e, trainer_->Evaluate(input_.eval.get()));
+    // Its lookups are no training traffic (network_*_bytes_per_sample count that only).
+    LeaveOut(before, TakeNetworkSnapshot(*trainer_, {reducer_, hot_reducer_}), &network_start_);
     evaluated_ = true;
     last_eval_ = {
         {"eval_auc", e.auc}, {"eval_logloss", e.logloss}, {"eval_step", static_cast<double>(step)}};
@@ -242,6 +249,7 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
     // evaluation, or a hot-set refresh that pays (HotSetRefresher::Wanted).
     pipeline_options.boundary_needed = [this](int64_t step) -> absl::StatusOr<bool> {
       if (target_reached_) return false;  // training ended at the last one
+      if (AfterLastStep(step)) return false;
       if ((eval_every_ > 0 && step % eval_every_ == 0) ||
           (checkpointer_ != nullptr &&
            ((decide_every_ > 0 && step % decide_every_ == 0) ||
@@ -296,17 +304,23 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
 
 absl::Status WorkerProcess::JobRun::RunStepByStep() {
   Batch batch;
+  // As the pipeline's boundaries: each step's once (an epoch that ends right before one comes
+  // back to the same step), none after the last step (Finish evaluates and checkpoints).
+  int64_t decided = 0;
   for (int epoch = 0; epoch < epochs_left_; ++epoch) {
     if (epoch > 0) DLRM_RETURN_IF_ERROR(train_reader_->Rewind());
     while (true) {
-      if (refresher_ != nullptr && steps_ > 0 && steps_ % spec_.hot_refresh_steps == 0) {
-        DLRM_RETURN_IF_ERROR(refresher_->Refresh(trainer_->steps_done()));
+      const bool boundary = steps_ > decided && !AfterLastStep(steps_);
+      decided = std::max(decided, steps_);
+      if (boundary && refresher_ != nullptr && steps_ % spec_.hot_refresh_steps == 0) {
+        DLRM_ASSIGN_OR_RETURN(bool wanted, refresher_->Wanted(trainer_->steps_done()));
+        if (wanted) DLRM_RETURN_IF_ERROR(refresher_->Refresh(trainer_->steps_done()));
       }
-      if (checkpointer_ != nullptr && steps_ > 0) {
+      if (boundary && checkpointer_ != nullptr) {
         DLRM_ASSIGN_OR_RETURN(bool due, CheckpointDue(steps_));
         if (due) DLRM_RETURN_IF_ERROR(Cut(steps_));
       }
-      if (eval_every_ > 0 && steps_ > 0 && steps_ % eval_every_ == 0) {
+      if (boundary && eval_every_ > 0 && steps_ % eval_every_ == 0) {
         DLRM_RETURN_IF_ERROR(Evaluate(steps_));
         if (target_reached_) return absl::OkStatus();
       }

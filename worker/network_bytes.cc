@@ -33,6 +33,25 @@ NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
   return s;
 }
 
+void LeaveOut(const NetworkSnapshot& from, const NetworkSnapshot& to, NetworkSnapshot* start) {
+  for (const auto& [method, after] : to.rpc) {
+    common::RpcBytes before;
+    if (auto it = from.rpc.find(method); it != from.rpc.end()) before = it->second;
+    common::RpcBytes& moved = start->rpc[method];
+    moved.sent += after.sent - before.sent;
+    moved.received += after.received - before.received;
+    moved.calls += after.calls - before.calls;
+    moved.received_unsized += after.received_unsized - before.received_unsized;
+  }
+  start->collective_sent += to.collective_sent - from.collective_sent;
+  start->dense_sync += to.dense_sync - from.dense_sync;
+  start->hot_sync += to.hot_sync - from.hot_sync;
+  if (start->has_tcp && from.has_tcp && to.has_tcp) {
+    start->tcp.sent += to.tcp.sent - from.tcp.sent;
+    start->tcp.received += to.tcp.received - from.tcp.received;
+  }
+}
+
 int64_t PsRpcBytes(const NetworkSnapshot& snapshot) {
   return Both(common::Sum(snapshot.rpc, kPsService));
 }

@@ -44,6 +44,10 @@ struct NetworkSnapshot {
 NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
                                     std::initializer_list<const DenseAllReducer*> reducers);
 
+// Moves `start` forward by what was counted from `from` to `to`, so that NetworkBytesPerSample
+// from `start` leaves that stretch out (a periodic evaluation's lookups, which are not training).
+void LeaveOut(const NetworkSnapshot& from, const NetworkSnapshot& to, NetworkSnapshot* start);
+
 // Per sample of `samples` between the snapshots: network_bytes_per_sample (the sum of the six
 // parts), network_{ps_lookup,ps_push,hot_sync,hot_migration,dense_allreduce,control}_bytes_per_
 // sample (hot_migration: the rows hot-set refreshes moved, ReadRows and WriteRows; control: every

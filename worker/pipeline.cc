@@ -183,6 +183,10 @@ absl::Status TrainingPipeline::Run() {
 void TrainingPipeline::ReadLoop() {
   Queue* out = queues_.front().get();
   int64_t step = first_step_;
+  // The boundary before `step` was decided (and run when needed): an epoch that ends right after
+  // a boundary comes back to the same step after the rewind, and must not decide it again (a
+  // second, different, answer of boundary_needed would part the ranks).
+  int64_t decided = first_step_;
   auto max_steps_done = [&] {
     return options_.max_steps > 0 && step - first_step_ >= options_.max_steps;
   };
@@ -196,8 +200,9 @@ void TrainingPipeline::ReadLoop() {
       if (!s.ok()) return Fail(Annotate(s, "rewinding the training data"));
     }
     while (!max_steps_done()) {
-      bool boundary = options_.boundary_every > 0 && options_.on_boundary && step > first_step_ &&
+      bool boundary = options_.boundary_every > 0 && options_.on_boundary && step > decided &&
                       step % options_.boundary_every == 0;
+      decided = std::max(decided, step);
       if (boundary && options_.boundary_needed) {
         const auto start = std::chrono::steady_clock::now();
         absl::StatusOr<bool> needed = options_.boundary_needed(step);

@@ -99,7 +99,9 @@ struct PipelineOptions {
   // Every `boundary_every` steps (0 = never): before the batch of step s (s a multiple of it,
   // after the first step of this Run) is read, the pipeline drains (every earlier step pushed)
   // and calls on_boundary(s) on the read thread while no other stage has work: the place to
-  // change the hot set (Trainer::MigrateHotSet). A non-OK return stops the pipeline.
+  // change the hot set (Trainer::MigrateHotSet). A non-OK return stops the pipeline. Each step's
+  // boundary is decided once, also when an epoch ends right before it (the next epoch's first
+  // batch is step s too).
   int64_t boundary_every = 0;
   std::function<absl::Status(int64_t step)> on_boundary;
   // Optional: asked on the read thread at each such step before anything drains, while the other

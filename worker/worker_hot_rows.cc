@@ -25,6 +25,18 @@
 
 namespace dlrm::worker {
 
+absl::StatusOr<std::string> WorkerProcess::KvGetUntilStopped(const std::string& key) {
+  const absl::Time deadline = absl::Now() + options_.collective_timeout;
+  while (true) {
+    if (cancel_job_.load()) {
+      return absl::CancelledError(absl::StrCat(key, ": job stopped"));
+    }
+    const absl::Duration left = deadline - absl::Now();
+    absl::StatusOr<std::string> value = client_->KvGet(key, std::min(left, absl::Seconds(1)));
+    if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
     const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
     Trainer* trainer, DenseAllReducer* reducer, bool resumed,
@@ -117,7 +129,7 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
                                  int64_t step, bool wanted) -> absl::StatusOr<bool> {
       const std::string key = absl::StrCat(prefix, step);
       if (rank != 0) {
-        absl::StatusOr<std::string> word = client_->KvGet(key, options_.collective_timeout);
+        absl::StatusOr<std::string> word = KvGetUntilStopped(key);
         if (!word.ok()) return word.status();
         return absl::string_view(*word) == "1";
       }

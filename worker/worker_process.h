@@ -159,6 +159,10 @@ class WorkerProcess {
       Trainer* trainer, DenseAllReducer* reducer, bool resumed,
       std::vector<std::vector<int64_t>> resumed_hot_ids);
   bool JobCancelled(const std::string& job_id);
+  // KvGet of `key` from the coordinator, waiting up to collective_timeout for it to be set, in
+  // waits of a second: CANCELLED as soon as the job is stopped (a run whose rank 0 died must not
+  // wait for a word that never comes).
+  absl::StatusOr<std::string> KvGetUntilStopped(const std::string& key);
 
   WorkerProcessOptions options_;
   std::unique_ptr<client::CoordinatorClient> client_;

@@ -239,6 +239,34 @@ TEST_F(PipelineTest, ABoundarySeesTheOnStepOfEveryStepBeforeIt) {
   for (const auto& [step, seen] : at_boundary) EXPECT_EQ(seen, step) << "boundary before " << step;
 }
 
+// An epoch that ends right before a boundary comes back to the same step after the rewind: the
+// boundary is decided and run once, not once per epoch end (a second decision of a hot-set
+// refresh could differ from the first, and ranks that took different ones hung; audit).
+TEST_F(PipelineTest, ABoundaryAtAnEpochsEndIsDecidedAndRunOnce) {
+  auto rig = MakeRig(Job());
+  PipelineOptions options = OptionsFor(*rig, /*staleness=*/1);
+  options.epochs = 3;
+  options.boundary_every = kTrainBatches / 2;  // mid-epoch, and at each epoch's end
+  std::vector<int64_t> decided, run;
+  options.boundary_needed = [&](int64_t step) -> absl::StatusOr<bool> {
+    decided.push_back(step);
+    return true;
+  };
+  options.on_boundary = [&](int64_t step) {
+    run.push_back(step);
+    return absl::OkStatus();
+  };
+  auto pipeline = TrainingPipeline::Create(options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE(RunWithDeadline(pipeline->get()).ok());
+  const int64_t b = kTrainBatches / 2;
+  // The last epoch's end has no step after it to come before, but the pipeline cannot know the
+  // data ends there (the job's AfterLastStep says so).
+  const std::vector<int64_t> expected = {b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b};
+  EXPECT_EQ(decided, expected);
+  EXPECT_EQ(run, expected);
+}
+
 TEST_F(PipelineTest, StalenessZeroIsBitIdenticalToTheUnpipelinedLoop) {
   auto reference = MakeRig(Job());
   ASSERT_TRUE(RunUnpipelined(*reference).ok());
