@@ -11,6 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status.h"
+#include "worker/input/output_file.h"
 
 namespace dlrm::worker {
 
@@ -475,45 +477,9 @@ std::string RenderHtmlReport(const HtmlReportOptions& options, const RunRecorder
 absl::Status WriteHtmlReport(const std::string& path, const HtmlReportOptions& options,
                              const RunRecorder& recorder) {
   const std::string html = RenderHtmlReport(options, recorder);
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write the report '", path, "': ", std::strerror(errno)));
-  }
-  const bool written = std::fwrite(html.data(), 1, html.size(), f) == html.size();
-  const bool flushed = std::fflush(f) == 0;
-  const int saved_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !flushed || !closed) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write the report '", path, "': ", std::strerror(saved_errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write the report '", path, "': ", std::strerror(rename_errno)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckReportPath(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write the report '", path, "': it is a folder"));
-  }
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write the report '", path, "': ", std::strerror(errno)));
-  }
-  std::fclose(f);
-  std::remove(tmp.c_str());
-  return absl::OkStatus();
+  DLRM_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path, "--report"));
+  DLRM_RETURN_IF_ERROR(out->Write(html));
+  return out->Commit();
 }
 
 }  // namespace dlrm::worker

@@ -114,15 +114,12 @@ std::vector<std::pair<std::string, std::string>> RunSummary(const std::string& j
 
 // The page as a string.
 std::string RenderHtmlReport(const HtmlReportOptions& options, const RunRecorder& recorder);
-// Writes the page to `path` atomically (a temporary file next to it, then a rename); an
-// unwritable path is an error naming it.
+// Writes the page to `path` as every output of the commands is written (OutputFile: a regular
+// file atomically through "<path>.tmp", a symlink's target, a FIFO or device in place); an
+// unwritable path is an error naming it. Check it before a run with CheckOutputPath and
+// CheckOutputIsNotAnInput (worker/input/output_file.h).
 absl::Status WriteHtmlReport(const std::string& path, const HtmlReportOptions& options,
                              const RunRecorder& recorder);
-
-// Fails, naming the path, when the report could not be written to `path` (a missing or read-only
-// folder, a folder named like the file): checked before a run, so that a typo is found before the
-// run rather than after it. Leaves nothing behind.
-absl::Status CheckReportPath(const std::string& path);
 
 // `text` with & < > " ' replaced by entities.
 std::string HtmlEscape(const std::string& text);

@@ -436,7 +436,6 @@ absl::Status CheckRunOutputs(const std::string& config_path, const common::JobSp
   inputs.insert(inputs.end(), spec.eval_paths.begin(), spec.eval_paths.end());
   if (!report.empty()) {
     DLRM_RETURN_IF_ERROR(CheckOutputPath(report, "--report"));
-    DLRM_RETURN_IF_ERROR(CheckReportPath(report));
     DLRM_RETURN_IF_ERROR(CheckOutputIsNotAnInput(report, "--report", inputs));
   }
   if (!metrics_out.empty()) DLRM_RETURN_IF_ERROR(CheckMetricsOut(metrics_out, inputs));

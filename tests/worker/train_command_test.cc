@@ -5,6 +5,7 @@
 #include "worker/train_command.h"
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <cerrno>
 #include <cinttypes>
@@ -173,6 +174,47 @@ TEST_F(TrainCommandMetricsTest, ReportIsCheckedAgainstTheInputsAndMetricsOutBefo
   EXPECT_THAT(std::string(report.status().message()), HasSubstr("are the same file"));
   EXPECT_FALSE(fs::exists(both));
   EXPECT_FALSE(fs::exists(tmp_.File("ck")));
+}
+
+// --report was written to "<path>.tmp" and renamed over the path, whatever the path was: a device
+// or a FIFO became a regular file (as root, /dev/full was replaced), a symlink was replaced
+// instead of its target, and the check before training truncated and removed a "<path>.tmp" that
+// was the run's eval data (audit). The page is now written as every output is (OutputFile).
+TEST_F(TrainCommandMetricsTest, TheReportIsWrittenAsEveryOutputIs) {
+  const std::string config =
+      TrainCommandIoTest::Config("epochs: 1, max_steps: 2", "eval_fraction: 0.2", "");
+  WriteFile(tmp_.File("target.html"), "old");
+  fs::create_symlink("target.html", tmp_.File("link.html"));
+  TrainCommandOptions o = Options(config, "");
+  o.report = tmp_.File("link.html");
+  auto report = RunTrainCommand(o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(fs::is_symlink(o.report)) << "the link was replaced by a file";
+  EXPECT_THAT(ReadFile(tmp_.File("target.html")), HasSubstr("<html"));
+  EXPECT_FALSE(fs::exists(tmp_.File("target.html.tmp")));
+
+  // A private /dev/null (mknod needs root): written in place, still a device.
+  const std::string null = tmp_.File("null");
+  if (::mknod(null.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    o.report = null;
+    report = RunTrainCommand(o);
+    ASSERT_TRUE(report.ok()) << report.status();
+    struct stat st {};
+    ASSERT_EQ(::stat(null.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device was replaced by a file";
+    EXPECT_FALSE(fs::exists(null + ".tmp"));
+  }
+
+  // The eval data is "<report>.tmp": refused before training, the data untouched.
+  const std::string eval = tmp_.File("page.html.tmp");
+  fs::copy_file(tmp_.File("data.tsv"), eval);
+  const std::string eval_text = ReadFile(eval);
+  o = Options(TrainCommandIoTest::Config("epochs: 1, max_steps: 2", "eval: page.html.tmp", ""), "");
+  o.report = tmp_.File("page.html");
+  report = RunTrainCommand(o);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument) << report.status();
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("--report"));
+  EXPECT_EQ(ReadFile(eval), eval_text);
 }
 
 // `--report` or `--metrics-out` naming a file of a checkpoint replaced it: `--resume ck --report
