@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -88,10 +89,18 @@ absl::Status WritePortFile(const std::string& path, int port) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << port << "\n";
-    if (!out) return absl::UnavailableError(absl::StrCat("--port-file: cannot write ", tmp));
+    // Closed before it is checked: a full disk fails the flush, and an empty file would pass.
+    out.close();
+    if (out.fail()) {
+      const int err = errno != 0 ? errno : EIO;
+      std::remove(tmp.c_str());
+      return FileError(err, absl::StrCat("--port-file: cannot write ", tmp));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("--port-file: cannot rename to ", path));
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return FileError(err, absl::StrCat("--port-file: cannot rename to ", path));
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,9 @@ namespace dlrm::common {
 // Bytes of one job spec's YAML: a file given to `dlrm train` / `dlrmctl submit` and
 // SubmitJobRequest.spec_yaml (checked before parsing).
 inline constexpr int64_t kMaxSpecBytes = int64_t{1} << 20;  // 1 MiB
+// A checkpoint's MANIFEST.json (its spec, one entry per file of every table and shard, every
+// rank's position): refused past it, before it is read.
+inline constexpr int64_t kMaxManifestBytes = int64_t{64} << 20;  // 64 MiB
 // Bytes of a name: the job name, a table name, a member's name.
 inline constexpr int64_t kMaxNameBytes = 256;
 // Bytes of one path in the spec (data files, checkpoint folders).

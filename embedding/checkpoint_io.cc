@@ -57,12 +57,29 @@ uint32_t Crc32c(const void* data, size_t n) {
   return state.Finish();
 }
 
-absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+// Opens `path` for reading when it is a regular file. O_NONBLOCK: opening a FIFO would wait for a
+// writer. NOT_FOUND when it is missing; DATA_LOSS for anything else (a FIFO, a device or a link
+// to one, which a checkpoint never holds).
+absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": missing"));
     return absl::DataLossError(absl::StrCat(path, ": cannot open: ", Errno()));
   }
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat(path, ": not a regular file"));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
+  struct stat st {};
+  DLRM_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
   Crc32cState crc;
   FileDigest d;
   std::vector<char> buf(kWriteBufferBytes);
@@ -84,6 +101,16 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
 }
 
 absl::Status VerifyFile(const std::string& path, const FileDigest& expected) {
+  {
+    // Its size first: a file of another size is not read through (it may be huge).
+    struct stat st {};
+    DLRM_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
+    close(fd);
+    if (st.st_size != expected.bytes) {
+      return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, the manifest says ",
+                                              expected.bytes, " (truncated or replaced)"));
+    }
+  }
   DLRM_ASSIGN_OR_RETURN(FileDigest got, DigestFile(path));
   if (got.bytes != expected.bytes) {
     return absl::DataLossError(absl::StrCat(path, ": ", got.bytes, " bytes, the manifest says ",

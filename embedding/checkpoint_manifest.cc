@@ -1,6 +1,9 @@
 #include "embedding/checkpoint_manifest.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -10,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "embedding/checkpoint_io.h"
@@ -212,10 +216,27 @@ absl::Status CommitManifest(const std::string& dir, const CheckpointManifest& ma
 
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kManifestName);
+  // Only a manifest that is not there makes an uncommitted checkpoint (which a run removes): one
+  // that cannot be read is an error, and one that is no regular file (a FIFO, a link to a
+  // device) or past any manifest's size is damaged, refused before it is read.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat(dir, ": no committed checkpoint (no ", kManifestName, ")"));
+    }
+    return FileError(errno, path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::DataLossError(absl::StrCat(path, ": damaged manifest: not a regular file"));
+  }
+  if (st.st_size > common::kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(path, ": damaged manifest: ", st.st_size,
+                                            " bytes, over the limit of ", common::kMaxManifestBytes,
+                                            " (kMaxManifestBytes in common/limits.h)"));
+  }
   std::ifstream in(path);
-  if (!in)
-    return absl::NotFoundError(
-        absl::StrCat(dir, ": no committed checkpoint (no ", kManifestName, ")"));
+  if (!in) return FileError(errno, path);
   std::stringstream ss;
   ss << in.rdbuf();
   try {
@@ -269,7 +290,15 @@ absl::StatusOr<std::vector<CheckpointManifest>> ListCheckpoints(
   std::error_code ec;
   if (!fs::exists(root, ec)) return out;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
-    if (!e.is_directory() || !IsCheckpointDirName(e.path().filename().string())) continue;
+    if (!IsCheckpointDirName(e.path().filename().string())) continue;
+    std::error_code entry_ec;
+    if (!e.is_directory(entry_ec)) {
+      // A checkpoint's name that cannot be looked at (a link in a loop, no permission) is named
+      // with the damaged ones rather than passed over in silence.
+      if (entry_ec && damaged != nullptr)
+        damaged->push_back(FileError(entry_ec, e.path().string()));
+      continue;
+    }
     absl::StatusOr<CheckpointManifest> m = ReadManifest(e.path().string());
     if (m.status().code() == absl::StatusCode::kNotFound) continue;  // not committed
     if (!m.ok()) {
@@ -317,7 +346,9 @@ absl::StatusOr<std::vector<CheckpointManifest>> LoadChain(const std::string& che
           absl::StrCat(current, ": incremental checkpoint with a bad parent '", parent, "'"));
     }
     current = (root / parent).string();
-    if (!fs::exists(current)) {
+    std::error_code ec;
+    if (!fs::exists(current, ec)) {
+      if (ec) return FileError(ec, absl::StrCat(dir, " builds on ", current));
       return absl::NotFoundError(absl::StrCat(dir, " builds on ", current, ", which is gone"));
     }
   }
@@ -382,7 +413,12 @@ absl::StatusOr<int> RemoveUncommitted(const std::string& root) {
   std::vector<fs::path> doomed;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && IsCheckpointDirName(name) && !fs::exists(e.path() / kManifestName)) {
+    if (!IsCheckpointDirName(name)) continue;
+    // Uncommitted only when its manifest is certainly missing: a folder or manifest that cannot
+    // be looked at (no permission, a link in a loop) stays.
+    std::error_code entry_ec;
+    if (!e.is_directory(entry_ec) || entry_ec) continue;
+    if (ReadManifest(e.path().string()).status().code() == absl::StatusCode::kNotFound) {
       doomed.push_back(e.path());
     }
   }
@@ -417,7 +453,11 @@ absl::StatusOr<int> ApplyRetention(const std::string& root, int keep_last) {
     // The manifest goes first: a crash halfway leaves an uncommitted directory, not a broken one.
     fs::remove(fs::path(root) / m.name / kManifestName, ec);
     fs::remove_all(fs::path(root) / m.name, ec);
-    if (ec) return FileError(ec, m.name);
+    if (ec) {
+      return FileError(ec,
+                       absl::StrCat("removing the checkpoint ", (fs::path(root) / m.name).string(),
+                                    " past checkpoint.keep_last ", keep_last));
+    }
     ++removed;
   }
   return removed;

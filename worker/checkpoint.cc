@@ -172,6 +172,14 @@ absl::StatusOr<CheckpointFileEntry> WriteDenseBytes(const std::string& dir,
 
 absl::Status ReadDense(const std::string& path, Trainer& trainer) {
   dense::DlrmDenseModel& model = trainer.model();
+  // Listed in the manifest, it was verified (a regular file of its size); this is for one that is
+  // not: opening a FIFO would wait for a writer.
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec) return FileError(ec, path);
+  if (!fs::is_regular_file(status)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a regular file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   char header[40];
@@ -200,6 +208,14 @@ absl::Status ReadDense(const std::string& path, Trainer& trainer) {
   in.read(reinterpret_cast<char*>(state.data()), state.size() * sizeof(float));
   if (!in || in.peek() != std::char_traits<char>::eof()) {
     return absl::DataLossError(absl::StrCat(path, ": size does not match its header"));
+  }
+  // No checkpoint of a diverged model is written (Trainer::CheckDenseParamsFinite), so one is
+  // damage or an older build's: said so here, not as "no valid records" or scores of NaN later.
+  const int64_t bad =
+      std::count_if(params.begin(), params.end(), [](float v) { return !std::isfinite(v); });
+  if (bad > 0) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bad, " of its ", params.size(),
+                                            " dense parameters are inf or NaN (a diverged model)"));
   }
   trainer.backend()->CopyFromHost(params.data(), model.params(), params.size());
   if (!state.empty()) model.optimizer().StateFromHost(state);

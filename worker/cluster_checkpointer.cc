@@ -287,9 +287,12 @@ absl::Status ClusterCheckpointer::Cut(Trainer& trainer, const TrainPosition& pos
       parent_created_unix_ = m.created_unix;
       parent_step_ = m.step;
       since_full_ = m.incremental ? since_full_ + 1 : 1;
-      DLRM_RETURN_IF_ERROR(embedding::ApplyRetention(options_.spec.checkpoint.dir,
-                                                     options_.spec.checkpoint.keep_last)
-                               .status());
+      // Committed: an older checkpoint that cannot be removed stays, and the job goes on.
+      if (absl::StatusOr<int> removed = embedding::ApplyRetention(
+              options_.spec.checkpoint.dir, options_.spec.checkpoint.keep_last);
+          !removed.ok()) {
+        DLRM_LOG(WARNING) << "checkpoint " << dir << " committed; " << removed.status().message();
+      }
       const double total =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (write_seconds_ != nullptr) {

@@ -348,9 +348,13 @@ absl::StatusOr<CheckpointWriteResult> TrainCheckpointer::WriteSnapshot(Snapshot&
   DLRM_RETURN_IF_ERROR(embedding::SyncAll(finished));
   DLRM_RETURN_IF_ERROR(embedding::SyncDirectory(snapshot.dir));
   DLRM_RETURN_IF_ERROR(embedding::CommitManifest(snapshot.dir, m));
-  DLRM_ASSIGN_OR_RETURN(int removed,
-                        embedding::ApplyRetention(spec.checkpoint.dir, spec.checkpoint.keep_last));
-  (void)removed;
+  // Committed: an older checkpoint that cannot be removed stays, and training goes on.
+  if (absl::StatusOr<int> removed =
+          embedding::ApplyRetention(spec.checkpoint.dir, spec.checkpoint.keep_last);
+      !removed.ok()) {
+    DLRM_LOG(WARNING) << "checkpoint " << snapshot.dir << " committed; "
+                      << removed.status().message();
+  }
   // The next checkpoint's base: every changed row as of this one.
   for (Snapshot::Table& rows : snapshot.tables)
     DLRM_RETURN_IF_ERROR(ApplyAndClearChangedRows(rows));

@@ -3,9 +3,11 @@
 // folder loads, keeps or passes over (damaged or edited manifests, folders that are not
 // checkpoints, other jobs' checkpoints, a child whose parent another run rewrote). The fixture is
 // checkpoint_fixture.h; resume, chains and eval/predict are checkpoint_test.cc's.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -141,6 +143,62 @@ TEST_F(CheckpointTest, AFolderPassesOverACheckpointWithADamagedManifest) {
   auto resolved = embedding::ResolveCheckpoint(Ckpt("dm"));
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000005");
+}
+
+// A manifest that is no regular file hung a scan (a FIFO) or grew memory without end (a link to
+// /dev/zero); one that could not be read was taken for a missing one, so its checkpoint counted as
+// unfinished and a run removed it; a checkpoint name that is a link in a loop crashed the scan
+// with an uncaught exception (audit). Each is now damaged or an error, named, and never removed.
+TEST_F(CheckpointTest, AManifestThatCannotBeReadIsNeitherMissingNorReadForever) {
+  common::JobSpec spec = Job("nr", 10, 5);
+  ASSERT_TRUE(TrainInProcess(spec, Quiet()).ok());
+  const std::string newest = Ckpt("nr/ckpt-000000000010");
+  const std::string manifest = newest + "/MANIFEST.json";
+  const std::string text = testing::ReadFile(manifest);
+  auto expect_passed_over = [&](absl::StatusCode code, const std::string& says) {
+    std::vector<absl::Status> damaged;
+    auto list = embedding::ListCheckpoints(Ckpt("nr"), &damaged);
+    ASSERT_TRUE(list.ok()) << list.status();
+    EXPECT_EQ(list->size(), 1u);
+    ASSERT_EQ(damaged.size(), 1u);
+    EXPECT_EQ(damaged[0].code(), code) << damaged[0];
+    EXPECT_THAT(std::string(damaged[0].message()), HasSubstr(says));
+    auto resolved = embedding::ResolveCheckpoint(Ckpt("nr"));
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000005");
+    auto removed = embedding::RemoveUncommitted(Ckpt("nr"));
+    ASSERT_TRUE(removed.ok()) << removed.status();
+    EXPECT_EQ(*removed, 0);
+    EXPECT_TRUE(fs::exists(newest)) << "removed as unfinished";
+  };
+  fs::remove(manifest);
+  ASSERT_EQ(::mkfifo(manifest.c_str(), 0600), 0) << std::strerror(errno);
+  expect_passed_over(absl::StatusCode::kDataLoss, "MANIFEST.json: damaged manifest: not a regular");
+  fs::remove(manifest);
+  fs::create_symlink("/dev/zero", manifest);
+  expect_passed_over(absl::StatusCode::kDataLoss, "not a regular file");
+  fs::remove(manifest);
+  testing::WriteFile(manifest, text);
+  ASSERT_TRUE(embedding::ReadManifest(newest).ok());
+  // Unreadable: root reads any file, so the test takes the permission away as nobody's.
+  if (::geteuid() != 0) {
+    fs::permissions(manifest, fs::perms::none);
+    expect_passed_over(absl::StatusCode::kPermissionDenied, "MANIFEST.json: Permission denied");
+    fs::permissions(manifest, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  // A checkpoint name that is a link to itself.
+  const std::string loop = Ckpt("nr/ckpt-000000000020");
+  fs::create_symlink("ckpt-000000000020", loop);
+  std::vector<absl::Status> damaged;
+  auto list = embedding::ListCheckpoints(Ckpt("nr"), &damaged);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->size(), 2u);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_THAT(std::string(damaged[0].message()), HasSubstr("ckpt-000000000020"));
+  EXPECT_TRUE(embedding::RemoveUncommitted(Ckpt("nr")).ok());
+  auto resolved = embedding::ResolveCheckpoint(Ckpt("nr"));
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(fs::path(*resolved).filename(), "ckpt-000000000010");
 }
 
 // A manifest edited after its commit (a step changed by hand, a flipped digit) no longer matches
