@@ -3,7 +3,10 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/free_space.h"
+#include "common/status.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
@@ -27,6 +30,15 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& path, absl::
     case rocksdb::Status::kNotSupported:
       return absl::UnimplementedError(message);
     case rocksdb::Status::kIOError:
+      // A full or read-only disk, or a folder that is not the server's to write, is no passing
+      // fault: workers take UNAVAILABLE for a lost peer and recover, which would not cure it.
+      if (s.IsNoSpace()) return absl::ResourceExhaustedError(message);
+      if (absl::StrContains(message, "Read-only file system")) {
+        return absl::FailedPreconditionError(message);
+      }
+      if (absl::StrContains(message, "Permission denied")) {
+        return absl::PermissionDeniedError(message);
+      }
       return absl::UnavailableError(message);
     case rocksdb::Status::kBusy:
     case rocksdb::Status::kTryAgain:
@@ -77,6 +89,15 @@ struct RocksDbTier::Impl {
     }
     return absl::OkStatus();
   }
+  // RESOURCE_EXHAUSTED when writing `bytes` (in the log, then in a flush) and flushing the
+  // memtables would leave less than the reserve free (RocksDbTierOptions::free_reserve_bytes).
+  absl::Status CheckRoomFor(int64_t bytes, absl::string_view what) const {
+    uint64_t memtables = 0;
+    db->GetAggregatedIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables);
+    return common::CheckFreeBytes(
+        options.path, options.free_reserve_bytes + static_cast<int64_t>(memtables) + 2 * bytes,
+        absl::StrCat("rocksdb ", options.path, ": ", what));
+  }
 };
 
 RocksDbTier::RocksDbTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -96,6 +117,8 @@ absl::StatusOr<std::unique_ptr<RocksDbTier>> RocksDbTier::Open(const RocksDbTier
                                                    options.codecs.size(), " row codecs for ",
                                                    options.row_floats.size(), " tables"));
   }
+  DLRM_RETURN_IF_ERROR(common::CheckFreeBytes(options.path, options.free_reserve_bytes,
+                                              absl::StrCat("rocksdb ", options.path, ": open")));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   for (size_t t = 0; t < options.row_floats.size(); ++t) {
@@ -231,6 +254,8 @@ absl::Status RocksDbTier::MultiPut(int table, absl::Span<const int64_t> keys, co
     }
     batch.Put(impl_->Cf(table), rocksdb::Slice(key, 8), rocksdb::Slice(value, value_bytes));
   }
+  DLRM_RETURN_IF_ERROR(impl_->CheckRoomFor(static_cast<int64_t>(batch.GetDataSize()),
+                                           absl::StrCat("MultiPut table ", table)));
   return FromRocks(impl_->db->Write(impl_->write_options, &batch), impl_->options.path,
                    absl::StrCat("MultiPut table ", table));
 }
@@ -245,6 +270,8 @@ absl::Status RocksDbTier::MultiDelete(int table, absl::Span<const int64_t> keys)
     EncodeKey(id, key);
     batch.Delete(impl_->Cf(table), rocksdb::Slice(key, 8));
   }
+  DLRM_RETURN_IF_ERROR(impl_->CheckRoomFor(static_cast<int64_t>(batch.GetDataSize()),
+                                           absl::StrCat("MultiDelete table ", table)));
   return FromRocks(impl_->db->Write(impl_->write_options, &batch), impl_->options.path,
                    absl::StrCat("MultiDelete table ", table));
 }
@@ -321,6 +348,7 @@ int64_t RocksDbTier::BytesUsed() const {
 }
 
 absl::Status RocksDbTier::Flush() {
+  DLRM_RETURN_IF_ERROR(impl_->CheckRoomFor(0, "flush"));
   rocksdb::FlushOptions flush_options;
   flush_options.wait = true;
   return FromRocks(impl_->db->Flush(flush_options, impl_->handles), impl_->options.path, "flush");
@@ -340,6 +368,8 @@ absl::StatusOr<bool> RocksDbTier::HoldsRows() {
 }
 
 absl::Status RocksDbTier::CreateCheckpoint(const std::string& dir) {
+  // It flushes the memtables first.
+  DLRM_RETURN_IF_ERROR(impl_->CheckRoomFor(0, absl::StrCat("checkpoint to ", dir)));
   rocksdb::Checkpoint* raw = nullptr;
   rocksdb::Status s = rocksdb::Checkpoint::Create(impl_->db.get(), &raw);
   if (!s.ok()) return FromRocks(s, impl_->options.path, "checkpoint");

@@ -39,6 +39,11 @@ struct RocksDbTierOptions {
   int64_t write_buffer_bytes = 32ll << 20;  // memtable size per column family
   bool disable_wal = false;
   int bloom_bits_per_key = 10;
+  // Bytes kept free on the store's file system (common/free_space.h): Open and every write are
+  // refused with RESOURCE_EXHAUSTED when they would leave less (a write needs twice its bytes,
+  // for the log and the flush, besides the memtables' flush). RocksDB aborts the process when it
+  // meets a full disk and is used again.
+  int64_t free_reserve_bytes = int64_t{64} << 20;
 };
 
 class RocksDbTier : public StorageTier {

@@ -8,8 +8,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/free_space.h"
 #include "common/grants.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -24,8 +26,14 @@ constexpr char kGrantSecretKey[] = "secret/grants";
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(absl::StrCat(what, ": ", s.ToString()));
   return absl::InternalError(absl::StrCat(what, ": ", s.ToString()));
 }
+
+// Kept free on the store's file system (common/free_space.h): RocksDB aborts the process when a
+// write meets a full disk and the store is used again, so a write that would leave less is
+// refused (the coordinator answers that call with RESOURCE_EXHAUSTED and lives on).
+constexpr int64_t kFreeReserveBytes = int64_t{16} << 20;
 
 }  // namespace
 
@@ -56,6 +64,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
                       << absl::StrFormat("%04o", static_cast<unsigned>(perms) & 07777)
                       << "): it holds the secret every grant is derived from; chmod o-rwx it";
   }
+  DLRM_RETURN_IF_ERROR(common::CheckFreeBytes(
+      directory, kFreeReserveBytes, absl::StrCat("coordinator data dir '", directory, "'")));
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_open_files = 64;
@@ -125,6 +135,7 @@ absl::StatusOr<std::string> CoordinatorStore::GrantSecret() {
   }
   auto fresh = common::NewGrantSecret();
   if (!fresh.ok()) return fresh.status();
+  DLRM_RETURN_IF_ERROR(CheckRoomFor(static_cast<int64_t>(fresh->size()) + 64));
   rocksdb::WriteOptions sync;
   sync.sync = true;
   if (absl::Status st = FromRocks(db_->Put(sync, kGrantSecretKey, *fresh),
@@ -150,8 +161,17 @@ absl::Status CoordinatorStore::Write(const CoordinatorWrite& write) {
   for (const auto& [name, value] : write.counters) {
     batch.Put(absl::StrCat(kMetaPrefix, name), absl::StrCat(value));
   }
+  DLRM_RETURN_IF_ERROR(CheckRoomFor(static_cast<int64_t>(batch.GetDataSize())));
   return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
                    absl::StrCat("writing coordinator store '", directory_, "'"));
+}
+
+absl::Status CoordinatorStore::CheckRoomFor(int64_t bytes) const {
+  uint64_t memtables = 0;
+  db_->GetAggregatedIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables);
+  return common::CheckFreeBytes(directory_,
+                                kFreeReserveBytes + static_cast<int64_t>(memtables) + 2 * bytes,
+                                absl::StrCat("writing coordinator store '", directory_, "'"));
 }
 
 }  // namespace dlrm::server

@@ -52,6 +52,9 @@ class CoordinatorStore {
 
  private:
   CoordinatorStore(std::unique_ptr<rocksdb::DB> db, std::string directory);
+  // RESOURCE_EXHAUSTED when writing `bytes` would leave the store's file system less than its
+  // reserve (coordinator_store.cc kFreeReserveBytes) besides the memtables' flush.
+  absl::Status CheckRoomFor(int64_t bytes) const;
 
   std::unique_ptr<rocksdb::DB> db_;
   std::string directory_;

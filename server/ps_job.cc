@@ -165,10 +165,9 @@ absl::StatusOr<std::unique_ptr<PsJob>> PsJob::Create(const PsJobOptions& options
   std::filesystem::remove_all(path, ec);
   if (!ec) std::filesystem::remove_all(job->snapshots_path_, ec);
   if (!ec) std::filesystem::create_directories(path.parent_path(), ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot prepare ", path.string(), ": ", ec.message()));
-  }
+  // A read-only or full disk is no passing fault (FileError: never UNAVAILABLE, which workers
+  // would take for a lost server and recover from, in vain).
+  if (ec) return FileError(ec, absl::StrCat("cannot prepare ", path.string()));
   auto type = embedding::ParseSparseOptimizerType(spec.optimizer().type());
   embedding::TieredStoreOptions store_options;
   store_options.tables = job->tables_;

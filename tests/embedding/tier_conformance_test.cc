@@ -1,8 +1,14 @@
 // One conformance suite for every StorageTier (memory and RocksDB), plus RocksDB-only checks.
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "embedding/memory_tier.h"
 #include "embedding/rocksdb_tier.h"
 #include "gmock/gmock.h"
@@ -12,6 +18,7 @@
 namespace dlrm::embedding {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const std::vector<int> kWidths = {17, 3, 1, 64, 5};
@@ -198,6 +205,58 @@ TEST(RocksDbTierTest, ErrorsNameThePath) {
   ASSERT_FALSE(second.ok());
   EXPECT_THAT(second.status().message(), HasSubstr(options.path));
   EXPECT_EQ(RocksDbTier::Open({}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Debian's RocksDB aborts the process (an assertion in its file writer) when a write meets a full
+// disk and the store is used again: a parameter server died of it when its data dir filled
+// (audit). The tier keeps a reserve free and refuses, with RESOURCE_EXHAUSTED naming the folder,
+// what would eat into it: opening on a disk with less, and writes, which fail before RocksDB sees
+// them; the store stays readable, and writes go through once space is freed. On a tmpfs of its
+// own (root); the refusal to open also with a reserve larger than any disk.
+TEST(RocksDbTierTest, AFullDiskIsRefusedBeforeRocksDbMeetsIt) {
+  ScopedTempDir dir;
+  RocksDbTierOptions options;
+  options.path = dir.Sub("db");
+  options.row_floats = {256};
+  options.free_reserve_bytes = int64_t{1} << 60;
+  auto refused = RocksDbTier::Open(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr(options.path), HasSubstr("bytes free, fewer than")));
+
+  const std::string disk = dir.Sub("small");
+  std::filesystem::create_directories(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=12m") != 0) {
+    GTEST_SKIP() << "mount tmpfs: " << std::strerror(errno) << " (needs root)";
+  }
+  absl::Cleanup unmount = [&] { ::umount2(disk.c_str(), MNT_DETACH); };
+  options.path = disk + "/db";
+  options.free_reserve_bytes = 4 << 20;
+  options.write_buffer_bytes = 1 << 20;
+  options.block_cache_bytes = 1 << 20;
+  auto tier = RocksDbTier::Open(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  std::vector<int64_t> keys(64);
+  absl::Status full;
+  int64_t written = 0;
+  for (int batch = 0; batch < 1000 && full.ok(); ++batch) {
+    for (size_t j = 0; j < keys.size(); ++j) keys[j] = written + static_cast<int64_t>(j);
+    auto rows = RowsFor(keys, 256, 1.0f);
+    full = (*tier)->MultiPut(0, keys, rows.data());
+    if (full.ok()) written += static_cast<int64_t>(keys.size());
+  }
+  ASSERT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(full.message(), AllOf(HasSubstr(options.path), HasSubstr("MultiPut table 0")));
+  EXPECT_GT(written, 0);
+  // Refused again, not aborted; what was written reads back.
+  auto rows = RowsFor(keys, 256, 1.0f);
+  EXPECT_EQ((*tier)->MultiPut(0, keys, rows.data()).code(), absl::StatusCode::kResourceExhausted);
+  std::vector<float> out(256);
+  std::vector<bool> found;
+  const int64_t first = 0;
+  ASSERT_TRUE((*tier)->MultiGet(0, {&first, 1}, out.data(), &found).ok());
+  EXPECT_TRUE(found[0]);
+  EXPECT_EQ(*(*tier)->CountRows(0), written);
 }
 
 }  // namespace
