@@ -1,6 +1,9 @@
 #include "worker/input/record_reader.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -13,15 +16,41 @@ struct InputFile {
   std::string path;
   InputFormat format = InputFormat::kTsv;  // resolved: never kAuto
   int64_t count = -1;                      // known for binary files
+  // The file as the run found it: the record counts and the shards come from that file, so
+  // another one under the path, or this one grown, cut or rewritten, is refused (CheckUnchanged).
+  struct stat found {};
 };
 
 namespace {
+
+bool SameFile(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
+// FAILED_PRECONDITION naming the file when what is at its path is no longer what the run found
+// (a data file replaced, truncated or appended to while training read it: the run went on with
+// other records than it counted, and said nothing).
+absl::Status CheckUnchanged(const InputFile& file) {
+  struct stat now {};
+  if (::stat(file.path.c_str(), &now) != 0) return FileError(errno, file.path);
+  if (SameFile(now, file.found)) return absl::OkStatus();
+  const bool replaced = now.st_dev != file.found.st_dev || now.st_ino != file.found.st_ino;
+  return absl::FailedPreconditionError(absl::StrCat(
+      file.path, ": the file changed while the run read it (",
+      replaced ? "another file is at its path"
+               : absl::StrCat(file.found.st_size, " bytes when the run started, ", now.st_size,
+                              " now", now.st_size == file.found.st_size ? ", rewritten" : ""),
+      "): its records were counted and split between the ranks at the start; train on a copy "
+      "that stays as it is"));
+}
 
 absl::StatusOr<InputFile> ResolveFile(const std::string& path, InputFormat format) {
   // Opening here also turns a missing file into NOT_FOUND before any reading starts.
   DLRM_ASSIGN_OR_RETURN(bool is_binary, IsBinaryCriteoFile(path));
   InputFile file;
   file.path = path;
+  if (::stat(path.c_str(), &file.found) != 0) return FileError(errno, path);
   if (format == InputFormat::kBinary && !is_binary) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": format is binary but the file does not start with DLRMBIN1"));
@@ -183,6 +212,9 @@ void RecordReader::NoteReached() {
 }
 
 absl::Status RecordReader::OpenFile(size_t index) {
+  if ((tsv_ != nullptr || binary_ != nullptr) && file_index_ < files_.size()) {
+    DLRM_RETURN_IF_ERROR(CheckUnchanged(files_[file_index_]));
+  }
   if (tsv_ != nullptr) skipped_closed_ += tsv_->skipped();
   NoteReached();
   tsv_.reset();
@@ -203,10 +235,13 @@ absl::Status RecordReader::OpenFile(size_t index) {
     tsv_->set_quiet(!reporting_);
     tsv_->set_quiet_through(reached_[index]);
   }
-  return absl::OkStatus();
+  return CheckUnchanged(file);
 }
 
 absl::Status RecordReader::Rewind() {
+  if ((tsv_ != nullptr || binary_ != nullptr) && file_index_ < files_.size()) {
+    DLRM_RETURN_IF_ERROR(CheckUnchanged(files_[file_index_]));
+  }
   NoteReached();
   tsv_.reset();
   binary_.reset();
@@ -304,6 +339,10 @@ absl::StatusOr<bool> RecordReader::Next(CriteoRecord* record) {
         DLRM_ASSIGN_OR_RETURN(bool more, ReadNext(&discard));
         if (!more) break;
       }
+    }
+    // The shard's end: what it read came from the file the run counted.
+    if (file_index_ < files_.size() && (tsv_ != nullptr || binary_ != nullptr)) {
+      DLRM_RETURN_IF_ERROR(CheckUnchanged(files_[file_index_]));
     }
     return false;
   }
