@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -145,28 +147,56 @@ absl::StatusOr<Cert> MakeCertificate(const std::string& common_name, EVP_PKEY* k
   return cert;
 }
 
-absl::Status WriteText(const fs::path& path, const std::string& text, bool secret) {
-  std::error_code ec;
-  fs::remove(path, ec);
-  if (secret) {
-    // Created 0600, so the key is never readable by others, whatever the umask.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      return absl::PermissionDeniedError(absl::StrCat("cannot write '", path.string(), "'"));
-    }
-    ::close(fd);
+// The files of one `dlrm certs` run, each written whole to "<name>.tmp" first (keys created
+// 0600, so never readable by others, whatever the umask) and renamed over its name only once every
+// one is written: a run that fails (a full disk, a read-only folder) leaves the certificates that
+// were there as they were, and no empty file that a later run would take for a CA.
+class CertFiles {
+ public:
+  ~CertFiles() {
+    std::error_code ec;
+    for (const auto& [tmp, path] : written_) fs::remove(tmp, ec);
   }
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return absl::PermissionDeniedError(absl::StrCat("cannot write '", path.string(), "'"));
-    out << text;
-    if (!out.flush()) {
-      return absl::DataLossError(absl::StrCat("writing '", path.string(), "' failed"));
+  absl::Status Write(const fs::path& path, const std::string& text, bool secret) {
+    const fs::path tmp = fs::path(path.string() + ".tmp");
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    const int fd =
+        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, secret ? 0600 : 0644);
+    if (fd < 0) return FileError(errno, absl::StrCat("cannot write '", tmp.string(), "'"));
+    written_.emplace_back(tmp, path);
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        ::close(fd);
+        return FileError(err, absl::StrCat("cannot write '", tmp.string(), "'"));
+      }
+      done += static_cast<size_t>(n);
     }
+    const bool synced = ::fsync(fd) == 0;
+    const int err = errno;
+    if (::close(fd) != 0 || !synced) {
+      return FileError(synced ? errno : err, absl::StrCat("cannot write '", tmp.string(), "'"));
+    }
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
-}
+  // Renames every file written over its name.
+  absl::Status Commit() {
+    for (const auto& [tmp, path] : written_) {
+      if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        return FileError(errno, absl::StrCat("cannot replace '", path.string(), "'"));
+      }
+    }
+    written_.clear();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::pair<fs::path, fs::path>> written_;  // (temporary file, its name)
+};
 
 absl::StatusOr<std::string> ToPem(X509* cert) {
   std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
@@ -237,8 +267,9 @@ absl::Status WriteClusterCertificates(const ClusterCertOptions& options) {
                         MakeCertificate("dlrm-ca", ca_key.get(), nullptr, ca_key.get(), options));
   DLRM_ASSIGN_OR_RETURN(std::string ca_pem, ToPem(ca.get()));
   DLRM_ASSIGN_OR_RETURN(std::string ca_key_pem, ToPem(ca_key.get()));
-  DLRM_RETURN_IF_ERROR(WriteText(out / "ca.crt", ca_pem, false));
-  DLRM_RETURN_IF_ERROR(WriteText(out / "ca.key", ca_key_pem, true));
+  CertFiles files;
+  DLRM_RETURN_IF_ERROR(files.Write(out / "ca.crt", ca_pem, false));
+  DLRM_RETURN_IF_ERROR(files.Write(out / "ca.key", ca_key_pem, true));
   for (const char* identity : kCertIdentities) {
     const fs::path dir = out / identity;
     fs::create_directories(dir, ec);
@@ -251,11 +282,11 @@ absl::Status WriteClusterCertificates(const ClusterCertOptions& options) {
                           MakeCertificate(identity, key.get(), ca.get(), ca_key.get(), options));
     DLRM_ASSIGN_OR_RETURN(std::string cert_pem, ToPem(cert.get()));
     DLRM_ASSIGN_OR_RETURN(std::string key_pem, ToPem(key.get()));
-    DLRM_RETURN_IF_ERROR(WriteText(dir / "tls.crt", cert_pem, false));
-    DLRM_RETURN_IF_ERROR(WriteText(dir / "tls.key", key_pem, true));
-    DLRM_RETURN_IF_ERROR(WriteText(dir / "ca.crt", ca_pem, false));
+    DLRM_RETURN_IF_ERROR(files.Write(dir / "tls.crt", cert_pem, false));
+    DLRM_RETURN_IF_ERROR(files.Write(dir / "tls.key", key_pem, true));
+    DLRM_RETURN_IF_ERROR(files.Write(dir / "ca.crt", ca_pem, false));
   }
-  return absl::OkStatus();
+  return files.Commit();
 }
 
 }  // namespace dlrm::common

@@ -55,6 +55,29 @@ TEST(ClusterCertificates, AFolderWithACaIsRefusedUnlessOverwriteIsSet) {
   EXPECT_NE(Read(out + "/worker/tls.crt"), worker);
 }
 
+// A replacement that failed partway (a read-only or full folder) had already put a new CA in place
+// of the old, whose certificates then verified against nothing, and left empty files that the next
+// run took for a CA (audit). Every file is now written whole beside its name before any replaces
+// the old one: a failure leaves the old certificates as they were, and no temporary file.
+TEST(ClusterCertificates, AFailedOverwriteKeepsTheOldCertificates) {
+  dlrm::testing::ScopedTempDir dir("certs");
+  const std::string out = dir.Sub("tls");
+  ASSERT_TRUE(WriteClusterCertificates({.out_dir = out}).ok());
+  const std::string ca = Read(out + "/ca.crt"), ca_key = Read(out + "/ca.key");
+  const std::string coordinator = Read(out + "/coordinator/tls.crt");
+  std::filesystem::remove_all(out + "/worker");
+  std::ofstream(out + "/worker") << "a file where a folder goes\n";
+  absl::Status failed = WriteClusterCertificates({.out_dir = out});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.message()), HasSubstr(out + "/worker"));
+  EXPECT_EQ(Read(out + "/ca.crt"), ca);
+  EXPECT_EQ(Read(out + "/ca.key"), ca_key);
+  EXPECT_EQ(Read(out + "/coordinator/tls.crt"), coordinator);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(out)) {
+    EXPECT_NE(entry.path().extension(), ".tmp") << entry.path();
+  }
+}
+
 // A --host that no client could match (a port, a scheme, a zone, a bad label) was written into
 // the certificates as a DNS name, and the mistake showed later as a TLS failure.
 TEST(ClusterCertificates, HostsAreIpAddressesOrDnsNames) {
