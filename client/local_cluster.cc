@@ -24,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "common/certs.h"
 #include "common/limits.h"
@@ -36,6 +38,9 @@ namespace dlrm::client {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The line each start of a child writes into its log (LogTail shows what follows the last).
+constexpr char kStartMark[] = "---- dlrm local (pid ";
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -147,11 +152,20 @@ absl::Status LocalCluster::StartChildLocked(Child* child, bool append_log) {
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  // A restarted child appends to its log, so the dead one's last words stay.
-  const int log_fd = open(log_path.c_str(),
-                          O_WRONLY | O_CREAT | O_CLOEXEC | (append_log ? O_APPEND : O_TRUNC), 0644);
+  // Appended to, never truncated: a restarted child's log keeps the dead one's last words, and a
+  // --data-dir used again keeps the earlier run's logs (a crashed run's, or those of a cluster
+  // still running there, which the second one's lock then refuses), each start marked.
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_APPEND, 0644);
   if (log_fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
+  }
+  if (!append_log) {
+    const std::string mark = absl::StrCat(
+        kStartMark, getpid(), ") starts ", child->name, " at ",
+        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()), " ----\n");
+    if (write(log_fd, mark.data(), mark.size()) < 0) {
+      DLRM_LOG(WARNING) << "cannot write " << log_path << ": " << strerror(errno);
+    }
   }
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -419,7 +433,11 @@ absl::Status LocalCluster::WaitReady() {
 }
 
 std::string LocalCluster::LogTail(const std::string& name) const {
-  const std::string text = ReadFile(absl::StrCat(data_dir_, "/logs/", name, ".log"));
+  std::string text = ReadFile(absl::StrCat(data_dir_, "/logs/", name, ".log"));
+  // This run's part: the log is appended to (StartChild).
+  if (const size_t mark = text.rfind(kStartMark); mark != std::string::npos) {
+    text = text.substr(mark);
+  }
   std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
   const size_t keep = 15;
   if (lines.size() > keep) lines.erase(lines.begin(), lines.end() - keep);

@@ -181,6 +181,36 @@ int RunJob(const LocalCommandOptions& options, const std::string& spec_yaml, Loc
     std::fprintf(stderr, "error: %s\n", std::string(client.status().message()).c_str());
     return kExitFailed;
   }
+  // A --data-dir used again holds the coordinator's store of the earlier run, with the jobs it
+  // left unfinished (a `dlrm local` killed with its job): they would start again on this run's
+  // processes, before this job and into their checkpoint folders, and hold those folders against
+  // a --resume-from of them. This command runs one job: they are cancelled, and said so. A
+  // cluster kept running takes them up again, as a coordinator restarted on its store does.
+  if (auto earlier = (*client)->List(); earlier.ok()) {
+    for (const dlrm::v1::Job& left : *earlier) {
+      const dlrm::v1::JobState state = left.state();
+      if (state != dlrm::v1::JOB_STATE_PENDING && state != dlrm::v1::JOB_STATE_RUNNING &&
+          state != dlrm::v1::JOB_STATE_RECOVERING) {
+        continue;
+      }
+      if (options.keep_running) {
+        std::fprintf(stderr,
+                     "job %s (%s), left unfinished by an earlier run on this --data-dir, goes on "
+                     "(dlrmctl cancel %s stops it)\n",
+                     left.job_id().c_str(), dlrm::v1::JobState_Name(state).c_str(),
+                     left.job_id().c_str());
+        continue;
+      }
+      absl::StatusOr<dlrm::v1::Job> cancelled = (*client)->Cancel(
+          left.job_id(), "left unfinished by an earlier dlrm local on this --data-dir");
+      std::fprintf(stderr,
+                   "%s job %s (%s), left unfinished by an earlier run on this --data-dir%s\n",
+                   cancelled.ok() ? "cancelled" : "could not cancel", left.job_id().c_str(),
+                   dlrm::v1::JobState_Name(state).c_str(),
+                   cancelled.ok() ? " (its checkpoints stay)"
+                                  : absl::StrCat(": ", cancelled.status().message()).c_str());
+    }
+  }
   absl::StatusOr<dlrm::v1::Job> job = (*client)->Submit(
       spec_yaml, {.workers = options.cluster.num_workers, .ps = options.cluster.num_ps});
   if (!job.ok()) {

@@ -260,6 +260,64 @@ TEST_F(DlrmCliTest, LocalKeepsTheLogItNamesWhenTheClusterCannotStart) {
   if (absl::StartsWith(folder, "/tmp/dlrm-local-")) std::filesystem::remove_all(folder);
 }
 
+// `dlrm local` truncated every child's log when it started: a second run on the same --data-dir
+// (after a crash, or refused by a cluster still running there) wiped the logs that said what had
+// happened (audit). The logs are appended to, each start marked, and what a failed start shows
+// is the last start's part.
+TEST_F(DlrmCliTest, LocalAppendsToTheLogsOfADataDirUsedAgain) {
+  const std::string config = WriteTinyJob(dir_, "short", 40, 1);
+  const std::string data = dir_.Sub("cluster");
+  for (int run = 1; run <= 2; ++run) {
+    const ProcessResult r =
+        Dlrm({"local", "-c", config, "--insecure", "--no-progress", "--data-dir", data});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  for (const char* name : {"coordinator", "ps-0", "worker-0"}) {
+    const std::string log = ::dlrm::testing::ReadFileOrEmpty(data + "/logs/" + name + ".log");
+    int starts = 0;
+    for (size_t at = log.find("---- dlrm local (pid "); at != std::string::npos;
+         at = log.find("---- dlrm local (pid ", at + 1)) {
+      ++starts;
+    }
+    EXPECT_EQ(starts, 2) << name << ":\n" << log;
+  }
+}
+
+// A `dlrm local` killed with its job left that job unfinished in the coordinator's store under
+// --data-dir: the next run on the folder started it again before its own job, and it held its
+// checkpoint folder against a --resume-from (audit). The next run cancels it, and says so.
+TEST_F(DlrmCliTest, LocalCancelsTheJobAnEarlierRunOnItsDataDirLeft) {
+  const std::string long_job = WriteTinyJob(dir_, "long", 2000, 100000);
+  const std::string data = dir_.Sub("cluster");
+  {
+    ::dlrm::testing::Process killed({BinPath("dlrm"), "local", "-c", long_job, "--insecure",
+                                     "--no-progress", "--data-dir", data},
+                                    dir_.path(), "killed-local");
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (!absl::StrContains(killed.Stderr(), "submitted job") && killed.Running() &&
+           absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_TRUE(absl::StrContains(killed.Stderr(), "submitted job")) << killed.Stderr();
+    absl::SleepFor(absl::Seconds(1));
+    killed.Signal(SIGKILL);
+    killed.Wait(absl::Seconds(30));
+  }
+  const std::string short_job = WriteTinyJob(dir_, "short", 40, 1);
+  ProcessResult r;
+  // The killed run's children stop on their parent's death; the coordinator's store is free
+  // once its process has gone.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    r = Dlrm({"local", "-c", short_job, "--insecure", "--no-progress", "--data-dir", data});
+    if (!absl::StrContains(r.err, "in use by another process")) break;
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cancelled job job-1 (JOB_STATE_"));
+  EXPECT_THAT(r.err, HasSubstr("left unfinished by an earlier run on this --data-dir"));
+  EXPECT_THAT(r.err, HasSubstr("submitted job job-2"));
+}
+
 // `dlrm local` writes --report and --metrics-out after the job: one naming the spec or its data
 // replaced it with the page or the metrics, and one that could not be written failed only after
 // the whole job. Each is refused before any process starts, and the spec is left as it was.
