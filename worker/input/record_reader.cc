@@ -32,6 +32,9 @@ bool SameFile(const struct stat& a, const struct stat& b) {
 // (a data file replaced, truncated or appended to while training read it: the run went on with
 // other records than it counted, and said nothing).
 absl::Status CheckUnchanged(const InputFile& file) {
+  // A pipe read once (`dlrm predict --data /dev/stdin`) changes as it is written: regular files
+  // only.
+  if (!S_ISREG(file.found.st_mode)) return absl::OkStatus();
   struct stat now {};
   if (::stat(file.path.c_str(), &now) != 0) return FileError(errno, file.path);
   if (SameFile(now, file.found)) return absl::OkStatus();
