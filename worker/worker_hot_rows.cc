@@ -105,7 +105,9 @@ absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
 
   HotRefreshOptions refresh;
   refresh.plan = plan_options;
-  if (!resumed && rank == 0) refresh.initial_counts = std::move(sample_counts);
+  // After a resume too: the sampled counts are the best prior the window has (an empty one made
+  // the first refreshes judge on a few batches, and they swapped half the set; audit).
+  if (rank == 0) refresh.initial_counts = std::move(sample_counts);
   refresh.rank = rank;
   refresh.every = spec.hot_refresh_steps;
   refresh.barrier = reducer;
