@@ -218,6 +218,59 @@ TEST(CriteoTsv, BinaryDataReadAsTextIsRefusedSayingSo) {
   EXPECT_EQ(later.skipped, 1);
 }
 
+// Noise read as text (`dlrm eval --data /dev/urandom`, another format through a pipe) was skipped
+// line by line without end: a device or endless pipe never reaches the "no valid records" at the
+// end. A thousand lines without one record stop the reader, naming the first line's fault; a
+// record among them resets nothing, and the limit can be lifted.
+TEST(CriteoTsv, AThousandLinesWithoutARecordAreNotCriteoTsv) {
+  TempDir dir;
+  const std::string path = dir.File("noise.tsv");
+  std::string content;
+  for (int i = 0; i < 999; ++i) content += absl::StrCat("noise ", i, "\n");
+  WriteFile(path, content + kRow1 + "\n");
+  ReadResult some = ReadAll(path);
+  EXPECT_TRUE(some.status.ok()) << some.status;
+  EXPECT_EQ(some.records.size(), 1u);
+  EXPECT_EQ(some.skipped, 999);
+
+  WriteFile(path, content + "noise 999\n" + kRow1 + "\n");
+  ReadResult none = ReadAll(path);
+  EXPECT_EQ(none.status.code(), absl::StatusCode::kInvalidArgument) << none.status;
+  EXPECT_THAT(std::string(none.status.message()),
+              HasSubstr(path + ": none of its first 1000 lines is a Criteo TSV record (the "
+                               "first's fault: line 1: "));
+  EXPECT_TRUE(none.records.empty());
+
+  // After a record, malformed lines are skipped however many there are.
+  WriteFile(path, std::string(kRow1) + "\n" + content + content);
+  ReadResult later = ReadAll(path);
+  EXPECT_TRUE(later.status.ok()) << later.status;
+  EXPECT_EQ(later.skipped, 1998);
+
+  TsvReaderOptions unlimited;
+  unlimited.path = path;
+  unlimited.max_leading_malformed_lines = 0;
+  WriteFile(path, content + content + kRow1 + "\n");
+  auto reader = CriteoTsvReader::Open(unlimited);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  CriteoRecord record;
+  auto more = (*reader)->Next(&record);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_TRUE(*more);
+}
+
+// Compressed data through a pipe (`cat day_0.gz | dlrm eval --data /dev/stdin`; a regular file's
+// compression is told before it is read) is named as such on its first line.
+TEST(CriteoTsv, CompressedDataReadAsTextIsRefusedSayingSo) {
+  TempDir dir;
+  const std::string path = dir.File("piped.gz");
+  WriteFile(path, std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8) + "\n" + kRow1 + "\n");
+  ReadResult result = ReadAll(path);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument) << result.status;
+  EXPECT_THAT(std::string(result.status.message()),
+              HasSubstr(path + " is gzip-compressed data read as Criteo TSV"));
+}
+
 TEST(CriteoTsv, MissingFileIsNotFoundNamingThePath) {
   ReadResult result = ReadAll("/nonexistent/dir/day_0.tsv");
   EXPECT_EQ(result.status.code(), absl::StatusCode::kNotFound);

@@ -149,7 +149,8 @@ void AddBags(const BagSizes& bags, uint64_t bag_seed, CriteoRecord* record) {
   }
 }
 
-// The tool that decompresses a file starting with `head`, or null when it is not compressed.
+}  // namespace
+
 const char* CompressionTool(absl::string_view head) {
   if (absl::StartsWith(head, "\x1f\x8b")) return "gzip";
   // "BZh", the block size '1'-'9', then a block's or the end's magic.
@@ -164,8 +165,6 @@ const char* CompressionTool(absl::string_view head) {
   if (absl::StartsWith(head, "\x28\xb5\x2f\xfd")) return "zstd";
   return nullptr;
 }
-
-}  // namespace
 
 uint32_t MultiHotBagToken(uint64_t bag_seed, int table, uint32_t token, int k) {
   // token in bits 0-31, table (< 26) in bits 32-39, k (< kMaxBagSize = 2^12) in bits 40-55: one

@@ -41,12 +41,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/input/criteo_tsv.h"
 #include "worker/input/output_file.h"
 
 namespace dlrm::worker {
 
 inline constexpr char kBinaryMagic[8] = {'D', 'L', 'R', 'M', 'B', 'I', 'N', '1'};
+
+// The tool that decompresses data starting with `head` ("gzip", "bzip2", "xz", "zstd"), or null
+// when its first bytes are no such tool's magic.
+const char* CompressionTool(absl::string_view head);
 inline constexpr uint32_t kBinaryVersion = 1;
 inline constexpr uint32_t kBinaryVersionMultiHot = 2;
 inline constexpr int64_t kBinaryHeaderBytes = 40;

@@ -240,6 +240,12 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
           "data is read from a regular file only (a pipe or device is read as TSV); give the "
           "file itself"));
     }
+    if (const char* tool = line_ == 1 ? CompressionTool(line) : nullptr; tool != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(options_.path, " is ", tool,
+                                                     "-compressed data read as Criteo TSV: "
+                                                     "decompress it first (",
+                                                     tool, " -dc <file> | ...)"));
+    }
     // Labelled or not is the file's, set by its first record: a line of 39 fields in a labelled
     // file is one that lost a field (its features would read one column off), not an unlabelled
     // one; told before parsing, whose message would name a shifted field.
@@ -270,12 +276,22 @@ absl::StatusOr<bool> CriteoTsvReader::Next(CriteoRecord* record) {
           absl::StrCat(options_.path, ":", line_, ": ", status.message()));
     }
     Report(status.message());
+    if (records_ == 0 && options_.max_leading_malformed_lines > 0 &&
+        skipped_ >= options_.max_leading_malformed_lines) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options_.path, ": none of its first ", skipped_,
+          " lines is a Criteo TSV record (the first's fault: ", first_issue_,
+          "): this is not Criteo TSV data (40 tab-separated fields: label, I1..I13, C1..C26)"));
+    }
   }
 }
 
 void CriteoTsvReader::Report(absl::string_view reason, int64_t line) {
   if (line == 0) line = line_;
   ++skipped_;
+  if (records_ == 0 && first_issue_.empty()) {
+    first_issue_ = absl::StrCat("line ", line, ": ", reason);
+  }
   if (quiet_ || line <= quiet_through_) return;
   ++reported_;
   ParseIssue issue{options_.path, line, std::string(reason)};

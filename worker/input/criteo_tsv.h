@@ -121,6 +121,11 @@ struct TsvReaderOptions {
   // readers that only score the records (dlrm predict). The file's first record decides: a
   // later line with the label where it had none, or without it where it had one, is malformed.
   bool labels_optional = false;
+  // Non-strict mode: when this many lines have been read and not one was a record, the input is
+  // not Criteo TSV (binary data, another format, an endless device such as /dev/urandom), and
+  // reading stops with INVALID_ARGUMENT naming the first line's fault, instead of skipping on to
+  // an end that a device or pipe may never reach. 0: no limit.
+  int64_t max_leading_malformed_lines = 1000;
 };
 
 // Streams records from one TSV file with large buffered reads; memory use is O(buffer_bytes).
@@ -169,7 +174,8 @@ class CriteoTsvReader {
   int64_t line_ = 0;
   int64_t records_ = 0;
   int64_t skipped_ = 0;
-  int64_t reported_ = 0;  // skipped lines not skipped quietly
+  int64_t reported_ = 0;     // skipped lines not skipped quietly
+  std::string first_issue_;  // "line N: reason" of the first malformed line, until a record comes
   // labels_optional: the line of the first record, and whether it had the label.
   int64_t first_record_line_ = 0;
   bool labelled_ = true;
