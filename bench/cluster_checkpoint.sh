@@ -5,8 +5,12 @@
 # no hot rows, so every row lives on the servers) on 400,000 generated samples (Zipf 1.05),
 # batch 4096, one epoch, with a checkpoint every 20 steps (full_every 4) and the final one.
 # Rank 0 logs each checkpoint: step, full or incremental, bytes, how long training waited for
-# the cut (drain, barriers, the servers' snapshots, dense.bin) and how long the write took.
-# Prints one JSON line: every checkpoint, and the mean cut over the mean full write.
+# the previous checkpoint's write to finish, how long it waited for the cut (drain, barriers, the
+# servers' snapshots, dense.bin) and how long the write took.
+# Prints one JSON line: every checkpoint, and the training stall per checkpoint (mean wait for the
+# previous write + mean cut) over the mean full write (stall_over_full_write), with its parts
+# (previous_write_wait_s_mean, cut_s_mean, full_write_s_mean, cut_over_full_write). Exits 1 when
+# rank 0's log holds no checkpoint line (the log format changed, or no checkpoint was taken).
 #   bench/cluster_checkpoint.sh [BUILD_DIR] [SAMPLES]
 set -euo pipefail
 build=$(realpath "${1:-build}")
@@ -39,20 +43,36 @@ python3 - "$work" <<'EOF'
 import json, re, sys
 work = sys.argv[1]
 rows = []
+# worker/cluster_checkpointer.cc: "checkpoint DIR: step S, full|incremental on P, B bytes;
+# training waited W s for the previous write and C s for the cut, the write took T s"
+line_re = re.compile(r"step (\d+), (full|incremental)\b.*?, (\d+) bytes; training waited "
+                     r"([0-9.e+-]+) s for the previous write and ([0-9.e+-]+) s for the cut, "
+                     r"the write took ([0-9.e+-]+) s")
 for name in ("worker-0", "worker-1"):
     for line in open(f"{work}/cluster/logs/{name}.log"):
-        m = re.search(r"step (\d+), (full|incremental)\b.*?(\d+) bytes.*training waited ([0-9.e-]+) s "
-                      r"for the cut, the write took ([0-9.e-]+) s", line)
+        m = line_re.search(line)
         if m:
             rows.append({"step": int(m.group(1)), "kind": m.group(2), "bytes": int(m.group(3)),
-                         "cut_s": float(m.group(4)), "write_s": float(m.group(5))})
+                         "previous_write_wait_s": float(m.group(4)), "cut_s": float(m.group(5)),
+                         "write_s": float(m.group(6))})
 full = [r for r in rows if r["kind"] == "full"]
-mean = lambda xs: sum(xs) / len(xs) if xs else None
-cut, full_write = mean([r["cut_s"] for r in rows]), mean([r["write_s"] for r in full])
+if not rows or not full:
+    seen = [l.strip() for n in ("worker-0", "worker-1")
+            for l in open(f"{work}/cluster/logs/{n}.log") if "checkpoint" in l][-3:]
+    sys.exit(f"cluster_checkpoint: FAILED: no {'full ' if rows else ''}checkpoint line of the "
+             "expected form in the workers' logs (the log format changed, or no checkpoint was "
+             "taken); their last lines naming a checkpoint:\n  " + "\n  ".join(seen or ["(none)"]))
+mean = lambda xs: sum(xs) / len(xs)
+wait = mean([r["previous_write_wait_s"] for r in rows])
+cut = mean([r["cut_s"] for r in rows])
+full_write = mean([r["write_s"] for r in full])
+if full_write <= 0:
+    sys.exit("cluster_checkpoint: the full writes took no measurable time")
 metrics = json.load(open(f"{work}/metrics.json"))
 print(json.dumps({"bench": "cluster_checkpoint", "checkpoints": rows,
-                  "cut_s_mean": round(cut, 3) if cut is not None else None,
-                  "full_write_s_mean": round(full_write, 3) if full_write else None,
-                  "cut_over_full_write": round(cut / full_write, 3) if cut and full_write else None,
+                  "previous_write_wait_s_mean": round(wait, 6), "cut_s_mean": round(cut, 3),
+                  "full_write_s_mean": round(full_write, 3),
+                  "stall_over_full_write": round((wait + cut) / full_write, 3),
+                  "cut_over_full_write": round(cut / full_write, 3),
                   "auc": metrics.get("auc"), "samples_per_sec": metrics.get("samples_per_sec")}))
 EOF

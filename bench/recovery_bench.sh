@@ -14,8 +14,10 @@
 #   step_at_loss  the coordinator's latest progress report before the loss (reports lag: a
 #               fast job may be well past it)
 # and the run's AUC against an undisturbed run of the same job in the same invocation, whose
-# checkpoints give the training stall per checkpoint (the cut) against the write it does not wait
-# for (stall_over_write; small tables here: 26 tables capped at 1000 rows).
+# checkpoints give the training stall per checkpoint against the write it does not wait for:
+# stall_over_write = (wait for the previous write + cut) / write, summed over its checkpoints,
+# with the parts as previous_write_wait_s_mean, cut_s_mean, write_s_mean and cut_over_write
+# (small tables here: 26 tables capped at 1000 rows).
 #   bench/recovery_bench.sh [BUILD_DIR]
 set -euo pipefail
 build=$(realpath "${1:-build}")
@@ -120,7 +122,9 @@ print(json.dumps({
     "previous_write_wait_s_mean": round(sum(waits) / len(waits), 3) if waits else None,
     "cut_s_mean": round(sum(cuts) / len(cuts), 3) if cuts else None,
     "write_s_mean": round(sum(writes) / len(writes), 3) if writes else None,
-    "stall_over_write": round(sum(cuts) / sum(writes), 3) if writes and sum(writes) > 0 else None,
+    "stall_over_write": round((sum(waits) + sum(cuts)) / sum(writes), 3)
+    if writes and sum(writes) > 0 else None,
+    "cut_over_write": round(sum(cuts) / sum(writes), 3) if writes and sum(writes) > 0 else None,
     "reason": rec["reason"],
 }))
 EOF
