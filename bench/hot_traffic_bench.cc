@@ -131,7 +131,7 @@ absl::Status Run(const Options& o) {
   j["hot_hit_rate"] = static_cast<double>(on.counters.hot_ids) / on.counters.ids;
   j["ps_payload_bytes_per_sample_formula_hot_off"] = per_sample(off);
   j["ps_payload_bytes_per_sample_formula_hot_on"] = per_sample(on);
-  j["traffic_reduction"] = per_sample(off) / per_sample(on);
+  j["traffic_reduction_formula"] = per_sample(off) / per_sample(on);
   std::printf("%s\n", j.dump().c_str());
   std::filesystem::remove_all(o.dir);
   return absl::OkStatus();

@@ -4,10 +4,13 @@
 #
 # Makes a CA and certificates (`dlrm certs --host 127.0.0.1`), starts a `dlrm coordinator` and
 # one `dlrm ps` on loopback with TLS, runs ps_load_bench against the PS (--clients clients, each
-# with its own connection, presenting the worker certificate, for --seconds), stops both, starts
+# with its own connection, presenting the worker certificate, for --seconds; the bench submits
+# its job to the coordinator as the admin and its clients join it as the job's workers, so every
+# call carries the coordinator's grants as a worker's does), stops both, starts
 # them again with --insecure (plaintext) and runs the same load. Prints the two JSON objects of
 # ps_load_bench and a last JSON line: the ratios TLS / plaintext of calls_per_sec, p50 and p99,
-# and whether the PS's RSS stayed flat (end within 10% of middle) in each run.
+# and whether the PS's RSS stayed flat (end within 10% of middle) in each run. Exits 1 when a call
+# of either run failed.
 #   bench/ps_load.sh [BUILD_DIR] [--seconds 60] [--clients 64] [ps_load_bench flags...]
 set -euo pipefail
 build=build
@@ -59,7 +62,7 @@ run_once() {
   if [ "$mode" = tls ]; then
     coord_sec=(--tls-dir "$work/certs/coordinator")
     ps_sec=(--tls-dir "$work/certs/ps")
-    client_sec=(--tls-dir "$work/certs/worker")
+    client_sec=(--tls-dir "$work/certs/worker" --admin-tls-dir "$work/certs/admin")
   fi
   "$bin/dlrm" coordinator --listen 127.0.0.1:0 --data-dir "$dir/coordinator" \
     --port-file "$dir/coordinator.port" --metrics-port -1 "${coord_sec[@]}" \
@@ -78,7 +81,8 @@ run_once() {
   local rc=0
   # ps_load_bench waits (up to 60 s) for the PS to answer its LoadJob.
   # In the background and waited for, so that a signal to this script ends it at once (trap).
-  "$bin/ps_load_bench" --ps "127.0.0.1:$ps_port" --ps-pid "$ps_pid" --clients "$clients" \
+  "$bin/ps_load_bench" --coordinator "127.0.0.1:$(cat "$dir/coordinator.port")" \
+    --ps "127.0.0.1:$ps_port" --ps-pid "$ps_pid" --clients "$clients" \
     --seconds "$seconds" "${client_sec[@]}" "${extra[@]}" >"$dir/result.json" \
     2>"$dir/bench.err" &
   local bench_pid=$!
@@ -126,4 +130,6 @@ print(json.dumps({
                if run["rss_mib"]["middle"] else None)
         for name, run in (("tls", tls), ("plain", plain))},
 }))
+# A failed call makes the figures wrong: say so in the exit status (ctest ps_load_smoke).
+sys.exit(1 if any(run["errors"] or run["connect_errors"] for run in (tls, plain)) else 0)
 EOF

@@ -2,24 +2,32 @@
 // fixed time (issue 11, load): latency percentiles, throughput, errors, and the server's resident
 // memory (VmRSS of --ps-pid) at the start, the middle and the end of the run.
 //
-// First LoadJob (one shard, --clients workers; waits up to 60 s for the server to come up),
-// then, with --warmup 1, a lookup of every row of every table, so that the memory tier holds the
-// whole job before the clock starts and what RSS does afterwards is the serving path's own. Then
-// each of --clients threads opens a channel of its own (ChannelOptions::private_connections: one
-// TCP and, with TLS, one TLS session per client), makes one untimed Lookup (the handshake), waits
-// for the others, and loops for --seconds: a Lookup of --ids distinct Zipf-drawn ids in each of
-// --tables tables, and every --push-every-th call a PushGradients of the same ids instead
-// (numbered, of the client's own worker rank, as a trainer sends them). Lookups carry step -1 (no
-// staleness wait), so the latency is the server's and not the slowest client's. Every non-OK
-// status, and every answer whose rows are not ids x dim, is an error (the first few are printed
-// to stderr): `errors` in the timed window, `connect_errors` for the first calls (each client
-// tries its first call up to 3 times, the later ones waiting for the connection).
+// The clients are a job's workers, as the coordinator sees them: the bench registers --clients
+// workers with the coordinator (--coordinator, as the worker identity), submits a job of the
+// Criteo shape (26 tables of --rows rows of --dim, the --optimizer sparse optimizer) on
+// --clients workers and the one server (as the admin identity: --admin-tls-dir, or plaintext
+// with --insecure), heartbeats every member until each has its rank, and keeps heartbeating
+// them through the run. Each client then sends what its rank's worker would: the member grant of
+// the job's epoch with every call, and LoadJob (rank 0's, waiting up to 60 s for the server)
+// with the coordinator's load grant of that very request (common/grants.h). At the end the job
+// is cancelled and the members leave.
 //
-// The client presents the worker identity (the only one the PS serves): --tls-dir DIR/worker of
-// `dlrm certs`, or --insecure for plaintext. It never calls UnloadJob, WriteRows or Checkpoint.
+// After LoadJob, with --warmup 1, a lookup of every row of every table, so that the memory tier
+// holds the whole job before the clock starts and what RSS does afterwards is the serving path's
+// own. Then each of --clients threads opens a channel of its own
+// (ChannelOptions::private_connections: one TCP and, with TLS, one TLS session per client), makes
+// one untimed Lookup (the handshake), waits for the others, and loops for --seconds: a Lookup of
+// --ids distinct Zipf-drawn ids in each of the 26 tables, and every --push-every-th call a
+// PushGradients of the same ids instead (numbered, of the client's own worker rank, as a trainer
+// sends them). Lookups carry step -1 (no staleness wait), so the latency is the server's and not
+// the slowest client's. Every non-OK status, and every answer whose rows are not ids x dim, is
+// an error (the first few are printed to stderr): `errors` in the timed window, `connect_errors`
+// for the first calls (each client tries its first call up to 3 times, the later ones waiting for
+// the connection).
 //
-//   build/bin/ps_load_bench --ps 127.0.0.1:50061 --tls-dir certs/worker --ps-pid 1234
-//       [--clients 64] [--seconds 60] [--tables 26] [--rows 100000] [--dim 16] [--ids 512]
+//   build/bin/ps_load_bench --coordinator 127.0.0.1:50051 --ps 127.0.0.1:50061
+//       --tls-dir certs/worker --admin-tls-dir certs/admin --ps-pid 1234
+//       [--clients 64] [--seconds 60] [--rows 100000] [--dim 16] [--ids 512]
 //       [--zipf 1.05] [--push-every 2] [--warmup 1] [--optimizer rowwise_adagrad]
 //
 // Prints one JSON object (one line) to stdout; exits 1 when any call of the timed window failed.
@@ -42,30 +50,37 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/barrier.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/coordinator_client.h"
 #include "client/tls_flags.h"
 #include "common/allocator.h"
+#include "common/criteo_shape.h"
+#include "common/grants.h"
 #include "common/grpc_util.h"
-#include "embedding/sparse_optimizer_options.h"
+#include "common/job_spec.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "proto/ps.grpc.pb.h"
+#include "server/ps_load_request.h"
 #include "worker/input/zipf_sampler.h"
-#include "worker/ps_client.h"
 
 namespace dlrm::bench {
 namespace {
 
 struct Flags {
+  std::string coordinator;
   std::string ps;
   client::TlsFlags tls;
+  std::string admin_tls_dir;  // the admin identity that submits the job (TLS only)
   int clients = 64;
   double seconds = 60;
   int ps_pid = 0;
-  int tables = 26;
+  int tables = common::kCriteoNumCategorical;  // the Criteo shape, which SubmitJob checks
   int64_t rows = 100000;
   int dim = 16;
   int ids = 512;
@@ -74,7 +89,7 @@ struct Flags {
   int batches = 4;     // distinct batches per client, cycled
   bool warmup = true;
   std::string optimizer = "rowwise_adagrad";
-  std::string job_id = "ps-load-bench";
+  std::string job_name = "ps-load-bench";
   double call_timeout_s = 30;
 };
 
@@ -126,7 +141,8 @@ struct Batch {
   dlrm::v1::PushGradientsRequest push;
 };
 
-std::vector<Batch> MakeBatches(const Flags& f, int rank) {
+std::vector<Batch> MakeBatches(const Flags& f, const std::string& job_id, int64_t job_epoch,
+                               int rank) {
   worker::ZipfSampler sampler(f.rows, f.zipf);
   worker::Xoshiro256 rng(1000 + static_cast<uint64_t>(rank));
   std::vector<Batch> batches(f.batches);
@@ -134,10 +150,12 @@ std::vector<Batch> MakeBatches(const Flags& f, int rank) {
   std::vector<float> grads;
   absl::flat_hash_set<int64_t> seen;
   for (Batch& b : batches) {
-    b.lookup.set_job_id(f.job_id);
+    b.lookup.set_job_id(job_id);
+    b.lookup.set_job_epoch(job_epoch);
     b.lookup.set_step(-1);
     b.lookup.set_worker_rank(rank);
-    b.push.set_job_id(f.job_id);
+    b.push.set_job_id(job_id);
+    b.push.set_job_epoch(job_epoch);
     b.push.set_worker_rank(rank);
     for (int t = 0; t < f.tables; ++t) {
       seen.clear();
@@ -189,31 +207,158 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const Flags& f,
   return common::MakeChannel(options);
 }
 
-// LoadJob, waiting up to 60 s for the server to come up. wait_for_ready: the call itself keeps
-// the connection attempts going (a fail-fast call retried after a sleep can find the channel in
-// TRANSIENT_FAILURE every time: with TLS, nobody polls the handshake of its background attempts).
-absl::Status LoadJob(const Flags& f, dlrm::v1::ParameterServer::Stub* stub) {
-  worker::PsClientOptions options;
-  options.job_id = f.job_id;
-  options.ps_addresses = {f.ps};
-  for (int t = 0; t < f.tables; ++t) {
-    options.tables.push_back({"T" + std::to_string(t), f.rows, f.dim});
+// A call's context: its deadline and the member grant every data call of the job carries.
+std::unique_ptr<grpc::ClientContext> CallContext(absl::Duration timeout, const std::string& grant) {
+  auto context = common::MakeClientContext(timeout);
+  context->AddMetadata(common::kMemberGrantMetadata, grant);
+  return context;
+}
+
+// The job the clients belong to, as the coordinator runs it: --clients registered workers, kept
+// alive by heartbeats until the job is cancelled and they leave (the destructor).
+class BenchJob {
+ public:
+  static absl::StatusOr<std::unique_ptr<BenchJob>> Join(const Flags& f,
+                                                        const common::TransportSecurity& worker,
+                                                        const common::TransportSecurity& admin);
+  ~BenchJob();
+  BenchJob(const BenchJob&) = delete;
+  BenchJob& operator=(const BenchJob&) = delete;
+
+  const std::string& id() const { return id_; }
+  int64_t epoch() const { return load_request_.job_epoch(); }
+  // Every rank's grant for its data calls at the job's epoch (one server: one grant).
+  const std::string& member_grant() const { return member_grant_; }
+  // The LoadJob request of the job's one server, and the coordinator's grant of it.
+  const dlrm::v1::LoadJobRequest& load_request() const { return load_request_; }
+  const std::string& load_grant() const { return load_grant_; }
+
+ private:
+  BenchJob() = default;
+  void HeartbeatLoop(absl::Duration interval);
+
+  std::unique_ptr<client::CoordinatorClient> as_worker_;
+  std::unique_ptr<client::CoordinatorClient> as_admin_;
+  std::vector<dlrm::v1::RegisterResponse> members_;
+  std::string id_;
+  std::string member_grant_;
+  dlrm::v1::LoadJobRequest load_request_;
+  std::string load_grant_;
+  absl::Notification stop_;
+  std::thread heartbeats_;
+};
+
+// The job's spec: the Criteo shape (13 dense features, 26 tables, which SubmitJob checks) with
+// the bench's rows, dim and sparse optimizer. Its model and data are never used: no one trains.
+std::string JobSpecYaml(const Flags& f) {
+  const std::vector<std::string> rows(f.tables, std::to_string(f.rows));
+  return absl::StrCat("name: ", f.job_name, "\nmodel: {dense_features: 13, bottom_mlp: [", f.dim,
+                      "], top_mlp: [4, 1], embedding_dim: ", f.dim, "}\ntables: {cardinalities: [",
+                      absl::StrJoin(rows, ", "), "]}\noptimizer: {sparse: {type: ", f.optimizer,
+                      "}}\ntraining: {seed: 7, staleness: 0}\ndata: {train: [unused.tsv]}\n");
+}
+
+absl::StatusOr<std::unique_ptr<BenchJob>> BenchJob::Join(const Flags& f,
+                                                         const common::TransportSecurity& worker,
+                                                         const common::TransportSecurity& admin) {
+  std::unique_ptr<BenchJob> job(new BenchJob());
+  DLRM_ASSIGN_OR_RETURN(job->as_worker_, client::CoordinatorClient::Create(
+                                             {.address = f.coordinator, .security = worker}));
+  DLRM_ASSIGN_OR_RETURN(job->as_admin_, client::CoordinatorClient::Create(
+                                            {.address = f.coordinator, .security = admin}));
+  // A job starts on the servers alive when it is submitted: wait for the server to register.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (true) {
+    DLRM_ASSIGN_OR_RETURN(dlrm::v1::GetClusterViewResponse view, job->as_admin_->Members());
+    if (view.shard_map_size() > 0 && !view.shard_map(0).empty()) break;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError("no parameter server registered within 60 s");
+    }
+    absl::SleepFor(absl::Milliseconds(100));
   }
-  worker::PsJobParams params;
-  auto type = embedding::ParseSparseOptimizerType(f.optimizer);
-  if (!type.ok()) return type.status();
-  params.optimizer.type = *type;
-  params.seed = 7;
-  params.num_workers = f.clients;
-  const dlrm::v1::LoadJobRequest request = worker::MakeLoadJobRequest(options, params, 0, 1);
-  auto context = common::MakeClientContext(absl::Seconds(60));
+  absl::Duration interval = absl::Seconds(1);
+  for (int i = 0; i < f.clients; ++i) {
+    DLRM_ASSIGN_OR_RETURN(dlrm::v1::RegisterResponse member,
+                          job->as_worker_->Register(client::MakeRegisterRequest(
+                              dlrm::v1::ROLE_WORKER, absl::StrCat("127.0.0.1:", 20000 + i), "",
+                              absl::StrCat(f.job_name, "-", i))));
+    interval = std::min(interval, client::HeartbeatInterval(member));
+    job->members_.push_back(std::move(member));
+  }
+  DLRM_ASSIGN_OR_RETURN(dlrm::v1::Job submitted,
+                        job->as_admin_->Submit(JobSpecYaml(f), {.workers = f.clients, .ps = 1}));
+  job->id_ = submitted.job_id();
+  // Every member's heartbeat answers with its rank once the job runs.
+  std::vector<bool> assigned(f.clients, false);
+  dlrm::v1::WorkerAssignment rank0;
+  for (int left = f.clients; left > 0;) {
+    for (int i = 0; i < f.clients; ++i) {
+      if (assigned[i]) continue;
+      DLRM_ASSIGN_OR_RETURN(
+          dlrm::v1::HeartbeatResponse beat,
+          job->as_worker_->Heartbeat(job->members_[i].member_id(), job->members_[i].member_key()));
+      if (!beat.has_worker() || beat.worker().job().job_id() != job->id_) continue;
+      assigned[i] = true;
+      --left;
+      if (beat.worker().rank() == 0) rank0 = beat.worker();
+    }
+    if (left > 0 && absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("job ", job->id_, ": ", left, " of ",
+                                                      f.clients, " workers had no rank in 60 s"));
+    }
+    if (left > 0) absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (rank0.member_grants_size() != 1 || rank0.load_grants_size() != 1) {
+    return absl::InternalError(absl::StrCat("job ", job->id_, " runs on ",
+                                            rank0.job().ps_addresses_size(),
+                                            " servers; the bench loads one"));
+  }
+  job->member_grant_ = rank0.member_grants(0);
+  job->load_grant_ = rank0.load_grants(0);
+  // The request a worker sends, from the spec the coordinator assigned (and signed).
+  DLRM_ASSIGN_OR_RETURN(common::JobSpec spec,
+                        common::ParseJobSpec(rank0.job().job_spec_yaml(), "the assigned job"));
+  DLRM_ASSIGN_OR_RETURN(server::PsJobParams params,
+                        server::PsJobParamsFromSpec(spec, rank0.job().world_size(), false));
+  job->load_request_ = server::MakeLoadJobRequest(job->id_, rank0.job().job_epoch(),
+                                                  server::TableConfigsFromSpec(spec), params, 0, 1);
+  job->heartbeats_ = std::thread([raw = job.get(), interval] { raw->HeartbeatLoop(interval); });
+  return job;
+}
+
+void BenchJob::HeartbeatLoop(absl::Duration interval) {
+  while (!stop_.WaitForNotificationWithTimeout(interval)) {
+    for (const dlrm::v1::RegisterResponse& m : members_) {
+      absl::StatusOr<dlrm::v1::HeartbeatResponse> beat =
+          as_worker_->Heartbeat(m.member_id(), m.member_key());
+      if (!beat.ok()) std::cerr << "ps_load_bench: heartbeat: " << beat.status() << "\n";
+    }
+  }
+}
+
+BenchJob::~BenchJob() {
+  if (!id_.empty()) (void)as_admin_->Cancel(id_, "ps_load_bench is done");
+  stop_.Notify();
+  if (heartbeats_.joinable()) heartbeats_.join();
+  for (const dlrm::v1::RegisterResponse& m : members_) {
+    (void)as_worker_->Leave(m.member_id(), m.member_key());
+  }
+}
+
+// LoadJob with the coordinator's grants, waiting up to 60 s for the server to come up.
+// wait_for_ready: the call itself keeps the connection attempts going (a fail-fast call retried
+// after a sleep can find the channel in TRANSIENT_FAILURE every time: with TLS, nobody polls the
+// handshake of its background attempts).
+absl::Status LoadJob(const BenchJob& job, dlrm::v1::ParameterServer::Stub* stub) {
+  auto context = CallContext(absl::Seconds(60), job.member_grant());
+  context->AddMetadata(common::kLoadGrantMetadata, job.load_grant());
   context->set_wait_for_ready(true);
   dlrm::v1::LoadJobResponse response;
-  return common::FromGrpcStatus(stub->LoadJob(context.get(), request, &response));
+  return common::FromGrpcStatus(stub->LoadJob(context.get(), job.load_request(), &response));
 }
 
 // Looks up every row of every table (chunks of 4096 ids per table), so that the rows exist.
-absl::Status Warmup(const Flags& f, dlrm::v1::ParameterServer::Stub* stub) {
+absl::Status Warmup(const Flags& f, const BenchJob& job, dlrm::v1::ParameterServer::Stub* stub) {
   constexpr int64_t kChunk = 4096;
   std::vector<int64_t> ids;
   for (int64_t begin = 0; begin < f.rows; begin += kChunk) {
@@ -221,7 +366,8 @@ absl::Status Warmup(const Flags& f, dlrm::v1::ParameterServer::Stub* stub) {
     ids.resize(end - begin);
     for (int64_t i = begin; i < end; ++i) ids[i - begin] = i;
     dlrm::v1::LookupRequest request;
-    request.set_job_id(f.job_id);
+    request.set_job_id(job.id());
+    request.set_job_epoch(job.epoch());
     request.set_step(-1);
     for (int t = 0; t < f.tables; ++t) {
       dlrm::v1::TableIds* table = request.add_tables();
@@ -230,7 +376,7 @@ absl::Status Warmup(const Flags& f, dlrm::v1::ParameterServer::Stub* stub) {
     }
     dlrm::v1::LookupResponse response;
     absl::Status status = common::FromGrpcStatus(
-        stub->Lookup(common::MakeClientContext(absl::Seconds(60)).get(), request, &response));
+        stub->Lookup(CallContext(absl::Seconds(60), job.member_grant()).get(), request, &response));
     if (status.ok()) status = CheckAnswer(request, response, f.dim);
     if (!status.ok()) return status;
   }
@@ -251,7 +397,8 @@ double Percentile(const std::vector<float>& sorted, double p) {
 
 double Round3(double v) { return std::round(v * 1000) / 1000; }
 
-int Run(const Flags& f, const common::TransportSecurity& security) {
+int Run(const Flags& f, const common::TransportSecurity& security,
+        const common::TransportSecurity& admin) {
   if (f.ids > f.rows || f.clients < 1 || f.tables < 1 || f.batches < 1 || f.seconds <= 0) {
     std::cerr << "ps_load_bench: need 1 <= --ids <= --rows, --clients, --tables, --batches >= 1 "
                  "and --seconds > 0\n";
@@ -262,14 +409,20 @@ int Run(const Flags& f, const common::TransportSecurity& security) {
     std::cerr << "ps_load_bench: " << admin_channel.status() << "\n";
     return 1;
   }
+  absl::StatusOr<std::unique_ptr<BenchJob>> joined = BenchJob::Join(f, security, admin);
+  if (!joined.ok()) {
+    std::cerr << "ps_load_bench: the job on " << f.coordinator << ": " << joined.status() << "\n";
+    return 1;
+  }
+  const BenchJob& job = **joined;
   auto stub = dlrm::v1::ParameterServer::NewStub(*admin_channel);
-  if (absl::Status s = LoadJob(f, stub.get()); !s.ok()) {
+  if (absl::Status s = LoadJob(job, stub.get()); !s.ok()) {
     std::cerr << "ps_load_bench: LoadJob on " << f.ps << ": " << s << "\n";
     return 1;
   }
   const absl::Time warmup_start = absl::Now();
   if (f.warmup) {
-    if (absl::Status s = Warmup(f, stub.get()); !s.ok()) {
+    if (absl::Status s = Warmup(f, job, stub.get()); !s.ok()) {
       std::cerr << "ps_load_bench: warm-up: " << s << "\n";
       return 1;
     }
@@ -280,7 +433,7 @@ int Run(const Flags& f, const common::TransportSecurity& security) {
   Errors connect_errors("connect");  // the untimed first call of each client
   std::vector<Latencies> latencies(f.clients);
   std::vector<std::vector<Batch>> batches(f.clients);
-  for (int c = 0; c < f.clients; ++c) batches[c] = MakeBatches(f, c);
+  for (int c = 0; c < f.clients; ++c) batches[c] = MakeBatches(f, job.id(), job.epoch(), c);
   const absl::Duration timeout = absl::Seconds(f.call_timeout_s);
   // Every client connected (and its first call answered) before the clock starts.
   absl::Barrier* connected = new absl::Barrier(f.clients + 1);
@@ -298,7 +451,7 @@ int Run(const Flags& f, const common::TransportSecurity& security) {
       }
       auto lookup = [&](Batch& b, bool wait_for_ready) {
         dlrm::v1::LookupResponse response;
-        auto context = common::MakeClientContext(timeout);
+        auto context = CallContext(timeout, job.member_grant());
         context->set_wait_for_ready(wait_for_ready);
         absl::Status s = common::FromGrpcStatus(client->Lookup(context.get(), b.lookup, &response));
         if (s.ok()) s = CheckAnswer(b.lookup, response, f.dim);
@@ -325,8 +478,8 @@ int Run(const Flags& f, const common::TransportSecurity& security) {
           b.push.set_step(step++);
           b.push.set_sequence(++sequence);
           dlrm::v1::PushGradientsResponse response;
-          absl::Status s = common::FromGrpcStatus(
-              client->PushGradients(common::MakeClientContext(timeout).get(), b.push, &response));
+          absl::Status s = common::FromGrpcStatus(client->PushGradients(
+              CallContext(timeout, job.member_grant()).get(), b.push, &response));
           if (!s.ok()) errors.Add(absl::StrCat("client ", c, " PushGradients: ", s.ToString()));
           mine.push_ms.push_back(
               static_cast<float>(absl::ToDoubleMilliseconds(absl::Now() - start)));
@@ -433,13 +586,18 @@ int main(int argc, char** argv) {
   dlrm::common::ConfigureAllocatorForLargeBuffers();
   dlrm::bench::Flags f;
   CLI::App app{"Concurrent clients against one parameter server: latency, errors and its RSS"};
+  app.add_option("--coordinator", f.coordinator,
+                 "HOST:PORT of the coordinator the parameter server registered with")
+      ->required();
   app.add_option("--ps", f.ps, "HOST:PORT of the parameter server")->required();
   dlrm::client::AddTlsFlags(&app, &f.tls);
+  app.add_option("--admin-tls-dir", f.admin_tls_dir,
+                 "The admin identity that submits the job (`dlrm certs` DIR/admin); not with "
+                 "--insecure");
   app.add_option("--clients", f.clients, "Concurrent clients, each with its own connection")
       ->capture_default_str();
   app.add_option("--seconds", f.seconds, "How long the clients run")->capture_default_str();
   app.add_option("--ps-pid", f.ps_pid, "Process id of the parameter server (its VmRSS; 0: none)");
-  app.add_option("--tables", f.tables, "Tables of the job")->capture_default_str();
   app.add_option("--rows", f.rows, "Rows per table")->capture_default_str();
   app.add_option("--dim", f.dim, "Embedding dimension")->capture_default_str();
   app.add_option("--ids", f.ids, "Distinct ids per table per request")->capture_default_str();
@@ -452,7 +610,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", f.warmup, "Look up every row once before the clock starts")
       ->capture_default_str();
   app.add_option("--optimizer", f.optimizer, "Sparse optimizer of the job")->capture_default_str();
-  app.add_option("--job-id", f.job_id, "Job id loaded on the server")->capture_default_str();
+  app.add_option("--job-name", f.job_name, "Name of the job submitted")->capture_default_str();
   app.add_option("--call-timeout", f.call_timeout_s, "Deadline of every call, seconds")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -461,5 +619,14 @@ int main(int argc, char** argv) {
     std::cerr << security.status() << "\n";
     return 2;
   }
-  return dlrm::bench::Run(f, *security);
+  dlrm::common::TransportSecurity admin = *security;
+  if (security->tls()) {
+    if (f.admin_tls_dir.empty()) {
+      std::cerr << "ps_load_bench: --admin-tls-dir is needed with TLS (the job is submitted as "
+                   "the admin identity)\n";
+      return 2;
+    }
+    admin = dlrm::common::TransportSecurity::FromDir(f.admin_tls_dir);
+  }
+  return dlrm::bench::Run(f, *security, admin);
 }
