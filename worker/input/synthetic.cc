@@ -96,8 +96,9 @@ void AppendTsvLine(const CriteoRecord& r, const int64_t* raw_dense, std::string*
   out->append(line, p - line);
 }
 
-// The least the file takes (binary: exactly; TSV: 41 bytes a row, a label, 39 tabs and a
-// newline) against the space free where it goes: 10^12 rows were written until the disk was full,
+// The least the file takes (binary: exactly; TSV: a label, 39 tabs, a newline and the 8 hex
+// digits of each categorical field --empty-fraction leaves filled, dense digits left out) against
+// the space free where it goes: 10^12 rows were written until the disk was full,
 // and every other writer of that disk failed meanwhile. Not for an output written in place (a
 // FIFO, a device), nor where the free space cannot be told.
 absl::Status CheckRoomFor(const GenDataOptions& options, bool binary) {
@@ -112,7 +113,7 @@ absl::Status CheckRoomFor(const GenDataOptions& options, bool binary) {
   if (::statvfs(where.c_str(), &fs_stats) != 0) return absl::OkStatus();
   const double free_bytes =
       static_cast<double>(fs_stats.f_bavail) * static_cast<double>(fs_stats.f_frsize);
-  double row_bytes = 41;
+  double row_bytes = 41 + 8.0 * kCriteoNumCategorical * (1.0 - options.empty_fraction);
   double header_bytes = 0;
   if (binary) {
     const BinaryLayout layout =
