@@ -13,8 +13,10 @@
 //                SubmitJob, CancelJob,       admin
 //                CheckpointJob
 //   parameter    every method                worker; GetStats also admin; UnloadJob, WriteRows
-//   server                                   and Checkpoint also need the job's grant
-//                                            (common/grants.h)
+//   server                                   and Checkpoint also need the job's grant; LoadJob,
+//                                            Lookup, PushGradients and ReadRows the member grant
+//                                            of the job's epoch, LoadJob also the load grant of
+//                                            its very request (common/grants.h)
 //
 // A caller whose identity the table does not list is PERMISSION_DENIED, naming the method and the
 // identity; a call on a TLS connection with neither a certificate common name nor a valid token

@@ -1,6 +1,6 @@
-// Which parameter-server shard owns an embedding row. Shared by the coordinator (shard map),
-// the parameter servers (to validate what they are sent) and the workers' sharded client, so
-// all sides agree. Pure functions, thread-safe.
+// Which parameter-server shard owns an embedding row. Shared by the parameter servers (to
+// validate what they are sent) and the workers' sharded client, so both sides agree (the
+// coordinator only orders a job's servers: shard i is the i-th). Pure functions, thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Status helpers. Our abseil (20220623) has no status macros, so the project keeps its own.
 //
 //   DLRM_RETURN_IF_ERROR(table->Write(ids, rows));
-//   DLRM_ASSIGN_OR_RETURN(auto table, TieredTable::Create(options));
+//   DLRM_ASSIGN_OR_RETURN(auto store, TieredStore::Create(options));
 #pragma once
 
 #include <string>

@@ -1,6 +1,5 @@
 // Files of a checkpoint (docs/CHECKPOINTS.md): written once, fsynced, described by their size and
-// CRC32C (the Castagnoli CRC, computed with RocksDB's hardware-accelerated implementation), and
-// verified on every read.
+// CRC32C (the Castagnoli CRC, computed with ISA-L's crc32_iscsi), and verified on every read.
 //
 //   ChecksummedWriter: append bytes, Close() -> {bytes, crc32c}; the file is fsynced.
 //   RowFileWriter / ReadRowFile: one table's rows, [weights | optimizer state] per id.

@@ -9,7 +9,10 @@
 // kEntryOverheadBytes (hash-map entry at its worst load factor, slot bookkeeping). bytes() is
 // size() * BytesPerRow; the slab itself may hold up to one unused chunk (kChunkRows rows) more.
 //
-// MemoryTier: a StorageTier with one MemoryRowMap and one mutex per table.
+// MemoryTier: a StorageTier with one MemoryRowMap and one mutex per table. The service does not
+// use it (TieredStore holds MemoryRowMaps itself, under its own locks); it runs MemoryRowMap
+// through the tiers' conformance suite (tests/embedding/tier_conformance_test.cc) beside the
+// RocksDB tier.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// StorageTier: one batched interface over stored embedding rows, implemented by the memory tier
-// (memory_tier.h) and the RocksDB tier (rocksdb_tier.h), and checked by one conformance suite
+// StorageTier: one batched interface over stored embedding rows, implemented by the RocksDB tier
+// (rocksdb_tier.h, a parameter server's cold rows) and by MemoryTier (memory_tier.h, the test
+// view of the rows TieredStore keeps in memory), and checked by one conformance suite
 // (tests/embedding/tier_conformance_test.cc).
 //
 // A tier holds rows of `num_tables()` tables; table t's rows are all `row_floats(t)` floats wide

@@ -1,7 +1,7 @@
 // ParameterServer: one `dlrm ps` process's server: a PsService on a gRPC server (built through
-// common/grpc_util.h), with its work pool, timer thread and metrics. The process main (or
-// RunParameterServer in ps_process.h) starts it; workers then call LoadJob, Lookup and
-// PushGradients on it.
+// common/grpc_util.h), with its work pool, timer thread and metrics. PsProcess (ps_process.h,
+// what `dlrm ps` runs) starts it and registers it with the coordinator; workers then call
+// LoadJob, Lookup and PushGradients on it.
 //
 //   DLRM_ASSIGN_OR_RETURN(auto ps, ParameterServer::Start({.listen_address = "0.0.0.0:7001",
 //                                                          .data_dir = "/var/lib/dlrm/ps"}));

@@ -9,12 +9,13 @@
 //
 // Transient faults: a request that fails with UNAVAILABLE (connection refused or reset, a PS
 // restarting) is sent again after a backoff (20 ms doubling to 1 s, jittered) until its budget,
-// `rpc_timeout` from its first attempt, is spent; a stalled PS just makes it wait within that
-// budget. DEADLINE_EXCEEDED and every other code are final. A failed call's error names the
-// shard, its address and the attempts made; a call that needed retries logs one WARNING. Pushes
-// are numbered (PushGradientsRequest.sequence, from 1 per client) and a retry resends the same
-// number, so a PS applies a retried push once. Hence one client per (job, epoch, rank): a second
-// one would number from 1 again and have its pushes taken for copies. Cancel() ends it all.
+// `retry_budget` from its first attempt (workers: kPsRetryBudget, 5 s; zero: `rpc_timeout`), is
+// spent; a stalled PS just makes it wait, up to `rpc_timeout`. DEADLINE_EXCEEDED and every other
+// code are final. A failed call's error names the shard, its address and the attempts made; a call
+// that needed retries logs one WARNING. Pushes are numbered (PushGradientsRequest.sequence, from 1
+// per client) and a retry resends the same number, so a PS applies a retried push once. Hence one
+// client per (job, epoch, rank): a second one would number from 1 again and have its pushes taken
+// for copies. Cancel() ends it all.
 //
 // Push sends a request to every shard every step, even with no rows for it, because a shard
 // counts a worker's step as complete (the staleness bound, server/ps_step_gate.h) when its push
