@@ -75,7 +75,7 @@
 #include "embedding/checkpoint_io.h"
 #include "embedding/checkpoint_manifest.h"
 #include "embedding/checkpoint_snapshot.h"
-#include "embedding/tiered_table.h"
+#include "embedding/tiered_store.h"
 #include "nlohmann/json.hpp"
 #include "rocksdb/file_checksum.h"
 #include "worker/checkpoint.h"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "embedding/tiered_table.h"
+#include "embedding/tiered_store.h"
 #include "nlohmann/json.hpp"
 
 namespace dlrm::bench {

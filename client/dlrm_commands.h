@@ -6,16 +6,25 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 
 namespace dlrm {
+
+// Prints "error: <message>" and returns a failed command's exit code: 2 when what the user gave
+// was wrong (INVALID_ARGUMENT), 1 for a failure of the run (README, after the command table).
+inline int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
 // Adds `certs`, `coordinator`, `ps`, `worker` and `local`; the chosen one sets *run.
 void AddServiceCommands(CLI::App& app, std::function<int()>* run);

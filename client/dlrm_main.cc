@@ -38,11 +38,6 @@
 namespace dlrm {
 namespace {
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
 void AddTrain(CLI::App& app, std::function<int()>* run) {
   auto* cmd = app.add_subcommand("train", "Train a job in this process (the reference trainer)");
   static worker::TrainCommandOptions options;

@@ -37,11 +37,6 @@
 namespace dlrm {
 namespace {
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
 // The TLS flags' refusals (a --tls-dir that is no folder, a file that cannot be read or holds no
 // PEM, plaintext off loopback without --insecure) are all about what the user gave: exit 2, as
 // dlrmctl does for the same flags, not 1 as for a failure of the run.

@@ -305,218 +305,206 @@ absl::Status ReadTables(const YAML::Node& node, std::vector<TableSpec>* out) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::string>* warnings) {
-  JobSpec spec;
-  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
-  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
-  DLRM_RETURN_IF_ERROR(CheckKeys(
-      root, "", {"name", "model", "tables", "optimizer", "training", "data", "checkpoint"}));
-  DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
-  DLRM_RETURN_IF_ERROR(CheckText("name", spec.name, kMaxNameBytes, "kMaxNameBytes"));
-
-  YAML::Node model = root["model"];
+// model: the MLPs, the embedding width, pooling and interaction, checked.
+absl::Status ReadModel(const YAML::Node& model, JobSpec* spec) {
   if (!model) return Invalid("model", "missing");
   DLRM_RETURN_IF_ERROR(CheckKeys(model, "model",
                                  {"dense_features", "bottom_mlp", "top_mlp", "embedding_dim",
                                   "pooling", "interaction", "cross_layers", "low_rank"}));
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "dense_features", &spec.dense_features));
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "embedding_dim", &spec.embedding_dim));
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "pooling", &spec.pooling));
-  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "bottom_mlp", &spec.bottom_mlp));
-  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "top_mlp", &spec.top_mlp));
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "interaction", &spec.interaction));
-  if (spec.interaction != "dot" && spec.interaction != "dcnv2") {
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "dense_features", &spec->dense_features));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "embedding_dim", &spec->embedding_dim));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "pooling", &spec->pooling));
+  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "bottom_mlp", &spec->bottom_mlp));
+  DLRM_RETURN_IF_ERROR(ReadIntList(model, "model", "top_mlp", &spec->top_mlp));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "interaction", &spec->interaction));
+  if (spec->interaction != "dot" && spec->interaction != "dcnv2") {
     return Invalid("model.interaction",
-                   absl::StrCat("must be dot or dcnv2, got '", spec.interaction, "'"));
+                   absl::StrCat("must be dot or dcnv2, got '", spec->interaction, "'"));
   }
-  if (spec.interaction != "dcnv2" && (model["cross_layers"] || model["low_rank"])) {
+  if (spec->interaction != "dcnv2" && (model["cross_layers"] || model["low_rank"])) {
     return Invalid(model["cross_layers"] ? "model.cross_layers" : "model.low_rank",
                    "applies to interaction: dcnv2 only");
   }
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "cross_layers", &spec.cross_layers));
-  DLRM_RETURN_IF_ERROR(Read(model, "model", "low_rank", &spec.low_rank));
-  if (spec.cross_layers <= 0) {
-    return Invalid("model.cross_layers", absl::StrCat("must be > 0, got ", spec.cross_layers));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "cross_layers", &spec->cross_layers));
+  DLRM_RETURN_IF_ERROR(Read(model, "model", "low_rank", &spec->low_rank));
+  if (spec->cross_layers <= 0) {
+    return Invalid("model.cross_layers", absl::StrCat("must be > 0, got ", spec->cross_layers));
   }
   DLRM_RETURN_IF_ERROR(
-      AtMost("model.cross_layers", spec.cross_layers, kMaxCrossLayers, "kMaxCrossLayers"));
-  if (spec.low_rank <= 0) {
-    return Invalid("model.low_rank", absl::StrCat("must be > 0, got ", spec.low_rank));
+      AtMost("model.cross_layers", spec->cross_layers, kMaxCrossLayers, "kMaxCrossLayers"));
+  if (spec->low_rank <= 0) {
+    return Invalid("model.low_rank", absl::StrCat("must be > 0, got ", spec->low_rank));
   }
-  DLRM_RETURN_IF_ERROR(AtMost("model.low_rank", spec.low_rank, kMaxLowRank, "kMaxLowRank"));
-  if (spec.dense_features <= 0) {
-    return Invalid("model.dense_features", absl::StrCat("must be > 0, got ", spec.dense_features));
-  }
-  DLRM_RETURN_IF_ERROR(
-      AtMost("model.dense_features", spec.dense_features, kMaxDenseFeatures, "kMaxDenseFeatures"));
-  if (spec.embedding_dim <= 0) {
-    return Invalid("model.embedding_dim", absl::StrCat("must be > 0, got ", spec.embedding_dim));
+  DLRM_RETURN_IF_ERROR(AtMost("model.low_rank", spec->low_rank, kMaxLowRank, "kMaxLowRank"));
+  if (spec->dense_features <= 0) {
+    return Invalid("model.dense_features", absl::StrCat("must be > 0, got ", spec->dense_features));
   }
   DLRM_RETURN_IF_ERROR(
-      AtMost("model.embedding_dim", spec.embedding_dim, kMaxEmbeddingDim, "kMaxEmbeddingDim"));
-  if (spec.pooling != "sum" && spec.pooling != "mean") {
-    return Invalid("model.pooling", absl::StrCat("must be sum or mean, got '", spec.pooling, "'"));
+      AtMost("model.dense_features", spec->dense_features, kMaxDenseFeatures, "kMaxDenseFeatures"));
+  if (spec->embedding_dim <= 0) {
+    return Invalid("model.embedding_dim", absl::StrCat("must be > 0, got ", spec->embedding_dim));
   }
-  if (spec.bottom_mlp.empty()) return Invalid("model.bottom_mlp", "missing or empty");
-  if (spec.top_mlp.empty()) return Invalid("model.top_mlp", "missing or empty");
-  if (spec.bottom_mlp.back() != spec.embedding_dim) {
+  DLRM_RETURN_IF_ERROR(
+      AtMost("model.embedding_dim", spec->embedding_dim, kMaxEmbeddingDim, "kMaxEmbeddingDim"));
+  if (spec->pooling != "sum" && spec->pooling != "mean") {
+    return Invalid("model.pooling", absl::StrCat("must be sum or mean, got '", spec->pooling, "'"));
+  }
+  if (spec->bottom_mlp.empty()) return Invalid("model.bottom_mlp", "missing or empty");
+  if (spec->top_mlp.empty()) return Invalid("model.top_mlp", "missing or empty");
+  if (spec->bottom_mlp.back() != spec->embedding_dim) {
     return Invalid(
         "model.bottom_mlp",
-        absl::StrCat("last width ", spec.bottom_mlp.back(), " must equal model.embedding_dim ",
-                     spec.embedding_dim, " (the interaction stacks equal widths)"));
+        absl::StrCat("last width ", spec->bottom_mlp.back(), " must equal model.embedding_dim ",
+                     spec->embedding_dim, " (the interaction stacks equal widths)"));
   }
-  if (spec.top_mlp.back() != 1) {
+  if (spec->top_mlp.back() != 1) {
     return Invalid("model.top_mlp",
-                   absl::StrCat("last width must be 1 (one logit), got ", spec.top_mlp.back()));
+                   absl::StrCat("last width must be 1 (one logit), got ", spec->top_mlp.back()));
   }
+  return absl::OkStatus();
+}
 
-  DLRM_RETURN_IF_ERROR(ReadTables(root["tables"], &spec.tables));
-
-  if (YAML::Node opt = root["optimizer"]) {
-    DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse", "schedule"}));
-    DLRM_RETURN_IF_ERROR(
-        ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer, warnings));
-    DLRM_RETURN_IF_ERROR(
-        ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer, warnings));
-    DLRM_RETURN_IF_ERROR(ReadSchedule(opt["schedule"], &spec.lr_schedule));
-  }
-
-  if (YAML::Node tr = root["training"]) {
+// training: batch, epochs, steps, hot rows, device, sync formats and evaluation, checked (also
+// when the section is missing: the defaults, against the model's size).
+absl::Status ReadTraining(const YAML::Node& tr, JobSpec* spec) {
+  if (tr) {
     DLRM_RETURN_IF_ERROR(CheckKeys(
         tr, "training",
         {"batch_size", "epochs", "seed", "max_steps", "staleness", "hot_budget",
          "hot_sample_batches", "hot_refresh_steps", "device", "math_mode", "eval_every_steps",
          "target_auc", "max_recoveries", "network_gbps", "hot_sync_dtype", "dense_sync_dtype",
          "dense_sync_compression", "powersgd_rank", "powersgd_warmup_steps"}));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec.batch_size));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec.epochs));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec.seed));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_steps", &spec.max_steps));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "staleness", &spec.staleness));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sample_batches", &spec.hot_sample_batches));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_refresh_steps", &spec.hot_refresh_steps));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "device", &spec.device));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "math_mode", &spec.math_mode));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "eval_every_steps", &spec.eval_every_steps));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "target_auc", &spec.target_auc));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_recoveries", &spec.max_recoveries));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "batch_size", &spec->batch_size));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "epochs", &spec->epochs));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "seed", &spec->seed));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_steps", &spec->max_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "staleness", &spec->staleness));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sample_batches", &spec->hot_sample_batches));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_refresh_steps", &spec->hot_refresh_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "device", &spec->device));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "math_mode", &spec->math_mode));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "eval_every_steps", &spec->eval_every_steps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "target_auc", &spec->target_auc));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "max_recoveries", &spec->max_recoveries));
     std::string hot_budget;
     DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_budget", &hot_budget));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "network_gbps", &spec.network_gbps));
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sync_dtype", &spec.hot_sync_dtype));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "network_gbps", &spec->network_gbps));
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "hot_sync_dtype", &spec->hot_sync_dtype));
     // A table dtype, or fp8: a format of the wire only.
-    if (!spec.hot_sync_dtype.empty() && spec.hot_sync_dtype != "fp8" &&
-        !CheckRowDtype("training.hot_sync_dtype", spec.hot_sync_dtype).ok()) {
+    if (!spec->hot_sync_dtype.empty() && spec->hot_sync_dtype != "fp8" &&
+        !CheckRowDtype("training.hot_sync_dtype", spec->hot_sync_dtype).ok()) {
       return Invalid(
           "training.hot_sync_dtype",
-          absl::StrCat("'", spec.hot_sync_dtype, "' is not one of fp32, fp16, bf16, fp8"));
+          absl::StrCat("'", spec->hot_sync_dtype, "' is not one of fp32, fp16, bf16, fp8"));
     }
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "dense_sync_dtype", &spec.dense_sync_dtype));
-    if (spec.dense_sync_dtype != "fp32" && spec.dense_sync_dtype != "bf16") {
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "dense_sync_dtype", &spec->dense_sync_dtype));
+    if (spec->dense_sync_dtype != "fp32" && spec->dense_sync_dtype != "bf16") {
       return Invalid("training.dense_sync_dtype",
-                     absl::StrCat("'", spec.dense_sync_dtype, "' is not fp32 or bf16",
-                                  spec.dense_sync_dtype == "fp16"
+                     absl::StrCat("'", spec->dense_sync_dtype, "' is not fp32 or bf16",
+                                  spec->dense_sync_dtype == "fp16"
                                       ? " (fp16 would flush dense gradients below 2^-24 to zero)"
                                       : ""));
     }
     DLRM_RETURN_IF_ERROR(
-        Read(tr, "training", "dense_sync_compression", &spec.dense_sync_compression));
-    if (spec.dense_sync_compression != "none" && spec.dense_sync_compression != "powersgd") {
+        Read(tr, "training", "dense_sync_compression", &spec->dense_sync_compression));
+    if (spec->dense_sync_compression != "none" && spec->dense_sync_compression != "powersgd") {
       return Invalid("training.dense_sync_compression",
-                     absl::StrCat("'", spec.dense_sync_compression, "' is not none or powersgd"));
+                     absl::StrCat("'", spec->dense_sync_compression, "' is not none or powersgd"));
     }
-    DLRM_RETURN_IF_ERROR(Read(tr, "training", "powersgd_rank", &spec.powersgd_rank));
-    if (spec.powersgd_rank < 1 || spec.powersgd_rank > 64) {
+    DLRM_RETURN_IF_ERROR(Read(tr, "training", "powersgd_rank", &spec->powersgd_rank));
+    if (spec->powersgd_rank < 1 || spec->powersgd_rank > 64) {
       return Invalid("training.powersgd_rank",
-                     absl::StrCat(spec.powersgd_rank, " is not in [1, 64]"));
+                     absl::StrCat(spec->powersgd_rank, " is not in [1, 64]"));
     }
     DLRM_RETURN_IF_ERROR(
-        Read(tr, "training", "powersgd_warmup_steps", &spec.powersgd_warmup_steps));
-    if (spec.powersgd_warmup_steps < 0) {
+        Read(tr, "training", "powersgd_warmup_steps", &spec->powersgd_warmup_steps));
+    if (spec->powersgd_warmup_steps < 0) {
       return Invalid("training.powersgd_warmup_steps",
-                     absl::StrCat(spec.powersgd_warmup_steps, " is negative"));
+                     absl::StrCat(spec->powersgd_warmup_steps, " is negative"));
     }
-    if (spec.dense_sync_compression == "powersgd" && spec.dense_sync_dtype != "fp32") {
+    if (spec->dense_sync_compression == "powersgd" && spec->dense_sync_dtype != "fp32") {
       return Invalid("training.dense_sync_compression",
                      absl::StrCat("powersgd sends its factors in fp32; dense_sync_dtype is '",
-                                  spec.dense_sync_dtype, "'"));
+                                  spec->dense_sync_dtype, "'"));
     }
     if (hot_budget == "auto") {
-      spec.hot_budget_bytes = JobSpec::kHotBudgetAuto;
+      spec->hot_budget_bytes = JobSpec::kHotBudgetAuto;
     } else if (!hot_budget.empty()) {
       auto bytes = ParseByteSize(hot_budget);
       if (!bytes.ok()) return Invalid("training.hot_budget", std::string(bytes.status().message()));
-      spec.hot_budget_bytes = *bytes;
+      spec->hot_budget_bytes = *bytes;
     }
   }
-  if (spec.batch_size <= 0) {
-    return Invalid("training.batch_size", absl::StrCat("must be > 0, got ", spec.batch_size));
+  if (spec->batch_size <= 0) {
+    return Invalid("training.batch_size", absl::StrCat("must be > 0, got ", spec->batch_size));
   }
   DLRM_RETURN_IF_ERROR(
-      AtMost("training.batch_size", spec.batch_size, kMaxBatchSize, "kMaxBatchSize"));
-  if (spec.epochs <= 0) {
-    return Invalid("training.epochs", absl::StrCat("must be > 0, got ", spec.epochs));
+      AtMost("training.batch_size", spec->batch_size, kMaxBatchSize, "kMaxBatchSize"));
+  if (spec->epochs <= 0) {
+    return Invalid("training.epochs", absl::StrCat("must be > 0, got ", spec->epochs));
   }
-  DLRM_RETURN_IF_ERROR(AtMost("training.epochs", spec.epochs, kMaxEpochs, "kMaxEpochs"));
-  if (spec.max_steps < 0) {
-    return Invalid("training.max_steps", absl::StrCat("must be >= 0, got ", spec.max_steps));
+  DLRM_RETURN_IF_ERROR(AtMost("training.epochs", spec->epochs, kMaxEpochs, "kMaxEpochs"));
+  if (spec->max_steps < 0) {
+    return Invalid("training.max_steps", absl::StrCat("must be >= 0, got ", spec->max_steps));
   }
-  if (spec.staleness < 0) {
-    return Invalid("training.staleness", absl::StrCat("must be >= 0, got ", spec.staleness));
+  if (spec->staleness < 0) {
+    return Invalid("training.staleness", absl::StrCat("must be >= 0, got ", spec->staleness));
   }
   DLRM_RETURN_IF_ERROR(
-      AtMost("training.staleness", spec.staleness, kMaxStaleness, "kMaxStaleness"));
-  if (spec.hot_sample_batches <= 0) {
+      AtMost("training.staleness", spec->staleness, kMaxStaleness, "kMaxStaleness"));
+  if (spec->hot_sample_batches <= 0) {
     return Invalid("training.hot_sample_batches",
-                   absl::StrCat("must be > 0, got ", spec.hot_sample_batches));
+                   absl::StrCat("must be > 0, got ", spec->hot_sample_batches));
   }
-  DLRM_RETURN_IF_ERROR(AtMost("training.hot_sample_batches", spec.hot_sample_batches,
+  DLRM_RETURN_IF_ERROR(AtMost("training.hot_sample_batches", spec->hot_sample_batches,
                               kMaxHotSampleBatches, "kMaxHotSampleBatches"));
-  if (!std::isfinite(spec.network_gbps) || spec.network_gbps <= 0 || spec.network_gbps > 1e4) {
+  if (!std::isfinite(spec->network_gbps) || spec->network_gbps <= 0 || spec->network_gbps > 1e4) {
     return Invalid("training.network_gbps",
-                   absl::StrCat("must be in (0, 10000] Gbit/s, got ", spec.network_gbps));
+                   absl::StrCat("must be in (0, 10000] Gbit/s, got ", spec->network_gbps));
   }
-  if (spec.hot_refresh_steps < 0) {
+  if (spec->hot_refresh_steps < 0) {
     return Invalid("training.hot_refresh_steps",
-                   absl::StrCat("must be >= 0, got ", spec.hot_refresh_steps));
+                   absl::StrCat("must be >= 0, got ", spec->hot_refresh_steps));
   }
-  if (spec.max_recoveries < 0) {
+  if (spec->max_recoveries < 0) {
     return Invalid("training.max_recoveries",
-                   absl::StrCat("must be >= 0, got ", spec.max_recoveries));
+                   absl::StrCat("must be >= 0, got ", spec->max_recoveries));
   }
   DLRM_RETURN_IF_ERROR(
-      AtMost("training.max_recoveries", spec.max_recoveries, kMaxRecoveries, "kMaxRecoveries"));
-  DLRM_RETURN_IF_ERROR(CheckModelSize(spec));
-  if (spec.eval_every_steps < 0) {
+      AtMost("training.max_recoveries", spec->max_recoveries, kMaxRecoveries, "kMaxRecoveries"));
+  DLRM_RETURN_IF_ERROR(CheckModelSize(*spec));
+  if (spec->eval_every_steps < 0) {
     return Invalid("training.eval_every_steps",
-                   absl::StrCat("must be >= 0, got ", spec.eval_every_steps));
+                   absl::StrCat("must be >= 0, got ", spec->eval_every_steps));
   }
-  if (!std::isfinite(spec.target_auc) || spec.target_auc < 0 || spec.target_auc >= 1) {
+  if (!std::isfinite(spec->target_auc) || spec->target_auc < 0 || spec->target_auc >= 1) {
     return Invalid("training.target_auc",
-                   absl::StrCat("must be in [0, 1) (0 = no target), got ", spec.target_auc));
+                   absl::StrCat("must be in [0, 1) (0 = no target), got ", spec->target_auc));
   }
-  if (spec.target_auc > 0 && spec.eval_every_steps == 0) {
+  if (spec->target_auc > 0 && spec->eval_every_steps == 0) {
     return Invalid("training.target_auc",
-                   absl::StrCat(spec.target_auc,
+                   absl::StrCat(spec->target_auc,
                                 " needs training.eval_every_steps: the target is checked at each "
                                 "periodic evaluation"));
   }
-  if (spec.device != "auto" && spec.device != "cpu" && spec.device != "cuda") {
+  if (spec->device != "auto" && spec->device != "cpu" && spec->device != "cuda") {
     return Invalid("training.device",
-                   absl::StrCat("must be auto, cpu or cuda, got '", spec.device, "'"));
+                   absl::StrCat("must be auto, cpu or cuda, got '", spec->device, "'"));
   }
-  if (spec.math_mode != "fp32" && spec.math_mode != "tf32" && spec.math_mode != "bf16") {
+  if (spec->math_mode != "fp32" && spec->math_mode != "tf32" && spec->math_mode != "bf16") {
     return Invalid("training.math_mode",
-                   absl::StrCat("must be fp32, tf32 or bf16, got '", spec.math_mode, "'"));
+                   absl::StrCat("must be fp32, tf32 or bf16, got '", spec->math_mode, "'"));
   }
+  return absl::OkStatus();
+}
 
-  if (YAML::Node ck = root["checkpoint"]) {
+// checkpoint: the folder, how often, how many kept, resume_from.
+absl::Status ReadCheckpoint(const YAML::Node& ck, JobSpec* spec) {
+  if (ck) {
     DLRM_RETURN_IF_ERROR(CheckKeys(
         ck, "checkpoint",
         {"dir", "every_steps", "every_seconds", "keep_last", "full_every", "resume_from"}));
-    CheckpointSpec& c = spec.checkpoint;
+    CheckpointSpec& c = spec->checkpoint;
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "dir", &c.dir));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_steps", &c.every_steps));
     DLRM_RETURN_IF_ERROR(Read(ck, "checkpoint", "every_seconds", &c.every_seconds));
@@ -559,31 +547,64 @@ absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::strin
                                                     "folder of its own"));
     }
   }
+  return absl::OkStatus();
+}
 
-  if (YAML::Node data = root["data"]) {
+// data: the files, their format and the eval split.
+absl::Status ReadData(const YAML::Node& data, JobSpec* spec, std::vector<std::string>* warnings) {
+  if (data) {
     DLRM_RETURN_IF_ERROR(
         CheckKeys(data, "data", {"train", "eval", "format", "eval_fraction", "strict"}));
-    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "train", &spec.train_paths));
-    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "eval", &spec.eval_paths));
-    DLRM_RETURN_IF_ERROR(Read(data, "data", "format", &spec.format));
-    DLRM_RETURN_IF_ERROR(Read(data, "data", "eval_fraction", &spec.eval_fraction));
-    DLRM_RETURN_IF_ERROR(Read(data, "data", "strict", &spec.strict));
+    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "train", &spec->train_paths));
+    DLRM_RETURN_IF_ERROR(ReadPaths(data, "data", "eval", &spec->eval_paths));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "format", &spec->format));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "eval_fraction", &spec->eval_fraction));
+    DLRM_RETURN_IF_ERROR(Read(data, "data", "strict", &spec->strict));
   }
-  if (spec.format != "auto" && spec.format != "tsv" && spec.format != "binary") {
+  if (spec->format != "auto" && spec->format != "tsv" && spec->format != "binary") {
     return Invalid("data.format",
-                   absl::StrCat("must be auto, tsv or binary, got '", spec.format, "'"));
+                   absl::StrCat("must be auto, tsv or binary, got '", spec->format, "'"));
   }
-  if (!(spec.eval_fraction >= 0 && spec.eval_fraction < 1)) {
+  if (!(spec->eval_fraction >= 0 && spec->eval_fraction < 1)) {
     return Invalid("data.eval_fraction",
-                   absl::StrCat("must be in [0, 1), got ", spec.eval_fraction));
+                   absl::StrCat("must be in [0, 1), got ", spec->eval_fraction));
   }
-  if (root["data"] && root["data"]["eval_fraction"] && !spec.eval_paths.empty() &&
-      spec.eval_fraction != JobSpec().eval_fraction) {
+  if (data && data["eval_fraction"] && !spec->eval_paths.empty() &&
+      spec->eval_fraction != JobSpec().eval_fraction) {
     warnings->push_back(absl::StrCat(
-        "data.eval_fraction: ", spec.eval_fraction,
+        "data.eval_fraction: ", spec->eval_fraction,
         " is ignored: data.eval is given, so the job evaluates on it and holds out none of "
         "data.train"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseNode(const YAML::Node& root, std::vector<std::string>* warnings) {
+  JobSpec spec;
+  spec.dense_optimizer = {.type = "adam", .learning_rate = 0.001};
+  spec.sparse_optimizer = {.type = "rowwise_adagrad", .learning_rate = 0.05};
+  DLRM_RETURN_IF_ERROR(CheckKeys(
+      root, "", {"name", "model", "tables", "optimizer", "training", "data", "checkpoint"}));
+  DLRM_RETURN_IF_ERROR(Read(root, "", "name", &spec.name));
+  DLRM_RETURN_IF_ERROR(CheckText("name", spec.name, kMaxNameBytes, "kMaxNameBytes"));
+
+  DLRM_RETURN_IF_ERROR(ReadModel(root["model"], &spec));
+  DLRM_RETURN_IF_ERROR(ReadTables(root["tables"], &spec.tables));
+
+  if (YAML::Node opt = root["optimizer"]) {
+    DLRM_RETURN_IF_ERROR(CheckKeys(opt, "optimizer", {"dense", "sparse", "schedule"}));
+    DLRM_RETURN_IF_ERROR(
+        ReadOptimizer(opt["dense"], "optimizer.dense", true, &spec.dense_optimizer, warnings));
+    DLRM_RETURN_IF_ERROR(
+        ReadOptimizer(opt["sparse"], "optimizer.sparse", false, &spec.sparse_optimizer, warnings));
+    DLRM_RETURN_IF_ERROR(ReadSchedule(opt["schedule"], &spec.lr_schedule));
+  }
+
+  DLRM_RETURN_IF_ERROR(ReadTraining(root["training"], &spec));
+  DLRM_RETURN_IF_ERROR(ReadCheckpoint(root["checkpoint"], &spec));
+  DLRM_RETURN_IF_ERROR(ReadData(root["data"], &spec, warnings));
   // A rank at or past the cross layers' width is no low-rank layer: U_l V_l reaches no higher
   // rank than a full matrix, with more weights (the default 512 does this to a small model).
   const int width = spec.TopInputWidth();

@@ -70,18 +70,6 @@ absl::StatusOr<BackendOptions::Kind> ParseDeviceKind(const std::string& name) {
       absl::StrCat("unknown device '", name, "' (expected auto, cpu or cuda)"));
 }
 
-const char* DeviceKindName(BackendOptions::Kind kind) {
-  switch (kind) {
-    case BackendOptions::Kind::kAuto:
-      return "auto";
-    case BackendOptions::Kind::kCpu:
-      return "cpu";
-    case BackendOptions::Kind::kCuda:
-      return "cuda";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<MathMode> ParseMathMode(const std::string& name) {
   if (name == "fp32") return MathMode::kFp32;
   if (name == "tf32") return MathMode::kTf32;

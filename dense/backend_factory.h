@@ -23,7 +23,8 @@ struct BackendOptions {
   MathMode math_mode = MathMode::kFp32;
   // CUDA device; must be in [0, cuda::DeviceCount()).
   int device_ordinal = 0;
-  // OpenBLAS threads of the CPU backend; 0 = all cores. Process-wide (see CpuBackendOptions).
+  // GEMM threads of the CPU backend (oneDNN's and OpenBLAS's); 0 = all cores (see
+  // CpuBackendOptions::threads).
   int cpu_threads = 0;
 };
 
@@ -34,7 +35,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
 
 // "auto", "cpu", "cuda" (lower case); anything else is INVALID_ARGUMENT naming it.
 absl::StatusOr<BackendOptions::Kind> ParseDeviceKind(const std::string& name);
-const char* DeviceKindName(BackendOptions::Kind kind);
 
 // "fp32", "tf32", "bf16"; anything else is INVALID_ARGUMENT naming it. MathModeName (in
 // dense/backend.h) writes them.

@@ -1,6 +1,6 @@
-// TieredStore's lookups, updates and admissions (embedding/tiered_table.h); its flushes,
-// checkpoints and snapshots are in tiered_table_checkpoint.cc.
-#include "embedding/tiered_table.h"
+// TieredStore's lookups, updates and admissions (embedding/tiered_store.h); its flushes,
+// checkpoints and snapshots are in tiered_store_checkpoint.cc.
+#include "embedding/tiered_store.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +11,7 @@
 #include "common/status.h"
 #include "embedding/row_init.h"
 #include "embedding/sparse_optimizer.h"
-#include "embedding/tiered_table_internal.h"
+#include "embedding/tiered_store_internal.h"
 
 namespace dlrm::embedding {
 

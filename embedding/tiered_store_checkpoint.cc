@@ -1,4 +1,4 @@
-// TieredStore's flushes, checkpoints and snapshots (embedding/tiered_table.h). Flush writes each
+// TieredStore's flushes, checkpoints and snapshots (embedding/tiered_store.h). Flush writes each
 // table's resident rows under that table's mutex; CreateCheckpoint and TakeSnapshot hold every
 // table's mutex (taken in index order) for one consistent state of the memory tier and RocksDB;
 // PrepareSnapshot only allocates the copy ahead of them.
@@ -10,8 +10,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/parallel.h"
 #include "common/status.h"
-#include "embedding/tiered_table.h"
-#include "embedding/tiered_table_internal.h"
+#include "embedding/tiered_store.h"
+#include "embedding/tiered_store_internal.h"
 
 namespace dlrm::embedding {
 

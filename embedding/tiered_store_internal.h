@@ -1,6 +1,6 @@
-// The definitions behind TieredStore's private `Table` and `Batch` (embedding/tiered_table.h),
-// shared by the files that implement it: tiered_table.cc (lookups, updates, admission) and
-// tiered_table_checkpoint.cc (flushes, checkpoints and snapshots). Not for other users.
+// The definitions behind TieredStore's private `Table` and `Batch` (embedding/tiered_store.h),
+// shared by the files that implement it: tiered_store.cc (lookups, updates, admission) and
+// tiered_store_checkpoint.cc (flushes, checkpoints and snapshots). Not for other users.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "embedding/frequency_sketch.h"
 #include "embedding/memory_tier.h"
 #include "embedding/row_dtype.h"
-#include "embedding/tiered_table.h"
+#include "embedding/tiered_store.h"
 
 namespace dlrm::embedding {
 

@@ -38,7 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "embedding/tiered_table.h"
+#include "embedding/tiered_store.h"
 #include "proto/lookup_wire.h"
 #include "proto/ps.pb.h"
 #include "server/ps_step_gate.h"

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Create(const PsProcessOpti
                                                             : options.advertise_address;
   client::CoordinatorClientOptions client_options;
   client_options.address = options.coordinator;
-  client_options.timeout = options.rpc_timeout;
+  client_options.timeout = options.coordinator_rpc_timeout;
   client_options.security = options.server.security;
   DLRM_ASSIGN_OR_RETURN(p->client_, client::CoordinatorClient::Create(client_options));
   return p;

@@ -39,7 +39,7 @@ struct PsProcessOptions {
   std::string advertise_address;
   std::string metrics_address;  // advertised to the coordinator, may be empty
   std::string name;             // a label shown by `dlrmctl members`
-  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration coordinator_rpc_timeout = absl::Seconds(10);  // each call to the coordinator
   // How long Run keeps trying to register at start-up (the coordinator may start after us).
   absl::Duration register_timeout = absl::Seconds(60);
 };

@@ -153,8 +153,8 @@ class TrainCheckpointer {
 
 class GrpcPsClient;
 
-// A cluster job's checkpoints (docs/CHECKPOINTS.md "Cluster jobs"). Every rank calls Due and,
-// at a pipeline-drained step boundary, Prepare, then (after a barrier) Cut; rank 0 does most:
+// A cluster job's checkpoints (docs/CHECKPOINTS.md "Cluster jobs"). Every rank calls DueBySteps
+// and, at a pipeline-drained step boundary, Prepare, then (after a barrier) Cut; rank 0 does most:
 //   Prepare  rank 0 waits for the previous checkpoint's write and creates the new directory.
 //   Cut      rank 0 asks every parameter server for a SNAPSHOT (the cut: each copies its memory
 //            tier's rows and takes a RocksDB checkpoint), writes the hot rows' part itself and
@@ -171,7 +171,8 @@ class GrpcPsClient;
 // of the parent (the last checkpoint this run committed; the first of a run is full), which the
 // servers track as they apply updates (TieredStore::TakeSnapshot). every_steps is the
 // same on every rank; every_seconds and `dlrmctl checkpoint` are rank 0's to decide (DueByTime,
-// the job's checkpoint requests), and the ranks agree at a decision boundary (worker_job.cc).
+// the job's checkpoint requests), and the ranks agree at a decision boundary
+// (JobRun::CheckpointDue, job_run_train.cc).
 class ClusterCheckpointer {
  public:
   struct Options {
@@ -196,7 +197,7 @@ class ClusterCheckpointer {
   ~ClusterCheckpointer();
 
   // Steps are the job's (base_step + this run's): due every every_steps steps after base_step.
-  bool Due(int64_t step) const;
+  bool DueBySteps(int64_t step) const;
   // every_seconds have passed since the last cut (or since Create).
   bool DueByTime() const;
   // Before the barrier ahead of Cut, with Cut's position.

@@ -127,7 +127,7 @@ void ClusterCheckpointer::ReleaseFolder() {
   lock_fd_ = -1;
 }
 
-bool ClusterCheckpointer::Due(int64_t step) const {
+bool ClusterCheckpointer::DueBySteps(int64_t step) const {
   const int64_t every = options_.spec.checkpoint.every_steps;
   return step > last_step_ && every > 0 && (step - options_.base_step) % every == 0;
 }

@@ -25,7 +25,7 @@ absl::Status CheckCounts(const std::vector<size_t>& counts, int world_size) {
 
 }  // namespace
 
-absl::Status DenseAllReducer::AllReduceSumBf16(uint16_t* data, size_t count) {
+absl::Status Collectives::AllReduceSumBf16(uint16_t* data, size_t count) {
   std::vector<float> wide(count);
   embedding::DecodeValues(embedding::RowDtype::kBf16, data, static_cast<int64_t>(count),
                           wide.data());
@@ -35,8 +35,8 @@ absl::Status DenseAllReducer::AllReduceSumBf16(uint16_t* data, size_t count) {
   return absl::OkStatus();
 }
 
-absl::Status DenseAllReducer::AllGatherV(const float* in, const std::vector<size_t>& counts,
-                                         float* out) {
+absl::Status Collectives::AllGatherV(const float* in, const std::vector<size_t>& counts,
+                                     float* out) {
   DLRM_RETURN_IF_ERROR(CheckCounts(counts, world_size()));
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   size_t offset = 0;
@@ -46,8 +46,8 @@ absl::Status DenseAllReducer::AllGatherV(const float* in, const std::vector<size
   return AllReduceSum(out, total);
 }
 
-absl::Status DenseAllReducer::AllGatherV(const int32_t* in, const std::vector<size_t>& counts,
-                                         int32_t* out) {
+absl::Status Collectives::AllGatherV(const int32_t* in, const std::vector<size_t>& counts,
+                                     int32_t* out) {
   DLRM_RETURN_IF_ERROR(CheckCounts(counts, world_size()));
   constexpr int32_t kExact = 1 << 24;
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -65,8 +65,7 @@ absl::Status DenseAllReducer::AllGatherV(const int32_t* in, const std::vector<si
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> BroadcastFromRankZero(DenseAllReducer* reducer,
-                                                  const std::string& bytes) {
+absl::StatusOr<std::string> BroadcastFromRankZero(Collectives* reducer, const std::string& bytes) {
   const int world = reducer->world_size();
   const bool root = reducer->rank() == 0;
   if (world <= 1) return bytes;

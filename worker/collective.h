@@ -1,6 +1,7 @@
-// DenseAllReducer: the collectives between the workers of a job. Gloo implements them between
-// CPU workers (worker/gloo_allreducer.h), NCCL between GPU workers; a single-process trainer
-// passes none. Transport-free so the trainer does not know which one it has.
+// Collectives: what the workers of a job do together (sums, gathers, broadcasts, barriers). Gloo
+// implements them between CPU workers (worker/gloo_allreducer.h), NCCL between GPU workers; a
+// single-process trainer passes none. Transport-free so the trainer does not know which one it
+// has.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +14,9 @@
 
 namespace dlrm::worker {
 
-class DenseAllReducer {
+class Collectives {
  public:
-  virtual ~DenseAllReducer() = default;
+  virtual ~Collectives() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   // In place: data[i] = sum over ranks of data[i]. `data` is host memory. Every rank calls it
@@ -50,8 +51,7 @@ class DenseAllReducer {
 // Rank 0's `bytes` on every rank (other ranks pass anything; it is ignored): an allgather of its
 // length, then of the bytes, three to an integer so that every implementation carries them
 // exactly. For data too large for the coordinator's key-value store (e.g. a hot set).
-absl::StatusOr<std::string> BroadcastFromRankZero(DenseAllReducer* reducer,
-                                                  const std::string& bytes);
+absl::StatusOr<std::string> BroadcastFromRankZero(Collectives* reducer, const std::string& bytes);
 
 // What the ring algorithms send from one rank, by the payload (see sent_bytes above).
 int64_t RingAllReduceSentBytes(int64_t bytes, int world_size);

@@ -9,7 +9,7 @@
 
 namespace dlrm::worker {
 
-DenseGradientSync::DenseGradientSync(DenseAllReducer* reducer, bool bf16)
+DenseGradientSync::DenseGradientSync(Collectives* reducer, bool bf16)
     : reducer_(reducer),
       bf16_(bf16),
       max_bucket_floats_(kMaxBucketBytes / (bf16 ? sizeof(uint16_t) : sizeof(float))),
@@ -99,7 +99,7 @@ void DenseGradientSync::Loop() {
   }
 }
 
-absl::Status AllReduceDenseMean(DenseAllReducer* reducer, bool bf16, float* g, size_t n,
+absl::Status AllReduceDenseMean(Collectives* reducer, bool bf16, float* g, size_t n,
                                 uint16_t* wire) {
   if (bf16) {
     // Rounded to nearest even before they travel; every rank decodes the same summed bits.

@@ -33,7 +33,7 @@ namespace dlrm::worker {
 // The mean over the workers of the n gradients at g, in place: allreduced as fp32, or as bf16
 // values through `wire` (n values of scratch; unused for fp32), then divided by the number of
 // workers. Each bucket of DenseGradientSync is one call; so is the trainer's single allreduce.
-absl::Status AllReduceDenseMean(DenseAllReducer* reducer, bool bf16, float* g, size_t n,
+absl::Status AllReduceDenseMean(Collectives* reducer, bool bf16, float* g, size_t n,
                                 uint16_t* wire);
 
 class DenseGradientSync {
@@ -46,8 +46,8 @@ class DenseGradientSync {
   static constexpr size_t kMaxBucketBytes = 4 << 20;
 
   // `reducer` (not owned; used only from this object's thread between Begin and Finish) sums the
-  // gradients; bf16: they travel as bf16 values (DenseAllReducer::AllReduceSumBf16).
-  DenseGradientSync(DenseAllReducer* reducer, bool bf16);
+  // gradients; bf16: they travel as bf16 values (Collectives::AllReduceSumBf16).
+  DenseGradientSync(Collectives* reducer, bool bf16);
   ~DenseGradientSync();
 
   // A step's gradients: n floats at grads, reported by Ready from the end to the start.
@@ -59,7 +59,7 @@ class DenseGradientSync {
   // then skipped: the reducer is broken). grads holds the mean over the workers when it is OK.
   absl::Status Finish();
 
-  // Bytes the reducer reported sent for the buckets so far (DenseAllReducer::sent_bytes).
+  // Bytes the reducer reported sent for the buckets so far (Collectives::sent_bytes).
   int64_t sent_bytes() const;
   // Buckets sent since construction.
   int64_t buckets() const;
@@ -73,7 +73,7 @@ class DenseGradientSync {
   void Loop();
   absl::Status Reduce(Range r);
 
-  DenseAllReducer* const reducer_;
+  Collectives* const reducer_;
   const bool bf16_;
   const size_t max_bucket_floats_;
   size_t bucket_floats_ = 0;  // this step's

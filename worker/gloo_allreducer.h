@@ -1,4 +1,4 @@
-// GlooAllReducer: the DenseAllReducer between CPU workers, over Gloo's TCP transport. The ranks
+// GlooAllReducer: the Collectives between CPU workers, over Gloo's TCP transport. The ranks
 // of a job find each other through the coordinator's rendezvous key-value store
 // (worker/kv_rendezvous_store.h) under a job-scoped prefix, then connect a full mesh. Every rank
 // ends each collective with the same (bitwise) result.
@@ -69,7 +69,7 @@ struct GlooAllReducerOptions {
 // 8 MiB / (world - 1) down to 256 KiB, so that the receive buffers stay near 16 MiB a rank.
 size_t DefaultDirectMaxBytes(int world_size);
 
-class GlooAllReducer : public DenseAllReducer {
+class GlooAllReducer : public Collectives {
  public:
   // An allreduce among more than two ranks goes direct only up to this size: beyond it the
   // ring's fewer bytes (2 (n - 1) / n of the buffer, against n - 1 buffers) outweigh its delays.
@@ -83,7 +83,7 @@ class GlooAllReducer : public DenseAllReducer {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   absl::Status AllReduceSum(float* data, size_t count) override;
-  // 2 bytes a value on the wire (see DenseAllReducer).
+  // 2 bytes a value on the wire (see Collectives).
   absl::Status AllReduceSumBf16(uint16_t* data, size_t count) override;
   // Each piece once to every other rank: directly, or around Gloo's ring.
   absl::Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override;

@@ -1,6 +1,6 @@
 // Collectives between GPU workers.
 //
-// DeviceAllReducer extends the DenseAllReducer contract (worker/collective.h) with a sum over
+// DeviceAllReducer extends the Collectives contract (worker/collective.h) with a sum over
 // DEVICE memory ordered on the dense backend's stream, so a trainer with a CUDA backend sums its
 // dense gradients where they are, without staging them to the host. Its host-memory
 // AllReduceSum (hot-row gradients, barriers) stages through the device and returns with the
@@ -30,7 +30,7 @@
 
 namespace dlrm::worker {
 
-class DeviceAllReducer : public DenseAllReducer {
+class DeviceAllReducer : public Collectives {
  public:
   // In place on device memory of the backend: data[i] = sum over ranks of data[i], enqueued on
   // the backend's stream (visible after Backend::Synchronize or any later call on the stream).

@@ -111,7 +111,7 @@ class CudaGpuHotRows : public GpuHotRows {
     }
     if (cache_->rows() == 0) return absl::OkStatus();
     cache_->set_learning_rate(work->learning_rate);
-    DenseAllReducer* reducer = Reducer();
+    Collectives* reducer = Reducer();
     if (reducer == nullptr) return cache_->ApplyHot();
     // Every replica adds its gradients into the buffer; the touch counts, then the touched rows'
     // gradients are summed over the workers and every replica applies the same sums.
@@ -134,10 +134,10 @@ class CudaGpuHotRows : public GpuHotRows {
  private:
   int dim() const { return options_.tables.front().dim; }
   // What sums the hot rows' gradients over the workers; null for a single worker.
-  DenseAllReducer* Reducer() const {
-    DenseAllReducer* reducer = options_.device_reducer != nullptr
-                                   ? static_cast<DenseAllReducer*>(options_.device_reducer)
-                                   : options_.host_reducer;
+  Collectives* Reducer() const {
+    Collectives* reducer = options_.device_reducer != nullptr
+                               ? static_cast<Collectives*>(options_.device_reducer)
+                               : options_.host_reducer;
     return reducer != nullptr && reducer->world_size() > 1 ? reducer : nullptr;
   }
   int num_tables() const { return static_cast<int>(options_.tables.size()); }

@@ -45,7 +45,7 @@ struct GpuHotRowsOptions {
   // Sum the hot rows' gradients over the workers: the device reducer when set, else the host
   // one; neither for a single worker. Not owned.
   DeviceAllReducer* device_reducer = nullptr;
-  DenseAllReducer* host_reducer = nullptr;
+  Collectives* host_reducer = nullptr;
   // Shares a step's host work (checking and laying out the bags); null = the calling thread.
   // Not owned; must outlive this.
   common::ParallelPool* pool = nullptr;

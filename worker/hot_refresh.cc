@@ -12,7 +12,7 @@
 namespace dlrm::worker {
 namespace {
 
-absl::Status Barrier(DenseAllReducer* barrier) {
+absl::Status Barrier(Collectives* barrier) {
   if (barrier == nullptr) return absl::OkStatus();
   float one = 1.0f;
   return barrier->AllReduceSum(&one, 1);

@@ -53,7 +53,7 @@ struct HotRefreshOptions {
   // Hands rank 0's serialized hot set (`proposal`, empty on other ranks) of boundary `step` to
   // every rank. Null: a single worker (the identity).
   std::function<absl::StatusOr<std::string>(int64_t step, const std::string& proposal)> agree;
-  DenseAllReducer* barrier = nullptr;  // null: a single worker
+  Collectives* barrier = nullptr;  // null: a single worker
   // Halve the window's counts at each refresh (HotSetSelector::Decay); false starts every window
   // afresh (more rows move; tests use it to exercise migrations).
   bool decay_window = true;

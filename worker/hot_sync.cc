@@ -85,7 +85,7 @@ void DecodeGrads(HotWire wire, const void* in, size_t rows, int dim, float* grad
 
 }  // namespace
 
-absl::Status HotGradientExchange::Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
+absl::Status HotGradientExchange::Run(Collectives* reducer, int dim, int64_t total_rows,
                                       const HotRowGradients& local, GatheredHotGradients* gathered,
                                       HotWire wire) {
   const size_t n = local.rows.size();

@@ -77,9 +77,8 @@ class HotGradientExchange {
   // calls Run once per step, in the same order as its other collectives. `total_rows` bounds the
   // row indices (INVALID_ARGUMENT for one outside it, or for rows not ascending; INTERNAL when a
   // peer sends such).
-  absl::Status Run(DenseAllReducer* reducer, int dim, int64_t total_rows,
-                   const HotRowGradients& local, GatheredHotGradients* gathered,
-                   HotWire wire = HotWire::kFp32);
+  absl::Status Run(Collectives* reducer, int dim, int64_t total_rows, const HotRowGradients& local,
+                   GatheredHotGradients* gathered, HotWire wire = HotWire::kFp32);
 
  private:
   std::vector<int32_t> count_in_, counts_out_;

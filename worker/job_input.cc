@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace dlrm::worker {
@@ -98,6 +99,20 @@ int64_t TotalSteps(const common::JobSpec& spec, int64_t train_records) {
   int64_t total = per_epoch * spec.epochs;
   if (spec.max_steps > 0) total = std::min(total, spec.max_steps);
   return total;
+}
+
+absl::Status SkipTrainedBatches(BatchReader* reader, int64_t batches, int64_t epoch,
+                                const std::string& who) {
+  Batch skipped;
+  for (int64_t b = 0; b < batches; ++b) {
+    DLRM_ASSIGN_OR_RETURN(bool more, reader->Next(&skipped));
+    if (more) continue;
+    DLRM_LOG(WARNING) << who << "the checkpoint stands " << batches << " batch(es) into epoch "
+                      << epoch + 1 << ", but the training data read here has only " << b
+                      << " (it changed since?): going on with the next epoch";
+    break;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dlrm::worker

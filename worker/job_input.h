@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/criteo_shape.h"
@@ -23,6 +24,13 @@ struct JobInput {
 // Steps a job takes: epochs x ceil(train_records / batch_size), at most max_steps; -1 when
 // train_records is unknown.
 int64_t TotalSteps(const common::JobSpec& spec, int64_t train_records);
+
+// Resuming mid-epoch: reads and drops the `batches` batches of epoch `epoch` (0-based) that the
+// checkpoint trained, so that the next batch is the one the uninterrupted run would take. Data
+// that runs out first (it changed since?) is logged, after `who` ("" or "job j rank 1: "), and
+// the run goes on with the next epoch.
+absl::Status SkipTrainedBatches(BatchReader* reader, int64_t batches, int64_t epoch,
+                                const std::string& who);
 
 struct JobInputOptions {
   int rank = 0;

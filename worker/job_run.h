@@ -163,8 +163,8 @@ class WorkerProcess::JobRun {
   std::unique_ptr<GrpcPsClient> store_;
   std::function<void()> store_hook_;  // stops the run and cancels the store's calls
   bool hook_installed_ = false;
-  DenseAllReducer* reducer_ = nullptr;      // dense gradients (Gloo or NCCL); null alone
-  DenseAllReducer* hot_reducer_ = nullptr;  // the overlapped hot-row exchange's own (Gloo)
+  Collectives* reducer_ = nullptr;      // dense gradients (Gloo or NCCL); null alone
+  Collectives* hot_reducer_ = nullptr;  // the overlapped hot-row exchange's own (Gloo)
   JobInput input_;
   std::unique_ptr<Trainer> trainer_;
   TrainPosition base_;  // where this run starts in the job's numbering

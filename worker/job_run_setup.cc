@@ -114,8 +114,7 @@ absl::Status WorkerProcess::JobRun::ConnectPeers() {
              .key = absl::StrCat("job/", job_id_, "/", job_.job_epoch(), "/nccl/unique_id"),
              .publish = [client](const std::string& key,
                                  const std::string& value) { return client->KvSet(key, value); },
-             .fetch = [client,
-                       timeout](const std::string& key) { return client->KvGet(key, timeout); },
+             .fetch = [w = &worker_](const std::string& key) { return w->KvGetUntilStopped(key); },
              .init_timeout = timeout}));
     reducer_ = resources_->nccl.get();
     DLRM_LOG(INFO) << "job " << job_id_ << ": NCCL allreduce, rank " << rank_ << " of " << world_;
@@ -169,8 +168,8 @@ absl::Status WorkerProcess::JobRun::Restore() {
       }
       if (world_ > 1) DLRM_RETURN_IF_ERROR(client->KvSet(key, "path:" + resume_from));
     } else {
-      DLRM_ASSIGN_OR_RETURN(std::string chosen,
-                            client->KvGet(key, worker_.options_.collective_timeout));
+      // In short waits that end with the job: a rank 0 that died before its word never sends it.
+      DLRM_ASSIGN_OR_RETURN(std::string chosen, worker_.KvGetUntilStopped(key));
       resume_from = std::string(absl::StripPrefix(chosen, "path:"));
     }
     DLRM_LOG(INFO) << "job " << job_id_ << " rank " << rank_ << ": recovery " << job_.recovery()

@@ -171,7 +171,7 @@ absl::Status WorkerProcess::JobRun::Evaluate(int64_t run_steps) {
 absl::StatusOr<bool> WorkerProcess::JobRun::CheckpointDue(int64_t run_steps) {
   if (checkpointer_ == nullptr) return false;
   const int64_t step = base_.step + run_steps;
-  if (checkpoint_every_ > 0 && checkpointer_->Due(step)) return true;
+  if (checkpoint_every_ > 0 && checkpointer_->DueBySteps(step)) return true;
   if (run_steps % decide_every_ != 0 || step <= checkpointer_->last_step()) return false;
   const int64_t requests = worker_.checkpoint_requests_.load();
   const bool requested = requests > requests_served_;
@@ -193,16 +193,8 @@ absl::Status WorkerProcess::JobRun::Train() {
 
   // Where a resumed run starts: the batches of its epoch trained before the checkpoint are read
   // and dropped; `train_reader_` counts what this run reads, for the checkpoints' positions.
-  Batch skipped;
-  for (int64_t b = 0; b < base_.batches; ++b) {
-    DLRM_ASSIGN_OR_RETURN(bool more, input_.train->Next(&skipped));
-    if (more) continue;
-    DLRM_LOG(WARNING) << "job " << job_id_ << " rank " << rank_ << ": the checkpoint stands "
-                      << base_.batches << " batch(es) into epoch " << base_.epoch + 1
-                      << ", but this rank's training data has only " << b
-                      << " (it changed since?): going on with the next epoch";
-    break;
-  }
+  DLRM_RETURN_IF_ERROR(SkipTrainedBatches(input_.train.get(), base_.batches, base_.epoch,
+                                          absl::StrCat("job ", job_id_, " rank ", rank_, ": ")));
   train_reader_ = std::make_unique<CountingReader>(input_.train.get(), base_.batches);
   epochs_left_ = static_cast<int>(spec_.epochs - base_.epoch);
   max_steps_left_ = spec_.max_steps > 0 ? spec_.max_steps - base_.step : 0;
@@ -253,7 +245,7 @@ absl::Status WorkerProcess::JobRun::RunPipeline() {
       if ((eval_every_ > 0 && step % eval_every_ == 0) ||
           (checkpointer_ != nullptr &&
            ((decide_every_ > 0 && step % decide_every_ == 0) ||
-            (checkpoint_every_ > 0 && checkpointer_->Due(base_.step + step))))) {
+            (checkpoint_every_ > 0 && checkpointer_->DueBySteps(base_.step + step))))) {
         return true;
       }
       if (refresh_every_ > 0 && step % refresh_every_ == 0) return refresher_->Wanted(step);

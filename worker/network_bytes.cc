@@ -16,10 +16,10 @@ int64_t Both(const common::RpcBytes& b) { return b.sent + b.received; }
 }  // namespace
 
 NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
-                                    std::initializer_list<const DenseAllReducer*> reducers) {
+                                    std::initializer_list<const Collectives*> reducers) {
   NetworkSnapshot s;
   s.rpc = common::RpcByteCounters::ProcessClient().Snapshot();
-  for (const DenseAllReducer* reducer : reducers) {
+  for (const Collectives* reducer : reducers) {
     if (reducer != nullptr) s.collective_sent += reducer->sent_bytes();
   }
   const TrainerCounters c = trainer.counters();

@@ -5,7 +5,7 @@
 //     (common/rpc_bytes.h: serialized bytes plus gRPC's 5-byte prefix; not HTTP/2, TLS or TCP/IP
 //     framing): Lookup is `ps_lookup`, PushGradients `ps_push`, every other PS and coordinator
 //     method `control`;
-//   - collectives: the bytes this worker sends in them (DenseAllReducer::sent_bytes: the ring
+//   - collectives: the bytes this worker sends in them (Collectives::sent_bytes: the ring
 //     algorithm's share of each payload; what it receives is what its ring neighbour sends, so
 //     summed over the workers every byte counts once): the dense gradients are
 //     `dense_allreduce`, the hot rows' exchange `hot_sync`, barriers and the rest `control`;
@@ -33,7 +33,7 @@ namespace dlrm::worker {
 
 struct NetworkSnapshot {
   std::map<std::string, common::RpcBytes> rpc;  // this process's channels, per method
-  int64_t collective_sent = 0;                  // DenseAllReducer::sent_bytes
+  int64_t collective_sent = 0;                  // Collectives::sent_bytes
   int64_t dense_sync = 0;                       // TrainerCounters::dense_sync_bytes
   int64_t hot_sync = 0;                         // TrainerCounters::hot_sync_bytes
   bool has_tcp = false;
@@ -42,7 +42,7 @@ struct NetworkSnapshot {
 
 // `reducers`: the job's collectives (null entries are skipped).
 NetworkSnapshot TakeNetworkSnapshot(const Trainer& trainer,
-                                    std::initializer_list<const DenseAllReducer*> reducers);
+                                    std::initializer_list<const Collectives*> reducers);
 
 // Moves `start` forward by what was counted from `from` to `to`, so that NetworkBytesPerSample
 // from `start` leaves that stretch out (a periodic evaluation's lookups, which are not training).

@@ -10,7 +10,7 @@
 
 namespace dlrm::worker {
 
-PowerSgdAllReducer::PowerSgdAllReducer(DenseAllReducer* reducer, dense::Backend* backend,
+PowerSgdAllReducer::PowerSgdAllReducer(Collectives* reducer, dense::Backend* backend,
                                        std::vector<dense::DlrmDenseModel::WeightMatrix> matrices,
                                        size_t n, int rank, uint64_t seed,
                                        double min_compression_rate)

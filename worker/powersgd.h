@@ -38,7 +38,7 @@ class PowerSgdAllReducer {
   // `backend` (a CPU backend) runs the products. Neither is owned. `seed` must be the same on
   // every worker. A matrix is compressed when rows * cols >= min_compression_rate times the
   // (rows + cols) * rank floats of its factors (DDP's min_compression_rate, 2 by default).
-  PowerSgdAllReducer(DenseAllReducer* reducer, dense::Backend* backend,
+  PowerSgdAllReducer(Collectives* reducer, dense::Backend* backend,
                      std::vector<dense::DlrmDenseModel::WeightMatrix> matrices, size_t n, int rank,
                      uint64_t seed, double min_compression_rate = 2.0);
 
@@ -74,7 +74,7 @@ class PowerSgdAllReducer {
   };
   static void Orthonormalise(float* p, int rows, int r);
 
-  DenseAllReducer* const reducer_;
+  Collectives* const reducer_;
   dense::Backend* const backend_;
   const size_t n_;
   const int rank_;

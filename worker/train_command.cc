@@ -77,36 +77,94 @@ std::string NoEvalReason(const common::JobSpec& spec, int64_t train_records) {
                       " records is less than one record");
 }
 
-}  // namespace
+// One `dlrm train` run, in the stages a cluster worker's run takes (JobRun, worker/job_run.h):
+// SetUp (input, backend, store, trainer), Restore (a resume), CreateCheckpointer, Train (the
+// epochs, with periodic evaluations and checkpoints), Finish (the last checkpoint, the final
+// evaluation, the report).
+class InProcessRun {
+ public:
+  InProcessRun(const common::JobSpec& spec, const TrainRunOptions& options)
+      : spec_(spec), options_(options) {}
 
-absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
-                                           const TrainRunOptions& options,
-                                           TrainArtifacts* artifacts) {
-  DLRM_ASSIGN_OR_RETURN(const std::string resume_from, ResumeFrom(spec, options));
-  const bool resume_from_spec = options.resume_from.empty() && !resume_from.empty();
-  DLRM_ASSIGN_OR_RETURN(JobInput input, OpenJobInput(spec, JobInputOptions{}));
-  if (input.eval != nullptr && !spec.eval_paths.empty()) {
-    // Eval files without a valid record: no eval data, as when the split holds out none.
-    Batch probe;
-    DLRM_ASSIGN_OR_RETURN(bool any, input.eval->Next(&probe));
-    if (any) {
-      DLRM_RETURN_IF_ERROR(input.eval->Rewind());
-    } else {
-      input.eval.reset();
-    }
+  absl::Status SetUp();
+  absl::Status Restore();
+  absl::Status CreateCheckpointer();
+  absl::Status Train();
+  absl::StatusOr<TrainReport> Finish(TrainArtifacts* artifacts);
+
+ private:
+  // The trainer, its store and backend, refusing half-precision tables it cannot keep.
+  absl::Status CreateTrainer();
+  // One epoch from position_ (a resumed one from its checkpoint's batch); sets stop_ when
+  // max_steps or the target AUC ends training.
+  absl::Status RunEpoch(int64_t epoch);
+  // After each step: the interruption, the periodic evaluation, the checkpoint.
+  absl::Status AfterStep(int64_t epoch, float loss);
+  // CANCELLED after the step in progress, the model kept as a checkpoint when there is a folder.
+  absl::Status Interrupted();
+  // The model of the step taken last, on the eval split (once per step).
+  absl::StatusOr<EvalMetrics> Evaluate();
+  // Training waits only for the snapshot; the files are written in the background (the next
+  // checkpoint, or the end of training, waits for them).
+  absl::Status StartCheckpoint(bool last);
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
-  DLRM_ASSIGN_OR_RETURN(auto backend,
-                        CreateBackendForDevice(
-                            options.device_override.empty() ? spec.device : options.device_override,
-                            spec.math_mode, options.threads));
+  const common::JobSpec& spec_;
+  const TrainRunOptions& options_;
+  std::chrono::steady_clock::time_point start_;  // of Train: the set-up is no training time
+  std::string resume_from_;
+  bool resume_from_spec_ = false;  // resume_from_ is the spec's checkpoint.resume_from
+  JobInput input_;
+  std::unique_ptr<dense::Backend> backend_;
+  std::unique_ptr<embedding::LocalEmbeddingStore> store_;
+  std::unique_ptr<Trainer> trainer_;
+  TrainPosition position_;
+  // The checkpoint resumed from, verified once: loaded, then continued by the checkpointer.
+  std::optional<ValidCheckpoint> resumed_;
+  std::unique_ptr<TrainCheckpointer> checkpointer_;
+  ProgressLine progress_;
+  int64_t total_steps_ = -1;
+  TrainReport report_;
+  Batch batch_;
+  LossAverage loss_avg_;
+  bool stop_ = false;
+  // training.eval_every_steps: the model is evaluated on the eval split while training waits.
+  double eval_seconds_ = 0;      // spent in periodic evaluations: not training time
+  int64_t evaluated_step_ = -1;  // the model of this step was evaluated last
+  EvalMetrics last_eval_;
+};
+
+absl::Status InProcessRun::SetUp() {
+  DLRM_ASSIGN_OR_RETURN(resume_from_, ResumeFrom(spec_, options_));
+  resume_from_spec_ = options_.resume_from.empty() && !resume_from_.empty();
+  DLRM_ASSIGN_OR_RETURN(input_, OpenJobInput(spec_, JobInputOptions{}));
+  if (input_.eval != nullptr && !spec_.eval_paths.empty()) {
+    // Eval files without a valid record: no eval data, as when the split holds out none.
+    Batch probe;
+    DLRM_ASSIGN_OR_RETURN(bool any, input_.eval->Next(&probe));
+    if (any) {
+      DLRM_RETURN_IF_ERROR(input_.eval->Rewind());
+    } else {
+      input_.eval.reset();
+    }
+  }
+  return CreateTrainer();
+}
+
+absl::Status InProcessRun::CreateTrainer() {
+  DLRM_ASSIGN_OR_RETURN(
+      backend_, CreateBackendForDevice(
+                    options_.device_override.empty() ? spec_.device : options_.device_override,
+                    spec_.math_mode, options_.threads));
 
   // Half rows live only in GPU tables here: the in-process store keeps fp32 rows.
   const common::TableSpec* half_table = nullptr;
-  for (const common::TableSpec& t : spec.tables) {
+  for (const common::TableSpec& t : spec_.tables) {
     if (t.dtype != "fp32" && half_table == nullptr) half_table = &t;
   }
-  if (half_table != nullptr && backend->device() != dense::Device::kCuda) {
+  if (half_table != nullptr && backend_->device() != dense::Device::kCuda) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table ", half_table->name, ": dtype ", half_table->dtype,
         ": dlrm train on the CPU keeps its tables in process as fp32; half-precision rows are "
@@ -114,20 +172,20 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
         "local, a cluster job). Set tables.dtype: fp32 here."));
   }
   embedding::LocalStoreOptions store_options;
-  store_options.tables = TableConfigsFromSpec(spec);
-  store_options.seed = spec.seed;
-  DLRM_ASSIGN_OR_RETURN(store_options.optimizer, SparseOptimizerFromSpec(spec));
-  if (options.threads > 0) store_options.num_threads = options.threads - 1;
-  DLRM_ASSIGN_OR_RETURN(auto store, embedding::LocalEmbeddingStore::Create(store_options));
+  store_options.tables = TableConfigsFromSpec(spec_);
+  store_options.seed = spec_.seed;
+  DLRM_ASSIGN_OR_RETURN(store_options.optimizer, SparseOptimizerFromSpec(spec_));
+  if (options_.threads > 0) store_options.num_threads = options_.threads - 1;
+  DLRM_ASSIGN_OR_RETURN(store_, embedding::LocalEmbeddingStore::Create(store_options));
 
   TrainerOptions trainer_options;
-  trainer_options.spec = spec;
-  trainer_options.backend = backend.get();
-  trainer_options.store = store.get();
-  trainer_options.threads = options.threads;
-  trainer_options.gpu_table_budget_bytes = options.gpu_table_budget_bytes;
-  DLRM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options));
-  if (half_table != nullptr && !trainer->gpu_tables()) {
+  trainer_options.spec = spec_;
+  trainer_options.backend = backend_.get();
+  trainer_options.store = store_.get();
+  trainer_options.threads = options_.threads;
+  trainer_options.gpu_table_budget_bytes = options_.gpu_table_budget_bytes;
+  DLRM_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options));
+  if (half_table != nullptr && !trainer_->gpu_tables()) {
     const int64_t bytes =
         GpuEmbeddings::DeviceBytes(store_options.tables, store_options.optimizer.type);
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -135,239 +193,251 @@ absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
         ": the CUDA device stores half rows only in GPU tables, but the embedding tables (", bytes,
         " bytes with optimizer state) stay in host memory, which keeps fp32 rows: they exceed "
         "the GPU table budget (--gpu-table-budget ",
-        options.gpu_table_budget_bytes < 0 ? std::string("auto: 80% of free device memory")
-                                           : absl::StrCat(options.gpu_table_budget_bytes),
+        options_.gpu_table_budget_bytes < 0 ? std::string("auto: 80% of free device memory")
+                                            : absl::StrCat(options_.gpu_table_budget_bytes),
         ") or do not fit on the device. Raise the budget, shrink the tables or set "
         "tables.dtype: fp32."));
   }
+  return absl::OkStatus();
+}
 
-  TrainPosition position;
-  // The checkpoint resumed from, verified once: loaded, then continued by the checkpointer.
-  std::optional<ValidCheckpoint> resumed;
-  if (!resume_from.empty()) {
-    absl::StatusOr<ValidCheckpoint> found = FindValidCheckpoint(resume_from);
-    absl::StatusOr<RestoredCheckpoint> restoring =
-        found.ok() ? RestoreCheckpoint(*found, {}, trainer.get(), store.get())
-                   : absl::StatusOr<RestoredCheckpoint>(found.status());
-    if (!restoring.ok() && resume_from_spec) {
-      return Annotate(restoring.status(), "the job spec's checkpoint.resume_from");
-    }
-    DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored, std::move(restoring));
-    resumed = *std::move(found);
-    // GPU-resident tables were initialised on the device: they take the restored rows now.
-    DLRM_RETURN_IF_ERROR(trainer->LoadEmbeddingsFromStore());
-    store->ClearChanged();
-    position = restored.position;
-    DLRM_LOG(INFO) << "resumed from " << restored.dir << ": step " << position.step << ", epoch "
-                   << position.epoch + 1 << ", " << position.batches << " batch(es) into it";
+absl::Status InProcessRun::Restore() {
+  if (resume_from_.empty()) return absl::OkStatus();
+  absl::StatusOr<ValidCheckpoint> found = FindValidCheckpoint(resume_from_);
+  absl::StatusOr<RestoredCheckpoint> restoring =
+      found.ok() ? RestoreCheckpoint(*found, {}, trainer_.get(), store_.get())
+                 : absl::StatusOr<RestoredCheckpoint>(found.status());
+  if (!restoring.ok() && resume_from_spec_) {
+    return Annotate(restoring.status(), "the job spec's checkpoint.resume_from");
   }
-  std::unique_ptr<TrainCheckpointer> checkpointer;
-  if (!spec.checkpoint.dir.empty()) {
-    DLRM_ASSIGN_OR_RETURN(checkpointer,
-                          TrainCheckpointer::Create(spec, resumed ? &*resumed : nullptr));
-    if (spec.checkpoint.every_steps > 0 || spec.checkpoint.every_seconds > 0) {
-      checkpointer->PrepareSnapshotMemory(*store);
-    }
-  }
-  // Training waits only for the snapshot; the files are written in the background (the next
-  // checkpoint, or the end of training, waits for them).
-  auto start_checkpoint = [&](bool last) -> absl::Status {
-    DLRM_ASSIGN_OR_RETURN(double stall, checkpointer->Start(*trainer, *store, position, last));
-    DLRM_LOG(DEBUG) << "checkpoint at step " << position.step << ": training waited " << stall
-                    << " s for the snapshot";
-    return absl::OkStatus();
-  };
+  DLRM_ASSIGN_OR_RETURN(RestoredCheckpoint restored, std::move(restoring));
+  resumed_ = *std::move(found);
+  // GPU-resident tables were initialised on the device: they take the restored rows now.
+  DLRM_RETURN_IF_ERROR(trainer_->LoadEmbeddingsFromStore());
+  store_->ClearChanged();
+  position_ = restored.position;
+  DLRM_LOG(INFO) << "resumed from " << restored.dir << ": step " << position_.step << ", epoch "
+                 << position_.epoch + 1 << ", " << position_.batches << " batch(es) into it";
+  return absl::OkStatus();
+}
 
-  ProgressLine progress;
-  const int64_t total_steps = TotalSteps(spec, input.train_records);
-  TrainReport report;
-  report.target_auc = spec.target_auc;
-  Batch batch;
-  LossAverage loss_avg;
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&start] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  RunRecorder* recorder = options.recorder;
-  if (recorder != nullptr) recorder->Start(0, position.step, position.samples);
-  // training.eval_every_steps: the model is evaluated on the eval split while training waits.
-  double eval_seconds = 0;      // spent in periodic evaluations: not training time
-  int64_t evaluated_step = -1;  // the model of this step was evaluated last
-  EvalMetrics last_eval;
-  auto evaluate = [&]() -> absl::StatusOr<EvalMetrics> {
-    if (evaluated_step == trainer->steps_done()) return last_eval;
-    if (evaluated_step >= 0) DLRM_RETURN_IF_ERROR(input.eval->Rewind());
-    absl::StatusOr<EvalMetrics> m = trainer->Evaluate(input.eval.get());
-    if (!m.ok()) {
-      return Annotate(m.status(), absl::StrCat("evaluation after step ", trainer->steps_done()));
-    }
-    last_eval = *m;
-    evaluated_step = trainer->steps_done();
-    if (recorder != nullptr) {
-      recorder->RecordEval(elapsed(), evaluated_step, last_eval.auc, last_eval.logloss);
-    }
-    return last_eval;
-  };
-  if (spec.target_auc > 0 && input.eval == nullptr) {
-    DLRM_LOG(WARNING) << "training.target_auc " << spec.target_auc << " is never checked: no eval "
-                      << "data (" << NoEvalReason(spec, input.train_records) << ")";
+absl::Status InProcessRun::CreateCheckpointer() {
+  if (spec_.checkpoint.dir.empty()) return absl::OkStatus();
+  DLRM_ASSIGN_OR_RETURN(checkpointer_,
+                        TrainCheckpointer::Create(spec_, resumed_ ? &*resumed_ : nullptr));
+  if (spec_.checkpoint.every_steps > 0 || spec_.checkpoint.every_seconds > 0) {
+    checkpointer_->PrepareSnapshotMemory(*store_);
   }
-  const int64_t first_epoch = position.epoch;
-  const int64_t first_step = position.step;
-  bool stop = spec.max_steps > 0 && position.step >= spec.max_steps;
-  for (int64_t epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
+  return absl::OkStatus();
+}
+
+absl::Status InProcessRun::StartCheckpoint(bool last) {
+  DLRM_ASSIGN_OR_RETURN(double stall, checkpointer_->Start(*trainer_, *store_, position_, last));
+  DLRM_LOG(DEBUG) << "checkpoint at step " << position_.step << ": training waited " << stall
+                  << " s for the snapshot";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalMetrics> InProcessRun::Evaluate() {
+  if (evaluated_step_ == trainer_->steps_done()) return last_eval_;
+  if (evaluated_step_ >= 0) DLRM_RETURN_IF_ERROR(input_.eval->Rewind());
+  absl::StatusOr<EvalMetrics> m = trainer_->Evaluate(input_.eval.get());
+  if (!m.ok()) {
+    return Annotate(m.status(), absl::StrCat("evaluation after step ", trainer_->steps_done()));
+  }
+  last_eval_ = *m;
+  evaluated_step_ = trainer_->steps_done();
+  if (options_.recorder != nullptr) {
+    options_.recorder->RecordEval(Elapsed(), evaluated_step_, last_eval_.auc, last_eval_.logloss);
+  }
+  return last_eval_;
+}
+
+absl::Status InProcessRun::Train() {
+  start_ = std::chrono::steady_clock::now();
+  total_steps_ = TotalSteps(spec_, input_.train_records);
+  report_.target_auc = spec_.target_auc;
+  if (options_.recorder != nullptr) options_.recorder->Start(0, position_.step, position_.samples);
+  if (spec_.target_auc > 0 && input_.eval == nullptr) {
+    DLRM_LOG(WARNING) << "training.target_auc " << spec_.target_auc << " is never checked: no eval "
+                      << "data (" << NoEvalReason(spec_, input_.train_records) << ")";
+  }
+  const int64_t first_epoch = position_.epoch;
+  const int64_t first_step = position_.step;
+  stop_ = spec_.max_steps > 0 && position_.step >= spec_.max_steps;
+  for (int64_t epoch = first_epoch; epoch < spec_.epochs && !stop_; ++epoch) {
     if (epoch > first_epoch) {
-      DLRM_RETURN_IF_ERROR(input.train->Rewind());
-      position.epoch = epoch;
-      position.batches = 0;
+      DLRM_RETURN_IF_ERROR(input_.train->Rewind());
+      position_.epoch = epoch;
+      position_.batches = 0;
     } else {
-      // Resuming mid-epoch: the batches trained before the checkpoint are read and dropped, so
-      // the next batch is the one the uninterrupted run would take.
-      for (int64_t b = 0; b < position.batches; ++b) {
-        DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
-        if (more) continue;
-        DLRM_LOG(WARNING) << "the checkpoint stands " << position.batches
-                          << " batch(es) into epoch " << epoch + 1 << ", but the training data "
-                          << "has only " << b << " (it changed since?): going on with the next "
-                          << "epoch";
-        break;
-      }
+      DLRM_RETURN_IF_ERROR(
+          SkipTrainedBatches(input_.train.get(), position_.batches, position_.epoch, ""));
     }
-    while (true) {
-      DLRM_ASSIGN_OR_RETURN(bool more, input.train->Next(&batch));
-      if (!more) break;
-      DLRM_ASSIGN_OR_RETURN(float loss, trainer->Step(batch));
-      report.train_samples += batch.size;
-      report.steps = trainer->steps_done();
-      position.step = report.steps;
-      position.samples += batch.size;
-      ++position.batches;
-      loss_avg.Add(loss);
-      if (options.show_progress) {
-        progress.Update(absl::StrCat("epoch ", epoch + 1, "/", spec.epochs), report.steps,
-                        report.train_samples, loss_avg.value(),
-                        report.train_samples / (elapsed() - eval_seconds),
-                        /*force=*/false, total_steps);
-      }
-      if (recorder != nullptr) recorder->Record(elapsed(), report.steps, position.samples, loss);
-      if (options.interrupted != nullptr && options.interrupted->load() != 0) {
-        if (options.show_progress) progress.Finish();
-        std::string message = absl::StrCat("interrupted (", strsignal(options.interrupted->load()),
-                                           ") after step ", report.steps);
-        // The steps taken are kept as at the end of a run, so that --resume goes on from them
-        // instead of from the last periodic checkpoint (without one, from the start).
-        if (checkpointer != nullptr && checkpointer->last_step() < position.step) {
-          absl::Status started = start_checkpoint(/*last=*/true);
-          absl::StatusOr<CheckpointWriteResult> kept =
-              started.ok() ? checkpointer->Finish()
-                           : absl::StatusOr<CheckpointWriteResult>(started);
-          if (kept.ok()) {
-            absl::StrAppend(&message, "; its model is checkpoint ", kept->dir,
-                            " (dlrm train --resume ", spec.checkpoint.dir, " goes on from it)");
-          } else {
-            absl::StrAppend(&message,
-                            "; its checkpoint was not written: ", kept.status().message());
-          }
-        }
-        return absl::CancelledError(message);
-      }
-      if (spec.eval_every_steps > 0 && input.eval != nullptr &&
-          report.steps % spec.eval_every_steps == 0) {
-        const double eval_start = elapsed();
-        DLRM_ASSIGN_OR_RETURN(EvalMetrics m, evaluate());
-        const double eval_took = elapsed() - eval_start;
-        eval_seconds += eval_took;
-        if (recorder != nullptr) recorder->Pause(eval_took);
-        if (options.show_progress) progress.Finish();
-        DLRM_LOG(INFO) << "step " << report.steps << ": eval AUC " << m.auc << ", logloss "
-                       << m.logloss << " (" << m.samples << " samples, " << eval_took << " s)";
-        // training.target_auc: training stops at this step, as if max_steps ended it here.
-        if (spec.target_auc > 0 && m.auc >= spec.target_auc) {
-          report.reached_target_step = report.steps;
-          DLRM_LOG(INFO) << "reached target AUC " << spec.target_auc << " (eval AUC " << m.auc
-                         << ") at step " << report.steps
-                         << (total_steps > 0 ? absl::StrCat(" of ", total_steps) : "")
-                         << ": training stops";
-        }
-      }
-      if (checkpointer != nullptr && checkpointer->Due(position.step)) {
-        DLRM_RETURN_IF_ERROR(start_checkpoint(/*last=*/false));
-      } else if (checkpointer != nullptr) {
-        checkpointer->StartPreCopyIfNear(*trainer, *store, position.step);
-      }
-      if ((spec.max_steps > 0 && report.steps >= spec.max_steps) ||
-          report.reached_target_step >= 0) {
-        stop = true;
-        break;
-      }
-    }
-    if (!stop) {
+    DLRM_RETURN_IF_ERROR(RunEpoch(epoch));
+    if (!stop_) {
       // The epoch is done: a checkpoint from here on says so (the next epoch, none of it read)
       // rather than "every batch of this one", whose last batch may be short and would be
       // counted as a whole one by a resume with another batch size.
-      position.epoch = epoch + 1;
-      position.batches = 0;
+      position_.epoch = epoch + 1;
+      position_.batches = 0;
     }
   }
-  if (first_step > 0 && report.train_samples == 0) {
+  if (first_step > 0 && report_.train_samples == 0) {
     DLRM_LOG(WARNING) << "resumed at step " << first_step << " (epoch " << first_epoch + 1
-                      << "), where training.max_steps " << spec.max_steps << " and training.epochs "
-                      << spec.epochs << " leave nothing to train: the model is the checkpoint's";
+                      << "), where training.max_steps " << spec_.max_steps
+                      << " and training.epochs " << spec_.epochs
+                      << " leave nothing to train: the model is the checkpoint's";
   }
-  report.train_seconds = elapsed() - eval_seconds;
-  report.samples_per_sec =
-      report.train_seconds > 0 ? report.train_samples / report.train_seconds : 0;
-  if (options.show_progress) {
-    progress.Update("trained", report.steps, report.train_samples, loss_avg.value(),
-                    report.samples_per_sec,
-                    /*force=*/true);
-    progress.Finish();
+  return absl::OkStatus();
+}
+
+absl::Status InProcessRun::RunEpoch(int64_t epoch) {
+  while (true) {
+    DLRM_ASSIGN_OR_RETURN(bool more, input_.train->Next(&batch_));
+    if (!more) return absl::OkStatus();
+    DLRM_ASSIGN_OR_RETURN(float loss, trainer_->Step(batch_));
+    report_.train_samples += batch_.size;
+    report_.steps = trainer_->steps_done();
+    position_.step = report_.steps;
+    position_.samples += batch_.size;
+    ++position_.batches;
+    DLRM_RETURN_IF_ERROR(AfterStep(epoch, loss));
+    if ((spec_.max_steps > 0 && report_.steps >= spec_.max_steps) ||
+        report_.reached_target_step >= 0) {
+      stop_ = true;
+      return absl::OkStatus();
+    }
   }
-  report.steps = trainer->steps_done();
-  if (report.steps == 0) {
+}
+
+absl::Status InProcessRun::AfterStep(int64_t epoch, float loss) {
+  loss_avg_.Add(loss);
+  if (options_.show_progress) {
+    progress_.Update(absl::StrCat("epoch ", epoch + 1, "/", spec_.epochs), report_.steps,
+                     report_.train_samples, loss_avg_.value(),
+                     report_.train_samples / (Elapsed() - eval_seconds_),
+                     /*force=*/false, total_steps_);
+  }
+  if (options_.recorder != nullptr) {
+    options_.recorder->Record(Elapsed(), report_.steps, position_.samples, loss);
+  }
+  if (options_.interrupted != nullptr && options_.interrupted->load() != 0) return Interrupted();
+  if (spec_.eval_every_steps > 0 && input_.eval != nullptr &&
+      report_.steps % spec_.eval_every_steps == 0) {
+    const double eval_start = Elapsed();
+    DLRM_ASSIGN_OR_RETURN(EvalMetrics m, Evaluate());
+    const double eval_took = Elapsed() - eval_start;
+    eval_seconds_ += eval_took;
+    if (options_.recorder != nullptr) options_.recorder->Pause(eval_took);
+    if (options_.show_progress) progress_.Finish();
+    DLRM_LOG(INFO) << "step " << report_.steps << ": eval AUC " << m.auc << ", logloss "
+                   << m.logloss << " (" << m.samples << " samples, " << eval_took << " s)";
+    // training.target_auc: training stops at this step, as if max_steps ended it here.
+    if (spec_.target_auc > 0 && m.auc >= spec_.target_auc) {
+      report_.reached_target_step = report_.steps;
+      DLRM_LOG(INFO) << "reached target AUC " << spec_.target_auc << " (eval AUC " << m.auc
+                     << ") at step " << report_.steps
+                     << (total_steps_ > 0 ? absl::StrCat(" of ", total_steps_) : "")
+                     << ": training stops";
+    }
+  }
+  if (checkpointer_ != nullptr && checkpointer_->Due(position_.step)) {
+    DLRM_RETURN_IF_ERROR(StartCheckpoint(/*last=*/false));
+  } else if (checkpointer_ != nullptr) {
+    checkpointer_->StartPreCopyIfNear(*trainer_, *store_, position_.step);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InProcessRun::Interrupted() {
+  if (options_.show_progress) progress_.Finish();
+  std::string message = absl::StrCat("interrupted (", strsignal(options_.interrupted->load()),
+                                     ") after step ", report_.steps);
+  // The steps taken are kept as at the end of a run, so that --resume goes on from them instead
+  // of from the last periodic checkpoint (without one, from the start).
+  if (checkpointer_ != nullptr && checkpointer_->last_step() < position_.step) {
+    absl::Status started = StartCheckpoint(/*last=*/true);
+    absl::StatusOr<CheckpointWriteResult> kept =
+        started.ok() ? checkpointer_->Finish() : absl::StatusOr<CheckpointWriteResult>(started);
+    if (kept.ok()) {
+      absl::StrAppend(&message, "; its model is checkpoint ", kept->dir, " (dlrm train --resume ",
+                      spec_.checkpoint.dir, " goes on from it)");
+    } else {
+      absl::StrAppend(&message, "; its checkpoint was not written: ", kept.status().message());
+    }
+  }
+  return absl::CancelledError(message);
+}
+
+absl::StatusOr<TrainReport> InProcessRun::Finish(TrainArtifacts* artifacts) {
+  report_.train_seconds = Elapsed() - eval_seconds_;
+  report_.samples_per_sec =
+      report_.train_seconds > 0 ? report_.train_samples / report_.train_seconds : 0;
+  if (options_.show_progress) {
+    progress_.Update("trained", report_.steps, report_.train_samples, loss_avg_.value(),
+                     report_.samples_per_sec,
+                     /*force=*/true);
+    progress_.Finish();
+  }
+  report_.steps = trainer_->steps_done();
+  if (report_.steps == 0) {
     return absl::FailedPreconditionError(absl::StrCat("no training batches in ",
-                                                      spec.train_paths.front(), " (",
-                                                      spec.train_paths.size(), " file(s))"));
+                                                      spec_.train_paths.front(), " (",
+                                                      spec_.train_paths.size(), " file(s))"));
   }
-  if (checkpointer == nullptr) {
+  if (checkpointer_ == nullptr) {
     // A diverged model is no result: refused before its evaluation. With a checkpoint folder the
     // last checkpoint refuses it (DenseBytes checks; one cut at this step already did).
-    DLRM_RETURN_IF_ERROR(trainer->CheckDenseParamsFinite());
+    DLRM_RETURN_IF_ERROR(trainer_->CheckDenseParamsFinite());
   }
   // The trained model is always kept when the spec names a checkpoint folder.
   // Training is over: the last checkpoint is written from the tables themselves, no copy.
-  if (checkpointer != nullptr && checkpointer->last_step() < position.step) {
-    DLRM_RETURN_IF_ERROR(start_checkpoint(/*last=*/true));
+  if (checkpointer_ != nullptr && checkpointer_->last_step() < position_.step) {
+    DLRM_RETURN_IF_ERROR(StartCheckpoint(/*last=*/true));
   }
-  if (checkpointer != nullptr && checkpointer->writing()) {
-    DLRM_ASSIGN_OR_RETURN(CheckpointWriteResult last, checkpointer->Finish());
+  if (checkpointer_ != nullptr && checkpointer_->writing()) {
+    DLRM_ASSIGN_OR_RETURN(CheckpointWriteResult last, checkpointer_->Finish());
     (void)last;
   }
-  report.skipped_lines = input.train->skipped();
-  if (input.eval != nullptr) {
-    DLRM_ASSIGN_OR_RETURN(EvalMetrics m, evaluate());
-    report.auc = m.auc;
-    report.logloss = m.logloss;
-    report.accuracy = m.accuracy;
-    report.eval_samples = m.samples;
+  report_.skipped_lines = input_.train->skipped();
+  if (input_.eval != nullptr) {
+    DLRM_ASSIGN_OR_RETURN(EvalMetrics m, Evaluate());
+    report_.auc = m.auc;
+    report_.logloss = m.logloss;
+    report_.accuracy = m.accuracy;
+    report_.eval_samples = m.samples;
     // The eval split's lines (and those after the data's last record, which its reader reads).
-    report.skipped_lines += input.eval->skipped();
+    report_.skipped_lines += input_.eval->skipped();
   } else {
     // Not evaluated: no numbers that could pass for results (null in the JSON).
-    report.auc = report.logloss = report.accuracy = std::numeric_limits<double>::quiet_NaN();
-    report.eval_samples = 0;
-    DLRM_LOG(WARNING) << "no eval data (" << NoEvalReason(spec, input.train_records)
+    report_.auc = report_.logloss = report_.accuracy = std::numeric_limits<double>::quiet_NaN();
+    report_.eval_samples = 0;
+    DLRM_LOG(WARNING) << "no eval data (" << NoEvalReason(spec_, input_.train_records)
                       << "): the model was not evaluated";
   }
   if (artifacts != nullptr) {
-    dense::DlrmDenseModel& model = trainer->model();
+    dense::DlrmDenseModel& model = trainer_->model();
     artifacts->dense_params.resize(model.num_params());
-    backend->CopyToHost(model.params(), artifacts->dense_params.data(), model.num_params());
-    DLRM_RETURN_IF_ERROR(trainer->CopyEmbeddingsToStore());
-    trainer.reset();
-    artifacts->store = std::move(store);
+    backend_->CopyToHost(model.params(), artifacts->dense_params.data(), model.num_params());
+    DLRM_RETURN_IF_ERROR(trainer_->CopyEmbeddingsToStore());
+    trainer_.reset();
+    artifacts->store = std::move(store_);
   }
-  return report;
+  return report_;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainReport> TrainInProcess(const common::JobSpec& spec,
+                                           const TrainRunOptions& options,
+                                           TrainArtifacts* artifacts) {
+  InProcessRun run(spec, options);
+  DLRM_RETURN_IF_ERROR(run.SetUp());
+  DLRM_RETURN_IF_ERROR(run.Restore());
+  DLRM_RETURN_IF_ERROR(run.CreateCheckpointer());
+  DLRM_RETURN_IF_ERROR(run.Train());
+  return run.Finish(artifacts);
 }
 
 namespace {

@@ -96,7 +96,7 @@ struct TrainerCounters {
   // Payload bytes of those by formula, 2 x rows x (8-byte id + 4 x dim floats): what a store
   // call carries, not what a wire carries (a cluster job counts its gRPC bytes, rpc_bytes.h).
   int64_t store_payload_bytes_formula = 0;
-  // Bytes this worker sent in collectives (DenseAllReducer::sent_bytes: the ring algorithm's
+  // Bytes this worker sent in collectives (Collectives::sent_bytes: the ring algorithm's
   // share of each payload): the dense gradients' allreduce, and the hot rows' exchange
   // (worker/hot_sync.h: counts, touched row indices, gradients).
   int64_t dense_sync_bytes = 0;
@@ -124,7 +124,7 @@ struct TrainerOptions {
   // Not owned; must outlive the trainer.
   dense::Backend* backend = nullptr;
   embedding::EmbeddingStore* store = nullptr;
-  DenseAllReducer* allreducer = nullptr;  // null: a single worker
+  Collectives* allreducer = nullptr;  // null: a single worker
   // CUDA backend only: sums the dense and hot-row gradients in device memory instead of
   // `allreducer` (which then only sets the number of workers; when null, this one does). Pass
   // the same NcclAllReducer for both. Not owned.
@@ -152,7 +152,7 @@ struct TrainerOptions {
   // hot rows without the previous step's updates, one step stale as the parameter servers'
   // rows are with staleness >= 1. Null: the exchange runs on the compute thread and a step
   // reads every earlier update. Not owned.
-  DenseAllReducer* hot_allreducer = nullptr;
+  Collectives* hot_allreducer = nullptr;
   // CPU backend, several workers: the dense gradients' allreduce runs in buckets on a thread of
   // its own while the backward computes the layers below (worker/dense_sync.h), with the same
   // sums. False: one allreduce after the backward, on the compute thread.
@@ -273,10 +273,10 @@ class Trainer {
 
  private:
   explicit Trainer(const TrainerOptions& options);
-  // Pools the fetched rows of every table (or, work.in_place, the store's rows) into the model's
-  // embedding input.
   // PrepareSparse without the batch observer (evaluation batches are not counted).
   void SplitSparse(const Batch& batch, int64_t step, SparseWork* work) const;
+  // Pools the fetched rows of every table (or, work.in_place, the store's rows) into the model's
+  // embedding input.
   void Pool(const Batch& batch, const SparseWork& work);
   // True when FetchRows leaves the rows in the store for Compute to read and update in place:
   // the store's tables are in this process (a LocalEmbeddingStore), the dense model runs on the

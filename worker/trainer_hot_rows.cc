@@ -35,7 +35,7 @@ absl::Status Trainer::ApplyHotGradients(float learning_rate) {
     }
     touched.clear();
   }
-  if (DenseAllReducer* hot_reducer = options_.hot_allreducer; hot_reducer != nullptr) {
+  if (Collectives* hot_reducer = options_.hot_allreducer; hot_reducer != nullptr) {
     // The previous step's exchange was applied above (DrainHotExchange, before the packing).
     // This one travels while the next step computes and is applied, on its thread, once that
     // step has pooled: its update overlaps the rest of the step too.
@@ -58,7 +58,7 @@ absl::Status Trainer::ApplyHotGradients(float learning_rate) {
     });
     return absl::OkStatus();
   }
-  DenseAllReducer* reducer = options_.allreducer;
+  Collectives* reducer = options_.allreducer;
   const int64_t sent_before = reducer != nullptr ? reducer->sent_bytes() : 0;
   DLRM_RETURN_IF_ERROR(
       hot_exchange_.Run(reducer, dim_, hot_->total_rows(), hot_local_, &hot_gathered_, hot_wire_));

@@ -25,21 +25,9 @@
 
 namespace dlrm::worker {
 
-absl::StatusOr<std::string> WorkerProcess::KvGetUntilStopped(const std::string& key) {
-  const absl::Time deadline = absl::Now() + options_.collective_timeout;
-  while (true) {
-    if (cancel_job_.load()) {
-      return absl::CancelledError(absl::StrCat(key, ": job stopped"));
-    }
-    const absl::Duration left = deadline - absl::Now();
-    absl::StatusOr<std::string> value = client_->KvGet(key, std::min(left, absl::Seconds(1)));
-    if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
-  }
-}
-
 absl::StatusOr<std::unique_ptr<HotSetRefresher>> WorkerProcess::SetUpHotRows(
     const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
-    Trainer* trainer, DenseAllReducer* reducer, bool resumed,
+    Trainer* trainer, Collectives* reducer, bool resumed,
     std::vector<std::vector<int64_t>> resumed_hot_ids) {
   if (spec.hot_budget_bytes == 0 || !options_.use_hot_rows) return nullptr;
   // Every rank samples the same records, the first batches of the whole training set, so all

@@ -53,10 +53,10 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Create(
   }
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess(options));
   RegisterWorkerMetrics(options.metrics);
-  DLRM_ASSIGN_OR_RETURN(worker->client_,
-                        client::CoordinatorClient::Create({.address = options.coordinator,
-                                                           .timeout = options.rpc_timeout,
-                                                           .security = options.security}));
+  DLRM_ASSIGN_OR_RETURN(worker->client_, client::CoordinatorClient::Create(
+                                             {.address = options.coordinator,
+                                              .timeout = options.coordinator_rpc_timeout,
+                                              .security = options.security}));
   return worker;
 }
 
@@ -199,6 +199,18 @@ void WorkerProcess::Shutdown() {
   if (stopping_) return;
   stopping_ = true;
   if (cancel_hook_) cancel_hook_();
+}
+
+absl::StatusOr<std::string> WorkerProcess::KvGetUntilStopped(const std::string& key) {
+  const absl::Time deadline = absl::Now() + options_.collective_timeout;
+  while (true) {
+    if (cancel_job_.load()) {
+      return absl::CancelledError(absl::StrCat(key, ": job stopped"));
+    }
+    const absl::Duration left = deadline - absl::Now();
+    absl::StatusOr<std::string> value = client_->KvGet(key, std::min(left, absl::Seconds(1)));
+    if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
+  }
 }
 
 }  // namespace dlrm::worker

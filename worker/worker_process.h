@@ -108,7 +108,7 @@ struct WorkerProcessOptions {
   // every peer into receives posted ahead; GlooAllReducer). false: Gloo's ring for every size.
   bool direct_collectives = true;
   absl::Duration progress_interval = absl::Seconds(1);
-  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration coordinator_rpc_timeout = absl::Seconds(10);  // each call to the coordinator
   absl::Duration collective_timeout = absl::Seconds(120);
   common::MetricsRegistry* metrics = nullptr;  // not owned; may be null
 };
@@ -132,8 +132,8 @@ class WorkerProcess {
   int64_t jobs_done() const { return jobs_done_.load(); }
 
  private:
-  struct JobResources;  // the backend and collectives of one run (worker_job.cc)
-  class JobRun;         // one run of a job on this rank, set-up to final report (worker_job.cc)
+  struct JobResources;  // the backend and collectives of one run (job_run.h)
+  class JobRun;         // one run of a job on this rank, set-up to final report (job_run.h)
   explicit WorkerProcess(const WorkerProcessOptions& options);
 
   absl::Status RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -156,7 +156,7 @@ class WorkerProcess {
   // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
   absl::StatusOr<std::unique_ptr<HotSetRefresher>> SetUpHotRows(
       const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
-      Trainer* trainer, DenseAllReducer* reducer, bool resumed,
+      Trainer* trainer, Collectives* reducer, bool resumed,
       std::vector<std::vector<int64_t>> resumed_hot_ids);
   bool JobCancelled(const std::string& job_id);
   // KvGet of `key` from the coordinator, waiting up to collective_timeout for it to be set, in

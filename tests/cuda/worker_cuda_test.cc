@@ -116,7 +116,7 @@ struct TrainingRun {
 TrainingRun MakeRun(const common::JobSpec& spec, dense::BackendOptions::Kind kind,
                     int64_t gpu_budget, DeviceAllReducer* device_allreducer = nullptr,
                     std::unique_ptr<dense::Backend> backend = nullptr,
-                    DenseAllReducer* host_allreducer = nullptr) {
+                    Collectives* host_allreducer = nullptr) {
   TrainingRun run;
   if (backend == nullptr) {
     auto created = dense::CreateBackend({.kind = kind, .cpu_threads = 1});

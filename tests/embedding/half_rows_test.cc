@@ -15,7 +15,7 @@
 #include "embedding/memory_tier.h"
 #include "embedding/row_dtype.h"
 #include "embedding/sparse_optimizer.h"
-#include "embedding/tiered_table.h"
+#include "embedding/tiered_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/embedding/temp_dir.h"

@@ -1,7 +1,7 @@
 // TieredStore: the memory budget holds at every step, every row reads back with the value the
 // in-process EmbeddingTable (same seed and updates) has, hot rows end up in memory, checkpoints
 // reopen.
-#include "embedding/tiered_table.h"
+#include "embedding/tiered_store.h"
 
 #include <algorithm>
 #include <cstring>

@@ -117,7 +117,7 @@ TEST(PsProcessTest, RunFailsWhenNoCoordinatorAnswers) {
   PsProcessOptions options;
   options.coordinator = "127.0.0.1:1";
   options.server = TestPsOptions(ps_dir.path());
-  options.rpc_timeout = absl::Milliseconds(200);
+  options.coordinator_rpc_timeout = absl::Milliseconds(200);
   options.register_timeout = absl::Milliseconds(300);
   absl::Status status = RunParameterServer(options, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);

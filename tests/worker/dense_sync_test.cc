@@ -24,7 +24,7 @@ using ::testing::HasSubstr;
 // Two workers whose peer always holds the same gradients: a sum is twice the value, so the mean
 // is the value itself, exactly. Records each call's size and thread; fails the call numbered
 // fail_at (from 0) when it is set.
-class MirrorReducer : public DenseAllReducer {
+class MirrorReducer : public Collectives {
  public:
   explicit MirrorReducer(int fail_at = -1) : fail_at_(fail_at) {}
   int rank() const override { return 0; }
@@ -83,7 +83,7 @@ struct Rig {
   std::unique_ptr<Trainer> trainer;
 };
 
-std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, DenseAllReducer* reducer, bool overlap) {
+std::unique_ptr<Rig> MakeRig(const common::JobSpec& spec, Collectives* reducer, bool overlap) {
   auto rig = std::make_unique<Rig>();
   rig->backend = testing::CpuTestBackend();
   rig->store = testing::LocalStoreForSpec(spec);

@@ -428,7 +428,7 @@ TEST_F(PipelineTest, FailingPushStopsEverythingWithItsError) {
 }
 
 // A one-rank allreducer whose peer "goes away" at its `fail_at`-th call (counting from 0).
-class FailingAllReducer : public DenseAllReducer {
+class FailingAllReducer : public Collectives {
  public:
   explicit FailingAllReducer(int fail_at) : fail_at_(fail_at) {}
   int rank() const override { return 0; }

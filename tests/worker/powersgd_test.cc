@@ -25,7 +25,7 @@ using Matrix = dense::DlrmDenseModel::WeightMatrix;
 // (the same additions on both, so the same bits).
 class PairReducer {
  public:
-  class Rank : public DenseAllReducer {
+  class Rank : public Collectives {
    public:
     Rank(PairReducer* pair, int rank) : pair_(pair), rank_(rank) {}
     int rank() const override { return rank_; }

@@ -111,18 +111,6 @@ absl::StatusOr<InputFormat> ParseInputFormat(absl::string_view name) {
       absl::StrCat("unknown input format \"", name, "\" (expected auto, tsv or binary)"));
 }
 
-const char* InputFormatName(InputFormat format) {
-  switch (format) {
-    case InputFormat::kAuto:
-      return "auto";
-    case InputFormat::kTsv:
-      return "tsv";
-    case InputFormat::kBinary:
-      return "binary";
-  }
-  return "?";
-}
-
 absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Create(
     const RecordReaderOptions& options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("input: no files given");

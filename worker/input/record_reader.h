@@ -33,7 +33,6 @@ enum class InputFormat { kAuto, kTsv, kBinary };
 
 // "auto", "tsv" or "binary"; INVALID_ARGUMENT naming the value otherwise.
 absl::StatusOr<InputFormat> ParseInputFormat(absl::string_view name);
-const char* InputFormatName(InputFormat format);
 
 struct RecordReaderOptions {
   std::vector<std::string> paths;           // read in this order
