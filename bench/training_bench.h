@@ -16,6 +16,9 @@ struct TrainingBenchOptions {
   int steps = 20;      // timed steps per round, per path
   int rounds = 3;      // rounds alternate full step and GEMM-only; the median step counts
   int warmup_steps = 3;
+  // Distinct batches the steps cycle through; 0 = enough that their rows come to 256 MiB (at
+  // least 4, at most one per step run), so that the rows are not all in a CPU cache.
+  int batches = 0;
   int threads = 0;              // 0 = all cores
   double zipf_exponent = 1.05;  // id skew of the synthetic batches
   std::string device = "cpu";

@@ -238,6 +238,11 @@ void AddBench(CLI::App& app, std::function<int()>* run) {
       ->check(IntegerIn(0, common::kMaxBatchSize, "kMaxBatchSize"));
   cmd->add_option("--steps", options.steps, "Timed steps per round and path")
       ->check(IntegerIn(1, std::numeric_limits<int>::max()));
+  cmd->add_option("--batches", options.batches,
+                  "Distinct batches the steps cycle through (0: enough that their rows come to "
+                  "256 MiB, so that they are not all in a CPU cache)")
+      ->check(IntegerIn(0, 10000))
+      ->capture_default_str();
   cmd->add_option("--rounds", options.rounds, "Rounds (alternating full step and GEMM-only)")
       ->check(IntegerIn(1, std::numeric_limits<int>::max()));
   cmd->add_option("--threads", options.threads, "CPU threads (0 = all cores)")
