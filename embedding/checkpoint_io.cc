@@ -75,11 +75,8 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st) {
   return fd;
 }
 
-}  // namespace
-
-absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
-  struct stat st {};
-  DLRM_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
+// The size and CRC32C of the open file `fd` (of `path`), read to its end; closes it.
+absl::StatusOr<FileDigest> DigestOpenFile(int fd, const std::string& path) {
   Crc32cState crc;
   FileDigest d;
   std::vector<char> buf(kWriteBufferBytes);
@@ -100,25 +97,34 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
   return d;
 }
 
+}  // namespace
+
+absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
+  struct stat st {};
+  DLRM_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
+  return DigestOpenFile(fd, path);
+}
+
 absl::Status VerifyFile(const std::string& path, const FileDigest& expected) {
-  {
-    // Its size first: a file of another size is not read through (it may be huge).
-    struct stat st {};
-    DLRM_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
+  struct stat st {};
+  DLRM_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
+  // Its size first: a file of another size is not read through (it may be huge).
+  int64_t bytes = st.st_size;
+  uint32_t crc32c = 0;
+  if (bytes == expected.bytes) {
+    DLRM_ASSIGN_OR_RETURN(FileDigest got, DigestOpenFile(fd, path));
+    bytes = got.bytes;  // it may have changed while it was read
+    crc32c = got.crc32c;
+  } else {
     close(fd);
-    if (st.st_size != expected.bytes) {
-      return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, the manifest says ",
-                                              expected.bytes, " (truncated or replaced)"));
-    }
   }
-  DLRM_ASSIGN_OR_RETURN(FileDigest got, DigestFile(path));
-  if (got.bytes != expected.bytes) {
-    return absl::DataLossError(absl::StrCat(path, ": ", got.bytes, " bytes, the manifest says ",
+  if (bytes != expected.bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes, " bytes, the manifest says ",
                                             expected.bytes, " (truncated or replaced)"));
   }
-  if (got.crc32c != expected.crc32c) {
+  if (crc32c != expected.crc32c) {
     return absl::DataLossError(absl::StrFormat("%s: CRC32C %08x, the manifest says %08x (damaged)",
-                                               path, got.crc32c, expected.crc32c));
+                                               path, crc32c, expected.crc32c));
   }
   return absl::OkStatus();
 }

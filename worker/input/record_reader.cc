@@ -197,15 +197,20 @@ void RecordReader::SetReporting(bool reporting) {
   if (tsv_ != nullptr) tsv_->set_quiet(!reporting);
 }
 
+absl::Status RecordReader::CheckOpenFileUnchanged() const {
+  if ((tsv_ == nullptr && binary_ == nullptr) || file_index_ >= files_.size()) {
+    return absl::OkStatus();
+  }
+  return CheckUnchanged(files_[file_index_]);
+}
+
 void RecordReader::NoteReached() {
   if (tsv_ == nullptr) return;
   reached_[file_index_] = std::max(reached_[file_index_], tsv_->line());
 }
 
 absl::Status RecordReader::OpenFile(size_t index) {
-  if ((tsv_ != nullptr || binary_ != nullptr) && file_index_ < files_.size()) {
-    DLRM_RETURN_IF_ERROR(CheckUnchanged(files_[file_index_]));
-  }
+  DLRM_RETURN_IF_ERROR(CheckOpenFileUnchanged());
   if (tsv_ != nullptr) skipped_closed_ += tsv_->skipped();
   NoteReached();
   tsv_.reset();
@@ -230,9 +235,7 @@ absl::Status RecordReader::OpenFile(size_t index) {
 }
 
 absl::Status RecordReader::Rewind() {
-  if ((tsv_ != nullptr || binary_ != nullptr) && file_index_ < files_.size()) {
-    DLRM_RETURN_IF_ERROR(CheckUnchanged(files_[file_index_]));
-  }
+  DLRM_RETURN_IF_ERROR(CheckOpenFileUnchanged());
   NoteReached();
   tsv_.reset();
   binary_.reset();
@@ -332,9 +335,7 @@ absl::StatusOr<bool> RecordReader::Next(CriteoRecord* record) {
       }
     }
     // The shard's end: what it read came from the file the run counted.
-    if (file_index_ < files_.size() && (tsv_ != nullptr || binary_ != nullptr)) {
-      DLRM_RETURN_IF_ERROR(CheckUnchanged(files_[file_index_]));
-    }
+    DLRM_RETURN_IF_ERROR(CheckOpenFileUnchanged());
     return false;
   }
   const int64_t target = ShardRecord(records_read_);

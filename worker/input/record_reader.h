@@ -94,6 +94,9 @@ class RecordReader {
   void SetReporting(bool reporting);
   // Notes how far the open TSV file was read: its lines up to there are not reported again.
   void NoteReached();
+  // The open file (if any) is the one the run counted: FAILED_PRECONDITION naming it when it
+  // changed (CheckUnchanged).
+  absl::Status CheckOpenFileUnchanged() const;
   // Global index of the shard's j-th record.
   int64_t ShardRecord(int64_t j) const;
 
