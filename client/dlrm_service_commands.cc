@@ -28,6 +28,7 @@
 #include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/memory_info.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "server/coordinator.h"
@@ -218,6 +219,12 @@ int RunPs(PsFlags& flags) {
   auto budget = common::ParseByteSize(flags.memory_budget);
   if (!budget.ok()) return Fail(Annotate(budget.status(), "--memory-budget"));
   flags.options.server.memory_budget_bytes = *budget;
+  if (absl::Status st = common::CheckMemoryBudgetFits(
+          *budget, 1, absl::StrCat("--memory-budget ", flags.memory_budget),
+          common::ReadMemoryInfo());
+      !st.ok()) {
+    return Fail(st);
+  }
   auto security = client::ResolveTls(flags.tls, flags.options.server.listen_address, "dlrm ps");
   if (!security.ok()) return FailTls(security.status());
   flags.options.server.security = *security;
@@ -471,6 +478,13 @@ void AddLocal(CLI::App& app, std::function<int()>* run) {
       if (!flags.options.cluster.memory_budget.empty()) {
         auto budget = common::ParseByteSize(flags.options.cluster.memory_budget);
         if (!budget.ok()) return Fail(Annotate(budget.status(), "--memory-budget"));
+        if (absl::Status st = common::CheckMemoryBudgetFits(
+                *budget, flags.options.cluster.num_ps,
+                absl::StrCat("--memory-budget ", flags.options.cluster.memory_budget),
+                common::ReadMemoryInfo());
+            !st.ok()) {
+          return Fail(st);
+        }
       }
       flags.options.cluster.log_level =
           common::MinLogSeverity() == common::LogSeverity::kDebug ? "debug" : "";

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory_info.h"
 #include "common/parallel.h"
 #include "common/status.h"
+#include "embedding/row_init.h"
 
 namespace dlrm::embedding {
 
@@ -14,11 +17,55 @@ LocalEmbeddingStore::LocalEmbeddingStore(const LocalStoreOptions& options) : opt
 
 LocalEmbeddingStore::~LocalEmbeddingStore() = default;
 
+namespace {
+
+// RESOURCE_EXHAUSTED when the tables (rows x (dim + optimizer state) floats each) need more than
+// the memory available; OK when they fit or the machine cannot say.
+absl::Status CheckTablesFitInMemory(const LocalStoreOptions& options) {
+  int64_t needed = 0;
+  int64_t largest = -1;
+  int64_t largest_bytes = 0;
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    const TableConfig& c = options.tables[t];
+    if (c.rows <= 0 || c.dim <= 0 || c.dim > EmbeddingTable::kMaxDim) continue;  // Create says
+    const int64_t stride = StoredRowFloats(options.optimizer.type, c.dim);
+    if (c.rows > std::numeric_limits<int64_t>::max() / 8 / stride) continue;  // overflow: same
+    const int64_t bytes = c.rows * stride * 4;
+    if (bytes > std::numeric_limits<int64_t>::max() / 2 - needed) continue;
+    needed += bytes;
+    if (bytes > largest_bytes) {
+      largest = static_cast<int64_t>(t);
+      largest_bytes = bytes;
+    }
+  }
+  common::MemoryInfo info;
+  int64_t available = options.available_memory_bytes;
+  if (available < 0) {
+    info = common::ReadMemoryInfo();
+    available = info.AvailableBytes();
+  }
+  if (available < 0 || needed <= available) return absl::OkStatus();
+  const TableConfig& big = options.tables[largest];
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the ", options.tables.size(), " embedding tables need ", needed, " bytes (",
+      common::FormatBytes(needed), ": rows x (dim + optimizer state) x 4 B; the largest, ",
+      TableLabel(static_cast<int>(largest), big), " with ", big.rows, " rows of dim ", big.dim,
+      ", ", common::FormatBytes(largest_bytes), ") and this process has ", available, " bytes (",
+      common::FormatBytes(available), ") of memory available",
+      options.available_memory_bytes < 0 ? absl::StrCat(" (", info.Describe(), ")") : "",
+      ": cap the tables (tables.max_rows), lower model.embedding_dim, or train on a cluster "
+      "(dlrm local, or a cluster job), whose parameter servers keep the rows beyond their memory "
+      "budget in RocksDB"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LocalEmbeddingStore>> LocalEmbeddingStore::Create(
     const LocalStoreOptions& options) {
   if (options.tables.empty()) {
     return absl::InvalidArgumentError("local embedding store: no tables");
   }
+  DLRM_RETURN_IF_ERROR(CheckTablesFitInMemory(options));
   auto store = std::unique_ptr<LocalEmbeddingStore>(new LocalEmbeddingStore(options));
   for (size_t t = 0; t < options.tables.size(); ++t) {
     EmbeddingTableOptions table_options;

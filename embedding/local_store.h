@@ -37,12 +37,18 @@ struct LocalStoreOptions {
   // Calls with fewer ids than this in total run on the calling thread (a thread hand-off costs
   // more than copying a few rows).
   int64_t parallel_min_ids = 8192;
+  // Bytes this process may still fill (tests set it); -1: ask the machine
+  // (common::ReadMemoryInfo). Create refuses tables that need more than this, before it
+  // allocates: Linux would let it allocate and kill the process while it initialises the rows.
+  int64_t available_memory_bytes = -1;
 };
 
 class LocalEmbeddingStore : public EmbeddingStore {
  public:
   // Creates and initialises every table (see EmbeddingTable::Create). INVALID_ARGUMENT for an
-  // empty table list or a bad table; RESOURCE_EXHAUSTED when memory runs out.
+  // empty table list or a bad table; RESOURCE_EXHAUSTED, before anything is allocated, when the
+  // tables with their optimizer state need more memory than the process has available (the
+  // message names both and the remedies), or when an allocation fails.
   static absl::StatusOr<std::unique_ptr<LocalEmbeddingStore>> Create(
       const LocalStoreOptions& options);
   ~LocalEmbeddingStore() override;

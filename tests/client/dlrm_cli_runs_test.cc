@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,29 @@ std::string WriteTinyJob(const dlrm::testing::ScopedTempDir& dir, const std::str
                         << "training: {batch_size: 8, epochs: " << epochs << "}\n"
                         << "data: {train: train.tsv}\n";
   return config;
+}
+
+// `dlrm train` with tables bigger than the machine's memory was killed by the kernel (SIGKILL,
+// no message) while it initialised the rows, after half a minute of swapping the machine out.
+// Refused before anything is allocated, with the sizes and the remedies: 26 tables of 10^9
+// rows of 8 floats (SGD keeps no state) need 832 GB.
+TEST_F(DlrmCliTest, TrainRefusesTablesBiggerThanTheMemoryBeforeAllocatingThem) {
+  WriteTinyJob(dir_, "huge", 16, 1);
+  std::string spec;
+  {
+    std::ifstream in(dir_.Sub("job.yaml"));
+    spec.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::vector<std::string> huge(26, "1000000000");
+  spec.replace(spec.find("tables: {cardinalities: ["), std::string::npos,
+               absl::StrCat("tables: {cardinalities: [", absl::StrJoin(huge, ", "), "]}\n",
+                            spec.substr(spec.find("optimizer:"))));
+  std::ofstream(dir_.Sub("job.yaml")) << spec;
+  ExpectRefused({"train", "--config", "job.yaml", "--threads", "1"},
+                {"the 26 embedding tables need 832000000000 bytes (774.9 GiB: rows x (dim + "
+                 "optimizer state) x 4 B; the largest, table 0 (C1) with 1000000000 rows of dim "
+                 "8, 29.8 GiB) and this process has ",
+                 "of memory available (MemAvailable ", "cap the tables (tables.max_rows)"});
 }
 
 // `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec

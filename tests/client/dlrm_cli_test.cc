@@ -539,5 +539,19 @@ TEST_F(DlrmCliTest, AMemoryBudgetOfAFractionOfAByteIsRefused) {
   ExpectRefused({"local", "--config", "job.yaml", "--memory-budget", "0.5"}, want);
 }
 
+// A memory tier bigger than the machine (or the container's memory limit) fills with rows until
+// the kernel kills the server, maybe hours into a job: refused at start-up, naming the flag's
+// value and the limit. dlrm local counts each of its parameter servers' budget.
+TEST_F(DlrmCliTest, AMemoryBudgetPastTheMachinesMemoryIsRefusedAtStart) {
+  ExpectRefused({"ps", "--data-dir", dir_.Sub("p"), "--listen", "127.0.0.1:0", "--insecure",
+                 "--coordinator", "127.0.0.1:1", "--memory-budget", "512TiB"},
+                {"--memory-budget 512TiB (562949953421312 bytes) is more memory than this "
+                 "process can ever hold (MemAvailable ",
+                 "ps.memoryBudget"});
+  ExpectRefused({"local", "--config", "job.yaml", "--ps", "4", "--memory-budget", "200TiB"},
+                {"--memory-budget 200TiB (219902325555200 bytes for each of 4 parameter "
+                 "servers, 800.0 TiB in all) is more memory"});
+}
+
 }  // namespace
 }  // namespace dlrm

@@ -68,6 +68,25 @@ TEST(LocalStoreTest, LookupPushRoundTripMatchesOptimizer) {
   }
 }
 
+// Tables that need more memory than the process has are refused before anything is allocated
+// (Linux would allow the allocation and kill the process as it initialises the rows), with the
+// sizes and the largest table named. Row-wise Adagrad: 16 weights + 1 state float = 68 B a row.
+TEST(LocalStoreTest, TablesThatCannotFitInMemoryAreRefusedBeforeAllocating) {
+  LocalStoreOptions o = Options(1);
+  const int64_t needed = (1000 + 3 + 200000) * 68;  // 13,668,204 bytes
+  o.available_memory_bytes = needed;
+  EXPECT_TRUE(LocalEmbeddingStore::Create(o).ok()) << "exactly enough fits";
+  o.available_memory_bytes = needed - 1;
+  auto refused = LocalEmbeddingStore::Create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the 3 embedding tables need 13668204 bytes (13.0 MiB: rows x (dim + "
+                        "optimizer state) x 4 B; the largest, table 2 (C3) with 200000 rows of "
+                        "dim 16, 13.0 MiB) and this process has 13668203 bytes (13.0 MiB) of "
+                        "memory available: cap the tables (tables.max_rows)"));
+}
+
 TEST(LocalStoreTest, ValidatesBeforeChangingAnything) {
   auto store = *LocalEmbeddingStore::Create(Options(1));
   std::vector<TableRows> req = {{0, {1}, {}}, {1, {3}, {}}};
