@@ -14,6 +14,13 @@ size_t CrossNet::NumParams(const CrossNetOptions& o) {
   return static_cast<size_t>(o.layers) * (2 * static_cast<size_t>(o.rank) * w + w);
 }
 
+size_t CrossNet::WorkFloats(const CrossNetOptions& o, int max_batch) {
+  if (o.width <= 0 || o.rank <= 0 || o.layers <= 0 || max_batch <= 0) return 0;
+  const size_t w = static_cast<size_t>(o.width);
+  const size_t r = static_cast<size_t>(o.rank);
+  return (w + r + static_cast<size_t>(o.layers) * (r + 2 * w)) * static_cast<size_t>(max_batch);
+}
+
 absl::StatusOr<std::unique_ptr<CrossNet>> CrossNet::Create(Backend* backend,
                                                            const CrossNetOptions& options,
                                                            int max_batch, ParameterSlice slice) {

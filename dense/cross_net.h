@@ -34,6 +34,8 @@ struct CrossNetOptions {
 class CrossNet {
  public:
   static size_t NumParams(const CrossNetOptions& options);
+  // Floats of the work buffers Create allocates for `max_batch` rows (t_, h_, xs_, dh_, dt_).
+  static size_t WorkFloats(const CrossNetOptions& options, int max_batch);
 
   // INVALID_ARGUMENT naming the field for a non-positive width, layer count, rank or max_batch,
   // or a slice whose count is not NumParams(options). `backend` must outlive the CrossNet.

@@ -95,6 +95,25 @@ absl::StatusOr<std::unique_ptr<DlrmDenseModel>> DlrmDenseModel::Create(
   return model;
 }
 
+size_t DlrmDenseModel::MemoryFloats(const DlrmDenseModelOptions& options) {
+  if (!Validate(options).ok()) return 0;  // Create refuses them, naming the field
+  const int max_batch = options.max_batch_size;
+  const size_t num_params =
+      Mlp::NumParams(BottomOptions(options)) +
+      (HasCrossNet(options) ? CrossNet::NumParams(CrossOptions(options)) : 0) +
+      Mlp::NumParams(TopOptions(options));
+  size_t floats = num_params * (2 + DenseOptimizerStateFloats(options.optimizer.type));
+  floats += Mlp::WorkFloats(BottomOptions(options), max_batch) +
+            Mlp::WorkFloats(TopOptions(options), max_batch);
+  if (HasCrossNet(options)) floats += CrossNet::WorkFloats(CrossOptions(options), max_batch);
+  // The model's own buffers, as the constructor below allocates them.
+  const size_t width = static_cast<size_t>(InteractionWidthOf(options));
+  const size_t per_row = width * (HasCrossNet(options) ? 3 : 2) + options.embedding_dim + 2 +
+                         std::max(1, options.num_dense_features) +
+                         std::max(1, options.num_tables * options.embedding_dim);
+  return floats + per_row * static_cast<size_t>(std::max(0, max_batch));
+}
+
 DlrmDenseModel::DlrmDenseModel(Backend* backend, const DlrmDenseModelOptions& options,
                                size_t num_params)
     : backend_(backend),

@@ -61,6 +61,11 @@ class DlrmDenseModel {
   // is not owned and must outlive the model.
   static absl::StatusOr<std::unique_ptr<DlrmDenseModel>> Create(
       Backend* backend, const DlrmDenseModelOptions& options);
+  // Floats of backend memory Create allocates for `options` (0 for options it refuses): the
+  // parameters and their gradients, the optimizer's state, and every work buffer sized by
+  // max_batch_size. What a caller checks against the memory it has before creating a model
+  // (Trainer::Create); a test holds it to the CPU backend's count of what Create allocates.
+  static size_t MemoryFloats(const DlrmDenseModelOptions& options);
 
   // --- one training step ---
   // Forward, loss and backward. Leaves d loss / d params in grads() (overwritten, not

@@ -1,5 +1,6 @@
 #include "dense/mlp.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -109,6 +110,16 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(Backend* backend, const MlpOpti
         "mlp: parameter slice has ", slice.count, " floats, the layers need ", NumParams(options)));
   }
   return std::unique_ptr<Mlp>(new Mlp(backend, options, max_batch, slice));
+}
+
+size_t Mlp::WorkFloats(const MlpOptions& options, int max_batch) {
+  size_t per_row = 0;
+  const size_t n = options.widths.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t out = static_cast<size_t>(std::max(0, options.widths[i]));
+    per_row += i + 1 < n ? 2 * out : out;  // y_ of the layer, and dgrads_ below the next one
+  }
+  return per_row * static_cast<size_t>(std::max(0, max_batch));
 }
 
 Mlp::Mlp(Backend* backend, const MlpOptions& options, int max_batch, ParameterSlice slice)

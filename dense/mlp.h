@@ -86,6 +86,9 @@ struct MlpOptions {
 class Mlp {
  public:
   static size_t NumParams(const MlpOptions& options);
+  // Floats of the work buffers Create allocates for `max_batch` rows: each layer's output and
+  // the gradient below every layer but the first (DlrmDenseModel::MemoryFloats adds them up).
+  static size_t WorkFloats(const MlpOptions& options, int max_batch);
 
   // INVALID_ARGUMENT for non-positive widths or max_batch, an empty widths list, or a slice whose
   // count is not NumParams(options). `backend` is not owned and must outlive the Mlp.

@@ -9,6 +9,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/memory_info.h"
 #include "common/parallel.h"
 #include "common/status.h"
 #include "dense/metrics.h"
@@ -79,6 +80,37 @@ Trainer::~Trainer() {
   }
 }
 
+namespace {
+
+// RESOURCE_EXHAUSTED when the CPU trainer's dense model (DlrmDenseModel::MemoryFloats) and its
+// host embedding buffers (the pooled input and its gradient) need more memory than is available.
+absl::Status CheckStepFitsInMemory(const TrainerOptions& options, size_t emb_floats) {
+  const common::JobSpec& spec = options.spec;
+  const int64_t model_bytes = static_cast<int64_t>(
+      dense::DlrmDenseModel::MemoryFloats(DenseModelOptionsFromSpec(spec)) * sizeof(float));
+  const int64_t emb_bytes = static_cast<int64_t>(2 * emb_floats * sizeof(float));
+  const int64_t needed = model_bytes + emb_bytes;
+  common::MemoryInfo info;
+  int64_t available = options.available_memory_bytes;
+  if (available < 0) {
+    info = common::ReadMemoryInfo();
+    available = info.AvailableBytes();
+  }
+  if (available < 0 || needed <= available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "a training step of ", spec.batch_size, " samples needs ", needed, " bytes (",
+      common::FormatBytes(needed),
+      ": the dense model's parameters, optimizer state and work "
+      "buffers for that batch ",
+      common::FormatBytes(model_bytes), ", the pooled embeddings and their gradients ",
+      common::FormatBytes(emb_bytes), ") and this process has ", available, " bytes (",
+      common::FormatBytes(available), ") of memory available",
+      options.available_memory_bytes < 0 ? absl::StrCat(" (", info.Describe(), ")") : "",
+      ": lower training.batch_size, or the widths of model.bottom_mlp and model.top_mlp"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
   if (options.backend == nullptr || options.store == nullptr) {
     return absl::InvalidArgumentError("trainer needs a backend and an embedding store");
@@ -115,6 +147,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
         "training.hot_sync_dtype fp8 applies to CPU workers' hot-row exchange; GPU workers sum "
         "their hot rows' gradients in fp32 (fp8 there is planned): leave it unset");
   }
+  const size_t emb_floats = static_cast<size_t>(spec.batch_size) * tables.size() *
+                            static_cast<size_t>(spec.embedding_dim);
+  if (options.backend->device() == dense::Device::kCpu) {
+    DLRM_RETURN_IF_ERROR(CheckStepFitsInMemory(options, emb_floats));
+  }
   std::unique_ptr<Trainer> trainer(new Trainer(options));
   trainer->num_tables_ = static_cast<int>(tables.size());
   trainer->dim_ = spec.embedding_dim;
@@ -130,8 +167,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   if (threads > 1) trainer->pool_ = std::make_unique<common::ParallelPool>(threads - 1);
-  const size_t emb_floats =
-      static_cast<size_t>(spec.batch_size) * trainer->num_tables_ * trainer->dim_;
   if (options.backend->device() == dense::Device::kCpu) {
     // The CPU backend reads and writes the embedding input in host memory; a CUDA trainer pools
     // on the device (GPU tables or GPU hot rows) and never needs them.

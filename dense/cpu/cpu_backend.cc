@@ -263,6 +263,7 @@ std::string CpuBackend::name() const {
 
 float* CpuBackend::Allocate(size_t count) {
   if (count == 0) return nullptr;
+  allocated_floats_.fetch_add(count, std::memory_order_relaxed);
   const size_t bytes = (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
   void* ptr = std::aligned_alloc(kAlignment, bytes);
   DLRM_CHECK(ptr != nullptr) << "cpu backend: out of memory allocating " << bytes << " bytes";

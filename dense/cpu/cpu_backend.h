@@ -10,6 +10,7 @@
 // the CPU has them (checked at run time). Not thread-safe: one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -82,6 +83,9 @@ class CpuBackend final : public Backend {
 
   float* Allocate(size_t count) override;
   void Deallocate(float* ptr) override;
+  // Floats asked of Allocate since the backend was made (freed ones included): what a test
+  // compares with a size computed ahead (DlrmDenseModel::MemoryFloats).
+  size_t allocated_floats() const { return allocated_floats_.load(std::memory_order_relaxed); }
   void CopyFromHost(const float* host_src, float* dst, size_t count) override;
   void CopyToHost(const float* src, float* host_dst, size_t count) override;
   void Copy(const float* src, float* dst, size_t count) override;
@@ -150,6 +154,7 @@ class CpuBackend final : public Backend {
   static constexpr int kMinFloatsPerPart = 1 << 14;
   static constexpr int kMinFusedOutputs = 16;  // CpuLinearForward::kAuto
   static constexpr int kMaxFusedInputs = 512;
+  std::atomic<size_t> allocated_floats_{0};
   int threads_;
   bool avx2_;
   bool avx512_;

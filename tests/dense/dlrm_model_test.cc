@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dense/cpu/cpu_backend.h"
 #include "dense/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/dense/backend_test_util.h"
@@ -517,6 +518,30 @@ TEST(DlrmModelCreateTest, RejectsInconsistentOptions) {
   o = SmallDcnOptions();
   o.low_rank = -2;
   expect_error(o, "low_rank must be positive, got -2");
+}
+
+// MemoryFloats, what the trainer checks against the memory it has before it creates a model,
+// is what Create allocates: counted by the CPU backend, for the dot and the DCNv2 models, with
+// each optimizer's state (SGD none, Adagrad one, Adam two floats a parameter) and more than one
+// hidden layer (each but the first has its gradient buffer below it).
+TEST(DlrmModelCreateTest, MemoryFloatsIsWhatCreateAllocates) {
+  for (DenseOptimizerType type :
+       {DenseOptimizerType::kSgd, DenseOptimizerType::kAdagrad, DenseOptimizerType::kAdam}) {
+    for (DlrmDenseModelOptions o : {SmallOptions(), SmallDcnOptions()}) {
+      o.optimizer.type = type;
+      o.bottom_widths = {9, 7, 4};
+      o.top_widths = {11, 6, 1};
+      o.max_batch_size = 13;
+      auto backend = CpuBackend::Create({.threads = 1});
+      ASSERT_TRUE(backend.ok());
+      ASSERT_EQ((*backend)->allocated_floats(), 0u);
+      auto model = DlrmDenseModel::Create(backend->get(), o);
+      ASSERT_TRUE(model.ok()) << model.status();
+      EXPECT_EQ((*backend)->allocated_floats(), DlrmDenseModel::MemoryFloats(o))
+          << "optimizer " << static_cast<int>(type) << ", dcnv2 "
+          << (o.interaction == Interaction::kDcnV2);
+    }
+  }
 }
 
 TEST(DlrmModelCreateTest, DcnV2Shape) {

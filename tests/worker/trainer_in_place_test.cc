@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "dense/dlrm_model.h"
 #include "embedding/local_store.h"
 #include "gtest/gtest.h"
 #include "tests/worker/test_util.h"
@@ -158,6 +160,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TrainerInPlaceTest,
 // Per-table pooling: tables that all name a pooling train exactly as model.pooling saying it; a
 // mix pools each table its own way, so its first loss is neither the all-sum nor the all-mean
 // one. (The in-place and copying paths agree on a mix: the "mixed" shape above.)
+// A batch whose buffers cannot fit in the memory left is refused before the model allocates and
+// zeroes them (the kernel would kill the process there): the dense model's bytes as
+// DlrmDenseModel::MemoryFloats counts them, plus the pooled embeddings and their gradients.
+TEST(TrainerMemoryTest, AStepThatCannotFitInMemoryIsRefusedBeforeAllocating) {
+  const common::JobSpec spec = Spec({16, "sum", "rowwise_adagrad", 1024});
+  auto backend = testing::CpuTestBackend();
+  auto local = testing::LocalStoreForSpec(spec);
+  TrainerOptions options;
+  options.spec = spec;
+  options.backend = backend.get();
+  options.store = local.get();
+  options.threads = 1;
+  const int64_t model_bytes =
+      static_cast<int64_t>(dense::DlrmDenseModel::MemoryFloats(DenseModelOptionsFromSpec(spec))) *
+      4;
+  ASSERT_GT(model_bytes, 0);
+  const int64_t needed = model_bytes + 2 * 1024 * 6 * 16 * 4;
+  options.available_memory_bytes = needed;
+  EXPECT_TRUE(Trainer::Create(options).ok()) << "exactly enough fits";
+  options.available_memory_bytes = needed - 1;
+  auto refused = Trainer::Create(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find(
+                absl::StrCat("a training step of 1024 samples needs ", needed, " bytes (")),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("lower training.batch_size"), std::string::npos)
+      << refused.status();
+}
+
 TEST(TrainerPoolingTest, EachTablePoolsItsOwnWay) {
   auto first_loss = [](const common::JobSpec& spec) {
     auto rig = MakeRig(spec, /*copying=*/false);
