@@ -77,6 +77,14 @@ class JobWatchReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
+      if (writing_) {
+        // A write is in flight, or a Push is between taking writing_ and its StartWrite: that
+        // write completes (ok = false, the call is cancelled) and OnWriteDone finishes the
+        // stream. Finishing here could let OnDone run, and gRPC destroy the stream, before that
+        // StartWrite reaches it.
+        close_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+        return;
+      }
       finished_ = true;
     }
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
