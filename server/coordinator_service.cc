@@ -21,6 +21,9 @@ namespace {
 
 using common::ToGrpcStatus;
 
+// The largest request of a call that waits (KvGet, WatchJob): its key or job id, a wait, framing.
+constexpr int64_t kMaxParkedRequestBytes = common::kMaxKvKeyBytes + 64;
+
 // Counts a unary call by method and code, and finishes it.
 auto Counted(RpcCounter* rpcs, const char* method) {
   return [rpcs, method](grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
@@ -153,9 +156,17 @@ DLRM_RAW_UNARY(JobsServiceImpl, "/dlrm.v1.Jobs/", CheckpointJob, dlrm::v1::Check
 grpc::ServerUnaryReactor* CoordinatorServiceImpl::KvGet(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* in,
                                                         grpc::ByteBuffer* out) {
+  // A KvGet may wait up to kMaxWait, and gRPC keeps its request (and the parse keeps its unknown
+  // fields) until it is answered: one larger than a key and a wait need is refused before it waits.
+  const bool oversized = static_cast<int64_t>(in->Length()) > kMaxParkedRequestBytes;
   return common::ServeRawUnary<dlrm::v1::KvGetRequest, dlrm::v1::KvGetResponse>(
       context, in, out, "/dlrm.v1.Coordinator/KvGet",
       [&](const dlrm::v1::KvGetRequest& request, dlrm::v1::KvGetResponse* response, auto done) {
+        if (oversized) {
+          return done(absl::InvalidArgumentError(
+              absl::StrCat("KvGet: a request of ", in->Length(), " bytes is over the ",
+                           kMaxParkedRequestBytes, " bytes a key and a wait take")));
+        }
         DoKvGet(context, &request, response, std::move(done));
       },
       Counted(rpcs_, "KvGet"));
@@ -426,6 +437,16 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* JobsServiceImpl::WatchJob(
                                  "WatchJob: malformed WatchJobRequest");
     rpcs_->Record("WatchJob", malformed);
     return watchers_->Refuse(malformed);
+  }
+  // The stream keeps its request until it ends (up to kMaxWatchStreams of them): a job id needs
+  // no more than a few hundred bytes, not the 4 MiB a coordinator request may have.
+  if (static_cast<int64_t>(request->Length()) > kMaxParkedRequestBytes) {
+    const grpc::Status oversized(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("WatchJob: a request of ", request->Length(), " bytes is over the ",
+                     kMaxParkedRequestBytes, " bytes a job id takes"));
+    rpcs_->Record("WatchJob", oversized);
+    return watchers_->Refuse(oversized);
   }
   rpcs_->Record("WatchJob", grpc::Status::OK);
   return watchers_->Start(parsed.job_id(), *state_);

@@ -348,6 +348,44 @@ TEST_F(CoordinatorServiceTest, ShutdownFailsPendingWaitsInsteadOfHanging) {
 
 // Open streams are bounded (an audit's 5000 watches took the coordinator from 64 to 154 MB):
 // past the limit a new one is RESOURCE_EXHAUSTED naming it, and one closing makes room.
+// A call that waits (KvGet up to 10 minutes, WatchJob until its job ends) keeps its request in
+// memory while it waits: padded with unknown fields to megabytes, 4096 watch streams could pin
+// 16 GiB. A request larger than its fields can be (a key or job id and a wait) is refused at
+// once, before it waits; one of the largest real size is served.
+TEST_F(CoordinatorServiceTest, AWaitingCallsRequestIsNoLargerThanItsFields) {
+  auto pad = [](google::protobuf::Message* m, size_t bytes) {
+    m->GetReflection()->MutableUnknownFields(m)->AddLengthDelimited(999, std::string(bytes, 'x'));
+  };
+  dlrm::v1::KvGetRequest get;
+  get.set_key("never/set");
+  get.set_wait_timeout_ms(10000);
+  pad(&get, 1 << 20);
+  dlrm::v1::KvGetResponse got;
+  const absl::Time start = absl::Now();
+  grpc::Status s = stub_->KvGet(common::MakeClientContext(absl::Seconds(20)).get(), get, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("KvGet: a request of 1048"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "refused before the 10 s wait";
+  // The longest key the coordinator takes, with a wait: answered (NOT_FOUND after the wait).
+  dlrm::v1::KvGetRequest longest;
+  longest.set_key(std::string(common::kMaxKvKeyBytes, 'k'));
+  longest.set_wait_timeout_ms(50);
+  s = stub_->KvGet(common::MakeClientContext(absl::Seconds(20)).get(), longest, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+
+  const std::string job_id = Submit(1);
+  dlrm::v1::WatchJobRequest watch;
+  watch.set_job_id(job_id);
+  pad(&watch, 1 << 20);
+  auto ctx = common::MakeClientContext(absl::Seconds(20));
+  auto reader = jobs_->WatchJob(ctx.get(), watch);
+  dlrm::v1::JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("WatchJob: a request of 1048"));
+}
+
 TEST_F(CoordinatorServiceTest, WatchStreamsAreBounded) {
   coordinator_->Shutdown();
   StartCoordinator(dir_.Sub("bounded"), absl::Milliseconds(300), /*max_watch_streams=*/2);
