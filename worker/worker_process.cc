@@ -208,7 +208,10 @@ absl::StatusOr<std::string> WorkerProcess::KvGetUntilStopped(const std::string& 
       return absl::CancelledError(absl::StrCat(key, ": job stopped"));
     }
     const absl::Duration left = deadline - absl::Now();
-    absl::StatusOr<std::string> value = client_->KvGet(key, std::min(left, absl::Seconds(1)));
+    // Never a negative wait (the coordinator refuses one INVALID_ARGUMENT): the call before may
+    // have outlasted what was left.
+    absl::StatusOr<std::string> value =
+        client_->KvGet(key, std::clamp(left, absl::Milliseconds(1), absl::Seconds(1)));
     if (value.ok() || !absl::IsNotFound(value.status()) || left <= absl::Seconds(1)) return value;
   }
 }
