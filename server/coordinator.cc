@@ -67,7 +67,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   return c;
 }
 
-Coordinator::~Coordinator() { Shutdown(); }
+Coordinator::~Coordinator() {
+  Shutdown();
+  // A rendezvous wait's expiry the timer thread has already taken runs on kv_, which is
+  // destroyed before timers_ (declared first): it ends here, with kv_ still alive.
+  if (timers_ != nullptr) timers_->Stop();
+}
 
 absl::Status Coordinator::Start() {
   absl::MutexLock lock(&mu_);

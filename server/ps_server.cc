@@ -148,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
   ps->timers_ = std::make_unique<TimerQueue>();
   ps->pool_ = std::make_unique<PsWorkPool>(threads);
   ps->admin_pool_ = std::make_unique<PsWorkPool>(2);
+  ps->checkpoint_pool_ = std::make_unique<PsWorkPool>(2);
   PsServiceOptions service_options;
   service_options.data_dir = options.data_dir;
   service_options.memory_budget_bytes = options.memory_budget_bytes;
@@ -158,6 +159,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
   service_options.metrics = ps->metrics_;
   service_options.pool = ps->pool_.get();
   service_options.admin_pool = ps->admin_pool_.get();
+  service_options.checkpoint_pool = ps->checkpoint_pool_.get();
   service_options.timers = ps->timers_.get();
   ps->service_ = std::make_unique<PsService>(service_options);
   common::ServerOptions server_options;
@@ -170,6 +172,9 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const Ps
 
 ParameterServer::~ParameterServer() {
   if (server_ != nullptr) Shutdown(absl::ZeroDuration());
+  // A parked lookup's deadline the timer thread has already taken runs on service_, which is
+  // destroyed before timers_ (declared first): it ends here, with service_ still alive.
+  if (timers_ != nullptr) timers_->Stop();
 }
 
 void ParameterServer::Shutdown(absl::Duration grace) {
@@ -181,6 +186,7 @@ void ParameterServer::Shutdown(absl::Duration grace) {
   server_->Shutdown(grace);
   pool_->Stop();
   admin_pool_->Stop();
+  checkpoint_pool_->Stop();
 }
 
 void ParameterServer::Wait() { server_->Wait(); }

@@ -74,6 +74,8 @@ class ParameterServer {
   std::unique_ptr<TimerQueue> timers_;
   std::unique_ptr<PsWorkPool> pool_;
   std::unique_ptr<PsWorkPool> admin_pool_;  // LoadJob, UnloadJob (PsServiceOptions::admin_pool)
+  // Checkpoint WRITEs (PsServiceOptions::checkpoint_pool): two jobs' at once.
+  std::unique_ptr<PsWorkPool> checkpoint_pool_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<common::GrpcServer> server_;
   absl::Mutex shutdown_mu_;

@@ -70,6 +70,9 @@ struct PsServiceOptions {
   // for minutes, and every rank's LoadJob waits behind it; on the data plane's pool those waits
   // would hold the threads other jobs' pushes and lookups need.
   PsWorkPool* admin_pool = nullptr;
+  // Checkpoint WRITEs run here (not owned; null: on `pool`): each holds a thread while its shard
+  // is written, seconds to minutes.
+  PsWorkPool* checkpoint_pool = nullptr;
   TimerQueue* timers = nullptr;  // required, not owned
 };
 
@@ -123,8 +126,10 @@ class PsService final : public PsRawService {
                                        grpc::ByteBuffer* response) override;
 
   // Checkpoint's core: SNAPSHOT or WRITE of this server's part (proto/ps.proto).
+  // `cancelled` (may be empty) is asked before each table and chunk of rows a WRITE writes: true
+  // ends it CANCELLED.
   absl::StatusOr<dlrm::v1::CheckpointResponse> DoCheckpoint(
-      const dlrm::v1::CheckpointRequest& request);
+      const dlrm::v1::CheckpointRequest& request, const std::function<bool()>& cancelled = nullptr);
 
   // The synchronous cores of LoadJob, UnloadJob and GetStats (also used in-process).
   // LoadJob: idempotent for the same parameters; FAILED_PRECONDITION for the same job id with
@@ -245,6 +250,9 @@ class PsService final : public PsRawService {
                              const dlrm::v1::LoadJobRequest& request) const;
   PsWorkPool* AdminPool() const {
     return options_.admin_pool != nullptr ? options_.admin_pool : options_.pool;
+  }
+  PsWorkPool* CheckpointPool() const {
+    return options_.checkpoint_pool != nullptr ? options_.checkpoint_pool : options_.pool;
   }
   // Finishes the call, counting errors.
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status);

@@ -59,7 +59,7 @@ void PsService::HandleWriteRows(grpc::CallbackServerContext* context,
 // ---- Checkpoint ----
 
 absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
-    const dlrm::v1::CheckpointRequest& request) {
+    const dlrm::v1::CheckpointRequest& request, const std::function<bool()>& cancelled) {
   DLRM_ASSIGN_OR_RETURN(std::shared_ptr<PsJob> job, FindJob(request.job_id()));
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
@@ -140,6 +140,13 @@ absl::StatusOr<dlrm::v1::CheckpointResponse> PsService::DoCheckpoint(
       embedding::WriteRowFilesFromSnapshot(
           *copy, codecs, out.string(), request.part(), changed ? &*changed : nullptr,
           [&]() -> absl::Status {
+            // The caller gave up, or the server is shutting down (Shutdown cancels the calls at
+            // its deadline and then waits for this task): the files written are removed.
+            if (cancelled && cancelled()) {
+              return absl::CancelledError(absl::StrCat("checkpoint of step ", request.step(),
+                                                       " of job ", request.job_id(),
+                                                       ": the call was cancelled"));
+            }
             // The job was unloaded, reloaded or moved on (a recovery) while this ran.
             absl::StatusOr<std::shared_ptr<PsJob>> now = FindJob(request.job_id());
             if (epoch > 0 && (!now.ok() || now->get() != job.get() || job->epoch() != epoch)) {
@@ -178,8 +185,15 @@ void PsService::HandleCheckpoint(grpc::CallbackServerContext* context,
       !denied.ok()) {
     return done(denied);
   }
-  options_.pool->Submit([this, request, response, done] {
-    absl::StatusOr<dlrm::v1::CheckpointResponse> r = DoCheckpoint(*request);
+  // A WRITE holds its thread for as long as the shard takes to write: on the data plane's pool
+  // two of them took every thread of a 2-core server, and every job's lookups and pushes waited
+  // (past their deadlines: a recovery). The cut (SNAPSHOT) is short and stays there.
+  PsWorkPool* pool =
+      request->phase() == dlrm::v1::CheckpointRequest::WRITE ? CheckpointPool() : options_.pool;
+  pool->Submit([this, context, request, response, done] {
+    if (context->IsCancelled()) return done(absl::CancelledError("Checkpoint: the caller gave up"));
+    absl::StatusOr<dlrm::v1::CheckpointResponse> r =
+        DoCheckpoint(*request, [context] { return context->IsCancelled(); });
     if (r.ok()) *response = std::move(*r);
     UpdateStoreMetrics();
     done(r.status());

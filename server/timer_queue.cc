@@ -4,12 +4,16 @@ namespace dlrm::server {
 
 TimerQueue::TimerQueue() : thread_([this] { Run(); }) {}
 
-TimerQueue::~TimerQueue() {
+TimerQueue::~TimerQueue() { Stop(); }
+
+void TimerQueue::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  thread_.join();
+  std::call_once(joined_, [this] {
+    if (thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  });
 }
 
 int64_t TimerQueue::Schedule(absl::Time when, std::function<void()> callback) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -20,7 +21,7 @@ namespace dlrm::server {
 class TimerQueue {
  public:
   TimerQueue();
-  // Stops the thread; callbacks not yet due are dropped without running.
+  // Stop().
   ~TimerQueue();
   TimerQueue(const TimerQueue&) = delete;
   TimerQueue& operator=(const TimerQueue&) = delete;
@@ -29,6 +30,11 @@ class TimerQueue {
   int64_t Schedule(absl::Time when, std::function<void()> callback);
   // Drops a callback that has not started; returns whether it was dropped.
   bool Cancel(int64_t id);
+  // Stops the thread, after the callback it is running (if any) returns: none runs after this.
+  // Callbacks not yet due are dropped without running. Idempotent. An owner whose callbacks use
+  // other members calls it before those are destroyed (Cancel cannot stop a callback that
+  // already started).
+  void Stop();
 
  private:
   void Run();
@@ -40,6 +46,7 @@ class TimerQueue {
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  std::once_flag joined_;
 };
 
 }  // namespace dlrm::server
