@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +40,56 @@ namespace dlrm::client {
 namespace {
 
 namespace fs = std::filesystem;
+
+// In a temporary folder of `dlrm local`: a file its run holds an exclusive flock on while it runs.
+constexpr char kTempFolderLock[] = ".dlrm-local.lock";
+
+// Locks `dir` as this run's: the lock file is made and locked under another name, then renamed
+// into place, so that a lock file another run can see is always one already held. O_CLOEXEC: the
+// children do not inherit it (the lock ends with this process). Returns the fd, -1 on failure.
+int LockTempFolder(const std::string& dir) {
+  const fs::path making = fs::path(dir) / ".dlrm-local.lock.new";
+  const int fd = open(making.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  std::error_code ec;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 ||
+      (fs::rename(making, fs::path(dir) / kTempFolderLock, ec), ec)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Removes the temporary folders earlier `dlrm local` runs left when they ended without removing
+// theirs (SIGKILL, the OOM killer, a crash): the folders named dlrm-local-* in `parent`, owned by
+// this user, whose lock file nobody holds. Their parameter servers' RocksDB rows and checkpoints
+// can be gigabytes. A folder without a lock file stays: one a run kept on purpose (its logs were
+// named to the user), or one of a version before the lock.
+void RemoveAbandonedTempFolders(const fs::path& parent, const std::string& own) {
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path dir = it->path();
+    if (dir.filename().string().rfind("dlrm-local-", 0) != 0 || dir == fs::path(own)) continue;
+    struct stat st {};
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    const int fd = open((dir / kTempFolderLock).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::error_code removing;
+      const std::uintmax_t removed = fs::remove_all(dir, removing);
+      if (removing) {
+        DLRM_LOG(WARNING) << "cannot remove " << dir.string()
+                          << ", the folder of an earlier dlrm local that did not end: "
+                          << removing.message();
+      } else {
+        DLRM_LOG(INFO) << "removed " << dir.string()
+                       << ", the folder of an earlier dlrm local that did not end (" << removed
+                       << " files and folders)";
+      }
+    }
+    close(fd);
+  }
+}
 
 // The line each start of a child writes into its log (LogTail shows what follows the last).
 constexpr char kStartMark[] = "---- dlrm local (pid ";
@@ -108,6 +160,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     }
     cluster->data_dir_ = tmpl;
     cluster->temp_dir_ = true;
+    cluster->temp_lock_fd_ = LockTempFolder(tmpl);
+    if (cluster->temp_lock_fd_ < 0) {
+      DLRM_LOG(WARNING) << "cannot lock " << tmpl << " (" << std::strerror(errno)
+                        << "): a later dlrm local will not remove it if this one is killed";
+    }
+    RemoveAbandonedTempFolders(fs::path(tmpl).parent_path(), tmpl);
   } else {
     cluster->data_dir_ = fs::absolute(options.data_dir).string();
   }
@@ -123,6 +181,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
 LocalCluster::~LocalCluster() {
   Stop();
   JoinSupervisor();
+  if (temp_lock_fd_ >= 0) close(temp_lock_fd_);
 }
 
 void LocalCluster::JoinSupervisor() {
@@ -509,9 +568,12 @@ void LocalCluster::Stop() {
     waitpid(c.pid, &wait_status, 0);
     c.pid = -1;
   }
+  std::error_code ec;
   if (temp_dir_ && !keep_data_dir_) {
-    std::error_code ec;
     fs::remove_all(data_dir_, ec);
+  } else if (temp_dir_) {
+    // Kept for the user to read: a later run must not take it for an abandoned one.
+    fs::remove(fs::path(data_dir_) / kTempFolderLock, ec);
   }
 }
 

@@ -3,7 +3,9 @@
 // ports (the coordinator binds port 0 and writes the bound port to a file; parameter servers and
 // workers bind port 0 and register with it), with their data directories and logs under one
 // folder, and stops them again: SIGTERM, a grace period, then SIGKILL. Children die with the
-// parent (PR_SET_PDEATHSIG), so even a SIGKILLed `dlrm local` leaves no orphans. Once the
+// parent (PR_SET_PDEATHSIG), so even a SIGKILLed `dlrm local` leaves no orphans; the temporary
+// folder it made (without --data-dir) is removed by the next `dlrm local` that makes one, which
+// finds its lock file unheld (a folder kept on purpose, for its logs, has none). Once the
 // cluster is up, a child that dies is started again with the same flags (the coordinator on the
 // port it had, with the same data folder, so it resumes its jobs; a parameter server or worker
 // registers as a new member and replaces the dead one), as Kubernetes restarts a pod: after
@@ -136,6 +138,9 @@ class LocalCluster {
   std::string binary_;
   std::string data_dir_;
   bool temp_dir_ = false;
+  // The flock on data_dir_'s lock file while a temporary folder is this run's (-1: none): a later
+  // `dlrm local` removes the temporary folders whose lock nobody holds.
+  int temp_lock_fd_ = -1;
   std::string coordinator_address_;
   std::vector<std::pair<std::string, std::string>> metrics_targets_;
 

@@ -4,7 +4,9 @@
 // the log it keeps when the cluster cannot start, and a parameter server stopped before it
 // registered.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,6 +83,46 @@ TEST_F(DlrmCliTest, TrainRefusesTablesBiggerThanTheMemoryBeforeAllocatingThem) {
                  "optimizer state) x 4 B; the largest, table 0 (C1) with 1000000000 rows of dim "
                  "8, 29.8 GiB) and this process has ",
                  "of memory available (MemAvailable ", "cap the tables (tables.max_rows)"});
+}
+
+// A `dlrm local` killed with SIGKILL (or by the OOM killer) left its temporary folder, with its
+// parameter servers' RocksDB rows, in $TMPDIR for good. The next run that makes a temporary
+// folder removes the dlrm-local-* folders whose lock nobody holds, and only those: not one a
+// running `dlrm local` holds, not one without a lock file (kept on purpose for its logs, or of an
+// older version), not another name; its own goes at its end as before.
+TEST_F(DlrmCliTest, LocalRemovesTheTemporaryFolderAKilledRunLeft) {
+  const std::string config = WriteTinyJob(dir_, "tmp", 64, 1);
+  const std::filesystem::path tmp = dir_.Sub("tmp");
+  auto folder = [&](const std::string& name, bool lock_file) {
+    std::filesystem::create_directories(tmp / name / "ps-0" / "rocksdb");
+    std::ofstream(tmp / name / "ps-0" / "rocksdb" / "000001.sst") << std::string(4096, 'r');
+    if (lock_file) std::ofstream(tmp / name / ".dlrm-local.lock");
+  };
+  folder("dlrm-local-killed", true);
+  folder("dlrm-local-running", true);
+  folder("dlrm-local-kept", false);
+  folder("other-folder", true);
+  // A running dlrm local holds its lock: here this test does.
+  const int held = open((tmp / "dlrm-local-running" / ".dlrm-local.lock").c_str(), O_RDWR);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX | LOCK_NB), 0);
+  const ProcessResult r = ::dlrm::testing::RunProcess(
+      {"/usr/bin/env", "TMPDIR=" + tmp.string(), BinPath("dlrm"), "local", "--config", config,
+       "--ps", "1", "--workers", "1", "--insecure", "--no-progress"},
+      dir_.path(), "local-tmp", absl::Seconds(120), dir_.path());
+  close(held);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("removed " + (tmp / "dlrm-local-killed").string() +
+                               ", the folder of an earlier dlrm local that did not end"));
+  EXPECT_FALSE(std::filesystem::exists(tmp / "dlrm-local-killed"));
+  EXPECT_TRUE(std::filesystem::exists(tmp / "dlrm-local-running" / "ps-0"));
+  EXPECT_TRUE(std::filesystem::exists(tmp / "dlrm-local-kept" / "ps-0"));
+  EXPECT_TRUE(std::filesystem::exists(tmp / "other-folder" / "ps-0"));
+  int left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp)) {
+    left += entry.path().filename().string().rfind("dlrm-local-", 0) == 0;
+  }
+  EXPECT_EQ(left, 2) << "its own folder is removed at its end";
 }
 
 // `dlrm local` with a model that does not fit its data (3 tables for Criteo's 26, as a spec
