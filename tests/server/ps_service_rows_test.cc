@@ -255,6 +255,35 @@ TEST_F(PsServiceTest, CheckpointWritesTheSnapshotsRowsAndRefusesBadCalls) {
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
+// A WRITE whose caller has gone (the worker died or gave up) or that a shutdown cancels stops
+// and removes the files it wrote, instead of writing the whole shard for nobody (a SIGTERM waited
+// for it); the snapshot stays, and a later WRITE of it succeeds. Three tables: the write is
+// asked before each whether to go on; cancelled after the first, it leaves nothing.
+TEST_F(PsServiceTest, ACancelledCheckpointWriteStopsAndRemovesItsFiles) {
+  StartPs();
+  ASSERT_TRUE(Load(TestJob("c", {{300, 4}, {200, 4}, {100, 4}})).ok());
+  dlrm::v1::CheckpointRequest r;
+  r.set_job_id("c");
+  r.set_step(5);
+  r.set_phase(dlrm::v1::CheckpointRequest::SNAPSHOT);
+  r.set_part(0);
+  ASSERT_TRUE(ps_->service().DoCheckpoint(r).ok());
+  r.set_phase(dlrm::v1::CheckpointRequest::WRITE);
+  const std::string out = dir_.path() + "/ckpt-000000000005";
+  r.set_directory(out);
+  int asked = 0;
+  auto cancelled = ps_->service().DoCheckpoint(r, [&] { return ++asked > 1; });
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled) << cancelled.status();
+  EXPECT_THAT(std::string(cancelled.status().message()), HasSubstr("the call was cancelled"));
+  EXPECT_GE(asked, 2);
+  std::error_code ec;
+  EXPECT_FALSE(std::filesystem::exists(out + "/rows-t0-p0.bin", ec)) << "removed";
+  EXPECT_FALSE(std::filesystem::exists(out + "/rows-t1-p0.bin", ec));
+  auto written = ps_->service().DoCheckpoint(r, [] { return false; });
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->files_size(), 3);
+}
+
 // dlrm ps --checkpoint-root: row files only go under the root, also not through a symbolic link
 // inside it that points out.
 TEST_F(PsServiceTest, CheckpointWritesStayUnderTheCheckpointRoot) {
