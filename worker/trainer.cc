@@ -82,19 +82,38 @@ Trainer::~Trainer() {
 
 namespace {
 
-// RESOURCE_EXHAUSTED when the CPU trainer's dense model (DlrmDenseModel::MemoryFloats) and its
-// host embedding buffers (the pooled input and its gradient) need more memory than is available.
+// RESOURCE_EXHAUSTED when the trainer's dense model (DlrmDenseModel::MemoryFloats) and its batch
+// buffers need more memory than is available: host memory on the CPU, the device's free memory
+// on CUDA (where an allocation that fails is a CHECK, which ends the process).
 absl::Status CheckStepFitsInMemory(const TrainerOptions& options, size_t emb_floats) {
   const common::JobSpec& spec = options.spec;
   const int64_t model_bytes = static_cast<int64_t>(
       dense::DlrmDenseModel::MemoryFloats(DenseModelOptionsFromSpec(spec)) * sizeof(float));
-  const int64_t emb_bytes = static_cast<int64_t>(2 * emb_floats * sizeof(float));
+  const bool cpu = options.backend->device() == dense::Device::kCpu;
+  // The CPU trainer's pooled embeddings and their gradients; on CUDA those and the dense input
+  // and the probabilities, in device memory.
+  const int64_t emb_bytes = static_cast<int64_t>(
+      (2 * emb_floats +
+       (cpu ? 0 : static_cast<size_t>(spec.batch_size) * (spec.dense_features + 1))) *
+      sizeof(float));
   const int64_t needed = model_bytes + emb_bytes;
   common::MemoryInfo info;
   int64_t available = options.available_memory_bytes;
-  if (available < 0) {
+  std::string where;
+  if (available < 0 && cpu) {
     info = common::ReadMemoryInfo();
     available = info.AvailableBytes();
+    where = absl::StrCat(" (", info.Describe(), ")");
+  } else if (available < 0) {
+#ifdef DLRM_WITH_CUDA
+    absl::StatusOr<dense::cuda::DeviceMemoryInfo> device =
+        dense::cuda::DeviceMemoryOf(*options.backend);
+    if (device.ok()) {
+      available = static_cast<int64_t>(device->free_bytes);
+      where = absl::StrCat(" on the CUDA device (", common::FormatBytes(device->total_bytes),
+                           " in all)");
+    }
+#endif
   }
   if (available < 0 || needed <= available) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -104,8 +123,7 @@ absl::Status CheckStepFitsInMemory(const TrainerOptions& options, size_t emb_flo
       "buffers for that batch ",
       common::FormatBytes(model_bytes), ", the pooled embeddings and their gradients ",
       common::FormatBytes(emb_bytes), ") and this process has ", available, " bytes (",
-      common::FormatBytes(available), ") of memory available",
-      options.available_memory_bytes < 0 ? absl::StrCat(" (", info.Describe(), ")") : "",
+      common::FormatBytes(available), ") of memory available", where,
       ": lower training.batch_size, or the widths of model.bottom_mlp and model.top_mlp"));
 }
 
@@ -149,9 +167,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   }
   const size_t emb_floats = static_cast<size_t>(spec.batch_size) * tables.size() *
                             static_cast<size_t>(spec.embedding_dim);
-  if (options.backend->device() == dense::Device::kCpu) {
-    DLRM_RETURN_IF_ERROR(CheckStepFitsInMemory(options, emb_floats));
-  }
+  DLRM_RETURN_IF_ERROR(CheckStepFitsInMemory(options, emb_floats));
   std::unique_ptr<Trainer> trainer(new Trainer(options));
   trainer->num_tables_ = static_cast<int>(tables.size());
   trainer->dim_ = spec.embedding_dim;

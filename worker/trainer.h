@@ -135,10 +135,11 @@ struct TrainerOptions {
   // allocation fails anyway the trainer logs it and keeps the tables in the store.
   int64_t gpu_table_budget_bytes = 0;
   static constexpr int64_t kGpuTablesAuto = -1;
-  // CPU backend: host memory the trainer may still fill (tests set it); -1: ask the machine
-  // (common::ReadMemoryInfo). Create refuses a model whose parameters, optimizer state and
-  // batch-sized buffers need more, before allocating them (the kernel would kill the process
-  // while they are zeroed).
+  // Memory the trainer may still fill (tests set it); -1: ask the machine (the CPU backend:
+  // common::ReadMemoryInfo; CUDA: the device's free memory). Create refuses a model whose
+  // parameters, optimizer state and batch-sized buffers need more, before allocating them (on
+  // the CPU the kernel would kill the process while they are zeroed; on CUDA a failed allocation
+  // is a CHECK).
   int64_t available_memory_bytes = -1;
   // Threads for the per-table work of a step (dedup, pooling, gradient aggregation) when a batch
   // has many ids; 0 = the machine's cores, 1 = the calling thread only.
