@@ -128,6 +128,10 @@ class WorkerProcess::JobRun {
   // Where this run starts (the spec's resume_from, or after a recovery the newest checkpoint
   // that verifies, as rank 0 chose) and the state restored from it.
   absl::Status Restore();
+  // Chooses and installs the job's hot rows (when its spec has a hot_budget; after a resume the
+  // checkpoint's set, read from the parameter servers) and sets refresher_ when they are
+  // re-checked every hot_refresh_steps (worker_hot_rows.cc).
+  absl::Status SetUpHotRows();
   absl::Status CreateCheckpointer();
 
   // Progress: every progress_interval (or when forced), to the coordinator; its answer tells if

@@ -49,9 +49,7 @@ absl::Status WorkerProcess::JobRun::SetUp() {
   DLRM_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options));
 
   DLRM_RETURN_IF_ERROR(Restore());
-  DLRM_ASSIGN_OR_RETURN(refresher_,
-                        worker_.SetUpHotRows(spec_, job_, rank_, world_, trainer_.get(), reducer_,
-                                             resumed_, std::move(resumed_hot_ids_)));
+  DLRM_RETURN_IF_ERROR(SetUpHotRows());
   DLRM_RETURN_IF_ERROR(CreateCheckpointer());
   metrics_ = RegisterWorkerMetrics(options.metrics);
   return absl::OkStatus();

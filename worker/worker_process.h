@@ -152,12 +152,6 @@ class WorkerProcess {
                                const std::string& what) ABSL_LOCKS_EXCLUDED(mu_);
   void ResendUndeliveredReport() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status TrainJob(const dlrm::v1::WorkerAssignment& assignment, JobResources* resources);
-  // Chooses and installs the job's hot rows (when its spec has a hot_budget) and returns the
-  // refresher that re-checks them every hot_refresh_steps (null when they are not re-checked).
-  absl::StatusOr<std::unique_ptr<HotSetRefresher>> SetUpHotRows(
-      const common::JobSpec& spec, const dlrm::v1::JobAssignment& job, int rank, int world,
-      Trainer* trainer, Collectives* reducer, bool resumed,
-      std::vector<std::vector<int64_t>> resumed_hot_ids);
   bool JobCancelled(const std::string& job_id);
   // KvGet of `key` from the coordinator, waiting up to collective_timeout for it to be set, in
   // waits of a second: CANCELLED as soon as the job is stopped (a run whose rank 0 died must not
