@@ -135,14 +135,22 @@ MemoryInfo ReadMemoryInfo(const std::string& root) {
       limit = ReadNumber(folder / "memory.limit_in_bytes");
     }
     if (!limit || *limit < 0 || *limit >= kNoLimit) continue;
-    std::optional<int64_t> used =
-        ReadNumber(folder / (h->v2 ? "memory.current" : "memory.usage_in_bytes"));
+    // What the kernel cannot take back short of killing: anonymous memory and shared memory
+    // (tmpfs), not the page cache it drops first (a build's files can fill gigabytes of a
+    // container's usage). v1 counts the subtree in its total_ keys.
+    const std::filesystem::path stat = folder / "memory.stat";
+    std::optional<int64_t> used = ReadKey(stat, h->v2 ? "anon" : "total_rss");
     if (used) {
-      // Page cache the kernel drops before it kills (v1's counter of the subtree first).
-      std::optional<int64_t> cache = h->v2 ? ReadKey(folder / "memory.stat", "inactive_file")
-                                           : ReadKey(folder / "memory.stat", "total_inactive_file");
-      if (!cache && !h->v2) cache = ReadKey(folder / "memory.stat", "inactive_file");
-      *used = std::max<int64_t>(0, *used - cache.value_or(0));
+      *used += ReadKey(stat, h->v2 ? "shmem" : "total_shmem").value_or(0);
+    } else {
+      // No breakdown: the usage less the inactive page cache (the kubelet's working set).
+      used = ReadNumber(folder / (h->v2 ? "memory.current" : "memory.usage_in_bytes"));
+      if (used) {
+        std::optional<int64_t> cache =
+            ReadKey(stat, h->v2 ? "inactive_file" : "total_inactive_file");
+        if (!cache && !h->v2) cache = ReadKey(stat, "inactive_file");
+        *used = std::max<int64_t>(0, *used - cache.value_or(0));
+      }
     }
     const int64_t headroom = *limit - used.value_or(0);
     if (headroom < least_headroom) {

@@ -22,8 +22,9 @@ namespace dlrm::common {
 struct MemoryInfo {
   int64_t total_bytes = -1;      // MemTotal; -1 when unknown
   int64_t available_bytes = -1;  // MemAvailable (free memory and reclaimable cache); -1: unknown
-  // The control group's limit and its use less the page cache it can drop (what the kernel
-  // charges against the limit, as the kubelet's working set counts it); -1: no limit / unknown.
+  // The control group's limit and what of its use the kernel cannot drop: anonymous and shared
+  // memory (memory.stat), not the page cache it reclaims before it kills; without that
+  // breakdown, the usage less the inactive page cache. -1: no limit / unknown.
   int64_t cgroup_limit_bytes = -1;
   int64_t cgroup_used_bytes = -1;
 

@@ -56,7 +56,8 @@ TEST_F(MemoryInfoTest, NothingReadableIsUnknownNotZero) {
 }
 
 // A container in a cgroup namespace sees its own cgroup at the mount's root: memory.max 6 GiB,
-// memory.current 3 GiB of which 1 GiB is inactive page cache the kernel drops first.
+// memory.current 3 GiB of which 2 GiB anonymous memory; the 1 GiB of page cache (a build's
+// files, say) the kernel drops before it kills, so it is not counted as used.
 TEST_F(MemoryInfoTest, AContainersCgroupV2LimitBoundsWhatItCanFill) {
   WriteMeminfo();
   Write("proc/self/cgroup", "0::/\n");
@@ -70,6 +71,29 @@ TEST_F(MemoryInfoTest, AContainersCgroupV2LimitBoundsWhatItCanFill) {
   EXPECT_EQ(info.AvailableBytes(), 4 * kGiB);  // not the machine's 20 GiB
   EXPECT_EQ(info.LimitBytes(), 6 * kGiB);
   EXPECT_THAT(info.Describe(), HasSubstr("cgroup memory limit 6.0 GiB (2.0 GiB used)"));
+}
+
+// Shared memory (tmpfs) counts: the kernel cannot drop it; active page cache does not. Without
+// memory.stat's breakdown the usage less the inactive page cache counts (the kubelet's working
+// set); v1 names the subtree's counts total_rss and total_shmem.
+TEST_F(MemoryInfoTest, SharedMemoryCountsAndWithoutABreakdownTheWorkingSetDoes) {
+  WriteMeminfo();
+  Write("proc/self/cgroup", "0::/\n");
+  Write("sys/fs/cgroup/memory.max", "6442450944\n");
+  Write("sys/fs/cgroup/memory.current", "5368709120\n");
+  Write("sys/fs/cgroup/memory.stat",
+        "anon 1073741824\nfile 4294967296\nshmem 1073741824\nactive_file 2147483648\n"
+        "inactive_file 1073741824\n");
+  EXPECT_EQ(Read().cgroup_used_bytes, 2 * kGiB);
+  Write("sys/fs/cgroup/memory.stat", "inactive_file 1073741824\n");
+  EXPECT_EQ(Read().cgroup_used_bytes, 4 * kGiB);
+
+  Write("proc/self/cgroup", "4:memory:/\n");
+  Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "6442450944\n");
+  Write("sys/fs/cgroup/memory/memory.usage_in_bytes", "5368709120\n");
+  Write("sys/fs/cgroup/memory/memory.stat",
+        "rss 1\ntotal_rss 1073741824\ntotal_shmem 536870912\ntotal_cache 4294967296\n");
+  EXPECT_EQ(Read().cgroup_used_bytes, kGiB + 512 * kMiB);
 }
 
 TEST_F(MemoryInfoTest, CgroupV2WithoutALimitReadsMax) {
